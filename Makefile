@@ -1,0 +1,70 @@
+# mmfeed — `make help` lists the targets. A fresh machine needs only `make demo` or `make test`:
+# each builds what is missing (Rust tokenizers library, Go binary, Python venv) and reuses the rest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO      ?= go
+CACHE   ?= $(HOME)/.cache/mmfeed
+BUILD   := build
+LIBTOK  := $(BUILD)/lib/libtokenizers.a
+BIN     := bin/mmfeed
+# The virtualenv lives in the machine cache, one per requirements.txt content, and .venv links to it,
+# so a fresh clone (CI) on a machine that built it before starts at once.
+REQ_HASH := $(shell sha256sum requirements.txt | cut -c1-12)
+VENV_DIR := $(CACHE)/venv-$(REQ_HASH)
+VENV     := .venv
+PY       := $(CURDIR)/$(VENV)/bin/python
+export MMFEED_PYTHON := $(PY)
+export MMFEED_TOKENIZER_DIR := $(CURDIR)/$(BUILD)/tokenizers
+
+GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
+
+.PHONY: help build test test-go test-py demo bench lint fuzz venv clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: $(BIN) ## build the Rust tokenizers library (cached) and bin/mmfeed
+
+$(LIBTOK): scripts/build-tokenizers.sh scripts/tokenizers/Cargo.lock go.mod
+	scripts/build-tokenizers.sh $(BUILD) $(CACHE)
+	@touch $@
+
+$(BIN): $(LIBTOK) $(GO_SOURCES)
+	$(GO) build -o $(BIN) ./cmd/mmfeed
+
+venv: $(VENV)/.ok ## create the Python environment from requirements.txt (cached per content)
+
+$(VENV)/.ok: requirements.txt
+	@if [ ! -f $(VENV_DIR)/.ok ]; then \
+	  echo "creating Python environment $(VENV_DIR)"; \
+	  rm -rf $(VENV_DIR) && python3 -m venv $(VENV_DIR) && \
+	  $(VENV_DIR)/bin/pip install -q --upgrade pip && \
+	  $(VENV_DIR)/bin/pip install -q -r requirements.txt && touch $(VENV_DIR)/.ok; \
+	fi
+	@ln -sfn $(VENV_DIR) $(VENV)
+	@test -f $(VENV)/.ok
+
+test: build venv ## run every test (Go with race detector on the core packages, Python)
+	MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
+	@if [ -d trainer/tests ]; then $(PY) -m pytest -q trainer/tests; fi
+
+demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank CPU trainer, balance report
+	scripts/demo.sh
+
+bench: build venv ## side-by-side benchmarks against the peers; writes bench/results.json
+	scripts/bench.sh
+
+lint: $(LIBTOK) ## go vet + gofmt check
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+FUZZTIME ?= 20s
+fuzz: $(LIBTOK) ## run each fuzz target for FUZZTIME (default 20s)
+	@for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; done
+
+clean: ## remove build outputs (keeps the machine cache)
+	rm -rf $(BUILD) bin $(VENV)
