@@ -1,0 +1,76 @@
+// Package loader reads image–caption datasets and hands out raw samples, a
+// cheap index for planning, a deterministic epoch order, and a quarantine for
+// bad samples.
+//
+// # Inputs
+//
+// Open(path, opts) detects the dataset kind from PATH (or Options.Format):
+//
+//   - a JSONL manifest (file ending in .jsonl, or a folder holding
+//     manifest.jsonl): one object per line,
+//     {"image": "rel/or/abs/path", "text": "caption", "id": "optional"}.
+//     Relative image paths resolve against the manifest's folder and may not
+//     leave it, neither lexically ("..") nor through a symbolic link; such
+//     lines are quarantined as "escapes_root". Absolute image paths are
+//     quarantined as "escapes_root" unless Options.AllowAbsolute is set.
+//   - WebDataset shards: a .tar file, a folder holding .tar files, or a glob
+//     such as "data/shard-*.tar". Consecutive members with the same key (the
+//     member path up to the first dot of its base name) form one sample: one
+//     image (.jpg .jpeg .png .webp) and a caption (.txt, or .json with a
+//     "caption" or "text" field, optionally "id"). Shards are read as streams
+//     with archive/tar; compressed shards (.tar.gz) are not supported.
+//   - Parquet: a .parquet file, a folder or a glob of them. The image column
+//     (default "image") is binary, large binary, or a struct with a "bytes"
+//     field as HuggingFace datasets write it; the text column (default
+//     "text") is a string. An optional id column (default "id") gives ids.
+//     Files are read one row group at a time.
+//   - an image folder: every image below the folder (recursively) with a
+//     sidecar caption beside it (cat.jpg + cat.txt).
+//
+// Multi-file inputs are read in lexical path order.
+//
+// # Sample ids
+//
+// A sample's ID is the id given by the dataset (manifest "id", WebDataset
+// .json "id", Parquet id column) when non-empty. Otherwise it is derived:
+//
+//   - manifest: DeriveID(manifest base name, image field + "\n" + caption),
+//     so duplicated lines give the same id (and Scan quarantines the copy as
+//     "duplicate_id"), while one image with two captions gives two ids;
+//   - WebDataset: the sample key (WebDataset keys are unique per dataset);
+//   - Parquet: DeriveID(file base name, "row" + row number in the file);
+//   - image folder: the image path relative to the folder, slash-separated.
+//
+// DeriveID(source, key) is the first 16 hex digits of SHA-1(source + "#" + key).
+//
+// # Outputs and ownership
+//
+// Source.Next returns samples whose Image bytes are owned by the caller. At
+// the end Next returns io.EOF. Bad samples never stop a source: each becomes a
+// Reject (see quarantine.go) passed to Options.OnReject, and Next moves on.
+// Next returns another error only when the source itself fails (a manifest
+// that cannot be opened or read, a Parquet file that cannot be opened) or the
+// context is done.
+//
+// Scan(ctx, src) reads only cheap information (id, location, caption, image
+// size) into an Index, without reading image bytes for manifest, WebDataset
+// and folder sources; Index.ReadImage and Index.ReadHeader re-read bytes per
+// entry later (WebDataset members by their offset in the uncompressed tar,
+// so indexed WebDataset corpora can be shuffled globally). Planning therefore
+// holds captions and locations in memory, never image bytes.
+//
+// Permutation(n, seed, epoch) gives the deterministic epoch order (see
+// order.go for the exact algorithm, reproducible in Python).
+//
+// # Concurrency
+//
+// A Source is not safe for concurrent use; call Next from one goroutine.
+// Index is immutable after Scan; its ReadImage, ReadHeader and Sample methods
+// are safe for concurrent use. QuarantineWriter and Tally are safe for
+// concurrent use. Options.OnReject is called from the goroutine calling Next
+// or Scan.
+//
+// This package does not import NATS nor the image decoder: it delivers raw
+// bytes; decoding and its rejects happen in a later stage, which reports them
+// through the same QuarantineWriter.
+package loader

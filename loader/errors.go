@@ -1,0 +1,28 @@
+package loader
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package wraps one of these (or
+// an I/O error from the operating system), so callers can use errors.Is across
+// layers.
+var (
+	// ErrUnknownFormat: Open could not tell what kind of dataset a path is.
+	ErrUnknownFormat = errors.New("loader: unknown dataset format")
+	// ErrNoData: a folder or glob matched no dataset files.
+	ErrNoData = errors.New("loader: no dataset files")
+	// ErrSchema: a Parquet file lacks the configured image or text column, or
+	// the column has a type the loader cannot read.
+	ErrSchema = errors.New("loader: unsupported parquet schema")
+	// ErrInvalidConfig: an Options value failed Validate.
+	ErrInvalidConfig = errors.New("loader: invalid options")
+	// ErrClosed: Next, ReadImage or ReadHeader was called after Close.
+	ErrClosed = errors.New("loader: closed")
+	// ErrStale: the image bytes changed since the index was built (size
+	// differs), or the tar member at the recorded offset is gone.
+	ErrStale = errors.New("loader: image changed since indexing")
+	// ErrNoImageRef: the entry came from a source that cannot re-read
+	// images by entry (a Source not built by Open).
+	ErrNoImageRef = errors.New("loader: entry has no image reference")
+	// ErrTooLarge: an image exceeds Options.MaxImageBytes on re-read.
+	ErrTooLarge = errors.New("loader: image too large")
+)

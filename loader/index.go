@@ -1,0 +1,292 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"os"
+	"sync"
+)
+
+// refKind says how an Entry's image bytes are re-read.
+type refKind uint8
+
+const (
+	refNone    refKind = iota // foreign source: cannot re-read
+	refFile                   // a whole file at path
+	refTar                    // size bytes at offset off of the tar at path
+	refParquet                // row row of row group rg of the Parquet file at path
+)
+
+// imageRef locates an image for re-reading.
+type imageRef struct {
+	kind refKind
+	path string
+	off  int64
+	rg   int32
+	row  int32
+}
+
+// Entry is the cheap, in-memory view of one sample: everything planning
+// needs, without image bytes.
+type Entry struct {
+	ID        string // see Sample.ID
+	Location  string // see Sample.Location
+	Text      string // caption
+	ImageName string // file-name hint
+	ImageSize int64  // encoded image size in bytes
+	ref       imageRef
+}
+
+func (e Entry) sample(img []byte) Sample {
+	return Sample{ID: e.ID, Location: e.Location, Text: e.Text, Image: img, ImageName: e.ImageName}
+}
+
+// Index is the planning view of a dataset: all good entries in source order,
+// plus the counters of the scan. Entries and Stats must not be modified.
+// ReadImage, ReadHeader and Sample are safe for concurrent use.
+type Index struct {
+	Entries []Entry
+	// Stats counts the scan, duplicates included:
+	// Seen == len(Entries) + Quarantined.
+	Stats Stats
+
+	opts Options
+	pq   *rowGroupCache
+}
+
+// Scan reads all entries of src into an Index. Built-in sources (from Open)
+// do not read image bytes (Parquet reads the image column to learn sizes, one
+// row group at a time, and drops it). Another Source falls back to Next: its
+// entries keep sizes but not the bytes, and ReadImage returns ErrNoImageRef.
+// Entries whose id was already seen are quarantined as "duplicate_id"
+// (through the source's OnReject for built-in sources). Scan does not close
+// src.
+func Scan(ctx context.Context, src Source) (*Index, error) {
+	ix := &Index{opts: DefaultOptions(), pq: newRowGroupCache(2)}
+	var t Tally
+	onReject := func(Reject) {}
+	if er, ok := src.(entryReader); ok {
+		ix.opts = er.shared().opts
+		if f := ix.opts.OnReject; f != nil {
+			onReject = f
+		}
+	}
+	seen := make(map[uint64]int32)
+	seed := maphash.MakeSeed()
+	for {
+		e, err := scanNext(ctx, src)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		h := maphash.String(seed, e.ID)
+		if j, ok := seen[h]; ok && ix.Entries[j].ID == e.ID {
+			t.Quarantine(ReasonDuplicateID)
+			onReject(Reject{ID: e.ID, Location: e.Location, Reason: ReasonDuplicateID,
+				Detail: "first seen at " + ix.Entries[j].Location})
+			continue
+		} else if !ok {
+			seen[h] = int32(len(ix.Entries))
+		}
+		t.Emit()
+		ix.Entries = append(ix.Entries, e)
+	}
+	ix.Stats = mergeStats(src.Stats(), t.Stats())
+	return ix, nil
+}
+
+// scanNext returns the next entry without image bytes when src allows it.
+func scanNext(ctx context.Context, src Source) (Entry, error) {
+	if er, ok := src.(entryReader); ok {
+		e, _, err := er.next(ctx, false)
+		return e, err
+	}
+	s, err := src.Next(ctx)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{ID: s.ID, Location: s.Location, Text: s.Text, ImageName: s.ImageName,
+		ImageSize: int64(len(s.Image))}, nil
+}
+
+// mergeStats combines the source's counters with the index's own pass
+// (which re-counts the source's emitted samples as seen).
+func mergeStats(src, ix Stats) Stats {
+	out := Stats{
+		Seen:        src.Seen,
+		Emitted:     ix.Emitted,
+		Quarantined: src.Quarantined + ix.Quarantined,
+		ByReason:    src.ByReason,
+	}
+	if out.ByReason == nil {
+		out.ByReason = map[string]int64{}
+	}
+	for r, n := range ix.ByReason {
+		out.ByReason[r] += n
+	}
+	return out
+}
+
+// BuildIndex opens path, scans it and closes the source.
+func BuildIndex(ctx context.Context, path string, opts Options) (*Index, error) {
+	src, err := Open(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := Scan(ctx, src)
+	return ix, errors.Join(err, src.Close())
+}
+
+// Len returns the number of entries.
+func (ix *Index) Len() int { return len(ix.Entries) }
+
+// Sample re-reads entry i's image and returns the full sample.
+func (ix *Index) Sample(i int) (Sample, error) {
+	if i < 0 || i >= len(ix.Entries) {
+		return Sample{}, fmt.Errorf("loader: sample %d out of range [0,%d)", i, len(ix.Entries))
+	}
+	e := ix.Entries[i]
+	img, err := ix.ReadImage(e)
+	if err != nil {
+		return Sample{}, err
+	}
+	return e.sample(img), nil
+}
+
+// ReadImage re-reads the entry's image bytes. The size must still match
+// the index (else ErrStale).
+func (ix *Index) ReadImage(e Entry) ([]byte, error) {
+	return ix.read(e, -1)
+}
+
+// ReadHeader returns up to the first n bytes of the entry's image (enough
+// for format sniffing and dimensions; 64 KiB is plenty).
+func (ix *Index) ReadHeader(e Entry, n int) ([]byte, error) {
+	if n < 0 {
+		n = 0
+	}
+	return ix.read(e, n)
+}
+
+// read returns the first n bytes of the image, or all of it when n < 0.
+func (ix *Index) read(e Entry, n int) ([]byte, error) {
+	if e.ImageSize > ix.opts.MaxImageBytes {
+		return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrTooLarge)
+	}
+	want := e.ImageSize
+	if n >= 0 && int64(n) < want {
+		want = int64(n)
+	}
+	switch e.ref.kind {
+	case refFile:
+		return readFileRange(e, 0, want, true)
+	case refTar:
+		return readFileRange(e, e.ref.off, want, false)
+	case refParquet:
+		img, err := ix.pq.image(ix.opts, e.ref)
+		if err != nil {
+			return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
+		}
+		if int64(len(img)) != e.ImageSize {
+			return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrStale)
+		}
+		return img[:want], nil
+	}
+	return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrNoImageRef)
+}
+
+// readFileRange reads want bytes at off. For whole files (checkSize) the
+// file's current size must equal the indexed size.
+func readFileRange(e Entry, off, want int64, checkSize bool) ([]byte, error) {
+	f, err := os.Open(e.ref.path)
+	if err != nil {
+		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
+	}
+	defer f.Close()
+	if checkSize {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
+		}
+		if fi.Size() != e.ImageSize {
+			return nil, fmt.Errorf("loader: read %s: size %d, indexed %d: %w", e.Location, fi.Size(), e.ImageSize, ErrStale)
+		}
+	}
+	buf := make([]byte, want)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = ErrStale
+		}
+		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
+	}
+	return buf, nil
+}
+
+// Close releases cached Parquet row groups. The index stays readable.
+func (ix *Index) Close() error {
+	ix.pq.clear()
+	return nil
+}
+
+// rowGroupCache keeps the image columns of the last few Parquet row groups
+// read by ReadImage, so reading entries in (file, row group) order reads
+// each row group once.
+type rowGroupCache struct {
+	mu    sync.Mutex
+	max   int
+	order []rgKey
+	cols  map[rgKey]*imageColumn
+}
+
+type rgKey struct {
+	path string
+	rg   int32
+}
+
+func newRowGroupCache(max int) *rowGroupCache {
+	return &rowGroupCache{max: max, cols: map[rgKey]*imageColumn{}}
+}
+
+// image returns a copy of the bytes of row ref.row, loading the row group's
+// image column on a miss.
+func (c *rowGroupCache) image(opts Options, ref imageRef) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := rgKey{ref.path, ref.rg}
+	col, ok := c.cols[k]
+	if !ok {
+		var err error
+		col, err = loadImageColumn(opts, ref.path, int(ref.rg))
+		if err != nil {
+			return nil, err
+		}
+		c.cols[k] = col
+		c.order = append(c.order, k)
+		if len(c.order) > c.max {
+			old := c.order[0]
+			c.order = c.order[1:]
+			c.cols[old].release()
+			delete(c.cols, old)
+		}
+	}
+	img, _, ok := col.at(int(ref.row))
+	if !ok {
+		return nil, ErrStale
+	}
+	return append([]byte(nil), img...), nil
+}
+
+func (c *rowGroupCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, col := range c.cols {
+		col.release()
+		delete(c.cols, k)
+	}
+	c.order = nil
+}

@@ -1,0 +1,329 @@
+package loader
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// manifestLine is one parsed manifest line.
+type manifestLine struct {
+	Image string
+	Text  string
+	ID    string
+}
+
+// rawManifestLine keeps the fields raw so their types can be checked.
+type rawManifestLine struct {
+	Image   json.RawMessage `json:"image"`
+	Text    json.RawMessage `json:"text"`
+	Caption json.RawMessage `json:"caption"`
+	ID      json.RawMessage `json:"id"`
+}
+
+// parseManifestLine parses one manifest line. On failure it returns a reject
+// reason and detail. "caption" is accepted when "text" is absent; "id" may
+// be a string or a number.
+func parseManifestLine(line []byte) (manifestLine, string, string) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return manifestLine{}, ReasonBadManifestLine, "not a JSON object"
+	}
+	var raw rawManifestLine
+	if err := json.Unmarshal(line, &raw); err != nil {
+		return manifestLine{}, ReasonBadManifestLine, err.Error()
+	}
+	var out manifestLine
+	var ok bool
+	if out.ID, ok = jsonScalar(raw.ID); !ok {
+		return out, ReasonBadManifestLine, "id is not a string or number"
+	}
+	if isNull(raw.Image) {
+		return out, ReasonMissingImage, "no image field"
+	}
+	if err := json.Unmarshal(raw.Image, &out.Image); err != nil {
+		return out, ReasonBadManifestLine, "image is not a string"
+	}
+	text := raw.Text
+	if isNull(text) {
+		text = raw.Caption
+	}
+	if isNull(text) {
+		return out, ReasonMissingCaption, "no text field"
+	}
+	if err := json.Unmarshal(text, &out.Text); err != nil {
+		return out, ReasonBadManifestLine, "text is not a string"
+	}
+	return out, "", ""
+}
+
+func isNull(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+
+// jsonScalar returns a string or number as a string; null/absent gives "".
+func jsonScalar(m json.RawMessage) (string, bool) {
+	if isNull(m) {
+		return "", true
+	}
+	if m[0] == '"' {
+		var s string
+		err := json.Unmarshal(m, &s)
+		return s, err == nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(m, &n); err != nil {
+		return "", false
+	}
+	return n.String(), true
+}
+
+// manifestSource reads a JSONL manifest.
+type manifestSource struct {
+	base
+	path     string // as given, used in locations
+	name     string // base name, used in derived ids
+	root     string // the manifest's folder
+	realRoot string // root with symbolic links resolved
+	f        *os.File
+	br       *bufio.Reader
+	line     int
+	dirs     map[string]dirCheck // relative dir → containment result
+}
+
+type dirCheck struct{ reason, detail string }
+
+func openManifest(path string, opts Options) (*manifestSource, error) {
+	root, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("loader: open %s: %w", path, err)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("loader: open %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("loader: open %s: %w", path, err)
+	}
+	return &manifestSource{
+		base: base{opts: opts}, path: path, name: filepath.Base(path),
+		root: root, realRoot: realRoot, f: f,
+		br: bufio.NewReaderSize(f, 64<<10), dirs: map[string]dirCheck{},
+	}, nil
+}
+
+// Next implements Source.
+func (m *manifestSource) Next(ctx context.Context) (Sample, error) { return nextSample(ctx, m) }
+
+// Close implements Source.
+func (m *manifestSource) Close() error {
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.f.Close()
+}
+
+func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byte, error) {
+	if m.closed {
+		return Entry{}, nil, ErrClosed
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return Entry{}, nil, err
+		}
+		line, tooLong, err := m.readLine()
+		if err != nil {
+			return Entry{}, nil, err
+		}
+		if !tooLong && len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		loc := m.path + ":" + strconv.Itoa(m.line)
+		if tooLong {
+			m.reject("", loc, ReasonTooLarge, fmt.Sprintf("line over %d bytes", m.maxLine()))
+			continue
+		}
+		if e, img, ok := m.entry(line, loc, withImage); ok {
+			m.tally.Emit()
+			return e, img, nil
+		}
+	}
+}
+
+// entry turns a line into an entry, reporting a reject when it is bad.
+func (m *manifestSource) entry(line []byte, loc string, withImage bool) (Entry, []byte, bool) {
+	ml, reason, detail := parseManifestLine(line)
+	id := ml.ID
+	if id == "" && reason == "" {
+		id = DeriveID(m.name, ml.Image+"\n"+ml.Text)
+	}
+	if reason != "" {
+		m.reject(id, loc, reason, detail)
+		return Entry{}, nil, false
+	}
+	if r := CheckCaption(ml.Text); r != "" {
+		m.reject(id, loc, r, "")
+		return Entry{}, nil, false
+	}
+	full, size, reason, detail := m.resolve(ml.Image)
+	if reason == "" {
+		reason, detail = checkSize(size, m.opts.MaxImageBytes)
+	}
+	if reason != "" {
+		m.reject(id, loc, reason, detail)
+		return Entry{}, nil, false
+	}
+	e := Entry{ID: id, Location: loc, Text: ml.Text, ImageName: baseName(ml.Image),
+		ImageSize: size, ref: imageRef{kind: refFile, path: full}}
+	if !withImage {
+		return e, nil, true
+	}
+	img, err := readFileRange(e, 0, size, true)
+	if err != nil {
+		m.reject(id, loc, ReasonUnreadableImage, err.Error())
+		return Entry{}, nil, false
+	}
+	return e, img, true
+}
+
+// checkSize classifies an image size.
+func checkSize(size, max int64) (string, string) {
+	switch {
+	case size == 0:
+		return ReasonEmptyImage, "zero-byte image"
+	case size > max:
+		return ReasonTooLarge, fmt.Sprintf("image %d bytes > max %d", size, max)
+	}
+	return "", ""
+}
+
+func (m *manifestSource) maxLine() int64 { return m.opts.MaxCaptionBytes + 64<<10 }
+
+// readLine returns the next line without its newline. A line over maxLine is
+// consumed and reported with tooLong. io.EOF at the end.
+func (m *manifestSource) readLine() (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, err := m.br.ReadSlice('\n')
+		if !tooLong {
+			if int64(len(buf)+len(chunk)) > m.maxLine() {
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			m.line++
+			return buf, tooLong, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && (len(buf) > 0 || tooLong):
+			m.line++
+			return buf, tooLong, nil
+		case errors.Is(err, io.EOF):
+			return nil, false, io.EOF
+		default:
+			return nil, false, fmt.Errorf("loader: read %s: %w", m.path, err)
+		}
+	}
+}
+
+// resolve checks a manifest image path and returns the path to open and the
+// file size, or a reject reason.
+func (m *manifestSource) resolve(img string) (string, int64, string, string) {
+	if img == "" {
+		return "", 0, ReasonMissingImage, "empty image path"
+	}
+	var full string
+	if filepath.IsAbs(img) {
+		if !m.opts.AllowAbsolute {
+			return "", 0, ReasonEscapesRoot, "absolute path not allowed: " + img
+		}
+		full = filepath.Clean(img)
+	} else {
+		rel := filepath.FromSlash(img)
+		if !filepath.IsLocal(rel) {
+			return "", 0, ReasonEscapesRoot, "path leaves the manifest folder: " + img
+		}
+		if c := m.checkDir(filepath.Dir(rel)); c.reason != "" {
+			return "", 0, c.reason, c.detail
+		}
+		full = filepath.Join(m.root, rel)
+		real, reason, detail := m.checkLink(full)
+		if reason != "" {
+			return "", 0, reason, detail
+		}
+		full = real
+	}
+	fi, err := os.Stat(full)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", 0, ReasonMissingImage, err.Error()
+	case err != nil:
+		return "", 0, ReasonUnreadableImage, err.Error()
+	case !fi.Mode().IsRegular():
+		return "", 0, ReasonUnreadableImage, "not a regular file: " + img
+	}
+	return full, fi.Size(), "", ""
+}
+
+// checkDir checks (once per directory) that a relative directory resolves
+// inside the manifest folder.
+func (m *manifestSource) checkDir(rel string) dirCheck {
+	if rel == "." {
+		return dirCheck{}
+	}
+	if c, ok := m.dirs[rel]; ok {
+		return c
+	}
+	var c dirCheck
+	real, err := filepath.EvalSymlinks(filepath.Join(m.root, rel))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c = dirCheck{ReasonMissingImage, err.Error()}
+	case err != nil:
+		c = dirCheck{ReasonUnreadableImage, err.Error()}
+	case !m.inside(real):
+		c = dirCheck{ReasonEscapesRoot, "directory links outside the manifest folder: " + filepath.ToSlash(rel)}
+	}
+	if len(m.dirs) < 1<<16 {
+		m.dirs[rel] = c
+	}
+	return c
+}
+
+// checkLink resolves full when it is a symbolic link and checks the target
+// stays inside the manifest folder.
+func (m *manifestSource) checkLink(full string) (string, string, string) {
+	fi, err := os.Lstat(full)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", ReasonMissingImage, err.Error()
+	case err != nil:
+		return "", ReasonUnreadableImage, err.Error()
+	case fi.Mode()&fs.ModeSymlink == 0:
+		return full, "", ""
+	}
+	real, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return "", ReasonMissingImage, "dangling link: " + err.Error()
+	}
+	if !m.inside(real) {
+		return "", ReasonEscapesRoot, "link points outside the manifest folder: " + real
+	}
+	return real, "", ""
+}
+
+func (m *manifestSource) inside(real string) bool {
+	return real == m.realRoot || strings.HasPrefix(real, m.realRoot+string(filepath.Separator))
+}

@@ -1,0 +1,94 @@
+package loader
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Dataset formats accepted by Options.Format.
+const (
+	FormatAuto    = ""        // detect from the path
+	FormatJSONL   = "jsonl"   // JSONL manifest
+	FormatWDS     = "wds"     // WebDataset .tar shards
+	FormatParquet = "parquet" // Parquet files
+	FormatFolder  = "folder"  // images with sidecar .txt captions
+)
+
+// Options configures Open. The zero value of a field means its default, so
+// Options{} is usable; DefaultOptions spells the defaults out.
+type Options struct {
+	// Format forces the dataset kind: "", "jsonl", "wds", "parquet" or
+	// "folder". "" detects it from the path.
+	Format string
+	// MaxImageBytes is the largest accepted image file in bytes; larger
+	// images are quarantined as "too_large". Default 32 MiB.
+	MaxImageBytes int64
+	// MaxCaptionBytes is the largest accepted caption (a manifest line,
+	// a .txt/.json member, a sidecar) in bytes. Default 1 MiB.
+	MaxCaptionBytes int64
+	// AllowAbsolute lets manifest lines name absolute image paths. Such
+	// paths are trusted as given: they are not checked against the
+	// manifest folder. Default false: absolute paths are quarantined as
+	// "escapes_root".
+	AllowAbsolute bool
+	// ImageColumn is the Parquet image column: binary, large binary, or a
+	// struct with a binary "bytes" field (and optionally a "path" string
+	// used as ImageName). Default "image".
+	ImageColumn string
+	// TextColumn is the Parquet caption column (string). Default "text".
+	TextColumn string
+	// IDColumn is the optional Parquet id column (string or integer);
+	// absent columns are ignored. Default "id".
+	IDColumn string
+	// OnReject receives every quarantined sample, from the goroutine that
+	// calls Next or Scan. Nil: rejects are only counted in Stats. Use
+	// (*QuarantineWriter).Func to write quarantine.jsonl.
+	OnReject func(Reject)
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options {
+	return Options{
+		MaxImageBytes:   32 << 20,
+		MaxCaptionBytes: 1 << 20,
+		ImageColumn:     "image",
+		TextColumn:      "text",
+		IDColumn:        "id",
+	}
+}
+
+// Validate reports an invalid field, wrapping ErrInvalidConfig.
+func (o Options) Validate() error {
+	formats := []string{FormatAuto, FormatJSONL, FormatWDS, FormatParquet, FormatFolder}
+	if !slices.Contains(formats, o.Format) {
+		return fmt.Errorf("%w: format %q (want one of jsonl, wds, parquet, folder)", ErrInvalidConfig, o.Format)
+	}
+	if o.MaxImageBytes < 0 {
+		return fmt.Errorf("%w: MaxImageBytes %d < 0", ErrInvalidConfig, o.MaxImageBytes)
+	}
+	if o.MaxCaptionBytes < 0 {
+		return fmt.Errorf("%w: MaxCaptionBytes %d < 0", ErrInvalidConfig, o.MaxCaptionBytes)
+	}
+	return nil
+}
+
+// withDefaults fills zero fields with their defaults.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.MaxImageBytes == 0 {
+		o.MaxImageBytes = d.MaxImageBytes
+	}
+	if o.MaxCaptionBytes == 0 {
+		o.MaxCaptionBytes = d.MaxCaptionBytes
+	}
+	if o.ImageColumn == "" {
+		o.ImageColumn = d.ImageColumn
+	}
+	if o.TextColumn == "" {
+		o.TextColumn = d.TextColumn
+	}
+	if o.IDColumn == "" {
+		o.IDColumn = d.IDColumn
+	}
+	return o
+}

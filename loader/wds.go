@@ -1,0 +1,284 @@
+package loader
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+)
+
+// posReader tracks the offset of an *os.File as archive/tar reads and
+// seeks through it, so each member's data offset is known.
+type posReader struct {
+	f   *os.File
+	pos int64
+}
+
+func (p *posReader) Read(b []byte) (int, error) {
+	n, err := p.f.Read(b)
+	p.pos += int64(n)
+	return n, err
+}
+
+func (p *posReader) Seek(off int64, whence int) (int64, error) {
+	n, err := p.f.Seek(off, whence)
+	if err == nil {
+		p.pos = n
+	}
+	return n, err
+}
+
+// tarGroup accumulates the members of one WebDataset sample.
+type tarGroup struct {
+	key      string
+	loc      string
+	imgName  string
+	imgOff   int64
+	imgSize  int64
+	img      []byte
+	hasImage bool
+	text     string
+	hasText  bool
+	id       string
+	reason   string // first problem seen in the group
+	detail   string
+}
+
+// tarSource reads WebDataset shards in order.
+type tarSource struct {
+	base
+	shards  []string
+	cur     int // index of the open shard, len(shards) when done
+	pr      *posReader
+	tr      *tar.Reader
+	pending *tar.Header // first member of the next group, data not yet read
+	broken  string      // tar error to report before moving to the next shard
+}
+
+func newTarSource(shards []string, opts Options) *tarSource {
+	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1}
+}
+
+// Next implements Source.
+func (s *tarSource) Next(ctx context.Context) (Sample, error) { return nextSample(ctx, s) }
+
+// Close implements Source.
+func (s *tarSource) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeShard()
+}
+
+func (s *tarSource) closeShard() error {
+	if s.pr == nil {
+		return nil
+	}
+	err := s.pr.f.Close()
+	s.pr, s.tr, s.pending, s.broken = nil, nil, nil, ""
+	return err
+}
+
+// openNext opens the next shard; io.EOF when none is left.
+func (s *tarSource) openNext() error {
+	if err := s.closeShard(); err != nil {
+		return fmt.Errorf("loader: close %s: %w", s.shards[s.cur], err)
+	}
+	s.cur++
+	if s.cur >= len(s.shards) {
+		return io.EOF
+	}
+	f, err := os.Open(s.shards[s.cur])
+	if err != nil {
+		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	s.pr = &posReader{f: f}
+	s.tr = tar.NewReader(s.pr)
+	return nil
+}
+
+func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, error) {
+	if s.closed {
+		return Entry{}, nil, ErrClosed
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return Entry{}, nil, err
+		}
+		if s.tr == nil {
+			if err := s.openNext(); err != nil {
+				return Entry{}, nil, err
+			}
+		}
+		if s.broken != "" {
+			s.reject("", s.shardLoc(""), ReasonBrokenTar, s.broken)
+			s.tr = nil
+			continue
+		}
+		g, ok := s.readGroup(withImage)
+		if !ok {
+			continue
+		}
+		if e, img, ok := s.finish(g); ok {
+			s.tally.Emit()
+			return e, img, nil
+		}
+	}
+}
+
+func (s *tarSource) shardLoc(key string) string {
+	if key == "" {
+		return s.shards[s.cur]
+	}
+	return s.shards[s.cur] + ":" + key
+}
+
+// readGroup reads the members of the next sample. ok is false when the
+// shard ended (or broke) before any member of a new group.
+func (s *tarSource) readGroup(withImage bool) (*tarGroup, bool) {
+	var g *tarGroup
+	for {
+		hdr := s.pending
+		s.pending = nil
+		if hdr == nil {
+			var err error
+			hdr, err = s.tr.Next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					s.broken = fmt.Sprintf("at offset %d: %v", s.pr.pos, err)
+				} else {
+					s.tr = nil
+				}
+				return g, g != nil
+			}
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			continue
+		}
+		key, ext := splitKey(hdr.Name)
+		if g != nil && key != g.key {
+			s.pending = hdr
+			return g, true
+		}
+		if g == nil {
+			g = &tarGroup{key: key, loc: s.shardLoc(key)}
+		}
+		if !s.addMember(g, hdr, ext, withImage) {
+			return g, true
+		}
+	}
+}
+
+// splitKey splits a member name into the WebDataset key (path up to the
+// first dot of the base name) and the lower-case extension after that dot.
+func splitKey(name string) (string, string) {
+	dir, file := path.Split(name)
+	key, ext, _ := strings.Cut(file, ".")
+	return dir + key, strings.ToLower(ext)
+}
+
+// addMember folds one member into g. It returns false when the member's data
+// could not be read (the shard is broken from here).
+func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImage bool) bool {
+	switch {
+	case isImageExt(ext) && !g.hasImage:
+		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.pos, hdr.Size
+		if reason, detail := checkSize(hdr.Size, s.opts.MaxImageBytes); reason != "" {
+			g.setProblem(reason, detail)
+			return true
+		}
+		if withImage {
+			return s.readData(g, hdr, &g.img)
+		}
+	case ext == "txt" || ext == "json":
+		if hdr.Size > s.opts.MaxCaptionBytes {
+			g.setProblem(ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", hdr.Size, s.opts.MaxCaptionBytes))
+			return true
+		}
+		var data []byte
+		if !s.readData(g, hdr, &data) {
+			return false
+		}
+		g.addCaption(ext, data)
+	}
+	return true
+}
+
+func (s *tarSource) readData(g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
+	buf := make([]byte, hdr.Size)
+	if _, err := io.ReadFull(s.tr, buf); err != nil {
+		g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %v", hdr.Name, err))
+		g.reason = ReasonBrokenTar // a broken read wins over earlier problems
+		s.tr = nil                 // the stream cannot be trusted any more
+		return false
+	}
+	*dst = buf
+	return true
+}
+
+// addCaption takes the caption from a .txt member, or from a .json member's
+// "caption" or "text" field (and its optional "id"). A .txt caption wins.
+func (g *tarGroup) addCaption(ext string, data []byte) {
+	if ext == "txt" {
+		g.text, g.hasText = string(data), true
+		return
+	}
+	var meta struct {
+		Caption *string         `json:"caption"`
+		Text    *string         `json:"text"`
+		ID      json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(data, &meta); err != nil {
+		g.setProblem(ReasonBadCaption, ".json: "+err.Error())
+		return
+	}
+	if id, ok := jsonScalar(meta.ID); ok {
+		g.id = id
+	}
+	if g.hasText {
+		return
+	}
+	switch {
+	case meta.Caption != nil:
+		g.text, g.hasText = *meta.Caption, true
+	case meta.Text != nil:
+		g.text, g.hasText = *meta.Text, true
+	}
+}
+
+func (g *tarGroup) setProblem(reason, detail string) {
+	if g.reason == "" {
+		g.reason, g.detail = reason, detail
+	}
+}
+
+// finish turns a complete group into an entry, or rejects it.
+func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
+	id := g.id
+	if id == "" {
+		id = g.key
+	}
+	reason, detail := g.reason, g.detail
+	switch {
+	case reason != "":
+	case !g.hasImage:
+		reason, detail = ReasonMissingImage, "no .jpg/.jpeg/.png/.webp member"
+	case !g.hasText:
+		reason, detail = ReasonMissingCaption, "no .txt or .json caption member"
+	default:
+		reason = CheckCaption(g.text)
+	}
+	if reason != "" {
+		s.reject(id, g.loc, reason, detail)
+		return Entry{}, nil, false
+	}
+	e := Entry{ID: id, Location: g.loc, Text: g.text, ImageName: g.imgName, ImageSize: g.imgSize,
+		ref: imageRef{kind: refTar, path: s.shards[s.cur], off: g.imgOff}}
+	return e, g.img, true
+}
