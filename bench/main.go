@@ -1,0 +1,82 @@
+// Command bench measures mmfeed side by side with its peers on this machine, in one run,
+// and writes the ratios to bench/results.json (one flat object with stable keys). Absolute
+// times on a shared 2-core machine are noise; ratios measured in the same run are not.
+//
+//	go run ./bench [-sections tokenize,imgproc,...] [-out bench/results.json]
+//
+// `make bench` runs it with the project's virtualenv as MMFEED_PYTHON. Every section pins
+// itself to one core (GOMAXPROCS=1, taskset for the Python peer) unless it says otherwise.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"maps"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// section measures one thing and returns its results (ratios and the raw numbers behind them).
+type section struct {
+	name string
+	run  func(env *benchEnv) (map[string]float64, error)
+}
+
+var sections = []section{
+	{"tokenize", benchTokenize},
+}
+
+type benchEnv struct {
+	python string // the virtualenv interpreter (MMFEED_PYTHON)
+	corpus string // MMFEED_CORPUS: the shared real corpus, "" when absent
+	tmp    string
+}
+
+func main() {
+	only := flag.String("sections", "", "comma-separated sections to run (default all)")
+	out := flag.String("out", "bench/results.json", "results file (merged with what is there)")
+	flag.Parse()
+	runtime.GOMAXPROCS(1)
+	tmp, err := os.MkdirTemp("", "mmfeed-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	env := &benchEnv{python: os.Getenv("MMFEED_PYTHON"), corpus: os.Getenv("MMFEED_CORPUS"), tmp: tmp}
+	if env.python == "" {
+		env.python = ".venv/bin/python"
+	}
+	results := map[string]float64{}
+	if b, err := os.ReadFile(*out); err == nil {
+		_ = json.Unmarshal(b, &results)
+	}
+	failed := false
+	for _, s := range sections {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
+			continue
+		}
+		fmt.Printf("== %s\n", s.name)
+		r, err := s.run(env)
+		if err != nil {
+			fmt.Printf("   FAILED: %v\n", err)
+			failed = true
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(r)) {
+			fmt.Printf("   %-44s %12.4g\n", k, r[k])
+			results[k] = r[k]
+		}
+	}
+	b, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("wrote %s\n", *out)
+	if failed {
+		os.Exit(1)
+	}
+}
