@@ -1,0 +1,99 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// headerBytes is how much of an image file ExtractFeatures reads to find its size. When a
+// header does not fit (a JPEG with a large ICC profile before its frame header), the whole
+// file is read.
+const headerBytes = 64 << 10
+
+// Features are the cheap, decode-free facts the planner needs, aligned with Entries.
+type Features struct {
+	Entries []loader.Entry
+	Items   []balancer.Item
+}
+
+// ExtractFeatures computes text tokens (tokenize, truncated), image tokens (from the image
+// header and the resize policy) and header complexity for every entry, on workers
+// goroutines, keeping the entries' order. Entries whose caption cannot be encoded or
+// whose image header is unreadable go to q and are left out.
+func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
+	img imgproc.Config, q *loader.QuarantineWriter, workers int) (Features, error) {
+	items := make([]balancer.Item, len(entries))
+	ok := make([]bool, len(entries))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(1, workers) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(entries) {
+					return
+				}
+				it, rej := featuresOf(ix, entries[i], tk, img)
+				if rej != nil {
+					q.Write(*rej)
+					continue
+				}
+				items[i], ok[i] = it, true
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Features{}, err
+	}
+	var f Features
+	for i, e := range entries {
+		if ok[i] {
+			f.Entries = append(f.Entries, e)
+			f.Items = append(f.Items, items[i])
+		}
+	}
+	return f, q.Err()
+}
+
+func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img imgproc.Config) (balancer.Item, *loader.Reject) {
+	reject := func(reason string, err error) (balancer.Item, *loader.Reject) {
+		return balancer.Item{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
+	}
+	ids, err := tk.Encode(e.Text)
+	if err != nil {
+		return reject(reasonOf(err), err)
+	}
+	if img.MaxFileBytes > 0 && e.ImageSize > int64(img.MaxFileBytes) {
+		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
+	}
+	head, err := ix.ReadHeader(e, headerBytes)
+	if err != nil {
+		return reject(ReasonReadFailed, err)
+	}
+	h, err := imgproc.ReadHeader(head)
+	if err != nil && int64(len(head)) < e.ImageSize {
+		if full, rerr := ix.ReadImage(e); rerr == nil {
+			h, err = imgproc.ReadHeader(full)
+		}
+	}
+	if err != nil {
+		return reject(reasonOf(err), err)
+	}
+	if h.Width*h.Height > img.MaxImagePixels {
+		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
+	}
+	h.FileBytes = int(e.ImageSize)
+	return balancer.Item{
+		ID:          e.ID,
+		TextTokens:  len(ids),
+		ImageTokens: img.ImageTokens(h.Width, h.Height),
+		Complexity:  imgproc.HeaderComplexity(h),
+	}, nil
+}

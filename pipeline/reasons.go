@@ -1,0 +1,35 @@
+package pipeline
+
+import (
+	"errors"
+
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// Quarantine reasons of the feature and preprocessing stages (the loader's own reasons
+// cover the source stage).
+const (
+	ReasonImageEmpty       = "image_empty"
+	ReasonImageTooLarge    = "image_too_large"
+	ReasonImageUnsupported = "image_unsupported"
+	ReasonImageCorrupt     = "image_corrupt"
+	ReasonTextUnencodable  = "text_unencodable"
+	ReasonReadFailed       = "unreadable_image"
+)
+
+// reasonOf classifies an imgproc or tokenize error into a quarantine reason.
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, imgproc.ErrEmpty):
+		return ReasonImageEmpty
+	case errors.Is(err, imgproc.ErrTooLarge):
+		return ReasonImageTooLarge
+	case errors.Is(err, imgproc.ErrUnsupported):
+		return ReasonImageUnsupported
+	case errors.Is(err, tokenize.ErrEncode):
+		return ReasonTextUnencodable
+	default:
+		return ReasonImageCorrupt
+	}
+}
