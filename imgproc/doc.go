@@ -1,0 +1,38 @@
+// Package imgproc turns untrusted encoded image bytes into fixed-layout
+// tensors for vision encoders, and estimates image complexity for the
+// balancer.
+//
+// Inputs: the bytes of one image file. The format is sniffed from the
+// content (JPEG baseline/progressive, PNG 1-16 bit incl. palette and alpha,
+// GIF first frame, WebP lossy/lossless, BMP, TIFF first page); the file name
+// or extension is never trusted.
+//
+// Pipeline (Processor.Process): size limits from the header (MaxFileBytes,
+// then MaxImagePixels before any pixel buffer exists) → decode → packed
+// 8-bit RGB (gray, palette, CMYK/YCCK and 16-bit converted; alpha composited
+// over Config.Background) → EXIF orientation (Pillow's exif_transpose) →
+// resize by policy (shorter-crop, square, dynamic) with Pillow's
+// antialiased bilinear or bicubic resampler, reproduced in fixed point →
+// centre crop → (x/255-mean)/std in float32, encoded as float16, float32,
+// bfloat16, or raw uint8.
+//
+// Outputs: Image.Data is a CHW tensor ([3][H][W]), little-endian, owned by
+// the caller; Image also carries the shape, the patch grid (image tokens),
+// the normalization parameters (needed for uint8 output), the pixel
+// complexity in [0, 1], and the source's display size and format.
+// ReadHeader, Config.OutputSize/ImageTokens and HeaderComplexity give the
+// planner what it needs without decoding.
+//
+// Errors: every failure wraps one of ErrEmpty, ErrTooLarge, ErrUnsupported,
+// ErrCorrupt (ErrConfig for configuration); decoder panics are recovered as
+// ErrCorrupt. Nothing here panics on bad input.
+//
+// Concurrency: a Processor is immutable after NewProcessor and safe for
+// concurrent use; per-call scratch buffers come from a sync.Pool. Run one
+// goroutine per core for throughput; each call is single-threaded.
+//
+// Build: the default build is pure Go. With the build tag turbojpeg (cgo
+// and libturbojpeg, Debian libturbojpeg0-dev) JPEGs decode through
+// libjpeg-turbo, optionally DCT-downscaled (Config.JPEGDraftGap), which is
+// what Pillow does too; other formats always use the Go decoders.
+package imgproc

@@ -1,0 +1,11 @@
+//go:build !turbojpeg || !cgo
+
+package imgproc
+
+// haveTurbo reports whether the libjpeg-turbo fast path is compiled in.
+const haveTurbo = false
+
+// turboDecode is the pure-Go build's stub: it never handles the image.
+func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) ([]byte, int, int, bool, error) {
+	return nil, 0, 0, false, nil
+}

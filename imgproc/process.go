@@ -1,0 +1,125 @@
+package imgproc
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Image is one processed image: the tensor and what the trainer and the
+// balancer need to know about it.
+type Image struct {
+	// Data is the CHW tensor, little-endian, 3*H*W elements of DType.
+	// The caller owns it.
+	Data []byte
+	// DType is the element type (Config.DType).
+	DType string
+	// Shape is [3, H, W].
+	Shape [3]int
+	// Grid is the patch grid [H/PatchSize, W/PatchSize]; Grid[0]*Grid[1]
+	// image tokens.
+	Grid [2]int
+	// Mean and Std are the normalization parameters (0..1 pixel units).
+	// Float outputs are already normalized; uint8 outputs are raw pixels
+	// that the trainer normalizes as (x/255-Mean)/Std.
+	Mean, Std [3]float32
+	// Complexity is the pixel-based complexity estimate in [0, 1].
+	Complexity float64
+	// SrcWidth and SrcHeight are the source's display size (EXIF oriented).
+	SrcWidth, SrcHeight int
+	// Format is the sniffed source format.
+	Format string
+}
+
+// Processor decodes and transforms images for one Config. It is safe for
+// concurrent use; scratch buffers are pooled, so steady-state processing
+// allocates little besides the returned tensor and what the pure-Go
+// decoders allocate.
+type Processor struct {
+	cfg       Config
+	mean, std [3]float32
+	kern      kernel
+	norm      *normalizer
+	pool      sync.Pool
+}
+
+// scratch holds per-call reusable buffers.
+type scratch struct {
+	rgb, rot, out []byte
+	res           resampler
+	cplx          []float32
+	turbo         []byte
+}
+
+// NewProcessor validates c and precomputes lookup tables.
+func NewProcessor(c Config) (*Processor, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Processor{cfg: c, kern: bilinearKernel}
+	if c.Filter == FilterBicubic {
+		p.kern = bicubicKernel
+	}
+	p.mean, p.std = c.MeanStd()
+	p.norm = newNormalizer(c.DType, p.mean, p.std)
+	p.pool.New = func() any { return new(scratch) }
+	return p, nil
+}
+
+// Config returns the processor's configuration.
+func (p *Processor) Config() Config { return p.cfg }
+
+// Process decodes data (format sniffed from content), applies the EXIF
+// orientation, converts to RGB over the background, resizes and crops by
+// the policy and encodes the tensor. Errors wrap ErrEmpty, ErrTooLarge,
+// ErrUnsupported or ErrCorrupt; Process never panics on bad input.
+func (p *Processor) Process(data []byte) (img Image, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			img, err = Image{}, fmt.Errorf("imgproc: process: panic: %v: %w", r, ErrCorrupt)
+		}
+	}()
+	if len(data) == 0 {
+		return Image{}, ErrEmpty
+	}
+	if len(data) > p.cfg.MaxFileBytes {
+		return Image{}, fmt.Errorf("imgproc: %d bytes > limit %d: %w", len(data), p.cfg.MaxFileBytes, ErrTooLarge)
+	}
+	hdr, err := ReadHeader(data)
+	if err != nil {
+		return Image{}, err
+	}
+	if hdr.Width > p.cfg.MaxImagePixels/hdr.Height {
+		return Image{}, fmt.Errorf("imgproc: %s %dx%d > %d pixels: %w", hdr.Format, hdr.Width, hdr.Height, p.cfg.MaxImagePixels, ErrTooLarge)
+	}
+	rawW, rawH := hdr.Width, hdr.Height
+	if hdr.Orientation >= 5 {
+		rawW, rawH = rawH, rawW
+	}
+	g, _ := p.cfg.plan(hdr.Width, hdr.Height)
+	s := p.pool.Get().(*scratch)
+	defer p.pool.Put(s)
+	pix, w, h, err := p.decodeRGB(data, hdr, rawW, rawH, g, s)
+	if err != nil {
+		return Image{}, err
+	}
+	if hdr.Orientation >= 2 {
+		pix, w, h = orient(pix, w, h, hdr.Orientation, s.rot)
+		s.rot, s.rgb = s.rgb, pix
+	}
+	s.out = grow(s.out, 3*g.ow*g.oh)
+	s.res.resize(pix, w, h, g, p.kern, s.out)
+	img = Image{
+		DType:     p.cfg.DType,
+		Shape:     [3]int{3, g.oh, g.ow},
+		Grid:      [2]int{g.oh / p.cfg.PatchSize, g.ow / p.cfg.PatchSize},
+		Mean:      p.mean,
+		Std:       p.std,
+		SrcWidth:  hdr.Width,
+		SrcHeight: hdr.Height,
+		Format:    hdr.Format,
+	}
+	img.Complexity, s.cplx = pixelComplexity(s.out, g.ow, g.oh, s.cplx)
+	img.Data = make([]byte, 3*g.ow*g.oh*p.cfg.ElemSize())
+	p.norm.encode(s.out, g.ow, g.oh, img.Data)
+	return img, nil
+}
