@@ -170,6 +170,10 @@ func (m *manifestSource) entry(line []byte, loc string, withImage bool) (Entry, 
 		m.reject(id, loc, reason, detail)
 		return Entry{}, nil, false
 	}
+	if int64(len(ml.Text)) > m.opts.MaxCaptionBytes {
+		m.reject(id, loc, ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", len(ml.Text), m.opts.MaxCaptionBytes))
+		return Entry{}, nil, false
+	}
 	if r := CheckCaption(ml.Text); r != "" {
 		m.reject(id, loc, r, "")
 		return Entry{}, nil, false

@@ -44,6 +44,7 @@ type tarGroup struct {
 	hasImage bool
 	text     string
 	hasText  bool
+	hasTxt   bool // the caption came from a .txt member (it wins over .json)
 	id       string
 	reason   string // first problem seen in the group
 	detail   string
@@ -186,6 +187,7 @@ func splitKey(name string) (string, string) {
 // addMember folds one member into g. It returns false when the member's data
 // could not be read (the shard is broken from here).
 func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImage bool) bool {
+	ext = ext[strings.LastIndexByte(ext, '.')+1:] // "seg.png" is a png, "en.txt" a caption
 	switch {
 	case isImageExt(ext) && !g.hasImage:
 		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.pos, hdr.Size
@@ -196,7 +198,7 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 		if withImage {
 			return s.readData(g, hdr, &g.img)
 		}
-	case ext == "txt" || ext == "json":
+	case ext == "txt" && !g.hasTxt, ext == "json":
 		if hdr.Size > s.opts.MaxCaptionBytes {
 			g.setProblem(ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", hdr.Size, s.opts.MaxCaptionBytes))
 			return true
@@ -226,7 +228,7 @@ func (s *tarSource) readData(g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
 // "caption" or "text" field (and its optional "id"). A .txt caption wins.
 func (g *tarGroup) addCaption(ext string, data []byte) {
 	if ext == "txt" {
-		g.text, g.hasText = string(data), true
+		g.text, g.hasText, g.hasTxt = string(data), true, true
 		return
 	}
 	var meta struct {
@@ -241,7 +243,7 @@ func (g *tarGroup) addCaption(ext string, data []byte) {
 	if id, ok := jsonScalar(meta.ID); ok {
 		g.id = id
 	}
-	if g.hasText {
+	if g.hasTxt {
 		return
 	}
 	switch {
