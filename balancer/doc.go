@@ -1,0 +1,41 @@
+// Package balancer turns per-sample cost features into a cost-balanced training
+// plan: which sample goes to which step, data-parallel rank and micro-batch.
+//
+// # Inputs
+//
+// A slice of [Item] in the epoch's (already shuffled) order: a stable id, the
+// text length L in tokens (special tokens included, after truncation), the
+// number of image tokens P and an image complexity estimate. The package never
+// sees pixels or text; it imports no NATS, imaging or tokenizer package.
+//
+// # Cost model
+//
+// [CostModel] maps one sample to a [Cost] vector (vision, text, fusion) that is
+// linear in the features [L, L², P, P², L·P, complexity, 1] ([Features]). The
+// default coefficients come from transformer FLOPs of a [ModelShape] (presets
+// "tiny" and "base"); [Calibrate] refits them from measured step times by
+// non-negative least squares. A rank's step cost depends on the [Placement]:
+// colocated = vision + text + fusion, modality = max(vision, text) + fusion,
+// each summed over the rank's samples. docs/cost-model.md derives the formula.
+//
+// # Outputs
+//
+// [Build] produces a [Plan]: steps × dp ranks × micro-batches × entries, where an
+// entry is an item index and a weight (1 real, 0 padding). Every rank gets the
+// same number of steps and of micro-batches per step, always; the tail of the
+// epoch is dropped or padded with zero-weight copies ([Tail]). The plan is a
+// pure function of (items, [Config]): [Plan.WriteJSONL] is byte-identical for
+// the same inputs and [Plan.From] resumes at any step. Three strategies share
+// the Plan type: [StrategyMmfeed] (cost-balanced), [StrategyRandom]
+// (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
+// LengthGroupedSampler). [Compare] runs all three on the same items and returns
+// a [Report] (JSON, [Report.WriteTable], [WriteHTML]).
+//
+// # Ownership and concurrency
+//
+// Functions never modify the caller's items; a Plan keeps a reference to the
+// items slice it was built from, so the caller must not modify it afterwards.
+// Plans, Reports and CostModels are immutable after construction and safe for
+// concurrent readers. A [Partitioner] holds scratch buffers and is not safe for
+// concurrent use; use one per goroutine.
+package balancer

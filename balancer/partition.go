@@ -1,0 +1,401 @@
+package balancer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// Refinement selects what the partitioner does after its initial assignment.
+type Refinement int
+
+// Refinements.
+const (
+	// RefineLocalSearch moves and swaps single samples between the most loaded
+	// rank and lighter ranks while that lowers the maximum rank cost (default).
+	RefineLocalSearch Refinement = iota
+	// RefineNone keeps the initial assignment (LPT over length-sorted
+	// micro-batches); for measurements.
+	RefineNone
+)
+
+// PartitionConfig configures how one global batch is split.
+type PartitionConfig struct {
+	// DP is the number of data-parallel ranks (≥ 1).
+	DP int `json:"dp"`
+	// MicroBatches is the number of micro-batches per rank and step (≥ 1);
+	// every rank gets exactly this many, each with at least one entry.
+	MicroBatches int `json:"micro_batches"`
+	// Budget bounds every micro-batch.
+	Budget Budget `json:"budget"`
+	// Placement selects the rank cost being minimised.
+	Placement Placement `json:"placement"`
+	// PaddingTarget is the padding efficiency (real / padded text tokens) the
+	// refinement keeps: it never pushes the efficiency below
+	// min(PaddingTarget, initial efficiency). In (0, 1]; default 0.95.
+	PaddingTarget float64 `json:"padding_target"`
+	// Refinement selects the refinement after the initial assignment.
+	Refinement Refinement `json:"refinement"`
+	// MaxMoves bounds the refinement's accepted moves; 0 means 8 × items.
+	MaxMoves int `json:"max_moves,omitempty"`
+}
+
+// DefaultPartitionConfig returns dp 8, 2 micro-batches, colocated, padding
+// target 0.95, local search, no budget.
+func DefaultPartitionConfig() PartitionConfig {
+	return PartitionConfig{DP: 8, MicroBatches: 2, PaddingTarget: 0.95}
+}
+
+// Validate checks the fields.
+func (c PartitionConfig) Validate() error {
+	switch {
+	case c.DP < 1 || c.DP > 1<<16:
+		return fmt.Errorf("balancer: dp %d outside [1, 65536]: %w", c.DP, ErrInvalidConfig)
+	case c.MicroBatches < 1 || c.MicroBatches > 1<<12:
+		return fmt.Errorf("balancer: micro-batches %d outside [1, 4096]: %w", c.MicroBatches, ErrInvalidConfig)
+	case c.Placement != Colocated && c.Placement != Modality:
+		return fmt.Errorf("balancer: placement %v: %w", c.Placement, ErrInvalidConfig)
+	case !(c.PaddingTarget > 0 && c.PaddingTarget <= 1):
+		return fmt.Errorf("balancer: padding target %v outside (0, 1]: %w", c.PaddingTarget, ErrInvalidConfig)
+	case c.Refinement != RefineLocalSearch && c.Refinement != RefineNone:
+		return fmt.Errorf("balancer: refinement %d: %w", c.Refinement, ErrInvalidConfig)
+	case c.MaxMoves < 0:
+		return fmt.Errorf("balancer: max moves %d: %w", c.MaxMoves, ErrInvalidConfig)
+	}
+	return c.Budget.Validate()
+}
+
+// Assignment is one global batch split into DP × MicroBatches micro-batches.
+type Assignment struct {
+	DP, MicroBatches int
+	// Members[r*MicroBatches+m] lists the positions (indices into the items
+	// given to Partition) of rank r's micro-batch m, longest text first.
+	Members [][]int32
+}
+
+// MicroBatch returns the positions of rank r's micro-batch m.
+func (a Assignment) MicroBatch(r, m int) []int32 { return a.Members[r*a.MicroBatches+m] }
+
+// Partitioner splits global batches. It keeps scratch buffers between calls,
+// so it is not safe for concurrent use.
+type Partitioner struct {
+	cfg   PartitionConfig
+	items []Item
+	costs []Cost
+
+	order  []int32 // positions sorted by (L, cost, position)
+	need   []int32 // need[i]: minimal micro-batches for order[i:]
+	groups []group // slot r*M+m belongs to rank r
+	itemG  []int32 // position → group slot
+	slot   []int32 // position → index in its group's members
+	rank   []Cost  // per-rank cost sums
+	step   []float64
+	byCost []int32
+	padded int64
+	cap    int64
+}
+
+// group is one micro-batch under construction.
+type group struct {
+	members      []int32
+	maxL, atMax  int // longest L and how many members have it
+	second       int // longest L below maxL (0 if none)
+	sumP         int
+	cost         Cost
+	firstPos     int32
+	contiguousID int32
+}
+
+// NewPartitioner validates cfg and returns a Partitioner.
+func NewPartitioner(cfg PartitionConfig) (*Partitioner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Partitioner{cfg: cfg}, nil
+}
+
+// Config returns the partitioner's configuration.
+func (p *Partitioner) Config() PartitionConfig { return p.cfg }
+
+// Partition splits items (with their cost vectors, costs[i] for items[i]) into
+// DP ranks × MicroBatches micro-batches, minimising the maximum rank cost under
+// the budget while keeping micro-batches length-homogeneous. It fails with
+// ErrTooFewItems when len(items) < DP × MicroBatches and with
+// ErrBudgetExceeded when the budget cannot hold the items.
+func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) {
+	k := p.cfg.DP * p.cfg.MicroBatches
+	if len(costs) != len(items) {
+		return Assignment{}, fmt.Errorf("balancer: %d items but %d costs: %w", len(items), len(costs), ErrInvalidConfig)
+	}
+	if len(items) < k {
+		return Assignment{}, fmt.Errorf("balancer: %d items for %d ranks × %d micro-batches: %w", len(items), p.cfg.DP, p.cfg.MicroBatches, ErrTooFewItems)
+	}
+	if len(items) > 1<<30 {
+		return Assignment{}, fmt.Errorf("balancer: %d items in one global batch: %w", len(items), ErrInvalidConfig)
+	}
+	for _, it := range items {
+		if err := p.cfg.Budget.ItemFits(it); err != nil {
+			return Assignment{}, err
+		}
+	}
+	p.items, p.costs = items, costs
+	defer func() { p.items, p.costs = nil, nil }()
+	p.sortByLength()
+	if err := p.initialGroups(); err != nil {
+		return Assignment{}, err
+	}
+	p.assignGroups()
+	if p.cfg.Refinement == RefineLocalSearch {
+		p.localSearch()
+	}
+	return p.assignment(), nil
+}
+
+func (p *Partitioner) sortByLength() {
+	n := len(p.items)
+	p.order = slices.Grow(p.order[:0], n)[:n]
+	for i := range p.order {
+		p.order[i] = int32(i)
+	}
+	slices.SortFunc(p.order, func(a, b int32) int {
+		if c := cmp.Compare(p.items[a].TextTokens, p.items[b].TextTokens); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(p.costs[a].Total(), p.costs[b].Total()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+}
+
+// computeNeed fills need[i] with the minimal number of budget-feasible
+// contiguous micro-batches for order[i:], by greedy packing from the right
+// (optimal because a sub-interval of a feasible micro-batch is feasible).
+func (p *Partitioner) computeNeed() {
+	n := len(p.order)
+	p.need = slices.Grow(p.need[:0], n+1)[:n+1]
+	p.need[n] = 0
+	g, count, maxL, sumP := int32(0), 0, 0, 0
+	for i := n - 1; i >= 0; i-- {
+		it := p.items[p.order[i]]
+		if count > 0 && !p.cfg.Budget.Fits(count+1, maxL, sumP+it.ImageTokens) {
+			count = 0
+		}
+		if count == 0 {
+			g++
+			maxL, sumP = it.TextTokens, 0
+		}
+		count++
+		sumP += it.ImageTokens
+		p.need[i] = g
+	}
+}
+
+// initialGroups cuts the length-sorted order into DP × MicroBatches contiguous
+// micro-batches of about equal cost, within the budget.
+func (p *Partitioner) initialGroups() error {
+	k := p.cfg.DP * p.cfg.MicroBatches
+	n := len(p.order)
+	p.computeNeed()
+	if int(p.need[0]) > k {
+		return fmt.Errorf("balancer: %d items need at least %d micro-batches under budget %+v, have %d: %w",
+			n, p.need[0], p.cfg.Budget, k, ErrBudgetExceeded)
+	}
+	var remaining float64
+	for _, pos := range p.order {
+		remaining += p.costs[pos].Total()
+	}
+	cuts := p.equalCostCuts(k)
+	if k*n <= dpGroupingLimit {
+		if c := p.paddingOptimalCuts(k); validCuts(c, n) {
+			cuts = c
+		}
+	}
+	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	for g := range k {
+		gr := &p.groups[g]
+		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
+		gr.contiguousID = int32(g)
+	}
+	return nil
+}
+
+// validCuts reports whether cuts are strictly increasing from 0 to n.
+func validCuts(cuts []int, n int) bool {
+	if len(cuts) < 2 || cuts[0] != 0 || cuts[len(cuts)-1] != n {
+		return false
+	}
+	for i := 1; i < len(cuts); i++ {
+		if cuts[i] <= cuts[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalCostCuts cuts the length-sorted order into k contiguous groups of about
+// equal cost. Using need it never closes a group so early that the rest cannot
+// fit in the remaining groups, and never extends one beyond the budget unless
+// that is forced (then the budget holds by construction).
+func (p *Partitioner) equalCostCuts(k int) []int {
+	n := len(p.order)
+	var remaining float64
+	for _, pos := range p.order {
+		remaining += p.costs[pos].Total()
+	}
+	cuts := make([]int, k+1)
+	pos := 0
+	for g := range k {
+		target := remaining / float64(k-g)
+		acc, count, maxL, sumP := 0.0, 0, 0, 0
+		for pos < n-(k-1-g) {
+			it := p.items[p.order[pos]]
+			c := p.costs[p.order[pos]].Total()
+			if count > 0 && int(p.need[pos]) <= k-1-g {
+				if g < k-1 && acc+c/2 > target {
+					break
+				}
+				if !p.cfg.Budget.Fits(count+1, max(maxL, it.TextTokens), sumP+it.ImageTokens) {
+					break
+				}
+			}
+			acc += c
+			count++
+			maxL = max(maxL, it.TextTokens)
+			sumP += it.ImageTokens
+			pos++
+		}
+		remaining -= acc
+		cuts[g+1] = pos
+	}
+	return cuts
+}
+
+// assignGroups gives every rank MicroBatches groups, largest group first to the
+// rank where it raises the step cost least (LPT with a cardinality limit), and
+// reorders p.groups so that rank r owns slots r*M … r*M+M-1.
+func (p *Partitioner) assignGroups() {
+	dp, m := p.cfg.DP, p.cfg.MicroBatches
+	k := dp * m
+	for g := range p.groups {
+		p.refresh(g)
+	}
+	pl := p.cfg.Placement
+	p.byCost = slices.Grow(p.byCost[:0], k)[:k]
+	for i := range p.byCost {
+		p.byCost[i] = int32(i)
+	}
+	slices.SortFunc(p.byCost, func(a, b int32) int {
+		if c := cmp.Compare(pl.StepCost(p.groups[b].cost), pl.StepCost(p.groups[a].cost)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	p.rank = slices.Grow(p.rank[:0], dp)[:dp]
+	p.step = slices.Grow(p.step[:0], dp)[:dp]
+	clear(p.rank)
+	clear(p.step)
+	filled := make([]int, dp)
+	target := make([]int32, k) // original group → new slot
+	for _, g := range p.byCost {
+		best, bestCost := -1, 0.0
+		for r := range dp {
+			if filled[r] == m {
+				continue
+			}
+			c := pl.StepCost(p.rank[r].Add(p.groups[g].cost))
+			if best < 0 || c < bestCost {
+				best, bestCost = r, c
+			}
+		}
+		target[g] = int32(best*m + filled[best])
+		filled[best]++
+		p.rank[best] = p.rank[best].Add(p.groups[g].cost)
+	}
+	reordered := make([]group, k)
+	for g, s := range target {
+		reordered[s] = p.groups[g]
+	}
+	copy(p.groups, reordered)
+	n := len(p.items)
+	p.itemG = slices.Grow(p.itemG[:0], n)[:n]
+	p.slot = slices.Grow(p.slot[:0], n)[:n]
+	p.padded = 0
+	var real int64
+	for s := range p.groups {
+		for j, pos := range p.groups[s].members {
+			p.itemG[pos], p.slot[pos] = int32(s), int32(j)
+			real += int64(p.items[pos].TextTokens)
+		}
+		p.padded += p.groups[s].padded()
+	}
+	for r := range dp {
+		p.step[r] = pl.StepCost(p.rank[r])
+	}
+	p.cap = max(p.padded, int64(float64(real)/p.cfg.PaddingTarget))
+}
+
+// refresh recomputes group g's statistics from its members.
+func (p *Partitioner) refresh(g int) {
+	gr := &p.groups[g]
+	gr.maxL, gr.atMax, gr.second, gr.sumP, gr.cost = 0, 0, 0, 0, Cost{}
+	gr.firstPos = -1
+	for _, pos := range gr.members {
+		it := p.items[pos]
+		switch l := it.TextTokens; {
+		case l > gr.maxL:
+			gr.second, gr.maxL, gr.atMax = gr.maxL, l, 1
+		case l == gr.maxL:
+			gr.atMax++
+		case l > gr.second:
+			gr.second = l
+		}
+		gr.sumP += it.ImageTokens
+		gr.cost = gr.cost.Add(p.costs[pos])
+		if gr.firstPos < 0 || pos < gr.firstPos {
+			gr.firstPos = pos
+		}
+	}
+}
+
+func (g *group) padded() int64 { return int64(len(g.members)) * int64(g.maxL) }
+
+// maxWithout returns the group's longest L after removing one member of length l.
+func (g *group) maxWithout(l int) int {
+	if l == g.maxL && g.atMax == 1 {
+		return g.second
+	}
+	return g.maxL
+}
+
+// assignment copies the groups out, micro-batches of a rank ordered longest
+// first, entries longest first (ties by position).
+func (p *Partitioner) assignment() Assignment {
+	dp, m := p.cfg.DP, p.cfg.MicroBatches
+	a := Assignment{DP: dp, MicroBatches: m, Members: make([][]int32, dp*m)}
+	backing := make([]int32, 0, len(p.items))
+	byLen := func(x, y int32) int {
+		if c := cmp.Compare(p.items[y].TextTokens, p.items[x].TextTokens); c != 0 {
+			return c
+		}
+		return cmp.Compare(x, y)
+	}
+	for r := range dp {
+		gs := p.groups[r*m : (r+1)*m]
+		for i := range gs {
+			slices.SortFunc(gs[i].members, byLen)
+		}
+		slices.SortFunc(gs, func(x, y group) int {
+			if c := cmp.Compare(y.maxL, x.maxL); c != 0 {
+				return c
+			}
+			return byLen(x.members[0], y.members[0])
+		})
+		for i := range gs {
+			start := len(backing)
+			backing = append(backing, gs[i].members...)
+			a.Members[r*m+i] = backing[start:len(backing):len(backing)]
+		}
+	}
+	return a
+}

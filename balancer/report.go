@@ -1,0 +1,137 @@
+package balancer
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// Report compares strategies on the same items. It serialises to JSON with
+// encoding/json (map keys sorted, so the bytes are deterministic).
+type Report struct {
+	// Samples is the number of real entries planned by the mmfeed plan.
+	Samples int `json:"samples"`
+	// Quarantined counts samples that never reached the planner (set by the
+	// caller, e.g. the loader's quarantine) plus the planner's rejections.
+	Quarantined int `json:"quarantined"`
+	// Rejected counts the planner's rejections (included in Quarantined).
+	Rejected int `json:"rejected"`
+	// Dropped counts samples of a dropped tail.
+	Dropped      int    `json:"dropped"`
+	Steps        int    `json:"steps"`
+	DP           int    `json:"dp"`
+	MicroBatches int    `json:"micro_batches"`
+	GlobalBatch  int    `json:"global_batch,omitempty"`
+	GlobalTokens int    `json:"global_tokens,omitempty"`
+	Lookahead    int    `json:"lookahead"`
+	Placement    string `json:"placement"`
+	Tail         string `json:"tail"`
+	Epoch        int    `json:"epoch"`
+	// Unit is the cost unit ("GFLOP" or "s").
+	Unit string `json:"unit"`
+	// Strategies maps strategy names to their summaries.
+	Strategies map[string]Summary `json:"strategies"`
+	// SpeedupVsRandom is random's StepCostSum over mmfeed's.
+	SpeedupVsRandom float64 `json:"speedup_vs_random"`
+	// MaxDelay and MinDelay bound the mmfeed plan's sample delays (steps).
+	MaxDelay int `json:"max_delay"`
+	MinDelay int `json:"min_delay"`
+	// PlanHash is the mmfeed plan's Hash.
+	PlanHash string `json:"plan_hash,omitempty"`
+	// Detail holds per-rank costs of the first few steps of every strategy.
+	Detail []StepDetail `json:"detail,omitempty"`
+}
+
+// StepDetail is one step's per-rank cost under one strategy.
+type StepDetail struct {
+	Strategy  string    `json:"strategy"`
+	Step      int       `json:"step"`
+	RankCost  []float64 `json:"rank_cost"`
+	Imbalance float64   `json:"imbalance"`
+}
+
+// DetailSteps is how many steps per strategy a Report keeps in Detail.
+const DetailSteps = 4
+
+// Compare builds the mmfeed, random and length_grouped plans of items with
+// cfg (cfg.Strategy is ignored) and reports them side by side.
+func Compare(items []Item, cfg Config) (*Report, error) {
+	plans := make([]*Plan, 0, numStrategies)
+	for _, s := range Strategies() {
+		c := cfg
+		c.Strategy = s
+		p, err := Build(items, c)
+		if err != nil {
+			return nil, fmt.Errorf("balancer: compare %v: %w", s, err)
+		}
+		plans = append(plans, p)
+	}
+	return NewReport(plans...)
+}
+
+// NewReport summarises plans built from the same items. The first plan is the
+// reference (samples, steps, delays, hash); it should be the mmfeed plan.
+func NewReport(plans ...*Plan) (*Report, error) {
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("balancer: report of no plans: %w", ErrInvalidConfig)
+	}
+	ref := plans[0]
+	c := ref.Config
+	r := &Report{
+		Rejected: len(ref.Rejected), Quarantined: len(ref.Rejected), Dropped: len(ref.Dropped),
+		Steps: len(ref.Steps), DP: c.DP, MicroBatches: c.MicroBatches,
+		GlobalBatch: c.GlobalBatch, GlobalTokens: c.GlobalTokens, Lookahead: c.Lookahead,
+		Placement: c.Placement.String(), Tail: c.Tail.String(), Epoch: c.Epoch,
+		Unit: c.model().Unit, Strategies: make(map[string]Summary, len(plans)),
+		MaxDelay: ref.MaxDelay, MinDelay: ref.MinDelay, PlanHash: ref.Hash(),
+	}
+	for _, p := range plans {
+		stats := p.Stats()
+		s := Summarize(stats)
+		s.MaxDelay, s.MinDelay = p.MaxDelay, p.MinDelay
+		r.Strategies[p.Config.Strategy.String()] = s
+		for _, st := range stats[:min(DetailSteps, len(stats))] {
+			r.Detail = append(r.Detail, StepDetail{
+				Strategy: p.Config.Strategy.String(), Step: st.Step, RankCost: st.RankCost, Imbalance: st.Imbalance,
+			})
+		}
+	}
+	r.Samples = r.Strategies[ref.Config.Strategy.String()].Samples
+	mm, okM := r.Strategies[StrategyMmfeed.String()]
+	rnd, okR := r.Strategies[StrategyRandom.String()]
+	if okM && okR && mm.StepCostSum > 0 {
+		r.SpeedupVsRandom = rnd.StepCostSum / mm.StepCostSum
+	}
+	return r, nil
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes a human-readable comparison table.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\t\n",
+		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement)
+	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
+	rnd := r.Strategies[StrategyRandom.String()].StepCostSum
+	for _, s := range Strategies() {
+		sm, ok := r.Strategies[s.String()]
+		if !ok {
+			continue
+		}
+		speed := 0.0
+		if sm.StepCostSum > 0 {
+			speed = rnd / sm.StepCostSum
+		}
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.6g\t%.3fx\t\n", s, sm.ImbalanceP50, sm.ImbalanceP99,
+			sm.ImbalanceMax, sm.PaddingEfficiency, sm.StepCostSum, speed)
+	}
+	fmt.Fprintf(tw, "speedup vs random %.3fx\tdelay [%d, %d] steps\tlookahead %d\t\n", r.SpeedupVsRandom, r.MinDelay, r.MaxDelay, r.Lookahead)
+	return tw.Flush()
+}

@@ -1,0 +1,155 @@
+package balancer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ModelShape is the architecture the cost model is derived from. It is the one
+// place the bundled trainer's model sizes are written down; the trainer reads
+// the same values (see Presets and docs/cost-model.md).
+type ModelShape struct {
+	// Name of the preset, informational.
+	Name string `json:"name"`
+	// VisionHidden is the ViT hidden size.
+	VisionHidden int `json:"vision_hidden"`
+	// VisionLayers is the number of ViT blocks.
+	VisionLayers int `json:"vision_layers"`
+	// PatchSize is the square patch edge in pixels (P = H·W / PatchSize²).
+	PatchSize int `json:"patch_size"`
+	// ImageChannels is the number of input channels of the patch embedding.
+	ImageChannels int `json:"image_channels"`
+	// TextHidden is the text encoder's hidden size.
+	TextHidden int `json:"text_hidden"`
+	// TextLayers is the number of text encoder blocks.
+	TextLayers int `json:"text_layers"`
+	// FusionHidden is the fusion blocks' hidden size.
+	FusionHidden int `json:"fusion_hidden"`
+	// FusionLayers is the number of fusion blocks: cross-attention (text
+	// queries attend to image patches) followed by an MLP. 0 disables fusion.
+	FusionLayers int `json:"fusion_layers"`
+	// MLPRatio is the MLP hidden size over the model hidden size (all parts).
+	MLPRatio float64 `json:"mlp_ratio"`
+	// Vocab is the text vocabulary size. The embedding lookup costs no FLOPs,
+	// so Vocab does not enter the cost; it is kept here so that the shape is
+	// complete.
+	Vocab int `json:"vocab"`
+	// DecodeGFLOP is the loader-side decode work per unit of image complexity
+	// that a step waits for, in GFLOP-equivalents (a prior; calibration refits
+	// it). 0 means decoding is fully overlapped with compute.
+	DecodeGFLOP float64 `json:"decode_gflop"`
+}
+
+// TinyShape is the bundled trainer's CPU/CI model: ViT 64×2 (patch 16), text
+// 64×2, one fusion block of 64, MLP ratio 4, BERT vocabulary.
+func TinyShape() ModelShape {
+	return ModelShape{
+		Name: "tiny", VisionHidden: 64, VisionLayers: 2, PatchSize: 16, ImageChannels: 3,
+		TextHidden: 64, TextLayers: 2, FusionHidden: 64, FusionLayers: 1,
+		MLPRatio: 4, Vocab: 30522, DecodeGFLOP: 0.02,
+	}
+}
+
+// BaseShape is ViT-B/16 + BERT-base + 6 fusion blocks (ALBEF-like sizes).
+func BaseShape() ModelShape {
+	return ModelShape{
+		Name: "base", VisionHidden: 768, VisionLayers: 12, PatchSize: 16, ImageChannels: 3,
+		TextHidden: 768, TextLayers: 12, FusionHidden: 768, FusionLayers: 6,
+		MLPRatio: 4, Vocab: 30522, DecodeGFLOP: 1,
+	}
+}
+
+// Presets maps preset names to shapes.
+func Presets() map[string]ModelShape {
+	return map[string]ModelShape{"tiny": TinyShape(), "base": BaseShape()}
+}
+
+// PresetNames returns the preset names, sorted.
+func PresetNames() []string {
+	names := make([]string, 0, 2)
+	for k := range Presets() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Preset returns the named shape ("tiny" or "base", case-insensitive).
+func Preset(name string) (ModelShape, error) {
+	s, ok := Presets()[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		return ModelShape{}, fmt.Errorf("balancer: model preset %q (want one of %v): %w", name, PresetNames(), ErrUnknownName)
+	}
+	return s, nil
+}
+
+// Validate checks the shape's fields.
+func (s ModelShape) Validate() error {
+	bad := func(field string, v any) error {
+		return fmt.Errorf("balancer: model shape %s = %v: %w", field, v, ErrInvalidConfig)
+	}
+	switch {
+	case s.VisionHidden <= 0 || s.VisionLayers < 0:
+		return bad("vision hidden/layers", [2]int{s.VisionHidden, s.VisionLayers})
+	case s.PatchSize <= 0 || s.ImageChannels <= 0:
+		return bad("patch size/channels", [2]int{s.PatchSize, s.ImageChannels})
+	case s.TextHidden <= 0 || s.TextLayers < 0:
+		return bad("text hidden/layers", [2]int{s.TextHidden, s.TextLayers})
+	case s.FusionHidden <= 0 || s.FusionLayers < 0:
+		return bad("fusion hidden/layers", [2]int{s.FusionHidden, s.FusionLayers})
+	case !(s.MLPRatio > 0) || s.MLPRatio > 64:
+		return bad("mlp ratio", s.MLPRatio)
+	case s.Vocab < 0:
+		return bad("vocab", s.Vocab)
+	case !(s.DecodeGFLOP >= 0) || s.DecodeGFLOP > 1e12:
+		return bad("decode gflop", s.DecodeGFLOP)
+	}
+	return nil
+}
+
+// fwdBwd is the training multiplier: backward costs twice the forward.
+const fwdBwd = 3
+
+// gflop converts FLOPs to GFLOPs.
+const gflop = 1e-9
+
+// Coefficients derives the cost model's coefficients (GFLOP per feature unit)
+// from transformer FLOPs; docs/cost-model.md has the derivation.
+//
+// Per block of hidden d and MLP ratio r on n tokens, the forward pass costs
+// (8+4r)·d² FLOPs per token for the QKV/output projections and the MLP, plus
+// 4·n²·d for the attention scores and the weighted sum. Training multiplies by
+// three. A fusion block's cross-attention projects the text queries and output
+// (4·d² per text token), keys and values (4·d² per image token), runs the MLP on
+// the text tokens (4r·d²) and attends text to image (4·L·P·d).
+func (s ModelShape) Coefficients() Coefficients {
+	var c Coefficients
+	r := s.MLPRatio
+	dv, dt, df := float64(s.VisionHidden), float64(s.TextHidden), float64(s.FusionHidden)
+	block := func(d float64) float64 { return (8 + 4*r) * d * d }
+
+	patchEmbed := 2 * float64(s.ImageChannels*s.PatchSize*s.PatchSize) * dv
+	c[Vision][FeatP] = fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
+	c[Vision][FeatP2] = fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
+	c[Vision][FeatComplexity] = s.DecodeGFLOP
+
+	c[Text][FeatL] = fwdBwd * gflop * float64(s.TextLayers) * block(dt)
+	c[Text][FeatL2] = fwdBwd * gflop * float64(s.TextLayers) * 4 * dt
+
+	if s.FusionLayers > 0 {
+		lf := float64(s.FusionLayers)
+		l := lf * (4 + 4*r) * df * df
+		p := lf * 4 * df * df
+		if s.TextHidden != s.FusionHidden {
+			l += 2 * dt * df // one input projection text → fusion
+		}
+		if s.VisionHidden != s.FusionHidden {
+			p += 2 * dv * df // one input projection vision → fusion
+		}
+		c[Fusion][FeatL] = fwdBwd * gflop * l
+		c[Fusion][FeatP] = fwdBwd * gflop * p
+		c[Fusion][FeatLP] = fwdBwd * gflop * lf * 4 * df
+	}
+	return c
+}

@@ -1,0 +1,129 @@
+package balancer
+
+import (
+	"math"
+	"slices"
+)
+
+// StepStats describes one step of a plan.
+type StepStats struct {
+	Step int `json:"step"`
+	// RankCost is each rank's step cost under the plan's placement (padding
+	// entries included: they are computed even though their weight is 0).
+	RankCost []float64 `json:"rank_cost"`
+	// MaxCost is the predicted step time: the slowest rank.
+	MaxCost  float64 `json:"max_cost"`
+	MeanCost float64 `json:"mean_cost"`
+	// Imbalance is MaxCost / MeanCost (1 is perfect).
+	Imbalance float64 `json:"imbalance"`
+	// RealTokens is Σ L over real entries; PaddedTokens is Σ over micro-batches
+	// of entries × longest L (padding entries included).
+	RealTokens   int64 `json:"real_tokens"`
+	PaddedTokens int64 `json:"padded_tokens"`
+	// Samples counts real entries, Padding zero-weight entries.
+	Samples int `json:"samples"`
+	Padding int `json:"padding"`
+}
+
+// PaddingEfficiency returns RealTokens / PaddedTokens (1 when nothing is padded).
+func (s StepStats) PaddingEfficiency() float64 { return ratio(s.RealTokens, s.PaddedTokens) }
+
+func ratio(real, padded int64) float64 {
+	if padded == 0 {
+		return 1
+	}
+	return float64(real) / float64(padded)
+}
+
+// Stats computes the statistics of every step of the plan.
+func (p *Plan) Stats() []StepStats {
+	out := make([]StepStats, len(p.Steps))
+	m := p.Config.model()
+	for k, s := range p.Steps {
+		out[k] = p.stepStats(m, s)
+	}
+	return out
+}
+
+func (p *Plan) stepStats(m CostModel, s Step) StepStats {
+	st := StepStats{Step: s.Index, RankCost: make([]float64, len(s.Ranks))}
+	var sum float64
+	for r, rank := range s.Ranks {
+		var c Cost
+		for _, mb := range rank {
+			longest := 0
+			for _, e := range mb {
+				it := p.items[e.Item]
+				c = c.Add(m.Cost(it))
+				longest = max(longest, it.TextTokens)
+				if e.Weight > 0 {
+					st.RealTokens += int64(it.TextTokens)
+					st.Samples++
+				} else {
+					st.Padding++
+				}
+			}
+			st.PaddedTokens += int64(len(mb)) * int64(longest)
+		}
+		st.RankCost[r] = p.Config.Placement.StepCost(c)
+		st.MaxCost = max(st.MaxCost, st.RankCost[r])
+		sum += st.RankCost[r]
+	}
+	if len(s.Ranks) > 0 {
+		st.MeanCost = sum / float64(len(s.Ranks))
+	}
+	st.Imbalance = 1
+	if st.MeanCost > 0 {
+		st.Imbalance = st.MaxCost / st.MeanCost
+	}
+	return st
+}
+
+// Summary aggregates a plan's step statistics.
+type Summary struct {
+	Steps             int     `json:"steps"`
+	Samples           int     `json:"samples"`
+	PaddingEntries    int     `json:"padding_entries"`
+	ImbalanceP50      float64 `json:"imbalance_p50"`
+	ImbalanceP99      float64 `json:"imbalance_p99"`
+	ImbalanceMax      float64 `json:"imbalance_max"`
+	ImbalanceMean     float64 `json:"imbalance_mean"`
+	PaddingEfficiency float64 `json:"padding_efficiency"`
+	// StepCostSum is Σ over steps of the max rank cost: the predicted epoch
+	// time in the cost model's unit.
+	StepCostSum float64 `json:"step_cost_sum"`
+	MaxDelay    int     `json:"max_delay"`
+	MinDelay    int     `json:"min_delay"`
+}
+
+// Summarize aggregates step statistics.
+func Summarize(stats []StepStats) Summary {
+	s := Summary{Steps: len(stats)}
+	imb := make([]float64, len(stats))
+	var real, padded int64
+	for k, st := range stats {
+		imb[k] = st.Imbalance
+		s.StepCostSum += st.MaxCost
+		s.ImbalanceMean += st.Imbalance
+		s.Samples += st.Samples
+		s.PaddingEntries += st.Padding
+		real += st.RealTokens
+		padded += st.PaddedTokens
+	}
+	s.PaddingEfficiency = ratio(real, padded)
+	if len(imb) == 0 {
+		return s
+	}
+	s.ImbalanceMean /= float64(len(imb))
+	slices.Sort(imb)
+	s.ImbalanceP50 = percentile(imb, 0.50)
+	s.ImbalanceP99 = percentile(imb, 0.99)
+	s.ImbalanceMax = imb[len(imb)-1]
+	return s
+}
+
+// percentile returns the nearest-rank q-quantile of sorted values.
+func percentile(sorted []float64, q float64) float64 {
+	k := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(k, 0), len(sorted)-1)]
+}
