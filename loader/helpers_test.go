@@ -32,7 +32,13 @@ type drained struct {
 func drain(t testing.TB, path string, opts Options) drained {
 	t.Helper()
 	var d drained
-	opts.OnReject = func(r Reject) { d.rejects = append(d.rejects, r) }
+	user := opts.OnReject
+	opts.OnReject = func(r Reject) {
+		d.rejects = append(d.rejects, r)
+		if user != nil {
+			user(r)
+		}
+	}
 	src, err := Open(path, opts)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", path, err)
@@ -67,7 +73,7 @@ func checkInvariant(t testing.TB, s Stats, emitted, rejected int) {
 	}
 }
 
-// reasonsByID maps reject id (or location when id is empty) → reason.
+// reasonsByLoc maps reject location → reason.
 func reasonsByLoc(rs []Reject) map[string]string {
 	m := map[string]string{}
 	for _, r := range rs {

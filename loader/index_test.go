@@ -1,0 +1,170 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mmfeed/mmfeed/loader/synth"
+)
+
+// synthCorpus writes a small synthetic corpus and returns its summary.
+func synthCorpus(t testing.TB, format string, n int, bad float64) synth.Summary {
+	t.Helper()
+	sum, err := synth.Generate(context.Background(), synth.Config{
+		Out: t.TempDir(), Samples: n, Seed: 7, Format: format, ShardSize: 40,
+		BadFraction: bad, MaxSide: 96})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// TestIndexReadImageMatchesNext checks, for every source kind, that Scan
+// gives the same entries as Next and ReadImage/ReadHeader the same bytes.
+func TestIndexReadImageMatchesNext(t *testing.T) {
+	pq := filepath.Join(t.TempDir(), "p.parquet")
+	var rows []pqRow
+	for i := range 25 {
+		rows = append(rows, pqRow{id: "p" + strings.Repeat("x", i), img: ptr(strings.Repeat("I", i+1)), text: ptr("caption")})
+	}
+	writeParquet(t, pq, rows, true, 4)
+	folder := t.TempDir()
+	for _, k := range []string{"a", "b", "c"} {
+		writeFile(t, filepath.Join(folder, k+".png"), []byte("png-"+k))
+		writeFile(t, filepath.Join(folder, k+".txt"), []byte("caption "+k))
+	}
+	tests := []struct{ name, path string }{
+		{"jsonl", synthCorpus(t, "jsonl", 60, 0.2).Path},
+		{"wds", synthCorpus(t, "wds", 60, 0.2).Path},
+		{"parquet", pq},
+		{"folder", folder},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := drain(t, tt.path, Options{})
+			ix, err := BuildIndex(context.Background(), tt.path, Options{})
+			must(t, err)
+			defer ix.Close()
+			if ix.Len() != len(d.samples) {
+				t.Fatalf("index has %d entries, Next gave %d", ix.Len(), len(d.samples))
+			}
+			checkInvariant(t, ix.Stats, ix.Len(), int(ix.Stats.Quarantined))
+			for i, e := range ix.Entries {
+				s := d.samples[i]
+				img, err := ix.ReadImage(e)
+				must(t, err)
+				hdr, err := ix.ReadHeader(e, 8)
+				must(t, err)
+				if e.ID != s.ID || e.Location != s.Location || e.Text != s.Text || !bytes.Equal(img, s.Image) ||
+					e.ImageSize != int64(len(s.Image)) || !bytes.HasPrefix(s.Image, hdr) || len(hdr) != min(8, len(s.Image)) {
+					t.Fatalf("entry %d %+v differs from sample %s/%s (%d bytes)", i, e, s.ID, s.Location, len(s.Image))
+				}
+			}
+		})
+	}
+}
+
+func TestIndexDuplicatesAndStale(t *testing.T) {
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
+		`{"image":"img/ok.jpg","text":"one again","id":"a"}`,
+		`{"image":"img/ok.jpg","text":"same line"}`,
+		`{"image":"img/ok.jpg","text":"same line"}`,
+		`{"image":"img/missing.jpg","text":"gone"}`,
+	})
+	q := NewQuarantineWriter(nil)
+	ix, err := BuildIndex(context.Background(), manifest, Options{OnReject: q.Func()})
+	must(t, err)
+	if ix.Len() != 2 {
+		t.Fatalf("got %d entries, want 2", ix.Len())
+	}
+	if got, want := q.Counts()[ReasonDuplicateID], int64(2); got != want {
+		t.Errorf("duplicate rejects: got %d, want %d", got, want)
+	}
+	checkInvariant(t, ix.Stats, ix.Len(), int(q.Total()))
+	if ix.Stats.Seen != 5 {
+		t.Errorf("seen: got %d, want 5", ix.Stats.Seen)
+	}
+	img := filepath.Join(filepath.Dir(manifest), "img", "ok.jpg")
+	must(t, os.WriteFile(img, []byte("changed size"), 0o644))
+	if _, err := ix.ReadImage(ix.Entries[0]); !errors.Is(err, ErrStale) {
+		t.Errorf("ReadImage after change: got %v, want ErrStale", err)
+	}
+}
+
+// TestInvariantBadCorpus checks emitted + quarantined = seen, with the
+// reasons synth promised, on corpora full of bad samples.
+func TestInvariantBadCorpus(t *testing.T) {
+	for _, format := range []string{"jsonl", "wds"} {
+		t.Run(format, func(t *testing.T) {
+			sum := synthCorpus(t, format, 300, 0.5)
+			var buf bytes.Buffer
+			q := NewQuarantineWriter(&buf)
+			d := drain(t, sum.Path, Options{OnReject: q.Func()})
+			want := map[string]int64{}
+			for _, b := range sum.Bad {
+				if r := b.LoaderReason(); r != "" {
+					want[r]++
+				}
+			}
+			if got := d.stats.Seen; got != int64(sum.Samples) {
+				t.Errorf("seen: got %d, want %d", got, sum.Samples)
+			}
+			for r, n := range want {
+				if got := q.Counts()[r]; got != n {
+					t.Errorf("reason %s: got %d, want %d", r, got, n)
+				}
+			}
+			rs, err := ReadQuarantine(&buf)
+			must(t, err)
+			if int64(len(rs)) != d.stats.Quarantined || len(want) == 0 {
+				t.Errorf("quarantine.jsonl has %d lines, stats say %d (want reasons %v)", len(rs), d.stats.Quarantined, want)
+			}
+		})
+	}
+}
+
+func TestQuarantineWriterConcurrent(t *testing.T) {
+	var buf bytes.Buffer
+	q := NewQuarantineWriter(&buf)
+	var wg sync.WaitGroup
+	reasons := []string{ReasonMissingImage, "decode_error", ReasonEmptyCaption}
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				must(t, q.Write(Reject{ID: "x", Location: "l", Reason: reasons[(g+i)%3], Detail: "d\n\"quoted\""}))
+			}
+		})
+	}
+	wg.Wait()
+	rs, err := ReadQuarantine(&buf)
+	must(t, err)
+	if len(rs) != 800 || q.Total() != 800 {
+		t.Fatalf("got %d lines, total %d, want 800", len(rs), q.Total())
+	}
+	var sum int64
+	for _, n := range q.Counts() {
+		sum += n
+	}
+	if sum != 800 || rs[0].Detail != "d\n\"quoted\"" {
+		t.Errorf("counts sum %d, first detail %q", sum, rs[0].Detail)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestQuarantineWriterError(t *testing.T) {
+	q := NewQuarantineWriter(failWriter{})
+	q.Func()(Reject{Reason: "x"})
+	if q.Err() == nil || q.Total() != 1 {
+		t.Errorf("got err %v total %d, want an error and total 1", q.Err(), q.Total())
+	}
+}
