@@ -188,21 +188,22 @@ func genericToRGB(img image.Image, bg color.NRGBA, dst []byte) {
 	}
 }
 
-// yccToRGB converts planar YCbCr (nearest chroma, any subsampling) with an
-// optional alpha plane.
+// yccToRGB converts planar YCbCr with the reference decoders' chroma
+// upsampling (see upsample.go) and an optional alpha plane.
 func yccToRGB(m *image.YCbCr, alpha *image.NYCbCrA, kind yccKind, bg color.NRGBA, dst []byte) {
-	b := m.Rect
-	w, h := b.Dx(), b.Dy()
+	w, h := m.Rect.Dx(), m.Rect.Dy()
 	conv := jfixRGB
 	if kind == yccVP8 {
 		conv = vp8RGB
 	}
+	rows := newChromaRows(m, kind)
+	cb, cr := make([]byte, w), make([]byte, w)
 	for y := range h {
 		out := dst[y*w*3 : (y+1)*w*3]
 		yrow := m.Y[y*m.YStride : y*m.YStride+w]
-		for x := range w {
-			ci := m.COffset(b.Min.X+x, b.Min.Y+y)
-			r, g, bl := conv(yrow[x], m.Cb[ci], m.Cr[ci])
+		rows(y, cb, cr)
+		for x, yv := range yrow {
+			r, g, bl := conv(yv, cb[x], cr[x])
 			if alpha != nil {
 				a := alpha.A[y*alpha.AStride+x]
 				r, g, bl = composite(r, a, bg.R), composite(g, a, bg.G), composite(bl, a, bg.B)
