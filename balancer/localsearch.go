@@ -35,7 +35,12 @@ func (e exchange) better(o exchange) bool {
 }
 
 // minGain is the relative improvement below which a move is not worth making.
-const minGain = 1e-9
+const minGain = 1e-7
+
+// maxPartners bounds how many of the lightest ranks the refinement tries per
+// step before it stops: when the lightest ranks cannot take work from the
+// heaviest, heavier ones rarely can.
+const maxPartners = 16
 
 // localSearch repeatedly takes the most loaded rank and applies the best move
 // or swap with the lightest rank that lowers the pair's maximum, keeping every
@@ -62,7 +67,7 @@ func (p *Partitioner) localSearch() {
 		})
 		a := int(ranks[dp-1])
 		applied := false
-		for _, b := range ranks[:dp-1] {
+		for _, b := range ranks[:min(dp-1, maxPartners)] {
 			if p.step[b] >= p.step[a]*(1-minGain) {
 				break
 			}
@@ -85,10 +90,13 @@ func (p *Partitioner) bestExchange(a, b int) exchange {
 	bud := p.cfg.Budget
 	bar := p.step[a] * (1 - minGain)
 	var best exchange
+	colocated := pl == Colocated
+	gap := p.step[a] - p.step[b]
 	for g := a * m; g < (a+1)*m; g++ {
 		gg := &p.groups[g]
 		for _, i := range gg.members {
 			it, ci := p.items[i], p.costs[i]
+			ti := ci.Total()
 			restA := p.rank[a].Sub(ci)
 			gMax := gg.maxWithout(it.TextTokens)
 			// Move i to a group of b.
@@ -117,7 +125,15 @@ func (p *Partitioner) bestExchange(a, b int) exchange {
 			for h := b * m; h < (b+1)*m; h++ {
 				hh := &p.groups[h]
 				for _, j := range hh.members {
-					jt, cj := p.items[j], p.costs[j]
+					cj := p.costs[j]
+					if colocated {
+						if d := ti - cj.Total(); d <= 0 || d >= gap {
+							continue
+						}
+					} else if cj.Vision >= ci.Vision && cj.Text >= ci.Text && cj.Fusion >= ci.Fusion {
+						continue // a never gets cheaper
+					}
+					jt := p.items[j]
 					na := pl.StepCost(restA.Add(cj))
 					nb := pl.StepCost(p.rank[b].Sub(cj).Add(ci))
 					score := max(na, nb)

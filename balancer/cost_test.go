@@ -1,0 +1,186 @@
+package balancer
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= 1e-12*math.Max(1, math.Abs(want))
+}
+
+// The coefficients below are computed by hand in docs/cost-model.md (FLOPs).
+func TestShapeCoefficients(t *testing.T) {
+	tests := []struct {
+		name  string
+		shape ModelShape
+		want  map[Component]map[Feature]float64 // FLOPs; unlisted entries are 0
+	}{
+		{"tiny", TinyShape(), map[Component]map[Feature]float64{
+			Vision: {FeatP: 884_736, FeatP2: 1_536, FeatComplexity: 0.02e9},
+			Text:   {FeatL: 589_824, FeatL2: 1_536},
+			Fusion: {FeatL: 245_760, FeatP: 49_152, FeatLP: 768},
+		}},
+		{"base", BaseShape(), map[Component]map[Feature]float64{
+			Vision: {FeatP: 513_146_880, FeatP2: 110_592, FeatComplexity: 1e9},
+			Text:   {FeatL: 509_607_936, FeatL2: 110_592},
+			Fusion: {FeatL: 212_336_640, FeatP: 42_467_328, FeatLP: 55_296},
+		}},
+		{"no fusion, projections", ModelShape{VisionHidden: 32, VisionLayers: 1, PatchSize: 2, ImageChannels: 1,
+			TextHidden: 16, TextLayers: 1, FusionHidden: 8, FusionLayers: 0, MLPRatio: 2}, map[Component]map[Feature]float64{
+			// P: 3·(2·1·4·32 + 1·(8+8)·32²) = 3·(256+16384); P²: 3·4·32
+			Vision: {FeatP: 49_920, FeatP2: 384},
+			// L: 3·16·16²; L²: 3·4·16
+			Text: {FeatL: 12_288, FeatL2: 192},
+		}},
+		{"fusion projections", ModelShape{VisionHidden: 32, VisionLayers: 0, PatchSize: 1, ImageChannels: 1,
+			TextHidden: 16, TextLayers: 0, FusionHidden: 8, FusionLayers: 2, MLPRatio: 1}, map[Component]map[Feature]float64{
+			Vision: {FeatP: 3 * 2 * 32},
+			// L: 3·(2·(4+4)·64 + 2·16·8); P: 3·(2·4·64 + 2·32·8); LP: 3·2·4·8
+			Fusion: {FeatL: 3 * (1024 + 256), FeatP: 3 * (512 + 512), FeatLP: 192},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.shape.Coefficients()
+			for c := range NumComponents {
+				for f := range NumFeatures {
+					want := tt.want[c][f] * 1e-9
+					if !near(got[c][f], want) {
+						t.Errorf("%v %v: got %v GFLOP, want %v", c, f, got[c][f], want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The worked example of docs/cost-model.md.
+func TestWorkedExample(t *testing.T) {
+	m, err := NewCostModel(TinyShape())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Cost(Item{ID: "x", TextTokens: 32, ImageTokens: 196, Complexity: 0.5})
+	want := Cost{Vision: 0.242415232, Text: 0.020447232, Fusion: 0.022315008}
+	if !near(got.Vision, want.Vision) || !near(got.Text, want.Text) || !near(got.Fusion, want.Fusion) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if got, want := Colocated.StepCost(got), 0.285177472; !near(got, want) {
+		t.Errorf("colocated: got %v, want %v", got, want)
+	}
+	if got, want := Modality.StepCost(got), 0.26473024; !near(got, want) {
+		t.Errorf("modality: got %v, want %v", got, want)
+	}
+}
+
+func TestPlacementStepCost(t *testing.T) {
+	tests := []struct {
+		c         Cost
+		colocated float64
+		modality  float64
+	}{
+		{Cost{1, 2, 3}, 6, 5},
+		{Cost{5, 2, 1}, 8, 6},
+		{Cost{0, 0, 0}, 0, 0},
+		{Cost{2, 2, 0}, 4, 2},
+	}
+	for _, tt := range tests {
+		if got := Colocated.StepCost(tt.c); got != tt.colocated {
+			t.Errorf("colocated %+v: got %v, want %v", tt.c, got, tt.colocated)
+		}
+		if got := Modality.StepCost(tt.c); got != tt.modality {
+			t.Errorf("modality %+v: got %v, want %v", tt.c, got, tt.modality)
+		}
+	}
+}
+
+func TestCostIsLinearInFeatures(t *testing.T) {
+	m, _ := NewCostModel(BaseShape())
+	items := genItems(50, genDynamic, 3)
+	var sum Features
+	var direct Cost
+	for _, it := range items {
+		sum = sum.Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
+		direct = direct.Add(m.Cost(it))
+	}
+	got := m.CostOf(sum)
+	for _, pair := range [][2]float64{{got.Vision, direct.Vision}, {got.Text, direct.Text}, {got.Fusion, direct.Fusion}} {
+		if math.Abs(pair[0]-pair[1]) > 1e-9*pair[1] {
+			t.Errorf("cost of summed features %v, sum of costs %v", pair[0], pair[1])
+		}
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	tests := []struct {
+		in   string
+		ok   bool
+		want string
+		fn   func(string) (string, error)
+	}{
+		{"modality", true, "modality", parseP},
+		{" Colocated ", true, "colocated", parseP},
+		{"", true, "colocated", parseP},
+		{"mp", false, "", parseP},
+		{"length-grouped", true, "length_grouped", parseS},
+		{"RANDOM", true, "random", parseS},
+		{"lpt", false, "", parseS},
+		{"pad", true, "pad", parseT},
+		{"keep", false, "", parseT},
+		{"base", true, "base", parseM},
+		{"huge", false, "", parseM},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := tt.fn(tt.in)
+			if tt.ok != (err == nil) || got != tt.want {
+				t.Fatalf("got %q, %v; want %q (ok=%v)", got, err, tt.want, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrUnknownName) {
+				t.Errorf("error %v is not ErrUnknownName", err)
+			}
+		})
+	}
+}
+
+func parseP(s string) (string, error) { v, err := ParsePlacement(s); return str(v, err) }
+func parseS(s string) (string, error) { v, err := ParseStrategy(s); return str(v, err) }
+func parseT(s string) (string, error) { v, err := ParseTail(s); return str(v, err) }
+func parseM(s string) (string, error) { v, err := Preset(s); return v.Name, err }
+
+func str(v interface{ String() string }, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return v.String(), nil
+}
+
+func TestValidateRejects(t *testing.T) {
+	shape := TinyShape()
+	shape.MLPRatio = 0
+	cfgs := map[string]error{
+		"shape":      shape.Validate(),
+		"model":      CostModel{Coef: Coefficients{Vision: {FeatP: -1}}}.Validate(),
+		"budget":     Budget{MaxSamples: -1}.Validate(),
+		"dp":         PartitionConfig{DP: 0, MicroBatches: 1, PaddingTarget: 1}.Validate(),
+		"padding":    PartitionConfig{DP: 1, MicroBatches: 1, PaddingTarget: 1.5}.Validate(),
+		"both sizes": func() error { c := DefaultConfig(); c.GlobalTokens = 10; return c.Validate() }(),
+		"small":      func() error { c := DefaultConfig(); c.GlobalBatch = 31; return c.Validate() }(),
+		"lookahead":  func() error { c := DefaultConfig(); c.Lookahead = 0; return c.Validate() }(),
+	}
+	for name, err := range cfgs {
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+	for _, it := range []Item{{TextTokens: -1, ImageTokens: 1}, {TextTokens: 1, Complexity: math.NaN()}, {}, {TextTokens: MaxItemTokens + 1}} {
+		if err := it.Validate(); !errors.Is(err, ErrInvalidItem) {
+			t.Errorf("item %+v: got %v, want ErrInvalidItem", it, err)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// checkAssignment verifies that a covers every position exactly once with
+// DP × MicroBatches non-empty micro-batches within the budget, and returns the
+// max/mean rank cost and the padding efficiency.
+func checkAssignment(t *testing.T, items []Item, costs []Cost, cfg PartitionConfig, a Assignment) (imb, pad float64) {
+	t.Helper()
+	if a.DP != cfg.DP || a.MicroBatches != cfg.MicroBatches || len(a.Members) != cfg.DP*cfg.MicroBatches {
+		t.Fatalf("got %d×%d (%d lists), want %d×%d", a.DP, a.MicroBatches, len(a.Members), cfg.DP, cfg.MicroBatches)
+	}
+	seen := make([]int, len(items))
+	var real, padded int64
+	var maxC, sumC float64
+	for r := range a.DP {
+		var c Cost
+		for m := range a.MicroBatches {
+			mb := a.MicroBatch(r, m)
+			if len(mb) == 0 {
+				t.Fatalf("rank %d micro-batch %d is empty", r, m)
+			}
+			longest, sumP := 0, 0
+			for _, pos := range mb {
+				seen[pos]++
+				longest = max(longest, items[pos].TextTokens)
+				sumP += items[pos].ImageTokens
+				real += int64(items[pos].TextTokens)
+				c = c.Add(costs[pos])
+			}
+			if !cfg.Budget.Fits(len(mb), longest, sumP) {
+				t.Fatalf("rank %d micro-batch %d (n=%d, longest %d, ΣP %d) exceeds budget %+v", r, m, len(mb), longest, sumP, cfg.Budget)
+			}
+			padded += int64(len(mb)) * int64(longest)
+		}
+		sc := cfg.Placement.StepCost(c)
+		maxC = max(maxC, sc)
+		sumC += sc
+	}
+	for pos, n := range seen {
+		if n != 1 {
+			t.Fatalf("position %d assigned %d times", pos, n)
+		}
+	}
+	return maxC / (sumC / float64(a.DP)), ratio(real, padded)
+}
+
+func TestPartitionProperties(t *testing.T) {
+	budgets := []Budget{{}, {MaxSamples: 6}, {MaxPaddedTokens: 300}, {MaxImageTokens: 2048}, {MaxSamples: 5, MaxPaddedTokens: 400, MaxImageTokens: 3000}}
+	for _, kind := range []genKind{genFixed, genDynamic} {
+		for _, pl := range []Placement{Colocated, Modality} {
+			for bi, bud := range budgets {
+				for _, shape := range []ModelShape{TinyShape(), BaseShape()} {
+					name := fmt.Sprintf("%v/%v/budget=%d/%s", kind, pl, bi, shape.Name)
+					t.Run(name, func(t *testing.T) {
+						model, _ := NewCostModel(shape)
+						cfg := PartitionConfig{DP: 8, MicroBatches: 4, Budget: bud, Placement: pl, PaddingTarget: 0.95}
+						p, err := NewPartitioner(cfg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for s := range 5 {
+							items := genItems(128+s*7, kind, uint64(100+s))
+							costs := model.Costs(items)
+							a, err := p.Partition(items, costs)
+							if errors.Is(err, ErrBudgetExceeded) && !bud.Unlimited() {
+								continue // a tight budget may not hold a batch; checked below
+							}
+							if err != nil {
+								t.Fatal(err)
+							}
+							checkAssignment(t, items, costs, cfg, a)
+							b, err := p.Partition(items, costs)
+							if err != nil || !slices.EqualFunc(a.Members, b.Members, slices.Equal) {
+								t.Fatalf("second partition differs (err %v)", err)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestPartitionRefinementKeepsPadding(t *testing.T) {
+	model, _ := NewCostModel(BaseShape())
+	for _, target := range []float64{0.9, 0.95, 0.98} {
+		for s := range 10 {
+			items := genItems(128, genFixed, uint64(s))
+			costs := model.Costs(items)
+			base := PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: target, Refinement: RefineNone}
+			p0, _ := NewPartitioner(base)
+			a0, err := p0.Partition(items, costs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			imb0, pad0 := checkAssignment(t, items, costs, base, a0)
+			refined := base
+			refined.Refinement = RefineLocalSearch
+			p1, _ := NewPartitioner(refined)
+			a1, err := p1.Partition(items, costs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			imb1, pad1 := checkAssignment(t, items, costs, refined, a1)
+			if imb1 > imb0+1e-12 {
+				t.Errorf("target %v seed %d: refinement raised imbalance %v → %v", target, s, imb0, imb1)
+			}
+			if pad1 < min(target, pad0)-1e-12 {
+				t.Errorf("target %v seed %d: padding efficiency %v below min(target, initial %v)", target, s, pad1, pad0)
+			}
+		}
+	}
+}
+
+func TestPartitionErrors(t *testing.T) {
+	model, _ := NewCostModel(TinyShape())
+	items := genItems(20, genFixed, 1)
+	costs := model.Costs(items)
+	tests := []struct {
+		name string
+		cfg  PartitionConfig
+		in   []Item
+		want error
+	}{
+		{"too few", PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: 0.95}, items, ErrTooFewItems},
+		{"item over budget", PartitionConfig{DP: 2, MicroBatches: 2, PaddingTarget: 0.95, Budget: Budget{MaxPaddedTokens: 2}}, items, ErrBudgetExceeded},
+		{"batch over budget", PartitionConfig{DP: 2, MicroBatches: 2, PaddingTarget: 0.95, Budget: Budget{MaxSamples: 4}}, items, ErrBudgetExceeded},
+		{"cost mismatch", PartitionConfig{DP: 1, MicroBatches: 1, PaddingTarget: 0.95}, items[:3], ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := NewPartitioner(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Partition(tt.in, costs)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// Exactly dp × micro-batches items: one per micro-batch.
+func TestPartitionMinimal(t *testing.T) {
+	model, _ := NewCostModel(TinyShape())
+	items := genItems(12, genDynamic, 9)
+	cfg := PartitionConfig{DP: 3, MicroBatches: 4, PaddingTarget: 0.95, Placement: Modality}
+	p, _ := NewPartitioner(cfg)
+	a, err := p.Partition(items, model.Costs(items))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAssignment(t, items, model.Costs(items), cfg, a)
+	for i, mb := range a.Members {
+		if len(mb) != 1 {
+			t.Errorf("micro-batch %d has %d entries, want 1", i, len(mb))
+		}
+	}
+}
+
+func BenchmarkPartition(b *testing.B) {
+	model, _ := NewCostModel(BaseShape())
+	for _, tc := range []struct{ ranks, samples, mbs int }{{8, 128, 4}, {64, 4096, 1}, {64, 4096, 4}, {256, 16384, 2}} {
+		for _, pl := range []Placement{Colocated, Modality} {
+			name := fmt.Sprintf("ranks=%d/samples=%d/mb=%d/placement=%v", tc.ranks, tc.samples, tc.mbs, pl)
+			b.Run(name, func(b *testing.B) {
+				items := genItems(tc.samples, genDynamic, 1)
+				costs := model.Costs(items)
+				p, err := NewPartitioner(PartitionConfig{DP: tc.ranks, MicroBatches: tc.mbs, PaddingTarget: 0.95, Placement: pl})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				var imb float64
+				for b.Loop() {
+					a, err := p.Partition(items, costs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					imb = assignmentImbalance(a, costs, pl)
+				}
+				b.ReportMetric(imb, "max/mean")
+			})
+		}
+	}
+}
+
+func assignmentImbalance(a Assignment, costs []Cost, pl Placement) float64 {
+	var maxC, sum float64
+	for r := range a.DP {
+		var c Cost
+		for m := range a.MicroBatches {
+			for _, pos := range a.MicroBatch(r, m) {
+				c = c.Add(costs[pos])
+			}
+		}
+		maxC = max(maxC, pl.StepCost(c))
+		sum += pl.StepCost(c)
+	}
+	return maxC / (sum / float64(a.DP))
+}
