@@ -15,7 +15,9 @@ import (
 
 // decodeImage runs the pure-Go decoder of the sniffed format. A panic in a
 // decoder is recovered and reported as ErrCorrupt.
-func decodeImage(format string, data []byte) (img image.Image, err error) {
+// For an animated WebP it decodes the first frame and returns its offset on
+// the canvas; other formats report the image's own bounds origin.
+func decodeImage(format string, data []byte) (img image.Image, off image.Point, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			img, err = nil, fmt.Errorf("imgproc: decode %s: panic: %v: %w", format, r, ErrCorrupt)
@@ -30,18 +32,21 @@ func decodeImage(format string, data []byte) (img image.Image, err error) {
 	case FormatGIF:
 		img, err = gif.Decode(r) // first frame
 	case FormatWebP:
+		if still, o, ok := webpFirstFrame(data); ok {
+			r, off = bytes.NewReader(still), o
+		}
 		img, err = webp.Decode(r)
 	case FormatBMP:
 		img, err = bmp.Decode(r)
 	case FormatTIFF:
 		img, err = tiff.Decode(r) // first page
 	default:
-		return nil, fmt.Errorf("imgproc: decode %q: %w", format, ErrUnsupported)
+		return nil, off, fmt.Errorf("imgproc: decode %q: %w", format, ErrUnsupported)
 	}
 	if err != nil {
-		return nil, classify("decode "+format, err)
+		return nil, off, classify("decode "+format, err)
 	}
-	return img, nil
+	return img, off.Add(img.Bounds().Min), nil
 }
 
 // decodeRGB decodes data to packed RGB in the stored orientation (rawW ×
@@ -57,11 +62,11 @@ func (p *Processor) decodeRGB(data []byte, hdr Header, rawW, rawH int, g geom, s
 			return pix, w, h, err
 		}
 	}
-	img, err := decodeImage(hdr.Format, data)
+	img, off, err := decodeImage(hdr.Format, data)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	b := img.Bounds()
+	b := img.Bounds().Sub(img.Bounds().Min).Add(off) // where the pixels go
 	kind := yccJFIF
 	if hdr.Format == FormatWebP {
 		kind = yccVP8
@@ -70,8 +75,8 @@ func (p *Processor) decodeRGB(data []byte, hdr Header, rawW, rawH int, g geom, s
 	if b.Min.X == 0 && b.Min.Y == 0 && b.Dx() == rawW && b.Dy() == rawH {
 		return s.rgb, rawW, rawH, nil
 	}
-	// A GIF frame smaller than its logical screen: paste it on a canvas of
-	// background colour.
+	// A GIF or animated WebP frame smaller than its canvas: paste it on a
+	// canvas of background colour (transparent, composited).
 	canvas := grow(s.rot, 3*rawW*rawH)
 	bg := p.cfg.Background
 	for i := 0; i < len(canvas); i += 3 {
