@@ -1,0 +1,58 @@
+package balancer
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The balancer must stay pure: no NATS, imaging or tokenizer dependency,
+// directly or transitively.
+func TestForbiddenImports(t *testing.T) {
+	forbidden := []string{"nats", "imaging", "tokenizers", "golang.org/x/image"}
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if strings.Contains(dep, f) {
+				t.Errorf("balancer depends on %s", dep)
+			}
+		}
+	}
+}
+
+// Every package needs a doc comment stating its contract.
+func TestPackageDoc(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := ""
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.ParseComments|parser.PackageClauseOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Doc != nil {
+			doc += f.Doc.Text()
+		}
+	}
+	for _, want := range []string{"Inputs", "Outputs", "Ownership and concurrency"} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("package doc lacks %q", want)
+		}
+	}
+}

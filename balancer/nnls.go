@@ -1,0 +1,157 @@
+package balancer
+
+import "math"
+
+// nnlsScaled solves min ‖A x − y‖ subject to x ≥ 0 for the rows of A, after
+// scaling every column to unit norm (the features span many orders of
+// magnitude); all-zero columns get 0.
+func nnlsScaled(rows [][]float64, y []float64) []float64 {
+	n := len(rows[0])
+	norm := make([]float64, n)
+	for _, r := range rows {
+		for j, v := range r {
+			norm[j] += v * v
+		}
+	}
+	for j := range norm {
+		norm[j] = math.Sqrt(norm[j])
+	}
+	g := make([][]float64, n) // Gram matrix of the scaled columns
+	h := make([]float64, n)
+	for j := range g {
+		g[j] = make([]float64, n)
+	}
+	for i, r := range rows {
+		for j := range n {
+			if norm[j] == 0 {
+				continue
+			}
+			a := r[j] / norm[j]
+			h[j] += a * y[i]
+			for k := range n {
+				if norm[k] != 0 {
+					g[j][k] += a * r[k] / norm[k]
+				}
+			}
+		}
+	}
+	x := nnls(g, h)
+	for j := range x {
+		if norm[j] > 0 {
+			x[j] /= norm[j]
+		} else {
+			x[j] = 0
+		}
+	}
+	return x
+}
+
+// nnls is Lawson–Hanson on the normal equations: minimise ½xᵀGx − hᵀx with
+// x ≥ 0, where G = AᵀA and h = Aᵀy.
+func nnls(g [][]float64, h []float64) []float64 {
+	n := len(h)
+	x := make([]float64, n)
+	passive := make([]bool, n)
+	w := make([]float64, n)
+	const tol = 1e-12
+	gradient := func() {
+		for j := range n {
+			w[j] = h[j]
+			for k := range n {
+				w[j] -= g[j][k] * x[k]
+			}
+		}
+	}
+	for outer := 0; outer < 3*n+3; outer++ {
+		gradient()
+		t, best := -1, tol
+		for j := range n {
+			if !passive[j] && w[j] > best {
+				t, best = j, w[j]
+			}
+		}
+		if t < 0 {
+			break
+		}
+		passive[t] = true
+		for inner := 0; inner < 3*n+3; inner++ {
+			z := solvePassive(g, h, passive)
+			if z[t] <= 0 && inner == 0 {
+				passive[t] = false // numerically useless column
+				break
+			}
+			alpha, feasible := 1.0, true
+			for j := range n {
+				if passive[j] && z[j] <= 0 {
+					feasible = false
+					if a := x[j] / (x[j] - z[j]); a < alpha {
+						alpha = a
+					}
+				}
+			}
+			if feasible {
+				copy(x, z)
+				break
+			}
+			for j := range n {
+				x[j] += alpha * (z[j] - x[j])
+				if passive[j] && x[j] <= tol {
+					passive[j], x[j] = false, 0
+				}
+			}
+		}
+	}
+	return x
+}
+
+// solvePassive solves G_PP z_P = h_P by Cholesky (with a tiny ridge for
+// collinear columns); z is 0 off P.
+func solvePassive(g [][]float64, h []float64, passive []bool) []float64 {
+	var idx []int
+	for j, p := range passive {
+		if p {
+			idx = append(idx, j)
+		}
+	}
+	k := len(idx)
+	l := make([][]float64, k)
+	for a := range l {
+		l[a] = make([]float64, k)
+	}
+	for a := range k {
+		for b := 0; b <= a; b++ {
+			s := g[idx[a]][idx[b]]
+			if a == b {
+				s += 1e-12
+			}
+			for c := range b {
+				s -= l[a][c] * l[b][c]
+			}
+			if a == b {
+				l[a][a] = math.Sqrt(math.Max(s, 1e-300))
+			} else {
+				l[a][b] = s / l[b][b]
+			}
+		}
+	}
+	v := make([]float64, k)
+	for a := range k {
+		s := h[idx[a]]
+		for c := range a {
+			s -= l[a][c] * v[c]
+		}
+		v[a] = s / l[a][a]
+	}
+	for a := k - 1; a >= 0; a-- {
+		s := v[a]
+		for c := a + 1; c < k; c++ {
+			s -= l[c][a] * v[c]
+		}
+		v[a] = s / l[a][a]
+	}
+	z := make([]float64, len(h))
+	for a, j := range idx {
+		z[j] = v[a]
+	}
+	return z
+}
