@@ -1,0 +1,201 @@
+package proto
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// MaxControlBytes bounds a control message's JSON.
+const MaxControlBytes = 64 << 10
+
+// Layout is a job's world layout, the reference a Register is checked
+// against.
+type Layout struct {
+	DP, MP    int
+	Placement string // PlacementColocated | PlacementModality
+}
+
+// Validate checks dp ≥ 1, mp ≥ 1 and the placement (modality needs mp = 2).
+func (l Layout) Validate() error {
+	if l.DP < 1 || l.MP < 1 {
+		return fmt.Errorf("proto: layout dp=%d mp=%d: both must be ≥ 1: %w", l.DP, l.MP, ErrLayout)
+	}
+	_, err := ModalityFor(l.Placement, l.MP, 0)
+	return err
+}
+
+// Register is sent by every trainer rank on mmfeed.<job>.ctl.register
+// (request/reply) before it consumes; the service answers RegisterReply.
+type Register struct {
+	Job    string `json:"job"`
+	DPRank int    `json:"dp_rank"`
+	MPRank int    `json:"mp_rank"`
+	DP     int    `json:"dp"`
+	MP     int    `json:"mp"`
+	// Placement is "colocated" or "modality".
+	Placement string `json:"placement"`
+	// Epoch and ResumeStep: the first (epoch, step) the rank still needs;
+	// 0, 0 for a fresh start.
+	Epoch      int `json:"epoch"`
+	ResumeStep int `json:"resume_step"`
+}
+
+// RegisterReply answers a Register.
+type RegisterReply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// PlanHash identifies the plan (dataset, seed, epoch, layout, config); a
+	// rank that resumes compares it with the one it checkpointed.
+	PlanHash string `json:"plan_hash,omitempty"`
+	// Steps and MicroBatches: every dp rank gets Steps steps of MicroBatches
+	// micro-batches in this epoch.
+	Steps        int `json:"steps"`
+	MicroBatches int `json:"micro_batches"`
+	Epoch        int `json:"epoch"`
+	// Modality is the column set this rank receives ("all|vision|text").
+	Modality Modality `json:"modality,omitempty"`
+	// Stream and Consumer name the JetStream stream and this rank's durable
+	// consumer; Subject is the rank's batch subject.
+	Stream   string `json:"stream,omitempty"`
+	Consumer string `json:"consumer,omitempty"`
+	Subject  string `json:"subject,omitempty"`
+}
+
+// Feedback is published by a trainer rank after each step on
+// mmfeed.<job>.ctl.feedback; the balancer calibrates its cost model from it.
+type Feedback struct {
+	Job             string  `json:"job"`
+	Epoch           int     `json:"epoch"`
+	Step            int     `json:"step"`
+	DPRank          int     `json:"dp_rank"`
+	MPRank          int     `json:"mp_rank"`
+	ComputeSeconds  float64 `json:"compute_seconds"`
+	DataWaitSeconds float64 `json:"data_wait_seconds"`
+	Samples         int     `json:"samples"`
+}
+
+// Done is published by a trainer rank on mmfeed.<job>.ctl.done when it has
+// taken every step of an epoch.
+type Done struct {
+	Job    string `json:"job"`
+	Epoch  int    `json:"epoch"`
+	DPRank int    `json:"dp_rank"`
+	MPRank int    `json:"mp_rank"`
+	Steps  int    `json:"steps"`
+}
+
+// Resend asks the service (mmfeed.<job>.ctl.resend) to publish a batch again,
+// with a higher generation, after the rank failed to reassemble or decode it.
+type Resend struct {
+	Job        string `json:"job"`
+	Epoch      int    `json:"epoch"`
+	Step       int    `json:"step"`
+	MicroBatch int    `json:"micro_batch"`
+	DPRank     int    `json:"dp_rank"`
+	MPRank     int    `json:"mp_rank"`
+	Reason     string `json:"reason"`
+}
+
+// ValidateAgainst checks a Register against the job's name and layout and
+// returns a precise ErrLayout error naming every mismatch it finds first.
+func (r Register) ValidateAgainst(job string, l Layout) error {
+	if err := ValidateJob(r.Job); err != nil {
+		return fmt.Errorf("proto: register: %w: %w", err, ErrControl)
+	}
+	if r.Job != job {
+		return fmt.Errorf("proto: register: job %q, this service runs %q: %w", r.Job, job, ErrLayout)
+	}
+	if r.DP != l.DP || r.MP != l.MP {
+		return fmt.Errorf("proto: register: trainer layout dp=%d mp=%d (world %d) does not match job layout dp=%d mp=%d (world %d): %w",
+			r.DP, r.MP, r.DP*r.MP, l.DP, l.MP, l.DP*l.MP, ErrLayout)
+	}
+	if r.Placement != l.Placement {
+		return fmt.Errorf("proto: register: trainer placement %q does not match job placement %q: %w", r.Placement, l.Placement, ErrLayout)
+	}
+	if r.DPRank < 0 || r.DPRank >= l.DP {
+		return fmt.Errorf("proto: register: dp_rank %d out of range [0,%d): %w", r.DPRank, l.DP, ErrLayout)
+	}
+	if r.MPRank < 0 || r.MPRank >= l.MP {
+		return fmt.Errorf("proto: register: mp_rank %d out of range [0,%d): %w", r.MPRank, l.MP, ErrLayout)
+	}
+	if r.Epoch < 0 || r.ResumeStep < 0 {
+		return fmt.Errorf("proto: register: epoch %d, resume_step %d must be ≥ 0: %w", r.Epoch, r.ResumeStep, ErrControl)
+	}
+	return l.Validate()
+}
+
+// Validate checks ranges and finiteness.
+func (f Feedback) Validate() error {
+	if err := ValidateJob(f.Job); err != nil {
+		return fmt.Errorf("proto: feedback: %w: %w", err, ErrControl)
+	}
+	if f.Epoch < 0 || f.Step < 0 || f.DPRank < 0 || f.MPRank < 0 || f.Samples < 0 {
+		return fmt.Errorf("proto: feedback: negative epoch/step/rank/samples %+v: %w", f, ErrControl)
+	}
+	for _, v := range []float64{f.ComputeSeconds, f.DataWaitSeconds} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("proto: feedback: seconds %v not finite and ≥ 0: %w", v, ErrControl)
+		}
+	}
+	return nil
+}
+
+// Validate checks the job name and ranges.
+func (d Done) Validate() error {
+	if err := ValidateJob(d.Job); err != nil {
+		return fmt.Errorf("proto: done: %w: %w", err, ErrControl)
+	}
+	if d.Epoch < 0 || d.DPRank < 0 || d.MPRank < 0 || d.Steps < 0 {
+		return fmt.Errorf("proto: done: negative field %+v: %w", d, ErrControl)
+	}
+	return nil
+}
+
+// Validate checks the job name and ranges.
+func (r Resend) Validate() error {
+	k := BatchKey{Job: r.Job, Epoch: r.Epoch, Step: r.Step, MicroBatch: r.MicroBatch, DPRank: r.DPRank, MPRank: r.MPRank}
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("proto: resend: %w: %w", err, ErrControl)
+	}
+	return nil
+}
+
+// validator is implemented by every control message.
+type validator interface{ Validate() error }
+
+// DecodeControl strictly decodes one control message into v (unknown fields
+// are errors, size ≤ MaxControlBytes) and validates it when v has a
+// Validate method. Errors wrap ErrControl.
+func DecodeControl(data []byte, v any) error {
+	if len(data) > MaxControlBytes {
+		return fmt.Errorf("proto: control message of %d bytes > %d: %w", len(data), MaxControlBytes, ErrControl)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("proto: control message: %v: %w", err, ErrControl)
+	}
+	if dec.More() {
+		return fmt.Errorf("proto: control message: trailing data: %w", ErrControl)
+	}
+	if val, ok := v.(validator); ok {
+		return val.Validate()
+	}
+	return nil
+}
+
+// EncodeControl marshals a control message after validating it.
+func EncodeControl(v any) ([]byte, error) {
+	if val, ok := v.(validator); ok {
+		if err := val.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("proto: control message: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,30 @@
+// Package proto is mmfeed's wire: the Arrow schema of a micro-batch, building
+// and reading those records, their IPC encoding, the NATS subjects and
+// headers that carry them, chunking and reassembly of payloads larger than a
+// server's max_payload, the JSON control messages, and the JetStream setup
+// (stream, per-rank durable consumers, KV bucket) with a Go Publisher and
+// Consumer. docs/protocol.md is the normative description for clients in
+// other languages; this package is its reference implementation.
+//
+// Inputs and outputs:
+//   - BuildRecord turns a BatchMeta and []Row into one arrow.RecordBatch whose
+//     schema is Schema(meta); EncodeIPC/DecodeIPC convert it to and from one
+//     self-contained Arrow IPC stream (schema + one record batch + EOS).
+//     The same record is written to shard files and to the wire.
+//   - Chunk splits an IPC payload into ≤ max-payload NATS messages with
+//     headers; Reassembler (streaming) and Reassemble (all at once) verify
+//     index, count, size and the CRC-32C checksum and give the payload back.
+//   - Publisher publishes the chunks of a batch to JetStream with Nats-Msg-Id
+//     dedupe and retries on stream-full rejections (backpressure) until its
+//     context ends; Consumer.Next returns whole verified batches of one rank.
+//
+// Ownership: every arrow.RecordBatch returned by this package is owned by the
+// caller, who must Release it (Batch.Release for a Consumer batch). Row slices
+// passed to BuildRecord are copied and may be reused after it returns.
+// Payloads returned by Reassemble are fresh slices owned by the caller.
+//
+// Concurrency: the pure functions (BuildRecord, EncodeIPC, DecodeIPC, Chunk,
+// Reassemble, subject and header helpers, validation) are safe for
+// concurrent use. A Publisher is safe for concurrent use; a Reassembler and a
+// Consumer are not (one goroutine per rank consumer).
+package proto
