@@ -1,0 +1,80 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
+)
+
+// jobFlags binds the flags that report, shard and serve share: dataset, world layout,
+// batch shape, strategy, model shape, tokenizer and image policy.
+type jobFlags struct {
+	cfg       pipeline.Config
+	placement string
+	strategy  string
+	tail      string
+	model     string
+}
+
+func bindJobFlags(fs *flag.FlagSet) *jobFlags {
+	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", strategy: "mmfeed", tail: "drop", model: "tiny"}
+	c := &j.cfg
+	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar shards (file, folder or glob), Parquet, or an image folder with .txt sidecars (required)")
+	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
+	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
+	fs.IntVar(&c.Plan.GlobalBatch, "global-batch", c.Plan.GlobalBatch, "samples per step, all ranks together")
+	fs.IntVar(&c.Plan.GlobalTokens, "global-tokens", 0, "text tokens per step instead of --global-batch")
+	fs.IntVar(&c.Plan.Budget.MaxSamples, "mb-max-samples", 0, "micro-batch budget: most samples (0: none)")
+	fs.IntVar(&c.Plan.Budget.MaxPaddedTokens, "mb-max-tokens", 0, "micro-batch budget: most padded text tokens (0: none)")
+	fs.IntVar(&c.Plan.Budget.MaxImageTokens, "mb-max-image-tokens", 0, "micro-batch budget: most image tokens (0: none)")
+	fs.IntVar(&c.Plan.Lookahead, "lookahead", c.Plan.Lookahead, "global batches the balancer may swap samples between (1: none)")
+	fs.StringVar(&j.placement, "placement", j.placement, "colocated (step cost = vision+text+fusion) or modality (max(vision, text)+fusion)")
+	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
+	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
+	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
+	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
+	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
+	fs.StringVar(&c.Tokenizer.Path, "tokenizer", "", "tokenizer.json (default: bert-base-uncased from the build)")
+	fs.IntVar(&c.Tokenizer.MaxLength, "max-length", c.Tokenizer.MaxLength, "most text tokens per sample, special tokens included")
+	fs.StringVar(&c.Image.Policy, "resize", c.Image.Policy, "shorter-crop, square or dynamic")
+	fs.IntVar(&c.Image.Size, "image-size", c.Image.Size, "output side S for square and shorter-crop")
+	fs.IntVar(&c.Image.MinPixels, "min-pixels", c.Image.MinPixels, "dynamic: fewest pixels per image")
+	fs.IntVar(&c.Image.MaxPixels, "max-pixels", c.Image.MaxPixels, "dynamic: most pixels per image")
+	fs.StringVar(&c.Image.DType, "dtype", c.Image.DType, "pixel dtype on the wire: float16, float32, bfloat16 or uint8")
+	fs.StringVar(&c.Image.Norm, "norm", c.Image.Norm, "normalization preset: imagenet or clip")
+	fs.IntVar(&c.Image.MaxImagePixels, "max-image-pixels", c.Image.MaxImagePixels, "decompression-bomb limit, pixels")
+	fs.IntVar(&c.Workers, "workers", 0, "preprocessing goroutines (0: all cores)")
+	return j
+}
+
+// config resolves the string flags into the pipeline Config.
+func (j *jobFlags) config() (pipeline.Config, error) {
+	c := j.cfg
+	var err error
+	if c.Plan.Placement, err = balancer.ParsePlacement(j.placement); err != nil {
+		return c, err
+	}
+	if c.Plan.Strategy, err = balancer.ParseStrategy(j.strategy); err != nil {
+		return c, err
+	}
+	if c.Plan.Tail, err = balancer.ParseTail(j.tail); err != nil {
+		return c, err
+	}
+	shape, err := balancer.Preset(j.model)
+	if err != nil {
+		return c, err
+	}
+	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
+		return c, err
+	}
+	if c.Plan.GlobalTokens > 0 {
+		c.Plan.GlobalBatch = 0
+	}
+	c.Image.PatchSize = shape.PatchSize // image tokens counted in the model's patches
+	if c.Input == "" {
+		return c, fmt.Errorf("--input is required")
+	}
+	return c, c.Validate()
+}

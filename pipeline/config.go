@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// Config is everything a job needs to go from a dataset path to a plan.
+type Config struct {
+	// Input is the dataset: a JSONL manifest, WebDataset shards, Parquet, or an image folder.
+	Input string
+	// Loader configures the source (limits, Parquet columns). OnReject is set by Prepare.
+	Loader loader.Options
+	// Tokenizer selects the tokenizer.json and max length.
+	Tokenizer tokenize.Config
+	// Image is the resize policy, normalization and output dtype.
+	Image imgproc.Config
+	// Plan is the balancer configuration (dp, micro-batches, global batch, strategy, ...).
+	// Plan.Seed and Plan.Epoch also select the epoch's shuffle.
+	Plan balancer.Config
+	// Workers is the number of feature and preprocessing goroutines. 0: all cores.
+	Workers int
+}
+
+// DefaultConfig: bert-base-uncased at 128 tokens, shorter-crop 224 float16, the tiny
+// model's cost, dp 8, global batch 128.
+func DefaultConfig() Config {
+	return Config{
+		Loader:    loader.DefaultOptions(),
+		Tokenizer: tokenize.DefaultConfig(),
+		Image:     imgproc.DefaultConfig(),
+		Plan:      balancer.DefaultConfig(),
+	}
+}
+
+// Validate checks every part.
+func (c Config) Validate() error {
+	if c.Input == "" {
+		return errors.New("pipeline: no input")
+	}
+	if c.Workers < 0 {
+		return fmt.Errorf("pipeline: workers %d < 0", c.Workers)
+	}
+	return errors.Join(c.Loader.Validate(), c.Tokenizer.Validate(), c.Image.Validate(), c.Plan.Validate())
+}
+
+func (c Config) workers() int {
+	if c.Workers > 0 {
+		return c.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}

@@ -1,0 +1,103 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// Prepared is a dataset indexed, shuffled for the epoch and reduced to planner items.
+type Prepared struct {
+	Config     Config
+	Index      *loader.Index
+	Features   Features
+	Quarantine *loader.QuarantineWriter
+	Tokenizer  *tokenize.Tokenizer
+}
+
+// Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features. Rejects
+// of every stage are written to quarantine as JSON lines. The caller closes the result.
+func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	q := loader.NewQuarantineWriter(quarantine)
+	opts := cfg.Loader
+	opts.OnReject = q.Func()
+	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
+	}
+	tk, err := tokenize.Open(cfg.Tokenizer)
+	if err != nil {
+		ix.Close()
+		return nil, err
+	}
+	order := ix.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
+	f, err := ExtractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers())
+	if err != nil {
+		tk.Close()
+		ix.Close()
+		return nil, err
+	}
+	return &Prepared{Config: cfg, Index: ix, Features: f, Quarantine: q, Tokenizer: tk}, nil
+}
+
+// Close releases the tokenizer and the index.
+func (p *Prepared) Close() error {
+	p.Tokenizer.Close()
+	return p.Index.Close()
+}
+
+// Seen is the number of samples the source held (quarantined ones included).
+func (p *Prepared) Seen() int64 { return p.Index.Stats.Seen }
+
+// Plan builds the plan of one strategy and quarantines the planner's rejections.
+func (p *Prepared) Plan(strategy balancer.Strategy) (*balancer.Plan, error) {
+	c := p.Config.Plan
+	c.Strategy = strategy
+	plan, err := balancer.Build(p.Features.Items, c)
+	if err != nil {
+		return nil, err
+	}
+	if strategy == p.Config.Plan.Strategy {
+		for _, r := range plan.Rejected {
+			e := p.Features.Entries[r.Item]
+			p.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_" + r.Reason, Detail: "rejected by the planner"})
+		}
+	}
+	return plan, nil
+}
+
+// Report compares the three strategies on the prepared items. Quarantined counts every
+// stage: source, features and planner.
+func (p *Prepared) Report() (*balancer.Report, error) {
+	plans := make([]*balancer.Plan, 0, 3)
+	first, err := p.Plan(p.Config.Plan.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	plans = append(plans, first)
+	for _, s := range balancer.Strategies() {
+		if s == p.Config.Plan.Strategy {
+			continue
+		}
+		c := p.Config.Plan
+		c.Strategy = s
+		pl, err := balancer.Build(p.Features.Items, c)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, pl)
+	}
+	r, err := balancer.NewReport(plans...)
+	if err != nil {
+		return nil, err
+	}
+	r.Quarantined = int(p.Quarantine.Total())
+	return r, p.Quarantine.Err()
+}
