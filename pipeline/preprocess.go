@@ -1,0 +1,144 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// StepBatch is one planned step, preprocessed: Rows[rank][microBatch] in plan order.
+type StepBatch struct {
+	Step int
+	Rows [][][]proto.Row
+}
+
+// Preprocessor turns planned entries into rows: token ids and image tensors.
+type Preprocessor struct {
+	prep *Prepared
+	proc *imgproc.Processor
+}
+
+// NewPreprocessor builds the image processor of the prepared config.
+func NewPreprocessor(p *Prepared) (*Preprocessor, error) {
+	proc, err := imgproc.NewProcessor(p.Config.Image)
+	if err != nil {
+		return nil, err
+	}
+	return &Preprocessor{prep: p, proc: proc}, nil
+}
+
+// Run preprocesses the plan's steps in order on the configured workers and calls emit
+// for each step, in step order, from one goroutine. Up to two steps are prepared ahead
+// of the one being emitted. A sample that fails to decode here (its header was fine) is
+// quarantined and its row kept with weight 0 and zero pixels, so every rank still gets
+// the planned micro-batches.
+func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(StepBatch) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type task struct {
+		rows *proto.Row
+		e    balancer.Entry
+		done *sync.WaitGroup
+	}
+	tasks := make(chan task, 256)
+	var workers sync.WaitGroup
+	for range pp.prep.Config.workers() {
+		workers.Go(func() {
+			for t := range tasks {
+				*t.rows = pp.row(plan, t.e)
+				t.done.Done()
+			}
+		})
+	}
+	defer func() { close(tasks); workers.Wait() }()
+
+	type pending struct {
+		sb   StepBatch
+		done *sync.WaitGroup
+	}
+	ready := make(chan pending, 2)
+	go func() {
+		defer close(ready)
+		for _, s := range plan.Steps {
+			sb := StepBatch{Step: s.Index, Rows: make([][][]proto.Row, len(s.Ranks))}
+			done := &sync.WaitGroup{}
+			for r, mbs := range s.Ranks {
+				sb.Rows[r] = make([][]proto.Row, len(mbs))
+				for m, mb := range mbs {
+					sb.Rows[r][m] = make([]proto.Row, len(mb))
+					for i, e := range mb {
+						done.Add(1)
+						select {
+						case tasks <- task{&sb.Rows[r][m][i], e, done}:
+						case <-ctx.Done():
+							done.Done()
+							return
+						}
+					}
+				}
+			}
+			select {
+			case ready <- pending{sb, done}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for p := range ready {
+		p.done.Wait()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := emit(p.sb); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// row preprocesses one plan entry.
+func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
+	f := pp.prep.Features
+	ent, it := f.Entries[e.Item], f.Items[e.Item]
+	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
+	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
+	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
+	if err == nil {
+		row.InputIDs = ids
+		var img imgproc.Image
+		var data []byte
+		if data, err = pp.prep.Index.ReadImage(ent); err == nil {
+			if img, err = pp.proc.Process(data); err == nil {
+				row.Pixels = img.Data
+				row.PixelShape = [3]int32{int32(img.Shape[0]), int32(img.Shape[1]), int32(img.Shape[2])}
+				row.ImageTokens = int32(img.Grid[0] * img.Grid[1])
+				return row
+			}
+		}
+	}
+	if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
+		pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
+	}
+	return pp.zeroRow(row, it)
+}
+
+// zeroRow keeps a failed sample's place with weight 0 and a zero tensor of the planned shape.
+func (pp *Preprocessor) zeroRow(row proto.Row, it balancer.Item) proto.Row {
+	c := pp.prep.Config.Image
+	h, w := c.Size, c.Size
+	if c.Policy == "dynamic" { // one patch is the smallest valid image
+		h, w = c.PatchSize, c.PatchSize
+		row.ImageTokens = 1
+	}
+	row.Weight = 0
+	if row.InputIDs == nil {
+		row.InputIDs = []int32{}
+	}
+	row.PixelShape = [3]int32{3, int32(h), int32(w)}
+	row.Pixels = make([]byte, 3*h*w*c.ElemSize())
+	return row
+}
