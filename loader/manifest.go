@@ -53,6 +53,9 @@ func parseManifestLine(line []byte) (manifestLine, string, string) {
 	if err := json.Unmarshal(raw.Image, &out.Image); err != nil {
 		return out, ReasonBadManifestLine, "image is not a string"
 	}
+	if out.Image == "" {
+		return out, ReasonMissingImage, "empty image path"
+	}
 	text := raw.Text
 	if isNull(text) {
 		text = raw.Caption

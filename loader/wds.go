@@ -12,10 +12,10 @@ import (
 	"strings"
 )
 
-// posReader tracks the offset of an *os.File as archive/tar reads and
-// seeks through it, so each member's data offset is known.
+// posReader tracks the offset of a shard as archive/tar reads and seeks
+// through it, so each member's data offset is known.
 type posReader struct {
-	f   *os.File
+	f   io.ReadSeekCloser
 	pos int64
 }
 
@@ -59,10 +59,12 @@ type tarSource struct {
 	tr      *tar.Reader
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
+	open    func(string) (io.ReadSeekCloser, error)
 }
 
 func newTarSource(shards []string, opts Options) *tarSource {
-	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1}
+	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1,
+		open: func(p string) (io.ReadSeekCloser, error) { return os.Open(p) }}
 }
 
 // Next implements Source.
@@ -95,7 +97,7 @@ func (s *tarSource) openNext() error {
 	if s.cur >= len(s.shards) {
 		return io.EOF
 	}
-	f, err := os.Open(s.shards[s.cur])
+	f, err := s.open(s.shards[s.cur])
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}

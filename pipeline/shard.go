@@ -117,7 +117,6 @@ func writeBatch(mem memory.Allocator, w *ipc.FileWriter, meta proto.BatchMeta, r
 	return w.Write(rec)
 }
 
-
 // WriteFile creates path and fills it with write.
 func WriteFile(path string, write func(io.Writer) error) error {
 	f, err := os.Create(path)

@@ -7,6 +7,8 @@ Subcommands (run with the project venv: $MMFEED_PYTHON or .venv/bin/python):
       Write varied synthetic test images (JPEG baseline/progressive/gray/CMYK/
       EXIF-rotated, PNG 8/16-bit/palette/alpha/eXIf, GIF, BMP, TIFF, WebP
       lossy/lossless/alpha) and OUT/manifest.jsonl.
+  gen-bench OUT [--n 32] [--width 1440] [--height 720]
+      Write photo-like JPEGs (quality 90) for the throughput benchmark.
   process --list FILE --out DIR [--policy shorter-crop] [--size 224]
           [--filter bilinear] [--norm imagenet] [--draft-gap 0]
       For each path in FILE (one per line) write DIR/<i>.f32 (float32 CHW,
@@ -326,6 +328,15 @@ def cmd_gen(a):
             man.write(json.dumps({"file": name, "kind": kind, "w": w, "h": h}) + "\n")
 
 
+def cmd_gen_bench(a):
+    """Photo-like JPEGs (default 1440x720, quality 90) for the throughput benchmark."""
+    os.makedirs(a.out, exist_ok=True)
+    rng = np.random.default_rng(a.seed)
+    for i in range(a.n):
+        rgb = synth(rng, a.width, a.height)
+        Image.fromarray(rgb).save(os.path.join(a.out, f"photo{i:03d}.jpg"), "JPEG", quality=90)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -333,6 +344,12 @@ def main(argv=None):
     g.add_argument("out")
     g.add_argument("--n", type=int, default=220)
     g.add_argument("--seed", type=int, default=1)
+    gb = sub.add_parser("gen-bench")
+    gb.add_argument("out")
+    gb.add_argument("--n", type=int, default=32)
+    gb.add_argument("--width", type=int, default=1440)
+    gb.add_argument("--height", type=int, default=720)
+    gb.add_argument("--seed", type=int, default=2)
     for name in ("process", "bench"):
         s = sub.add_parser(name)
         s.add_argument("--list")
@@ -354,7 +371,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.cmd == "bench" and not (a.list or a.dir):
         p.error("bench needs --list or --dir")
-    {"gen": cmd_gen, "process": cmd_process, "bench": cmd_bench}[a.cmd](a)
+    {"gen": cmd_gen, "gen-bench": cmd_gen_bench, "process": cmd_process, "bench": cmd_bench}[a.cmd](a)
 
 
 if __name__ == "__main__":
