@@ -27,7 +27,9 @@ const (
 var strategyNames = [numStrategies]string{"mmfeed", "random", "length_grouped"}
 
 // Strategies returns every strategy, mmfeed first.
-func Strategies() []Strategy { return []Strategy{StrategyMmfeed, StrategyRandom, StrategyLengthGrouped} }
+func Strategies() []Strategy {
+	return []Strategy{StrategyMmfeed, StrategyRandom, StrategyLengthGrouped}
+}
 
 // String returns "mmfeed", "random" or "length_grouped".
 func (s Strategy) String() string {
