@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -11,10 +12,11 @@ import (
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
-// headerBytes is how much of an image file ExtractFeatures reads to find its size. When a
-// header does not fit (a JPEG with a large ICC profile before its frame header), the whole
+// headerReads are the prefix lengths ExtractFeatures tries, in order, to find an image's
+// size without reading the file: most headers fit in 4 KiB, a JPEG with an EXIF thumbnail
+// or an ICC profile before its frame header needs more, and as a last resort the whole
 // file is read.
-const headerBytes = 64 << 10
+var headerReads = []int{4 << 10, 128 << 10}
 
 // Features are the cheap, decode-free facts the planner needs, aligned with Entries.
 type Features struct {
@@ -73,16 +75,7 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 	if img.MaxFileBytes > 0 && e.ImageSize > int64(img.MaxFileBytes) {
 		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
 	}
-	head, err := ix.ReadHeader(e, headerBytes)
-	if err != nil {
-		return reject(ReasonReadFailed, err)
-	}
-	h, err := imgproc.ReadHeader(head)
-	if err != nil && int64(len(head)) < e.ImageSize {
-		if full, rerr := ix.ReadImage(e); rerr == nil {
-			h, err = imgproc.ReadHeader(full)
-		}
-	}
+	h, err := readHeader(ix, e)
 	if err != nil {
 		return reject(reasonOf(err), err)
 	}
@@ -96,4 +89,25 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
 	}, nil
+}
+
+// readHeader parses the image header from growing prefixes of the file.
+func readHeader(ix *loader.Index, e loader.Entry) (imgproc.Header, error) {
+	var lastErr error
+	for _, n := range headerReads {
+		head, err := ix.ReadHeader(e, n)
+		if err != nil {
+			return imgproc.Header{}, fmt.Errorf("%w: %w", errUnreadable, err)
+		}
+		h, err := imgproc.ReadHeader(head)
+		if err == nil || int64(len(head)) >= e.ImageSize {
+			return h, err
+		}
+		lastErr = err
+	}
+	full, err := ix.ReadImage(e)
+	if err != nil {
+		return imgproc.Header{}, fmt.Errorf("%w: %w (after %v)", errUnreadable, err, lastErr)
+	}
+	return imgproc.ReadHeader(full)
 }

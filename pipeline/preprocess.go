@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -106,28 +107,36 @@ func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
 	ent, it := f.Entries[e.Item], f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
 	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
-	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
-	if err == nil {
-		row.InputIDs = ids
-		var img imgproc.Image
-		var data []byte
-		if data, err = pp.prep.Index.ReadImage(ent); err == nil {
-			if img, err = pp.proc.Process(data); err == nil {
-				row.Pixels = img.Data
-				row.PixelShape = [3]int32{int32(img.Shape[0]), int32(img.Shape[1]), int32(img.Shape[2])}
-				row.ImageTokens = int32(img.Grid[0] * img.Grid[1])
-				return row
-			}
+	ids, img, err := pp.process(ent)
+	if err != nil {
+		if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
+			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
 		}
+		return pp.zeroRow(row, ids)
 	}
-	if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
-		pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
+	row.InputIDs = ids
+	row.Pixels = img.Data
+	row.PixelShape = [3]int32{int32(img.Shape[0]), int32(img.Shape[1]), int32(img.Shape[2])}
+	row.ImageTokens = int32(img.Grid[0] * img.Grid[1])
+	return row
+}
+
+// process tokenizes the caption and decodes, resizes and normalizes the image of ent.
+func (pp *Preprocessor) process(ent loader.Entry) ([]int32, imgproc.Image, error) {
+	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
+	if err != nil {
+		return nil, imgproc.Image{}, err
 	}
-	return pp.zeroRow(row, it)
+	data, err := pp.prep.Index.ReadImage(ent)
+	if err != nil {
+		return ids, imgproc.Image{}, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	img, err := pp.proc.Process(data)
+	return ids, img, err
 }
 
 // zeroRow keeps a failed sample's place with weight 0 and a zero tensor of the planned shape.
-func (pp *Preprocessor) zeroRow(row proto.Row, it balancer.Item) proto.Row {
+func (pp *Preprocessor) zeroRow(row proto.Row, ids []int32) proto.Row {
 	c := pp.prep.Config.Image
 	h, w := c.Size, c.Size
 	if c.Policy == "dynamic" { // one patch is the smallest valid image
@@ -135,7 +144,8 @@ func (pp *Preprocessor) zeroRow(row proto.Row, it balancer.Item) proto.Row {
 		row.ImageTokens = 1
 	}
 	row.Weight = 0
-	if row.InputIDs == nil {
+	row.InputIDs = ids
+	if ids == nil {
 		row.InputIDs = []int32{}
 	}
 	row.PixelShape = [3]int32{3, int32(h), int32(w)}

@@ -18,9 +18,14 @@ const (
 	ReasonReadFailed       = "unreadable_image"
 )
 
+// errUnreadable wraps I/O failures of reading an image the index listed.
+var errUnreadable = errors.New("image unreadable")
+
 // reasonOf classifies an imgproc or tokenize error into a quarantine reason.
 func reasonOf(err error) string {
 	switch {
+	case errors.Is(err, errUnreadable):
+		return ReasonReadFailed
 	case errors.Is(err, imgproc.ErrEmpty):
 		return ReasonImageEmpty
 	case errors.Is(err, imgproc.ErrTooLarge):
