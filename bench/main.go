@@ -28,6 +28,9 @@ type section struct {
 
 var sections = []section{
 	{"tokenize", benchTokenize},
+	{"partition", benchPartition},
+	{"plan", benchPlanQuality},
+	{"report1m", benchReport1M},
 }
 
 type benchEnv struct {
