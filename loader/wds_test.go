@@ -140,6 +140,8 @@ func TestTarShardsFolderAndGlob(t *testing.T) {
 	}
 }
 
+// FuzzTarSource feeds arbitrary bytes as a shard. Run with a short
+// -fuzzminimizetime (e.g. 2s): minimizing tar inputs is slow.
 func FuzzTarSource(f *testing.F) {
 	f.Add(tarBytes(f, []member{{"1.jpg", "i"}, {"1.txt", "t"}, {"2.json", `{"caption":"c"}`}, {"2.png", "p"}}))
 	f.Add(tarBytes(f, []member{{"x.jpg", "i"}})[:700])
