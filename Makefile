@@ -16,6 +16,8 @@ VENV     := .venv
 PY       := $(CURDIR)/$(VENV)/bin/python
 export MMFEED_PYTHON := $(PY)
 export MMFEED_TOKENIZER_DIR := $(CURDIR)/$(BUILD)/tokenizers
+# The trainer is used from the checkout (no install into the shared virtualenv).
+export PYTHONPATH := $(CURDIR)/trainer$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
@@ -45,7 +47,7 @@ $(VENV)/.ok: requirements.txt
 	@ln -sfn $(VENV_DIR) $(VENV)
 	@test -f $(VENV)/.ok
 
-test: build venv ## run every test (Go with race detector on the core packages, Python)
+test: build venv ## run every test: Go (with the Python peers required) and the trainer's pytest
 	MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
 	@if [ -d trainer/tests ]; then $(PY) -m pytest -q trainer/tests; fi
 

@@ -48,6 +48,7 @@ type scratch struct {
 	res           resampler
 	cplx          []float32
 	turbo         []byte
+	turboState    any // *tjHandle in the turbojpeg build
 }
 
 // NewProcessor validates c and precomputes lookup tables.

@@ -23,7 +23,8 @@ bin/mmfeed shard --input "$out/corpus/manifest.jsonl" --dp 2 --global-batch 32 -
 head -2 "$out/shard.log"
 echo "quarantined samples and why:"; cut -d'"' -f12 "$out/shards/quarantine.jsonl" | sort | uniq -c
 
-if .venv/bin/python -c 'import mmfeed_trainer' 2>/dev/null; then
+export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}"
+if .venv/bin/python -c 'import mmfeed_trainer.__main__' 2>/dev/null; then
   echo; echo "== 4. train: tiny model, 4 CPU processes (dp 2 × mp 2), gloo"
   .venv/bin/python -m torch.distributed.run --standalone --nproc-per-node 4 -m mmfeed_trainer \
     --shards "$out/shards" --dp 2 --mp 2 --model tiny --steps "${DEMO_STEPS:-30}"

@@ -51,7 +51,7 @@ func TestGenerateDeterministic(t *testing.T) {
 			gen := func(seed uint64, workers int) string {
 				out := t.TempDir()
 				_, err := Generate(context.Background(), Config{Out: out, Samples: 50, Seed: seed,
-					Format: format, ShardSize: 20, BadFraction: 0.1, Workers: workers})
+					Format: format, ShardSize: 20, BadFraction: 0.1, Workers: workers, MaxSide: 256})
 				must(t, err)
 				return treeHash(t, out)
 			}
