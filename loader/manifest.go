@@ -251,28 +251,36 @@ func (m *manifestSource) resolve(img string) (string, int64, string, string) {
 	if img == "" {
 		return "", 0, ReasonMissingImage, "empty image path"
 	}
-	var full string
 	if filepath.IsAbs(img) {
 		if !m.opts.AllowAbsolute {
 			return "", 0, ReasonEscapesRoot, "absolute path not allowed: " + img
 		}
-		full = filepath.Clean(img)
-	} else {
-		rel := filepath.FromSlash(img)
-		if !filepath.IsLocal(rel) {
-			return "", 0, ReasonEscapesRoot, "path leaves the manifest folder: " + img
-		}
-		if c := m.checkDir(filepath.Dir(rel)); c.reason != "" {
-			return "", 0, c.reason, c.detail
-		}
-		full = filepath.Join(m.root, rel)
+		full := filepath.Clean(img)
+		fi, err := os.Stat(full)
+		return statResult(full, img, fi, err)
+	}
+	rel := filepath.FromSlash(img)
+	if !filepath.IsLocal(rel) {
+		return "", 0, ReasonEscapesRoot, "path leaves the manifest folder: " + img
+	}
+	if c := m.checkDir(filepath.Dir(rel)); c.reason != "" {
+		return "", 0, c.reason, c.detail
+	}
+	full := filepath.Join(m.root, rel)
+	fi, err := os.Lstat(full)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		real, reason, detail := m.checkLink(full)
 		if reason != "" {
 			return "", 0, reason, detail
 		}
 		full = real
+		fi, err = os.Stat(full)
 	}
-	fi, err := os.Stat(full)
+	return statResult(full, img, fi, err)
+}
+
+// statResult classifies a stat of an image path.
+func statResult(full, img string, fi fs.FileInfo, err error) (string, int64, string, string) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", 0, ReasonMissingImage, err.Error()
@@ -309,18 +317,9 @@ func (m *manifestSource) checkDir(rel string) dirCheck {
 	return c
 }
 
-// checkLink resolves full when it is a symbolic link and checks the target
-// stays inside the manifest folder.
+// checkLink resolves the symbolic link full and checks its target stays
+// inside the manifest folder.
 func (m *manifestSource) checkLink(full string) (string, string, string) {
-	fi, err := os.Lstat(full)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", ReasonMissingImage, err.Error()
-	case err != nil:
-		return "", ReasonUnreadableImage, err.Error()
-	case fi.Mode()&fs.ModeSymlink == 0:
-		return full, "", ""
-	}
 	real, err := filepath.EvalSymlinks(full)
 	if err != nil {
 		return "", ReasonMissingImage, "dangling link: " + err.Error()

@@ -75,6 +75,9 @@ func render(r *rng, s imageSpec) ([]byte, string, error) {
 	var buf bytes.Buffer
 	if s.png {
 		enc := png.Encoder{CompressionLevel: png.BestSpeed}
+		if s.kind == kindNoise {
+			enc.CompressionLevel = png.NoCompression // noise does not compress; skip the filter search
+		}
 		if err := enc.Encode(&buf, src); err != nil {
 			return nil, "", fmt.Errorf("synth: png: %w", err)
 		}
