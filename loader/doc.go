@@ -6,9 +6,11 @@
 //
 // Open(path, opts) detects the dataset kind from PATH (or Options.Format):
 //
-//   - a JSONL manifest (file ending in .jsonl, or a folder holding
-//     manifest.jsonl): one object per line,
-//     {"image": "rel/or/abs/path", "text": "caption", "id": "optional"}.
+//   - a JSONL manifest (file ending in .jsonl, a folder holding
+//     manifest.jsonl, or a glob of .jsonl files read one after the other):
+//     one object per line, {"image": "rel/or/abs/path", "text": "caption",
+//     "id": "optional"} ("caption" is accepted for "text"; "id" may be a
+//     number). Blank lines are skipped and not counted.
 //     Relative image paths resolve against the manifest's folder and may not
 //     leave it, neither lexically ("..") nor through a symbolic link; such
 //     lines are quarantined as "escapes_root". Absolute image paths are

@@ -231,3 +231,33 @@ func writeTemp(t *testing.T, dir, name string) string {
 	writeFile(t, p, []byte("x"))
 	return p
 }
+
+func TestManifestGlob(t *testing.T) {
+	dir := t.TempDir()
+	for _, part := range []string{"a", "b"} {
+		writeFile(t, filepath.Join(dir, part, "img.jpg"), []byte("img-"+part))
+		writeFile(t, filepath.Join(dir, part, "part-"+part+".jsonl"),
+			[]byte(`{"image":"img.jpg","text":"from `+part+`","id":"`+part+`"}`+"\n"+`{"image":"gone.jpg","text":"x"}`+"\n"))
+	}
+	d := drain(t, filepath.Join(dir, "*", "part-*.jsonl"), Options{})
+	if got := ids(d.samples); len(got) != 2 || got[0] != "a" || got[1] != "b" || string(d.samples[1].Image) != "img-b" {
+		t.Errorf("got %v, want [a b] with each manifest's own image", got)
+	}
+	if d.stats.ByReason[ReasonMissingImage] != 2 {
+		t.Errorf("got stats %+v, want 2 missing_image", d.stats)
+	}
+}
+
+func TestManifestLongLine(t *testing.T) {
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"` + strings.Repeat("long ", 20000) + `"}`,
+		`{"image":"img/ok.jpg","text":"after the long line"}`,
+	})
+	d := drain(t, manifest, Options{MaxCaptionBytes: 1000})
+	if len(d.samples) != 1 || d.samples[0].Location != manifest+":2" {
+		t.Fatalf("got %+v, want only line 2", d.samples)
+	}
+	if len(d.rejects) != 1 || d.rejects[0].Reason != ReasonTooLarge || d.rejects[0].Location != manifest+":1" {
+		t.Errorf("got rejects %+v, want too_large at line 1", d.rejects)
+	}
+}

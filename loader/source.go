@@ -27,7 +27,7 @@ func Open(path string, opts Options) (Source, error) {
 	}
 	switch format {
 	case FormatJSONL:
-		return openManifest(files[0], opts)
+		return openManifests(files, opts)
 	case FormatWDS:
 		return newTarSource(files, opts), nil
 	case FormatParquet:
@@ -74,7 +74,7 @@ func detectGlob(pattern, forced string) (string, []string, error) {
 		if format == FormatAuto {
 			format = f
 		}
-		if f != format || f == FormatAuto || f == FormatJSONL && len(matches) > 1 {
+		if f != format || f == FormatAuto {
 			return "", nil, fmt.Errorf("%w: glob %s mixes or holds unsupported files (%s)", ErrUnknownFormat, pattern, m)
 		}
 	}
