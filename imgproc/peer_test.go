@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -168,7 +167,8 @@ func checkParity(t *testing.T, py string, paths []string, cfg Config, wantMedian
 		for j := range gv {
 			gv[j] = math.Float32frombits(binary.LittleEndian.Uint32(img.Data[4*j:]))
 		}
-		rows = append(rows, parityRow{path, psnr(gv, readF32(t, filepath.Join(out, fmt.Sprintf("%d.f32", i))), mean, std)})
+		pv := readF32(t, filepath.Join(out, fmt.Sprintf("%d.f32", i)))
+		rows = append(rows, parityRow{path, psnr(gv, pv, mean, std)})
 	}
 	if len(rows) == 0 {
 		t.Fatal("no image compared")
@@ -314,6 +314,5 @@ func corpusImages(t *testing.T) []string {
 	for i := range limit {
 		picked = append(picked, all[i*len(all)/limit])
 	}
-	_ = runtime.NumCPU
 	return picked
 }

@@ -1,0 +1,69 @@
+//go:build turbojpeg && cgo
+
+package imgproc
+
+/*
+#cgo LDFLAGS: -lturbojpeg
+#include <stdlib.h>
+#include <turbojpeg.h>
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// haveTurbo reports whether the libjpeg-turbo fast path is compiled in.
+const haveTurbo = true
+
+// tjHandle owns one TurboJPEG decompressor; it lives in a pooled scratch
+// and is destroyed by a finalizer when the pool drops the scratch.
+type tjHandle struct{ h C.tjhandle }
+
+func newTJHandle() *tjHandle {
+	t := &tjHandle{h: C.tjInitDecompress()}
+	if t.h == nil {
+		return nil
+	}
+	runtime.SetFinalizer(t, func(t *tjHandle) { C.tjDestroy(t.h) })
+	return t
+}
+
+// turboDecode decodes a YCbCr or grayscale JPEG to packed RGB with
+// libjpeg-turbo (accurate integer IDCT, fancy upsampling: what Pillow
+// gets). With gap > 0 it scales in the DCT domain by 1/2, 1/4 or 1/8 using
+// Pillow's draft() rule for a requested size of ceil(gap*tw)×ceil(gap*th).
+// ok is false, and the caller falls back to the Go decoder (which
+// classifies errors), for CMYK/YCCK images, warnings and errors.
+func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) ([]byte, int, int, bool, error) {
+	if len(data) == 0 {
+		return nil, 0, 0, false, nil
+	}
+	t, _ := s.turboState.(*tjHandle)
+	if t == nil {
+		if t = newTJHandle(); t == nil {
+			return nil, 0, 0, false, nil
+		}
+		s.turboState = t
+	}
+	src := (*C.uchar)(unsafe.Pointer(&data[0]))
+	n := C.ulong(len(data))
+	var w, h, sub, cs C.int
+	if C.tjDecompressHeader3(t.h, src, n, &w, &h, &sub, &cs) != 0 {
+		return nil, 0, 0, false, nil
+	}
+	if int(w) != rawW || int(h) != rawH || (cs != C.TJCS_YCbCr && cs != C.TJCS_GRAY && cs != C.TJCS_RGB) {
+		return nil, 0, 0, false, nil
+	}
+	sc := draftScale(rawW, rawH, tw, th, gap)
+	ow, oh := (rawW+sc-1)/sc, (rawH+sc-1)/sc
+	s.turbo = grow(s.turbo, 3*ow*oh)
+	dst := (*C.uchar)(unsafe.Pointer(&s.turbo[0]))
+	flags := C.int(C.TJFLAG_ACCURATEDCT | C.TJFLAG_STOPONWARNING | C.TJFLAG_LIMITSCANS)
+	if C.tjDecompress2(t.h, src, n, dst, C.int(ow), C.int(3*ow), C.int(oh), C.TJPF_RGB, flags) != 0 {
+		return nil, 0, 0, false, nil
+	}
+	runtime.KeepAlive(data)
+	return s.turbo, ow, oh, true, nil
+}
