@@ -168,3 +168,42 @@ func TestQuarantineWriterError(t *testing.T) {
 		t.Errorf("got err %v total %d, want an error and total 1", q.Err(), q.Total())
 	}
 }
+
+func TestIndexConcurrentReads(t *testing.T) {
+	pq := filepath.Join(t.TempDir(), "p.parquet")
+	var rows []pqRow
+	for i := range 40 {
+		rows = append(rows, pqRow{id: strings.Repeat("i", i+1), img: ptr(strings.Repeat("x", i+1)), text: ptr("t")})
+	}
+	writeParquet(t, pq, rows, false, 5)
+	ix, err := BuildIndex(context.Background(), pq, Options{})
+	must(t, err)
+	defer ix.Close()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for _, e := range ix.Order(uint64(g), 0) {
+				img, err := ix.ReadImage(e)
+				if err != nil || len(img) != len(e.ID) {
+					t.Errorf("%s: got %d bytes, err %v", e.ID, len(img), err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestContextCanceled(t *testing.T) {
+	sum := synthCorpus(t, "wds", 10, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	src, err := Open(sum.Path, Options{})
+	must(t, err)
+	defer src.Close()
+	if _, err := src.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Next on canceled ctx: got %v, want context.Canceled", err)
+	}
+	if _, err := Scan(ctx, src); !errors.Is(err, context.Canceled) {
+		t.Errorf("Scan on canceled ctx: got %v, want context.Canceled", err)
+	}
+}

@@ -164,6 +164,10 @@ func (s *tarSource) readGroup(withImage bool) (*tarGroup, bool) {
 		if hdr.Typeflag != tar.TypeReg {
 			continue
 		}
+		if isSparse(hdr) {
+			s.broken = "sparse member " + hdr.Name + " (unsupported)"
+			return g, g != nil
+		}
 		key, ext := splitKey(hdr.Name)
 		if g != nil && key != g.key {
 			s.pending = hdr
@@ -176,6 +180,17 @@ func (s *tarSource) readGroup(withImage bool) (*tarGroup, bool) {
 			return g, true
 		}
 	}
+}
+
+// isSparse reports a PAX sparse member, whose data is not stored
+// contiguously (its offset could not be re-read).
+func isSparse(hdr *tar.Header) bool {
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // splitKey splits a member name into the WebDataset key (path up to the
