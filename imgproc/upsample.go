@@ -71,24 +71,33 @@ func newChromaRows(m *image.YCbCr, kind yccKind) chromaRows {
 // nearest chroma row, f the next nearest; even output columns round with
 // +8, odd ones with +7 (libjpeg's ordered bias). Output is len(out) wide.
 func jpegH2V2Row(n, f []byte, cw int, out []byte) {
-	col := func(x int) int32 { return 3*int32(n[x]) + int32(f[x]) }
 	w := len(out)
-	for x := 0; x < w; x++ {
-		cx := x >> 1
-		this := col(cx)
-		if x&1 == 0 {
-			if cx == 0 {
-				out[x] = uint8((this*4 + 8) >> 4)
-			} else {
-				out[x] = uint8((this*3 + col(cx-1) + 8) >> 4)
-			}
+	n, f = n[:cw], f[:cw]
+	// Column sums 3*near + far, as libjpeg's lastcolsum/thiscolsum/nextcolsum.
+	var last int32
+	this := 3*int32(n[0]) + int32(f[0])
+	for cx := range cw {
+		next := this
+		if cx+1 < cw {
+			next = 3*int32(n[cx+1]) + int32(f[cx+1])
+		}
+		x := 2 * cx
+		if x >= w {
+			break
+		}
+		if cx == 0 {
+			out[x] = uint8((this*4 + 8) >> 4)
 		} else {
+			out[x] = uint8((this*3 + last + 8) >> 4)
+		}
+		if x+1 < w {
 			if cx == cw-1 {
-				out[x] = uint8((this*4 + 7) >> 4)
+				out[x+1] = uint8((this*4 + 7) >> 4)
 			} else {
-				out[x] = uint8((this*3 + col(cx+1) + 7) >> 4)
+				out[x+1] = uint8((this*3 + next + 7) >> 4)
 			}
 		}
+		last, this = this, next
 	}
 }
 
