@@ -49,26 +49,45 @@ func (b *builder) redeal(win []batch) [][]member {
 		return cmp.Compare(x.item, y.item)
 	})
 	out := make([][]member, len(win))
-	load := make([]float64, len(win))
+	dp := b.cfg.DP
+	load := make([]float64, len(win)*dp) // virtual ranks: step k, rank r at k*dp+r
 	tokens := make([]int, len(win))
-	for _, m := range pool {
-		best := -1
+	suffix := make([]float64, len(pool)+1) // suffix[i]: Σ cost of pool[i:]
+	for i := len(pool) - 1; i >= 0; i-- {
+		suffix[i] = suffix[i+1] + cost(pool[i])
+	}
+	for i, m := range pool {
+		best, bestLoad := -1, 0.0
 		l := b.items[m.item].TextTokens
+		// The samples still to come fill every step's remaining room; a
+		// virtual rank's projected load counts its share of them at their
+		// mean cost, so a step that fills up early is not left light.
+		mean := 0.0
+		if rest := len(pool) - i - 1; rest > 0 && b.cfg.GlobalTokens == 0 {
+			mean = suffix[i+1] / float64(rest)
+		}
 		for k, bt := range win {
 			room := len(out[k]) < len(bt.items)
 			if b.cfg.GlobalTokens > 0 {
 				room = tokens[k]+l <= b.cfg.GlobalTokens
 			}
-			if room && (best < 0 || load[k] < load[best]) {
-				best = k
+			if !room {
+				continue
+			}
+			future := float64(len(bt.items)-len(out[k])-1) * mean / float64(dp)
+			for v := k * dp; v < (k+1)*dp; v++ {
+				if pl := load[v] + future; best < 0 || pl < bestLoad {
+					best, bestLoad = v, pl
+				}
 			}
 		}
 		if best < 0 {
 			return keep()
 		}
-		out[best] = append(out[best], m)
+		k := best / dp
+		out[k] = append(out[k], m)
 		load[best] += cost(m)
-		tokens[best] += l
+		tokens[k] += l
 	}
 	for k := range out {
 		if len(out[k]) < b.cfg.DP*b.cfg.MicroBatches {

@@ -207,7 +207,7 @@ func (p *Partitioner) initialGroups() error {
 	}
 	cuts := p.equalCostCuts(k)
 	if k*n <= dpGroupingLimit {
-		if c := p.paddingOptimalCuts(k); validCuts(c, n) {
+		if c := p.balancedCuts(k); validCuts(c, n) {
 			cuts = c
 		}
 	}

@@ -167,7 +167,7 @@ func TestPartitionMinimal(t *testing.T) {
 
 func BenchmarkPartition(b *testing.B) {
 	model, _ := NewCostModel(BaseShape())
-	for _, tc := range []struct{ ranks, samples, mbs int }{{8, 128, 4}, {64, 4096, 1}, {64, 4096, 4}, {256, 16384, 2}} {
+	for _, tc := range []struct{ ranks, samples, mbs int }{{8, 128, 4}, {64, 4096, 1}, {64, 4096, 2}, {64, 4096, 4}, {256, 16384, 2}} {
 		for _, pl := range []Placement{Colocated, Modality} {
 			name := fmt.Sprintf("ranks=%d/samples=%d/mb=%d/placement=%v", tc.ranks, tc.samples, tc.mbs, pl)
 			b.Run(name, func(b *testing.B) {
