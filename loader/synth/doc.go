@@ -8,7 +8,7 @@
 // sample i is generated from its own random stream derived from (Seed, i).
 //
 // With Skew "strong" (the default) images vary in size (sides 32..1024 px,
-// long side log-normal around 256 px), aspect ratio (1:4..4:1) and content
+// long side log-normal around 256 px; PNGs at most 512 px), aspect ratio (1:4..4:1) and content
 // complexity (flat colour, gradients, shapes, noise), mixing JPEG and PNG,
 // and captions have a long-tailed word count (log-normal, median ~9 words,
 // a few paragraphs of hundreds of words) drawn Zipf-like from a built-in

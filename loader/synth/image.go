@@ -53,6 +53,10 @@ func pickImage(r *rng, c Config) imageSpec {
 	}
 	s.png = r.float() < 0.3
 	s.gray = r.float() < 0.05
+	if long := max(s.w, s.h); s.png && long > 512 { // PNG encoding is slow: keep PNGs at most 512 px
+		s.w = max(1, s.w*512/long)
+		s.h = max(1, s.h*512/long)
+	}
 	return s
 }
 
