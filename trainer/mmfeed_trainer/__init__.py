@@ -1,0 +1,22 @@
+"""mmfeed_trainer: the bundled PyTorch trainer of mmfeed.
+
+Contract
+--------
+Inputs: micro-batches in the Arrow schema of docs/protocol.md, one record batch per
+(step, dp rank, micro-batch), from the NATS stream (``stream.py``), from ``mmfeed shard``
+files (``shards.py``) or generated (``synthetic.py``).
+Outputs: a trained image-text model (ITC + ITM, ``model.py``), checkpoints (model,
+optimizer, scheduler, stream position: ``checkpoint.py``) and per-step feedback (compute
+time, data-wait time) to the service.
+Ownership: a rank owns the tensors it converts; records are not retained after
+conversion; checkpoints are written by dp rank 0 of each mp rank.
+Concurrency: one process per device (torchrun); inside a process, one prefetch thread
+produces host batches, the main thread trains.
+
+Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model),
+``parallel_dims`` (mesh layout), ``parallelize`` (mp split + DDP/FSDP2), ``exchange``
+(differentiable p2p between mp ranks), ``losses``, ``step``, ``optim``, ``batches``
+(Arrow -> torch), ``shards``, ``stream``, ``train`` (the loop), ``__main__`` (CLI).
+"""
+
+__version__ = "0.1.0"

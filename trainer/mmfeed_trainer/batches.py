@@ -1,0 +1,176 @@
+"""Arrow record batch (one micro-batch, docs/protocol.md schema) -> torch tensors.
+
+``record_to_batch(rb, role=...)`` returns host tensors (pinned on request):
+
+* always: ``id`` (list[str]), ``step``, ``micro_batch`` (int), ``weight`` float32 (B,),
+  ``num_live`` (int, samples with weight > 0);
+* text (roles full and text): ``input_ids`` int64 (B, L) right-padded with ``pad_id`` to the
+  micro-batch's longest, ``attention_mask`` int64 (B, L), ``lengths`` int64 (B,);
+* vision (roles full and vision): ``pixel_values`` (B, C, H, W) zero-padded to the largest
+  image, still in the wire's compact dtype (uint8 / float16 / bfloat16 / float32), its
+  ``pixel_mean`` / ``pixel_std`` and ``pixel_shape`` int64 (B, 3); and the deterministic ITM
+  negatives ``neg_text`` / ``neg_image`` int64 (B,).
+
+``to_device(batch, device)`` moves it and makes ``pixel_values`` a normalised float32
+tensor on the device: uint8 -> (x/255 - mean)/std with the mean/std of the field metadata,
+bfloat16 from its raw uint16 bits, float16/float32 as they are. Every wire dtype therefore
+gives the same tensor up to that dtype's rounding.
+
+Bad input (missing column, wrong type, pixel count not C*H*W, unknown dtype) raises
+``BatchError`` (a ValueError) naming the column or sample id.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .losses import itm_negatives
+from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+
+TEXT_COLUMNS = ("input_ids",)
+VISION_COLUMNS = ("pixel_values", "pixel_shape")
+BASE_COLUMNS = ("id", "step", "micro_batch", "weight")
+WIRE_DTYPES = {"float16": pa.float16(), "float32": pa.float32(), "bfloat16": pa.uint16(), "uint8": pa.uint8()}
+
+
+class BatchError(ValueError):
+    """A record batch that does not follow the wire schema."""
+
+
+def _column(rb: pa.RecordBatch, name: str) -> pa.Array:
+    idx = rb.schema.get_field_index(name)
+    if idx < 0:
+        raise BatchError(f"batch: missing column {name!r} (have {rb.schema.names})")
+    return rb.column(idx)
+
+
+def _list_parts(arr: pa.Array, name: str) -> tuple[np.ndarray, pa.Array]:
+    """(lengths int64 (B,), flat values) of a list column, nulls as empty lists."""
+    if not pa.types.is_list(arr.type) and not pa.types.is_large_list(arr.type):
+        raise BatchError(f"batch: column {name!r} is {arr.type}, want a list")
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.diff(offsets)
+    if arr.null_count:
+        lengths = np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+    return lengths, arr.flatten()
+
+
+def _text(rb: pa.RecordBatch, pad_id: int) -> dict:
+    lengths, flat = _list_parts(_column(rb, "input_ids"), "input_ids")
+    ids = flat.to_numpy(zero_copy_only=False).astype(np.int64)
+    width = max(int(lengths.max(initial=0)), 1)
+    out = np.full((len(lengths), width), pad_id, dtype=np.int64)
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    out[mask] = ids
+    return {"input_ids": torch.from_numpy(out), "attention_mask": torch.from_numpy(mask.astype(np.int64)),
+            "lengths": torch.from_numpy(lengths.copy())}
+
+
+def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
+    field = rb.schema.field("pixel_values")
+    md = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
+    dtype = md.get("dtype")
+    if dtype not in WIRE_DTYPES:
+        raise BatchError(f"batch: pixel_values dtype metadata {dtype!r}, want one of {sorted(WIRE_DTYPES)}")
+    if md.get("layout", "CHW") != "CHW":
+        raise BatchError(f"batch: pixel_values layout {md.get('layout')!r}, want CHW")
+    try:
+        mean = [float(v) for v in json.loads(md.get("mean", "[0,0,0]"))]
+        std = [float(v) for v in json.loads(md.get("std", "[1,1,1]"))]
+    except (ValueError, TypeError) as err:
+        raise BatchError(f"batch: pixel_values mean/std metadata: {err}") from err
+    return dtype, mean, std
+
+
+def _to_tensor(values: pa.Array, dtype: str) -> torch.Tensor:
+    if values.type != WIRE_DTYPES[dtype]:
+        raise BatchError(f"batch: pixel_values elements are {values.type}, metadata says {dtype}")
+    arr = values.to_numpy(zero_copy_only=False)
+    if dtype == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy())
+
+
+def _vision(rb: pa.RecordBatch, ids: list[str]) -> dict:
+    dtype, mean, std = _pixel_meta(rb)
+    lengths, flat = _list_parts(_column(rb, "pixel_values"), "pixel_values")
+    shape_col = _column(rb, "pixel_shape")
+    if not pa.types.is_fixed_size_list(shape_col.type) or shape_col.type.list_size != 3:
+        raise BatchError(f"batch: pixel_shape is {shape_col.type}, want fixed_size_list<int32, 3>")
+    shapes = shape_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 3)
+    if (shapes < 0).any() or (shapes.prod(axis=1) != lengths).any():
+        bad = int(np.nonzero((shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths))[0][0])
+        raise BatchError(f"batch: sample {ids[bad]!r} has {lengths[bad]} pixel values, shape {shapes[bad].tolist()}")
+    channels = set(shapes[lengths > 0, 0].tolist()) or {3}
+    if len(channels) != 1 or len(mean) != next(iter(channels)) or len(std) != len(mean):
+        raise BatchError(f"batch: channel counts {sorted(channels)} do not match mean/std of length {len(mean)}")
+    c = next(iter(channels))
+    values = _to_tensor(flat, dtype)
+    h, w = int(shapes[:, 1].max(initial=1)), int(shapes[:, 2].max(initial=1))
+    if (shapes[:, 1] == h).all() and (shapes[:, 2] == w).all() and (lengths > 0).all():
+        pixels = values.view(len(ids), c, h, w)  # fixed resolution: no copy
+    else:
+        pixels = torch.zeros((len(ids), c, h, w), dtype=values.dtype)
+        start = 0
+        for i, (n, (_, hi, wi)) in enumerate(zip(lengths.tolist(), shapes.tolist())):
+            if n:
+                pixels[i, :, :hi, :wi] = values[start:start + n].view(c, hi, wi)
+            start += n
+    return {"pixel_values": pixels, "pixel_shape": torch.from_numpy(shapes.copy()),
+            "pixel_mean": torch.tensor(mean, dtype=torch.float32), "pixel_std": torch.tensor(std, dtype=torch.float32),
+            "pixel_dtype": dtype}
+
+
+def _int_scalar(rb: pa.RecordBatch, name: str) -> int:
+    col = _column(rb, name).to_numpy(zero_copy_only=False)
+    if (col != col[0]).any():
+        raise BatchError(f"batch: column {name!r} is not constant within the micro-batch")
+    return int(col[0])
+
+
+def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False) -> dict:
+    """Convert one micro-batch record for a rank of ``role`` (host tensors)."""
+    if role not in (ROLE_FULL, ROLE_VISION, ROLE_TEXT):
+        raise ValueError(f"batch: unknown role {role!r}")
+    if rb.num_rows == 0:
+        raise BatchError("batch: empty micro-batch (ranks must get padding samples instead)")
+    ids = [str(v) for v in _column(rb, "id").to_pylist()]
+    weight_col = _column(rb, "weight")
+    weight = torch.from_numpy(weight_col.cast(pa.float32()).fill_null(0).to_numpy(zero_copy_only=False).copy())
+    if not torch.isfinite(weight).all() or (weight < 0).any():
+        raise BatchError("batch: weights must be finite and >= 0")
+    out: dict = {"id": ids, "step": _int_scalar(rb, "step"), "micro_batch": _int_scalar(rb, "micro_batch"),
+                 "weight": weight, "num_live": int((weight > 0).sum())}
+    if role in (ROLE_FULL, ROLE_TEXT):
+        out.update(_text(rb, pad_id))
+    if role in (ROLE_FULL, ROLE_VISION):
+        out.update(_vision(rb, ids))
+        out["neg_text"], out["neg_image"] = itm_negatives(weight)
+    if pin and torch.cuda.is_available():
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
+def to_device(batch: dict, device: torch.device, *, non_blocking: bool = False) -> dict:
+    """Move a host batch to ``device``; normalise the pixels there to float32."""
+    out = {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+           for k, v in batch.items()}
+    if "pixel_values" in out:
+        px = out["pixel_values"]
+        if batch["pixel_dtype"] == "uint8":
+            mean = out["pixel_mean"].view(1, -1, 1, 1)
+            std = out["pixel_std"].view(1, -1, 1, 1)
+            px = (px.float() / 255.0 - mean) / std
+        out["pixel_values"] = px.float()
+    return out
+
+
+def concat_records(records: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One record with the rows of ``records`` in order (the single-process view of a
+    micro-batch spread over dp ranks); schemas must match."""
+    table = pa.Table.from_batches([r.replace_schema_metadata(None) for r in records])
+    return table.combine_chunks().to_batches()[0]

@@ -1,0 +1,114 @@
+"""Checkpoints: model + optimizer + scheduler + stream position; resume from the latest.
+
+Layout under ``ckpt_dir``::
+
+    step-00000040/mp0/            torch.distributed.checkpoint (DCP) of mp rank 0's stage,
+    step-00000040/mp1/            saved collectively over its dp group (shards or replicas)
+    step-00000040/rank-00003.json per global rank: next step, stream position, scheduler
+    latest                        "step-00000040", written by global rank 0 after a barrier
+
+A checkpoint directory is complete once ``latest`` names it (atomic rename), so a rank killed
+mid-save leaves the previous checkpoint in force. Every rank must call ``save``/``load``.
+Resuming needs the same (dp, mp) layout and the same FSDP/DDP choice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from .parallel_dims import ParallelDims
+from .parallelize import unwrap
+
+LATEST = "latest"
+
+
+def _step_dir(ckpt_dir: str, step: int) -> str:
+    return os.path.join(ckpt_dir, f"step-{step:08d}")
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _dcp_kwargs(dims: ParallelDims) -> dict:
+    group = dims.dp_group()
+    return {"process_group": group} if group is not None else {"no_dist": True}
+
+
+def save(ckpt_dir: str, *, next_step: int, module: nn.Module, optimizer: torch.optim.Optimizer,
+         scheduler, dims: ParallelDims, stream_position: dict) -> str:
+    """Write the checkpoint of all ranks for resuming at ``next_step``; returns its directory."""
+    path = _step_dir(ckpt_dir, next_step)
+    msd, osd = get_state_dict(module, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(path, f"mp{dims.mp_rank}"),
+             **_dcp_kwargs(dims))
+    extra = {"next_step": next_step, "stream": stream_position, "scheduler": scheduler.state_dict(),
+             "dp": dims.dp, "mp": dims.mp, "fsdp": dims.fsdp}
+    _write_atomic(os.path.join(path, f"rank-{_rank():05d}.json"), json.dumps(extra))
+    _barrier()
+    if _rank() == 0:
+        _write_atomic(os.path.join(ckpt_dir, LATEST), os.path.basename(path))
+    _barrier()
+    return path
+
+
+def latest(ckpt_dir: str) -> str | None:
+    """Directory of the newest complete checkpoint, or None."""
+    try:
+        with open(os.path.join(ckpt_dir, LATEST)) as f:
+            name = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return os.path.join(ckpt_dir, name)
+
+
+def load(path: str, *, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+         dims: ParallelDims) -> dict:
+    """Restore this rank's state from ``path``; returns its extras (``next_step``, ``stream``)."""
+    with open(os.path.join(path, f"rank-{_rank():05d}.json")) as f:
+        extra = json.load(f)
+    layout = (extra["dp"], extra["mp"], extra["fsdp"])
+    if layout != (dims.dp, dims.mp, dims.fsdp):
+        raise ValueError(f"checkpoint {path} was written with dp, mp, fsdp = {layout}; "
+                         f"this run has {(dims.dp, dims.mp, dims.fsdp)}")
+    msd, osd = get_state_dict(module, optimizer)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=os.path.join(path, f"mp{dims.mp_rank}"), **_dcp_kwargs(dims))
+    set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    scheduler.load_state_dict(extra["scheduler"])
+    return extra
+
+
+def full_model_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Unsharded CPU copy of this rank's stage parameters, named as in ``MMModel``.
+
+    Collective over dp under FSDP2 (every dp rank must call it)."""
+    out = {}
+    for name, value in unwrap(module).state_dict().items():
+        if hasattr(value, "full_tensor"):
+            value = value.full_tensor()
+        out[name] = value.detach().cpu().clone()
+    return out
+
+
+def _write_atomic(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+

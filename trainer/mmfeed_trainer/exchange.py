@@ -1,0 +1,88 @@
+"""Differentiable point-to-point exchange of text features between the two mp ranks.
+
+mp rank 1 (text) sends, per micro-batch, the text tower output to mp rank 0 (vision +
+fusion); the gradient of those features comes back in the backward pass:
+
+    text rank                                   vision rank
+    send [B, L, lengths...]  (int64)   ---->    recv, checks B
+    send payload (hidden, emb)         ---->    recv -> TextFeatures (requires grad)
+                  ... loss.backward() on the vision rank ...
+    recv d payload  (backward of the   <----    send d payload (backward of the recv)
+    send, then the text tower backward)
+
+Both ranks run the same micro-batches in the same order, so the messages pair up. The
+payload travels in ``dtype`` (float32 on CPU, bfloat16 under CUDA autocast).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .model import TextFeatures
+
+
+class _SendWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, payload: torch.Tensor, peer: int, group) -> torch.Tensor:
+        ctx.peer, ctx.group = peer, group
+        ctx.shape, ctx.dtype = payload.shape, payload.dtype
+        dist.send(payload.contiguous(), dst=peer, group=group)
+        return payload.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _grad: torch.Tensor):
+        grad = torch.empty(ctx.shape, dtype=ctx.dtype, device=_grad.device)
+        dist.recv(grad, src=ctx.peer, group=ctx.group)
+        return grad, None, None
+
+
+class _RecvWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, numel: int, dtype: torch.dtype, peer: int, group) -> torch.Tensor:
+        ctx.peer, ctx.group = peer, group
+        buf = torch.empty(numel, dtype=dtype, device=anchor.device)
+        dist.recv(buf, src=peer, group=group)
+        return buf
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        dist.send(grad.contiguous(), dst=ctx.peer, group=ctx.group)
+        return None, None, None, None, None
+
+
+class Exchange:
+    """One end of the text-feature exchange between mp ranks of a dp replica."""
+
+    def __init__(self, *, peer: int, group, device: torch.device, dtype: torch.dtype,
+                 hidden_dim: int, embed_dim: int):
+        self.peer = peer
+        self.group = group
+        self.device = device
+        self.dtype = dtype
+        self.hidden_dim = hidden_dim
+        self.embed_dim = embed_dim
+
+    def send_text(self, txt: TextFeatures) -> torch.Tensor:
+        """Send the features; returns a scalar whose ``backward()`` pulls their gradient."""
+        b, length, _ = txt.hidden.shape
+        header = torch.cat([torch.tensor([b, length], dtype=torch.int64, device=self.device),
+                            txt.lengths.to(self.device, torch.int64)])
+        dist.send(header, dst=self.peer, group=self.group)
+        payload = torch.cat([txt.hidden.reshape(-1), txt.emb.reshape(-1)]).to(self.dtype)
+        return _SendWithGrad.apply(payload, self.peer, self.group)
+
+    def recv_text(self, batch_size: int) -> TextFeatures:
+        """Receive the features of a micro-batch of ``batch_size`` samples, with gradient."""
+        header = torch.empty(batch_size + 2, dtype=torch.int64, device=self.device)
+        dist.recv(header, src=self.peer, group=self.group)
+        b, length = (int(v) for v in header[:2].tolist())
+        if b != batch_size:
+            raise RuntimeError(f"exchange: text rank sent {b} samples, vision rank has {batch_size}: "
+                               "the mp ranks consume different micro-batches")
+        n_hidden = b * length * self.hidden_dim
+        anchor = torch.empty(0, device=self.device, requires_grad=True)
+        buf = _RecvWithGrad.apply(anchor, n_hidden + b * self.embed_dim, self.dtype, self.peer, self.group)
+        hidden = buf[:n_hidden].view(b, length, self.hidden_dim)
+        emb = buf[n_hidden:].view(b, self.embed_dim).clone()  # not a view: it leaves the FSDP root
+        return TextFeatures(hidden, header[2:], emb)

@@ -1,0 +1,63 @@
+"""AdamW with warmup + cosine schedule, and gradient clipping over the whole sharded model."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .config import OptimConfig
+
+
+def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices (ndim >= 2, including embeddings); no decay for biases, norms, scales."""
+    decay, no_decay = [], []
+    for _, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(module: nn.Module, cfg: OptimConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    cfg.validate()
+    opt = torch.optim.AdamW(param_groups(module, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                            eps=cfg.eps, foreach=True)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+
+
+def lr_factor(step: int, cfg: OptimConfig) -> float:
+    """Linear warmup from 1/warmup to 1, then cosine from 1 to min_lr_ratio at total_steps."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    span = max(cfg.total_steps - cfg.warmup_steps, 1)
+    t = min((step - cfg.warmup_steps) / span, 1.0)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def clip_grad_norm(module: nn.Module, max_norm: float, *, sharded_group=None, model_group=None) -> torch.Tensor:
+    """Clip all gradients by the L2 norm of the *whole* model's gradient; returns that norm.
+
+    ``sharded_group``: the dp group when gradients are sharded over it (FSDP2), so local
+    squares are summed over it; ``model_group``: the mp group, whose ranks hold disjoint
+    parts of the model. The norm stays on the device (no host sync).
+    """
+    grads = [_local(p.grad) for p in module.parameters() if p.grad is not None]
+    dev = grads[0].device if grads else torch.device("cpu")
+    acc = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
+    sq = torch.zeros((), dtype=acc, device=dev)
+    if grads:
+        sq = torch.stack([g.detach().to(acc).pow(2).sum() for g in grads]).sum()
+    for group in (sharded_group, model_group):
+        if group is not None and dist.get_world_size(group) > 1:
+            dist.all_reduce(sq, group=group)
+    norm = sq.sqrt()
+    if max_norm > 0 and grads:
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, coef.to(grads[0].dtype))
+    return norm

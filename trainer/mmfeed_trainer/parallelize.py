@@ -1,0 +1,152 @@
+"""Apply (dp, mp) parallelism to a plain ``MMModel`` from outside, in a fixed order.
+
+``parallelize(model, dims=..., cfg=...)`` returns the ``Stage`` this rank runs:
+
+1. modality split (mp): keep the parts of this rank's role and drop the others --
+   ``full`` (mp = 1): vision, text, fusion, itc; ``vision`` (mp rank 0): vision, fusion,
+   itc; ``text`` (mp rank 1): text. Text features cross to the vision rank through the
+   differentiable ``Exchange``.
+2. data parallelism over dp: FSDP2 ``fully_shard`` per transformer block, per tower and on
+   the stage root (``cfg.fsdp``), or DDP. Both overlap gradient communication with the
+   backward pass (per-block reduce-scatter / DDP buckets) and *sum* gradients over dp
+   (the loss is already divided by the global sample weight).
+
+A Stage's parameter names equal the model's (``vision.blocks.0.attn.q.weight`` ...), so
+checkpoints and parity checks line up with the single-process model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .exchange import Exchange
+from .model import MMModel
+from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
+
+ROLE_PARTS = {
+    ROLE_FULL: ("vision", "text", "fusion", "itc"),
+    ROLE_VISION: ("vision", "fusion", "itc"),
+    ROLE_TEXT: ("text",),
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class ParallelConfig:
+    """How parallelism is applied (the layout itself is ``ParallelDims``)."""
+
+    fsdp: bool = False
+    """FSDP2 ``fully_shard`` over dp instead of DDP."""
+    reshard_after_forward: bool = True
+    """FSDP2: free the gathered parameters after forward (ZeRO-3) or keep them (ZeRO-2)."""
+    exchange_dtype: torch.dtype = torch.float32
+    """dtype of the text features sent between mp ranks (bfloat16 halves the bytes)."""
+    ddp_bucket_cap_mb: int = 25
+    """DDP gradient bucket size: smaller buckets start communicating earlier in backward."""
+
+
+class Stage(nn.Module):
+    """The part of the model one rank runs; ``forward(mb)`` computes one micro-batch.
+
+    Returns a dict: loss ranks get ``img_emb``, ``txt_emb``, ``itm_logits``, ``logit_scale``;
+    the text rank (mp rank 1) gets ``token``, a scalar whose ``backward()`` runs its
+    backward pass once the vision rank sends the feature gradient.
+    """
+
+    def __init__(self, model: MMModel, role: str, exchange: Exchange | None = None):
+        super().__init__()
+        if role not in ROLE_PARTS:
+            raise ValueError(f"stage: unknown role {role!r}")
+        if role != ROLE_FULL and exchange is None:
+            raise ValueError(f"stage: role {role!r} needs an Exchange")
+        self.role = role
+        self.exchange = exchange
+        for name in ROLE_PARTS[role]:
+            self.add_module(name, getattr(model, name))
+
+    def forward(self, mb: dict) -> dict:
+        if self.role == ROLE_TEXT:
+            txt = self.text(mb["input_ids"], mb["lengths"])
+            return {"token": self.exchange.send_text(txt)}
+        img = self.vision(mb["pixel_values"], mb["pixel_shape"])
+        if self.role == ROLE_FULL:
+            txt = self.text(mb["input_ids"], mb["lengths"])
+        else:
+            txt = self.exchange.recv_text(img.emb.shape[0])
+        logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
+        return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
+
+
+def _sum_allreduce_hook(group, bucket):
+    """DDP comm hook: all-reduce SUM (DDP's default divides by the dp size)."""
+    fut = dist.all_reduce(bucket.buffer(), group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def _apply_fsdp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig) -> nn.Module:
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    mesh = dims.dp_mesh()
+    for name in ("vision", "text", "fusion"):
+        part = getattr(stage, name, None)
+        if part is None:
+            continue
+        for block in part.blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+        fully_shard(part, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    # Sum over dp (the loss is already divided by the global weight); plain SUM also works on
+    # gloo, which lacks the PREMUL_SUM a divide factor would otherwise use. The setters act on
+    # one FSDP module's own parameter group, so every sharded module needs them.
+    for module in stage.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    return stage
+
+
+def _apply_ddp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    group = dims.dp_group()
+    ddp = DDP(stage, process_group=group, device_ids=[device.index] if device.type == "cuda" else None,
+              bucket_cap_mb=cfg.ddp_bucket_cap_mb, gradient_as_bucket_view=True)
+    ddp.register_comm_hook(group, _sum_allreduce_hook)
+    return ddp
+
+
+def parallelize(model: MMModel, *, dims: ParallelDims, cfg: ParallelConfig,
+                device: torch.device | None = None) -> nn.Module:
+    """Split ``model`` for this rank's mp role, move it to ``device``, wrap it for dp.
+
+    The distributed process group and ``dims.build_mesh`` must be set up first (unless the
+    world size is 1). Returns the module to call once per micro-batch.
+    """
+    device = device or torch.device("cpu")
+    exchange = None
+    if dims.mp == 2:
+        exchange = Exchange(peer=dims.peer(), group=dims.mp_group(), device=device, dtype=cfg.exchange_dtype,
+                            hidden_dim=model.cfg.text_hidden, embed_dim=model.cfg.embed_dim)
+    stage = Stage(model, dims.role, exchange).to(device)
+    if dims.dp == 1:
+        return stage
+    if cfg.fsdp:
+        return _apply_fsdp(stage, dims, cfg)
+    return _apply_ddp(stage, dims, cfg, device)
+
+
+def unwrap(module: nn.Module) -> Stage:
+    """The Stage inside a DDP wrapper (FSDP2 modifies the Stage in place)."""
+    return module.module if hasattr(module, "module") and isinstance(module.module, Stage) else module
+
+
+def grad_sync(module: nn.Module, enabled: bool):
+    """Context that enables or skips the dp gradient reduction of this backward
+    (gradient accumulation over micro-batches: sync only on the last one)."""
+    if hasattr(module, "no_sync"):  # DDP
+        return contextlib.nullcontext() if enabled else module.no_sync()
+    if hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+        module.set_requires_gradient_sync(enabled)
+    return contextlib.nullcontext()

@@ -1,0 +1,91 @@
+"""One training step of a rank: forward/backward over its micro-batches, clip, update.
+
+The step's loss is  sum over micro-batches m and samples i of  w_i * (ITC_i + ITM_i)  divided
+by W, the sum of all weights of the step over every dp rank (all-reduced on the device
+before the first backward). Gradients are *summed* over dp, so the update equals the one of
+a single process on the whole global batch (``losses.py`` for the per-sample terms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import losses
+from .optim import clip_grad_norm
+from .parallel_dims import ParallelDims
+from .parallelize import grad_sync
+
+
+@dataclass(slots=True)
+class StepStats:
+    loss: torch.Tensor | None
+    """This rank's share of the step loss (detached, on device); None on the text rank.
+    Summed over dp it is the global step loss."""
+    global_weight: torch.Tensor | None
+    grad_norm: torch.Tensor
+    samples: int
+    """Live (weight > 0) samples this rank consumed."""
+
+
+def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.device) -> list[list[int]]:
+    """Per micro-batch, the sample count of every dp rank (one small all_gather per step)."""
+    local = torch.tensor([mb["weight"].shape[0] for mb in micro_batches], dtype=torch.int64, device=device)
+    group = dims.dp_group()
+    if group is None:
+        return [[int(n)] for n in local.tolist()]
+    parts = [torch.empty_like(local) for _ in range(dims.dp)]
+    dist.all_gather(parts, local, group=group)
+    table = torch.stack(parts).t().tolist()  # (micro-batch, dp rank)
+    return [[int(n) for n in row] for row in table]
+
+
+def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: ParallelDims,
+                     device: torch.device, autocast: contextlib.AbstractContextManager | None = None
+                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Accumulate this rank's gradients for one step; returns (loss share, global weight)."""
+    if not micro_batches:
+        raise ValueError("step: no micro-batches")
+    autocast = autocast or contextlib.nullcontext()
+    if not dims.has_loss:
+        for i, mb in enumerate(micro_batches):
+            with grad_sync(module, i == len(micro_batches) - 1):
+                with autocast:
+                    out = module(mb)
+                out["token"].backward()
+        return None, None
+    dp_group = dims.dp_group()
+    local_w = torch.stack([mb["weight"].sum() for mb in micro_batches]).sum()
+    total_w = losses.global_weight(local_w, dp_group)
+    sizes = _dp_sizes(micro_batches, dims, device)
+    loss_sum = torch.zeros((), dtype=total_w.dtype, device=device)
+    for i, mb in enumerate(micro_batches):
+        with grad_sync(module, i == len(micro_batches) - 1):
+            with autocast:
+                out = module(mb)
+            itc = losses.itc_sum(out["img_emb"], out["txt_emb"], mb["weight"], out["logit_scale"],
+                                 sizes=sizes[i], rank=dims.dp_rank, group=dp_group)
+            itm = losses.itm_sum(out["itm_logits"], mb["weight"], mb["neg_text"])
+            loss = (itc + itm) / total_w
+            loss.backward()
+        loss_sum += loss.detach()
+    return loss_sum, total_w
+
+
+def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[dict], *,
+               dims: ParallelDims, device: torch.device, max_grad_norm: float,
+               autocast: contextlib.AbstractContextManager | None = None) -> StepStats:
+    """forward_backward, clip over the whole model, optimizer and scheduler step, zero grads."""
+    loss, total_w = forward_backward(module, micro_batches, dims=dims, device=device, autocast=autocast)
+    norm = clip_grad_norm(module, max_grad_norm,
+                          sharded_group=dims.dp_group() if dims.fsdp else None,
+                          model_group=dims.mp_group())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    live = sum(mb["num_live"] for mb in micro_batches)
+    return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live)
