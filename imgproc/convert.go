@@ -98,7 +98,7 @@ func toRGB(img image.Image, kind yccKind, bg color.NRGBA, dst []byte) []byte {
 			}
 		}
 	case *image.NRGBA:
-		rgbaRows(m.Pix, m.Stride, 4, w, h, false, bg, dst)
+		nrgbaRows(m.Pix, m.Stride, w, h, bg, dst)
 	case *image.RGBA:
 		rgbaRows(m.Pix, m.Stride, 4, w, h, true, bg, dst)
 	case *image.NRGBA64:
@@ -122,6 +122,22 @@ func toRGB(img image.Image, kind yccKind, bg color.NRGBA, dst []byte) []byte {
 		genericToRGB(img, bg, dst)
 	}
 	return dst
+}
+
+// nrgbaRows is the common 8-bit non-premultiplied case of rgbaRows.
+func nrgbaRows(pix []byte, stride, w, h int, bg color.NRGBA, dst []byte) {
+	for y := range h {
+		row := pix[y*stride : y*stride+4*w]
+		out := dst[y*w*3 : (y+1)*w*3]
+		for len(row) >= 4 && len(out) >= 3 {
+			if a := row[3]; a == 255 {
+				out[0], out[1], out[2] = row[0], row[1], row[2]
+			} else {
+				out[0], out[1], out[2] = composite(row[0], a, bg.R), composite(row[1], a, bg.G), composite(row[2], a, bg.B)
+			}
+			row, out = row[4:], out[3:]
+		}
+	}
 }
 
 // rgbaRows handles 4-channel 8-bit (step 4) or 16-bit big-endian (step 8)
