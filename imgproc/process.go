@@ -66,6 +66,19 @@ func NewProcessor(c Config) (*Processor, error) {
 	return p, nil
 }
 
+// maxPooled caps the scratch memory a pooled scratch may keep: buffers of
+// rare huge images are dropped rather than pinned in the pool.
+const maxPooled = 32 << 20
+
+func (p *Processor) release(s *scratch) {
+	for _, b := range []*[]byte{&s.rgb, &s.rot, &s.turbo, &s.res.tmp} {
+		if cap(*b) > maxPooled {
+			*b = nil
+		}
+	}
+	p.pool.Put(s)
+}
+
 // Config returns the processor's configuration.
 func (p *Processor) Config() Config { return p.cfg }
 
@@ -98,7 +111,7 @@ func (p *Processor) Process(data []byte) (img Image, err error) {
 	}
 	g, _ := p.cfg.plan(hdr.Width, hdr.Height)
 	s := p.pool.Get().(*scratch)
-	defer p.pool.Put(s)
+	defer p.release(s)
 	pix, w, h, err := p.decodeRGB(data, hdr, rawW, rawH, g, s)
 	if err != nil {
 		return Image{}, err
