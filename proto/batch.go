@@ -286,6 +286,9 @@ func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error
 			rec, err = nil, fmt.Errorf("proto: decode ipc: malformed payload (%v): %w", p, ErrSchema)
 		}
 	}()
+	if err := checkIPCFraming(b); err != nil {
+		return nil, fmt.Errorf("proto: decode ipc: %w", err)
+	}
 	body := min(int64(len(b)), DefaultMaxIPCBody)
 	r, err := ipc.NewReader(bytes.NewReader(b), ipc.WithAllocator(mem),
 		ipc.WithMetadataSizeLimit(min(int64(len(b)), MaxIPCMetadata)), ipc.WithBodySizeLimit(max(body, 1)))

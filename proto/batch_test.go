@@ -184,3 +184,40 @@ func schemaEnd(t *testing.T, b []byte) int {
 	n := int(uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24)
 	return 8 + n
 }
+
+func TestChecksumIsCRC32C(t *testing.T) {
+	// The CRC-32C check value docs/protocol.md quotes for clients.
+	if got, want := Checksum([]byte("123456789")), uint32(0xe3069283); got != want {
+		t.Errorf("Checksum(123456789) = %08x, want %08x", got, want)
+	}
+}
+
+func FuzzDecodeIPC(f *testing.F) {
+	for _, mod := range []Modality{ModalityAll, ModalityText} {
+		meta := testMeta(mod, DTypeFloat16, nil)
+		rec, err := BuildRecord(memory.DefaultAllocator, meta, testRows(meta, 3))
+		if err != nil {
+			f.Fatal(err)
+		}
+		b, err := EncodeIPC(rec)
+		rec.Release()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		rec, err := DecodeIPC(mem, b)
+		if err != nil {
+			if got := mem.CurrentAlloc(); got != 0 {
+				t.Fatalf("rejected payload leaked %d bytes", got)
+			}
+			return
+		}
+		defer rec.Release()
+		if _, _, err := ReadRows(rec); err != nil {
+			t.Fatalf("DecodeIPC accepted a record ReadRows rejects: %v", err)
+		}
+	})
+}

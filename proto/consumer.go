@@ -106,8 +106,18 @@ type Consumer struct {
 	re   *Reassembler[jetstream.Msg]
 	errs []error // failures queued for the next Next calls
 
+	skipEpoch, skipStep int // batches before (skipEpoch, skipStep) are dropped
+
 	mu          sync.Mutex
 	outstanding map[BatchKey]*Batch // returned by Next, not yet acked
+}
+
+// SkipBefore makes Next acknowledge and drop every batch whose (epoch, step)
+// is before (epoch, step): a rank resuming from a checkpoint at that step.
+func (c *Consumer) SkipBefore(epoch, step int) { c.skipEpoch, c.skipStep = epoch, step }
+
+func (c *Consumer) skipped(h ChunkHeader) bool {
+	return h.Epoch < c.skipEpoch || (h.Epoch == c.skipEpoch && h.Step < c.skipStep)
 }
 
 // NewConsumer ensures the rank's durable consumer exists (EnsureConsumer) and
@@ -172,6 +182,11 @@ func (c *Consumer) Next(ctx context.Context) (*Batch, error) {
 			return nil, c.failed(a, err)
 		case a.Duplicate:
 			c.redelivered(a.Header.BatchKey, m)
+			continue
+		case c.skipped(a.Header):
+			for _, t := range a.Tags {
+				_ = t.Ack()
+			}
 			continue
 		}
 		b, err := c.decode(a)

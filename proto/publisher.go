@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -47,6 +48,7 @@ type Publisher struct {
 	js        jetstream.JetStream
 	cfg       PublisherConfig
 	chunkSize int
+	limits    sync.Map // stream name → int64 MaxBytes, looked up on first rejection
 }
 
 // PublishStats reports one Publish.
@@ -106,6 +108,11 @@ func (p *Publisher) Publish(ctx context.Context, key BatchKey, gen int, payload 
 		if len(failed) == 0 {
 			break
 		}
+		if st.Retries == 0 {
+			if err := p.checkFits(ctx, key.Job, len(payload), len(msgs)); err != nil {
+				return st, fmt.Errorf("proto: publish %v: %w", key, err)
+			}
+		}
 		st.Retries += len(failed)
 		todo = failed
 		if err := sleepCtx(ctx, backoff); err != nil {
@@ -114,6 +121,30 @@ func (p *Publisher) Publish(ctx context.Context, key BatchKey, gen int, payload 
 		backoff = min(2*backoff, p.cfg.RetryMax)
 	}
 	return st, nil
+}
+
+// msgOverhead approximates what a stored chunk costs beyond its data
+// (subject, headers, store record).
+const msgOverhead = 1024
+
+// checkFits fails with ErrTooLarge when the whole batch can never be in the
+// stream at once: the consumer acknowledges a batch only when it has every
+// chunk, so waiting for space would never end.
+func (p *Publisher) checkFits(ctx context.Context, job string, size, chunks int) error {
+	name := StreamName(job)
+	v, ok := p.limits.Load(name)
+	if !ok {
+		s, err := p.js.Stream(ctx, name)
+		if err != nil {
+			return nil // unknown for now (no stream yet, leader election): keep retrying
+		}
+		v = s.CachedInfo().Config.MaxBytes
+		p.limits.Store(name, v)
+	}
+	if lim := v.(int64); lim > 0 && int64(size)+int64(chunks)*msgOverhead > lim {
+		return fmt.Errorf("batch of %d bytes in %d chunks cannot fit stream %s max_bytes %d: %w", size, chunks, name, lim, ErrTooLarge)
+	}
+	return nil
 }
 
 // sendAll publishes msgs Window at a time and returns the ones to retry.
