@@ -94,7 +94,9 @@ type BatchError struct {
 	Err error
 }
 
-func (e *BatchError) Error() string { return fmt.Sprintf("proto: batch %v gen %d: %v", e.Key, e.Gen, e.Err) }
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("proto: batch %v gen %d: %v", e.Key, e.Gen, e.Err)
+}
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // Consumer reads one rank's batches from its durable pull consumer. Next is
