@@ -3,9 +3,13 @@ package proto
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -518,4 +522,84 @@ func TestPublishBatchLargerThanStream(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v, want ErrTooLarge", err)
 	}
+}
+
+// TestPythonPeerConsumes runs testdata/peer_consume.py, a minimal client
+// written from docs/protocol.md with nats-py and pyarrow, against batches the
+// Go Publisher wrote: the documented protocol is enough to read them.
+func TestPythonPeerConsumes(t *testing.T) {
+	py := peerPython(t)
+	s := startServer(t, 0)
+	nc, js := connect(t, s)
+	ctx := testCtx(t)
+	scfg := DefaultStreamConfig("job-1")
+	scfg.Memory = true
+	st, err := EnsureStream(ctx, js, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := NewPublisher(nc, js, DefaultPublisherConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.chunkSize = 4096
+	type want struct {
+		Key      []any    `json:"key"`
+		Chunks   int      `json:"chunks"`
+		Modality string   `json:"modality"`
+		IDs      []string `json:"ids"`
+		PixelSum *int64   `json:"pixel_sum,omitempty"`
+	}
+	var wants []want
+	for step, mod := range []Modality{ModalityVision, ModalityText, ModalityAll} {
+		meta := testMeta(mod, DTypeUint8, []int{3, 16, 16})
+		meta.Step, meta.DPRank, meta.MPRank = step, 1, 0
+		rows := testRows(meta, 5)
+		ps, err := pub.Publish(ctx, meta.Key(), step%2, mustEncode(t, meta, rows)) // gen 1 on step 1
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := want{Key: []any{meta.Job, float64(meta.Epoch), float64(step), float64(meta.MicroBatch), 1.0, 0.0},
+			Chunks: ps.Chunks, Modality: string(mod)}
+		var sum int64
+		for _, r := range rows {
+			w.IDs = append(w.IDs, r.ID)
+			for _, p := range r.Pixels {
+				sum += int64(p)
+			}
+		}
+		if mod.hasVision() {
+			w.PixelSum = &sum
+		}
+		wants = append(wants, w)
+	}
+	if _, err := EnsureConsumer(ctx, js, DefaultConsumerConfig("job-1", 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "peer_consume.py"), s.ClientURL(), "job-1", "1", "0", "3")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python peer: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(wants) {
+		t.Fatalf("peer printed %d batches, want %d:\n%s", len(lines), len(wants), out)
+	}
+	for i, line := range lines {
+		var got want
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, wants[i]) {
+			t.Errorf("batch %d: got %+v, want %+v", i, got, wants[i])
+		}
+	}
+	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if n := streamMsgs(t, st); n != 0 {
+			return fmt.Errorf("%d chunks not acked by the peer", n)
+		}
+		return nil
+	})
 }
