@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import torch
 import torch.distributed as dist
@@ -48,8 +49,9 @@ def _dcp_kwargs(dims: ParallelDims) -> dict:
 
 
 def save(ckpt_dir: str, *, next_step: int, module: nn.Module, optimizer: torch.optim.Optimizer,
-         scheduler, dims: ParallelDims, stream_position: dict) -> str:
-    """Write the checkpoint of all ranks for resuming at ``next_step``; returns its directory."""
+         scheduler, dims: ParallelDims, stream_position: dict, keep: int = 2) -> str:
+    """Write the checkpoint of all ranks for resuming at ``next_step``; returns its directory.
+    Keeps the ``keep`` newest checkpoints."""
     path = _step_dir(ckpt_dir, next_step)
     msd, osd = get_state_dict(module, optimizer)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(path, f"mp{dims.mp_rank}"),
@@ -60,8 +62,18 @@ def save(ckpt_dir: str, *, next_step: int, module: nn.Module, optimizer: torch.o
     _barrier()
     if _rank() == 0:
         _write_atomic(os.path.join(ckpt_dir, LATEST), os.path.basename(path))
+        _prune(ckpt_dir, keep)
     _barrier()
     return path
+
+
+def _prune(ckpt_dir: str, keep: int) -> None:
+    """Delete all but the ``keep`` newest complete checkpoints (never the one ``latest`` names)."""
+    current = os.path.basename(latest(ckpt_dir) or "")
+    names = sorted(n for n in os.listdir(ckpt_dir) if n.startswith("step-") and n <= current)
+    for name in names[:-keep] if keep > 0 else []:
+        if name != current:
+            shutil.rmtree(os.path.join(ckpt_dir, name), ignore_errors=True)
 
 
 def latest(ckpt_dir: str) -> str | None:

@@ -1,0 +1,107 @@
+"""Train the mmfeed image-text model (ITC + ITM) on batches from the service, shards or synthetic.
+
+One process per device; torchrun sets RANK/WORLD_SIZE/LOCAL_RANK. dp x mp must equal the
+number of processes; mp = 2 puts the vision tower (+ fusion) on even ranks and the text tower
+on odd ranks. NCCL on CUDA, gloo on CPU. Run from the repository root with the trainer on the
+path (``PYTHONPATH=trainer`` or ``pip install -e trainer``):
+
+4 CPU processes, 2 dp x 2 mp, streaming from the service (``mmfeed serve --job demo``)::
+
+    torchrun --nproc-per-node 4 -m mmfeed_trainer --nats nats://127.0.0.1:4222 --job demo \\
+        --dp 2 --mp 2 --model tiny --steps 50
+
+The same, reading ``mmfeed shard --out shards/`` files, FSDP2 instead of DDP, with checkpoints
+every 10 steps (rerun the same command to resume from the latest one)::
+
+    torchrun --nproc-per-node 4 -m mmfeed_trainer --shards shards/ --dp 2 --mp 2 --fsdp \\
+        --model tiny --steps 50 --ckpt-dir ckpt/ --ckpt-every 10
+
+One 8-GPU node, base model (ViT-B/16 + BERT-base), bf16 autocast, 4 dp x 2 mp::
+
+    torchrun --nproc-per-node 8 -m mmfeed_trainer --nats nats://127.0.0.1:4222 --job demo \\
+        --dp 4 --mp 2 --model base --steps 10000 --lr 1e-4 --warmup 1000 --ckpt-dir ckpt/ --ckpt-every 500
+
+Single process on synthetic data (smoke test)::
+
+    python -m mmfeed_trainer --synthetic --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from . import config, synthetic
+from .train import TrainConfig, run
+
+
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
+    p = argparse.ArgumentParser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0])
+    src = p.add_argument_group("data source (exactly one)")
+    src.add_argument("--nats", help="NATS URL of the mmfeed service, e.g. nats://127.0.0.1:4222")
+    src.add_argument("--shards", help="directory written by `mmfeed shard` (rank-00000.arrow, ...)")
+    src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
+    p.add_argument("--job", default="demo", help="job name on the service (default demo)")
+    p.add_argument("--model", default="tiny", choices=sorted(config.PRESETS))
+    p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
+    p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup", type=int, default=10, help="warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--clip", type=float, default=1.0, help="max global grad norm (<= 0: off)")
+    p.add_argument("--ckpt-dir", help="checkpoint directory; resumes from its latest checkpoint")
+    p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast (auto: on CUDA)")
+    p.add_argument("--prefetch", type=int, default=2, help="steps converted ahead")
+    p.add_argument("--save-params", help="write the final parameters of each mp rank here")
+    p.add_argument("--synth-samples", type=int, nargs=2, default=(2, 5), metavar=("MIN", "MAX"),
+                   help="synthetic: samples per rank and micro-batch")
+    p.add_argument("--synth-grids", default="1x1,1x2,2x1,2x2", help="synthetic: patch grids, e.g. 14x14,16x12")
+    p.add_argument("--synth-text", type=int, nargs=2, default=(3, 12), metavar=("MIN", "MAX"))
+    p.add_argument("--synth-micro-batches", type=int, default=2)
+    p.add_argument("--synth-dtype", default="float16", choices=("float16", "float32", "bfloat16", "uint8"))
+    a = p.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    dp = a.dp if a.dp is not None else max(world // a.mp, 1)
+    grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
+    return TrainConfig(
+        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
+        log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
+        save_params=a.save_params,
+        optim=config.OptimConfig(lr=a.lr, warmup_steps=a.warmup, total_steps=max(a.steps, 1),
+                                 weight_decay=a.weight_decay, max_grad_norm=a.clip),
+        synth=synthetic.SynthConfig(seed=a.seed, dp=dp, micro_batches=a.synth_micro_batches,
+                                    min_samples=a.synth_samples[0], max_samples=a.synth_samples[1],
+                                    min_text=a.synth_text[0], max_text=a.synth_text[1], grids=grids,
+                                    dtype=a.synth_dtype))
+
+
+def main(argv: list[str] | None = None) -> int:
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
+    import torch.distributed as dist
+    try:
+        cfg = parse_args(argv)
+        result = run(cfg)
+    except ValueError as err:
+        print(f"mmfeed_trainer: {err}", file=sys.stderr)
+        return 2
+    if dist.is_initialized():
+        dist.barrier()  # let every rank finish its collectives before tearing the group down
+        dist.destroy_process_group()
+    if rank == "0":
+        print(json.dumps({"steps": result.steps_done, "final_step": result.final_step,
+                          "losses": result.losses, **result.metrics}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Where a rank's micro-batches come from: shard files, synthetic, or the NATS stream.
+
+A source yields ``StepData`` -- all micro-batch records of one step for this rank, in
+micro-batch order -- from a given step on (resume). ``ack(step)`` is called after the step's
+update has been applied; ``feedback`` after every step; ``position()`` is what a checkpoint
+stores to resume. Sources are used from one thread (the prefetcher's), except ``ack``,
+``feedback`` and ``close`` which the training thread calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from . import synthetic
+
+
+@dataclass(slots=True)
+class StepData:
+    step: int
+    records: list[pa.RecordBatch]
+    handles: list = field(default_factory=list)
+    """Source-specific acknowledgement handles (NATS messages)."""
+
+
+class Source:
+    """Base: no acknowledgement, no feedback."""
+
+    def steps(self, start_step: int) -> Iterator[StepData]:
+        raise NotImplementedError
+
+    def ack(self, data: StepData) -> None:
+        pass
+
+    def feedback(self, *, step: int, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
+        pass
+
+    def position(self, next_step: int) -> dict:
+        return {"next_step": next_step}
+
+    def close(self) -> None:
+        pass
+
+
+def group_by_step(records: Iterator[pa.RecordBatch], start_step: int) -> Iterator[StepData]:
+    """Group consecutive records with the same ``step`` column; skip steps < start_step.
+
+    Raises ValueError when steps go backwards or micro-batches are out of order."""
+    current: StepData | None = None
+    last_step = -1
+    for rec in records:
+        if rec.num_rows == 0:
+            raise ValueError("source: empty record batch (ranks must get padding samples instead)")
+        step = rec.column(rec.schema.get_field_index("step"))[0].as_py()
+        mb = rec.column(rec.schema.get_field_index("micro_batch"))[0].as_py()
+        if step < last_step:
+            raise ValueError(f"source: step {step} after step {last_step}: records out of order")
+        last_step = step
+        if step < start_step:
+            continue
+        if current is not None and current.step != step:
+            yield current
+            current = None
+        if current is None:
+            current = StepData(step, [])
+        if mb != len(current.records):
+            raise ValueError(f"source: step {step} micro-batch {mb} arrived as number {len(current.records)}")
+        current.records.append(rec)
+    if current is not None:
+        yield current
+
+
+class ShardSource(Source):
+    """Reads ``rank-%05d.arrow`` (Arrow IPC file, ``mmfeed shard`` output) of one dp rank.
+
+    Both mp ranks of a dp replica read the same file; ``batches.record_to_batch`` keeps the
+    columns of the rank's role. Memory-mapped: records are zero-copy views of the file.
+    """
+
+    def __init__(self, directory: str, dp_rank: int):
+        self.path = os.path.join(directory, f"rank-{dp_rank:05d}.arrow")
+        if not os.path.exists(self.path):
+            raise ValueError(f"shards: {self.path} does not exist (is --shards the mmfeed shard output "
+                             f"directory, and does it have a file per dp rank?)")
+
+    def _records(self) -> Iterator[pa.RecordBatch]:
+        with pa.memory_map(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            version = (reader.schema.metadata or {}).get(b"mmfeed.schema_version", b"1")
+            if version != b"1":
+                raise ValueError(f"shards: {self.path} has schema version {version!r}, want 1")
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+    def steps(self, start_step: int) -> Iterator[StepData]:
+        return group_by_step(self._records(), start_step)
+
+
+class SyntheticSource(Source):
+    """Endless deterministic synthetic steps for one dp rank (``synthetic.py``)."""
+
+    def __init__(self, cfg: synthetic.SynthConfig, dp_rank: int):
+        self.cfg = cfg
+        self.dp_rank = dp_rank
+
+    def steps(self, start_step: int) -> Iterator[StepData]:
+        step = start_step
+        while True:
+            yield StepData(step, synthetic.step_records(self.cfg, step, self.dp_rank))
+            step += 1

@@ -1,0 +1,259 @@
+"""The training loop: set up the mesh, build and parallelize the model, stream steps, train,
+report, checkpoint, resume. ``__main__.py`` parses flags into a ``TrainConfig``."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from . import batches, checkpoint, config
+from .synthetic import SynthConfig
+from .model import MMModel, flops_per_sample
+from .optim import build_optimizer
+from .parallel_dims import ParallelDims, backend_for
+from .parallelize import ParallelConfig, parallelize
+from .prefetch import Prefetcher
+from .sources import ShardSource, Source, SyntheticSource
+from .step import train_step
+
+log = logging.getLogger("mmfeed_trainer")
+
+FAULT_ENV = "MMFEED_FAULT"
+"""Test hook: "rank=R,step=S" makes global rank R kill itself (SIGKILL) before step S."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """Everything a run needs; flags of ``python -m mmfeed_trainer`` map 1:1 onto fields."""
+
+    model: str = "tiny"
+    """Model preset: tiny (CPU) or base (GPU)."""
+    dp: int = 1
+    mp: int = 1
+    fsdp: bool = False
+    """Shard parameters over dp with FSDP2 instead of DDP."""
+    steps: int = 100
+    """Steps to train (stops earlier at the end of the data)."""
+    seed: int = 0
+    """Seed of the model init (and of the synthetic data)."""
+    nats: str | None = None
+    """NATS URL of the service; the stream source."""
+    job: str = "demo"
+    """Job name on the service."""
+    shards: str | None = None
+    """Directory of ``mmfeed shard`` output; the shard source."""
+    synthetic: bool = False
+    """Train on generated batches (benchmarks, gpu-check)."""
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    ckpt_dir: str | None = None
+    """Checkpoint directory; the run resumes from its latest checkpoint when there is one."""
+    ckpt_every: int = 0
+    """Checkpoint every N steps (0: only at the end when ckpt_dir is set)."""
+    log_every: int = 10
+    bf16: bool | None = None
+    """bf16 autocast; None = on when CUDA is available."""
+    optim: config.OptimConfig = field(default_factory=config.OptimConfig)
+    prefetch: int = 2
+    """Steps converted ahead of the current one."""
+    save_params: str | None = None
+    """Write the final full parameters of each mp rank to this directory (tests, parity)."""
+
+    def validate(self) -> None:
+        sources = sum(x is not None and x is not False for x in (self.nats, self.shards, self.synthetic or None))
+        if sources != 1:
+            raise ValueError("train: give exactly one data source: --nats URL, --shards DIR or --synthetic")
+        if self.steps <= 0:
+            raise ValueError(f"train: --steps must be > 0, got {self.steps}")
+        if self.ckpt_every < 0 or self.log_every <= 0:
+            raise ValueError("train: --ckpt-every must be >= 0 and --log-every > 0")
+        config.model_config(self.model)
+        self.optim.validate()
+
+
+@dataclass(slots=True)
+class RunResult:
+    steps_done: int
+    final_step: int
+    losses: list[float]
+    metrics: dict
+
+
+def _setup_distributed() -> tuple[int, torch.device]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend_for(device), timeout=datetime.timedelta(seconds=300),
+                                device_id=device if device.type == "cuda" else None)
+    return world, device
+
+
+def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
+    if cfg.shards:
+        return ShardSource(cfg.shards, dims.dp_rank)
+    if cfg.synthetic:
+        return SyntheticSource(cfg.synth, dims.dp_rank)
+    from .stream import StreamSource
+    return StreamSource(url=cfg.nats, job=cfg.job, dims=dims)
+
+
+def _maybe_fault(step: int) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    parts = dict(kv.split("=", 1) for kv in spec.split(","))
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if int(parts["rank"]) == rank and int(parts["step"]) == step:
+        log.warning("fault injection: rank %d kills itself before step %d", rank, step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Meter:
+    """Per-step timings and throughput, averaged between log lines."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.steps, self.compute, self.wait, self.samples, self.flops = 0, 0.0, 0.0, 0, 0.0
+
+    def add(self, compute: float, wait: float, samples: int, flops: float):
+        self.steps += 1
+        self.compute += compute
+        self.wait += wait
+        self.samples += samples
+        self.flops += flops
+
+    def summary(self, world: int, peak_flops: float | None) -> dict:
+        total = self.compute + self.wait
+        out = {"step_time_s": total / max(self.steps, 1), "compute_s": self.compute / max(self.steps, 1),
+               "data_wait_fraction": self.wait / total if total else 0.0,
+               "samples_per_s": self.samples / total if total else 0.0}
+        if peak_flops:
+            out["mfu"] = self.flops / total / (peak_flops * world) if total else 0.0
+        return out
+
+
+def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[dict]) -> float:
+    total = 0.0
+    for mb in micro_batches:
+        w = mb["weight"]
+        text = mb.get("lengths")
+        shape = mb.get("pixel_shape")
+        for i in range(w.shape[0]):
+            if w[i] <= 0:
+                continue
+            nt = int(text[i]) if text is not None else 0
+            ni = int(shape[i, 1] // mcfg.patch_size * (shape[i, 2] // mcfg.patch_size)) if shape is not None else 0
+            total += flops_per_sample(mcfg, nt, ni)
+    return total
+
+
+def run(cfg: TrainConfig, *, peak_flops: float | None = None) -> RunResult:
+    """Train per ``cfg`` in this process (one rank of a torchrun world); returns a summary."""
+    cfg.validate()
+    world, device = _setup_distributed()
+    dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, world_size=world, fsdp=cfg.fsdp)
+    dims.build_mesh(device.type)
+    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    mcfg = config.model_config(cfg.model)
+    torch.manual_seed(cfg.seed)
+    module = parallelize(MMModel(mcfg), dims=dims, device=device,
+                         cfg=ParallelConfig(fsdp=cfg.fsdp, exchange_dtype=torch.bfloat16 if bf16 else torch.float32))
+    optimizer, scheduler = build_optimizer(module, cfg.optim)
+    start = 0
+    resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
+    source = _make_source(cfg, dims)
+    if resume:
+        extra = checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        start = extra["next_step"]
+        log.info("resumed from %s at step %d", resume, start)
+    if hasattr(source, "register"):
+        source.register(resume_step=start)
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
+    pin = device.type == "cuda"
+    prefetcher = Prefetcher(source, start_step=start, role=dims.role, pad_id=mcfg.pad_token_id, pin=pin,
+                            depth=cfg.prefetch)
+    losses, meter, all_meter = [], _Meter(), _Meter()
+    step = start
+    try:
+        while step < cfg.steps:
+            _maybe_fault(step)
+            try:
+                host, waited = prefetcher.next()
+            except StopIteration:
+                log.info("end of data at step %d", step)
+                break
+            if host.data.step != step:
+                raise RuntimeError(f"train: expected step {step}, the source gave step {host.data.step}")
+            t0 = time.perf_counter()
+            mbs = [batches.to_device(mb, device, non_blocking=pin) for mb in host.micro_batches]
+            stats = train_step(module, optimizer, scheduler, mbs, dims=dims, device=device,
+                               max_grad_norm=cfg.optim.max_grad_norm, autocast=autocast)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            compute = time.perf_counter() - t0
+            source.ack(host.data)
+            source.feedback(step=step, compute_seconds=compute, data_wait_seconds=waited, samples=stats.samples)
+            flops = _batch_flops(mcfg, host.micro_batches) / max(dims.mp, 1) if peak_flops else 0.0
+            meter.add(compute, waited, stats.samples, flops)
+            all_meter.add(compute, waited, stats.samples, flops)
+            step += 1
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                loss = _global_loss(stats, dims)
+                if loss is not None:
+                    losses.append(loss)
+                _log_step(step, loss, stats, meter.summary(world, peak_flops), scheduler)
+                meter.reset()
+            if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
+                checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
+                                scheduler=scheduler, dims=dims, stream_position=source.position(step))
+    finally:
+        prefetcher.close()
+    if cfg.ckpt_dir and step > start and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):
+        checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
+                        scheduler=scheduler, dims=dims, stream_position=source.position(step))
+    if cfg.save_params:
+        _save_params(cfg.save_params, module, dims)
+    source.close()
+    return RunResult(steps_done=step - start, final_step=step, losses=losses,
+                     metrics=all_meter.summary(world, peak_flops))
+
+
+def _global_loss(stats, dims: ParallelDims) -> float | None:
+    """The step loss summed over dp (a collective over dp on the loss ranks)."""
+    if stats.loss is None:
+        return None
+    loss = stats.loss.detach().clone()
+    if dims.dp_group() is not None:
+        dist.all_reduce(loss, group=dims.dp_group())
+    return float(loss)
+
+
+def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) -> None:
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    lr = scheduler.get_last_lr()[0]
+    extra = f" mfu {summary['mfu']:.1%}" if "mfu" in summary else ""
+    log.info("step %d loss %s lr %.2e grad_norm %.3f step_time %.1f ms data_wait %.1f%% samples/s %.1f%s",
+             step, f"{loss:.4f}" if loss is not None and math.isfinite(loss) else loss, lr,
+             float(stats.grad_norm), 1e3 * summary["step_time_s"], 100 * summary["data_wait_fraction"],
+             summary["samples_per_s"], extra)
+
+
+def _save_params(directory: str, module, dims: ParallelDims) -> None:
+    state = checkpoint.full_model_state(module)
+    if dims.dp_rank == 0:
+        os.makedirs(directory, exist_ok=True)
+        torch.save(state, os.path.join(directory, f"params-mp{dims.mp_rank}.pt"))
