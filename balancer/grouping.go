@@ -13,6 +13,10 @@ const dpGroupingLimit = 1 << 17
 // lambdaSteps is the number of bisection steps of the balance weight λ.
 const lambdaSteps = 10
 
+// closeEnough ends the bisection once the grouping leaves at most this share
+// of its allowed padding slack unspent.
+const closeEnough = 0.25
+
 // initialSlack is the share of the padding slack (between the padding-optimal
 // grouping and the padding target) the initial grouping may spend on equal
 // group costs; the rest is left to the refinement.
@@ -24,11 +28,12 @@ type cutter struct {
 	ps  []int     // prefix Σ P
 	cs  []float64 // prefix Σ cost
 	bud Budget
+	dp  dpState
 }
 
-func (p *Partitioner) newCutter() cutter {
+func (p *Partitioner) newCutter() *cutter {
 	n := len(p.order)
-	c := cutter{l: make([]int64, n), ps: make([]int, n+1), cs: make([]float64, n+1), bud: p.cfg.Budget}
+	c := &cutter{l: make([]int64, n), ps: make([]int, n+1), cs: make([]float64, n+1), bud: p.cfg.Budget}
 	for i, pos := range p.order {
 		c.l[i] = int64(p.items[pos].TextTokens)
 		c.ps[i+1] = c.ps[i] + p.items[pos].ImageTokens
@@ -38,7 +43,7 @@ func (p *Partitioner) newCutter() cutter {
 }
 
 // padded returns Σ count × longest L of the groups cut at cuts.
-func (c cutter) padded(cuts []int) int64 {
+func (c *cutter) padded(cuts []int) int64 {
 	var s int64
 	for g := 1; g < len(cuts); g++ {
 		s += int64(cuts[g]-cuts[g-1]) * c.l[cuts[g]-1]
@@ -53,12 +58,9 @@ func (c cutter) padded(cuts []int) int64 {
 // PaddingTarget, it bisects the weight λ of the cost-deviation term for the
 // most balanced grouping that spends at most initialSlack of the slack. It
 // returns nil when the budget leaves no feasible grouping.
-func (p *Partitioner) balancedCuts(k int) []int {
+func (p *Partitioner) balancedCuts(k int, opt []int) []int {
 	c := p.newCutter()
-	best := c.cuts(k, 0, 0)
-	if best == nil {
-		return nil
-	}
+	best := opt
 	var real int64
 	for _, l := range c.l {
 		real += l
@@ -76,6 +78,9 @@ func (p *Partitioner) balancedCuts(k int) []int {
 		cuts := c.cuts(k, math.Exp2(mid)*unit, c.cs[len(c.l)]/float64(k))
 		if cuts != nil && c.padded(cuts) <= allowed {
 			best, lo = cuts, mid
+			if float64(allowed-c.padded(cuts)) <= closeEnough*float64(allowed-optPad) {
+				break // spends nearly all the slack it may
+			}
 		} else {
 			hi = mid
 		}
@@ -90,64 +95,78 @@ func (p *Partitioner) balancedCuts(k int) []int {
 // sorted lengths, the second as a convex function of a contiguous sum), so
 // optimal split points are monotone. w = 0 gives the padding-optimal grouping.
 // It returns nil when the budget leaves no feasible grouping.
-func (c cutter) cuts(k int, w, t float64) []int {
+func (c *cutter) cuts(k int, w, t float64) []int {
 	n := len(c.l)
+	s := &c.dp
+	s.c, s.w, s.t, s.limited = c, w, t, !c.bud.Unlimited()
+	s.prev = slices.Grow(s.prev[:0], n+1)[:n+1]
+	s.cur = slices.Grow(s.cur[:0], n+1)[:n+1]
+	s.arg = slices.Grow(s.arg[:0], (k+1)*(n+1))[:(k+1)*(n+1)]
+	s.n = n
 	inf := math.Inf(1)
-	cost := func(j, i int) float64 { // group order[j:i], i > j
-		if !c.bud.Fits(i-j, int(c.l[i-1]), c.ps[i]-c.ps[j]) {
-			return inf
-		}
-		v := float64(int64(i-j) * c.l[i-1])
-		if w > 0 {
-			d := (c.cs[i] - c.cs[j] - t) / t
-			v += w * d * d
-		}
-		return v
+	for i := range s.prev {
+		s.prev[i] = inf
 	}
-	prev := make([]float64, n+1)
-	cur := make([]float64, n+1)
-	arg := make([][]int32, k+1)
-	for i := range prev {
-		prev[i] = inf
-	}
-	prev[0] = 0
-	var solve func(g, lo, hi, optLo, optHi int)
-	solve = func(g, lo, hi, optLo, optHi int) {
-		if lo > hi {
-			return
-		}
-		mid := (lo + hi) / 2
-		best, bestJ := inf, optLo
-		for j := optLo; j <= min(mid-1, optHi); j++ {
-			if math.IsInf(prev[j], 1) {
-				continue
-			}
-			if v := prev[j] + cost(j, mid); v < best {
-				best, bestJ = v, j
-			}
-		}
-		cur[mid], arg[g][mid] = best, int32(bestJ)
-		solve(g, lo, mid-1, optLo, bestJ)
-		solve(g, mid+1, hi, bestJ, optHi)
-	}
+	s.prev[0] = 0
 	for g := 1; g <= k; g++ {
-		arg[g] = make([]int32, n+1)
-		for i := range cur {
-			cur[i] = inf
+		for i := range s.cur {
+			s.cur[i] = inf
 		}
-		solve(g, g, n-(k-g), g-1, n-1)
-		prev, cur = cur, prev
+		s.solve(g, g, n-(k-g), g-1, n-1)
+		s.prev, s.cur = s.cur, s.prev
 	}
-	if math.IsInf(prev[n], 1) {
+	if math.IsInf(s.prev[n], 1) {
 		return nil
 	}
 	cuts := make([]int, k+1)
 	cuts[k] = n
 	for g := k; g >= 1; g-- {
-		cuts[g-1] = int(arg[g][cuts[g]])
+		cuts[g-1] = int(s.arg[g*(n+1)+cuts[g]])
 	}
-	if !validCuts(cuts, n) || !slices.IsSorted(cuts) {
+	if !validCuts(cuts, n) {
 		return nil
 	}
 	return cuts
+}
+
+// dpState is the scratch space of cutter.cuts.
+type dpState struct {
+	c         *cutter
+	w, t      float64
+	limited   bool
+	n         int
+	prev, cur []float64
+	arg       []int32 // arg[g*(n+1)+i]: best start of the last of g groups ending at i
+}
+
+// weight is the cost of the group order[j:i], i > j.
+func (s *dpState) weight(j, i int) float64 {
+	c := s.c
+	l := c.l[i-1]
+	if s.limited && !c.bud.Fits(i-j, int(l), c.ps[i]-c.ps[j]) {
+		return math.Inf(1)
+	}
+	v := float64(int64(i-j) * l)
+	if s.w > 0 {
+		d := (c.cs[i] - c.cs[j] - s.t) / s.t
+		v += s.w * d * d
+	}
+	return v
+}
+
+// solve fills cur[lo..hi] for g groups, knowing the optimal split of the
+// midpoints lies in [optLo, optHi].
+func (s *dpState) solve(g, lo, hi, optLo, optHi int) {
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		best, bestJ := math.Inf(1), optLo
+		for j := optLo; j <= min(mid-1, optHi); j++ {
+			if v := s.prev[j] + s.weight(j, mid); v < best {
+				best, bestJ = v, j
+			}
+		}
+		s.cur[mid], s.arg[g*(s.n+1)+mid] = best, int32(bestJ)
+		s.solve(g, lo, mid-1, optLo, bestJ)
+		lo, optLo = mid+1, bestJ // tail call on the right half
+	}
 }

@@ -141,14 +141,48 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	p.items, p.costs = items, costs
 	defer func() { p.items, p.costs = nil, nil }()
 	p.sortByLength()
-	if err := p.initialGroups(); err != nil {
+	cuts, err := p.initialCuts()
+	if err != nil {
 		return Assignment{}, err
+	}
+	best, imb := p.attempt(cuts)
+	if imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
+		if c := p.balancedCuts(k, cuts); c != nil && !slices.Equal(c, cuts) {
+			if a, i := p.attempt(c); i < imb {
+				best = a
+			}
+		}
+	}
+	return best, nil
+}
+
+// retryImbalance is the max / mean − 1 above which Partition retries with a
+// grouping that trades padding for equal group costs.
+const retryImbalance = 2e-3
+
+// attempt builds the groups cut at cuts, assigns them to ranks, refines, and
+// returns the assignment and its max / mean rank cost.
+func (p *Partitioner) attempt(cuts []int) (Assignment, float64) {
+	k := p.cfg.DP * p.cfg.MicroBatches
+	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	for g := range k {
+		gr := &p.groups[g]
+		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
+		gr.contiguousID = int32(g)
 	}
 	p.assignGroups()
 	if p.cfg.Refinement == RefineLocalSearch {
 		p.localSearch()
 	}
-	return p.assignment(), nil
+	var hi, sum float64
+	for _, c := range p.step {
+		hi, sum = max(hi, c), sum+c
+	}
+	imb := 1.0
+	if sum > 0 {
+		imb = hi / (sum / float64(len(p.step)))
+	}
+	return p.assignment(), imb
 }
 
 func (p *Partitioner) sortByLength() {
@@ -191,33 +225,24 @@ func (p *Partitioner) computeNeed() {
 	}
 }
 
-// initialGroups cuts the length-sorted order into DP × MicroBatches contiguous
-// micro-batches of about equal cost, within the budget.
-func (p *Partitioner) initialGroups() error {
+// initialCuts checks that the budget can hold the items in DP × MicroBatches
+// micro-batches and returns the first grouping of the length-sorted order:
+// padding-optimal contiguous groups (by dynamic programming) when the batch is
+// small enough, else contiguous groups of about equal cost.
+func (p *Partitioner) initialCuts() ([]int, error) {
 	k := p.cfg.DP * p.cfg.MicroBatches
 	n := len(p.order)
 	p.computeNeed()
 	if int(p.need[0]) > k {
-		return fmt.Errorf("balancer: %d items need at least %d micro-batches under budget %+v, have %d: %w",
+		return nil, fmt.Errorf("balancer: %d items need at least %d micro-batches under budget %+v, have %d: %w",
 			n, p.need[0], p.cfg.Budget, k, ErrBudgetExceeded)
 	}
-	var remaining float64
-	for _, pos := range p.order {
-		remaining += p.costs[pos].Total()
-	}
-	cuts := p.equalCostCuts(k)
 	if k*n <= dpGroupingLimit {
-		if c := p.balancedCuts(k); validCuts(c, n) {
-			cuts = c
+		if c := p.newCutter().cuts(k, 0, 0); c != nil {
+			return c, nil
 		}
 	}
-	p.groups = slices.Grow(p.groups[:0], k)[:k]
-	for g := range k {
-		gr := &p.groups[g]
-		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
-		gr.contiguousID = int32(g)
-	}
-	return nil
+	return p.equalCostCuts(k), nil
 }
 
 // validCuts reports whether cuts are strictly increasing from 0 to n.

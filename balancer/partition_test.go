@@ -108,7 +108,10 @@ func TestPartitionRefinementKeepsPadding(t *testing.T) {
 				t.Fatal(err)
 			}
 			imb1, pad1 := checkAssignment(t, items, costs, refined, a1)
-			if imb1 > imb0+1e-12 {
+			// Partition stops retrying groupings once within retryImbalance,
+			// so the refined plan may be that close to perfect while the
+			// unrefined one, retried, is closer still.
+			if imb1 > max(imb0, 1+retryImbalance)+1e-12 {
 				t.Errorf("target %v seed %d: refinement raised imbalance %v → %v", target, s, imb0, imb1)
 			}
 			if pad1 < min(target, pad0)-1e-12 {

@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"slices"
 )
 
@@ -181,8 +182,8 @@ func (b *builder) plan_(batches []batch) error {
 			return err
 		}
 		b.part = p
-		for start := 0; start < len(full); start += b.cfg.Lookahead {
-			win := full[start:min(start+b.cfg.Lookahead, len(full))]
+		for start, size := range windows(len(full), b.cfg.Lookahead) {
+			win := full[start : start+size]
 			for k, members := range b.redeal(win) {
 				if err := b.mmfeedStep(start+k, members); err != nil {
 					return err
@@ -224,4 +225,27 @@ func delays(steps []Step) (hi, lo int) {
 		}
 	}
 	return hi, lo
+}
+
+// windows cuts n steps into lookahead windows of at most la steps, as few as
+// possible and of sizes differing by at most one, so that the last window is
+// not left with a step or two to balance alone. It yields (start, size).
+func windows(n, la int) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		if n <= 0 {
+			return
+		}
+		count := (n + la - 1) / la
+		start := 0
+		for w := range count {
+			size := n / count
+			if w < n%count {
+				size++
+			}
+			if !yield(start, size) {
+				return
+			}
+			start += size
+		}
+	}
 }
