@@ -3,9 +3,7 @@ package proto
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -50,15 +48,6 @@ type BatchMeta struct {
 	// with them.
 	Mean, Std [3]float32
 }
-
-// Limits of the IPC reader.
-const (
-	// MaxIPCMetadata bounds one IPC message's flatbuffer metadata.
-	MaxIPCMetadata = 16 << 20
-	// DefaultMaxIPCBody bounds one IPC message body by default (DecodeIPC
-	// further bounds it by the payload length).
-	DefaultMaxIPCBody = 2 << 30
-)
 
 // BuildRecord builds the record of one micro-batch. Every row gets
 // meta.Step and meta.MicroBatch in the step and micro_batch columns. The
@@ -272,13 +261,15 @@ func estimateSize(rec arrow.RecordBatch) int64 {
 	return n
 }
 
-// DecodeIPC reads one record from an IPC stream written by EncodeIPC,
-// allocating from mem, and checks it against the mmfeed schema. The reader's
-// message limits are bounded by len(b), so a malformed length cannot make it
-// allocate more than the payload. The record's contents are checked with
-// ValidateRecord. The caller releases the record.
+// DecodeIPC reads the record of an IPC stream written by EncodeIPC and
+// checks it against the mmfeed schema (ValidateRecord). The stream's framing
+// and flatbuffer lengths are checked before arrow-go parses it, so a
+// malformed payload gives an ErrSchema error, never a huge allocation.
+// Zero-copy: the record's buffers alias b, so b must not change while the
+// record is alive; mem serves only what decoding has to allocate. The caller
+// releases the record.
 func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error) {
-	defer func() { // arrow's reader may panic on malformed flatbuffers
+	defer func() { // arrow's reader may still panic on malformed data
 		if p := recover(); p != nil {
 			if rec != nil {
 				rec.Release()
@@ -286,12 +277,11 @@ func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error
 			rec, err = nil, fmt.Errorf("proto: decode ipc: malformed payload (%v): %w", p, ErrSchema)
 		}
 	}()
-	if err := checkIPCFraming(b); err != nil {
+	frames, err := checkIPCFraming(b)
+	if err != nil {
 		return nil, fmt.Errorf("proto: decode ipc: %w", err)
 	}
-	body := min(int64(len(b)), DefaultMaxIPCBody)
-	r, err := ipc.NewReader(bytes.NewReader(b), ipc.WithAllocator(mem),
-		ipc.WithMetadataSizeLimit(min(int64(len(b)), MaxIPCMetadata)), ipc.WithBodySizeLimit(max(body, 1)))
+	r, err := ipc.NewReaderFromMessageReader(&frameReader{frames: frames}, ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, fmt.Errorf("proto: decode ipc: %w: %w", err, ErrSchema)
 	}
@@ -304,14 +294,6 @@ func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error
 	}
 	rec = r.RecordBatch()
 	rec.Retain()
-	if r.Next() {
-		rec.Release()
-		return nil, fmt.Errorf("proto: decode ipc: more than one record batch: %w", ErrSchema)
-	}
-	if err := r.Err(); err != nil && !errors.Is(err, io.EOF) {
-		rec.Release()
-		return nil, fmt.Errorf("proto: decode ipc: %w: %w", err, ErrSchema)
-	}
 	if _, err := ValidateRecord(rec); err != nil {
 		rec.Release()
 		return nil, fmt.Errorf("proto: decode ipc: %w", err)

@@ -21,7 +21,9 @@
 // Ownership: every arrow.RecordBatch returned by this package is owned by the
 // caller, who must Release it (Batch.Release for a Consumer batch). Row slices
 // passed to BuildRecord are copied and may be reused after it returns.
-// Payloads returned by Reassemble are fresh slices owned by the caller.
+// DecodeIPC is zero-copy: the record aliases the payload, which must not
+// change while the record lives. Payloads returned by Reassemble and
+// Reassembler are fresh slices owned by the caller.
 //
 // Concurrency: the pure functions (BuildRecord, EncodeIPC, DecodeIPC, Chunk,
 // Reassemble, subject and header helpers, validation) are safe for

@@ -3,6 +3,10 @@ package proto
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	flatbuffers "github.com/google/flatbuffers/go"
 )
@@ -21,16 +25,18 @@ const maxFieldDepth = 8
 // vector length the arrow reader allocates from bounded by the metadata
 // size. arrow-go trusts those lengths (make([]Field, n) with n from the
 // wire), so without this a 2 KiB payload can ask for hundreds of gigabytes.
-func checkIPCFraming(b []byte) (err error) {
+//
+// It returns the metadata and body of each of the two messages, slices of b.
+func checkIPCFraming(b []byte) (frames [2]ipcFrame, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("proto: ipc framing: malformed flatbuffer (%v): %w", p, ErrSchema)
+			frames, err = [2]ipcFrame{}, fmt.Errorf("proto: ipc framing: malformed flatbuffer (%v): %w", p, ErrSchema)
 		}
 	}()
 	pos, msgs := 0, 0
 	for {
 		if len(b)-pos < 8 || binary.LittleEndian.Uint32(b[pos:]) != 0xFFFFFFFF {
-			return fmt.Errorf("proto: ipc framing: no continuation marker at byte %d: %w", pos, ErrSchema)
+			return frames, fmt.Errorf("proto: ipc framing: no continuation marker at byte %d: %w", pos, ErrSchema)
 		}
 		n := int(binary.LittleEndian.Uint32(b[pos+4:]))
 		pos += 8
@@ -38,30 +44,55 @@ func checkIPCFraming(b []byte) (err error) {
 			break
 		}
 		if n > len(b)-pos || n < 8 {
-			return fmt.Errorf("proto: ipc framing: message %d metadata of %d bytes at byte %d: %w", msgs, n, pos, ErrSchema)
+			return frames, fmt.Errorf("proto: ipc framing: message %d metadata of %d bytes at byte %d: %w", msgs, n, pos, ErrSchema)
 		}
 		want := byte(fbSchema)
 		if msgs == 1 {
 			want = fbRecordBatch
 		}
+		if msgs >= 2 {
+			return frames, fmt.Errorf("proto: ipc framing: more than one record batch: %w", ErrSchema)
+		}
 		body, err := checkMessage(b[pos:pos+n], want)
 		if err != nil {
-			return fmt.Errorf("proto: ipc framing: message %d: %w", msgs, err)
+			return frames, fmt.Errorf("proto: ipc framing: message %d: %w", msgs, err)
 		}
+		frames[msgs].meta = b[pos : pos+n]
 		pos += n
 		if body < 0 || body > int64(len(b)-pos) {
-			return fmt.Errorf("proto: ipc framing: message %d body of %d bytes, %d left: %w", msgs, body, len(b)-pos, ErrSchema)
+			return frames, fmt.Errorf("proto: ipc framing: message %d body of %d bytes, %d left: %w", msgs, body, len(b)-pos, ErrSchema)
 		}
+		frames[msgs].body = b[pos : pos+int(body)]
 		pos += int(body)
-		if msgs++; msgs > 2 {
-			return fmt.Errorf("proto: ipc framing: more than one record batch: %w", ErrSchema)
-		}
+		msgs++
 	}
 	if msgs != 2 || pos != len(b) {
-		return fmt.Errorf("proto: ipc framing: %d messages, %d trailing bytes (want schema + 1 record batch): %w", msgs, len(b)-pos, ErrSchema)
+		return frames, fmt.Errorf("proto: ipc framing: %d messages, %d trailing bytes (want schema + 1 record batch): %w", msgs, len(b)-pos, ErrSchema)
 	}
-	return nil
+	return frames, nil
 }
+
+// ipcFrame is one IPC message: flatbuffer metadata and body.
+type ipcFrame struct{ meta, body []byte }
+
+// frameReader is an ipc.MessageReader over frames already checked by
+// checkIPCFraming; its messages alias the payload (no copy).
+type frameReader struct {
+	frames [2]ipcFrame
+	next   int
+}
+
+func (r *frameReader) Message() (*ipc.Message, error) {
+	if r.next >= len(r.frames) {
+		return nil, io.EOF
+	}
+	f := r.frames[r.next]
+	r.next++
+	return ipc.NewMessage(memory.NewBufferBytes(f.meta), memory.NewBufferBytes(f.body)), nil
+}
+
+func (r *frameReader) Retain()  {}
+func (r *frameReader) Release() {}
 
 // checkMessage checks one Message flatbuffer and returns its body length.
 func checkMessage(buf []byte, wantType byte) (int64, error) {
