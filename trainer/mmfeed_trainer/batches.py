@@ -41,11 +41,27 @@ class BatchError(ValueError):
     """A record batch that does not follow the wire schema."""
 
 
+_TYPE_CHECKS = {
+    "id": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "utf8"),
+    "step": (pa.types.is_integer, "int32"),
+    "micro_batch": (pa.types.is_integer, "int32"),
+    "weight": (pa.types.is_floating, "float32"),
+    "input_ids": (lambda t: pa.types.is_list(t) and pa.types.is_integer(t.value_type), "list<int32>"),
+    "pixel_values": (pa.types.is_list, "list<E>"),
+    "pixel_shape": (lambda t: pa.types.is_fixed_size_list(t) and t.list_size == 3
+                    and pa.types.is_integer(t.value_type), "fixed_size_list<int32>[3]"),
+}
+
+
 def _column(rb: pa.RecordBatch, name: str) -> pa.Array:
     idx = rb.schema.get_field_index(name)
     if idx < 0:
         raise BatchError(f"batch: missing column {name!r} (have {rb.schema.names})")
-    return rb.column(idx)
+    col = rb.column(idx)
+    check, want = _TYPE_CHECKS.get(name, (lambda t: True, ""))
+    if not check(col.type):
+        raise BatchError(f"batch: column {name!r} is {col.type}, want {want}")
+    return col
 
 
 def _list_parts(arr: pa.Array, name: str) -> tuple[np.ndarray, pa.Array]:
@@ -71,6 +87,7 @@ def _text(rb: pa.RecordBatch, pad_id: int) -> dict:
 
 
 def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
+    _column(rb, "pixel_values")  # present, with a list type
     field = rb.schema.field("pixel_values")
     md = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
     dtype = md.get("dtype")
@@ -99,8 +116,6 @@ def _vision(rb: pa.RecordBatch, ids: list[str]) -> dict:
     dtype, mean, std = _pixel_meta(rb)
     lengths, flat = _list_parts(_column(rb, "pixel_values"), "pixel_values")
     shape_col = _column(rb, "pixel_shape")
-    if not pa.types.is_fixed_size_list(shape_col.type) or shape_col.type.list_size != 3:
-        raise BatchError(f"batch: pixel_shape is {shape_col.type}, want fixed_size_list<int32, 3>")
     shapes = shape_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 3)
     if (shapes < 0).any() or (shapes.prod(axis=1) != lengths).any():
         bad = int(np.nonzero((shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths))[0][0])
@@ -165,8 +180,16 @@ def to_device(batch: dict, device: torch.device, *, non_blocking: bool = False) 
             mean = out["pixel_mean"].view(1, -1, 1, 1)
             std = out["pixel_std"].view(1, -1, 1, 1)
             px = (px.float() / 255.0 - mean) / std
+            px = px * _valid_pixels(out["pixel_shape"], px.shape[2], px.shape[3])  # padding stays 0
         out["pixel_values"] = px.float()
     return out
+
+
+def _valid_pixels(shape: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """(B, 1, H, W) float mask of each sample's own h x w region of the padded tensor."""
+    rows = torch.arange(height, device=shape.device)[None, :, None] < shape[:, 1, None, None]
+    cols = torch.arange(width, device=shape.device)[None, None, :] < shape[:, 2, None, None]
+    return (rows & cols)[:, None].float()
 
 
 def concat_records(records: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -1,0 +1,22 @@
+"""ParallelDims validation and role mapping (no process group needed)."""
+
+import pytest
+
+from mmfeed_trainer.parallel_dims import ParallelDims, ROLE_FULL
+
+
+@pytest.mark.parametrize("dp,mp,world,message", [
+    (2, 2, 3, r"dp \(2\) \* mp \(2\) = 4 != world size 3"),
+    (0, 1, 1, "dp must be >= 1"),
+    (1, 3, 3, "mp must be 1 or 2"),
+])
+def test_invalid_layouts_name_the_problem(dp, mp, world, message):
+    with pytest.raises(ValueError, match=message):
+        ParallelDims(dp=dp, mp=mp, world_size=world)
+
+
+def test_single_process_layout():
+    dims = ParallelDims()
+    assert dims.coords() == (0, 0)
+    assert dims.role == ROLE_FULL and dims.has_loss
+    assert dims.dp_group() is None and dims.mp_group() is None
