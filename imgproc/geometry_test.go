@@ -132,3 +132,27 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestVerticalFirst(t *testing.T) {
+	// Pass order observed in Pillow 13 (each case checked against both
+	// orders computed separately); ties go horizontal first.
+	cases := []struct {
+		w, h, rw, rh int
+		want         bool
+	}{
+		{225, 301, 256, 256, true},  // width grows, height shrinks
+		{301, 225, 256, 256, false}, // height grows
+		{400, 300, 200, 100, false}, // 2*200 > 200
+		{300, 400, 200, 100, true},  // 2*100 < 300
+		{87, 189, 29, 63, true},     // 116 < 126
+		{249, 207, 105, 10, false},  // 288 > 197
+		{100, 100, 90, 80, false},   // tie 20 == 20
+		{50, 60, 100, 70, false},    // both grow
+		{1440, 720, 448, 224, false},
+	}
+	for _, tc := range cases {
+		if got := verticalFirst(tc.w, tc.h, tc.rw, tc.rh); got != tc.want {
+			t.Errorf("verticalFirst(%d, %d -> %d, %d) got %v, want %v", tc.w, tc.h, tc.rw, tc.rh, got, tc.want)
+		}
+	}
+}

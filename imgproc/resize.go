@@ -114,9 +114,21 @@ type resampler struct {
 	acc  []int32
 }
 
+// verticalFirst is Pillow 13's pass order rule (python-pillow/Pillow#9549):
+// when the height shrinks by more than twice as many pixels as the width,
+// the vertical pass runs first. Determined empirically against Pillow 13.0
+// (zero mismatches over 267 random resizes, strict inequality at the tie).
+func verticalFirst(w, h, rw, rh int) bool {
+	return rh < h && 2*(w-rw) < h-rh
+}
+
 // resize resamples packed RGB src (w×h) to the window g of a g.rw×g.rh
 // resize and writes g.ow×g.oh packed RGB into dst (len ≥ 3*ow*oh).
 func (r *resampler) resize(src []byte, w, h int, g geom, kern kernel, dst []byte) {
+	if verticalFirst(w, h, g.rw, g.rh) {
+		r.resizeVH(src, w, h, g, kern, dst)
+		return
+	}
 	needH := g.rw != w
 	needV := g.rh != h
 	// Rows of src the vertical pass reads.
@@ -149,6 +161,32 @@ func (r *resampler) resize(src []byte, w, h int, g geom, kern kernel, dst []byte
 	}
 	r.acc = growI32(r.acc, 3*g.ow)
 	vertical(mid, midStride, midOff, &r.v, g.ow, g.oh, r.acc, dst)
+}
+
+// resizeVH is resize with the vertical pass first, over only the source
+// columns the horizontal pass will read.
+func (r *resampler) resizeVH(src []byte, w, h int, g geom, kern kernel, dst []byte) {
+	r.v.compute(h, g.rh, g.y0, g.oh, kern)
+	x0, x1 := g.x0, g.x0+g.ow
+	needH := g.rw != w
+	if needH {
+		r.h.compute(w, g.rw, g.x0, g.ow, kern)
+		last := 2 * (g.ow - 1)
+		x0 = int(r.h.bounds[0])
+		x1 = int(r.h.bounds[last] + r.h.bounds[last+1])
+	}
+	n := x1 - x0
+	r.acc = growI32(r.acc, 3*n)
+	if !needH {
+		vertical(src, 3*w, 3*x0, &r.v, n, g.oh, r.acc, dst)
+		return
+	}
+	r.tmp = grow(r.tmp, 3*n*g.oh)
+	vertical(src, 3*w, 3*x0, &r.v, n, g.oh, r.acc, r.tmp)
+	for i := range g.ow { // bounds relative to x0
+		r.h.bounds[2*i] -= int32(x0)
+	}
+	horizontal(r.tmp, 3*n, &r.h, g.ow, dst)
 }
 
 func horizontal(src []byte, stride int, c *coeffs, ow int, dst []byte) {
