@@ -165,8 +165,8 @@ func (c *Consumer) Next(ctx context.Context) (*Batch, error) {
 			return nil, err
 		}
 		if m == nil { // pull timed out to let Expire run
-			if exp := c.re.Expire(time.Now(), c.cfg.ChunkTimeout); len(exp) > 0 {
-				return nil, c.failed(exp[0].Assembled, exp[0].Err)
+			for _, e := range c.re.Expire(time.Now(), c.cfg.ChunkTimeout) {
+				c.errs = append(c.errs, c.failed(e.Assembled, e.Err))
 			}
 			continue
 		}
