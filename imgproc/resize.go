@@ -3,8 +3,9 @@ package imgproc
 import "math"
 
 // The resampler reproduces Pillow's Resample.c for 8-bit images: separable
-// convolution, horizontal pass first, coefficients computed in float64 and
-// quantised to 22-bit fixed point, each pass rounded and clipped to uint8.
+// convolution in Pillow 13's pass order (see verticalFirst), coefficients
+// computed in float64 and quantised to 22-bit fixed point, each pass rounded
+// and clipped to uint8.
 // On the same RGB input it gives byte-identical output to Image.resize.
 // It computes only the output window kept by the crop.
 
