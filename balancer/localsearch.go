@@ -77,10 +77,45 @@ func (p *Partitioner) localSearch() {
 				break
 			}
 		}
+		if !applied && p.step[a] > (1+compoundImbalance)*p.meanStep() {
+			applied = p.tryCompound(a, ranks[:min(dp-1, maxCompoundPartners)])
+		}
 		if !applied {
 			return
 		}
 	}
+}
+
+// compoundImbalance is the max / mean − 1 above which the refinement, when no
+// single move or swap helps, tries compound exchanges (bestCompound). Below
+// it the gain is not worth their cost.
+const compoundImbalance = 2e-3
+
+// maxCompoundPartners bounds how many of the lightest ranks the compound
+// exchanges are tried with.
+const maxCompoundPartners = 4
+
+func (p *Partitioner) meanStep() float64 {
+	var s float64
+	for _, c := range p.step {
+		s += c
+	}
+	return s / float64(len(p.step))
+}
+
+// tryCompound applies the best compound exchange of rank a with the first of
+// partners (lightest first) that has one.
+func (p *Partitioner) tryCompound(a int, partners []int32) bool {
+	for _, b := range partners {
+		if p.step[b] >= p.step[a]*(1-minGain) {
+			return false
+		}
+		if c, ok := p.bestCompound(a, int(b)); ok {
+			p.applyCompound(c)
+			return true
+		}
+	}
+	return false
 }
 
 // bestExchange returns the best improving move or swap from rank a to rank b.

@@ -58,11 +58,11 @@ func (b *builder) redeal(win []batch) [][]member {
 	if !ok {
 		return keep()
 	}
-	for k := range win {
-		w.level(k)
-	}
+	w.settle(len(pool), b.cfg.GlobalTokens == 0)
 	if b.cfg.GlobalTokens == 0 {
-		w.repair(len(pool))
+		if l := b.dealLayers(win, pool, cost); l.worse(w) < 0 {
+			w = l
+		}
 	}
 	out := make([][]member, len(win))
 	for k := range out {
@@ -115,6 +115,98 @@ func (b *builder) deal(win []batch, pool []member, cost func(member) float64) (*
 		tokens[k] += l
 	}
 	return w, true
+}
+
+// dealLayers cuts the cost-sorted pool into layers of DP samples of similar
+// cost and gives whole layers to steps, in serpentine order over the steps
+// with room; within a step, LPT spreads the samples over the virtual ranks.
+// A step of whole layers can give every rank one sample of each layer, so it
+// balances however lumpy the costs are; the steps' means may differ, which
+// the per-step imbalance does not mind. It is the alternative to deal when a
+// window's heavy samples cannot be spread evenly over all its virtual ranks
+// (e.g. 41 samples of half a rank's share in 32 virtual ranks).
+func (b *builder) dealLayers(win []batch, pool []member, cost func(member) float64) *window {
+	dp := b.cfg.DP
+	w := &window{dp: dp, minCount: b.cfg.MicroBatches, cost: cost,
+		bins: make([][]member, len(win)*dp), load: make([]float64, len(win)*dp)}
+	count := make([]int, len(win))
+	order := make([]int, 0, 2*len(win)) // serpentine: 0 1 … W-1 W-1 … 0
+	for k := range win {
+		order = append(order, k)
+	}
+	for k := len(win) - 1; k >= 0; k-- {
+		order = append(order, k)
+	}
+	turn := 0
+	for start := 0; start < len(pool); start += dp {
+		layer := pool[start:min(start+dp, len(pool))]
+		placed := false
+		for range order {
+			k := order[turn%len(order)]
+			turn++
+			if len(win[k].items)-count[k] >= len(layer) {
+				for _, m := range layer {
+					w.add(k, m)
+				}
+				count[k] += len(layer)
+				placed = true
+				break
+			}
+		}
+		for i := 0; !placed && i < len(layer); i++ { // no step holds the whole layer
+			k := 0
+			for kk := range win {
+				if len(win[kk].items)-count[kk] > len(win[k].items)-count[k] {
+					k = kk
+				}
+			}
+			w.add(k, layer[i])
+			count[k]++
+		}
+	}
+	w.settle(len(pool), true)
+	return w
+}
+
+// add puts m on step k's least loaded virtual rank.
+func (w *window) add(k int, m member) {
+	best := k * w.dp
+	for v := k * w.dp; v < (k+1)*w.dp; v++ {
+		if w.load[v] < w.load[best] {
+			best = v
+		}
+	}
+	w.bins[best] = append(w.bins[best], m)
+	w.load[best] += w.cost(m)
+}
+
+// settle levels every step and, when steps may trade samples (count mode),
+// repairs the worst ones.
+func (w *window) settle(samples int, repair bool) {
+	for k := range len(w.bins) / w.dp {
+		w.level(k)
+	}
+	if repair {
+		w.repair(samples)
+	}
+}
+
+// worse compares two settled windows by their worst step's virtual
+// imbalance, then the sum over steps of the heaviest virtual rank (the
+// predicted time): negative when w is better than o.
+func (w *window) worse(o *window) int {
+	score := func(x *window) (float64, float64) {
+		var worst, sum float64
+		for k := range len(x.bins) / x.dp {
+			worst = max(worst, x.imbalance(k))
+			hi, _, _ := x.extremes(k)
+			sum += x.load[hi]
+		}
+		return worst, sum
+	}
+	wa, ws := score(w)
+	oa, os := score(o)
+	return cmp.Or(cmp.Compare(wa, oa), cmp.Compare(ws, os))
 }
 
 // extremes returns step k's most and least loaded virtual ranks and its mean.
@@ -201,10 +293,11 @@ type swapCandidate struct {
 }
 
 // repair lowers the window's worst virtual imbalance by swapping a sample of
-// the worst step's heaviest virtual rank for a cheaper sample of another step
-// and levelling both steps; sample counts per step are kept. It evaluates the
-// swaps whose transfer is closest to the heaviest rank's excess and stops when
-// the worst step is within repairTolerance or no swap improves it.
+// the worst step's heaviest virtual rank for a cheaper sample of another step,
+// or a sample of its lightest for a costlier one, and levelling both steps;
+// sample counts per step are kept. It evaluates the swaps whose transfer is
+// closest to the heaviest rank's excess (the lightest rank's shortfall) and
+// stops when the worst step is within repairTolerance or no swap improves it.
 func (w *window) repair(samples int) {
 	steps := len(w.bins) / w.dp
 	for range 2 * samples {
@@ -217,8 +310,9 @@ func (w *window) repair(samples int) {
 		if imb <= 1+repairTolerance {
 			return
 		}
-		hi, _, mean := w.extremes(worst)
-		cands := w.swapCandidates(worst, hi, w.load[hi]-mean)
+		hi, lo, mean := w.extremes(worst)
+		cands := append(w.swapCandidates(worst, hi, w.load[hi]-mean, 1),
+			w.swapCandidates(worst, lo, w.load[hi]-w.load[lo], -1)...)
 		bestScore := imb
 		var best *window
 		for _, c := range cands {
@@ -235,9 +329,10 @@ func (w *window) repair(samples int) {
 }
 
 // swapCandidates returns up to repairCandidates swaps of a sample of virtual
-// rank v (step k) for a cheaper sample of another step, the transfer closest
-// to want first (ties by positions, for determinism).
-func (w *window) swapCandidates(k, v int, want float64) []swapCandidate {
+// rank v (step k) for a cheaper (sign +1: v exports cost) or costlier (sign
+// −1: v imports cost) sample of another step, the transfer closest to want
+// first (ties by positions, for determinism).
+func (w *window) swapCandidates(k, v int, want, sign float64) []swapCandidate {
 	var out []swapCandidate
 	for x, mx := range w.bins[v] {
 		cx := w.cost(mx)
@@ -246,7 +341,7 @@ func (w *window) swapCandidates(k, v int, want float64) []swapCandidate {
 				continue
 			}
 			for y, my := range w.bins[u] {
-				d := cx - w.cost(my)
+				d := sign * (cx - w.cost(my))
 				if d <= 0 {
 					continue
 				}

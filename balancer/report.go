@@ -133,5 +133,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			sm.ImbalanceMax, sm.PaddingEfficiency, sm.StepCostSum, speed)
 	}
 	fmt.Fprintf(tw, "speedup vs random %.3fx\tdelay [%d, %d] steps\tlookahead %d\t\n", r.SpeedupVsRandom, r.MinDelay, r.MaxDelay, r.Lookahead)
+	if mm, ok := r.Strategies[StrategyMmfeed.String()]; ok {
+		fmt.Fprintf(tw, "mmfeed imbalance lower bound p99 %.4f\tmax %.4f\tsteps bound above %.2f: %d\t\n",
+			mm.ImbalanceLowerBoundP99, mm.ImbalanceLowerBoundMax, ImbalanceTarget, mm.StepsBoundAboveTarget)
+	}
 	return tw.Flush()
 }

@@ -16,6 +16,11 @@ type StepStats struct {
 	MeanCost float64 `json:"mean_cost"`
 	// Imbalance is MaxCost / MeanCost (1 is perfect).
 	Imbalance float64 `json:"imbalance"`
+	// ImbalanceLowerBound is RankCostLowerBound of the step's entries over
+	// MeanCost: no split of this step's samples over the ranks does better.
+	// Above 1 it says the imbalance is the samples' (the lookahead window's
+	// choice), not the partitioner's.
+	ImbalanceLowerBound float64 `json:"imbalance_lower_bound"`
 	// RealTokens is Σ L over real entries; PaddedTokens is Σ over micro-batches
 	// of entries × longest L (padding entries included).
 	RealTokens   int64 `json:"real_tokens"`
@@ -48,13 +53,16 @@ func (p *Plan) Stats() []StepStats {
 func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	st := StepStats{Step: s.Index, RankCost: make([]float64, len(s.Ranks))}
 	var sum float64
+	var entries []Cost
 	for r, rank := range s.Ranks {
 		var c Cost
 		for _, mb := range rank {
 			longest := 0
 			for _, e := range mb {
 				it := p.items[e.Item]
-				c = c.Add(m.Cost(it))
+				ec := m.Cost(it)
+				entries = append(entries, ec)
+				c = c.Add(ec)
 				longest = max(longest, it.TextTokens)
 				if e.Weight > 0 {
 					st.RealTokens += int64(it.TextTokens)
@@ -72,23 +80,36 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	if len(s.Ranks) > 0 {
 		st.MeanCost = sum / float64(len(s.Ranks))
 	}
-	st.Imbalance = 1
+	st.Imbalance, st.ImbalanceLowerBound = 1, 1
 	if st.MeanCost > 0 {
 		st.Imbalance = st.MaxCost / st.MeanCost
+		st.ImbalanceLowerBound = max(1, RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement)/st.MeanCost)
 	}
 	return st
 }
 
+// ImbalanceTarget is the per-step imbalance the quality target asks of p99
+// (docs/cost-model.md); Summary counts the steps whose lower bound exceeds it.
+const ImbalanceTarget = 1.03
+
 // Summary aggregates a plan's step statistics.
 type Summary struct {
-	Steps             int     `json:"steps"`
-	Samples           int     `json:"samples"`
-	PaddingEntries    int     `json:"padding_entries"`
-	ImbalanceP50      float64 `json:"imbalance_p50"`
-	ImbalanceP99      float64 `json:"imbalance_p99"`
-	ImbalanceMax      float64 `json:"imbalance_max"`
-	ImbalanceMean     float64 `json:"imbalance_mean"`
-	PaddingEfficiency float64 `json:"padding_efficiency"`
+	Steps          int     `json:"steps"`
+	Samples        int     `json:"samples"`
+	PaddingEntries int     `json:"padding_entries"`
+	ImbalanceP50   float64 `json:"imbalance_p50"`
+	ImbalanceP99   float64 `json:"imbalance_p99"`
+	ImbalanceMax   float64 `json:"imbalance_max"`
+	ImbalanceMean  float64 `json:"imbalance_mean"`
+	// ImbalanceLowerBoundP99 and ImbalanceLowerBoundMax summarise the steps'
+	// ImbalanceLowerBound: the imbalance p99 no partition of the planned
+	// steps' samples could beat is at least the former.
+	ImbalanceLowerBoundP99 float64 `json:"imbalance_lower_bound_p99"`
+	ImbalanceLowerBoundMax float64 `json:"imbalance_lower_bound_max"`
+	// StepsBoundAboveTarget counts steps whose ImbalanceLowerBound exceeds
+	// ImbalanceTarget: steps that no partitioner could bring within it.
+	StepsBoundAboveTarget int     `json:"steps_bound_above_target"`
+	PaddingEfficiency     float64 `json:"padding_efficiency"`
 	// StepCostSum is Σ over steps of the max rank cost: the predicted epoch
 	// time in the cost model's unit.
 	StepCostSum float64 `json:"step_cost_sum"`
@@ -100,9 +121,14 @@ type Summary struct {
 func Summarize(stats []StepStats) Summary {
 	s := Summary{Steps: len(stats)}
 	imb := make([]float64, len(stats))
+	lb := make([]float64, len(stats))
 	var real, padded int64
 	for k, st := range stats {
 		imb[k] = st.Imbalance
+		lb[k] = st.ImbalanceLowerBound
+		if st.ImbalanceLowerBound > ImbalanceTarget {
+			s.StepsBoundAboveTarget++
+		}
 		s.StepCostSum += st.MaxCost
 		s.ImbalanceMean += st.Imbalance
 		s.Samples += st.Samples
@@ -119,6 +145,9 @@ func Summarize(stats []StepStats) Summary {
 	s.ImbalanceP50 = percentile(imb, 0.50)
 	s.ImbalanceP99 = percentile(imb, 0.99)
 	s.ImbalanceMax = imb[len(imb)-1]
+	slices.Sort(lb)
+	s.ImbalanceLowerBoundP99 = percentile(lb, 0.99)
+	s.ImbalanceLowerBoundMax = lb[len(lb)-1]
 	return s
 }
 
