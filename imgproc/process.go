@@ -87,6 +87,20 @@ func (p *Processor) Config() Config { return p.cfg }
 // the policy and encodes the tensor. Errors wrap ErrEmpty, ErrTooLarge,
 // ErrUnsupported or ErrCorrupt; Process never panics on bad input.
 func (p *Processor) Process(data []byte) (img Image, err error) {
+	return p.ProcessInto(nil, data)
+}
+
+// TensorBytes is the byte size of the tensor Process returns for a source of
+// w×h display pixels (Header.Width/Height); 0 for invalid sizes.
+func (p *Processor) TensorBytes(w, h int) int {
+	ow, oh := p.cfg.OutputSize(w, h)
+	return 3 * ow * oh * p.cfg.ElemSize()
+}
+
+// ProcessInto is Process writing the tensor into dst when it is large enough
+// (cap(dst) >= TensorBytes), so callers can decode straight into a batch
+// buffer; Image.Data then aliases dst. Otherwise it allocates, like Process.
+func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			img, err = Image{}, fmt.Errorf("imgproc: process: panic: %v: %w", r, ErrCorrupt)
@@ -133,7 +147,12 @@ func (p *Processor) Process(data []byte) (img Image, err error) {
 		Format:    hdr.Format,
 	}
 	img.Complexity, s.cplx = pixelComplexity(s.out, g.ow, g.oh, s.cplx)
-	img.Data = make([]byte, 3*g.ow*g.oh*p.cfg.ElemSize())
+	n := 3 * g.ow * g.oh * p.cfg.ElemSize()
+	if cap(dst) >= n {
+		img.Data = dst[:n]
+	} else {
+		img.Data = make([]byte, n)
+	}
 	p.norm.encode(s.out, g.ow, g.oh, img.Data)
 	return img, nil
 }

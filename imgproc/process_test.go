@@ -264,3 +264,34 @@ func TestProcessConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestProcessInto(t *testing.T) {
+	p, err := NewProcessor(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := encoded(t)["seed_lossy.webp"]
+	want, err := p.Process(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadHeader(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, wantN := p.TensorBytes(h.Width, h.Height), len(want.Data); got != wantN {
+		t.Fatalf("TensorBytes got %d, want %d", got, wantN)
+	}
+	buf := make([]byte, len(want.Data)+10)
+	img, err := p.ProcessInto(buf, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &img.Data[0] != &buf[0] || !bytes.Equal(img.Data, want.Data) {
+		t.Errorf("ProcessInto did not write the same tensor into dst")
+	}
+	small, err := p.ProcessInto(make([]byte, 10), data)
+	if err != nil || !bytes.Equal(small.Data, want.Data) {
+		t.Errorf("ProcessInto with a short dst got %v, want a fresh correct tensor", err)
+	}
+}
