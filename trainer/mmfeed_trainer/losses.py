@@ -65,6 +65,8 @@ def itc_sum(img_emb: torch.Tensor, txt_emb: torch.Tensor, weight: torch.Tensor, 
     """
     sizes = sizes or [img_emb.shape[0]]
     offset = sum(sizes[:rank])
+    dtype = torch.promote_types(_acc(img_emb).dtype, _acc(txt_emb).dtype)  # bf16 towers: fp32 logits
+    img_emb, txt_emb = img_emb.to(dtype), txt_emb.to(dtype)
     all_img = gather_padded(img_emb, sizes, group)
     all_txt = gather_padded(txt_emb, sizes, group)
     all_w = gather_padded(weight, sizes, group) if len(sizes) > 1 else weight

@@ -1,5 +1,9 @@
-"""Background prefetch: convert the next steps' records to (pinned) host tensors while the
-current step computes; measure how long the training thread waits for data."""
+"""Background prefetch: convert the next steps' records to tensors and move them to the device
+while the current step computes; measure how long the training thread waits for data.
+
+On CUDA the host tensors are pinned and copied on a separate stream (``non_blocking``), so the
+copy of step s+1 overlaps the compute of step s; ``HostStep.ready()`` makes the compute stream
+wait for that copy and tells the caching allocator the tensors are used there."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import torch
 
 from . import batches
 from .sources import Source, StepData
@@ -18,7 +24,22 @@ _END = object()
 @dataclass(slots=True)
 class HostStep:
     data: StepData
+    host_batches: list[dict]
+    """Host tensors (pinned on CUDA); pixel values still in the wire dtype."""
     micro_batches: list[dict]
+    """On the device, pixels normalised: what the step consumes (after ``ready()``)."""
+    copied: object = None
+    """CUDA event recorded after the copies, or None."""
+
+    def ready(self) -> list[dict]:
+        if self.copied is not None:
+            stream = torch.cuda.current_stream()
+            stream.wait_event(self.copied)
+            for mb in self.micro_batches:
+                for v in mb.values():
+                    if isinstance(v, torch.Tensor) and v.is_cuda:
+                        v.record_stream(stream)
+        return self.micro_batches
 
 
 class Prefetcher:
@@ -28,10 +49,13 @@ class Prefetcher:
     data; an exception in the thread is re-raised in the caller.
     """
 
-    def __init__(self, source: Source, *, start_step: int, role: str, pad_id: int, pin: bool, depth: int = 2):
+    def __init__(self, source: Source, *, start_step: int, role: str, pad_id: int, device: torch.device,
+                 depth: int = 2):
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(source.steps(start_step), role, pad_id, pin),
+        self._device = device
+        self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._thread = threading.Thread(target=self._run, args=(source.steps(start_step), role, pad_id),
                                         name="mmfeed-prefetch", daemon=True)
         self._thread.start()
 
@@ -44,11 +68,23 @@ class Prefetcher:
                 continue
         return False
 
-    def _run(self, steps: Iterator[StepData], role: str, pad_id: int, pin: bool) -> None:
+    def _convert(self, data: StepData, role: str, pad_id: int) -> HostStep:
+        cuda = self._copy_stream is not None
+        host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda) for r in data.records]
+        if not cuda:
+            return HostStep(data, host, [batches.to_device(mb, self._device) for mb in host])
+        with torch.cuda.stream(self._copy_stream):
+            dev = [batches.to_device(mb, self._device, non_blocking=True) for mb in host]
+            event = torch.cuda.Event()
+            event.record(self._copy_stream)
+        return HostStep(data, host, dev, event)
+
+    def _run(self, steps: Iterator[StepData], role: str, pad_id: int) -> None:
         try:
+            if self._copy_stream is not None:
+                torch.cuda.set_device(self._device)
             for data in steps:
-                mbs = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=pin) for r in data.records]
-                if not self._put(HostStep(data, mbs)):
+                if not self._put(self._convert(data, role, pad_id)):
                     return
             self._put(_END)
         except BaseException as err:  # handed to the training thread

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import batches, checkpoint, config
+from . import checkpoint, config
 from .synthetic import SynthConfig
 from .model import MMModel, flops_per_sample
 from .optim import build_optimizer
@@ -66,6 +66,10 @@ class TrainConfig:
     """Steps converted ahead of the current one."""
     save_params: str | None = None
     """Write the final full parameters of each mp rank to this directory (tests, parity)."""
+    metrics_skip: int = 0
+    """Leave the first N steps (warm-up, autotuning) out of the run's summary metrics."""
+    peak_tflops: float | None = None
+    """Peak dense bf16 TFLOP/s of one device, for MFU; None = guess from the CUDA device name."""
 
     def validate(self) -> None:
         sources = sum(x is not None and x is not False for x in (self.nats, self.shards, self.synthetic or None))
@@ -146,24 +150,36 @@ class _Meter:
 
 
 def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[dict]) -> float:
+    """Model FLOPs of the live samples (host tensors). A modality rank sees one modality, so
+    it counts its own tower; the caller divides the whole model by mp as an approximation."""
     total = 0.0
     for mb in micro_batches:
-        w = mb["weight"]
-        text = mb.get("lengths")
+        live = (mb["weight"] > 0).tolist()
+        text = mb["lengths"].tolist() if "lengths" in mb else [0] * len(live)
         shape = mb.get("pixel_shape")
-        for i in range(w.shape[0]):
-            if w[i] <= 0:
-                continue
-            nt = int(text[i]) if text is not None else 0
-            ni = int(shape[i, 1] // mcfg.patch_size * (shape[i, 2] // mcfg.patch_size)) if shape is not None else 0
-            total += flops_per_sample(mcfg, nt, ni)
+        grid = (shape[:, 1] // mcfg.patch_size * (shape[:, 2] // mcfg.patch_size)).tolist() if shape is not None \
+            else [0] * len(live)
+        total += sum(flops_per_sample(mcfg, t, g) for t, g, ok in zip(text, grid, live) if ok)
     return total
 
 
-def run(cfg: TrainConfig, *, peak_flops: float | None = None) -> RunResult:
+_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+def _peak_flops(cfg: TrainConfig, device: torch.device) -> float | None:
+    if cfg.peak_tflops:
+        return cfg.peak_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf * 1e12 for key, tf in _PEAK_TFLOPS.items() if key in name), None)
+
+
+def run(cfg: TrainConfig) -> RunResult:
     """Train per ``cfg`` in this process (one rank of a torchrun world); returns a summary."""
     cfg.validate()
     world, device = _setup_distributed()
+    peak_flops = _peak_flops(cfg, device)
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
     bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
@@ -180,10 +196,13 @@ def run(cfg: TrainConfig, *, peak_flops: float | None = None) -> RunResult:
         start = extra["next_step"]
         log.info("resumed from %s at step %d", resume, start)
     if hasattr(source, "register"):
-        source.register(resume_step=start)
+        reply = source.register(resume_step=start)
+        saved_hash = (extra.get("stream") or {}).get("plan_hash") if resume else None
+        if saved_hash and saved_hash != reply.get("plan_hash"):
+            raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
+                             f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
-    pin = device.type == "cuda"
-    prefetcher = Prefetcher(source, start_step=start, role=dims.role, pad_id=mcfg.pad_token_id, pin=pin,
+    prefetcher = Prefetcher(source, start_step=start, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
                             depth=cfg.prefetch)
     losses, meter, all_meter = [], _Meter(), _Meter()
     step = start
@@ -198,7 +217,7 @@ def run(cfg: TrainConfig, *, peak_flops: float | None = None) -> RunResult:
             if host.data.step != step:
                 raise RuntimeError(f"train: expected step {step}, the source gave step {host.data.step}")
             t0 = time.perf_counter()
-            mbs = [batches.to_device(mb, device, non_blocking=pin) for mb in host.micro_batches]
+            mbs = host.ready()
             stats = train_step(module, optimizer, scheduler, mbs, dims=dims, device=device,
                                max_grad_norm=cfg.optim.max_grad_norm, autocast=autocast)
             if device.type == "cuda":
@@ -206,9 +225,10 @@ def run(cfg: TrainConfig, *, peak_flops: float | None = None) -> RunResult:
             compute = time.perf_counter() - t0
             source.ack(host.data)
             source.feedback(step=step, compute_seconds=compute, data_wait_seconds=waited, samples=stats.samples)
-            flops = _batch_flops(mcfg, host.micro_batches) / max(dims.mp, 1) if peak_flops else 0.0
+            flops = _batch_flops(mcfg, host.host_batches) / dims.mp if peak_flops else 0.0
             meter.add(compute, waited, stats.samples, flops)
-            all_meter.add(compute, waited, stats.samples, flops)
+            if step - start >= cfg.metrics_skip:
+                all_meter.add(compute, waited, stats.samples, flops)
             step += 1
             if step % cfg.log_every == 0 or step == cfg.steps:
                 loss = _global_loss(stats, dims)

@@ -1,0 +1,180 @@
+"""StreamSource against a real nats-server with JetStream; this test plays the service.
+
+The server binary comes from $MMFEED_NATS_SERVER, PATH, or <repo>/build/nats-server (built
+here from the Go module's nats-server dependency when Go is available); otherwise skipped.
+"""
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from _dist import free_port
+from mmfeed_trainer import synthetic, wire
+from mmfeed_trainer.parallel_dims import ParallelDims
+from mmfeed_trainer.stream import StreamSource
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB = "t1"
+STEPS, MICRO = 3, 2
+
+
+def nats_server_binary():
+    for path in (os.environ.get("MMFEED_NATS_SERVER"), shutil.which("nats-server"),
+                 os.path.join(REPO, "build", "nats-server")):
+        if path and os.access(path, os.X_OK):
+            return path
+    if shutil.which("go"):
+        out = os.path.join(REPO, "build", "nats-server")
+        done = subprocess.run(["go", "build", "-o", out, "github.com/nats-io/nats-server/v2"], cwd=REPO,
+                              capture_output=True, timeout=600)
+        if done.returncode == 0:
+            return out
+    return None
+
+
+def wait_for_port(port, deadline_s=20.0):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nats-server did not listen on {port} within {deadline_s} s")
+
+
+@pytest.fixture
+def nats_url(tmp_path):
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def payload(step, mb):
+    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=4), step, 0, mb)
+    rec = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.job": JOB.encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rec.schema) as w:
+        w.write_batch(rec)
+    return sink.getvalue().to_pybytes()
+
+
+class FakeService:
+    """Answers register, creates the stream and consumer, publishes chunks, records control."""
+
+    def __init__(self, url):
+        self.url = url
+        self.control = {"feedback": [], "resend": [], "done": []}
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.call(self._start())
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    async def _start(self):
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
+        self.nc = await nats.connect(self.url)
+        self.js = self.nc.jetstream()
+        await self.js.add_stream(StreamConfig(name=f"MMFEED_{JOB}", subjects=[f"mmfeed.{JOB}.batch.>"],
+                                              retention=RetentionPolicy.WORK_QUEUE))
+        await self.js.add_consumer(f"MMFEED_{JOB}", ConsumerConfig(
+            durable_name=f"mmfeed_{JOB}_0_0", filter_subject=f"mmfeed.{JOB}.batch.0.0",
+            ack_policy=AckPolicy.EXPLICIT, ack_wait=300, max_ack_pending=1024))
+
+        async def on_register(msg):
+            req = json.loads(msg.data)
+            ok = (req["dp"], req["mp"]) == (1, 1)
+            await msg.respond(json.dumps({
+                "ok": ok, "error": "" if ok else "layout mismatch", "plan_hash": "abc", "steps": STEPS,
+                "micro_batches": MICRO, "epoch": 0, "modality": "all", "stream": f"MMFEED_{JOB}",
+                "consumer": f"mmfeed_{JOB}_0_0", "subject": f"mmfeed.{JOB}.batch.0.0"}).encode())
+        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
+        for kind in self.control:
+            async def record(msg, kind=kind):
+                self.control[kind].append(json.loads(msg.data))
+            await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}", cb=record)
+
+    def publish(self, step, mb, *, gen=0, corrupt=False):
+        async def go():
+            key = wire.BatchKey(JOB, 0, step, mb, 0, 0)
+            for h, d in wire.make_chunks(key, payload(step, mb), 4096, gen):
+                if corrupt and h["Mmfeed-Chunk"].startswith("0/"):
+                    d = bytes([d[0] ^ 0xFF]) + d[1:]
+                await self.js.publish(f"mmfeed.{JOB}.batch.0.0", d, headers=h)
+        self.call(go())
+
+    def pending(self):
+        async def go():
+            return (await self.js.stream_info(f"MMFEED_{JOB}")).state.messages
+        return self.call(go())
+
+
+def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url):
+    svc = FakeService(nats_url)
+    svc.publish(0, 1)  # out of order: micro-batch 1 before 0
+    svc.publish(0, 0)
+    svc.publish(1, 0, corrupt=True)  # fails the checksum -> resend, then the replay arrives
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30)
+    reply = src.register(resume_step=0)
+    assert reply["steps"] == STEPS
+    it = src.steps(0)
+    first = next(it)
+    assert first.step == 0 and [r.column("micro_batch")[0].as_py() for r in first.records] == [0, 1]
+    assert first.records[1].equals(pa.ipc.open_stream(payload(0, 1)).read_next_batch())
+    before = svc.pending()
+    src.ack(first)
+    deadline = time.monotonic() + 10
+    while svc.pending() >= before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.pending() < before, "acked chunks must leave the work-queue stream"
+
+    svc.publish(1, 1)
+    svc.publish(2, 0)
+    svc.publish(2, 1)
+    pending_next = concurrent.futures.ThreadPoolExecutor(1).submit(next, it)  # as the prefetcher does
+    deadline = time.monotonic() + 10
+    while not svc.control["resend"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.control["resend"] and svc.control["resend"][0]["step"] == 1
+    assert "crc32c" in svc.control["resend"][0]["reason"]
+    svc.publish(1, 0, gen=1)
+    second, third = pending_next.result(timeout=30), next(it)
+    assert (second.step, third.step) == (1, 2)
+    with pytest.raises(StopIteration):
+        next(it)
+    for s in (second, third):
+        src.ack(s)
+        src.feedback(step=s.step, compute_seconds=0.5, data_wait_seconds=0.01, samples=3)
+    src.close()
+    deadline = time.monotonic() + 10
+    while (len(svc.control["feedback"]) < 2 or not svc.control["done"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [f["step"] for f in svc.control["feedback"]] == [1, 2]
+    assert svc.control["done"] == [{"job": JOB, "epoch": 0, "dp_rank": 0, "mp_rank": 0, "steps": STEPS}]
+
+
+def test_refused_registration_is_an_error(nats_url):
+    FakeService(nats_url)
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(dp=2, mp=1, world_size=2),
+                       ranks=(1, 0))
+    with pytest.raises(Exception, match="layout mismatch"):
+        src.register(resume_step=0)
