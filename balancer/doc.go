@@ -26,10 +26,15 @@
 // epoch is dropped or padded with zero-weight copies ([Tail]). The plan is a
 // pure function of (items, [Config]): [Plan.WriteJSONL] is byte-identical for
 // the same inputs and [Plan.From] resumes at any step. Three strategies share
-// the Plan type: [StrategyMmfeed] (cost-balanced), [StrategyRandom]
+// the Plan type: [StrategyMmfeed] (cost-balanced: lookahead windows dealt
+// over steps × ranks so that every step can be split evenly, then a
+// length-grouping partitioner with local search per step; see
+// docs/cost-model.md, "Balancing"), [StrategyRandom]
 // (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
 // LengthGroupedSampler). [Compare] runs all three on the same items and returns
-// a [Report] (JSON, [Report.WriteTable], [WriteHTML]).
+// a [Report] (JSON, [Report.WriteTable], [WriteHTML]). Step statistics carry
+// a lower bound on any split's imbalance ([RankCostLowerBound]), so a report
+// tells a step the partitioner could not balance from one no partition could.
 //
 // # Ownership and concurrency
 //

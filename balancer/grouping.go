@@ -56,8 +56,9 @@ func (c *cutter) padded(cuts []int) int64 {
 // to ranks, M each, balanced by construction). It first finds the
 // padding-optimal grouping; when that leaves slack below the padding cap real /
 // PaddingTarget, it bisects the weight λ of the cost-deviation term for the
-// most balanced grouping that spends at most initialSlack of the slack. It
-// returns nil when the budget leaves no feasible grouping.
+// most balanced grouping that spends at most initialSlack of the slack
+// (stopping early once within closeEnough of it). It returns opt, the
+// padding-optimal cuts, when there is no slack or no λ fits.
 func (p *Partitioner) balancedCuts(k int, opt []int) []int {
 	c := p.newCutter()
 	best := opt
