@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
+
+	"github.com/mmfeed/mmfeed/balancer"
 
 	"github.com/mmfeed/mmfeed/pipeline"
 )
@@ -19,6 +24,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jf := bindJobFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	quarantine := fs.String("quarantine", "", "write quarantined samples to this JSONL file")
+	simulate := fs.String("simulate-ranks", "", "also estimate the random/mmfeed step-time ratio at these dp sizes, e.g. 64,256,1024 (same samples per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -44,9 +50,56 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	var sims []balancer.SimResult
+	if *simulate != "" {
+		ranks, err := parseInts(*simulate)
+		if err != nil {
+			return fmt.Errorf("--simulate-ranks: %w", err)
+		}
+		perRank := max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP)
+		sims, err = balancer.Simulate(prep.Features.Items, cfg.Plan, balancer.SimulateConfig{Ranks: ranks, PerRank: perRank, Seed: cfg.Plan.Seed})
+		if err != nil {
+			return err
+		}
+	}
 	if *asJSON {
-		return rep.WriteJSON(stdout)
+		if sims == nil {
+			return rep.WriteJSON(stdout)
+		}
+		return writeJSON(stdout, struct {
+			*balancer.Report
+			Simulation []balancer.SimResult `json:"simulation"`
+		}{rep, sims})
 	}
 	fmt.Fprintf(stdout, "%s: %d samples seen, %d quarantined\n", cfg.Input, prep.Seen(), rep.Quarantined)
-	return rep.WriteTable(stdout)
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if sims != nil {
+		fmt.Fprintf(stdout, "\nsimulated at scale (%d samples per rank, bootstrap of this corpus, step = slowest rank):\n", max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP))
+		fmt.Fprintf(stdout, "  %8s  %22s  %22s  %16s\n", "dp ranks", "random imb p50/p99", "mmfeed imb p50/p99", "random/mmfeed")
+		for _, r := range sims {
+			fmt.Fprintf(stdout, "  %8d  %10.3f / %-9.3f  %10.3f / %-9.3f  %15.3fx\n", r.Ranks,
+				r.RandomImbalanceP50, r.RandomImbalanceP99, r.MmfeedImbalanceP50, r.MmfeedImbalanceP99, r.StepTimeRandomOverMmfeed)
+		}
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
