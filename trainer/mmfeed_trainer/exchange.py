@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from . import timing
 from .model import TextFeatures
 
 
@@ -27,13 +28,15 @@ class _SendWithGrad(torch.autograd.Function):
     def forward(ctx, payload: torch.Tensor, peer: int, group) -> torch.Tensor:
         ctx.peer, ctx.group = peer, group
         ctx.shape, ctx.dtype = payload.shape, payload.dtype
-        dist.send(payload.contiguous(), dst=peer, group=group)
+        with timing.comm():
+            dist.send(payload.contiguous(), dst=peer, group=group)
         return payload.new_zeros(())
 
     @staticmethod
     def backward(ctx, _grad: torch.Tensor):
         grad = torch.empty(ctx.shape, dtype=ctx.dtype, device=_grad.device)
-        dist.recv(grad, src=ctx.peer, group=ctx.group)
+        with timing.comm():
+            dist.recv(grad, src=ctx.peer, group=ctx.group)
         return grad, None, None
 
 
@@ -42,12 +45,14 @@ class _RecvWithGrad(torch.autograd.Function):
     def forward(ctx, anchor: torch.Tensor, numel: int, dtype: torch.dtype, peer: int, group) -> torch.Tensor:
         ctx.peer, ctx.group = peer, group
         buf = torch.empty(numel, dtype=dtype, device=anchor.device)
-        dist.recv(buf, src=peer, group=group)
+        with timing.comm():
+            dist.recv(buf, src=peer, group=group)
         return buf
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        dist.send(grad.contiguous(), dst=ctx.peer, group=ctx.group)
+        with timing.comm():
+            dist.send(grad.contiguous(), dst=ctx.peer, group=ctx.group)
         return None, None, None, None, None
 
 
@@ -68,14 +73,16 @@ class Exchange:
         b, length, _ = txt.hidden.shape
         header = torch.cat([torch.tensor([b, length], dtype=torch.int64, device=self.device),
                             txt.lengths.to(self.device, torch.int64)])
-        dist.send(header, dst=self.peer, group=self.group)
+        with timing.comm():
+            dist.send(header, dst=self.peer, group=self.group)
         payload = torch.cat([txt.hidden.reshape(-1), txt.emb.reshape(-1)]).to(self.dtype)
         return _SendWithGrad.apply(payload, self.peer, self.group)
 
     def recv_text(self, batch_size: int) -> TextFeatures:
         """Receive the features of a micro-batch of ``batch_size`` samples, with gradient."""
         header = torch.empty(batch_size + 2, dtype=torch.int64, device=self.device)
-        dist.recv(header, src=self.peer, group=self.group)
+        with timing.comm():
+            dist.recv(header, src=self.peer, group=self.group)
         b, length = (int(v) for v in header[:2].tolist())
         if b != batch_size:
             raise RuntimeError(f"exchange: text rank sent {b} samples, vision rank has {batch_size}: "

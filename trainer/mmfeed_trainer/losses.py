@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from . import timing
+
 def _acc(x: torch.Tensor) -> torch.Tensor:
     """At least float32 for the softmax (bf16/fp16 logits under autocast), float64 stays."""
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
@@ -36,13 +38,15 @@ class GatherRows(torch.autograd.Function):
         ctx.rank = dist.get_rank(group)
         ctx.rows = x.shape[0]
         parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, x.contiguous(), group=group)
+        with timing.comm():
+            dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         grad = grad.contiguous()
-        dist.all_reduce(grad, group=ctx.group)
+        with timing.comm():
+            dist.all_reduce(grad, group=ctx.group)
         return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows], None
 
 
@@ -128,5 +132,6 @@ def global_weight(local_weight_sum: torch.Tensor, group=None) -> torch.Tensor:
     """
     total = _acc(local_weight_sum.detach().clone())
     if group is not None and dist.get_world_size(group) > 1:
-        dist.all_reduce(total, group=group)
+        with timing.comm():
+            dist.all_reduce(total, group=group)
     return torch.where(total > 0, total, torch.ones_like(total))

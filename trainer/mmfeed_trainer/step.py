@@ -15,10 +15,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import losses
+from . import losses, timing
 from .optim import clip_grad_norm
 from .parallel_dims import ParallelDims
-from .parallelize import grad_sync
+from .parallelize import grad_sync, unwrap
+
+
+def _first_layers(module: nn.Module) -> list[nn.Module]:
+    """The first layer of each tower this rank holds: the end of its backward pass."""
+    stage = unwrap(module)
+    layers = []
+    if getattr(stage, "vision", None) is not None:
+        layers.append(stage.vision.patch_embed)
+    if getattr(stage, "text", None) is not None:
+        layers.append(stage.text.tok)
+    return layers
 
 
 @dataclass(slots=True)
@@ -30,6 +41,8 @@ class StepStats:
     grad_norm: torch.Tensor
     samples: int
     """Live (weight > 0) samples this rank consumed."""
+    compute_seconds: float = 0.0
+    """Rank-local forward + backward time, without waits for other ranks (``timing``)."""
 
 
 def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.device) -> list[list[int]]:
@@ -39,7 +52,8 @@ def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.devic
     if group is None:
         return [[int(n)] for n in local.tolist()]
     parts = [torch.empty_like(local) for _ in range(dims.dp)]
-    dist.all_gather(parts, local, group=group)
+    with timing.comm():
+        dist.all_gather(parts, local, group=group)
     table = torch.stack(parts).t().tolist()  # (micro-batch, dp rank)
     return [[int(n) for n in row] for row in table]
 
@@ -80,7 +94,14 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
                dims: ParallelDims, device: torch.device, max_grad_norm: float,
                autocast: contextlib.AbstractContextManager | None = None) -> StepStats:
     """forward_backward, clip over the whole model, optimizer and scheduler step, zero grads."""
-    loss, total_w = forward_backward(module, micro_batches, dims=dims, device=device, autocast=autocast)
+    with timing.step_clock(device) as clock:
+        hooks = [layer.register_full_backward_pre_hook(lambda *_: clock.mark_backward_done())
+                 for layer in _first_layers(module)]
+        try:
+            loss, total_w = forward_backward(module, micro_batches, dims=dims, device=device, autocast=autocast)
+        finally:
+            for h in hooks:
+                h.remove()
     norm = clip_grad_norm(module, max_grad_norm,
                           sharded_group=dims.dp_group() if dims.fsdp else None,
                           model_group=dims.mp_group())
@@ -88,4 +109,5 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     live = sum(mb["num_live"] for mb in micro_batches)
-    return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live)
+    return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live,
+                     compute_seconds=clock.compute_seconds())

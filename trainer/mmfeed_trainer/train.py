@@ -224,7 +224,8 @@ def run(cfg: TrainConfig) -> RunResult:
                 torch.cuda.synchronize(device)
             compute = time.perf_counter() - t0
             source.ack(host.data)
-            source.feedback(step=step, compute_seconds=compute, data_wait_seconds=waited, samples=stats.samples)
+            source.feedback(step=step, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
+                            samples=stats.samples)
             flops = _batch_flops(mcfg, host.host_batches) / dims.mp if peak_flops else 0.0
             meter.add(compute, waited, stats.samples, flops)
             if step - start >= cfg.metrics_skip:
