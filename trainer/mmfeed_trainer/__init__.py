@@ -15,8 +15,10 @@ produces host batches, the main thread trains.
 
 Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model),
 ``parallel_dims`` (mesh layout), ``parallelize`` (mp split + DDP/FSDP2), ``exchange``
-(differentiable p2p between mp ranks), ``losses``, ``step``, ``optim``, ``batches``
-(Arrow -> torch), ``shards``, ``stream``, ``train`` (the loop), ``__main__`` (CLI).
+(differentiable p2p between mp ranks), ``losses``, ``step`` (one training step), ``optim``,
+``timing`` (rank-local compute time), ``batches`` (Arrow -> torch), ``sources`` (shards,
+synthetic), ``wire`` (chunk headers, reassembly, CRC-32C), ``stream`` (NATS client),
+``prefetch``, ``checkpoint``, ``synthetic``, ``train`` (the loop), ``__main__`` (CLI).
 """
 
 __version__ = "0.1.0"

@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -81,6 +82,12 @@ class TrainConfig:
             raise ValueError("train: --ckpt-every must be >= 0 and --log-every > 0")
         config.model_config(self.model)
         self.optim.validate()
+        if self.fsdp and self.dp == 1:
+            warnings.warn("train: --fsdp is ignored with dp = 1 (nothing to shard over)", stacklevel=2)
+        if self.ckpt_every and not self.ckpt_dir:
+            warnings.warn("train: --ckpt-every is ignored without --ckpt-dir", stacklevel=2)
+        if self.job != "demo" and not self.nats:
+            warnings.warn("train: --job is ignored without --nats", stacklevel=2)
 
 
 @dataclass(slots=True)

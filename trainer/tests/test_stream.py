@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import subprocess
 import threading
 import time
@@ -122,14 +123,24 @@ class FakeService:
                 await self.js.publish(f"mmfeed.{JOB}.batch.0.0", d, headers=h)
         self.call(go())
 
+    def close(self):
+        self.call(self.nc.drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
     def pending(self):
         async def go():
             return (await self.js.stream_info(f"MMFEED_{JOB}")).state.messages
         return self.call(go())
 
 
-def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url):
-    svc = FakeService(nats_url)
+@pytest.fixture
+def svc(nats_url):
+    service = FakeService(nats_url)
+    yield service
+    service.close()
+
+
+def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url, svc):
     svc.publish(0, 1)  # out of order: micro-batch 1 before 0
     svc.publish(0, 0)
     svc.publish(1, 0, corrupt=True)  # fails the checksum -> resend, then the replay arrives
@@ -172,9 +183,29 @@ def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url):
     assert svc.control["done"] == [{"job": JOB, "epoch": 0, "dp_rank": 0, "mp_rank": 0, "steps": STEPS}]
 
 
-def test_refused_registration_is_an_error(nats_url):
-    FakeService(nats_url)
+def test_refused_registration_is_an_error(nats_url, svc):
     src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(dp=2, mp=1, world_size=2),
                        ranks=(1, 0))
     with pytest.raises(Exception, match="layout mismatch"):
         src.register(resume_step=0)
+
+
+def test_cli_trains_from_the_stream_and_reports_feedback(nats_url, svc):
+    """python -m mmfeed_trainer --nats: register, train every step, feedback per step, done."""
+    for step in range(STEPS):
+        for mb in range(MICRO):
+            svc.publish(step, mb)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "mmfeed_trainer", "--nats", nats_url, "--job", JOB,
+                           "--steps", "10", "--log-every", "1"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == STEPS, "the epoch has 3 steps: the run stops at the end of the data"
+    deadline = time.monotonic() + 10
+    while not svc.control["done"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    feedback = svc.control["feedback"]
+    assert [f["step"] for f in feedback] == list(range(STEPS))
+    assert all(f["compute_seconds"] > 0 and f["samples"] > 0 for f in feedback)
+    assert svc.control["done"] and svc.pending() == 0, "every chunk acknowledged"
