@@ -1,0 +1,215 @@
+package serve
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Service. Every field is documented with its default
+// (DefaultConfig).
+type Config struct {
+	// Pipeline is the dataset, tokenizer, image policy, plan (dp, micro-batches,
+	// global batch, placement, strategy, seed) and worker count. Pipeline.Plan.Epoch
+	// is the job's first epoch.
+	Pipeline pipeline.Config
+	// Job names the job: subjects, stream, consumers and KV bucket (proto.ValidateJob).
+	Job string
+	// MP is the number of model-parallel ranks per dp rank (1). Placement
+	// modality needs MP = 2.
+	MP int
+	// Epochs is how many epochs to serve, from Pipeline.Plan.Epoch (1).
+	Epochs int
+
+	// NATS selects the NATS deployment: empty URLs start the embedded server.
+	NATS NATSConfig
+
+	// StreamMaxBytes bounds the job's stream (1 GiB): the backpressure bound
+	// between preprocessing and trainers.
+	StreamMaxBytes int64
+	// StreamMemory keeps the stream in memory instead of files (false).
+	StreamMemory bool
+	// Replicas is the stream and KV replication factor in a cluster (1).
+	Replicas int
+	// Duplicates is the stream's Nats-Msg-Id dedupe window (2 min).
+	Duplicates time.Duration
+	// MaxAckPending is each rank consumer's prefetch bound in chunks (1024).
+	MaxAckPending int
+	// AckWait is each rank consumer's redelivery timeout (5 min).
+	AckWait time.Duration
+	// Publisher tunes chunk publishing (window, backoff, ack timeout).
+	Publisher proto.PublisherConfig
+
+	// Recalibrate selects when the cost model is refit from trainer feedback:
+	// 0 at epoch boundaries only, K > 0 also every K published steps (replanning
+	// the not-yet-published rest of the epoch), -1 never (0).
+	Recalibrate int
+	// MinObservations is the fewest rank-step observations a refit needs (16).
+	MinObservations int
+
+	// HTTP is the live report's listen address ("": no HTTP server). The CLI
+	// default is 127.0.0.1:8080; a port of 0 picks a free one.
+	HTTP string
+	// HTTPToken, when set, is required as "Authorization: Bearer <token>" on
+	// every endpoint but /healthz.
+	HTTPToken string
+
+	// QuarantineDir receives quarantine-e<epoch>.jsonl files (appended); ""
+	// keeps counts only.
+	QuarantineDir string
+	// WaitForTrainers keeps the service running after the last batch is
+	// published until every rank has completed the last step (true); false
+	// returns as soon as everything is published.
+	WaitForTrainers bool
+	// RegisterWait bounds how long a register for an epoch still being planned
+	// waits before it is answered with ErrNotReady (20 s).
+	RegisterWait time.Duration
+
+	// Logger receives the service log (nil: slog.Default()).
+	Logger *slog.Logger
+	// Registry receives the Prometheus metrics (nil: a fresh registry, served
+	// on /metrics).
+	Registry *prometheus.Registry
+}
+
+// NATSConfig selects and authenticates the NATS deployment.
+type NATSConfig struct {
+	// URLs of an existing NATS deployment (comma-separated in the CLI). Empty:
+	// start the embedded server.
+	URLs []string
+	// User and Password, Token, NKeySeedFile or CredsFile authenticate to an
+	// external deployment (at most one method).
+	User, Password string
+	Token          string
+	NKeySeedFile   string
+	CredsFile      string
+	// TLSCA, TLSCert and TLSKey configure TLS to an external deployment.
+	TLSCA, TLSCert, TLSKey string
+
+	// Listen is the embedded server's client address ("127.0.0.1:4222" in the
+	// CLI). "" accepts in-process connections only; port 0 picks a free port.
+	Listen string
+	// DataDir holds the embedded server's JetStream file store ("mmfeed-data").
+	DataDir string
+	// MaxPayload is the embedded server's max_payload (8 MiB); larger payloads
+	// mean fewer chunks.
+	MaxPayload int32
+	// ReconnectWait is the pause between reconnect attempts (250 ms).
+	ReconnectWait time.Duration
+}
+
+// DefaultConfig returns the pipeline defaults, mp 1, one epoch, the embedded
+// server with in-process connections only, a 1 GiB file stream, 1024 chunks of
+// prefetch, a 5-minute ack wait, recalibration at epoch boundaries, no HTTP.
+func DefaultConfig() Config {
+	pub := proto.DefaultPublisherConfig()
+	pub.AckTimeout = 5 * time.Second
+	return Config{
+		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
+		NATS:           NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
+		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
+		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
+	}
+}
+
+// Validate checks every field.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("serve: "+format+": %w", append(a, ErrInvalidConfig)...)
+	}
+	if err := proto.ValidateJob(c.Job); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := c.layout().Validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	switch {
+	case c.Epochs < 1:
+		return bad("epochs %d < 1", c.Epochs)
+	case c.StreamMaxBytes <= 0 || c.Replicas < 1 || c.Replicas > 5 || c.Duplicates <= 0:
+		return bad("stream max bytes %d, replicas %d, duplicates %v", c.StreamMaxBytes, c.Replicas, c.Duplicates)
+	case c.MaxAckPending < 1 || c.AckWait <= 0:
+		return bad("max ack pending %d, ack wait %v", c.MaxAckPending, c.AckWait)
+	case c.Recalibrate < -1:
+		return bad("recalibrate %d (want -1, 0 or K > 0)", c.Recalibrate)
+	case c.MinObservations < 8:
+		return bad("min observations %d < 8 (the cost model has 7 features)", c.MinObservations)
+	case c.RegisterWait < 0:
+		return bad("register wait %v", c.RegisterWait)
+	case c.HTTPToken != "" && c.HTTP == "":
+		return bad("an HTTP token without an HTTP address")
+	}
+	if err := c.Publisher.Validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if c.HTTP != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP); err != nil {
+			return bad("http address %q: %v", c.HTTP, err)
+		}
+	}
+	return c.NATS.validate()
+}
+
+func (n NATSConfig) validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("serve: nats: "+format+": %w", append(a, ErrInvalidConfig)...)
+	}
+	methods := 0
+	for _, set := range []bool{n.User != "" || n.Password != "", n.Token != "", n.NKeySeedFile != "", n.CredsFile != ""} {
+		if set {
+			methods++
+		}
+	}
+	switch {
+	case methods > 1:
+		return bad("more than one authentication method")
+	case (n.TLSCert == "") != (n.TLSKey == ""):
+		return bad("a TLS client certificate needs both cert and key")
+	case n.ReconnectWait <= 0:
+		return bad("reconnect wait %v", n.ReconnectWait)
+	}
+	if n.External() {
+		return nil
+	}
+	if methods > 0 || n.TLSCA != "" || n.TLSCert != "" {
+		return bad("authentication and TLS options apply to an external deployment (--nats URL) only")
+	}
+	if n.DataDir == "" {
+		return bad("the embedded server needs a data dir")
+	}
+	if n.MaxPayload < 64<<10 || n.MaxPayload > 64<<20 {
+		return bad("max payload %d outside [64 KiB, 64 MiB]", n.MaxPayload)
+	}
+	if n.Listen != "" {
+		_, port, err := net.SplitHostPort(n.Listen)
+		if err != nil {
+			return bad("listen address %q: %v", n.Listen, err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return bad("listen port %q", port)
+		}
+	}
+	return nil
+}
+
+// External reports whether the config names an existing deployment.
+func (n NATSConfig) External() bool { return len(n.URLs) > 0 }
+
+func (c Config) layout() proto.Layout {
+	return proto.Layout{DP: c.Pipeline.Plan.DP, MP: c.MP, Placement: c.Pipeline.Plan.Placement.String()}
+}
+
+// ranks is dp × mp.
+func (c Config) ranks() int { return c.Pipeline.Plan.DP * c.MP }
+
+func (c Config) lastEpoch() int { return c.Pipeline.Plan.Epoch + c.Epochs - 1 }

@@ -1,0 +1,290 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+)
+
+// subscribe installs the control handlers on mmfeed.<job>.ctl.*.
+func (s *Service) subscribe() ([]*nats.Subscription, error) {
+	handlers := map[string]nats.MsgHandler{
+		proto.CtlRegister: func(m *nats.Msg) { go s.handleRegister(m) }, // may wait for a plan or a rewind
+		proto.CtlFeedback: s.handleFeedback,
+		proto.CtlDone:     s.handleDone,
+		proto.CtlResend:   s.handleResend,
+	}
+	var subs []*nats.Subscription
+	for kind, h := range handlers {
+		subj, err := proto.ControlSubject(s.cfg.Job, kind)
+		if err != nil {
+			return subs, err
+		}
+		sub, err := s.nc.Subscribe(subj, h)
+		if err != nil {
+			for _, x := range subs {
+				_ = x.Unsubscribe()
+			}
+			return nil, fmt.Errorf("serve: subscribe %s: %w", subj, err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := s.nc.Flush(); err != nil {
+		return subs, fmt.Errorf("serve: subscribe: %w", err)
+	}
+	return subs, nil
+}
+
+// handleRegister answers a trainer rank's Register: the layout must match;
+// the reply names the epoch's steps, plan hash, modality, stream, consumer
+// and subject. A rank that needs a step the stream no longer holds (its
+// checkpoint is older than its last ack) is republished from there with a
+// new generation before the reply.
+func (s *Service) handleRegister(m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RegisterWait+30*time.Second)
+	defer cancel()
+	reply := s.register(ctx, m.Data)
+	b, err := json.Marshal(reply)
+	if err == nil {
+		err = m.Respond(b)
+	}
+	if err != nil {
+		s.log.Warn("register reply", "err", err)
+	}
+}
+
+func (s *Service) register(ctx context.Context, data []byte) proto.RegisterReply {
+	fail := func(err error) proto.RegisterReply {
+		s.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
+		s.log.Warn("register refused", "err", err)
+		return proto.RegisterReply{OK: false, Error: err.Error()}
+	}
+	var reg proto.Register
+	if err := proto.DecodeControl(data, &reg); err != nil {
+		return fail(err)
+	}
+	if err := reg.ValidateAgainst(s.cfg.Job, s.cfg.layout()); err != nil {
+		return fail(err)
+	}
+	first, last := s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
+	if reg.Epoch < first || reg.Epoch > last {
+		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
+	}
+	info, err := s.waitEpoch(ctx, reg.Epoch)
+	if err != nil {
+		return fail(err)
+	}
+	if reg.ResumeStep > info.Steps {
+		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
+	}
+	rank := reg.DPRank*s.cfg.MP + reg.MPRank
+	need := s.normLocked(pos{reg.Epoch, reg.ResumeStep})
+	if err := s.resumeRank(ctx, rank, need); err != nil {
+		return fail(err)
+	}
+	mod, _ := proto.ModalityFor(reg.Placement, reg.MP, reg.MPRank)
+	subj, _ := proto.BatchSubject(s.cfg.Job, reg.DPRank, reg.MPRank)
+	s.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
+	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
+	return proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
+		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
+		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+}
+
+// waitEpoch returns the info of epoch e, waiting up to RegisterWait while the
+// publisher plans it.
+func (s *Service) waitEpoch(ctx context.Context, e int) (EpochInfo, error) {
+	t := time.NewTimer(s.cfg.RegisterWait)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		info, ok := s.infos[e]
+		planned := s.planned
+		s.mu.Unlock()
+		if ok {
+			return info, nil
+		}
+		select {
+		case <-planned:
+		case <-t.C:
+			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
+		case <-ctx.Done():
+			return EpochInfo{}, ctx.Err()
+		}
+	}
+}
+
+// resumeRank sets where rank's trainer continues. When the stream no longer
+// holds everything from need on (the trainer acknowledged batches its
+// checkpoint lacks), the rank is rewound to need and republished.
+func (s *Service) resumeRank(ctx context.Context, rank int, need pos) error {
+	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
+	h, stored, err := s.firstStored(ctx, dp, mp)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	avail := s.ranks[rank].cursor
+	s.mu.Unlock()
+	if stored {
+		avail = pos{h.Epoch, h.Step}
+		if h.MicroBatch > 0 || h.Index > 0 { // the step's first chunks were acknowledged
+			avail.Step++
+		}
+	}
+	if need.less(avail) {
+		done := make(chan error, 1)
+		if err := s.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.setNext(ctx, rank, need, true)
+	return nil
+}
+
+// setNext records the first step rank's trainer still needs (in memory and
+// as the KV rank step); with force it may move backwards (a register).
+func (s *Service) setNext(ctx context.Context, rank int, next pos, force bool) {
+	s.mu.Lock()
+	rs := &s.ranks[rank]
+	next = s.norm(next)
+	if !force && !rs.next.less(next) {
+		s.mu.Unlock()
+		return
+	}
+	rs.next, rs.known = next, true
+	prev, hasPrev := s.lastStepBefore(next)
+	s.mu.Unlock()
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
+	var err error
+	if hasPrev {
+		err = proto.PutRankStep(kctx, s.st.kv, dp, mp, prev.Epoch, prev.Step)
+	} else {
+		err = s.st.delete(kctx, proto.KVRankStep(dp, mp))
+	}
+	if err != nil {
+		s.log.Warn("kv rank step", "dp", dp, "mp", mp, "err", err)
+	}
+	select {
+	case s.progress <- struct{}{}:
+	default:
+	}
+}
+
+// lastStepBefore returns the step before p (the last completed one when p is
+// the next needed). Caller holds s.mu.
+func (s *Service) lastStepBefore(p pos) (pos, bool) {
+	if p.Step > 0 {
+		return pos{p.Epoch, p.Step - 1}, true
+	}
+	if info, ok := s.infos[p.Epoch-1]; ok && info.Steps > 0 {
+		return pos{p.Epoch - 1, info.Steps - 1}, true
+	}
+	return pos{}, false
+}
+
+func (s *Service) normLocked(p pos) pos {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.norm(p)
+}
+
+// checkRank validates a control message's job and ranks.
+func (s *Service) checkRank(job string, dp, mp int) (int, error) {
+	if job != s.cfg.Job {
+		return 0, fmt.Errorf("serve: control message for job %q, this service runs %q: %w", job, s.cfg.Job, proto.ErrControl)
+	}
+	if dp >= s.cfg.Pipeline.Plan.DP || mp >= s.cfg.MP {
+		return 0, fmt.Errorf("serve: control message for rank dp=%d mp=%d outside dp=%d mp=%d: %w", dp, mp, s.cfg.Pipeline.Plan.DP, s.cfg.MP, proto.ErrLayout)
+	}
+	return dp*s.cfg.MP + mp, nil
+}
+
+// handleFeedback records a rank's measured step: its position, the
+// Prometheus timings, the live report and a calibration observation.
+func (s *Service) handleFeedback(m *nats.Msg) {
+	var fb proto.Feedback
+	err := proto.DecodeControl(m.Data, &fb)
+	rank := 0
+	if err == nil {
+		rank, err = s.checkRank(fb.Job, fb.DPRank, fb.MPRank)
+	}
+	if err != nil {
+		s.badControl(proto.CtlFeedback, err)
+		return
+	}
+	s.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
+	s.met.feedback(fb)
+	s.mu.Lock()
+	ep := s.plans[fb.Epoch]
+	s.mu.Unlock()
+	if ep != nil && fb.Step < len(ep.feats) {
+		s.mu.Lock()
+		f := ep.feats[fb.Step][fb.DPRank]
+		s.mu.Unlock()
+		s.cal.add(fb, f)
+	}
+	s.live.measured(fb)
+	s.setNext(context.Background(), rank, pos{fb.Epoch, fb.Step + 1}, false)
+}
+
+// handleDone records that a rank completed an epoch.
+func (s *Service) handleDone(m *nats.Msg) {
+	var d proto.Done
+	err := proto.DecodeControl(m.Data, &d)
+	rank := 0
+	if err == nil {
+		rank, err = s.checkRank(d.Job, d.DPRank, d.MPRank)
+	}
+	if err != nil {
+		s.badControl(proto.CtlDone, err)
+		return
+	}
+	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
+	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
+	s.setNext(context.Background(), rank, pos{d.Epoch + 1, 0}, false)
+}
+
+// handleResend republishes a rank from the failed batch's step with a new
+// generation.
+func (s *Service) handleResend(m *nats.Msg) {
+	var r proto.Resend
+	err := proto.DecodeControl(m.Data, &r)
+	rank := 0
+	if err == nil {
+		rank, err = s.checkRank(r.Job, r.DPRank, r.MPRank)
+	}
+	if err != nil {
+		s.badControl(proto.CtlResend, err)
+		return
+	}
+	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
+	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.requestRewind(ctx, rewindReq{rank: rank, to: pos{r.Epoch, r.Step}, reason: "resend: " + r.Reason}); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Warn("resend", "err", err)
+		}
+	}()
+}
+
+func (s *Service) badControl(kind string, err error) {
+	s.met.control.WithLabelValues(kind, "refused").Inc()
+	s.log.Warn("bad control message", "kind", kind, "err", err)
+}

@@ -1,0 +1,21 @@
+package serve
+
+import "errors"
+
+// Sentinel errors. The service wraps them with context ("serve: ...: %w"), so
+// test with errors.Is.
+var (
+	// ErrInvalidConfig: a Config field is out of range or inconsistent.
+	ErrInvalidConfig = errors.New("invalid config")
+	// ErrJobMismatch: the job's state in the KV bucket was written by a service
+	// with another configuration (dataset, layout, batch shape, seed, ...);
+	// resuming it would change the plan under the trainers.
+	ErrJobMismatch = errors.New("job state does not match this configuration")
+	// ErrNotReady: a trainer asked for an epoch the service has not planned
+	// yet; it should register again.
+	ErrNotReady = errors.New("epoch not planned yet")
+	// ErrEpochRange: a trainer asked for an epoch outside the job's epochs.
+	ErrEpochRange = errors.New("epoch outside the job")
+	// ErrState: a value in the job's KV bucket is malformed.
+	ErrState = errors.New("malformed service state")
+)

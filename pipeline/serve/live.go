@@ -1,0 +1,239 @@
+package serve
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// maxLiveSteps bounds the steps the live report keeps (the newest).
+const maxLiveSteps = 512
+
+// LiveStep is one published step in the live report.
+type LiveStep struct {
+	Epoch int `json:"epoch"`
+	Step  int `json:"step"`
+	// Segment indexes Live.Models: the cost model the step was planned with.
+	Segment int `json:"segment"`
+	// Imbalance is the predicted max/mean of PredictedCost.
+	Imbalance float64 `json:"imbalance"`
+	// PredictedCost is each dp rank's step cost under the step's model (its unit).
+	PredictedCost []float64 `json:"predicted_cost"`
+	// PredictedSeconds is each dp rank's step time under the latest
+	// calibration (absent before the first).
+	PredictedSeconds []float64 `json:"predicted_seconds,omitempty"`
+	// MeasuredSeconds is each dp rank's reported compute time (the slowest of
+	// its mp ranks); 0 until reported.
+	MeasuredSeconds []float64 `json:"measured_seconds"`
+	// DataWaitSeconds is each dp rank's reported wait for data (the largest
+	// of its mp ranks).
+	DataWaitSeconds []float64 `json:"data_wait_seconds"`
+	// Samples counts the step's real samples over all dp ranks.
+	Samples int `json:"samples"`
+
+	feats []balancer.Features
+}
+
+// RankStatus is one (dp, mp) rank in the live report.
+type RankStatus struct {
+	DP, MP int    `json:"-"`
+	Rank   [2]int `json:"rank"`
+	// NextEpoch and NextStep: the first step the trainer still needs.
+	NextEpoch int `json:"next_epoch"`
+	NextStep  int `json:"next_step"`
+	// PublishedEpoch and PublishedStep: the next step the service publishes
+	// to the rank.
+	PublishedEpoch int `json:"stepsPublishedepoch"`
+	PublishedStep  int `json:"stepsPublishedstep"`
+	Generation     int `json:"generation"`
+}
+
+// Throughput summarises what was published.
+type Throughput struct {
+	Stats
+	SamplesPerSecond float64 `json:"samples_per_second"`
+	BytesPerSecond   float64 `json:"bytes_per_second"`
+}
+
+// Live is the live part of /v1/report.
+type Live struct {
+	Job        string `json:"job"`
+	Epoch      int    `json:"epoch"`
+	FirstEpoch int    `json:"first_epoch"`
+	LastEpoch  int    `json:"last_epoch"`
+	// StepsPerEpoch is the current epoch's step count; StepsPublished counts
+	// the steps published to every rank so far (all epochs).
+	StepsPerEpoch  int  `json:"steps_per_epoch"`
+	StepsPublished int  `json:"steps_published"`
+	Finished       bool `json:"finished"`
+	// Models lists the cost models of the current epoch's steps.
+	Models []Segment `json:"models"`
+	// Calibration is the latest refit from trainer feedback (null before).
+	Calibration  *balancer.Calibration `json:"calibration"`
+	Observations int                   `json:"observations"`
+	// Quarantined counts quarantined samples by reason, all epochs so far.
+	Quarantined map[string]int64 `json:"quarantined"`
+	Throughput  Throughput       `json:"throughput"`
+	Ranks       []RankStatus     `json:"ranks"`
+	// Steps are the newest published steps, oldest first.
+	Steps []LiveStep `json:"steps"`
+}
+
+// LiveReport is the /v1/report object: the `mmfeed report --json` object of
+// the current epoch (strategy comparison) plus "live".
+type LiveReport struct {
+	*balancer.Report
+	Live Live `json:"live"`
+}
+
+// live holds the report's moving parts.
+type live struct {
+	mu             sync.Mutex
+	dp, mp         int
+	placement      balancer.Placement
+	report         *balancer.Report
+	info           EpochInfo
+	steps          []*LiveStep
+	index          map[pos]*LiveStep
+	stepsPublished int
+	quarant        map[int]*loader.QuarantineWriter
+}
+
+func newLive(cfg Config) *live {
+	return &live{dp: cfg.Pipeline.Plan.DP, mp: cfg.MP, placement: cfg.Pipeline.Plan.Placement,
+		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}}
+}
+
+func (l *live) setEpoch(ep *epochPlan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.report, l.info = ep.report, ep.info
+	l.quarant[ep.info.Epoch] = ep.prep.Quarantine
+}
+
+// published records a step the publisher sent (from the publisher goroutine,
+// which owns ep's steps).
+func (l *live) published(ep *epochPlan, sb pipeline.StepBatch, _ bool) {
+	seg, _ := ep.segmentAt(sb.Step)
+	pred := ep.predicted(sb.Step)
+	st := &LiveStep{Epoch: ep.info.Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
+		MeasuredSeconds: make([]float64, len(pred)), DataWaitSeconds: make([]float64, len(pred)),
+		feats: slices.Clone(ep.feats[sb.Step])}
+	for _, mbs := range sb.Rows {
+		for _, rows := range mbs {
+			for i := range rows {
+				if rows[i].Weight > 0 {
+					st.Samples++
+				}
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.info = ep.info
+	k := pos{st.Epoch, st.Step}
+	if old := l.index[k]; old != nil { // republished (rewind): keep the measurements
+		st.MeasuredSeconds, st.DataWaitSeconds = old.MeasuredSeconds, old.DataWaitSeconds
+		l.steps = slices.DeleteFunc(l.steps, func(x *LiveStep) bool { return x == old })
+	} else {
+		l.stepsPublished++
+	}
+	l.index[k] = st
+	l.steps = append(l.steps, st)
+	if len(l.steps) > maxLiveSteps {
+		delete(l.index, pos{l.steps[0].Epoch, l.steps[0].Step})
+		l.steps = l.steps[1:]
+	}
+}
+
+// measured records a trainer's feedback on a published step.
+func (l *live) measured(fb proto.Feedback) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.index[pos{fb.Epoch, fb.Step}]
+	if st == nil || fb.DPRank >= len(st.MeasuredSeconds) {
+		return
+	}
+	st.MeasuredSeconds[fb.DPRank] = max(st.MeasuredSeconds[fb.DPRank], fb.ComputeSeconds)
+	st.DataWaitSeconds[fb.DPRank] = max(st.DataWaitSeconds[fb.DPRank], fb.DataWaitSeconds)
+}
+
+func (l *live) quarantined() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int64{}
+	for _, q := range l.quarant {
+		for r, n := range q.Counts() {
+			out[r] += n
+		}
+	}
+	return out
+}
+
+// snapshot builds the live report; nil before the first epoch is planned.
+func (s *Service) snapshot() *LiveReport {
+	l := s.live
+	cal, nobs := s.cal.snapshot()
+	q := l.quarantined()
+	l.mu.Lock()
+	if l.report == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	rep := *l.report
+	var total int64
+	for _, n := range q {
+		total += n
+	}
+	rep.Quarantined = int(total)
+	lv := Live{Job: s.cfg.Job, Epoch: l.info.Epoch, FirstEpoch: s.cfg.Pipeline.Plan.Epoch, LastEpoch: s.cfg.lastEpoch(),
+		StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished, Models: slices.Clone(l.info.Segments),
+		Calibration: cal, Observations: nobs, Quarantined: q}
+	lv.Steps = make([]LiveStep, len(l.steps))
+	for i, st := range l.steps {
+		c := *st
+		c.PredictedCost = slices.Clone(st.PredictedCost)
+		c.MeasuredSeconds = slices.Clone(st.MeasuredSeconds)
+		c.DataWaitSeconds = slices.Clone(st.DataWaitSeconds)
+		if cal != nil {
+			c.PredictedSeconds = make([]float64, len(st.feats))
+			for r, f := range st.feats {
+				c.PredictedSeconds[r] = cal.Predict(f, l.placement)
+			}
+		}
+		lv.Steps[i] = c
+	}
+	l.mu.Unlock()
+	s.mu.Lock()
+	lv.Finished = s.finished
+	for r, rs := range s.ranks {
+		dp, mp := r/s.cfg.MP, r%s.cfg.MP
+		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.next.Epoch, NextStep: rs.next.Step,
+			PublishedEpoch: rs.cursor.Epoch, PublishedStep: rs.cursor.Step, Generation: rs.gen})
+	}
+	s.mu.Unlock()
+	st := s.Stats()
+	lv.Throughput = Throughput{Stats: st}
+	if st.ElapsedSeconds > 0 {
+		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
+		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
+	}
+	return &LiveReport{Report: &rep, Live: lv}
+}
+
+// imbalance is max/mean (1 for an empty or all-zero step).
+func imbalance(costs []float64) float64 {
+	var sum, top float64
+	for _, c := range costs {
+		sum += c
+		top = max(top, c)
+	}
+	if sum <= 0 {
+		return 1
+	}
+	return top * float64(len(costs)) / sum
+}

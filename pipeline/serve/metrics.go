@@ -1,0 +1,187 @@
+package serve
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type stage int
+
+const (
+	stagePreprocess stage = iota // the publisher waited for the preprocessing workers
+	stageBuild                   // proto.BuildRecord
+	stageEncode                  // proto.EncodeIPC
+	stagePublish                 // chunking and JetStream publish, backpressure waits included
+	numStages
+)
+
+var stageNames = [numStages]string{"preprocess", "build", "encode", "publish"}
+
+// metrics are the service's Prometheus metrics, on the service's registry.
+type metrics struct {
+	s     *Service
+	start time.Time
+
+	samples, bytes, batches          prometheus.Counter
+	retries, rewinds, recalibrations prometheus.Counter
+	stageSeconds                     *prometheus.CounterVec
+	imbalance                        prometheus.Histogram
+	control                          *prometheus.CounterVec
+	dataWait, compute                *prometheus.CounterVec
+
+	nanos                  [numStages]atomic.Int64
+	nSamples, nBytes, nBat atomic.Int64
+}
+
+func newMetrics(s *Service) *metrics {
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: name, Help: help})
+	}
+	rankLabels := []string{"dp", "mp"}
+	return &metrics{s: s, start: time.Now(),
+		samples:        c("samples_total", "Real (weight > 0) samples published, counted once per dp rank."),
+		bytes:          c("bytes_total", "Arrow IPC payload bytes published."),
+		batches:        c("batches_total", "Micro-batch payloads published (every dp and mp rank)."),
+		retries:        c("publish_retries_total", "Chunk publishes repeated after a full stream or a lost ack."),
+		rewinds:        c("rewinds_total", "Ranks republished from an earlier step with a new generation."),
+		recalibrations: c("recalibrations_total", "Mid-epoch replans with a recalibrated cost model."),
+		stageSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "stage_seconds_total",
+			Help: "Seconds spent per stage: preprocess (waiting for workers), build, encode, publish."}, []string{"stage"}),
+		imbalance: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "step_imbalance",
+			Help:    "Predicted max/mean rank cost of each published step.",
+			Buckets: []float64{1, 1.005, 1.01, 1.02, 1.03, 1.05, 1.1, 1.2, 1.5, 2, 3}}),
+		control: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "control_messages_total",
+			Help: "Control messages received, by kind and result (ok, refused)."}, []string{"kind", "result"}),
+		dataWait: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "data_wait_seconds_total",
+			Help: "Seconds trainer ranks reported blocked on the next batch."}, rankLabels),
+		compute: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "compute_seconds_total",
+			Help: "Seconds of forward+backward trainer ranks reported."}, rankLabels),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.retries, m.rewinds, m.recalibrations,
+		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, &stateCollector{m.s}} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *metrics) stage(st stage, d time.Duration) {
+	m.nanos[st].Add(int64(d))
+	m.stageSeconds.WithLabelValues(stageNames[st]).Add(d.Seconds())
+}
+
+// batch counts one published micro-batch; samples only once per dp rank.
+func (m *metrics) batch(rows []proto.Row, bytes int, countSamples bool) {
+	m.batches.Inc()
+	m.nBat.Add(1)
+	m.bytes.Add(float64(bytes))
+	m.nBytes.Add(int64(bytes))
+	if countSamples {
+		n := 0
+		for i := range rows {
+			if rows[i].Weight > 0 {
+				n++
+			}
+		}
+		m.samples.Add(float64(n))
+		m.nSamples.Add(int64(n))
+	}
+}
+
+func (m *metrics) feedback(fb proto.Feedback) {
+	dp, mp := strconv.Itoa(fb.DPRank), strconv.Itoa(fb.MPRank)
+	m.dataWait.WithLabelValues(dp, mp).Add(fb.DataWaitSeconds)
+	m.compute.WithLabelValues(dp, mp).Add(fb.ComputeSeconds)
+}
+
+// Stats is the service's instrumentation: what it published and where the
+// publishing goroutines spent their time.
+type Stats struct {
+	Samples int64 `json:"samples"`
+	Batches int64 `json:"batches"`
+	Bytes   int64 `json:"bytes"`
+	// ElapsedSeconds is the time since the service started.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// PreprocessSeconds is the time the publisher waited for the next
+	// preprocessed step (the workers were the bottleneck).
+	PreprocessSeconds float64 `json:"preprocess_seconds"`
+	// BuildSeconds, EncodeSeconds and PublishSeconds are summed over the
+	// ranks' publishing goroutines (they run in parallel); PublishSeconds
+	// includes waits on a full stream.
+	BuildSeconds   float64 `json:"build_seconds"`
+	EncodeSeconds  float64 `json:"encode_seconds"`
+	PublishSeconds float64 `json:"publish_seconds"`
+}
+
+// Stats returns the instrumentation so far.
+func (s *Service) Stats() Stats {
+	m := s.met
+	sec := func(st stage) float64 { return time.Duration(m.nanos[st].Load()).Seconds() }
+	return Stats{Samples: m.nSamples.Load(), Batches: m.nBat.Load(), Bytes: m.nBytes.Load(),
+		ElapsedSeconds: time.Since(m.start).Seconds(), PreprocessSeconds: sec(stagePreprocess),
+		BuildSeconds: sec(stageBuild), EncodeSeconds: sec(stageEncode), PublishSeconds: sec(stagePublish)}
+}
+
+// stateCollector reports gauges read at scrape time: the stream's bytes and
+// messages, each rank's pending and unacknowledged chunks and positions,
+// and quarantined samples by reason.
+type stateCollector struct{ s *Service }
+
+var (
+	descStreamBytes = prometheus.NewDesc("mmfeed_serve_stream_bytes", "Bytes stored in the job's stream (the queue to the trainers).", nil, nil)
+	descStreamMsgs  = prometheus.NewDesc("mmfeed_serve_stream_messages", "Chunk messages stored in the job's stream.", nil, nil)
+	descPending     = prometheus.NewDesc("mmfeed_serve_rank_pending_chunks", "Chunks stored for the rank and not yet delivered.", []string{"dp", "mp"}, nil)
+	descAckPending  = prometheus.NewDesc("mmfeed_serve_rank_unacked_chunks", "Chunks delivered to the rank and not yet acknowledged.", []string{"dp", "mp"}, nil)
+	descNextStep    = prometheus.NewDesc("mmfeed_serve_rank_next_step", "First step (within its epoch) the rank's trainer still needs.", []string{"dp", "mp"}, nil)
+	descNextEpoch   = prometheus.NewDesc("mmfeed_serve_rank_next_epoch", "Epoch of the rank's next step.", []string{"dp", "mp"}, nil)
+	descQuarantined = prometheus.NewDesc("mmfeed_serve_quarantined_total", "Samples quarantined, by reason (all epochs so far).", []string{"reason"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStreamBytes, descStreamMsgs, descPending, descAckPending, descNextStep, descNextEpoch, descQuarantined} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if s.stream != nil {
+		if info, err := s.stream.Info(ctx); err == nil {
+			ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(info.State.Bytes))
+			ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(info.State.Msgs))
+		}
+		for r := range s.cfg.ranks() {
+			dp, mp := r/s.cfg.MP, r%s.cfg.MP
+			cons, err := s.stream.Consumer(ctx, proto.ConsumerName(s.cfg.Job, dp, mp))
+			if err != nil {
+				continue
+			}
+			if ci, err := cons.Info(ctx); err == nil {
+				l := []string{strconv.Itoa(dp), strconv.Itoa(mp)}
+				ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(ci.NumPending), l...)
+				ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(ci.NumAckPending), l...)
+			}
+		}
+	}
+	s.mu.Lock()
+	for r, rs := range s.ranks {
+		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
+		ch <- prometheus.MustNewConstMetric(descNextStep, prometheus.GaugeValue, float64(rs.next.Step), l...)
+		ch <- prometheus.MustNewConstMetric(descNextEpoch, prometheus.GaugeValue, float64(rs.next.Epoch), l...)
+	}
+	s.mu.Unlock()
+	for reason, n := range s.live.quarantined() {
+		ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.CounterValue, float64(n), reason)
+	}
+}

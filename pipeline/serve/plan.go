@@ -1,0 +1,239 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
+)
+
+// epochPlan is one epoch prepared and planned: the base plan (the pure
+// function of dataset, seed, epoch, layout and config that plan_hash names)
+// and the steps actually served, which differ from the base plan's from each
+// recalibration segment on.
+type epochPlan struct {
+	info  EpochInfo
+	prep  *pipeline.Prepared
+	qfile io.Closer
+	base  *balancer.Plan
+	// steps are the served steps; entries index prep.Features.Items.
+	steps []balancer.Step
+	// feats[step][dp] is the rank's feature sum (padding entries included).
+	feats  [][]balancer.Features
+	report *balancer.Report
+}
+
+// prepareEpoch indexes the dataset for epoch, plans it with the model of
+// stored's first segment (or model when stored is nil), replays stored's
+// recalibration segments, and builds the strategy comparison.
+func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
+	pc := cfg.Pipeline
+	pc.Plan.Epoch = epoch
+	pc.Plan.Model = model
+	if stored != nil {
+		pc.Plan.Model = stored.Segments[0].Model
+	}
+	qw, qfile, err := openQuarantine(cfg.QuarantineDir, epoch)
+	if err != nil {
+		return nil, err
+	}
+	prep, err := pipeline.Prepare(ctx, pc, qw)
+	if err != nil {
+		closeQuiet(qfile)
+		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
+	}
+	ep := &epochPlan{prep: prep, qfile: qfile}
+	if err := ep.plan(stored); err != nil {
+		ep.close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+func (ep *epochPlan) plan(stored *EpochInfo) error {
+	pc := ep.prep.Config.Plan
+	base, err := ep.prep.Plan(pc.Strategy)
+	if err != nil {
+		return fmt.Errorf("serve: plan epoch %d: %w", pc.Epoch, err)
+	}
+	ep.base, ep.steps = base, base.Steps
+	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: len(base.Steps), MicroBatches: pc.MicroBatches, PlanHash: base.Hash(),
+		Segments: []Segment{{FromStep: 0, Model: base.Config.Model}}}
+	if stored != nil {
+		if stored.PlanHash != ep.info.PlanHash || stored.Steps != ep.info.Steps {
+			return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",
+				pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, ErrJobMismatch)
+		}
+		for _, seg := range stored.Segments[1:] {
+			if !ep.replan(seg) {
+				return fmt.Errorf("serve: epoch %d: recorded recalibration at step %d does not replay: %w", pc.Epoch, seg.FromStep, ErrState)
+			}
+		}
+	}
+	ep.feats = make([][]balancer.Features, len(ep.steps))
+	for k := range ep.steps {
+		ep.feats[k] = ep.stepFeatures(ep.steps[k])
+	}
+	ep.report, err = compareStrategies(base, ep.prep)
+	return err
+}
+
+// compareStrategies reports the base plan against the baselines without
+// quarantining the planner's rejections a second time.
+func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.Report, error) {
+	plans := []*balancer.Plan{base}
+	for _, s := range balancer.Strategies() {
+		if s == base.Config.Strategy {
+			continue
+		}
+		c := base.Config
+		c.Strategy = s
+		p, err := balancer.Build(prep.Features.Items, c)
+		if err != nil {
+			return nil, fmt.Errorf("serve: baseline %v: %w", s, err)
+		}
+		plans = append(plans, p)
+	}
+	r, err := balancer.NewReport(plans...)
+	if err != nil {
+		return nil, err
+	}
+	r.Quarantined = int(prep.Quarantine.Total())
+	return r, nil
+}
+
+// replan replaces the steps from seg.FromStep on with a plan of their real
+// samples (in epoch order) under seg.Model, and records the segment. It
+// keeps the old steps and reports false when the new plan would not have the
+// same number of steps (global-tokens batches) or would drop or reject items.
+func (ep *epochPlan) replan(seg Segment) bool {
+	from := seg.FromStep
+	if from >= len(ep.steps) {
+		return false
+	}
+	var idx []int32
+	for _, s := range ep.steps[from:] {
+		for _, rank := range s.Ranks {
+			for _, mb := range rank {
+				for _, e := range mb {
+					if e.Weight > 0 {
+						idx = append(idx, e.Item)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(idx)
+	all := ep.prep.Features.Items
+	items := make([]balancer.Item, len(idx))
+	for i, k := range idx {
+		items[i] = all[k]
+	}
+	c := ep.prep.Config.Plan
+	c.Model = seg.Model
+	p, err := balancer.Build(items, c)
+	if err != nil || len(p.Steps) != len(ep.steps)-from || len(p.Dropped) > 0 || len(p.Rejected) > 0 {
+		return false
+	}
+	steps := slices.Clone(ep.steps[:from])
+	for k, s := range p.Steps {
+		ns := balancer.Step{Index: from + k, Ranks: make([][]balancer.MicroBatch, len(s.Ranks))}
+		for r, rank := range s.Ranks {
+			ns.Ranks[r] = make([]balancer.MicroBatch, len(rank))
+			for m, mb := range rank {
+				out := make(balancer.MicroBatch, len(mb))
+				for i, e := range mb {
+					e.Item = idx[e.Item]
+					out[i] = e
+				}
+				ns.Ranks[r][m] = out
+			}
+		}
+		steps = append(steps, ns)
+	}
+	ep.steps = steps
+	ep.info.Segments = append(ep.info.Segments, seg)
+	if ep.feats != nil {
+		for k := from; k < len(steps); k++ {
+			ep.feats[k] = ep.stepFeatures(steps[k])
+		}
+	}
+	return true
+}
+
+// stepFeatures sums each dp rank's feature vectors over a step.
+func (ep *epochPlan) stepFeatures(s balancer.Step) []balancer.Features {
+	items := ep.prep.Features.Items
+	out := make([]balancer.Features, len(s.Ranks))
+	for r, rank := range s.Ranks {
+		for _, mb := range rank {
+			for _, e := range mb {
+				it := items[e.Item]
+				out[r] = out[r].Add(balancer.FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
+			}
+		}
+	}
+	return out
+}
+
+// segmentAt returns the segment in effect at step.
+func (ep *epochPlan) segmentAt(step int) (int, Segment) {
+	i := len(ep.info.Segments) - 1
+	for i > 0 && ep.info.Segments[i].FromStep > step {
+		i--
+	}
+	return i, ep.info.Segments[i]
+}
+
+// planFrom returns the served steps from start on as a plan for the
+// Preprocessor, with the model in effect at start (the rows' cost column).
+func (ep *epochPlan) planFrom(start int) *balancer.Plan {
+	q := *ep.base
+	q.Steps = ep.steps[start:]
+	_, seg := ep.segmentAt(start)
+	q.Config.Model = seg.Model
+	return &q
+}
+
+// predicted returns the step's per-dp-rank cost under the model in effect.
+func (ep *epochPlan) predicted(step int) []float64 {
+	_, seg := ep.segmentAt(step)
+	pl := ep.prep.Config.Plan.Placement
+	out := make([]float64, len(ep.feats[step]))
+	for r, f := range ep.feats[step] {
+		out[r] = pl.StepCost(seg.Model.CostOf(f))
+	}
+	return out
+}
+
+func (ep *epochPlan) close() {
+	if ep.prep != nil {
+		_ = ep.prep.Close()
+	}
+	closeQuiet(ep.qfile)
+}
+
+func openQuarantine(dir string, epoch int) (io.Writer, io.Closer, error) {
+	if dir == "" {
+		return nil, nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("serve: quarantine dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("quarantine-e%d.jsonl", epoch)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve: quarantine file: %w", err)
+	}
+	return f, f, nil
+}
+
+func closeQuiet(c io.Closer) {
+	if c != nil {
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,375 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+)
+
+// errRewind ends a preprocessing run early: a rank must be republished from
+// an earlier step, or the rest of the epoch was replanned.
+var errRewind = errors.New("rewind")
+
+// publishLoop publishes every epoch from the ranks' cursors on. Between runs
+// it applies rewinds (trainer restarts, resends); after the last epoch it
+// waits for the trainers (WaitForTrainers) while still serving rewinds.
+func (s *Service) publishLoop(ctx context.Context) error {
+	end := pos{s.cfg.lastEpoch() + 1, 0}
+	for {
+		if err := s.drainRewinds(ctx); err != nil {
+			return err
+		}
+		start := s.minCursor()
+		if !start.less(end) {
+			if s.markFinished(ctx) {
+				return nil
+			}
+			select {
+			case req := <-s.rewindCh:
+				s.applyRewind(ctx, req)
+			case <-s.progress:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		ep, err := s.epoch(ctx, start.Epoch)
+		if err != nil {
+			return err
+		}
+		if start.Step >= ep.info.Steps {
+			s.advanceEpoch(start.Epoch)
+			continue
+		}
+		err = s.run(ctx, ep, start.Step)
+		switch {
+		case err == nil:
+			s.advanceEpoch(start.Epoch)
+		case errors.Is(err, errRewind) || (errors.Is(err, context.Canceled) && ctx.Err() == nil):
+		default:
+			return err
+		}
+	}
+}
+
+// markFinished records that everything is published and reports whether the
+// service may stop.
+func (s *Service) markFinished(ctx context.Context) bool {
+	s.mu.Lock()
+	first := !s.finished
+	s.finished = true
+	allDone := true
+	for _, r := range s.ranks {
+		if r.next.less(pos{s.cfg.lastEpoch() + 1, 0}) {
+			allDone = false
+		}
+	}
+	s.mu.Unlock()
+	if first {
+		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
+		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
+			s.log.Warn("kv", "err", err)
+		}
+	}
+	return allDone || !s.cfg.WaitForTrainers
+}
+
+func (s *Service) minCursor() pos {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.ranks[0].cursor
+	for _, r := range s.ranks[1:] {
+		if r.cursor.less(m) {
+			m = r.cursor
+		}
+	}
+	return m
+}
+
+// advanceEpoch moves cursors at the end of epoch e to (e+1, 0).
+func (s *Service) advanceEpoch(e int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.ranks {
+		s.ranks[i].cursor = s.norm(s.ranks[i].cursor)
+		s.ranks[i].next = s.norm(s.ranks[i].next)
+	}
+	_ = e
+}
+
+// epoch returns the plan of epoch e, preparing it (and recording its info in
+// the KV bucket) when it is not the current one.
+func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
+	s.mu.Lock()
+	ep := s.plans[e]
+	stored, known := s.infos[e]
+	s.mu.Unlock()
+	if ep != nil {
+		return ep, nil
+	}
+	var sp *EpochInfo
+	if known {
+		sp = &stored
+	}
+	t0 := time.Now()
+	ep, err := prepareEpoch(ctx, s.cfg, e, sp, s.modelFor())
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
+		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds())
+	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
+		ep.close()
+		return nil, err
+	}
+	if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil {
+		ep.close()
+		return nil, err
+	}
+	s.mu.Lock()
+	for old, p := range s.plans { // keep the previous epoch for late feedback
+		if old < e-1 {
+			p.close()
+			delete(s.plans, old)
+		}
+	}
+	s.plans[e], s.cur, s.infos[e] = ep, ep, ep.info
+	close(s.planned)
+	s.planned = make(chan struct{})
+	s.mu.Unlock()
+	s.live.setEpoch(ep)
+	return ep, nil
+}
+
+// run preprocesses epoch ep from step start and publishes each step to the
+// ranks whose cursor is at it.
+func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if len(s.rewindCh) > 0 {
+		s.mu.Unlock()
+		return errRewind
+	}
+	s.runCancel = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.runCancel = nil
+		s.mu.Unlock()
+	}()
+	pp, err := pipeline.NewPreprocessor(ep.prep)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	mem := memory.NewGoAllocator()
+	wait := time.Now()
+	err = pp.Run(rctx, ep.planFrom(start), func(sb pipeline.StepBatch) error {
+		s.met.stage(stagePreprocess, time.Since(wait))
+		err := s.publishStep(rctx, mem, ep, sb)
+		wait = time.Now()
+		return err
+	})
+	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+		return errRewind
+	}
+	return err
+}
+
+// publishStep publishes one step to every rank whose cursor is at it, the
+// ranks in parallel and each rank's micro-batches in order.
+func (s *Service) publishStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch) error {
+	here := pos{ep.info.Epoch, sb.Step}
+	type target struct{ rank, gen int }
+	var targets []target
+	s.mu.Lock()
+	for r, rs := range s.ranks {
+		if rs.cursor == here {
+			targets = append(targets, target{r, rs.gen})
+		}
+	}
+	s.mu.Unlock()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
+	for _, t := range targets {
+		g.Go(func() error { return s.publishRank(gctx, mem, ep, sb, t.rank, t.gen) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, t := range targets {
+		if rs := &s.ranks[t.rank]; rs.cursor == here && rs.gen == t.gen {
+			rs.cursor = pos{here.Epoch, here.Step + 1}
+		}
+	}
+	s.mu.Unlock()
+	if len(targets) > 0 {
+		s.live.published(ep, sb, targets[0].rank == 0)
+		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
+	}
+	if s.recalibrateDue(ep, sb.Step) {
+		return errRewind
+	}
+	return nil
+}
+
+// publishRank builds, encodes and publishes the micro-batches of one rank.
+func (s *Service) publishRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int) error {
+	dp, mp := r/s.cfg.MP, r%s.cfg.MP
+	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
+	if err != nil {
+		return err
+	}
+	img := ep.prep.Config.Image
+	mean, std := img.MeanStd()
+	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: sb.Step, DPRank: dp, MPRank: mp,
+		Modality: mod, Mean: mean, Std: std}
+	if mod != proto.ModalityText {
+		meta.DType = img.DType
+		if img.Policy != "dynamic" {
+			meta.Shape = []int{3, img.Size, img.Size}
+		}
+	}
+	for mb, rows := range sb.Rows[dp] {
+		meta.MicroBatch = mb
+		t0 := time.Now()
+		rec, err := proto.BuildRecord(mem, meta, rows)
+		if err != nil {
+			return fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+		}
+		t1 := time.Now()
+		payload, err := proto.EncodeIPC(rec)
+		rec.Release()
+		if err != nil {
+			return fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+		}
+		t2 := time.Now()
+		s.met.stage(stageBuild, t1.Sub(t0))
+		s.met.stage(stageEncode, t2.Sub(t1))
+		if err := s.publish(ctx, meta.Key(), gen, payload); err != nil {
+			return err
+		}
+		s.met.stage(stagePublish, time.Since(t2))
+		s.met.batch(rows, len(payload), mp == 0)
+	}
+	return nil
+}
+
+// publish sends one payload, retrying transient failures (a lost connection)
+// with the same message ids until ctx ends; stream-full backpressure is
+// retried inside proto.Publisher.
+func (s *Service) publish(ctx context.Context, key proto.BatchKey, gen int, payload []byte) error {
+	backoff := 100 * time.Millisecond
+	for {
+		st, err := s.pub.Publish(ctx, key, gen, payload)
+		s.met.retries.Add(float64(st.Retries))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if permanent(err) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		s.log.Warn("publish failed, retrying", "batch", key.String(), "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func permanent(err error) bool {
+	for _, e := range []error{proto.ErrTooLarge, proto.ErrInvalidConfig, proto.ErrInvalidMeta, proto.ErrInvalidRow, proto.ErrInvalidName, proto.ErrSchema} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// requestRewind queues a rewind and stops the current run so the publisher
+// applies it at once.
+func (s *Service) requestRewind(ctx context.Context, req rewindReq) error {
+	select {
+	case s.rewindCh <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	if s.runCancel != nil {
+		s.runCancel()
+	}
+	s.mu.Unlock()
+	select { // wake a publisher that waits for the trainers
+	case s.progress <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *Service) drainRewinds(ctx context.Context) error {
+	for {
+		select {
+		case req := <-s.rewindCh:
+			s.applyRewind(ctx, req)
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// applyRewind purges what the stream still holds for the rank, moves it to a
+// new generation (recorded before anything is published with it, so a
+// restarted service never reuses a purged message id) and sets its cursor.
+func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
+	err := s.rewind(ctx, req)
+	if err != nil {
+		s.log.Warn("rewind failed", "rank", req.rank, "err", err)
+	}
+	if req.done != nil {
+		req.done <- err
+	}
+}
+
+func (s *Service) rewind(ctx context.Context, req rewindReq) error {
+	s.mu.Lock()
+	rs := s.ranks[req.rank]
+	s.mu.Unlock()
+	if !req.to.less(rs.cursor) {
+		return nil // nothing published from there yet
+	}
+	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
+	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		return fmt.Errorf("serve: purge %s: %w", subj, err)
+	}
+	gen := rs.gen + 1
+	if err := s.st.putInt(kctx, kvRankGen(dp, mp), gen); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ranks[req.rank].gen = gen
+	s.ranks[req.rank].cursor = req.to
+	s.mu.Unlock()
+	s.met.rewinds.Inc()
+	s.log.Info("rewind", "dp", dp, "mp", mp, "epoch", req.to.Epoch, "step", req.to.Step, "generation", gen, "reason", req.reason)
+	return nil
+}

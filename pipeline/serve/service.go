@@ -1,0 +1,416 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// pos is a position in the job: (epoch, step). (e, steps of e) and (e+1, 0)
+// name the same place; norm makes them equal.
+type pos struct{ Epoch, Step int }
+
+func (p pos) less(q pos) bool {
+	return p.Epoch < q.Epoch || (p.Epoch == q.Epoch && p.Step < q.Step)
+}
+
+// rankState is what the service knows of one (dp, mp) rank.
+type rankState struct {
+	cursor pos  // the next step to publish to the rank
+	next   pos  // the first step the rank's trainer still needs
+	gen    int  // the replay generation of the rank's publishes
+	known  bool // the trainer registered or reported since the service started
+}
+
+// rewindReq asks the publisher to publish rank's batches again from to, with
+// a new generation.
+type rewindReq struct {
+	rank   int
+	to     pos
+	reason string
+	done   chan error // nil: nobody waits
+}
+
+// Service is one running `mmfeed serve`. Create it with New, then call Run
+// once.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+	met *metrics
+
+	ns     *server.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	st     state
+	pub    *proto.Publisher
+
+	ready     chan struct{}
+	clientURL string
+	httpAddr  string
+
+	rewindCh chan rewindReq
+	progress chan struct{}
+
+	mu        sync.Mutex
+	ranks     []rankState
+	infos     map[int]EpochInfo
+	plans     map[int]*epochPlan
+	cur       *epochPlan
+	planned   chan struct{} // closed (and replaced) whenever infos grows
+	runCancel context.CancelFunc
+	cal       *calibrator
+	live      *live
+	finished  bool
+	sinceCal  int // steps published since the last recalibration (publisher only)
+}
+
+// New validates cfg and returns a Service that has not started anything.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("job", cfg.Job)
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}),
+		rewindCh: make(chan rewindReq, 64), progress: make(chan struct{}, 1),
+		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{},
+		planned: make(chan struct{}), live: newLive(cfg)}
+	s.cal = newCalibrator(cfg)
+	s.met = newMetrics(s)
+	if err := s.met.register(reg); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
+	return s, nil
+}
+
+// Run serves the job with cfg until every epoch is published (and, with
+// WaitForTrainers, every rank has completed it), ctx ends, or a part fails.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// Ready is closed once NATS, the stream, the consumers, the control handlers
+// and the HTTP server are up.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// ClientURL is the NATS URL trainers connect to (after Ready): the embedded
+// server's listen address, or the external URLs. "" with an in-process-only
+// embedded server.
+func (s *Service) ClientURL() string { return s.clientURL }
+
+// HTTPAddr is the HTTP server's address (after Ready), "" without one.
+func (s *Service) HTTPAddr() string { return s.httpAddr }
+
+// Registry is the Prometheus registry the service's metrics are in.
+func (s *Service) Registry() *prometheus.Registry { return s.reg }
+
+// Run starts the parts, supervises them together and drains on the way out:
+// the first part to fail (or ctx) stops the others.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.closePlans()
+	if err := s.startNATS(ctx); err != nil {
+		return err
+	}
+	defer s.stopNATS()
+	if err := s.setup(ctx); err != nil {
+		return err
+	}
+	subs, err := s.subscribe()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	if s.cfg.HTTP != "" {
+		ln, err := net.Listen("tcp", s.cfg.HTTP)
+		if err != nil {
+			return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
+		}
+		s.httpAddr = ln.Addr().String()
+		srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve: http: %w", err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	close(s.ready)
+	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
+		"epochs", s.cfg.Epochs)
+	done := make(chan struct{})
+	g.Go(func() error {
+		defer close(done)
+		return s.publishLoop(gctx)
+	})
+	g.Go(func() error {
+		select {
+		case <-done: // the publisher finished: stop the rest
+			return errFinished
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	err = g.Wait()
+	if errors.Is(err, errFinished) {
+		err = nil
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		s.log.Info("stopped", "reason", context.Cause(ctx))
+		return nil // SIGINT/SIGTERM: a clean drain
+	}
+	return err
+}
+
+// errFinished stops the supervision group when the publisher is done.
+var errFinished = errors.New("finished")
+
+func (s *Service) startNATS(ctx context.Context) error {
+	nc := s.cfg.NATS
+	if !nc.External() {
+		ns, err := startEmbedded(nc)
+		if err != nil {
+			return err
+		}
+		s.ns = ns
+		if nc.Listen != "" {
+			s.clientURL = ns.ClientURL()
+		}
+	} else {
+		s.clientURL = redact(joinURLs(nc.URLs))
+	}
+	conn, err := connect(nc, s.ns, s.log)
+	if err != nil {
+		s.stopNATS()
+		return err
+	}
+	s.nc = conn
+	if s.js, err = jetstream.New(conn); err != nil {
+		s.stopNATS()
+		return fmt.Errorf("serve: jetstream: %w", err)
+	}
+	_ = ctx
+	return nil
+}
+
+func (s *Service) stopNATS() {
+	if s.nc != nil {
+		_ = s.nc.Drain()
+		deadline := time.Now().Add(5 * time.Second)
+		for !s.nc.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.nc.Close()
+	}
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
+}
+
+func (s *Service) closePlans() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for e, ep := range s.plans {
+		ep.close()
+		delete(s.plans, e)
+	}
+}
+
+// setup creates the stream, the KV bucket and every rank's consumer, checks
+// the job record and restores the ranks' positions.
+func (s *Service) setup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c := s.cfg
+	var err error
+	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
+		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	kv, err := proto.EnsureKV(ctx, s.js, c.Job, c.StreamMemory, c.Replicas)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	s.st = state{kv}
+	for r := range c.ranks() {
+		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
+		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
+		if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
+	if s.pub, err = proto.NewPublisher(s.nc, s.js, c.Publisher); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := s.checkJob(ctx); err != nil {
+		return err
+	}
+	return s.restore(ctx)
+}
+
+// checkJob compares the KV job record with this configuration and writes it.
+func (s *Service) checkJob(ctx context.Context) error {
+	rec, err := s.cfg.jobRecord()
+	if err != nil {
+		return err
+	}
+	var stored JobRecord
+	ok, err := s.st.getJSON(ctx, proto.KVConfig, &stored)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := rec.compatible(stored); err != nil {
+			return err
+		}
+	}
+	return s.st.putJSON(ctx, proto.KVConfig, rec)
+}
+
+// restore reads the epochs planned so far, each rank's generation and last
+// completed step, and sets each rank's publish cursor after the last batch
+// still stored for it (or at its trainer's next step when none is).
+func (s *Service) restore(ctx context.Context) error {
+	first := pos{s.cfg.Pipeline.Plan.Epoch, 0}
+	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
+		var info EpochInfo
+		ok, err := s.st.getJSON(ctx, kvEpochInfo+fmt.Sprint(e), &info)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		if err := info.validate(); err != nil {
+			return err
+		}
+		s.infos[e] = info
+	}
+	for r := range s.ranks {
+		dp, mp := r/s.cfg.MP, r%s.cfg.MP
+		rs := rankState{cursor: first, next: first}
+		gen, _, err := s.st.getInt(ctx, kvRankGen(dp, mp))
+		if err != nil {
+			return err
+		}
+		rs.gen = gen
+		e, st, ok, err := proto.GetRankStep(ctx, s.st.kv, dp, mp)
+		if err != nil {
+			return err
+		}
+		if ok {
+			rs.next = s.norm(pos{e, st + 1})
+		}
+		rs.cursor = rs.next
+		if last, ok, err := s.lastStored(ctx, dp, mp); err != nil {
+			return err
+		} else if ok && rs.cursor.less(last) {
+			rs.cursor = last
+		}
+		s.ranks[r] = rs
+	}
+	return nil
+}
+
+// lastStored returns the step after the last batch stored for a rank, or
+// that batch's step when its micro-batch is not the step's last.
+func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error) {
+	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
+	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return pos{}, false, nil
+	}
+	if err != nil {
+		return pos{}, false, fmt.Errorf("serve: last message of %s: %w", subj, err)
+	}
+	h, err := proto.ParseChunkHeader(m.Header)
+	if err != nil {
+		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
+	}
+	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
+		return s.norm(pos{h.Epoch, h.Step + 1}), true, nil
+	}
+	return pos{h.Epoch, h.Step}, true, nil
+}
+
+// firstStored returns the first stored batch position of a rank, and whether
+// it is whole (its chunk 0 is still there).
+func (s *Service) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHeader, ok bool, err error) {
+	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
+	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("serve: first message of %s: %w", subj, err)
+	}
+	h, err = proto.ParseChunkHeader(m.Header)
+	return h, err == nil, nil
+}
+
+// norm maps (e, steps of e) to (e+1, 0). The caller holds s.mu or owns s.
+func (s *Service) norm(p pos) pos {
+	if info, ok := s.infos[p.Epoch]; ok && p.Step >= info.Steps {
+		return pos{p.Epoch + 1, 0}
+	}
+	return p
+}
+
+// modelFor returns the model the next epoch starts with: the latest
+// calibration when recalibration is on and has enough data, else the
+// configured model.
+func (s *Service) modelFor() balancer.CostModel {
+	if m, ok := s.cal.model(); ok && s.cfg.Recalibrate >= 0 {
+		return m
+	}
+	return s.cfg.Pipeline.Plan.Model
+}
+
+func joinURLs(urls []string) string {
+	out := ""
+	for i, u := range urls {
+		if i > 0 {
+			out += ","
+		}
+		out += u
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KV keys the service adds to the protocol's (config, epoch, rank.<dp>.<mp>.step).
+const (
+	// kvEpochInfo + epoch: the epoch's EpochInfo (JSON).
+	kvEpochInfo = "epoch."
+	// kvFinished: the last epoch, once every batch of the job is published.
+	kvFinished = "finished"
+)
+
+// kvRankGen returns the key of rank (dp, mp)'s current replay generation.
+func kvRankGen(dp, mp int) string {
+	return "rank." + strconv.Itoa(dp) + "." + strconv.Itoa(mp) + ".gen"
+}
+
+// JobRecord is the KV "config" value: what a restarted service must match.
+type JobRecord struct {
+	Job        string `json:"job"`
+	DP         int    `json:"dp"`
+	MP         int    `json:"mp"`
+	Placement  string `json:"placement"`
+	FirstEpoch int    `json:"first_epoch"`
+	Epochs     int    `json:"epochs"`
+	// Fingerprint is the SHA-256 of the dataset path, plan, tokenizer and
+	// image configuration: the inputs of the plan besides seed and epoch.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// Segment records the cost model the steps from FromStep on were planned with.
+type Segment struct {
+	FromStep int                `json:"from_step"`
+	Model    balancer.CostModel `json:"model"`
+	Fit      *balancer.Fit      `json:"fit,omitempty"`
+}
+
+// EpochInfo is what a register reply needs of an epoch, and how to replan it
+// after a restart (KV epoch.<e>).
+type EpochInfo struct {
+	Epoch        int    `json:"epoch"`
+	Steps        int    `json:"steps"`
+	MicroBatches int    `json:"micro_batches"`
+	PlanHash     string `json:"plan_hash"`
+	// Segments lists the models in use, the first from step 0 (the base plan).
+	Segments []Segment `json:"segments"`
+}
+
+func (c Config) jobRecord() (JobRecord, error) {
+	p := c.Pipeline
+	b, err := json.Marshal(struct {
+		Input     string
+		Plan      balancer.Config
+		Tokenizer any
+		Image     any
+	}{p.Input, p.Plan, p.Tokenizer, p.Image})
+	if err != nil {
+		return JobRecord{}, fmt.Errorf("serve: fingerprint: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return JobRecord{Job: c.Job, DP: p.Plan.DP, MP: c.MP, Placement: p.Plan.Placement.String(),
+		FirstEpoch: p.Plan.Epoch, Epochs: c.Epochs, Fingerprint: hex.EncodeToString(sum[:])}, nil
+}
+
+// compatible reports why a stored record cannot be resumed by r.
+func (r JobRecord) compatible(stored JobRecord) error {
+	if stored.Job != r.Job || stored.DP != r.DP || stored.MP != r.MP || stored.Placement != r.Placement ||
+		stored.FirstEpoch != r.FirstEpoch || stored.Fingerprint != r.Fingerprint {
+		return fmt.Errorf("serve: job %s was started with dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s, this service has dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s (use another job name or a fresh data dir): %w",
+			stored.Job, stored.DP, stored.MP, stored.Placement, stored.FirstEpoch, stored.Fingerprint,
+			r.DP, r.MP, r.Placement, r.FirstEpoch, r.Fingerprint, ErrJobMismatch)
+	}
+	return nil
+}
+
+// state wraps the job's KV bucket.
+type state struct{ kv jetstream.KeyValue }
+
+func (s state) putJSON(ctx context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("serve: kv %s: %w", key, err)
+	}
+	if _, err := s.kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("serve: kv put %s: %w", key, err)
+	}
+	return nil
+}
+
+// getJSON decodes key into v; ok is false when the key does not exist.
+func (s state) getJSON(ctx context.Context, key string, v any) (ok bool, err error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("serve: kv get %s: %w", key, err)
+	}
+	if err := decodeStrict(e.Value(), v); err != nil {
+		return false, fmt.Errorf("serve: kv %s: %v: %w", key, err, ErrState)
+	}
+	return true, nil
+}
+
+func (s state) putInt(ctx context.Context, key string, v int) error {
+	if _, err := s.kv.Put(ctx, key, []byte(strconv.Itoa(v))); err != nil {
+		return fmt.Errorf("serve: kv put %s: %w", key, err)
+	}
+	return nil
+}
+
+// getInt returns a decimal value; ok is false when the key does not exist.
+func (s state) getInt(ctx context.Context, key string) (v int, ok bool, err error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("serve: kv get %s: %w", key, err)
+	}
+	v, err = parseCount(string(e.Value()))
+	if err != nil {
+		return 0, false, fmt.Errorf("serve: kv %s = %q: %w", key, e.Value(), ErrState)
+	}
+	return v, true, nil
+}
+
+func (s state) delete(ctx context.Context, key string) error {
+	if err := s.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("serve: kv delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// parseCount parses a canonical non-negative decimal below 2^31.
+func parseCount(s string) (int, error) {
+	if s == "" || len(s) > 10 || (len(s) > 1 && s[0] == '0') {
+		return 0, ErrState
+	}
+	v, err := strconv.ParseUint(s, 10, 31)
+	if err != nil {
+		return 0, ErrState
+	}
+	return int(v), nil
+}
+
+// decodeStrict decodes one JSON value with no unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// validate checks an EpochInfo read back from the KV bucket.
+func (e EpochInfo) validate() error {
+	if e.Steps < 0 || e.MicroBatches < 1 || len(e.Segments) == 0 || e.Segments[0].FromStep != 0 {
+		return fmt.Errorf("serve: epoch info %d: steps %d, micro-batches %d, %d segments: %w", e.Epoch, e.Steps, e.MicroBatches, len(e.Segments), ErrState)
+	}
+	for i, s := range e.Segments {
+		if err := s.Model.Validate(); err != nil {
+			return fmt.Errorf("serve: epoch info %d segment %d: %v: %w", e.Epoch, i, err, ErrState)
+		}
+		if i > 0 && (s.FromStep <= e.Segments[i-1].FromStep || s.FromStep > e.Steps) {
+			return fmt.Errorf("serve: epoch info %d segment %d from step %d: %w", e.Epoch, i, s.FromStep, ErrState)
+		}
+	}
+	return nil
+}
