@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import timing
 from .exchange import Exchange
 from .model import MMModel
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
@@ -105,6 +106,7 @@ def _apply_fsdp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig) -> nn.Mod
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
+            timing.bracket_forward_pre_hooks(module)  # all-gather waits are not compute
     return stage
 
 

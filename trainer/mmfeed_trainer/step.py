@@ -68,7 +68,7 @@ def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: Para
     if not dims.has_loss:
         for i, mb in enumerate(micro_batches):
             with grad_sync(module, i == len(micro_batches) - 1):
-                with autocast:
+                with autocast, timing.forward():
                     out = module(mb)
                 out["token"].backward()
         return None, None
@@ -79,7 +79,7 @@ def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: Para
     loss_sum = torch.zeros((), dtype=total_w.dtype, device=device)
     for i, mb in enumerate(micro_batches):
         with grad_sync(module, i == len(micro_batches) - 1):
-            with autocast:
+            with autocast, timing.forward():
                 out = module(mb)
             itc = losses.itc_sum(out["img_emb"], out["txt_emb"], mb["weight"], out["logit_scale"],
                                  sizes=sizes[i], rank=dims.dp_rank, group=dp_group)
@@ -94,7 +94,7 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
                dims: ParallelDims, device: torch.device, max_grad_norm: float,
                autocast: contextlib.AbstractContextManager | None = None) -> StepStats:
     """forward_backward, clip over the whole model, optimizer and scheduler step, zero grads."""
-    with timing.step_clock(device) as clock:
+    with timing.step_clock(device, forward_only=dims.fsdp and dims.dp > 1) as clock:
         hooks = [layer.register_full_backward_pre_hook(lambda *_: clock.mark_backward_done())
                  for layer in _first_layers(module)]
         try:

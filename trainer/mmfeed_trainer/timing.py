@@ -13,6 +13,11 @@ host sync is needed until ``compute_seconds()`` -- and:
   so the DDP/FSDP gradient-reduction wait after it is excluded.
 
 compute = (end of local backward of the last micro-batch - step start) - comm spans before it.
+
+Under FSDP2 the parameter all-gathers wait for peers in every layer, forward and backward. The
+forward ones are bracketed (``begin``/``end`` around FSDP's pre-forward hook), the backward
+ones cannot be, so with ``forward_only`` the clock reports 3 x the forward compute (backward
+= 2 x forward, the usual matmul FLOP ratio) from the forward windows ``forward()`` marks.
 One clock is active per process (the training thread's step; CUDA backward runs on autograd
 worker threads, so it is not thread-local); without one ``comm()`` is a no-op.
 """
@@ -30,10 +35,12 @@ _active: StepClock | None = None
 class StepClock:
     """The timeline of one step; see the module doc."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, *, forward_only: bool = False):
         self.cuda = device.type == "cuda"
+        self.forward_only = forward_only
         self.start = self._now()
         self.spans: list[tuple[object, object]] = []
+        self.windows: list[tuple[object, object]] = []
         self.backward_done = None
 
     def _now(self):
@@ -56,17 +63,37 @@ class StepClock:
         finally:
             self.spans.append((begin, self._now()))
 
+    def begin(self):
+        """Open a comm span (for hooks that cannot use a ``with`` block)."""
+        return self._now()
+
+    def end(self, begin) -> None:
+        self.spans.append((begin, self._now()))
+
+    @contextlib.contextmanager
+    def forward(self):
+        """Mark a micro-batch's forward pass (used with ``forward_only``)."""
+        begin = self._now()
+        try:
+            yield
+        finally:
+            self.windows.append((begin, self._now()))
+
     def mark_backward_done(self) -> None:
         self.backward_done = self._now()
+
+    def _compute_between(self, begin, end) -> float:
+        inside = [(a, b) for a, b in self.spans if self._elapsed(begin, a) >= 0 and self._elapsed(b, end) >= 0]
+        return max(self._elapsed(begin, end) - sum(max(self._elapsed(a, b), 0.0) for a, b in inside), 0.0)
 
     def compute_seconds(self) -> float:
         """Rank-local compute of the step (syncs the device on CUDA)."""
         end = self.backward_done if self.backward_done is not None else self._now()
         if self.cuda:
             torch.cuda.synchronize()
-        total = self._elapsed(self.start, end)
-        waits = sum(max(self._elapsed(a, b), 0.0) for a, b in self.spans if self._elapsed(b, end) >= 0)
-        return max(total - waits, 0.0)
+        if self.forward_only:
+            return 3.0 * sum(self._compute_between(a, b) for a, b in self.windows)
+        return self._compute_between(self.start, end)
 
 
 def active() -> StepClock | None:
@@ -74,10 +101,10 @@ def active() -> StepClock | None:
 
 
 @contextlib.contextmanager
-def step_clock(device: torch.device):
+def step_clock(device: torch.device, *, forward_only: bool = False):
     """Make a new StepClock the active one for the duration of a step."""
     global _active
-    clock = StepClock(device)
+    clock = StepClock(device, forward_only=forward_only)
     previous, _active = _active, clock
     try:
         yield clock
@@ -89,3 +116,26 @@ def comm():
     """Context around a blocking exchange with other ranks (no-op without an active clock)."""
     clock = active()
     return clock.comm() if clock is not None else contextlib.nullcontext()
+
+
+def forward():
+    """Context around one micro-batch's forward (no-op without an active clock)."""
+    clock = active()
+    return clock.forward() if clock is not None else contextlib.nullcontext()
+
+
+def bracket_forward_pre_hooks(module: torch.nn.Module) -> None:
+    """Count the module's existing forward pre-hooks (FSDP2's unshard wait) as a comm span:
+    one prepended hook opens the span, one appended hook closes it."""
+    def open_span(mod, _args):
+        clock = active()
+        mod._mmfeed_span = clock.begin() if clock is not None else None
+
+    def close_span(mod, _args):
+        clock, begin = active(), getattr(mod, "_mmfeed_span", None)
+        if clock is not None and begin is not None:
+            clock.end(begin)
+        mod._mmfeed_span = None
+
+    module.register_forward_pre_hook(open_span, prepend=True)
+    module.register_forward_pre_hook(close_span)
