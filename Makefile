@@ -19,20 +19,34 @@ export MMFEED_TOKENIZER_DIR := $(CURDIR)/$(BUILD)/tokenizers
 # The trainer is used from the checkout (no install into the shared virtualenv).
 export PYTHONPATH := $(CURDIR)/trainer$(if $(PYTHONPATH),:$(PYTHONPATH))
 
+# libjpeg-turbo (Debian libturbojpeg0-dev) makes JPEG decoding match Pillow's speed and
+# output; without it imgproc uses the pure-Go decoder. `deps` installs it where it can.
+TURBO_H := /usr/include/turbojpeg.h
+export GOFLAGS = $(if $(wildcard $(TURBO_H)),-tags=turbojpeg)
+
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build test test-go test-py demo bench lint fuzz venv clean
+.PHONY: help build deps test demo bench lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: $(BIN) ## build the Rust tokenizers library (cached) and bin/mmfeed
+build: deps $(BIN) ## build the Rust tokenizers library (cached) and bin/mmfeed
+
+deps: ## install system libraries that make things faster (libturbojpeg0-dev), where possible
+	@if [ ! -f $(TURBO_H) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing libturbojpeg0-dev"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libturbojpeg0-dev >/dev/null) \
+	      || echo "warning: libturbojpeg0-dev not installed; JPEG decoding uses the pure-Go decoder"; \
+	  else echo "note: libturbojpeg0-dev not installed; JPEG decoding uses the pure-Go decoder"; fi; \
+	fi
 
 $(LIBTOK): scripts/build-tokenizers.sh scripts/tokenizers/Cargo.lock go.mod
 	scripts/build-tokenizers.sh $(BUILD) $(CACHE)
 	@touch $@
 
-$(BIN): $(LIBTOK) $(GO_SOURCES)
+$(BIN): $(LIBTOK) $(GO_SOURCES) $(wildcard $(TURBO_H))
 	$(GO) build -o $(BIN) ./cmd/mmfeed
 
 venv: $(VENV)/.ok ## create the Python environment from requirements.txt (cached per content)

@@ -28,6 +28,7 @@ type section struct {
 
 var sections = []section{
 	{"tokenize", benchTokenize},
+	{"imgproc", benchImgproc},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},
