@@ -48,3 +48,38 @@ def test_train_step_reports_compute_within_wall_time():
     stats = train_step(module, opt, sched, mbs, dims=dims, device=CPU, max_grad_norm=1.0)
     wall = time.perf_counter() - start
     assert 0 < stats.compute_seconds <= wall
+
+
+def _skew_worker(rank, world, fsdp, outdir):
+    import json
+    import os
+    dims = ParallelDims(dp=2, mp=1, world_size=2, fsdp=fsdp)
+    dims.build_mesh("cpu")
+    torch.manual_seed(0)
+    module = parallelize(MMModel(config.tiny()), dims=dims, cfg=ParallelConfig(fsdp=fsdp))
+    opt, sched = optim.build_optimizer(module, config.OptimConfig())
+    n = 2 if rank == 0 else 24  # rank 1 is the straggler
+    scfg = synthetic.SynthConfig(min_samples=n, max_samples=n, grids=((2, 2),), min_text=20, max_text=20)
+    compute, wall = [], []
+    for step in range(5):
+        mbs = [batches.to_device(batches.record_to_batch(r), CPU) for r in synthetic.step_records(scfg, step, rank)]
+        start = time.perf_counter()
+        stats = train_step(module, opt, sched, mbs, dims=dims, device=CPU, max_grad_norm=1.0)
+        wall.append(time.perf_counter() - start)
+        compute.append(stats.compute_seconds)
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump({"compute": sum(compute[1:]), "wall": sum(wall[1:])}, f)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+def test_straggler_reports_more_compute_than_the_rank_waiting_for_it(tmp_path, fsdp):
+    """Both ranks finish together (same wall time), yet the reported compute tells them apart."""
+    import json
+    from _dist import run_world
+    run_world(_skew_worker, 2, args=(fsdp, str(tmp_path)), timeout=120)
+    fast, slow = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert slow["compute"] > 1.3 * fast["compute"], f"fast {fast}, slow {slow}"
+    assert fast["compute"] < 0.8 * fast["wall"], f"the fast rank's waiting counted as compute: {fast}"
