@@ -1,10 +1,14 @@
 """StepClock: waits for other ranks and the post-backward gradient sync are not compute."""
 
+import json
+import os
 import time
 
+import pytest
 import torch
 
-from mmfeed_trainer import config, optim, synthetic, batches, timing
+from _dist import run_world
+from mmfeed_trainer import batches, config, optim, synthetic, timing
 from mmfeed_trainer.model import MMModel
 from mmfeed_trainer.parallel_dims import ParallelDims
 from mmfeed_trainer.parallelize import ParallelConfig, parallelize
@@ -51,8 +55,6 @@ def test_train_step_reports_compute_within_wall_time():
 
 
 def _skew_worker(rank, world, fsdp, outdir):
-    import json
-    import os
     dims = ParallelDims(dp=2, mp=1, world_size=2, fsdp=fsdp)
     dims.build_mesh("cpu")
     torch.manual_seed(0)
@@ -71,14 +73,9 @@ def _skew_worker(rank, world, fsdp, outdir):
         json.dump({"compute": sum(compute[1:]), "wall": sum(wall[1:])}, f)
 
 
-import pytest  # noqa: E402
-
-
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
 def test_straggler_reports_more_compute_than_the_rank_waiting_for_it(tmp_path, fsdp):
     """Both ranks finish together (same wall time), yet the reported compute tells them apart."""
-    import json
-    from _dist import run_world
     run_world(_skew_worker, 2, args=(fsdp, str(tmp_path)), timeout=120)
     fast, slow = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert slow["compute"] > 1.3 * fast["compute"], f"fast {fast}, slow {slow}"
