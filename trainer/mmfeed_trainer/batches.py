@@ -31,9 +31,6 @@ import torch
 from .losses import itm_negatives
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 
-TEXT_COLUMNS = ("input_ids",)
-VISION_COLUMNS = ("pixel_values", "pixel_shape")
-BASE_COLUMNS = ("id", "step", "micro_batch", "weight")
 WIRE_DTYPES = {"float16": pa.float16(), "float32": pa.float32(), "bfloat16": pa.uint16(), "uint8": pa.uint8()}
 
 
@@ -103,16 +100,19 @@ def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
     return dtype, mean, std
 
 
-def _to_tensor(values: pa.Array, dtype: str) -> torch.Tensor:
+# numpy element type used to copy each wire dtype, and the torch dtype of the result.
+_STORAGE = {"float16": (np.float16, torch.float16), "float32": (np.float32, torch.float32),
+            "bfloat16": (np.int16, torch.int16), "uint8": (np.uint8, torch.uint8)}
+
+
+def _values(values: pa.Array, dtype: str) -> np.ndarray:
+    """The flat pixel elements as a numpy view of the Arrow buffer (no copy)."""
     if values.type != WIRE_DTYPES[dtype]:
         raise BatchError(f"batch: pixel_values elements are {values.type}, metadata says {dtype}")
-    arr = values.to_numpy(zero_copy_only=False)
-    if dtype == "bfloat16":
-        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(arr.copy())
+    return values.to_numpy(zero_copy_only=False).view(_STORAGE[dtype][0])
 
 
-def _vision(rb: pa.RecordBatch, ids: list[str]) -> dict:
+def _vision(rb: pa.RecordBatch, ids: list[str], pin: bool) -> dict:
     dtype, mean, std = _pixel_meta(rb)
     lengths, flat = _list_parts(_column(rb, "pixel_values"), "pixel_values")
     shape_col = _column(rb, "pixel_shape")
@@ -124,17 +124,23 @@ def _vision(rb: pa.RecordBatch, ids: list[str]) -> dict:
     if len(channels) != 1 or len(mean) != next(iter(channels)) or len(std) != len(mean):
         raise BatchError(f"batch: channel counts {sorted(channels)} do not match mean/std of length {len(mean)}")
     c = next(iter(channels))
-    values = _to_tensor(flat, dtype)
+    values = _values(flat, dtype)
     h, w = int(shapes[:, 1].max(initial=1)), int(shapes[:, 2].max(initial=1))
-    if (shapes[:, 1] == h).all() and (shapes[:, 2] == w).all() and (lengths > 0).all():
-        pixels = values.view(len(ids), c, h, w)  # fixed resolution: no copy
+    fixed = bool((shapes[:, 1] == h).all() and (shapes[:, 2] == w).all() and (lengths > 0).all())
+    # One copy, straight into (pinned) torch memory: the Arrow buffer may go away after this.
+    alloc = torch.empty if fixed else torch.zeros
+    pixels = alloc((len(ids), c, h, w), dtype=_STORAGE[dtype][1], pin_memory=pin)
+    out = pixels.numpy()
+    if fixed:
+        out[...] = values.reshape(out.shape)
     else:
-        pixels = torch.zeros((len(ids), c, h, w), dtype=values.dtype)
         start = 0
         for i, (n, (_, hi, wi)) in enumerate(zip(lengths.tolist(), shapes.tolist())):
             if n:
-                pixels[i, :, :hi, :wi] = values[start:start + n].view(c, hi, wi)
+                out[i, :, :hi, :wi] = values[start:start + n].reshape(c, hi, wi)
             start += n
+    if dtype == "bfloat16":
+        pixels = pixels.view(torch.bfloat16)
     return {"pixel_values": pixels, "pixel_shape": torch.from_numpy(shapes.copy()),
             "pixel_mean": torch.tensor(mean, dtype=torch.float32), "pixel_std": torch.tensor(std, dtype=torch.float32),
             "pixel_dtype": dtype}
@@ -162,11 +168,13 @@ def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 
                  "weight": weight, "num_live": int((weight > 0).sum())}
     if role in (ROLE_FULL, ROLE_TEXT):
         out.update(_text(rb, pad_id))
+    pin = pin and torch.cuda.is_available()
     if role in (ROLE_FULL, ROLE_VISION):
-        out.update(_vision(rb, ids))
+        out.update(_vision(rb, ids, pin))
         out["neg_text"], out["neg_image"] = itm_negatives(weight)
-    if pin and torch.cuda.is_available():
-        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
+               for k, v in out.items()}
     return out
 
 
