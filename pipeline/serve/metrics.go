@@ -27,15 +27,15 @@ type metrics struct {
 	s     *Service
 	start time.Time
 
-	samples, bytes, batches          prometheus.Counter
+	samples, bytes, batches, chunks  prometheus.Counter
 	retries, rewinds, recalibrations prometheus.Counter
 	stageSeconds                     *prometheus.CounterVec
 	imbalance                        prometheus.Histogram
 	control                          *prometheus.CounterVec
 	dataWait, compute                *prometheus.CounterVec
 
-	nanos                  [numStages]atomic.Int64
-	nSamples, nBytes, nBat atomic.Int64
+	nanos                           [numStages]atomic.Int64
+	nSamples, nBytes, nBat, nChunks atomic.Int64
 }
 
 func newMetrics(s *Service) *metrics {
@@ -47,6 +47,7 @@ func newMetrics(s *Service) *metrics {
 		samples:        c("samples_total", "Real (weight > 0) samples published, counted once per dp rank."),
 		bytes:          c("bytes_total", "Arrow IPC payload bytes published."),
 		batches:        c("batches_total", "Micro-batch payloads published (every dp and mp rank)."),
+		chunks:         c("chunks_total", "Chunk messages published (a payload over max_payload is several)."),
 		retries:        c("publish_retries_total", "Chunk publishes repeated after a full stream or a lost ack."),
 		rewinds:        c("rewinds_total", "Ranks republished from an earlier step with a new generation."),
 		recalibrations: c("recalibrations_total", "Mid-epoch replans with a recalibrated cost model."),
@@ -65,7 +66,7 @@ func newMetrics(s *Service) *metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.retries, m.rewinds, m.recalibrations,
+	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.chunks, m.retries, m.rewinds, m.recalibrations,
 		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, &stateCollector{m.s}} {
 		if err := reg.Register(c); err != nil {
 			return err
@@ -108,7 +109,9 @@ func (m *metrics) feedback(fb proto.Feedback) {
 type Stats struct {
 	Samples int64 `json:"samples"`
 	Batches int64 `json:"batches"`
-	Bytes   int64 `json:"bytes"`
+	// Chunks counts chunk messages (Batches when nothing needed chunking).
+	Chunks int64 `json:"chunks"`
+	Bytes  int64 `json:"bytes"`
 	// ElapsedSeconds is the time since the service started.
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	// PreprocessSeconds is the time the publisher waited for the next
@@ -126,7 +129,7 @@ type Stats struct {
 func (s *Service) Stats() Stats {
 	m := s.met
 	sec := func(st stage) float64 { return time.Duration(m.nanos[st].Load()).Seconds() }
-	return Stats{Samples: m.nSamples.Load(), Batches: m.nBat.Load(), Bytes: m.nBytes.Load(),
+	return Stats{Samples: m.nSamples.Load(), Batches: m.nBat.Load(), Chunks: m.nChunks.Load(), Bytes: m.nBytes.Load(),
 		ElapsedSeconds: time.Since(m.start).Seconds(), PreprocessSeconds: sec(stagePreprocess),
 		BuildSeconds: sec(stageBuild), EncodeSeconds: sec(stageEncode), PublishSeconds: sec(stagePublish)}
 }

@@ -274,6 +274,8 @@ func (s *Service) publish(ctx context.Context, key proto.BatchKey, gen int, payl
 		st, err := s.pub.Publish(ctx, key, gen, payload)
 		s.met.retries.Add(float64(st.Retries))
 		if err == nil {
+			s.met.chunks.Add(float64(st.Chunks))
+			s.met.nChunks.Add(int64(st.Chunks))
 			return nil
 		}
 		if ctx.Err() != nil {
