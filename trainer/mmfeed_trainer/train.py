@@ -192,7 +192,9 @@ def run(cfg: TrainConfig) -> RunResult:
     bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
     mcfg = config.model_config(cfg.model)
     torch.manual_seed(cfg.seed)
-    module = parallelize(MMModel(mcfg), dims=dims, device=device,
+    with torch.device(device):  # init on the GPU directly (same seed, same values on every rank)
+        model = MMModel(mcfg)
+    module = parallelize(model, dims=dims, device=device,
                          cfg=ParallelConfig(fsdp=cfg.fsdp, exchange_dtype=torch.bfloat16 if bf16 else torch.float32))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
     start = 0
