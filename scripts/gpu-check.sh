@@ -4,9 +4,11 @@
 #   1. NCCL smoke + throughput: the base model (ViT-B/16 + BERT-base + 6 fusion layers),
 #      bf16 autocast, on synthetic-but-realistic batches (dynamic resolution around 224 px,
 #      captions of 10-77 tokens, uint8 pixels normalised on the GPU, 2 micro-batches per
-#      step), one process per GPU: dp = #GPUs (mp = 2 when the GPU count is even and > 1).
-#      Prints step time, samples/s, MFU and the data-wait fraction (JSON on the last line).
-#   2. The same with FSDP2 instead of DDP when there are >= 2 GPUs.
+#      step), one process per GPU, DDP over dp = #GPUs. Prints step time, samples/s, MFU
+#      and the data-wait fraction (JSON summary on the last line).
+#   2. With >= 2 GPUs: FSDP2, modality-parallel (mp = 2) when the GPU count is even, so
+#      the NCCL feature exchange runs too (no MFU there: a modality rank does not see the
+#      other modality's token counts).
 #   3. The parity tests (CPU/gloo; DDP and FSDP2) so a GPU box also proves exactness.
 #
 # Bounded: every stage runs under `timeout`; the whole script stays under 5 minutes.
@@ -26,14 +28,11 @@ if [ "$ngpu" -eq 0 ]; then
 fi
 "$PY" -c 'import torch; print("gpu-check:", torch.cuda.device_count(), "x", torch.cuda.get_device_name(0), "torch", torch.__version__)'
 
-mp=1
-if [ "$ngpu" -gt 1 ] && [ $((ngpu % 2)) -eq 0 ]; then mp=2; fi
-dp=$((ngpu / mp))
 peak=()
 if [ -n "${MMFEED_PEAK_TFLOPS:-}" ]; then peak=(--peak-tflops "$MMFEED_PEAK_TFLOPS"); fi
 
-train() {  # $1 label, rest: extra flags
-  local label=$1; shift
+train() {  # $1 label, $2 dp, $3 mp, rest: extra flags
+  local label=$1 dp=$2 mp=$3; shift 3
   echo; echo "== $label: base model, bf16, NCCL, dp $dp x mp $mp, $STEPS steps, $BATCH samples/rank/micro-batch"
   timeout 150 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m mmfeed_trainer \
     --synthetic --model base --bf16 on --dp "$dp" --mp "$mp" --steps "$STEPS" --warmup 5 --lr 1e-4 \
@@ -42,8 +41,17 @@ train() {  # $1 label, rest: extra flags
     "${peak[@]}" "$@"
 }
 
-train "DDP"
-if [ "$dp" -gt 1 ]; then train "FSDP2" --fsdp; fi
+train "DDP" "$ngpu" 1
+if [ "$ngpu" -gt 1 ]; then
+  if [ $((ngpu % 2)) -eq 0 ] && [ "$ngpu" -gt 2 ]; then
+    train "FSDP2 + modality parallel" $((ngpu / 2)) 2 --fsdp
+  elif [ $((ngpu % 2)) -eq 0 ]; then
+    train "modality parallel" 1 2
+    train "FSDP2" "$ngpu" 1 --fsdp
+  else
+    train "FSDP2" "$ngpu" 1 --fsdp
+  fi
+fi
 
 echo; echo "== parity tests (dp x mp on CPU/gloo vs one process; DDP and FSDP2)"
 timeout 120 "$PY" -m pytest -q trainer/tests/test_parity.py

@@ -146,19 +146,26 @@ class _Meter:
         self.samples += samples
         self.flops += flops
 
-    def summary(self, world: int, peak_flops: float | None) -> dict:
+    def summary(self, dims: ParallelDims, device: torch.device, peak_flops: float | None) -> dict:
+        """Averages of this rank; samples/s and MFU over all dp ranks (a collective over dp).
+
+        MFU = model FLOPs of the live samples / (time x peak x devices); mp = 1 only, since a
+        modality rank does not see the other modality's token counts."""
         total = self.compute + self.wait
+        agg = torch.tensor([float(self.samples), self.flops], dtype=torch.float64, device=device)
+        if dims.dp_group() is not None:
+            dist.all_reduce(agg, group=dims.dp_group())
+        samples, flops = agg.tolist()
         out = {"step_time_s": total / max(self.steps, 1), "compute_s": self.compute / max(self.steps, 1),
                "data_wait_fraction": self.wait / total if total else 0.0,
-               "samples_per_s": self.samples / total if total else 0.0}
-        if peak_flops:
-            out["mfu"] = self.flops / total / (peak_flops * world) if total else 0.0
+               "samples_per_s": samples / total if total else 0.0}
+        if peak_flops and dims.mp == 1:
+            out["mfu"] = flops / total / (peak_flops * dims.dp) if total else 0.0
         return out
 
 
 def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[dict]) -> float:
-    """Model FLOPs of the live samples (host tensors). A modality rank sees one modality, so
-    it counts its own tower; the caller divides the whole model by mp as an approximation."""
+    """Model FLOPs of the live samples (host tensors of a rank that sees both modalities)."""
     total = 0.0
     for mb in micro_batches:
         live = (mb["weight"] > 0).tolist()
@@ -235,7 +242,7 @@ def run(cfg: TrainConfig) -> RunResult:
             source.ack(host.data)
             source.feedback(step=step, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
                             samples=stats.samples)
-            flops = _batch_flops(mcfg, host.host_batches) / dims.mp if peak_flops else 0.0
+            flops = _batch_flops(mcfg, host.host_batches) if peak_flops and dims.mp == 1 else 0.0
             meter.add(compute, waited, stats.samples, flops)
             if step - start >= cfg.metrics_skip:
                 all_meter.add(compute, waited, stats.samples, flops)
@@ -244,7 +251,7 @@ def run(cfg: TrainConfig) -> RunResult:
                 loss = _global_loss(stats, dims)
                 if loss is not None:
                     losses.append(loss)
-                _log_step(step, loss, stats, meter.summary(world, peak_flops), scheduler)
+                _log_step(step, loss, stats, meter.summary(dims, device, peak_flops), scheduler)
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
@@ -258,7 +265,7 @@ def run(cfg: TrainConfig) -> RunResult:
         _save_params(cfg.save_params, module, dims)
     source.close()
     return RunResult(steps_done=step - start, final_step=step, losses=losses,
-                     metrics=all_meter.summary(world, peak_flops))
+                     metrics=all_meter.summary(dims, device, peak_flops))
 
 
 def _global_loss(stats, dims: ParallelDims) -> float | None:
@@ -276,7 +283,7 @@ def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) ->
         return
     lr = scheduler.get_last_lr()[0]
     extra = f" mfu {summary['mfu']:.1%}" if "mfu" in summary else ""
-    log.info("step %d loss %s lr %.2e grad_norm %.3f step_time %.1f ms data_wait %.1f%% samples/s %.1f%s",
+    log.info("step %d loss %s lr %.2e grad_norm %.3f step_time %.1f ms data_wait %.1f%% samples/s (all dp) %.1f%s",
              step, f"{loss:.4f}" if loss is not None and math.isfinite(loss) else loss, lr,
              float(stats.grad_norm), 1e3 * summary["step_time_s"], 100 * summary["data_wait_fraction"],
              summary["samples_per_s"], extra)
