@@ -1,0 +1,38 @@
+"""The entry point: user errors exit with status 2 and a precise message; a short run works."""
+
+import json
+
+import pytest
+
+from mmfeed_trainer.__main__ import main, parse_args
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--synthetic", "--dp", "2"], "dp (2) * mp (1) = 2 != world size 1"),
+    (["--steps", "1"], "exactly one data source"),
+    (["--shards", "/nonexistent", "--steps", "1"], "rank-00000.arrow does not exist"),
+    (["--synthetic", "--steps", "0"], "--steps must be > 0"),
+    (["--synthetic", "--lr", "-1"], "lr must be > 0"),
+])
+def test_user_errors_exit_2_with_a_message(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_flags_map_onto_the_config(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    cfg = parse_args(["--nats", "nats://127.0.0.1:4222", "--job", "demo", "--mp", "2", "--fsdp",
+                      "--model", "base", "--steps", "50", "--synth-grids", "14x14,16x12"])
+    assert (cfg.dp, cfg.mp, cfg.fsdp, cfg.model, cfg.steps) == (2, 2, True, "base", 50)
+    assert cfg.synth.grids == ((14, 14), (16, 12))
+    assert cfg.optim.total_steps == 50
+
+
+def test_short_synthetic_run_prints_a_summary(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    assert main(["--synthetic", "--steps", "3", "--log-every", "1", "--seed", "3"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and len(summary["losses"]) == 3
+    assert 0 <= summary["data_wait_fraction"] <= 1 and summary["samples_per_s"] > 0
