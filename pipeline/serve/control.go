@@ -9,6 +9,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // subscribe installs the control handlers on mmfeed.<job>.ctl.*.
@@ -124,6 +125,9 @@ func (s *Service) waitEpoch(ctx context.Context, e int) (EpochInfo, error) {
 // checkpoint lacks), the rank is rewound to need and republished.
 func (s *Service) resumeRank(ctx context.Context, rank int, need pos) error {
 	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
+	if err := s.resetConsumer(ctx, dp, mp); err != nil {
+		return err
+	}
 	h, stored, err := s.firstStored(ctx, dp, mp)
 	if err != nil {
 		return err
@@ -152,6 +156,37 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos) error {
 		}
 	}
 	s.setNext(ctx, rank, need, true)
+	return nil
+}
+
+// resetConsumer recreates a rank's durable consumer when an earlier
+// incarnation of the trainer left chunks delivered and unacknowledged: the new
+// consumer delivers everything still stored, in order, at once, instead of
+// after AckWait. Work-queue retention keeps unacknowledged chunks in the
+// stream while no consumer exists.
+func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
+	name := proto.ConsumerName(s.cfg.Job, dp, mp)
+	cons, err := s.stream.Consumer(ctx, name)
+	if err == nil {
+		var ci *jetstream.ConsumerInfo
+		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
+			return nil
+		}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("serve: consumer %s: %w", name, err)
+	}
+	if err == nil {
+		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
+		}
+		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
+	}
+	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
+	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
+	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	return nil
 }
 

@@ -173,6 +173,8 @@ type trainer struct {
 	reply   proto.RegisterReply
 	// computeSeconds, when set, gives the feedback compute time of a step.
 	computeSeconds func(epoch, step int) float64
+	// stepDelay is slept after each applied step.
+	stepDelay time.Duration
 }
 
 func newTrainer(t testing.TB, cfg Config, url string, dp, mp int) *trainer {
@@ -276,7 +278,15 @@ func (tr *trainer) runEpoch(ctx context.Context, epoch, stopAfter int) error {
 	}
 	tr.reply = rep
 	tr.cons.SkipBefore(epoch, resume)
-	step, mb := resume, 0
+	return tr.consume(ctx, epoch, stopAfter)
+}
+
+// consume applies steps from the trainer's resume step with the current
+// registration and consumer, without registering again (a trainer that lives
+// through a service restart or a NATS outage).
+func (tr *trainer) consume(ctx context.Context, epoch, stopAfter int) error {
+	rep := tr.reply
+	step, mb := tr.resumeStep(epoch), 0
 	var held []*proto.Batch
 	appliedNow := 0
 	for step < rep.Steps {
@@ -299,7 +309,7 @@ func (tr *trainer) runEpoch(ctx context.Context, epoch, stopAfter int) error {
 		k := b.Header.BatchKey
 		if k.Epoch < epoch || (k.Epoch == epoch && (k.Step < step || (k.Step == step && k.MicroBatch < mb))) {
 			b.Release() // an old replay of something already applied
-			if err := b.Ack(ctx); err != nil {
+			if err := ackRetry(ctx, b); err != nil {
 				return err
 			}
 			continue
@@ -317,6 +327,9 @@ func (tr *trainer) runEpoch(ctx context.Context, epoch, stopAfter int) error {
 		}
 		held, mb = held[:0], 0
 		step++
+		if tr.stepDelay > 0 {
+			time.Sleep(tr.stepDelay) // training time
+		}
 		appliedNow++
 	}
 	return tr.done(epoch, rep.Steps)
@@ -336,7 +349,7 @@ func (tr *trainer) apply(ctx context.Context, held []*proto.Batch) error {
 	}
 	for _, b := range held {
 		b.Release()
-		if err := b.Ack(ctx); err != nil {
+		if err := ackRetry(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -393,6 +406,7 @@ func runTrainers(t testing.TB, ctx context.Context, cfg Config, url string, epoc
 				if errs[i] = tr.runEpoch(ctx, e, -1); errs[i] != nil {
 					return
 				}
+				tr.crash() // a client per epoch, as the Python one
 			}
 		})
 	}
@@ -588,4 +602,22 @@ func quarantinedIDs(t testing.TB, dir string, epoch int) map[string]bool {
 		out[r.ID] = true
 	}
 	return out
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// ackRetry acknowledges a batch, retrying while the server is away (a restart
+// or an outage): acks are idempotent.
+func ackRetry(ctx context.Context, b *proto.Batch) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.Ack(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -1,0 +1,237 @@
+package serve
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// counter returns the value of a counter (or gauge) without labels.
+func counter(t testing.TB, s *Service, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) > 0 {
+			m := mf.Metric[0]
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	return 0
+}
+
+// TestTrainerRestart kills two trainer ranks mid-epoch: rank 0 resumes from
+// its last acknowledged step, rank 1 from a checkpoint two steps older than
+// its acknowledgements (the service republishes those steps with a new
+// generation). Nothing is lost or applied twice.
+func TestTrainerRestart(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := []*trainer{newTrainer(t, cfg, r.s.ClientURL(), 0, 0), newTrainer(t, cfg, r.s.ClientURL(), 1, 0)}
+	plan := []struct{ stopAfter, checkpointLag int }{{4, 0}, {6, 2}}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		wg.Go(func() {
+			if errs[i] = tr.runEpoch(ctx, 0, plan[i].stopAfter); errs[i] != nil {
+				return
+			}
+			tr.crash()
+			tr.forget(0, tr.resumeStep(0)-plan[i].checkpointLag)
+			errs[i] = tr.runEpoch(ctx, 0, -1)
+			tr.crash()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	if got := counter(t, r.s, "mmfeed_serve_rewinds_total"); got < 1 {
+		t.Errorf("rewinds %v: the rank whose checkpoint lagged its acks needs one", got)
+	}
+}
+
+// TestServiceRestart stops the service mid-epoch while trainers consume and
+// starts a new one on the same data dir and port: the trainers' connections
+// reconnect, the service resumes from the KV state and the stream, and every
+// batch is applied exactly once.
+func TestServiceRestart(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:" + itoa(freePort(t))
+	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the restart happens mid-epoch
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := []*trainer{newTrainer(t, cfg, r.s.ClientURL(), 0, 0), newTrainer(t, cfg, r.s.ClientURL(), 1, 0)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		tr.stepDelay = 40 * time.Millisecond
+		wg.Go(func() {
+			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the service restart
+			tr.crash()
+		})
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, r.s, "mmfeed_serve_batches_total"); n < 8 {
+			return errorf("%v batches published", n)
+		}
+		return nil
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	r2 := start(t, cfg)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	if err := r2.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// externalServer runs a JetStream server standing for an existing NATS
+// deployment, on a fixed port and store dir so it can come back.
+func externalServer(t testing.TB, port int, dir string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("external nats server not ready")
+	}
+	return s
+}
+
+// TestExternalNATSOutage serves through an external server that goes away
+// mid-epoch and comes back on the same port and store: the service and the
+// trainers reconnect and finish with every batch exactly once.
+func TestExternalNATSOutage(t *testing.T) {
+	port, dir := freePort(t), t.TempDir()
+	ns := externalServer(t, port, dir)
+	defer func() { ns.Shutdown() }()
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.StreamMaxBytes = 256 << 10
+	cfg.Publisher.AckTimeout = time.Second
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		tr.stepDelay = 40 * time.Millisecond
+		wg.Go(func() {
+			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the outage
+			tr.crash()
+		})
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, r.s, "mmfeed_serve_batches_total"); n < 8 {
+			return errorf("%v batches published", n)
+		}
+		return nil
+	})
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	time.Sleep(300 * time.Millisecond) // an outage, not a blip
+	ns = externalServer(t, port, dir)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// TestBackpressure runs with no trainer and a small stream: publishing stops
+// when the stream is full, the heap stays bounded while it waits, and
+// everything is delivered once trainers appear.
+func TestBackpressure(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 160), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	cfg.StreamMaxBytes = 512 << 10
+	cfg.Pipeline.Image.Size = 64 // 24 KiB a sample: the stream holds a few steps of the 20
+	r := start(t, cfg)
+	var stalled float64
+	checkFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		n := counter(t, r.s, "mmfeed_serve_batches_total")
+		full := counter(t, r.s, "mmfeed_serve_stream_bytes") > float64(cfg.StreamMaxBytes)/2
+		if n == 0 || n != stalled || !full {
+			stalled = n
+			return errorf("still publishing (%v batches)", n)
+		}
+		return nil
+	})
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	h0 := heap()
+	time.Sleep(500 * time.Millisecond) // the publisher keeps retrying against the full stream
+	h1 := heap()
+	if got := counter(t, r.s, "mmfeed_serve_batches_total"); got != stalled {
+		t.Errorf("published %v batches while the stream was full (had %v)", got, stalled)
+	}
+	if bytes := counter(t, r.s, "mmfeed_serve_stream_bytes"); bytes > float64(cfg.StreamMaxBytes) {
+		t.Errorf("stream holds %v bytes > max %d", bytes, cfg.StreamMaxBytes)
+	}
+	if h1 > h0+8<<20 {
+		t.Errorf("heap grew from %d to %d bytes while the stream was full", h0, h1)
+	}
+	t.Logf("stalled at %v batches; heap %d → %d bytes", stalled, h0, h1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	if got := counter(t, r.s, "mmfeed_serve_batches_total"); got <= stalled {
+		t.Errorf("publication did not resume: %v batches", got)
+	}
+}
