@@ -43,19 +43,19 @@ class HostStep:
 
 
 class Prefetcher:
-    """Iterates ``source.steps(start_step)`` in a daemon thread, ``depth`` steps ahead.
+    """Iterates ``source.steps(position)`` in a daemon thread, ``depth`` steps ahead.
 
     ``next()`` returns (HostStep, seconds waited) or raises StopIteration at the end of the
     data; an exception in the thread is re-raised in the caller.
     """
 
-    def __init__(self, source: Source, *, start_step: int, role: str, pad_id: int, device: torch.device,
+    def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device,
                  depth: int = 2):
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._device = device
         self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._thread = threading.Thread(target=self._run, args=(source.steps(start_step), role, pad_id),
+        self._thread = threading.Thread(target=self._run, args=(source.steps(position), role, pad_id),
                                         name="mmfeed-prefetch", daemon=True)
         self._thread.start()
 

@@ -1,10 +1,11 @@
 """Where a rank's micro-batches come from: shard files, synthetic, or the NATS stream.
 
 A source yields ``StepData`` -- all micro-batch records of one step for this rank, in
-micro-batch order -- from a given step on (resume). ``ack(step)`` is called after the step's
-update has been applied; ``feedback`` after every step; ``position()`` is what a checkpoint
-stores to resume. Sources are used from one thread (the prefetcher's), except ``ack``,
-``feedback`` and ``close`` which the training thread calls.
+micro-batch order -- from a position ``{"epoch": e, "next_step": s}`` on (resume).
+``ack(data)`` is called after the step's update has been applied and advances
+``position()``, which a checkpoint stores; ``feedback`` follows every step. Sources are used
+from one thread (the prefetcher's), except ``ack``, ``feedback``, ``position`` and ``close``,
+which the training thread calls.
 """
 
 from __future__ import annotations
@@ -17,29 +18,37 @@ import pyarrow as pa
 
 from . import synthetic
 
+START = {"epoch": 0, "next_step": 0}
+
 
 @dataclass(slots=True)
 class StepData:
     step: int
+    """Step within the epoch."""
     records: list[pa.RecordBatch]
     handles: list = field(default_factory=list)
     """Source-specific acknowledgement handles (NATS messages)."""
+    epoch: int = 0
 
 
 class Source:
-    """Base: no acknowledgement, no feedback."""
+    """Base: tracks the position; no acknowledgement, no feedback."""
 
-    def steps(self, start_step: int) -> Iterator[StepData]:
+    def __init__(self):
+        self._position = dict(START)
+
+    def steps(self, position: dict) -> Iterator[StepData]:
         raise NotImplementedError
 
     def ack(self, data: StepData) -> None:
+        self._position = {"epoch": data.epoch, "next_step": data.step + 1}
+
+    def feedback(self, data: StepData, *, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
         pass
 
-    def feedback(self, *, step: int, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
-        pass
-
-    def position(self, next_step: int) -> dict:
-        return {"next_step": next_step}
+    def position(self) -> dict:
+        """Where to resume after the last acknowledged step."""
+        return dict(self._position)
 
     def close(self) -> None:
         pass
@@ -81,6 +90,7 @@ class ShardSource(Source):
     """
 
     def __init__(self, directory: str, dp_rank: int):
+        super().__init__()
         self.path = os.path.join(directory, f"rank-{dp_rank:05d}.arrow")
         if not os.path.exists(self.path):
             raise ValueError(f"shards: {self.path} does not exist (is --shards the mmfeed shard output "
@@ -95,19 +105,21 @@ class ShardSource(Source):
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
 
-    def steps(self, start_step: int) -> Iterator[StepData]:
-        return group_by_step(self._records(), start_step)
+    def steps(self, position: dict) -> Iterator[StepData]:
+        """One epoch: the file's steps from ``position["next_step"]``."""
+        return group_by_step(self._records(), position.get("next_step", 0))
 
 
 class SyntheticSource(Source):
     """Endless deterministic synthetic steps for one dp rank (``synthetic.py``)."""
 
     def __init__(self, cfg: synthetic.SynthConfig, dp_rank: int):
+        super().__init__()
         self.cfg = cfg
         self.dp_rank = dp_rank
 
-    def steps(self, start_step: int) -> Iterator[StepData]:
-        step = start_step
+    def steps(self, position: dict) -> Iterator[StepData]:
+        step = position.get("next_step", 0)
         while True:
             yield StepData(step, synthetic.step_records(self.cfg, step, self.dp_rank))
             step += 1

@@ -3,10 +3,11 @@
 ``StreamSource`` registers the rank with the service (``register``), pulls its chunks from
 its durable JetStream consumer, reassembles and verifies them (``wire.Reassembler``),
 decodes each payload to one Arrow record batch, checks it against the chunk headers, and
-yields whole steps in (step, micro-batch) order. Chunks are acknowledged only after the step
-that used them has been applied (``ack``); failed batches are terminated and re-requested
-(``resend``); steps below the resume step are acknowledged and dropped. ``feedback`` is
-published after every step, ``done`` after the last step of the epoch.
+yields whole steps in (epoch, step, micro-batch) order, registering again for each next
+epoch until the service has none. Chunks are acknowledged only after the step that used them
+has been applied (``ack``); failed batches are terminated and re-requested (``resend``);
+batches before the resume position are acknowledged and dropped. ``feedback`` is published
+after every step, ``done`` once the last step of an epoch is acknowledged.
 
 nats-py is asyncio: an event loop runs in a daemon thread and the synchronous methods
 submit coroutines to it, so the prefetch thread (``steps``) and the training thread
@@ -40,6 +41,7 @@ class StreamSource(Source):
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group."""
+        super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
         self.fetch_batch = fetch_batch
@@ -52,7 +54,8 @@ class StreamSource(Source):
         self._thread.start()
         self._nc = None
         self._sub = None
-        self._acked_steps = 0
+        self._epochs: dict[int, dict] = {}
+        """Register reply per epoch (steps, micro_batches, plan_hash)."""
 
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout: float | None = None):
@@ -65,14 +68,17 @@ class StreamSource(Source):
         self._call(self._nc.publish(self._subject(kind), json.dumps(body).encode()), timeout=self.request_timeout_s)
 
     # -- register ---------------------------------------------------------------------------
-    def register(self, *, resume_step: int, epoch: int = 0) -> dict:
-        """Connect, register this rank, bind its durable consumer; returns the reply."""
-        return self._call(self._register(resume_step, epoch), timeout=self.request_timeout_s * 2)
+    def register(self, position: dict) -> dict:
+        """Connect, register this rank at ``position`` ({"epoch", "next_step"}), bind its
+        durable consumer; returns the service's reply. ValueError-like StreamError if refused."""
+        return self._call(self._register(position.get("epoch", 0), position.get("next_step", 0)),
+                          timeout=self.request_timeout_s * 2)
 
-    async def _register(self, resume_step: int, epoch: int) -> dict:
+    async def _register(self, epoch: int, resume_step: int) -> dict:
         import nats
-        self._nc = await nats.connect(self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
-                                      max_reconnect_attempts=-1)
+        if self._nc is None:
+            self._nc = await nats.connect(self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
+                                          max_reconnect_attempts=-1)
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp,
                 "placement": "modality" if self.dims.mp == 2 else "colocated",
@@ -81,18 +87,29 @@ class StreamSource(Source):
                                      timeout=self.request_timeout_s)
         reply = json.loads(msg.data)
         if not reply.get("ok"):
-            raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}): "
-                              f"{reply.get('error')}")
+            raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}) for epoch "
+                              f"{epoch}: {reply.get('error')}")
         want = {"colocated": "all", "modality": "vision" if self.mp_rank == 0 else "text"}[body["placement"]]
         if reply.get("modality", want) != want:
             raise StreamError(f"stream: service sends modality {reply.get('modality')!r}, this rank needs {want!r}")
-        js = self._nc.jetstream()
-        self._sub = await js.pull_subscribe(reply["subject"], durable=reply["consumer"], stream=reply["stream"])
+        if self._sub is None:
+            js = self._nc.jetstream()
+            self._sub = await js.pull_subscribe(reply["subject"], durable=reply["consumer"], stream=reply["stream"])
         self.reply = reply
-        self.epoch = reply.get("epoch", epoch)
-        log.info("registered: %d steps x %d micro-batches, consumer %s", reply["steps"], reply["micro_batches"],
-                 reply["consumer"])
+        self._epochs[reply.get("epoch", epoch)] = reply
+        log.info("registered for epoch %d: %d steps x %d micro-batches, consumer %s", reply.get("epoch", epoch),
+                 reply["steps"], reply["micro_batches"], reply["consumer"])
         return reply
+
+    def _next_epoch(self, epoch: int) -> bool:
+        """Register for ``epoch`` (the previous one is fully read); False when the job has no
+        such epoch (the service refuses it): the end of the data."""
+        try:
+            self._call(self._register(epoch, 0), timeout=self.request_timeout_s * 2)
+        except StreamError as err:
+            log.info("no epoch %d to read (%s): end of the stream", epoch, err)
+            return False
+        return True
 
     # -- batches ----------------------------------------------------------------------------
     async def _fetch(self):
@@ -129,8 +146,8 @@ class StreamSource(Source):
                 raise StreamError(f"stream: batch {k}: columns say step {step} micro-batch {mb}")
         return rec
 
-    def _batches(self, start_step: int) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
-        """Verified (key, record, tags) in arrival order; drops (acks) steps < start_step."""
+    def _batches(self) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
+        """Verified (key, record, tags) in arrival order."""
         reasm = Reassembler()
         idle_since = time.monotonic()
         while True:
@@ -152,65 +169,74 @@ class StreamSource(Source):
                         self._call(m.ack())
                 elif res.error:
                     self._resend(res)
-                elif res.header.key.step < start_step:
-                    for m in res.tags:
-                        self._call(m.ack())
                 else:
                     yield res.header.key, self._decode(res), res.tags
 
-    def steps(self, start_step: int) -> Iterator[StepData]:
-        """Whole steps in order, from ``start_step`` to the epoch's last step."""
+    def steps(self, position: dict) -> Iterator[StepData]:
+        """Whole steps in (epoch, step) order from ``position`` to the job's last epoch.
+
+        Batches before the position (already trained) are acknowledged and dropped; at the end
+        of an epoch the rank registers for the next one."""
         if not self.reply:
             raise StreamError("stream: register() first")
-        total, per_step = self.reply["steps"], self.reply["micro_batches"]
-        held: dict[tuple[int, int], tuple[pa.RecordBatch, list]] = {}
-        step, mb = start_step, 0
-        current = StepData(step, [])
-        if step >= total:
-            return
-        for key, rec, tags in self._batches(start_step):
-            if (key.step, key.micro_batch) < (step, mb):
-                for m in tags:  # an old replay of something already used
-                    self._call(m.ack())
+        epoch, step, mb = position.get("epoch", 0), position.get("next_step", 0), 0
+        while step >= self._epochs[epoch]["steps"]:
+            if not self._next_epoch(epoch + 1):
+                return
+            epoch, step = epoch + 1, 0
+        held: dict[tuple[int, int, int], tuple[pa.RecordBatch, list]] = {}
+        current = StepData(step, [], epoch=epoch)
+        for key, rec, tags in self._batches():
+            k = (key.epoch, key.step, key.micro_batch)
+            if k < (epoch, step, mb):
+                self._ack_tags(tags)  # already trained (a checkpoint or an old replay)
                 continue
-            held[(key.step, key.micro_batch)] = (rec, tags)
+            held[k] = (rec, tags)
             if len(held) > self.max_reorder:
-                raise StreamError(f"stream: step {step} micro-batch {mb} missing while {len(held)} later "
-                                  "batches arrived (gap in the plan order)")
-            while (step, mb) in held:
-                rec, tags = held.pop((step, mb))
+                raise StreamError(f"stream: epoch {epoch} step {step} micro-batch {mb} missing while "
+                                  f"{len(held)} later batches arrived (gap in the plan order)")
+            while (epoch, step, mb) in held:
+                rec, tags = held.pop((epoch, step, mb))
                 current.records.append(rec)
                 current.handles.extend(tags)
                 mb += 1
-                if mb == per_step:
-                    yield current
-                    step, mb = step + 1, 0
-                    if step >= total:
+                if mb < self._epochs[epoch]["micro_batches"]:
+                    continue
+                yield current
+                step, mb = step + 1, 0
+                if step >= self._epochs[epoch]["steps"]:
+                    if not self._next_epoch(epoch + 1):
                         return
-                    current = StepData(step, [])
+                    epoch, step = epoch + 1, 0
+                current = StepData(step, [], epoch=epoch)
 
-    def ack(self, data: StepData) -> None:
+    def _ack_tags(self, tags) -> None:
         async def _ack_all():
-            for m in data.handles:
+            for m in tags:
                 await m.ack()
         self._call(_ack_all(), timeout=self.request_timeout_s)
-        self._acked_steps = data.step + 1
 
-    def feedback(self, *, step: int, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
-        self._publish("feedback", {"job": self.job, "epoch": self.epoch, "step": step,
+    def ack(self, data: StepData) -> None:
+        """Acknowledge the step's chunks; after an epoch's last step, publish ``done``."""
+        self._ack_tags(data.handles)
+        super().ack(data)
+        steps = self._epochs.get(data.epoch, {}).get("steps")
+        if steps is not None and data.step == steps - 1:
+            self._publish("done", {"job": self.job, "epoch": data.epoch, "dp_rank": self.dp_rank,
+                                   "mp_rank": self.mp_rank, "steps": steps})
+
+    def feedback(self, data: StepData, *, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
+        self._publish("feedback", {"job": self.job, "epoch": data.epoch, "step": data.step,
                                    "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                                    "compute_seconds": max(compute_seconds, 0.0),
                                    "data_wait_seconds": max(data_wait_seconds, 0.0), "samples": samples})
 
-    def position(self, next_step: int) -> dict:
-        return {"next_step": next_step, "epoch": getattr(self, "epoch", 0),
-                "plan_hash": self.reply.get("plan_hash", "")}
+    def position(self) -> dict:
+        pos = super().position()
+        return {**pos, "plan_hash": self._epochs.get(pos["epoch"], {}).get("plan_hash", "")}
 
     def close(self) -> None:
         if self._nc is not None:
-            if self.reply and self._acked_steps >= self.reply["steps"]:
-                self._publish("done", {"job": self.job, "epoch": self.epoch, "dp_rank": self.dp_rank,
-                                       "mp_rank": self.mp_rank, "steps": self.reply["steps"]})
             self._call(self._nc.drain(), timeout=self.request_timeout_s)
             self._nc = None
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -204,24 +204,25 @@ def run(cfg: TrainConfig) -> RunResult:
     module = parallelize(model, dims=dims, device=device,
                          cfg=ParallelConfig(fsdp=cfg.fsdp, exchange_dtype=torch.bfloat16 if bf16 else torch.float32))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
-    start = 0
+    start, position = 0, {"epoch": 0, "next_step": 0}
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
         extra = checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
         start = extra["next_step"]
-        log.info("resumed from %s at step %d", resume, start)
+        position = {"epoch": 0, "next_step": start, **(extra.get("stream") or {})}
+        log.info("resumed from %s at step %d (data position %s)", resume, start, position)
     if hasattr(source, "register"):
-        reply = source.register(resume_step=start)
-        saved_hash = (extra.get("stream") or {}).get("plan_hash") if resume else None
+        reply = source.register(position)
+        saved_hash = position.get("plan_hash")
         if saved_hash and saved_hash != reply.get("plan_hash"):
             raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
                              f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
-    prefetcher = Prefetcher(source, start_step=start, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
+    prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
                             depth=cfg.prefetch)
     losses, meter, all_meter = [], _Meter(), _Meter()
-    step = start
+    step, last = start, None
     try:
         while step < cfg.steps:
             _maybe_fault(step)
@@ -230,8 +231,10 @@ def run(cfg: TrainConfig) -> RunResult:
             except StopIteration:
                 log.info("end of data at step %d", step)
                 break
-            if host.data.step != step:
-                raise RuntimeError(f"train: expected step {step}, the source gave step {host.data.step}")
+            here = (host.data.epoch, host.data.step)
+            if last is not None and here <= last:
+                raise RuntimeError(f"train: the source gave (epoch, step) {here} after {last}")
+            last = here
             t0 = time.perf_counter()
             mbs = host.ready()
             stats = train_step(module, optimizer, scheduler, mbs, dims=dims, device=device,
@@ -240,7 +243,7 @@ def run(cfg: TrainConfig) -> RunResult:
                 torch.cuda.synchronize(device)
             compute = time.perf_counter() - t0
             source.ack(host.data)
-            source.feedback(step=step, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
+            source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
                             samples=stats.samples)
             flops = _batch_flops(mcfg, host.host_batches) if peak_flops and dims.mp == 1 else 0.0
             meter.add(compute, waited, stats.samples, flops)
@@ -255,12 +258,12 @@ def run(cfg: TrainConfig) -> RunResult:
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
-                                scheduler=scheduler, dims=dims, stream_position=source.position(step))
+                                scheduler=scheduler, dims=dims, stream_position=source.position())
     finally:
         prefetcher.close()
     if cfg.ckpt_dir and step > start and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):
         checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
-                        scheduler=scheduler, dims=dims, stream_position=source.position(step))
+                        scheduler=scheduler, dims=dims, stream_position=source.position())
     if cfg.save_params:
         _save_params(cfg.save_params, module, dims)
     source.close()

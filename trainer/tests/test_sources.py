@@ -10,11 +10,11 @@ def test_shard_source_yields_steps_in_order_and_resumes(tmp_path):
     cfg = synthetic.SynthConfig(seed=1, dp=2, micro_batches=3)
     synthetic.write_shards(cfg, str(tmp_path), steps=4)
     got = [(s.step, [r.column("micro_batch")[0].as_py() for r in s.records])
-           for s in ShardSource(str(tmp_path), dp_rank=1).steps(start_step=0)]
+           for s in ShardSource(str(tmp_path), dp_rank=1).steps({"epoch": 0, "next_step": 0})]
     assert got == [(s, [0, 1, 2]) for s in range(4)]
-    resumed = [s.step for s in ShardSource(str(tmp_path), dp_rank=1).steps(start_step=2)]
+    resumed = [s.step for s in ShardSource(str(tmp_path), dp_rank=1).steps({"epoch": 0, "next_step": 2})]
     assert resumed == [2, 3]
-    first = next(iter(ShardSource(str(tmp_path), dp_rank=1).steps(0))).records[0]
+    first = next(iter(ShardSource(str(tmp_path), dp_rank=1).steps({"next_step": 0}))).records[0]
     assert first.equals(synthetic.micro_batch(cfg, 0, 1, 0))
 
 
@@ -35,8 +35,8 @@ def test_out_of_order_records_are_rejected():
 
 def test_synthetic_source_is_deterministic_per_rank():
     cfg = synthetic.SynthConfig(seed=9)
-    a = next(iter(SyntheticSource(cfg, 0).steps(5)))
-    b = next(iter(SyntheticSource(cfg, 0).steps(5)))
-    c = next(iter(SyntheticSource(cfg, 1).steps(5)))
+    a = next(iter(SyntheticSource(cfg, 0).steps({"next_step": 5})))
+    b = next(iter(SyntheticSource(cfg, 0).steps({"next_step": 5})))
+    c = next(iter(SyntheticSource(cfg, 1).steps({"next_step": 5})))
     assert a.step == 5 and all(x.equals(y) for x, y in zip(a.records, b.records))
     assert not a.records[0].equals(c.records[0])

@@ -25,7 +25,7 @@ from mmfeed_trainer.stream import StreamSource
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "t1"
-STEPS, MICRO = 3, 2
+STEPS, MICRO, EPOCHS = 3, 2, 2
 
 
 def nats_server_binary():
@@ -68,9 +68,10 @@ def nats_url(tmp_path):
         proc.wait(timeout=10)
 
 
-def payload(step, mb):
-    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=4), step, 0, mb)
-    rec = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.job": JOB.encode()})
+def payload(step, mb, epoch=0):
+    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=4 + epoch), step, 0, mb)
+    rec = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.job": JOB.encode(),
+                                       b"mmfeed.epoch": str(epoch).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rec.schema) as w:
         w.write_batch(rec)
@@ -83,6 +84,7 @@ class FakeService:
     def __init__(self, url):
         self.url = url
         self.control = {"feedback": [], "resend": [], "done": []}
+        self.registers = []
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.call(self._start())
@@ -103,10 +105,13 @@ class FakeService:
 
         async def on_register(msg):
             req = json.loads(msg.data)
-            ok = (req["dp"], req["mp"]) == (1, 1)
+            self.registers.append(req)
+            ok = (req["dp"], req["mp"]) == (1, 1) and req["epoch"] < EPOCHS
+            error = "" if ok else ("layout mismatch" if req["epoch"] < EPOCHS else "epoch outside the job's epochs")
             await msg.respond(json.dumps({
-                "ok": ok, "error": "" if ok else "layout mismatch", "plan_hash": "abc", "steps": STEPS,
-                "micro_batches": MICRO, "epoch": 0, "modality": "all", "stream": f"MMFEED_{JOB}",
+                "ok": ok, "error": error, "plan_hash": f"plan{req['epoch']}", "steps": STEPS if ok else 0,
+                "micro_batches": MICRO if ok else 0, "epoch": req["epoch"], "modality": "all",
+                "stream": f"MMFEED_{JOB}",
                 "consumer": f"mmfeed_{JOB}_0_0", "subject": f"mmfeed.{JOB}.batch.0.0"}).encode())
         await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
         for kind in self.control:
@@ -114,10 +119,10 @@ class FakeService:
                 self.control[kind].append(json.loads(msg.data))
             await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}", cb=record)
 
-    def publish(self, step, mb, *, gen=0, corrupt=False):
+    def publish(self, step, mb, *, gen=0, corrupt=False, epoch=0):
         async def go():
-            key = wire.BatchKey(JOB, 0, step, mb, 0, 0)
-            for h, d in wire.make_chunks(key, payload(step, mb), 4096, gen):
+            key = wire.BatchKey(JOB, epoch, step, mb, 0, 0)
+            for h, d in wire.make_chunks(key, payload(step, mb, epoch), 4096, gen):
                 if corrupt and h["Mmfeed-Chunk"].startswith("0/"):
                     d = bytes([d[0] ^ 0xFF]) + d[1:]
                 await self.js.publish(f"mmfeed.{JOB}.batch.0.0", d, headers=h)
@@ -145,9 +150,9 @@ def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url, svc)
     svc.publish(0, 0)
     svc.publish(1, 0, corrupt=True)  # fails the checksum -> resend, then the replay arrives
     src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30)
-    reply = src.register(resume_step=0)
+    reply = src.register({"epoch": 0, "next_step": 0})
     assert reply["steps"] == STEPS
-    it = src.steps(0)
+    it = src.steps({"epoch": 0, "next_step": 0})
     first = next(it)
     assert first.step == 0 and [r.column("micro_batch")[0].as_py() for r in first.records] == [0, 1]
     assert first.records[1].equals(pa.ipc.open_stream(payload(0, 1)).read_next_batch())
@@ -170,42 +175,51 @@ def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url, svc)
     svc.publish(1, 0, gen=1)
     second, third = pending_next.result(timeout=30), next(it)
     assert (second.step, third.step) == (1, 2)
-    with pytest.raises(StopIteration):
-        next(it)
     for s in (second, third):
         src.ack(s)
-        src.feedback(step=s.step, compute_seconds=0.5, data_wait_seconds=0.01, samples=3)
+        src.feedback(s, compute_seconds=0.5, data_wait_seconds=0.01, samples=3)
+    assert src.position() == {"epoch": 0, "next_step": 3, "plan_hash": "plan0"}
+    for step in range(STEPS):  # epoch 1: the source registers for it after epoch 0
+        for mb in range(MICRO):
+            svc.publish(step, mb, epoch=1)
+    rest = list(it)  # ends when the service refuses epoch 2
+    assert [(s.epoch, s.step) for s in rest] == [(1, 0), (1, 1), (1, 2)]
+    assert [r["epoch"] for r in svc.registers] == [0, 1, 2]
+    for s in rest:
+        src.ack(s)
     src.close()
     deadline = time.monotonic() + 10
-    while (len(svc.control["feedback"]) < 2 or not svc.control["done"]) and time.monotonic() < deadline:
+    while (len(svc.control["feedback"]) < 2 or len(svc.control["done"]) < 2) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [f["step"] for f in svc.control["feedback"]] == [1, 2]
-    assert svc.control["done"] == [{"job": JOB, "epoch": 0, "dp_rank": 0, "mp_rank": 0, "steps": STEPS}]
+    assert svc.control["done"] == [{"job": JOB, "epoch": e, "dp_rank": 0, "mp_rank": 0, "steps": STEPS}
+                                   for e in range(EPOCHS)]
 
 
 def test_refused_registration_is_an_error(nats_url, svc):
     src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(dp=2, mp=1, world_size=2),
                        ranks=(1, 0))
     with pytest.raises(Exception, match="layout mismatch"):
-        src.register(resume_step=0)
+        src.register({"epoch": 0, "next_step": 0})
 
 
 def test_cli_trains_from_the_stream_and_reports_feedback(nats_url, svc):
     """python -m mmfeed_trainer --nats: register, train every step, feedback per step, done."""
-    for step in range(STEPS):
-        for mb in range(MICRO):
-            svc.publish(step, mb)
+    for epoch in range(EPOCHS):
+        for step in range(STEPS):
+            for mb in range(MICRO):
+                svc.publish(step, mb, epoch=epoch)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-m", "mmfeed_trainer", "--nats", nats_url, "--job", JOB,
                            "--steps", "10", "--log-every", "1"], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == STEPS, "the epoch has 3 steps: the run stops at the end of the data"
+    assert summary["steps"] == EPOCHS * STEPS, "2 epochs of 3 steps: the run stops at the end of the data"
     deadline = time.monotonic() + 10
-    while not svc.control["done"] and time.monotonic() < deadline:
+    while len(svc.control["done"]) < EPOCHS and time.monotonic() < deadline:
         time.sleep(0.05)
     feedback = svc.control["feedback"]
-    assert [f["step"] for f in feedback] == list(range(STEPS))
+    assert [(f["epoch"], f["step"]) for f in feedback] == [(e, s) for e in range(EPOCHS) for s in range(STEPS)]
     assert all(f["compute_seconds"] > 0 and f["samples"] > 0 for f in feedback)
     assert svc.control["done"] and svc.pending() == 0, "every chunk acknowledged"
