@@ -39,8 +39,10 @@ class StreamError(RuntimeError):
 class StreamSource(Source):
     def __init__(self, *, url: str, job: str, dims: ParallelDims, fetch_batch: int = 64,
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
-                 ranks: tuple[int, int] | None = None):
-        """``ranks``: this rank's (dp rank, mp rank); default from the process group."""
+                 ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0):
+        """``ranks``: this rank's (dp rank, mp rank); default from the process group.
+        ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
+        5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery."""
         super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
@@ -56,6 +58,10 @@ class StreamSource(Source):
         self._sub = None
         self._epochs: dict[int, dict] = {}
         """Register reply per epoch (steps, micro_batches, plan_hash)."""
+        self._held: dict[tuple[int, int], tuple[float, list]] = {}
+        """Steps handed out but not acknowledged yet: (epoch, step) -> (since, messages)."""
+        self.in_progress_after_s = in_progress_after_s
+        self._keeper = asyncio.run_coroutine_threadsafe(self._keep_alive(), self._loop)
 
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout: float | None = None):
@@ -202,6 +208,7 @@ class StreamSource(Source):
                 mb += 1
                 if mb < self._epochs[epoch]["micro_batches"]:
                     continue
+                self._held[(current.epoch, current.step)] = (time.monotonic(), current.handles)
                 yield current
                 step, mb = step + 1, 0
                 if step >= self._epochs[epoch]["steps"]:
@@ -216,8 +223,20 @@ class StreamSource(Source):
                 await m.ack()
         self._call(_ack_all(), timeout=self.request_timeout_s)
 
+    async def _keep_alive(self) -> None:
+        """Send +WPI for chunks held longer than ``in_progress_after_s`` (protocol section 8)."""
+        while True:
+            await asyncio.sleep(min(self.in_progress_after_s, 30.0))
+            now = time.monotonic()
+            for key, (since, msgs) in list(self._held.items()):
+                if now - since >= self.in_progress_after_s:
+                    for m in msgs:
+                        await m.in_progress()
+                    self._held[key] = (now, msgs)
+
     def ack(self, data: StepData) -> None:
         """Acknowledge the step's chunks; after an epoch's last step, publish ``done``."""
+        self._held.pop((data.epoch, data.step), None)
         self._ack_tags(data.handles)
         super().ack(data)
         steps = self._epochs.get(data.epoch, {}).get("steps")
@@ -236,6 +255,7 @@ class StreamSource(Source):
         return {**pos, "plan_hash": self._epochs.get(pos["epoch"], {}).get("plan_hash", "")}
 
     def close(self) -> None:
+        self._keeper.cancel()
         if self._nc is not None:
             self._call(self._nc.drain(), timeout=self.request_timeout_s)
             self._nc = None

@@ -21,6 +21,7 @@ import pytest
 from _dist import free_port
 from mmfeed_trainer import synthetic, wire
 from mmfeed_trainer.parallel_dims import ParallelDims
+from mmfeed_trainer.sources import StepData
 from mmfeed_trainer.stream import StreamSource
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -201,6 +202,33 @@ def test_refused_registration_is_an_error(nats_url, svc):
                        ranks=(1, 0))
     with pytest.raises(Exception, match="layout mismatch"):
         src.register({"epoch": 0, "next_step": 0})
+    src.close()
+
+
+def test_held_steps_get_in_progress_until_acked():
+    """+WPI for chunks of steps handed out but not acknowledged (no server needed)."""
+    class Msg:
+        def __init__(self):
+            self.wpi = 0
+
+        async def in_progress(self):
+            self.wpi += 1
+
+        async def ack(self):
+            pass
+
+    src = StreamSource(url="nats://unused", job=JOB, dims=ParallelDims(), ranks=(0, 0), in_progress_after_s=0.05)
+    held = StepData(0, [], [Msg(), Msg()])
+    src._held[(0, 0)] = (time.monotonic(), held.handles)
+    deadline = time.monotonic() + 5
+    while held.handles[0].wpi < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(m.wpi >= 2 for m in held.handles)
+    src.ack(held)
+    count = held.handles[0].wpi
+    time.sleep(0.2)
+    assert held.handles[0].wpi == count, "acknowledged chunks get no more +WPI"
+    src.close()
 
 
 def test_cli_trains_from_the_stream_and_reports_feedback(nats_url, svc):
