@@ -37,7 +37,7 @@ train() {  # $1 label, $2 dp, $3 mp, rest: extra flags
   timeout 150 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m mmfeed_trainer \
     --synthetic --model base --bf16 on --dp "$dp" --mp "$mp" --steps "$STEPS" --warmup 5 --lr 1e-4 \
     --log-every 10 --metrics-skip 5 --synth-samples $((BATCH - 8)) "$BATCH" --synth-micro-batches 2 \
-    --synth-grids 14x14,16x12,12x16,16x16,10x14 --synth-text 10 77 --synth-dtype uint8 --prefetch 3 \
+    --synth-grids 14x14,16x12,12x16,16x16,10x14 --synth-text 10 77 --synth-dtype uint8 --synth-distinct 8 --prefetch 3 \
     "${peak[@]}" "$@"
 }
 

@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--synth-text", type=int, nargs=2, default=(3, 12), metavar=("MIN", "MAX"))
     p.add_argument("--synth-micro-batches", type=int, default=2)
     p.add_argument("--synth-dtype", default="float16", choices=("float16", "float32", "bfloat16", "uint8"))
+    p.add_argument("--synth-distinct", type=int, default=0,
+                   help="synthetic: cycle through this many generated steps (0: all new)")
     a = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     dp = a.dp if a.dp is not None else max(world // a.mp, 1)
@@ -83,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         synth=synthetic.SynthConfig(seed=a.seed, dp=dp, micro_batches=a.synth_micro_batches,
                                     min_samples=a.synth_samples[0], max_samples=a.synth_samples[1],
                                     min_text=a.synth_text[0], max_text=a.synth_text[1], grids=grids,
-                                    dtype=a.synth_dtype))
+                                    dtype=a.synth_dtype, distinct_steps=a.synth_distinct))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,6 +120,14 @@ class SyntheticSource(Source):
 
     def steps(self, position: dict) -> Iterator[StepData]:
         step = position.get("next_step", 0)
+        cache: dict[int, list[pa.RecordBatch]] = {}
         while True:
-            yield StepData(step, synthetic.step_records(self.cfg, step, self.dp_rank))
+            if self.cfg.distinct_steps > 0:
+                key = step % self.cfg.distinct_steps
+                if key not in cache:
+                    cache[key] = synthetic.step_records(self.cfg, key, self.dp_rank)
+                records = cache[key]
+            else:
+                records = synthetic.step_records(self.cfg, step, self.dp_rank)
+            yield StepData(step, records)
             step += 1

@@ -42,6 +42,9 @@ class SynthConfig:
     """Patch grids (rows, cols) to draw image sizes from; one entry = fixed resolution."""
     dtype: str = "float32"
     """Pixel wire dtype: float32, float16, bfloat16 or uint8."""
+    distinct_steps: int = 0
+    """> 0: the source cycles through this many generated steps (cheap data for benchmarks,
+    so generation never limits the trainer); 0: every step is new."""
 
 
 def _pixels(rng: np.random.Generator, c: int, h: int, w: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:

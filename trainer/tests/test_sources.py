@@ -40,3 +40,12 @@ def test_synthetic_source_is_deterministic_per_rank():
     c = next(iter(SyntheticSource(cfg, 1).steps({"next_step": 5})))
     assert a.step == 5 and all(x.equals(y) for x, y in zip(a.records, b.records))
     assert not a.records[0].equals(c.records[0])
+
+
+def test_synthetic_source_can_cycle_a_few_generated_steps():
+    cfg = synthetic.SynthConfig(seed=9, distinct_steps=2)
+    steps = SyntheticSource(cfg, 0).steps({"next_step": 0})
+    got = [next(steps) for _ in range(4)]
+    assert [s.step for s in got] == [0, 1, 2, 3]
+    assert got[2].records is got[0].records and got[3].records is got[1].records
+    assert not got[0].records[0].equals(got[1].records[0])
