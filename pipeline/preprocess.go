@@ -55,7 +55,13 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 			}
 		})
 	}
-	defer func() { close(tasks); workers.Wait() }()
+	producer := make(chan struct{})
+	defer func() { // stop the producer before closing its channel: a send on a closed channel panics
+		cancel()
+		<-producer
+		close(tasks)
+		workers.Wait()
+	}()
 
 	type pending struct {
 		sb   StepBatch
@@ -63,6 +69,7 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 	}
 	ready := make(chan pending, 2)
 	go func() {
+		defer close(producer)
 		defer close(ready)
 		for _, s := range plan.Steps {
 			sb := StepBatch{Step: s.Index, Rows: make([][][]proto.Row, len(s.Ranks))}
