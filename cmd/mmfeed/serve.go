@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve"
+)
+
+func init() {
+	commands["serve"] = command{"stream balanced batches to trainer ranks over NATS, with a live balance report", runServe}
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	jf := bindJobFlags(fs)
+	c := serve.DefaultConfig()
+	fs.StringVar(&c.Job, "job", "", "job name, [A-Za-z0-9_-]{1,64}: subjects, stream, consumers and KV bucket (required)")
+	fs.IntVar(&c.MP, "mp", c.MP, "model-parallel ranks per dp rank (placement modality: 2)")
+	fs.IntVar(&c.Epochs, "epochs", c.Epochs, "epochs to serve, from --epoch")
+	c.NATS.Listen = "127.0.0.1:4222"
+	fs.StringVar(&c.NATS.Listen, "nats-listen", c.NATS.Listen, "embedded server client address (\"\": in-process only)")
+	fs.StringVar(&c.NATS.DataDir, "data-dir", c.NATS.DataDir, "embedded server JetStream store and quarantine files")
+	maxPayload := fs.Int("nats-max-payload", int(c.NATS.MaxPayload), "embedded server max_payload, bytes")
+	urls := fs.String("nats", "", "existing NATS deployment, comma-separated URLs (instead of the embedded server)")
+	fs.StringVar(&c.NATS.User, "nats-user", "", "external NATS user (with --nats-password)")
+	fs.StringVar(&c.NATS.Password, "nats-password", os.Getenv("MMFEED_NATS_PASSWORD"), "external NATS password (default $MMFEED_NATS_PASSWORD)")
+	fs.StringVar(&c.NATS.Token, "nats-token", os.Getenv("MMFEED_NATS_TOKEN"), "external NATS token (default $MMFEED_NATS_TOKEN)")
+	fs.StringVar(&c.NATS.NKeySeedFile, "nats-nkey", "", "external NATS NKey seed file")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", "", "external NATS credentials (JWT) file")
+	fs.StringVar(&c.NATS.TLSCA, "nats-tls-ca", "", "CA certificate to verify the external NATS servers")
+	fs.StringVar(&c.NATS.TLSCert, "nats-tls-cert", "", "client certificate for the external NATS servers")
+	fs.StringVar(&c.NATS.TLSKey, "nats-tls-key", "", "client key for the external NATS servers")
+	fs.Int64Var(&c.StreamMaxBytes, "stream-max-bytes", c.StreamMaxBytes, "stream bound (backpressure), bytes")
+	fs.BoolVar(&c.StreamMemory, "stream-memory", false, "keep the stream in memory instead of files")
+	fs.IntVar(&c.Replicas, "replicas", c.Replicas, "stream and KV replicas in a NATS cluster")
+	fs.IntVar(&c.MaxAckPending, "max-ack-pending", c.MaxAckPending, "per-rank prefetch bound, chunks")
+	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "redelivery timeout of unacknowledged chunks")
+	fs.IntVar(&c.Recalibrate, "recalibrate", c.Recalibrate, "refit the cost model from trainer feedback: 0 at epoch boundaries, K every K steps, -1 never")
+	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "live report address (\"\": none)")
+	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")
+	noWait := fs.Bool("no-wait", false, "exit once everything is published instead of when every rank completed")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if c.Job == "" {
+		fmt.Fprintln(stderr, "serve: --job is required")
+		return errUsage
+	}
+	var err error
+	if c.Pipeline, err = jf.config(); err != nil {
+		return err
+	}
+	if *urls != "" {
+		c.NATS.URLs = strings.Split(*urls, ",")
+		c.NATS.Listen = ""
+	}
+	c.NATS.MaxPayload = int32(min(*maxPayload, 1<<30))
+	c.QuarantineDir = c.NATS.DataDir
+	c.WaitForTrainers = !*noWait
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	s, err := serve.New(c)
+	if err != nil {
+		return err
+	}
+	if err := s.Run(ctx); err != nil {
+		return err
+	}
+	st := s.Stats()
+	fmt.Fprintf(stdout, "published %d samples in %d batches (%.1f MB) in %.1fs (%.0f samples/s)\n",
+		st.Samples, st.Batches, float64(st.Bytes)/1e6, st.ElapsedSeconds, float64(st.Samples)/max(st.ElapsedSeconds, 1e-9))
+	return nil
+}
