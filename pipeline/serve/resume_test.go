@@ -195,12 +195,13 @@ func TestBackpressure(t *testing.T) {
 	cfg.Pipeline.Image.Size = 64 // 24 KiB a sample: the stream holds a few steps of the 20
 	r := start(t, cfg)
 	var stalled float64
-	checkFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+	checkFor(t, 30*time.Second, 500*time.Millisecond, func() error {
 		n := counter(t, r.s, "mmfeed_serve_batches_total")
-		full := counter(t, r.s, "mmfeed_serve_stream_bytes") > float64(cfg.StreamMaxBytes)/2
-		if n == 0 || n != stalled || !full {
+		room := float64(cfg.StreamMaxBytes) - counter(t, r.s, "mmfeed_serve_stream_bytes")
+		full := n > 0 && room < 2*counter(t, r.s, "mmfeed_serve_bytes_total")/n+4096
+		if n != stalled || !full {
 			stalled = n
-			return errorf("still publishing (%v batches)", n)
+			return errorf("still publishing (%v batches, %v bytes of room)", n, room)
 		}
 		return nil
 	})
