@@ -52,8 +52,8 @@ type RankStatus struct {
 	Generation     int `json:"generation"`
 }
 
-// Throughput summarises what was published.
-type Throughput struct {
+// Rates summarises what was published.
+type Rates struct {
 	Stats
 	SamplesPerSecond float64 `json:"samples_per_second"`
 	BytesPerSecond   float64 `json:"bytes_per_second"`
@@ -77,7 +77,7 @@ type Live struct {
 	Observations int                   `json:"observations"`
 	// Quarantined counts quarantined samples by reason, all epochs so far.
 	Quarantined map[string]int64 `json:"quarantined"`
-	Throughput  Throughput       `json:"throughput"`
+	Throughput  Rates            `json:"throughput"`
 	Ranks       []RankStatus     `json:"ranks"`
 	// Steps are the newest published steps, oldest first.
 	Steps []LiveStep `json:"steps"`
@@ -217,7 +217,7 @@ func (s *Service) snapshot() *LiveReport {
 	}
 	s.mu.Unlock()
 	st := s.Stats()
-	lv.Throughput = Throughput{Stats: st}
+	lv.Throughput = Rates{Stats: st}
 	if st.ElapsedSeconds > 0 {
 		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
 		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
