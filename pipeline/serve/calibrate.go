@@ -120,7 +120,7 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 // recalibrateDue refits every Recalibrate published steps and, when the fit
 // works, replans the unpublished rest of the epoch with it. It reports
 // whether the run must restart on the new steps. Publisher goroutine only.
-func (s *Service) recalibrateDue(ep *epochPlan, step int) bool {
+func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
@@ -135,14 +135,14 @@ func (s *Service) recalibrateDue(ep *epochPlan, step int) bool {
 	}
 	e := ep.info.Epoch
 	s.mu.Lock()
-	from := step + 1
-	for _, r := range s.ranks {
-		if r.cursor.Epoch > e {
+	from := step + 1 // after every step queued or published
+	for _, q := range queued {
+		if q.Epoch > e {
 			s.mu.Unlock()
 			return false
 		}
-		if r.cursor.Epoch == e {
-			from = max(from, r.cursor.Step)
+		if q.Epoch == e {
+			from = max(from, q.Step)
 		}
 	}
 	oldSteps, oldInfo := ep.steps, ep.info

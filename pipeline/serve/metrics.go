@@ -80,22 +80,14 @@ func (m *metrics) stage(st stage, d time.Duration) {
 	m.stageSeconds.WithLabelValues(stageNames[st]).Add(d.Seconds())
 }
 
-// batch counts one published micro-batch; samples only once per dp rank.
-func (m *metrics) batch(rows []proto.Row, bytes int, countSamples bool) {
+// published counts one published micro-batch and its real samples.
+func (m *metrics) published(bytes, samples int) {
 	m.batches.Inc()
 	m.nBat.Add(1)
 	m.bytes.Add(float64(bytes))
 	m.nBytes.Add(int64(bytes))
-	if countSamples {
-		n := 0
-		for i := range rows {
-			if rows[i].Weight > 0 {
-				n++
-			}
-		}
-		m.samples.Add(float64(n))
-		m.nSamples.Add(int64(n))
-	}
+	m.samples.Add(float64(samples))
+	m.nSamples.Add(int64(samples))
 }
 
 func (m *metrics) feedback(fb proto.Feedback) {

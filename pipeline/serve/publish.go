@@ -150,8 +150,23 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
 	return ep, nil
 }
 
-// run preprocesses epoch ep from step start and publishes each step to the
-// ranks whose cursor is at it.
+// outMsg is one encoded micro-batch on its way to a rank's publisher.
+type outMsg struct {
+	key     proto.BatchKey
+	gen     int
+	payload []byte
+	samples int  // real samples (counted on mp rank 0)
+	last    bool // the step's last micro-batch: the rank's cursor moves on
+}
+
+// stepQueue is how many steps a rank's publisher may have queued: building
+// and encoding step k+1 overlaps publishing step k, and memory stays bounded.
+const stepQueue = 2
+
+// run preprocesses epoch ep from step start. Each step is built and encoded
+// for the ranks whose position is at it (ranks in parallel) and queued to the
+// rank's publisher goroutine, which publishes in order and moves the rank's
+// cursor after the step's last micro-batch.
 func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -161,6 +176,10 @@ func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 		return errRewind
 	}
 	s.runCancel = cancel
+	next := make([]pos, len(s.ranks)) // the next step to queue, per rank
+	for r, rs := range s.ranks {
+		next[r] = rs.cursor
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -171,60 +190,70 @@ func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	g, gctx := errgroup.WithContext(rctx)
+	queues := make([]chan outMsg, len(next))
+	for r := range queues {
+		queues[r] = make(chan outMsg, stepQueue*s.cfg.Pipeline.Plan.MicroBatches)
+		g.Go(func() error { return s.rankPublisher(gctx, r, queues[r]) })
+	}
 	mem := memory.NewGoAllocator()
 	wait := time.Now()
-	err = pp.Run(rctx, ep.planFrom(start), func(sb pipeline.StepBatch) error {
+	err = pp.Run(gctx, ep.planFrom(start), func(sb pipeline.StepBatch) error {
 		s.met.stage(stagePreprocess, time.Since(wait))
-		err := s.publishStep(rctx, mem, ep, sb)
+		err := s.queueStep(gctx, mem, ep, sb, next, queues)
 		wait = time.Now()
 		return err
 	})
+	for _, q := range queues {
+		close(q)
+	}
+	if gerr := g.Wait(); gerr != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		err = gerr
+	}
 	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
 		return errRewind
 	}
 	return err
 }
 
-// publishStep publishes one step to every rank whose cursor is at it, the
-// ranks in parallel and each rank's micro-batches in order.
-func (s *Service) publishStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch) error {
+// queueStep builds and encodes one step for every rank whose next position
+// is at it and queues the payloads; it reports errRewind when a
+// recalibration replanned the rest of the epoch.
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
 	here := pos{ep.info.Epoch, sb.Step}
-	type target struct{ rank, gen int }
-	var targets []target
+	var targets []int
+	gens := make([]int, len(next))
 	s.mu.Lock()
-	for r, rs := range s.ranks {
-		if rs.cursor == here {
-			targets = append(targets, target{r, rs.gen})
+	for r := range next {
+		if next[r] == here {
+			targets = append(targets, r)
+			gens[r] = s.ranks[r].gen
 		}
 	}
 	s.mu.Unlock()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
-	for _, t := range targets {
-		g.Go(func() error { return s.publishRank(gctx, mem, ep, sb, t.rank, t.gen) })
+	for _, r := range targets {
+		g.Go(func() error { return s.encodeRank(gctx, mem, ep, sb, r, gens[r], queues[r]) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	for _, t := range targets {
-		if rs := &s.ranks[t.rank]; rs.cursor == here && rs.gen == t.gen {
-			rs.cursor = pos{here.Epoch, here.Step + 1}
-		}
+	for _, r := range targets {
+		next[r] = pos{here.Epoch, here.Step + 1}
 	}
-	s.mu.Unlock()
 	if len(targets) > 0 {
-		s.live.published(ep, sb, targets[0].rank == 0)
+		s.live.published(ep, sb, true)
 		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
 	}
-	if s.recalibrateDue(ep, sb.Step) {
+	if s.recalibrateDue(ep, sb.Step, next) {
 		return errRewind
 	}
 	return nil
 }
 
-// publishRank builds, encodes and publishes the micro-batches of one rank.
-func (s *Service) publishRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int) error {
+// encodeRank builds and encodes the micro-batches of one rank and queues them.
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
 	if err != nil {
@@ -253,14 +282,44 @@ func (s *Service) publishRank(ctx context.Context, mem memory.Allocator, ep *epo
 		if err != nil {
 			return fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
 		}
-		t2 := time.Now()
 		s.met.stage(stageBuild, t1.Sub(t0))
-		s.met.stage(stageEncode, t2.Sub(t1))
-		if err := s.publish(ctx, meta.Key(), gen, payload); err != nil {
+		s.met.stage(stageEncode, time.Since(t1))
+		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
+		if mp == 0 {
+			for i := range rows {
+				if rows[i].Weight > 0 {
+					m.samples++
+				}
+			}
+		}
+		select {
+		case q <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// rankPublisher publishes one rank's queued payloads in order until the
+// queue is closed (the run ended: publish what is queued) or ctx ends (a
+// rewind or a failure: drop it).
+func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) error {
+	for m := range q {
+		t0 := time.Now()
+		if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
 			return err
 		}
-		s.met.stage(stagePublish, time.Since(t2))
-		s.met.batch(rows, len(payload), mp == 0)
+		s.met.stage(stagePublish, time.Since(t0))
+		s.met.published(len(m.payload), m.samples)
+		if !m.last {
+			continue
+		}
+		s.mu.Lock()
+		if rs := &s.ranks[r]; rs.cursor == (pos{m.key.Epoch, m.key.Step}) && rs.gen == m.gen {
+			rs.cursor = pos{m.key.Epoch, m.key.Step + 1}
+		}
+		s.mu.Unlock()
 	}
 	return nil
 }
