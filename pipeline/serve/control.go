@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -49,7 +50,7 @@ func (s *Service) subscribe() ([]*nats.Subscription, error) {
 func (s *Service) handleRegister(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RegisterWait+30*time.Second)
 	defer cancel()
-	reply := s.register(ctx, m.Data)
+	reply := s.register(ctx, m.Data, replyPrefix(m.Reply))
 	b, err := json.Marshal(reply)
 	if err == nil {
 		err = m.Respond(b)
@@ -59,7 +60,9 @@ func (s *Service) handleRegister(m *nats.Msg) {
 	}
 }
 
-func (s *Service) register(ctx context.Context, data []byte) proto.RegisterReply {
+// register handles one Register; conn identifies the requester's connection
+// (its reply inbox prefix).
+func (s *Service) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
 	fail := func(err error) proto.RegisterReply {
 		s.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
 		s.log.Warn("register refused", "err", err)
@@ -85,7 +88,7 @@ func (s *Service) register(ctx context.Context, data []byte) proto.RegisterReply
 	}
 	rank := reg.DPRank*s.cfg.MP + reg.MPRank
 	need := s.normLocked(pos{reg.Epoch, reg.ResumeStep})
-	if err := s.resumeRank(ctx, rank, need); err != nil {
+	if err := s.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
 	mod, _ := proto.ModalityFor(reg.Placement, reg.MP, reg.MPRank)
@@ -123,10 +126,16 @@ func (s *Service) waitEpoch(ctx context.Context, e int) (EpochInfo, error) {
 // resumeRank sets where rank's trainer continues. When the stream no longer
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
-func (s *Service) resumeRank(ctx context.Context, rank int, need pos) error {
+func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
 	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	if err := s.resetConsumer(ctx, dp, mp); err != nil {
-		return err
+	s.mu.Lock()
+	same := conn != "" && s.ranks[rank].conn == conn
+	s.ranks[rank].conn = conn
+	s.mu.Unlock()
+	if !same { // a new trainer incarnation: chunks the old one held come back at once
+		if err := s.resetConsumer(ctx, dp, mp); err != nil {
+			return err
+		}
 	}
 	h, stored, err := s.firstStored(ctx, dp, mp)
 	if err != nil {
@@ -157,6 +166,17 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos) error {
 	}
 	s.setNext(ctx, rank, need, true)
 	return nil
+}
+
+// replyPrefix returns a request's reply subject without its last token: the
+// connection's inbox prefix with nats.go and nats-py muxed requests, so a
+// trainer registering again for its next epoch on the same connection is
+// recognised (and its unacknowledged chunks left alone).
+func replyPrefix(reply string) string {
+	if i := strings.LastIndexByte(reply, '.'); i > 0 {
+		return reply[:i]
+	}
+	return ""
 }
 
 // resetConsumer recreates a rank's durable consumer when an earlier

@@ -391,8 +391,15 @@ func cloneRows(rows []proto.Row) []proto.Row {
 	return out
 }
 
-// runTrainers runs every rank's epochs concurrently and returns them.
+// runTrainers runs every rank's epochs concurrently and returns them; each
+// epoch on a new connection, as the first Python client did.
 func runTrainers(t testing.TB, ctx context.Context, cfg Config, url string, epochs []int) []*trainer {
+	return runTrainersConn(t, ctx, cfg, url, epochs, true)
+}
+
+// runTrainersConn is runTrainers; with reconnect false a rank registers for
+// its next epoch on the same connection and consumer.
+func runTrainersConn(t testing.TB, ctx context.Context, cfg Config, url string, epochs []int, reconnect bool) []*trainer {
 	t.Helper()
 	var trs []*trainer
 	for r := range cfg.ranks() {
@@ -406,7 +413,9 @@ func runTrainers(t testing.TB, ctx context.Context, cfg Config, url string, epoc
 				if errs[i] = tr.runEpoch(ctx, e, -1); errs[i] != nil {
 					return
 				}
-				tr.crash() // a client per epoch, as the Python one
+				if reconnect {
+					tr.crash()
+				}
 			}
 		})
 	}

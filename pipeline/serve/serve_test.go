@@ -128,16 +128,24 @@ func TestServeModalityChunked(t *testing.T) {
 	cfg.Pipeline.Image.Size, cfg.Pipeline.Image.DType = 160, "float32" // 300 KiB a sample, 4 a micro-batch
 	cfg.Pipeline.Plan.GlobalBatch = 16
 	cfg.QuarantineDir = t.TempDir()
+	cfg.Epochs, cfg.Recalibrate = 2, -1
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+	// Each rank registers for epoch 1 on the connection and consumer it read
+	// epoch 0 with, holding prefetched chunks: the service must leave them be.
+	trs := runTrainersConn(t, ctx, cfg, r.s.ClientURL(), []int{0, 1}, false)
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
 	}
-	ex := shardExpectation(t, cfg, 0)
-	checkDelivery(t, cfg, trs, 0, ex)
-	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	for epoch := range 2 {
+		ex := shardExpectation(t, cfg, epoch)
+		checkDelivery(t, cfg, trs, epoch, ex)
+		realOnce(t, trs, epoch, ex, len(quarantinedIDs(t, cfg.QuarantineDir, epoch)))
+	}
+	if got := counter(t, r.s, "mmfeed_serve_rewinds_total"); got != 0 {
+		t.Errorf("%v rewinds: nothing was lost, nothing needs republishing", got)
+	}
 	st := r.s.Stats()
 	if st.Chunks <= st.Batches {
 		t.Errorf("%d chunks for %d batches (%d bytes): want vision batches over 1 MB split", st.Chunks, st.Batches, st.Bytes)

@@ -29,10 +29,11 @@ func (p pos) less(q pos) bool {
 
 // rankState is what the service knows of one (dp, mp) rank.
 type rankState struct {
-	cursor pos  // the next step to publish to the rank
-	next   pos  // the first step the rank's trainer still needs
-	gen    int  // the replay generation of the rank's publishes
-	known  bool // the trainer registered or reported since the service started
+	cursor pos    // the next step to publish to the rank
+	next   pos    // the first step the rank's trainer still needs
+	gen    int    // the replay generation of the rank's publishes
+	known  bool   // the trainer registered or reported since the service started
+	conn   string // the reply inbox prefix of the rank's last register
 }
 
 // rewindReq asks the publisher to publish rank's batches again from to, with
