@@ -65,7 +65,11 @@ func (s *Service) handleRegister(m *nats.Msg) {
 func (s *Service) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
 	fail := func(err error) proto.RegisterReply {
 		s.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
-		s.log.Warn("register refused", "err", err)
+		if errors.Is(err, ErrEpochRange) {
+			s.log.Info("register refused", "err", err) // how a client learns the job has no more epochs
+		} else {
+			s.log.Warn("register refused", "err", err)
+		}
 		return proto.RegisterReply{OK: false, Error: err.Error()}
 	}
 	var reg proto.Register

@@ -51,7 +51,11 @@ func connect(cfg NATSConfig, embedded *server.Server, log *slog.Logger) (*nats.C
 	opts := []nats.Option{
 		nats.Name("mmfeed-serve"), nats.MaxReconnects(-1), nats.ReconnectWait(cfg.ReconnectWait),
 		nats.RetryOnFailedConnect(false), nats.ReconnectBufSize(64 << 20),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own close
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	}
 	url := ""
