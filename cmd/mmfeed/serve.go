@@ -29,8 +29,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	maxPayload := fs.Int("nats-max-payload", int(c.NATS.MaxPayload), "embedded server max_payload, bytes")
 	urls := fs.String("nats", "", "existing NATS deployment, comma-separated URLs (instead of the embedded server)")
 	fs.StringVar(&c.NATS.User, "nats-user", "", "external NATS user (with --nats-password)")
-	fs.StringVar(&c.NATS.Password, "nats-password", os.Getenv("MMFEED_NATS_PASSWORD"), "external NATS password (default $MMFEED_NATS_PASSWORD)")
-	fs.StringVar(&c.NATS.Token, "nats-token", os.Getenv("MMFEED_NATS_TOKEN"), "external NATS token (default $MMFEED_NATS_TOKEN)")
+	fs.StringVar(&c.NATS.Password, "nats-password", "", "external NATS password (default $MMFEED_NATS_PASSWORD with --nats)")
+	fs.StringVar(&c.NATS.Token, "nats-token", "", "external NATS token (default $MMFEED_NATS_TOKEN with --nats)")
 	fs.StringVar(&c.NATS.NKeySeedFile, "nats-nkey", "", "external NATS NKey seed file")
 	fs.StringVar(&c.NATS.CredsFile, "nats-creds", "", "external NATS credentials (JWT) file")
 	fs.StringVar(&c.NATS.TLSCA, "nats-tls-ca", "", "CA certificate to verify the external NATS servers")
@@ -60,6 +60,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *urls != "" {
 		c.NATS.URLs = strings.Split(*urls, ",")
 		c.NATS.Listen = ""
+		if c.NATS.User != "" && c.NATS.Password == "" {
+			c.NATS.Password = os.Getenv("MMFEED_NATS_PASSWORD")
+		}
+		if c.NATS.Token == "" && c.NATS.User == "" && c.NATS.NKeySeedFile == "" && c.NATS.CredsFile == "" {
+			c.NATS.Token = os.Getenv("MMFEED_NATS_TOKEN")
+		}
 	}
 	c.NATS.MaxPayload = int32(min(*maxPayload, 1<<30))
 	c.QuarantineDir = c.NATS.DataDir
