@@ -141,13 +141,16 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 			return err
 		}
 	}
+	// The cursor first: what is published after this is still stored when
+	// the stream is looked at, so either the stream's first batch or the
+	// cursor bounds what the rank can still receive.
+	s.mu.Lock()
+	avail := s.ranks[rank].cursor
+	s.mu.Unlock()
 	h, stored, err := s.firstStored(ctx, dp, mp)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	avail := s.ranks[rank].cursor
-	s.mu.Unlock()
 	if stored {
 		avail = pos{h.Epoch, h.Step}
 		if h.MicroBatch > 0 || h.Index > 0 { // the step's first chunks were acknowledged

@@ -117,7 +117,7 @@ func (l *live) setEpoch(ep *epochPlan) {
 
 // published records a step the publisher sent (from the publisher goroutine,
 // which owns ep's steps).
-func (l *live) published(ep *epochPlan, sb pipeline.StepBatch, _ bool) {
+func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
 	seg, _ := ep.segmentAt(sb.Step)
 	pred := ep.predicted(sb.Step)
 	st := &LiveStep{Epoch: ep.info.Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,

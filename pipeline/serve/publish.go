@@ -231,6 +231,10 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 		}
 	}
 	s.mu.Unlock()
+	if len(targets) > 0 { // before a trainer can see the step and report on it
+		s.live.published(ep, sb)
+		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
 	for _, r := range targets {
@@ -241,10 +245,6 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 	}
 	for _, r := range targets {
 		next[r] = pos{here.Epoch, here.Step + 1}
-	}
-	if len(targets) > 0 {
-		s.live.published(ep, sb, true)
-		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
 	}
 	if s.recalibrateDue(ep, sb.Step, next) {
 		return errRewind

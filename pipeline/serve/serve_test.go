@@ -207,6 +207,9 @@ func TestRegisterRefusesMismatch(t *testing.T) {
 			}
 		})
 	}
+	if got := counter(t, r.s, "mmfeed_serve_rewinds_total"); got != 0 {
+		t.Errorf("%v rewinds: registering at step 0 while nothing was acknowledged needs none", got)
+	}
 	t.Run("malformed", func(t *testing.T) {
 		subj, _ := proto.ControlSubject(cfg.Job, proto.CtlRegister)
 		msg, err := tr.nc.RequestWithContext(ctx, subj, []byte(`{"job":"job-1","extra":1}`))
