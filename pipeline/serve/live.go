@@ -47,8 +47,8 @@ type RankStatus struct {
 	NextStep  int `json:"next_step"`
 	// PublishedEpoch and PublishedStep: the next step the service publishes
 	// to the rank.
-	PublishedEpoch int `json:"stepsPublishedepoch"`
-	PublishedStep  int `json:"stepsPublishedstep"`
+	PublishedEpoch int `json:"published_epoch"`
+	PublishedStep  int `json:"published_step"`
 	Generation     int `json:"generation"`
 }
 

@@ -103,6 +103,15 @@ func checkHTTP(t *testing.T, s *Service, cfg Config) {
 	if rep.Live.Ranks[1].NextStep == 0 && rep.Live.Ranks[1].NextEpoch == 0 {
 		t.Errorf("rank 1 status %+v: the trainer finished epoch 0", rep.Live.Ranks[1])
 	}
+	var raw struct{ Live struct{ Ranks []map[string]any } }
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"rank", "next_epoch", "next_step", "published_epoch", "published_step", "generation"} {
+		if _, ok := raw.Live.Ranks[0][key]; !ok {
+			t.Errorf("rank status %v lacks %q", raw.Live.Ranks[0], key)
+		}
+	}
 	for _, method := range []string{"POST", "DELETE"} {
 		req, _ := http.NewRequest(method, "http://"+s.HTTPAddr()+"/v1/report", nil)
 		req.Header.Set("Authorization", "Bearer "+cfg.HTTPToken)
