@@ -26,7 +26,7 @@ export GOFLAGS = $(if $(wildcard $(TURBO_H)),-tags=turbojpeg)
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test demo bench lint fuzz venv clean
+.PHONY: help build deps test demo bench bench-e2e lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank C
 
 bench: build venv ## side-by-side benchmarks against the peers; writes bench/results.json
 	scripts/bench.sh
+
+bench-e2e: build venv ## measured step time of the bundled trainer under each strategy (also in bench)
+	scripts/bench.sh -sections e2e
 
 lint: $(LIBTOK) ## go vet + gofmt check
 	$(GO) vet ./...
