@@ -1,0 +1,51 @@
+"""Print the balance report of `make demo` from the service's /v1/report JSON.
+
+  demo_summary.py REPORT.json
+
+Predicted: the plan's per-rank costs for mmfeed and the baselines (cost model, same samples).
+Measured: the step times the trainer ranks reported as feedback (slowest mp rank per dp rank).
+"""
+import json
+import statistics
+import sys
+
+
+def main(path):
+    r = json.load(open(path))
+    live = r.get("live") or {}
+    print(f"plan: {r['samples']} samples in {r['steps']} steps x {r['dp']} dp ranks x {r['micro_batches']} micro-batches, "
+          f"placement {r['placement']}, {r['quarantined']} quarantined, {r['dropped']} dropped at the tail")
+    print(f"\n{'strategy':>16} {'imb p50':>9} {'imb p99':>9} {'padding eff':>12} {'predicted epoch':>16}")
+    mm = r["strategies"]["mmfeed"]["step_cost_sum"]
+    for name in ("mmfeed", "random", "length_grouped"):
+        s = r["strategies"][name]
+        print(f"{name:>16} {s['imbalance_p50']:9.3f} {s['imbalance_p99']:9.3f} {s['padding_efficiency']:12.3f} "
+              f"{s["step_cost_sum"] / mm:20.3f}x")
+    steps = [s for s in live.get("steps", []) if any(s["measured_seconds"])]
+    if steps:
+        wall = [max(s["measured_seconds"]) for s in steps]
+        imb = [max(s["measured_seconds"]) / statistics.mean(s["measured_seconds"]) for s in steps if min(s["measured_seconds"]) > 0]
+        wait = [w for s in steps for w in s["data_wait_seconds"]]
+        print(f"\nmeasured over {len(steps)} trained steps (trainer feedback):")
+        print(f"  step time (slowest rank): mean {statistics.mean(wall) * 1e3:.0f} ms, max {max(wall) * 1e3:.0f} ms")
+        if imb:
+            print(f"  measured imbalance (slowest / mean rank compute): median {statistics.median(imb):.3f}")
+        print(f"  data wait per rank-step: mean {statistics.mean(wait) * 1e3:.1f} ms")
+    cal = live.get("calibration")
+    if cal:
+        fit = cal.get("fit") or {}
+        print(f"  cost model refit from {live.get('observations')} observations: R² {fit.get('r2', float('nan')):.3f}, "
+              f"mean relative error {fit.get('mean_rel_err', float('nan')):.3f}")
+    else:
+        print(f"  cost model: analytic ({live.get('observations', 0)} observations so far)")
+    q = live.get("quarantined") or {}
+    if q:
+        print("\nquarantined: " + ", ".join(f"{k} {v}" for k, v in sorted(q.items())))
+    t = live.get("throughput") or {}
+    if t:
+        print(f"service: {t['samples']} samples, {t['bytes'] / 1e6:.0f} MB published, "
+              f"{t['samples_per_second']:.0f} samples/s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
