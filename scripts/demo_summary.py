@@ -15,12 +15,12 @@ def main(path):
     live = r.get("live") or {}
     print(f"plan: {r['samples']} samples in {r['steps']} steps x {r['dp']} dp ranks x {r['micro_batches']} micro-batches, "
           f"placement {r['placement']}, {r['quarantined']} quarantined, {r['dropped']} dropped at the tail")
-    print(f"\n{'strategy':>16} {'imb p50':>9} {'imb p99':>9} {'padding eff':>12} {'predicted epoch':>16}")
+    print(f"\n{'strategy':>16} {'imb p50':>9} {'imb p99':>9} {'padding eff':>12} {'epoch time vs mmfeed':>21}")
     mm = r["strategies"]["mmfeed"]["step_cost_sum"]
     for name in ("mmfeed", "random", "length_grouped"):
         s = r["strategies"][name]
         print(f"{name:>16} {s['imbalance_p50']:9.3f} {s['imbalance_p99']:9.3f} {s['padding_efficiency']:12.3f} "
-              f"{s["step_cost_sum"] / mm:20.3f}x")
+              f"{s['step_cost_sum'] / mm:20.3f}x")
     steps = [s for s in live.get("steps", []) if any(s["measured_seconds"])]
     if steps:
         wall = [max(s["measured_seconds"]) for s in steps]
