@@ -138,8 +138,8 @@ type Config struct {
 	Seed uint64 `json:"seed"`
 	// Epoch is the epoch number, written on every plan line.
 	Epoch int `json:"epoch"`
-	// PaddingTarget is the padding efficiency mmfeed's refinement keeps
-	// (see PartitionConfig.PaddingTarget).
+	// PaddingTarget is mmfeed's soft padding preference (see
+	// PartitionConfig.PaddingTarget).
 	PaddingTarget float64 `json:"padding_target"`
 	// Model is the cost model; the zero value means the tiny preset.
 	Model CostModel `json:"model"`
@@ -189,7 +189,7 @@ func (c Config) Validate() error {
 func (c Config) partitionConfig() PartitionConfig {
 	return PartitionConfig{
 		DP: c.DP, MicroBatches: c.MicroBatches, Budget: c.Budget,
-		Placement: c.Placement, PaddingTarget: c.PaddingTarget,
+		Placement: c.Placement, PaddingTarget: c.PaddingTarget, Model: c.model(),
 	}
 }
 

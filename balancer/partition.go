@@ -12,7 +12,8 @@ type Refinement int
 // Refinements.
 const (
 	// RefineLocalSearch moves and swaps single samples between the most loaded
-	// rank and lighter ranks while that lowers the maximum rank cost (default).
+	// rank's micro-batches and those of lighter ranks (or of the same rank)
+	// while that lowers the maximum padded rank cost (default).
 	RefineLocalSearch Refinement = iota
 	// RefineNone keeps the initial assignment (LPT over length-sorted
 	// micro-batches); for measurements.
@@ -30,9 +31,14 @@ type PartitionConfig struct {
 	Budget Budget `json:"budget"`
 	// Placement selects the rank cost being minimised.
 	Placement Placement `json:"placement"`
-	// PaddingTarget is the padding efficiency (real / padded text tokens) the
-	// refinement keeps: it never pushes the efficiency below
-	// min(PaddingTarget, initial efficiency). In (0, 1]; default 0.95.
+	// Model prices a micro-batch padded to its longest L and largest P
+	// (PaddedFeatures); the rank cost minimised is the sum of its
+	// micro-batches' padded costs. The zero value means the tiny preset.
+	Model CostModel `json:"model"`
+	// PaddingTarget is a soft preference: the length-sorted candidate
+	// grouping may spend padding (real / padded text tokens) down to it on
+	// equal group costs. Padding itself is part of the objective (padded
+	// rank cost), so no candidate is held to it. In (0, 1]; default 0.95.
 	PaddingTarget float64 `json:"padding_target"`
 	// Refinement selects the refinement after the initial assignment.
 	Refinement Refinement `json:"refinement"`
@@ -62,6 +68,9 @@ func (c PartitionConfig) Validate() error {
 	case c.MaxMoves < 0:
 		return fmt.Errorf("balancer: max moves %d: %w", c.MaxMoves, ErrInvalidConfig)
 	}
+	if err := c.model().Validate(); err != nil {
+		return err
+	}
 	return c.Budget.Validate()
 }
 
@@ -80,6 +89,7 @@ func (a Assignment) MicroBatch(r, m int) []int32 { return a.Members[r*a.MicroBat
 // so it is not safe for concurrent use.
 type Partitioner struct {
 	cfg   PartitionConfig
+	model CostModel
 	items []Item
 	costs []Cost
 
@@ -93,6 +103,7 @@ type Partitioner struct {
 	byCost []int32
 	padded int64
 	cap    int64
+	evals  int // exchanges padSearch evaluated
 }
 
 // group is one micro-batch under construction.
@@ -100,8 +111,11 @@ type group struct {
 	members      []int32
 	maxL, atMax  int // longest L and how many members have it
 	second       int // longest L below maxL (0 if none)
+	maxP, atMaxP int // largest P and how many members have it
+	secondP      int // largest P below maxP (0 if none)
 	sumP         int
-	cost         Cost
+	cplx         float64 // Σ complexity
+	cost         Cost    // padded cost (PaddedFeatures)
 	firstPos     int32
 	contiguousID int32
 }
@@ -111,15 +125,26 @@ func NewPartitioner(cfg PartitionConfig) (*Partitioner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Partitioner{cfg: cfg}, nil
+	return &Partitioner{cfg: cfg, model: cfg.model()}, nil
+}
+
+// model returns the configured cost model, the tiny preset when zero.
+func (c PartitionConfig) model() CostModel {
+	if c.Model == (CostModel{}) {
+		m, _ := NewCostModel(TinyShape())
+		return m
+	}
+	return c.Model
 }
 
 // Config returns the partitioner's configuration.
 func (p *Partitioner) Config() PartitionConfig { return p.cfg }
 
 // Partition splits items (with their cost vectors, costs[i] for items[i]) into
-// DP ranks × MicroBatches micro-batches, minimising the maximum rank cost under
-// the budget while keeping micro-batches length-homogeneous. It fails with
+// DP ranks × MicroBatches micro-batches, minimising the maximum padded rank
+// cost (Σ over the rank's micro-batches of their PaddedFeatures' cost) under
+// the budget. It builds several candidates (candidates.go) and keeps the best;
+// none is worse than the random baseline's split of the same items. It fails with
 // ErrTooFewItems when len(items) < DP × MicroBatches and with
 // ErrBudgetExceeded when the budget cannot hold the items.
 func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) {
@@ -147,13 +172,14 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	}
 	best, imb := p.attempt(cuts)
 	if imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
+		hi, _ := p.stepScore()
 		if c := p.balancedCuts(k, cuts); c != nil && !slices.Equal(c, cuts) {
-			if a, i := p.attempt(c); i < imb {
+			if a, _ := p.attempt(c); func() bool { h, _ := p.stepScore(); return h < hi }() {
 				best = a
 			}
 		}
 	}
-	return best, nil
+	return p.bestCandidate(best), nil
 }
 
 // retryImbalance is the max / mean − 1 above which Partition retries with a
@@ -172,7 +198,7 @@ func (p *Partitioner) attempt(cuts []int) (Assignment, float64) {
 	}
 	p.assignGroups()
 	if p.cfg.Refinement == RefineLocalSearch {
-		p.localSearch()
+		p.padSearch()
 	}
 	var hi, sum float64
 	for _, c := range p.step {
@@ -363,24 +389,33 @@ func (p *Partitioner) assignGroups() {
 // refresh recomputes group g's statistics from its members.
 func (p *Partitioner) refresh(g int) {
 	gr := &p.groups[g]
-	gr.maxL, gr.atMax, gr.second, gr.sumP, gr.cost = 0, 0, 0, 0, Cost{}
+	gr.maxL, gr.atMax, gr.second, gr.sumP = 0, 0, 0, 0
+	gr.maxP, gr.atMaxP, gr.secondP, gr.cplx = 0, 0, 0, 0
 	gr.firstPos = -1
 	for _, pos := range gr.members {
 		it := p.items[pos]
-		switch l := it.TextTokens; {
-		case l > gr.maxL:
-			gr.second, gr.maxL, gr.atMax = gr.maxL, l, 1
-		case l == gr.maxL:
-			gr.atMax++
-		case l > gr.second:
-			gr.second = l
-		}
+		gr.maxL, gr.atMax, gr.second = top2(gr.maxL, gr.atMax, gr.second, it.TextTokens)
+		gr.maxP, gr.atMaxP, gr.secondP = top2(gr.maxP, gr.atMaxP, gr.secondP, it.ImageTokens)
 		gr.sumP += it.ImageTokens
-		gr.cost = gr.cost.Add(p.costs[pos])
+		gr.cplx += it.Complexity
 		if gr.firstPos < 0 || pos < gr.firstPos {
 			gr.firstPos = pos
 		}
 	}
+	gr.cost = p.model.CostOf(PaddedFeatures(len(gr.members), gr.maxL, gr.maxP, gr.cplx))
+}
+
+// top2 adds v to a running (largest, count at largest, second largest).
+func top2(hi, at, second, v int) (int, int, int) {
+	switch {
+	case v > hi:
+		return v, 1, hi
+	case v == hi:
+		return hi, at + 1, second
+	case v > second:
+		return hi, at, v
+	}
+	return hi, at, second
 }
 
 func (g *group) padded() int64 { return int64(len(g.members)) * int64(g.maxL) }
@@ -391,6 +426,14 @@ func (g *group) maxWithout(l int) int {
 		return g.second
 	}
 	return g.maxL
+}
+
+// maxPWithout returns the group's largest P after removing one member with P = ip.
+func (g *group) maxPWithout(ip int) int {
+	if ip == g.maxP && g.atMaxP == 1 {
+		return g.secondP
+	}
+	return g.maxP
 }
 
 // assignment copies the groups out, micro-batches of a rank ordered longest

@@ -87,35 +87,49 @@ func TestPartitionProperties(t *testing.T) {
 	}
 }
 
-func TestPartitionRefinementKeepsPadding(t *testing.T) {
+// paddedMax returns the largest padded rank step cost of a.
+func paddedMax(model CostModel, items []Item, pl Placement, a Assignment) float64 {
+	var hi float64
+	for r := range a.DP {
+		var c Cost
+		for m := range a.MicroBatches {
+			c = c.Add(paddedCost(model, items, a.MicroBatch(r, m)))
+		}
+		hi = max(hi, pl.StepCost(c))
+	}
+	return hi
+}
+
+// The refinement does not raise the largest padded rank cost of the best
+// unrefined candidate (beyond the grouping choice's noise).
+func TestPartitionRefinementLowersPaddedMax(t *testing.T) {
 	model, _ := NewCostModel(BaseShape())
-	for _, target := range []float64{0.9, 0.95, 0.98} {
-		for s := range 10 {
-			items := genItems(128, genFixed, uint64(s))
-			costs := model.Costs(items)
-			base := PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: target, Refinement: RefineNone}
-			p0, _ := NewPartitioner(base)
-			a0, err := p0.Partition(items, costs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			imb0, pad0 := checkAssignment(t, items, costs, base, a0)
-			refined := base
-			refined.Refinement = RefineLocalSearch
-			p1, _ := NewPartitioner(refined)
-			a1, err := p1.Partition(items, costs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			imb1, pad1 := checkAssignment(t, items, costs, refined, a1)
-			// Partition stops retrying groupings once within retryImbalance,
-			// so the refined plan may be that close to perfect while the
-			// unrefined one, retried, is closer still.
-			if imb1 > max(imb0, 1+retryImbalance)+1e-12 {
-				t.Errorf("target %v seed %d: refinement raised imbalance %v → %v", target, s, imb0, imb1)
-			}
-			if pad1 < min(target, pad0)-1e-12 {
-				t.Errorf("target %v seed %d: padding efficiency %v below min(target, initial %v)", target, s, pad1, pad0)
+	for _, kind := range []genKind{genFixed, genDynamic} {
+		for _, pl := range []Placement{Colocated, Modality} {
+			for s := range 6 {
+				items := genItems(128, kind, uint64(s))
+				costs := model.Costs(items)
+				base := PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: 0.95, Placement: pl, Model: model, Refinement: RefineNone}
+				p0, _ := NewPartitioner(base)
+				a0, err := p0.Partition(items, costs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkAssignment(t, items, costs, base, a0)
+				refined := base
+				refined.Refinement = RefineLocalSearch
+				p1, _ := NewPartitioner(refined)
+				a1, err := p1.Partition(items, costs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkAssignment(t, items, costs, refined, a1)
+				got, was := paddedMax(model, items, pl, a1), paddedMax(model, items, pl, a0)
+				// The two runs may pick different length-sorted groupings
+				// (the retry depends on the refined imbalance): allow 0.5%.
+				if got > was*(1+5e-3) {
+					t.Errorf("%v/%v seed %d: refinement raised the padded max %v → %v", kind, pl, s, was, got)
+				}
 			}
 		}
 	}

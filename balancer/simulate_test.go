@@ -32,8 +32,8 @@ func TestSimulateStragglerGrowsWithRanks(t *testing.T) {
 		if r.StepTimeRandomOverMmfeed < 1 {
 			t.Errorf("ranks %d: random/mmfeed = %.3f < 1", r.Ranks, r.StepTimeRandomOverMmfeed)
 		}
-		if r.MmfeedImbalanceP99 > 1.05 {
-			t.Errorf("ranks %d: mmfeed imbalance p99 %.3f > 1.05", r.Ranks, r.MmfeedImbalanceP99)
+		if r.MmfeedImbalanceP99 > 1.06 { // padded cost; the refinement's work is bounded at 4,096 samples
+			t.Errorf("ranks %d: mmfeed imbalance p99 %.3f > 1.06", r.Ranks, r.MmfeedImbalanceP99)
 		}
 		if i > 0 && r.RandomImbalanceP50 <= res[i-1].RandomImbalanceP50 {
 			t.Errorf("random imbalance p50 did not grow from %d ranks (%.3f) to %d (%.3f)",

@@ -8,16 +8,19 @@ import (
 // StepStats describes one step of a plan.
 type StepStats struct {
 	Step int `json:"step"`
-	// RankCost is each rank's step cost under the plan's placement (padding
-	// entries included: they are computed even though their weight is 0).
+	// RankCost is each rank's step cost under the plan's placement, padded
+	// the way the trainer pads: every micro-batch costs its entries × the cost
+	// at its longest L and largest P (PaddedFeatures; padding entries included,
+	// they are computed even though their weight is 0).
 	RankCost []float64 `json:"rank_cost"`
 	// MaxCost is the predicted step time: the slowest rank.
 	MaxCost  float64 `json:"max_cost"`
 	MeanCost float64 `json:"mean_cost"`
 	// Imbalance is MaxCost / MeanCost (1 is perfect).
 	Imbalance float64 `json:"imbalance"`
-	// ImbalanceLowerBound is RankCostLowerBound of the step's entries over
-	// MeanCost: no split of this step's samples over the ranks does better.
+	// ImbalanceLowerBound is RankCostLowerBound of the step's entries'
+	// unpadded costs over MeanCost: padding never lowers a cost, so no split
+	// of this step's samples over the ranks does better.
 	// Above 1 it says the imbalance is the samples' (the lookahead window's
 	// choice), not the partitioner's.
 	ImbalanceLowerBound float64 `json:"imbalance_lower_bound"`
@@ -28,6 +31,19 @@ type StepStats struct {
 	// Samples counts real entries, Padding zero-weight entries.
 	Samples int `json:"samples"`
 	Padding int `json:"padding"`
+	// RealCost is Σ over real entries of their own (unpadded) cost total;
+	// PaddedCost is Σ over all entries of the padded cost total (what the
+	// trainer computes, PaddedFeatures).
+	RealCost   float64 `json:"real_cost"`
+	PaddedCost float64 `json:"padded_cost"`
+}
+
+// ComputeEfficiency returns RealCost / PaddedCost (1 when nothing is computed).
+func (s StepStats) ComputeEfficiency() float64 {
+	if s.PaddedCost <= 0 {
+		return 1
+	}
+	return s.RealCost / s.PaddedCost
 }
 
 // PaddingEfficiency returns RealTokens / PaddedTokens (1 when nothing is padded).
@@ -62,9 +78,9 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 				it := p.items[e.Item]
 				ec := m.Cost(it)
 				entries = append(entries, ec)
-				c = c.Add(ec)
 				longest = max(longest, it.TextTokens)
 				if e.Weight > 0 {
+					st.RealCost += ec.Total()
 					st.RealTokens += int64(it.TextTokens)
 					st.Samples++
 				} else {
@@ -72,6 +88,9 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 				}
 			}
 			st.PaddedTokens += int64(len(mb)) * int64(longest)
+			mc := m.CostOf(p.MicroBatchFeatures(mb))
+			st.PaddedCost += mc.Total()
+			c = c.Add(mc)
 		}
 		st.RankCost[r] = p.Config.Placement.StepCost(c)
 		st.MaxCost = max(st.MaxCost, st.RankCost[r])
@@ -108,10 +127,14 @@ type Summary struct {
 	ImbalanceLowerBoundMax float64 `json:"imbalance_lower_bound_max"`
 	// StepsBoundAboveTarget counts steps whose ImbalanceLowerBound exceeds
 	// ImbalanceTarget: steps that no partitioner could bring within it.
-	StepsBoundAboveTarget int     `json:"steps_bound_above_target"`
-	PaddingEfficiency     float64 `json:"padding_efficiency"`
-	// StepCostSum is Σ over steps of the max rank cost: the predicted epoch
-	// time in the cost model's unit.
+	StepsBoundAboveTarget int `json:"steps_bound_above_target"`
+	// PaddingEfficiency is real / padded text tokens.
+	PaddingEfficiency float64 `json:"padding_efficiency"`
+	// ComputeEfficiency is Σ real (unpadded) cost / Σ padded cost: the share
+	// of the trainer's compute spent on real tokens and patches.
+	ComputeEfficiency float64 `json:"compute_efficiency"`
+	// StepCostSum is Σ over steps of the max (padded) rank cost: the
+	// predicted epoch time in the cost model's unit.
 	StepCostSum float64 `json:"step_cost_sum"`
 	MaxDelay    int     `json:"max_delay"`
 	MinDelay    int     `json:"min_delay"`
@@ -123,7 +146,10 @@ func Summarize(stats []StepStats) Summary {
 	imb := make([]float64, len(stats))
 	lb := make([]float64, len(stats))
 	var real, padded int64
+	var realC, paddedC float64
 	for k, st := range stats {
+		realC += st.RealCost
+		paddedC += st.PaddedCost
 		imb[k] = st.Imbalance
 		lb[k] = st.ImbalanceLowerBound
 		if st.ImbalanceLowerBound > ImbalanceTarget {
@@ -137,6 +163,10 @@ func Summarize(stats []StepStats) Summary {
 		padded += st.PaddedTokens
 	}
 	s.PaddingEfficiency = ratio(real, padded)
+	s.ComputeEfficiency = 1
+	if paddedC > 0 {
+		s.ComputeEfficiency = realC / paddedC
+	}
 	if len(imb) == 0 {
 		return s
 	}

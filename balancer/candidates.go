@@ -1,0 +1,245 @@
+package balancer
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// refineCandidatesLimit is the batch size up to which the alternative
+// candidates are refined by padSearch too; above it they are only evaluated
+// (large batches are dense enough that the length-sorted grouping wins).
+const refineCandidatesLimit = 256
+
+// rankCutLimit bounds a rank's sample count for the exact cut program
+// (O(M·n²)); above it a rank is cut into equal counts.
+const rankCutLimit = 256
+
+// bestCandidate returns, of cur (the length-sorted grouping, refined) and the
+// alternatives — balance-first (LPT by unpadded cost, then each rank cut into
+// micro-batches of least padded cost) and the random baseline's split of the
+// same items, each refined when the batch is small — the one with the least
+// maximum padded rank cost, then least total; ties keep cur. Every candidate
+// holds the budget and gives every rank MicroBatches non-empty micro-batches.
+func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
+	best := cur
+	bestMax, bestSum := p.score(cur.Members)
+	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit
+	for _, alt := range [][][]int32{p.balanceFirst(), p.randomSplit()} {
+		if alt == nil {
+			continue
+		}
+		p.load(alt)
+		if refine {
+			p.padSearch()
+		}
+		hi, sum := p.stepScore()
+		if hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
+			best, bestMax, bestSum = p.assignment(), hi, sum
+		}
+	}
+	return best
+}
+
+// score loads members and returns the maximum and the sum of the padded
+// rank step costs.
+func (p *Partitioner) score(members [][]int32) (float64, float64) {
+	p.load(members)
+	return p.stepScore()
+}
+
+func (p *Partitioner) stepScore() (hi, sum float64) {
+	for _, c := range p.step {
+		hi, sum = max(hi, c), sum+c
+	}
+	return hi, sum
+}
+
+// load makes members (slot r*M+m) the current groups and computes the ranks'
+// padded costs.
+func (p *Partitioner) load(members [][]int32) {
+	dp := p.cfg.DP
+	k := len(members)
+	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	for g := range k {
+		p.groups[g].members = append(p.groups[g].members[:0], members[g]...)
+		p.groups[g].contiguousID = int32(g)
+		p.refresh(g)
+	}
+	p.rank = slices.Grow(p.rank[:0], dp)[:dp]
+	p.step = slices.Grow(p.step[:0], dp)[:dp]
+	for r := range dp {
+		p.rankCost(r)
+	}
+}
+
+// randomSplit is the random baseline's split of the items in their given
+// order: rank r takes positions r, r+DP, …, cut into consecutive micro-batches
+// of sizes differing by at most one. Nil when it breaks the budget.
+func (p *Partitioner) randomSplit() [][]int32 {
+	dp, m := p.cfg.DP, p.cfg.MicroBatches
+	out := make([][]int32, dp*m)
+	for r := range dp {
+		var rank []int32
+		for k := r; k < len(p.items); k += dp {
+			rank = append(rank, int32(k))
+		}
+		for j, sz := 0, 0; j < m; j, rank = j+1, rank[sz:] {
+			sz = chunk(len(rank), m-j, 0)
+			out[r*m+j] = rank[:sz:sz]
+		}
+	}
+	if !p.fits(out) {
+		return nil
+	}
+	return out
+}
+
+// fits reports whether every micro-batch is non-empty and within budget.
+func (p *Partitioner) fits(members [][]int32) bool {
+	for _, mb := range members {
+		var s mbShape
+		for _, pos := range mb {
+			s.add(p.items[pos])
+		}
+		if s.count == 0 || !p.cfg.Budget.Fits(s.count, s.maxL, s.sumP) {
+			return false
+		}
+	}
+	return true
+}
+
+// balanceFirst deals the items, costliest (unpadded) first, to the rank whose
+// step cost grows least, keeping enough items back that every rank gets
+// MicroBatches; then cuts every rank into micro-batches (rankCuts). Nil when
+// the budget cannot hold a rank's cut.
+func (p *Partitioner) balanceFirst() [][]int32 {
+	dp, m := p.cfg.DP, p.cfg.MicroBatches
+	pl := p.cfg.Placement
+	n := len(p.items)
+	idx := make([]int32, n)
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(x, y int32) int {
+		return cmp.Or(cmp.Compare(pl.StepCost(p.costs[y]), pl.StepCost(p.costs[x])), cmp.Compare(x, y))
+	})
+	load := make([]Cost, dp)
+	ranks := make([][]int32, dp)
+	deficit := dp * m
+	for k, pos := range idx {
+		left := n - k - 1 // items after this one
+		best, bestC := -1, 0.0
+		for r := range dp {
+			if len(ranks[r]) >= m && deficit > left {
+				continue // the rest must fill the ranks still short of m
+			}
+			if c := pl.StepCost(load[r].Add(p.costs[pos])); best < 0 || c < bestC {
+				best, bestC = r, c
+			}
+		}
+		if len(ranks[best]) < m {
+			deficit--
+		}
+		ranks[best] = append(ranks[best], pos)
+		load[best] = load[best].Add(p.costs[pos])
+	}
+	out := make([][]int32, dp*m)
+	for r, rank := range ranks {
+		cut := p.rankCuts(rank)
+		if cut == nil {
+			return nil
+		}
+		copy(out[r*m:(r+1)*m], cut)
+	}
+	return out
+}
+
+// rankCuts sorts one rank's items by (L, P) and by (P, L) and cuts each order
+// into MicroBatches contiguous budget-feasible micro-batches of least summed
+// padded cost (exact program for up to rankCutLimit items, equal counts
+// above); it returns the better. Nil when neither order has a feasible cut.
+func (p *Partitioner) rankCuts(rank []int32) [][]int32 {
+	byL := func(x, y int32) int {
+		a, b := p.items[x], p.items[y]
+		return cmp.Or(cmp.Compare(a.TextTokens, b.TextTokens), cmp.Compare(a.ImageTokens, b.ImageTokens), cmp.Compare(x, y))
+	}
+	byP := func(x, y int32) int {
+		a, b := p.items[x], p.items[y]
+		return cmp.Or(cmp.Compare(a.ImageTokens, b.ImageTokens), cmp.Compare(a.TextTokens, b.TextTokens), cmp.Compare(x, y))
+	}
+	var best [][]int32
+	bestC := math.Inf(1)
+	for _, order := range []func(x, y int32) int{byL, byP} {
+		s := slices.Clone(rank)
+		slices.SortFunc(s, order)
+		cut, c := p.cutRank(s)
+		if cut != nil && c < bestC {
+			best, bestC = cut, c
+		}
+	}
+	return best
+}
+
+// cutRank cuts the sorted items s into MicroBatches contiguous micro-batches
+// minimising Σ padded cost (Total), and returns them with that sum.
+func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
+	m, n := p.cfg.MicroBatches, len(s)
+	if n > rankCutLimit {
+		out := make([][]int32, m)
+		var sum float64
+		for j, rest := 0, s; j < m; j++ {
+			sz := chunk(n, m, j)
+			out[j], rest = rest[:sz:sz], rest[sz:]
+			var sh mbShape
+			for _, pos := range out[j] {
+				sh.add(p.items[pos])
+			}
+			if !p.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
+				return nil, 0
+			}
+			sum += p.model.CostOf(sh.features()).Total()
+		}
+		return out, sum
+	}
+	inf := math.Inf(1)
+	prev := make([]float64, n+1)
+	cur := make([]float64, n+1)
+	arg := make([]int32, (m+1)*(n+1))
+	for i := range prev {
+		prev[i] = inf
+	}
+	prev[0] = 0
+	for g := 1; g <= m; g++ {
+		for i := range cur {
+			cur[i] = inf
+		}
+		for i := g; i <= n-(m-g); i++ {
+			var sh mbShape
+			for j := i - 1; j >= g-1; j-- {
+				sh.add(p.items[s[j]])
+				if !p.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
+					break // longer micro-batches only grow
+				}
+				if math.IsInf(prev[j], 1) {
+					continue
+				}
+				if v := prev[j] + p.model.CostOf(sh.features()).Total(); v < cur[i] {
+					cur[i], arg[g*(n+1)+i] = v, int32(j)
+				}
+			}
+		}
+		prev, cur = cur, prev
+	}
+	if math.IsInf(prev[n], 1) {
+		return nil, 0
+	}
+	out := make([][]int32, m)
+	end := n
+	for g := m; g >= 1; g-- {
+		start := int(arg[g*(n+1)+end])
+		out[g-1] = s[start:end:end]
+		end = start
+	}
+	return out, prev[n]
+}
