@@ -13,7 +13,7 @@ const refineCandidatesLimit = 256
 
 // rankCutLimit bounds a rank's sample count for the exact cut program
 // (O(M·n²)); above it a rank is cut into equal counts.
-const rankCutLimit = 256
+const rankCutLimit = 48
 
 // bestCandidate returns, of cur (the length-sorted grouping, refined) and the
 // alternatives — balance-first (LPT by unpadded cost, then each rank cut into
@@ -198,7 +198,7 @@ func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
 			if !p.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
 				return nil, 0
 			}
-			sum += p.model.CostOf(sh.features()).Total()
+			sum += p.total.Dot(sh.features())
 		}
 		return out, sum
 	}
@@ -214,7 +214,11 @@ func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
 		for i := range cur {
 			cur[i] = inf
 		}
-		for i := g; i <= n-(m-g); i++ {
+		lo := g
+		if g == m {
+			lo = n // the last micro-batch ends at n
+		}
+		for i := lo; i <= n-(m-g); i++ {
 			var sh mbShape
 			for j := i - 1; j >= g-1; j-- {
 				sh.add(p.items[s[j]])
@@ -224,7 +228,7 @@ func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
 				if math.IsInf(prev[j], 1) {
 					continue
 				}
-				if v := prev[j] + p.model.CostOf(sh.features()).Total(); v < cur[i] {
+				if v := prev[j] + p.total.Dot(sh.features()); v < cur[i] {
 					cur[i], arg[g*(n+1)+i] = v, int32(j)
 				}
 			}

@@ -114,7 +114,7 @@ func (p *Partitioner) bestPadExchange(a, b int, swaps bool) exchange {
 		totalBar = (p.step[a] + p.step[b]) * (1 - minGain)
 	}
 	var best exchange
-	cost := func(s mbShape) Cost { return p.model.CostOf(s.features()) }
+	cost := p.padCost
 	for g := a * m; g < (a+1)*m; g++ {
 		gg := &p.groups[g]
 		for xi, i := range gg.members {
@@ -135,13 +135,17 @@ func (p *Partitioner) bestPadExchange(a, b int, swaps bool) exchange {
 						return
 					}
 					p.evals++
-					cg, ch := cost(ng), cost(nh)
+					cg := cost(ng)
 					var score, total float64
 					if a == b {
-						score = pl.StepCost(base.Add(cg).Add(ch))
+						score = pl.StepCost(base.Add(cg).Add(cost(nh)))
 						total = score
 					} else {
-						na, nb := pl.StepCost(base.Add(cg)), pl.StepCost(other.Add(ch))
+						na := pl.StepCost(base.Add(cg))
+						if na > p.step[a] || (best.ok && na > best.score) {
+							return // a gets heavier, or cannot beat best
+						}
+						nb := pl.StepCost(other.Add(cost(nh)))
 						score, total = max(na, nb), na+nb
 					}
 					if score >= bar && (score > p.step[a] || total >= totalBar) {

@@ -90,6 +90,7 @@ func (a Assignment) MicroBatch(r, m int) []int32 { return a.Members[r*a.MicroBat
 type Partitioner struct {
 	cfg   PartitionConfig
 	model CostModel
+	total Features // Σ over components of model's coefficients
 	items []Item
 	costs []Cost
 
@@ -125,7 +126,18 @@ func NewPartitioner(cfg PartitionConfig) (*Partitioner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Partitioner{cfg: cfg, model: cfg.model()}, nil
+	m := cfg.model()
+	return &Partitioner{cfg: cfg, model: m, total: m.Coef[Vision].Add(m.Coef[Text]).Add(m.Coef[Fusion])}, nil
+}
+
+// padCost returns the padded cost of a micro-batch shape as the partitioner
+// keeps it: colocated step costs only need the total, kept in Vision (one dot
+// product instead of three); modality needs the components.
+func (p *Partitioner) padCost(s mbShape) Cost {
+	if p.cfg.Placement == Colocated {
+		return Cost{Vision: p.total.Dot(s.features())}
+	}
+	return p.model.CostOf(s.features())
 }
 
 // model returns the configured cost model, the tiny preset when zero.
@@ -170,11 +182,10 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	if err != nil {
 		return Assignment{}, err
 	}
-	best, imb := p.attempt(cuts)
+	best, imb, hi := p.attempt(cuts)
 	if imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
-		hi, _ := p.stepScore()
 		if c := p.balancedCuts(k, cuts); c != nil && !slices.Equal(c, cuts) {
-			if a, _ := p.attempt(c); func() bool { h, _ := p.stepScore(); return h < hi }() {
+			if a, _, h := p.attempt(c); h < hi {
 				best = a
 			}
 		}
@@ -187,8 +198,10 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 const retryImbalance = 2e-3
 
 // attempt builds the groups cut at cuts, assigns them to ranks, refines, and
-// returns the assignment and its max / mean rank cost.
-func (p *Partitioner) attempt(cuts []int) (Assignment, float64) {
+// returns the assignment, its max / mean padded rank cost before the
+// refinement (so that whether Partition retries does not depend on the
+// refinement) and its max padded rank cost after it.
+func (p *Partitioner) attempt(cuts []int) (Assignment, float64, float64) {
 	k := p.cfg.DP * p.cfg.MicroBatches
 	p.groups = slices.Grow(p.groups[:0], k)[:k]
 	for g := range k {
@@ -197,18 +210,16 @@ func (p *Partitioner) attempt(cuts []int) (Assignment, float64) {
 		gr.contiguousID = int32(g)
 	}
 	p.assignGroups()
-	if p.cfg.Refinement == RefineLocalSearch {
-		p.padSearch()
-	}
-	var hi, sum float64
-	for _, c := range p.step {
-		hi, sum = max(hi, c), sum+c
-	}
+	hi, sum := p.stepScore()
 	imb := 1.0
 	if sum > 0 {
 		imb = hi / (sum / float64(len(p.step)))
 	}
-	return p.assignment(), imb
+	if p.cfg.Refinement == RefineLocalSearch {
+		p.padSearch()
+		hi, _ = p.stepScore()
+	}
+	return p.assignment(), imb, hi
 }
 
 func (p *Partitioner) sortByLength() {
@@ -402,7 +413,7 @@ func (p *Partitioner) refresh(g int) {
 			gr.firstPos = pos
 		}
 	}
-	gr.cost = p.model.CostOf(PaddedFeatures(len(gr.members), gr.maxL, gr.maxP, gr.cplx))
+	gr.cost = p.padCost(gr.shape())
 }
 
 // top2 adds v to a running (largest, count at largest, second largest).

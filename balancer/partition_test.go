@@ -100,8 +100,9 @@ func paddedMax(model CostModel, items []Item, pl Placement, a Assignment) float6
 	return hi
 }
 
-// The refinement does not raise the largest padded rank cost of the best
-// unrefined candidate (beyond the grouping choice's noise).
+// The refinement never raises the largest padded rank cost of the best
+// unrefined candidate: it refines every candidate and only accepts exchanges
+// that do not raise it.
 func TestPartitionRefinementLowersPaddedMax(t *testing.T) {
 	model, _ := NewCostModel(BaseShape())
 	for _, kind := range []genKind{genFixed, genDynamic} {
@@ -125,9 +126,7 @@ func TestPartitionRefinementLowersPaddedMax(t *testing.T) {
 				}
 				checkAssignment(t, items, costs, refined, a1)
 				got, was := paddedMax(model, items, pl, a1), paddedMax(model, items, pl, a0)
-				// The two runs may pick different length-sorted groupings
-				// (the retry depends on the refined imbalance): allow 0.5%.
-				if got > was*(1+5e-3) {
+				if got > was*(1+10*minGain) { // ties within minGain keep the earlier candidate
 					t.Errorf("%v/%v seed %d: refinement raised the padded max %v → %v", kind, pl, s, was, got)
 				}
 			}
