@@ -118,11 +118,12 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 	pl := p.cfg.Placement
 	n := len(p.items)
 	idx := make([]int32, n)
+	key := make([]float64, n)
 	for i := range idx {
-		idx[i] = int32(i)
+		idx[i], key[i] = int32(i), pl.StepCost(p.costs[i])
 	}
 	slices.SortFunc(idx, func(x, y int32) int {
-		return cmp.Or(cmp.Compare(pl.StepCost(p.costs[y]), pl.StepCost(p.costs[x])), cmp.Compare(x, y))
+		return cmp.Or(cmp.Compare(key[y], key[x]), cmp.Compare(x, y))
 	})
 	load := make([]Cost, dp)
 	ranks := make([][]int32, dp)

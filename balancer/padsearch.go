@@ -22,9 +22,21 @@ const maxSwapPartners = 4
 // count, not the clock, stops it, so the result stays deterministic. The
 // bound is evalsPerItem per item, at most padSearchEvals.
 const (
-	padSearchEvals = 1 << 17
+	padSearchEvals = 1 << 15
 	evalsPerItem   = 128
 )
+
+// settledImbalance is the max / mean − 1 at which padSearch stops: closer
+// to even is noise next to the cost model's error.
+const settledImbalance = 5e-4
+
+func (p *Partitioner) meanStep() float64 {
+	var s float64
+	for _, c := range p.step {
+		s += c
+	}
+	return s / float64(len(p.step))
+}
 
 // exchange is a candidate refinement step from the most loaded rank a: move
 // the member at index xi of group g to group h, and when xj ≥ 0 move h's
@@ -83,6 +95,9 @@ func (p *Partitioner) padSearch() {
 			return cmp.Or(cmp.Compare(p.step[x], p.step[y]), cmp.Compare(x, y))
 		})
 		a := int(ranks[dp-1])
+		if p.step[a] <= (1+settledImbalance)*p.meanStep() {
+			return
+		}
 		e := p.bestPadExchange(a, a, true)
 		for k, b := range ranks[:min(dp-1, maxPartners)] {
 			if p.step[b] >= p.step[a]*(1-minGain) {
@@ -163,8 +178,9 @@ func (p *Partitioner) bestPadExchange(a, b int, swaps bool) exchange {
 				}
 				for xj, j := range hh.members {
 					jt := p.items[j]
-					if jt.TextTokens == it.TextTokens && jt.ImageTokens == it.ImageTokens && jt.Complexity == it.Complexity {
-						continue // changes nothing
+					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
+						(a != b || jt == it) {
+						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
 					eval(gw.with(jt), hh.without(jt).with(it), xj)
 				}

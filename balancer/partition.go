@@ -182,9 +182,11 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	if err != nil {
 		return Assignment{}, err
 	}
-	best, imb, hi := p.attempt(cuts)
-	if imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
-		if c := p.balancedCuts(k, cuts); c != nil && !slices.Equal(c, cuts) {
+	g := p.chooseGrouping(cuts)
+	p.order = append(p.order[:0], g.order...)
+	best, imb, hi := p.attempt(g.cuts)
+	if g.byLength && imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
+		if c := p.balancedCuts(k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
 			if a, _, h := p.attempt(c); h < hi {
 				best = a
 			}
@@ -202,13 +204,7 @@ const retryImbalance = 2e-3
 // refinement (so that whether Partition retries does not depend on the
 // refinement) and its max padded rank cost after it.
 func (p *Partitioner) attempt(cuts []int) (Assignment, float64, float64) {
-	k := p.cfg.DP * p.cfg.MicroBatches
-	p.groups = slices.Grow(p.groups[:0], k)[:k]
-	for g := range k {
-		gr := &p.groups[g]
-		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
-		gr.contiguousID = int32(g)
-	}
+	p.buildGroups(cuts)
 	p.assignGroups()
 	hi, sum := p.stepScore()
 	imb := 1.0

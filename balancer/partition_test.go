@@ -87,6 +87,19 @@ func TestPartitionProperties(t *testing.T) {
 	}
 }
 
+// paddedImbalance returns a's max / mean padded rank step cost.
+func paddedImbalance(model CostModel, items []Item, pl Placement, a Assignment) float64 {
+	var hi, sum float64
+	for r := range a.DP {
+		var c Cost
+		for m := range a.MicroBatches {
+			c = c.Add(paddedCost(model, items, a.MicroBatch(r, m)))
+		}
+		hi, sum = max(hi, pl.StepCost(c)), sum+pl.StepCost(c)
+	}
+	return hi / (sum / float64(a.DP))
+}
+
 // paddedMax returns the largest padded rank step cost of a.
 func paddedMax(model CostModel, items []Item, pl Placement, a Assignment) float64 {
 	var hi float64
@@ -189,7 +202,7 @@ func BenchmarkPartition(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				items := genItems(tc.samples, genDynamic, 1)
 				costs := model.Costs(items)
-				p, err := NewPartitioner(PartitionConfig{DP: tc.ranks, MicroBatches: tc.mbs, PaddingTarget: 0.95, Placement: pl})
+				p, err := NewPartitioner(PartitionConfig{DP: tc.ranks, MicroBatches: tc.mbs, PaddingTarget: 0.95, Placement: pl, Model: model})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -200,25 +213,10 @@ func BenchmarkPartition(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					imb = assignmentImbalance(a, costs, pl)
+					imb = paddedImbalance(model, items, pl, a)
 				}
-				b.ReportMetric(imb, "max/mean")
+				b.ReportMetric(imb, "padded-max/mean")
 			})
 		}
 	}
-}
-
-func assignmentImbalance(a Assignment, costs []Cost, pl Placement) float64 {
-	var maxC, sum float64
-	for r := range a.DP {
-		var c Cost
-		for m := range a.MicroBatches {
-			for _, pos := range a.MicroBatch(r, m) {
-				c = c.Add(costs[pos])
-			}
-		}
-		maxC = max(maxC, pl.StepCost(c))
-		sum += pl.StepCost(c)
-	}
-	return maxC / (sum / float64(a.DP))
 }
