@@ -11,6 +11,11 @@ import (
 // (large batches are dense enough that the length-sorted grouping wins).
 const refineCandidatesLimit = 256
 
+// refineMargin: an alternative candidate is refined only when, unrefined,
+// its maximum padded rank cost is within this share of the best so far; a
+// local search rarely closes a wider gap.
+const refineMargin = 0.25
+
 // rankCutLimit bounds a rank's sample count for the exact cut program
 // (O(M·n²)); above it a rank is cut into equal counts.
 const rankCutLimit = 48
@@ -24,13 +29,16 @@ const rankCutLimit = 48
 func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 	best := cur
 	bestMax, bestSum := p.score(cur.Members)
-	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit
+	// Refine the alternatives too on small batches, unless cur is already
+	// within retryImbalance of even (then an alternative only wins as is).
+	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit &&
+		bestMax > (1+retryImbalance)*bestSum/float64(p.cfg.DP)
 	for _, alt := range [][][]int32{p.balanceFirst(), p.randomSplit()} {
 		if alt == nil {
 			continue
 		}
 		p.load(alt)
-		if refine {
+		if hi, _ := p.stepScore(); refine && hi < bestMax*(1+refineMargin) {
 			p.padSearch()
 		}
 		hi, sum := p.stepScore()

@@ -160,8 +160,10 @@ func (p *Partitioner) greedyCuts(t float64, k int) []int {
 // fastTotal returns p.total.Dot(s.features()) without building the vector
 // (the bisection's inner loop). The products are rounded one by one like
 // Features.Dot, so the two agree to the last bit up to summation order.
-func (p *Partitioner) fastTotal(s mbShape) float64 {
-	c := &p.total
+func (p *Partitioner) fastTotal(s mbShape) float64 { return fastDot(&p.total, s) }
+
+// fastDot returns c.Dot(s.features()) without building the vector.
+func fastDot(c *Features, s mbShape) float64 {
 	n, l, q := float64(s.count), float64(s.maxL), float64(s.maxP)
 	per := float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
 		float64(c[FeatLP]*(l*q)) + c[FeatOne]

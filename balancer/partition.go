@@ -135,9 +135,10 @@ func NewPartitioner(cfg PartitionConfig) (*Partitioner, error) {
 // product instead of three); modality needs the components.
 func (p *Partitioner) padCost(s mbShape) Cost {
 	if p.cfg.Placement == Colocated {
-		return Cost{Vision: p.total.Dot(s.features())}
+		return Cost{Vision: fastDot(&p.total, s)}
 	}
-	return p.model.CostOf(s.features())
+	c := &p.model.Coef
+	return Cost{fastDot(&c[Vision], s), fastDot(&c[Text], s), fastDot(&c[Fusion], s)}
 }
 
 // model returns the configured cost model, the tiny preset when zero.

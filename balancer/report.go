@@ -118,7 +118,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\t\n",
 		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement)
-	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
+	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tcompute eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
 	rnd := r.Strategies[StrategyRandom.String()].StepCostSum
 	for _, s := range Strategies() {
 		sm, ok := r.Strategies[s.String()]
@@ -129,8 +129,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if sm.StepCostSum > 0 {
 			speed = rnd / sm.StepCostSum
 		}
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.6g\t%.3fx\t\n", s, sm.ImbalanceP50, sm.ImbalanceP99,
-			sm.ImbalanceMax, sm.PaddingEfficiency, sm.StepCostSum, speed)
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.6g\t%.3fx\t\n", s, sm.ImbalanceP50, sm.ImbalanceP99,
+			sm.ImbalanceMax, sm.PaddingEfficiency, sm.ComputeEfficiency, sm.StepCostSum, speed)
 	}
 	fmt.Fprintf(tw, "speedup vs random %.3fx\tdelay [%d, %d] steps\tlookahead %d\t\n", r.SpeedupVsRandom, r.MinDelay, r.MaxDelay, r.Lookahead)
 	if err := tw.Flush(); err != nil {
