@@ -32,6 +32,7 @@ var sections = []section{
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},
+	{"e2e", benchE2E},
 }
 
 type benchEnv struct {

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader/synth"
+	"github.com/mmfeed/mmfeed/pipeline"
+)
+
+// e2eSettings is the one training setup every strategy runs under. dp 2 (one rank per core
+// of the 2-core machine), tiny model, dynamic resolution so image tokens follow the native
+// size, long captions kept (max length 512) so text cost follows caption length.
+type e2eSettings struct {
+	DP, GlobalBatch, MicroBatches int
+	// MaxPixels bounds dynamic-resolution images: the tiny model's position table is 32×32
+	// patches, so the longest side must stay ≤ 512 px for the corpus' most elongated image
+	// (4:1 generated, 8:1 real: 61,440 and 32,768 pixels).
+	MaxPixels, MaxLength int
+	// Steps is the number of steps trained (the whole epoch of the corpus, so that every
+	// strategy trains on the same samples); Warmup of them are left out of the numbers.
+	Steps, Warmup int
+	// Rounds: each strategy runs this many times, interleaved with the others.
+	Rounds int
+}
+
+func defaultE2ESettings() e2eSettings {
+	return e2eSettings{DP: 2, GlobalBatch: 64, MicroBatches: 8, MaxPixels: 61440, MaxLength: 512,
+		Steps: 25, Warmup: 3, Rounds: 2}
+}
+
+// e2eCase is one corpus: its manifest and its label in result keys.
+type e2eCase struct {
+	label, title, manifest string
+	maxPixels              int
+}
+
+var e2eStrategies = []balancer.Strategy{balancer.StrategyMmfeed, balancer.StrategyRandom, balancer.StrategyLengthGrouped}
+
+// benchE2E trains the bundled tiny model for the same steps on the same corpus under each
+// strategy, from `mmfeed shard` files (preprocessing done before, so it does not compete
+// for the cores), dp ranks pinned to separate cores, and compares measured step times.
+//
+// MMFEED_E2E_PARTS selects parts: "steps" (the strategy comparison), "calib" (the
+// calibration loop); default both.
+func benchE2E(env *benchEnv) (map[string]float64, error) {
+	st := defaultE2ESettings()
+	cases, err := e2eCases(env, st)
+	if err != nil {
+		return nil, err
+	}
+	parts := os.Getenv("MMFEED_E2E_PARTS")
+	out := map[string]float64{}
+	var groups []balancer.StepTimeGroup
+	for _, c := range cases {
+		if parts != "" && !strings.Contains(parts, "steps") {
+			break
+		}
+		res, err := runE2ECase(env, c, st)
+		if err != nil {
+			return nil, fmt.Errorf("e2e %s: %w", c.label, err)
+		}
+		printE2ETable(c, res)
+		g := balancer.StepTimeGroup{Title: c.title}
+		for _, s := range e2eStrategies {
+			r := res[s.String()]
+			k := fmt.Sprintf("e2e_%s_%s_", c.label, s)
+			out[k+"step_ms_mean"] = 1e3 * r.StepMean
+			out[k+"step_ms_p99"] = 1e3 * r.StepP99
+			out[k+"idle_ms_mean"] = 1e3 * r.IdleMean
+			out[k+"sync_ms_mean"] = 1e3 * r.SyncMean
+			out[k+"data_wait_fraction"] = r.DataWaitFraction
+			out[k+"padding_eff"] = r.PaddingEff
+			out[k+"imb_predicted"] = r.ImbPredicted
+			out[k+"imb_measured"] = r.ImbMeasured
+			g.Runs = append(g.Runs, balancer.StepTimes{Strategy: s.String(), Seconds: r.StepSeconds,
+				IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured})
+		}
+		mm, rnd := res[balancer.StrategyMmfeed.String()], res[balancer.StrategyRandom.String()]
+		if mm.StepMean > 0 {
+			ratio := rnd.StepMean / mm.StepMean
+			out["e2e_step_time_random_over_mmfeed_"+c.label] = ratio
+			fmt.Printf("   step time random / mmfeed (%s): %.3f×\n", c.label, ratio)
+		}
+		groups = append(groups, g)
+	}
+	if parts == "" || strings.Contains(parts, "calib") {
+		cal, err := benchE2ECalibration(env, st)
+		if err != nil {
+			return nil, fmt.Errorf("e2e calibration: %w", err)
+		}
+		maps.Copy(out, cal)
+	}
+	if len(groups) > 0 {
+		if err := writeE2EPage(groups); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// e2eCases: a generated corpus with strong skew, one without skew, and the real corpus
+// (its first samples) when MMFEED_CORPUS is set. Each has exactly Steps global batches.
+func e2eCases(env *benchEnv, st e2eSettings) ([]e2eCase, error) {
+	n := st.Steps * st.GlobalBatch
+	var cases []e2eCase
+	for _, skew := range []string{"strong", "none"} {
+		cfg := synth.DefaultConfig()
+		cfg.Out, cfg.Samples, cfg.Seed, cfg.Skew = filepath.Join(env.tmp, "e2e-"+skew), n, 1, skew
+		sum, err := synth.Generate(context.Background(), cfg)
+		if err != nil {
+			return nil, err
+		}
+		label := map[string]string{"strong": "skewed", "none": "unskewed"}[skew]
+		cases = append(cases, e2eCase{label, fmt.Sprintf("generated, --skew %s, %d samples", skew, n), sum.Path, st.MaxPixels})
+	}
+	if env.corpus != "" {
+		m := filepath.Join(env.tmp, "e2e-real.jsonl")
+		if err := writeManifestHead(filepath.Join(env.corpus, "dev", "manifest.jsonl"), m, n); err != nil {
+			return nil, err
+		}
+		cases = append(cases, e2eCase{"real", fmt.Sprintf("real corpus (first %d samples of dev)", n), m, 32768})
+	}
+	return cases, nil
+}
+
+// runE2ECase writes one shard set per strategy, then trains each Rounds times, interleaved.
+func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult, error) {
+	dirs := map[string]string{}
+	reports := map[string]balancer.Summary{}
+	for _, s := range e2eStrategies {
+		dir := filepath.Join(env.tmp, "e2e-shards-"+c.label+"-"+s.String())
+		cst := st
+		cst.MaxPixels = c.maxPixels
+		rep, err := writeE2EShards(c.manifest, dir, s, cst)
+		if err != nil {
+			return nil, err
+		}
+		dirs[s.String()], reports[s.String()] = dir, rep.Strategies[s.String()]
+	}
+	logs := map[string][]e2eRow{}
+	for round := range st.Rounds {
+		for _, s := range e2eStrategies {
+			logDir := filepath.Join(env.tmp, fmt.Sprintf("e2e-log-%s-%s-%d", c.label, s, round))
+			steps, err := trainE2E(env, "--shards", dirs[s.String()], logDir, st)
+			if err != nil {
+				return nil, fmt.Errorf("%s round %d: %w", s, round, err)
+			}
+			logs[s.String()] = append(logs[s.String()], dropWarmup(steps, st.Warmup)...)
+		}
+	}
+	out := map[string]e2eResult{}
+	for name, steps := range logs {
+		r := summarizeE2E(steps)
+		r.PaddingEff, r.ImbPredicted = reports[name].PaddingEfficiency, reports[name].ImbalanceMean
+		out[name] = r
+	}
+	return out, nil
+}
+
+// e2eConfig is the pipeline configuration of a case (what `mmfeed shard` builds from flags).
+func e2eConfig(manifest string, s balancer.Strategy, st e2eSettings) (pipeline.Config, error) {
+	cfg := pipeline.DefaultConfig()
+	cfg.Input = manifest
+	cfg.Loader.AllowAbsolute = true // the real-corpus subset names its images by absolute path
+	cfg.Plan.DP, cfg.Plan.GlobalBatch, cfg.Plan.MicroBatches = st.DP, st.GlobalBatch, st.MicroBatches
+	cfg.Plan.Strategy, cfg.Plan.Seed = s, 1
+	model, err := balancer.NewCostModel(balancer.TinyShape())
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Plan.Model = model
+	cfg.Image.Policy, cfg.Image.MaxPixels, cfg.Image.DType = "dynamic", st.MaxPixels, "uint8"
+	cfg.Image.PatchSize = balancer.TinyShape().PatchSize
+	cfg.Tokenizer.MaxLength = st.MaxLength
+	return cfg, cfg.Validate()
+}
+
+func writeE2EShards(manifest, dir string, s balancer.Strategy, st e2eSettings) (*balancer.Report, error) {
+	cfg, err := e2eConfig(manifest, s, st)
+	if err != nil {
+		return nil, err
+	}
+	prep, err := pipeline.Prepare(context.Background(), cfg, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	defer prep.Close()
+	plan, err := prep.Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pipeline.WriteShards(context.Background(), prep, plan, dir, nil); err != nil {
+		return nil, err
+	}
+	return prep.Report()
+}
+
+// trainE2E runs the trainer (torchrun, dp ranks, scripts/e2e_rank.py pinning each rank to
+// its own core) on one data source and returns the ranks' per-step records.
+func trainE2E(env *benchEnv, srcFlag, src, logDir string, st e2eSettings, extra ...string) ([]e2eRow, error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-m", "torch.distributed.run", "--standalone", "--nproc-per-node", fmt.Sprint(st.DP),
+		filepath.Join(root, "scripts", "e2e_rank.py"), srcFlag, src, "--dp", fmt.Sprint(st.DP), "--mp", "1",
+		"--model", "tiny", "--steps", fmt.Sprint(st.Steps), "--log-every", "1000"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, env.python, append(args, extra...)...)
+	cmd.Env = append(os.Environ(), "MMFEED_E2E_LOG="+logDir, "OMP_NUM_THREADS=1",
+		"PYTHONPATH="+filepath.Join(root, "trainer")+prefixPath(os.Getenv("PYTHONPATH")))
+	var buf strings.Builder
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("trainer: %w\n%s", err, trainerError(buf.String()))
+	}
+	return readRankLogs(logDir, st.DP)
+}
+
+func prefixPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	return string(os.PathListSeparator) + p
+}
+
+// trainerError picks the trainer's own error lines out of torchrun's output.
+func trainerError(out string) string {
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "mmfeed_trainer:") || strings.Contains(l, "Error:") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 && len(out) > 2000 {
+		return out[len(out)-2000:]
+	}
+	if len(lines) == 0 {
+		return out
+	}
+	return strings.Join(lines[:min(len(lines), 10)], "\n")
+}
+
+func printE2ETable(c e2eCase, res map[string]e2eResult) {
+	fmt.Printf("   %s\n", c.title)
+	fmt.Printf("   %-15s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "strategy", "step ms", "p99 ms", "compute", "idle ms", "sync ms",
+		"wait %", "pad eff", "imb pred", "imb meas")
+	for _, s := range e2eStrategies {
+		r := res[s.String()]
+		fmt.Printf("   %-15s %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %9.3f %9.3f %9.3f\n", s, 1e3*r.StepMean, 1e3*r.StepP99,
+			1e3*r.ComputeMean, 1e3*r.IdleMean, 1e3*r.SyncMean, 100*r.DataWaitFraction, r.PaddingEff, r.ImbPredicted, r.ImbMeasured)
+	}
+}
+
+// writeE2EPage writes the step-time comparison page next to the results.
+func writeE2EPage(groups []balancer.StepTimeGroup) error {
+	f, err := os.Create(filepath.Join("bench", "e2e.html"))
+	if err != nil {
+		return err
+	}
+	if err := balancer.WriteStepTimesHTML(f, "mmfeed end to end: measured step times per strategy (dp 2, tiny model, CPU)", groups); err != nil {
+		f.Close()
+		return err
+	}
+	fmt.Println("   wrote bench/e2e.html")
+	return f.Close()
+}
