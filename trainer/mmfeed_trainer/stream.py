@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -261,3 +262,107 @@ class StreamSource(Source):
             self._nc = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+class Stream:
+    """A rank's micro-batches from ``mmfeed serve``, in plan order: the client trainers use.
+
+        with Stream("nats://127.0.0.1:4222", "demo", dp_rank=0, mp_rank=0, dp=2) as stream:
+            for mb in stream:
+                mb["step"], mb["micro_batch"], mb["id"], mb["weight"], mb["input_ids"], ...
+
+    Each item is the dict of ``batches.record_to_batch``: ``epoch``, ``step``,
+    ``micro_batch`` (ints), ``id`` (list of str), ``weight`` (float tensor), and the tensors
+    this rank receives -- ``input_ids`` and ``attention_mask`` padded to the micro-batch's
+    longest, and/or ``pixel_values`` (float32, normalized whatever the wire dtype). With
+    ``mp=2`` (modality placement) mp rank 0 gets the vision columns and mp rank 1 the text.
+
+    A background thread prefetches ``prefetch`` steps ahead. A step's chunks are
+    acknowledged when the iterator moves past its last micro-batch (the caller has taken
+    them all), so a crash re-delivers only what was not handed out. Iteration ends after
+    ``epochs`` epochs (default: every epoch the service plans). ``position`` resumes at
+    {"epoch": e, "next_step": s}; ``feedback(...)`` reports the measured times of the step
+    last handed out, for the service's cost-model calibration.
+    """
+
+    def __init__(self, url: str, job: str, dp_rank: int, mp_rank: int, *, dp: int, mp: int = 1,
+                 epochs: int | None = None, position: dict | None = None, prefetch: int = 2,
+                 pad_id: int = 0, **options):
+        from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+        if not 0 <= dp_rank < dp or not 0 <= mp_rank < mp:
+            raise ValueError(f"stream: rank ({dp_rank}, {mp_rank}) outside the layout dp={dp} mp={mp}")
+        self.dims = ParallelDims(dp=dp, mp=mp, world_size=dp * mp)
+        self.role = ROLE_FULL if mp == 1 else (ROLE_VISION if mp_rank == 0 else ROLE_TEXT)
+        self.source = StreamSource(url=url, job=job, dims=self.dims, ranks=(dp_rank, mp_rank), **options)
+        self.position = dict(position or {"epoch": 0, "next_step": 0})
+        self.epochs, self.pad_id = epochs, pad_id
+        self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, prefetch))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: StepData | None = None
+        self._last_complete = False
+        """Every micro-batch of ``_last`` was handed out (only then is it acknowledged)."""
+
+    def __enter__(self) -> "Stream":
+        """Register the rank and start prefetching (once; a second call does nothing)."""
+        if self._thread is not None:
+            return self
+        self.source.register(self.position)
+        self._thread = threading.Thread(target=self._run, name="mmfeed-stream-prefetch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        from .batches import record_to_batch
+        first = self.position.get("epoch", 0)
+        try:
+            for data in self.source.steps(self.position):
+                if self.epochs is not None and data.epoch >= first + self.epochs:
+                    break
+                batches = [record_to_batch(rec, role=self.role, pad_id=self.pad_id) for rec in data.records]
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put((data, batches), timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put(None)
+        except BaseException as err:  # surfaced to the iterating thread
+            self._queue.put(err)
+
+    def __iter__(self) -> Iterator[dict]:
+        while True:
+            item = self._queue.get()
+            self._ack_last()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise StreamError(f"stream: {item}") from item
+            data, batches = item
+            self._last, self._last_complete = data, False
+            for b in batches:
+                b.setdefault("epoch", data.epoch)
+                yield b
+            self._last_complete = True
+
+    def _ack_last(self) -> None:
+        if self._last is not None and self._last_complete:
+            self.source.ack(self._last)
+            self._last = None
+
+    def feedback(self, *, compute_seconds: float, data_wait_seconds: float = 0.0, samples: int = 0) -> None:
+        """Report the measured times of the step last handed out."""
+        if self._last is not None:
+            self.source.feedback(self._last, compute_seconds=compute_seconds,
+                                 data_wait_seconds=data_wait_seconds, samples=samples)
+
+    def close(self) -> None:
+        """Acknowledge the last step if it was handed out whole, stop prefetching, disconnect."""
+        self._stop.set()
+        self._ack_last()
+        self.source.close()

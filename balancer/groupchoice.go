@@ -1,0 +1,199 @@
+package balancer
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// minMaxSteps bounds the bisection of minMaxCuts' threshold.
+const minMaxSteps = 24
+
+// grouping is a sorted order of the positions and its cut into DP × M
+// contiguous groups.
+type grouping struct {
+	order    []int32
+	cuts     []int
+	byLength bool // order is the length-sorted one (balancedCuts may retry)
+}
+
+// chooseGrouping returns, of the length-sorted order cut at lengthCuts, the
+// same order cut into groups of least maximum padded cost (minMaxCuts), and,
+// when the image tokens vary, the image-sorted order cut that way, the one
+// whose groups, dealt to the ranks (assignGroups), give the least maximum
+// padded rank cost before refinement; ties keep the earlier. Under dynamic
+// resolution P usually dominates the padding, so the image-sorted groups win.
+// p.order must be length-sorted; it is left in an unspecified order.
+func (p *Partitioner) chooseGrouping(lengthCuts []int) grouping {
+	k := p.cfg.DP * p.cfg.MicroBatches
+	byLength := slices.Clone(p.order)
+	cands := []grouping{{order: byLength, cuts: lengthCuts, byLength: true}}
+	vary := p.imagesVary()
+	if !vary || k*len(p.items) <= dpGroupingLimit {
+		if c := p.minMaxCuts(k); c != nil && !slices.Equal(c, lengthCuts) {
+			cands = append(cands, grouping{order: byLength, cuts: c})
+		}
+	}
+	if vary {
+		p.sortByImage()
+		if c := p.minMaxCuts(k); c != nil {
+			cands = append(cands, grouping{order: slices.Clone(p.order), cuts: c})
+		}
+	}
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	best, bestHi := 0, math.Inf(1)
+	for i, g := range cands {
+		p.order = append(p.order[:0], g.order...)
+		p.buildGroups(g.cuts)
+		p.assignGroups()
+		if hi, _ := p.stepScore(); hi < bestHi*(1-minGain) {
+			best, bestHi = i, hi
+		}
+	}
+	return cands[best]
+}
+
+// buildGroups makes the groups the runs of p.order between cuts.
+func (p *Partitioner) buildGroups(cuts []int) {
+	k := len(cuts) - 1
+	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	for g := range k {
+		gr := &p.groups[g]
+		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
+		gr.contiguousID = int32(g)
+	}
+}
+
+// imagesVary reports whether the items' image tokens differ.
+func (p *Partitioner) imagesVary() bool {
+	for _, it := range p.items {
+		if it.ImageTokens != p.items[0].ImageTokens {
+			return true
+		}
+	}
+	return false
+}
+
+// sortByImage orders the positions by (P, L, cost, position).
+func (p *Partitioner) sortByImage() {
+	type keyed struct {
+		pl   uint64 // P << 32 | L
+		cost float64
+		pos  int32
+	}
+	ks := make([]keyed, len(p.order))
+	for i := range ks {
+		it := p.items[i]
+		ks[i] = keyed{uint64(it.ImageTokens)<<32 | uint64(it.TextTokens), p.costs[i].Total(), int32(i)}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		if x.pl != y.pl {
+			return cmp.Compare(x.pl, y.pl)
+		}
+		if x.cost != y.cost {
+			return cmp.Compare(x.cost, y.cost)
+		}
+		return cmp.Compare(x.pos, y.pos)
+	})
+	for i, k := range ks {
+		p.order[i] = k.pos
+	}
+}
+
+// minMaxCuts cuts p.order into k contiguous budget-feasible groups whose
+// largest padded cost (total) is about least: it bisects the threshold T of
+// a greedy left-to-right packing (groups grow while their padded cost stays
+// within T; a longer run never costs less), then splits the largest groups
+// until there are k. Nil when the budget leaves no packing in k groups.
+func (p *Partitioner) minMaxCuts(k int) []int {
+	n := len(p.order)
+	var lo, sum float64
+	var all mbShape
+	for _, pos := range p.order {
+		var s mbShape
+		s.add(p.items[pos])
+		all.add(p.items[pos])
+		c := p.total.Dot(s.features())
+		lo, sum = max(lo, c), sum+c
+	}
+	lo = max(lo, sum/float64(k))               // no group of k does better
+	top := max(p.total.Dot(all.features()), lo) // no contiguous group costs more
+	cuts := p.greedyCuts(math.Inf(1), k)
+	if cuts == nil {
+		return nil
+	}
+	hi := top
+	for t := 2 * lo; t < top; t *= 2 { // gallop: the optimum is usually a few times lo
+		if c := p.greedyCuts(t, k); c != nil {
+			cuts, hi = c, t
+			break
+		}
+		lo = t
+	}
+	for range minMaxSteps {
+		mid := (lo + hi) / 2
+		if c := p.greedyCuts(mid, k); c != nil {
+			cuts, hi = c, mid
+		} else {
+			lo = mid
+		}
+		if hi-lo <= 2e-3*hi {
+			break
+		}
+	}
+	for len(cuts)-1 < k { // split the group with the most members in half
+		best := 1
+		for g := 2; g < len(cuts); g++ {
+			if cuts[g]-cuts[g-1] > cuts[best]-cuts[best-1] {
+				best = g
+			}
+		}
+		mid := (cuts[best-1] + cuts[best]) / 2
+		cuts = slices.Insert(cuts, best, mid)
+	}
+	if !validCuts(cuts, n) {
+		return nil
+	}
+	return cuts
+}
+
+// greedyCuts packs p.order left to right into groups of padded cost at most
+// t within the budget; nil when an item alone exceeds t or more than k groups
+// are needed.
+func (p *Partitioner) greedyCuts(t float64, k int) []int {
+	cuts := []int{0}
+	var s mbShape
+	limited := !p.cfg.Budget.Unlimited()
+	for i, pos := range p.order {
+		it := p.items[pos]
+		next := s.with(it)
+		if s.count > 0 && (p.fastTotal(next) > t || limited && !p.cfg.Budget.Fits(next.count, next.maxL, next.sumP)) {
+			if len(cuts) == k {
+				return nil
+			}
+			cuts = append(cuts, i)
+			s = mbShape{}
+			next = s.with(it)
+			if p.fastTotal(next) > t {
+				return nil
+			}
+		}
+		s = next
+	}
+	return append(cuts, len(p.order))
+}
+
+// fastTotal returns p.total.Dot(s.features()) without building the vector
+// (the bisection's inner loop). The products are rounded one by one like
+// Features.Dot, so the two agree to the last bit up to summation order.
+func (p *Partitioner) fastTotal(s mbShape) float64 { return fastDot(&p.total, s) }
+
+// fastDot returns c.Dot(s.features()) without building the vector.
+func fastDot(c *Features, s mbShape) float64 {
+	n, l, q := float64(s.count), float64(s.maxL), float64(s.maxP)
+	per := float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
+		float64(c[FeatLP]*(l*q)) + c[FeatOne]
+	return n*per + float64(c[FeatComplexity]*s.complexity)
+}
