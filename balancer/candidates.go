@@ -29,22 +29,39 @@ const rankCutLimit = 48
 func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 	best := cur
 	bestMax, bestSum := p.score(cur.Members)
-	// Refine the alternatives too on small batches, unless cur is already
-	// within retryImbalance of even (then an alternative only wins as is).
+	// Refine, on small batches, the more promising alternative too, unless
+	// cur is already within retryImbalance of even (then an alternative only
+	// wins as is) or it is more than refineMargin behind.
 	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit &&
 		bestMax > (1+retryImbalance)*bestSum/float64(p.cfg.DP)
+	var alts [][][]int32
+	var his []float64
 	for _, alt := range [][][]int32{p.balanceFirst(), p.randomSplit()} {
 		if alt == nil {
 			continue
 		}
-		p.load(alt)
-		if hi, _ := p.stepScore(); refine && hi < bestMax*(1+refineMargin) {
-			p.padSearch()
-		}
-		hi, sum := p.stepScore()
+		hi, sum := p.score(alt)
 		if hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
 			best, bestMax, bestSum = p.assignment(), hi, sum
 		}
+		alts, his = append(alts, alt), append(his, hi)
+	}
+	if !refine || len(alts) == 0 {
+		return best
+	}
+	k := 0
+	for i := range his {
+		if his[i] < his[k] {
+			k = i
+		}
+	}
+	if his[k] >= bestMax*(1+refineMargin) {
+		return best
+	}
+	p.load(alts[k])
+	p.padSearch()
+	if hi, sum := p.stepScore(); hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
+		best = p.assignment()
 	}
 	return best
 }
@@ -143,7 +160,13 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 			if len(ranks[r]) >= m && deficit > left {
 				continue // the rest must fill the ranks still short of m
 			}
-			if c := pl.StepCost(load[r].Add(p.costs[pos])); best < 0 || c < bestC {
+			var c float64
+			if pl == Colocated { // the step grows least on the least loaded rank
+				c = load[r].Vision
+			} else {
+				c = pl.StepCost(load[r].Add(p.costs[pos]))
+			}
+			if best < 0 || c < bestC {
 				best, bestC = r, c
 			}
 		}
@@ -151,11 +174,16 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 			deficit--
 		}
 		ranks[best] = append(ranks[best], pos)
-		load[best] = load[best].Add(p.costs[pos])
+		if pl == Colocated {
+			load[best].Vision += key[pos]
+		} else {
+			load[best] = load[best].Add(p.costs[pos])
+		}
 	}
 	out := make([][]int32, dp*m)
+	vary := p.imagesVary()
 	for r, rank := range ranks {
-		cut := p.rankCuts(rank)
+		cut := p.rankCuts(rank, vary)
 		if cut == nil {
 			return nil
 		}
@@ -168,18 +196,34 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 // into MicroBatches contiguous budget-feasible micro-batches of least summed
 // padded cost (exact program for up to rankCutLimit items, equal counts
 // above); it returns the better. Nil when neither order has a feasible cut.
-func (p *Partitioner) rankCuts(rank []int32) [][]int32 {
+func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
 	byL := func(x, y int32) int {
 		a, b := p.items[x], p.items[y]
-		return cmp.Or(cmp.Compare(a.TextTokens, b.TextTokens), cmp.Compare(a.ImageTokens, b.ImageTokens), cmp.Compare(x, y))
+		if a.TextTokens != b.TextTokens {
+			return cmp.Compare(a.TextTokens, b.TextTokens)
+		}
+		if a.ImageTokens != b.ImageTokens {
+			return cmp.Compare(a.ImageTokens, b.ImageTokens)
+		}
+		return cmp.Compare(x, y)
 	}
 	byP := func(x, y int32) int {
 		a, b := p.items[x], p.items[y]
-		return cmp.Or(cmp.Compare(a.ImageTokens, b.ImageTokens), cmp.Compare(a.TextTokens, b.TextTokens), cmp.Compare(x, y))
+		if a.ImageTokens != b.ImageTokens {
+			return cmp.Compare(a.ImageTokens, b.ImageTokens)
+		}
+		if a.TextTokens != b.TextTokens {
+			return cmp.Compare(a.TextTokens, b.TextTokens)
+		}
+		return cmp.Compare(x, y)
+	}
+	orders := []func(x, y int32) int{byL}
+	if vary {
+		orders = append(orders, byP) // with one P the two orders agree
 	}
 	var best [][]int32
 	bestC := math.Inf(1)
-	for _, order := range []func(x, y int32) int{byL, byP} {
+	for _, order := range orders {
 		s := slices.Clone(rank)
 		slices.SortFunc(s, order)
 		cut, c := p.cutRank(s)

@@ -16,7 +16,11 @@
 // "tiny" and "base"); [Calibrate] refits them from measured step times by
 // non-negative least squares. A rank's step cost depends on the [Placement]:
 // colocated = vision + text + fusion, modality = max(vision, text) + fusion,
-// each summed over the rank's samples. docs/cost-model.md derives the formula.
+// each summed over the rank's samples. The trainer pads every micro-batch to
+// its longest L and largest P, so a micro-batch costs its entries × the cost
+// at (L_max, P_max) ([PaddedFeatures]); step statistics, the report and the
+// partitioner's objective all use this padded cost. docs/cost-model.md
+// derives the formula.
 //
 // # Outputs
 //
@@ -28,8 +32,9 @@
 // the same inputs and [Plan.From] resumes at any step. Three strategies share
 // the Plan type: [StrategyMmfeed] (cost-balanced: lookahead windows dealt
 // over steps × ranks so that every step can be split evenly, then a
-// length-grouping partitioner with local search per step; see
-// docs/cost-model.md, "Balancing"), [StrategyRandom]
+// partitioner per step that minimises the largest padded rank cost over
+// several candidates, the random split among them; see docs/cost-model.md,
+// "Balancing"), [StrategyRandom]
 // (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
 // LengthGroupedSampler). [Compare] runs all three on the same items and returns
 // a [Report] (JSON, [Report.WriteTable], [WriteHTML]). Step statistics carry

@@ -118,7 +118,7 @@ func (p *Partitioner) minMaxCuts(k int) []int {
 		c := p.total.Dot(s.features())
 		lo, sum = max(lo, c), sum+c
 	}
-	lo = max(lo, sum/float64(k))               // no group of k does better
+	lo = max(lo, sum/float64(k))                // no group of k does better
 	top := max(p.total.Dot(all.features()), lo) // no contiguous group costs more
 	cuts := p.greedyCuts(math.Inf(1), k)
 	if cuts == nil {
