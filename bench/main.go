@@ -29,6 +29,8 @@ type section struct {
 var sections = []section{
 	{"tokenize", benchTokenize},
 	{"imgproc", benchImgproc},
+	{"transport", benchTransport},
+	{"serve", benchServe},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},
