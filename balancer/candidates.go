@@ -11,6 +11,10 @@ import (
 // (large batches are dense enough that the length-sorted grouping wins).
 const refineCandidatesLimit = 256
 
+// refineAltImbalance is the max / mean − 1 of the refined first candidate
+// above which the alternatives are refined too.
+const refineAltImbalance = 1e-2
+
 // refineMargin: an alternative candidate is refined only when, unrefined,
 // its maximum padded rank cost is within this share of the best so far; a
 // local search rarely closes a wider gap.
@@ -30,10 +34,10 @@ func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 	best := cur
 	bestMax, bestSum := p.score(cur.Members)
 	// Refine, on small batches, the more promising alternative too, unless
-	// cur is already within retryImbalance of even (then an alternative only
-	// wins as is) or it is more than refineMargin behind.
+	// cur is already within refineAltImbalance of even (then an alternative
+	// only wins as is) or it is more than refineMargin behind.
 	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit &&
-		bestMax > (1+retryImbalance)*bestSum/float64(p.cfg.DP)
+		bestMax > (1+refineAltImbalance)*bestSum/float64(p.cfg.DP)
 	var alts [][][]int32
 	var his []float64
 	for _, alt := range [][][]int32{p.balanceFirst(), p.randomSplit()} {
