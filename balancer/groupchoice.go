@@ -109,33 +109,37 @@ func (p *Partitioner) sortByImage() {
 // until there are k. Nil when the budget leaves no packing in k groups.
 func (p *Partitioner) minMaxCuts(k int) []int {
 	n := len(p.order)
+	run := make([]Item, n) // the items in order, without the indirection
 	var lo, sum float64
 	var all mbShape
-	for _, pos := range p.order {
+	for i, pos := range p.order {
+		it := p.items[pos]
+		run[i] = it
 		var s mbShape
-		s.add(p.items[pos])
-		all.add(p.items[pos])
-		c := p.total.Dot(s.features())
+		s.add(it)
+		all.add(it)
+		c := p.fastTotal(s)
 		lo, sum = max(lo, c), sum+c
 	}
-	lo = max(lo, sum/float64(k))                // no group of k does better
-	top := max(p.total.Dot(all.features()), lo) // no contiguous group costs more
-	cuts := p.greedyCuts(math.Inf(1), k)
+	lo = max(lo, sum/float64(k))     // no group of k does better
+	top := max(p.fastTotal(all), lo) // no contiguous group costs more
+	buf := make([]int, 0, k+1)
+	cuts := p.greedyCuts(run, math.Inf(1), k, nil)
 	if cuts == nil {
 		return nil
 	}
 	hi := top
 	for t := 2 * lo; t < top; t *= 2 { // gallop: the optimum is usually a few times lo
-		if c := p.greedyCuts(t, k); c != nil {
-			cuts, hi = c, t
+		if c := p.greedyCuts(run, t, k, buf); c != nil {
+			cuts, hi = append(cuts[:0], c...), t
 			break
 		}
 		lo = t
 	}
 	for range minMaxSteps {
 		mid := (lo + hi) / 2
-		if c := p.greedyCuts(mid, k); c != nil {
-			cuts, hi = c, mid
+		if c := p.greedyCuts(run, mid, k, buf); c != nil {
+			cuts, hi = append(cuts[:0], c...), mid
 		} else {
 			lo = mid
 		}
@@ -159,30 +163,39 @@ func (p *Partitioner) minMaxCuts(k int) []int {
 	return cuts
 }
 
-// greedyCuts packs p.order left to right into groups of padded cost at most
-// t within the budget; nil when an item alone exceeds t or more than k groups
-// are needed.
-func (p *Partitioner) greedyCuts(t float64, k int) []int {
-	cuts := []int{0}
-	var s mbShape
+// greedyCuts packs run (the items in p.order's order) left to right into
+// groups of padded cost at most t within the budget, appending the cuts to
+// buf[:0]; nil when an item alone exceeds t or more than k groups are needed.
+func (p *Partitioner) greedyCuts(run []Item, t float64, k int, buf []int) []int {
+	cuts := append(buf[:0], 0)
+	c := &p.total
 	limited := !p.cfg.Budget.Unlimited()
-	for i, pos := range p.order {
-		it := p.items[pos]
-		next := s.with(it)
-		if s.count > 0 && (p.fastTotal(next) > t || limited && !p.cfg.Budget.Fits(next.count, next.maxL, next.sumP)) {
+	count, maxL, maxP, sumP, cplx := 0, 0, 0, 0, 0.0
+	for i, it := range run {
+		nl, np := max(maxL, it.TextTokens), max(maxP, it.ImageTokens)
+		l, q := float64(nl), float64(np)
+		per := float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
+			float64(c[FeatLP]*(l*q)) + c[FeatOne]
+		cost := float64(count+1)*per + float64(c[FeatComplexity]*(cplx+it.Complexity))
+		if count > 0 && (cost > t || limited && !p.cfg.Budget.Fits(count+1, nl, sumP+it.ImageTokens)) {
 			if len(cuts) == k {
 				return nil
 			}
 			cuts = append(cuts, i)
-			s = mbShape{}
-			next = s.with(it)
-			if p.fastTotal(next) > t {
+			count, maxL, maxP, sumP, cplx = 0, 0, 0, 0, 0
+			var s mbShape
+			s.add(it)
+			if p.fastTotal(s) > t {
 				return nil
 			}
+			nl, np = it.TextTokens, it.ImageTokens
+		} else if cost > t {
+			return nil
 		}
-		s = next
+		count++
+		maxL, maxP, sumP, cplx = nl, np, sumP+it.ImageTokens, cplx+it.Complexity
 	}
-	return append(cuts, len(p.order))
+	return append(cuts, len(run))
 }
 
 // fastTotal returns p.total.Dot(s.features()) without building the vector
