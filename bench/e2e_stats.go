@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,15 +29,15 @@ type e2eRow []e2eStep
 
 // e2eResult is one strategy's measured (and planned) numbers.
 type e2eResult struct {
-	StepSeconds              []float64 // per step: the slowest rank's wall + data wait
-	StepMean, StepP99        float64
-	ComputeMean              float64 // per rank and step: own compute (waits excluded)
-	IdleMean                 float64 // per rank and step: slowest rank's compute − own compute
-	SyncMean                 float64 // per step: wall − slowest compute (gradient transfer, optimizer)
-	IdleFraction             float64 // Σ idle / Σ (wall + data wait)
-	DataWaitFraction         float64 // Σ data wait / Σ (wall + data wait)
-	ImbMeasured              float64 // mean over steps of max/mean rank compute
-	PaddingEff, ImbPredicted float64 // from the plan's report (whole epoch)
+	StepSeconds                []float64 // per step: the slowest rank's wall + data wait
+	StepMean, StepP50, StepP99 float64
+	ComputeMean                float64 // per rank and step: own compute (waits excluded)
+	IdleMean                   float64 // per rank and step: slowest rank's compute − own compute
+	SyncMean                   float64 // per step: wall − slowest compute (gradient transfer, optimizer)
+	IdleFraction               float64 // Σ idle / Σ (wall + data wait)
+	DataWaitFraction           float64 // Σ data wait / Σ (wall + data wait)
+	ImbMeasured                float64 // mean over steps of max/mean rank compute
+	PaddingEff, ImbPredicted   float64 // from the plan's report (whole epoch)
 }
 
 // readRankLogs reads rank-<r>.jsonl for r < dp and aligns them by (epoch, step); steps
@@ -134,7 +135,7 @@ func summarizeE2E(rows []e2eRow) e2eResult {
 		r.StepMean += v
 	}
 	r.StepMean /= float64(len(sorted))
-	r.StepP99 = sorted[min(len(sorted)-1, max(0, int(0.99*float64(len(sorted))+0.999999)-1))]
+	r.StepP50, r.StepP99 = nearestRank(sorted, 0.5), nearestRank(sorted, 0.99)
 	r.IdleMean, r.ComputeMean = idle/float64(rankSteps), compute/float64(rankSteps)
 	r.SyncMean = sync / float64(len(rows))
 	if total > 0 {
@@ -142,6 +143,12 @@ func summarizeE2E(rows []e2eRow) e2eResult {
 	}
 	r.ImbMeasured = imb / float64(len(rows))
 	return r
+}
+
+// nearestRank is the q-quantile of sorted values by the nearest-rank method.
+func nearestRank(sorted []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // writeManifestHead copies the first n lines of a JSONL manifest with image paths made
