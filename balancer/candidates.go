@@ -146,18 +146,25 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 	dp, m := p.cfg.DP, p.cfg.MicroBatches
 	pl := p.cfg.Placement
 	n := len(p.items)
-	idx := make([]int32, n)
-	key := make([]float64, n)
-	for i := range idx {
-		idx[i], key[i] = int32(i), pl.StepCost(p.costs[i])
+	type keyed struct {
+		cost float64
+		pos  int32
 	}
-	slices.SortFunc(idx, func(x, y int32) int {
-		return cmp.Or(cmp.Compare(key[y], key[x]), cmp.Compare(x, y))
+	idx := make([]keyed, n)
+	for i := range idx {
+		idx[i] = keyed{pl.StepCost(p.costs[i]), int32(i)}
+	}
+	slices.SortFunc(idx, func(x, y keyed) int {
+		if x.cost != y.cost {
+			return cmp.Compare(y.cost, x.cost)
+		}
+		return cmp.Compare(x.pos, y.pos)
 	})
 	load := make([]Cost, dp)
 	ranks := make([][]int32, dp)
 	deficit := dp * m
-	for k, pos := range idx {
+	for k, kp := range idx {
+		pos := kp.pos
 		left := n - k - 1 // items after this one
 		best, bestC := -1, 0.0
 		for r := range dp {
@@ -179,7 +186,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 		}
 		ranks[best] = append(ranks[best], pos)
 		if pl == Colocated {
-			load[best].Vision += key[pos]
+			load[best].Vision += kp.cost
 		} else {
 			load[best] = load[best].Add(p.costs[pos])
 		}
@@ -201,38 +208,39 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 // padded cost (exact program for up to rankCutLimit items, equal counts
 // above); it returns the better. Nil when neither order has a feasible cut.
 func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
-	byL := func(x, y int32) int {
-		a, b := p.items[x], p.items[y]
-		if a.TextTokens != b.TextTokens {
-			return cmp.Compare(a.TextTokens, b.TextTokens)
-		}
-		if a.ImageTokens != b.ImageTokens {
-			return cmp.Compare(a.ImageTokens, b.ImageTokens)
-		}
-		return cmp.Compare(x, y)
+	type keyed struct {
+		key uint64 // major << 21 | minor (tokens are at most MaxItemTokens = 2²⁰)
+		pos int32
 	}
-	byP := func(x, y int32) int {
-		a, b := p.items[x], p.items[y]
-		if a.ImageTokens != b.ImageTokens {
-			return cmp.Compare(a.ImageTokens, b.ImageTokens)
-		}
-		if a.TextTokens != b.TextTokens {
-			return cmp.Compare(a.TextTokens, b.TextTokens)
-		}
-		return cmp.Compare(x, y)
-	}
-	orders := []func(x, y int32) int{byL}
-	if vary {
-		orders = append(orders, byP) // with one P the two orders agree
-	}
+	ks := make([]keyed, len(rank))
+	s := make([]int32, len(rank))
 	var best [][]int32
 	bestC := math.Inf(1)
-	for _, order := range orders {
-		s := slices.Clone(rank)
-		slices.SortFunc(s, order)
+	for o := range 2 {
+		if o == 1 && !vary {
+			break // with one P the two orders agree
+		}
+		for i, pos := range rank {
+			it := p.items[pos]
+			major, minor := it.TextTokens, it.ImageTokens
+			if o == 1 {
+				major, minor = minor, major
+			}
+			ks[i] = keyed{uint64(major)<<21 | uint64(minor), pos}
+		}
+		slices.SortFunc(ks, func(x, y keyed) int {
+			if x.key != y.key {
+				return cmp.Compare(x.key, y.key)
+			}
+			return cmp.Compare(x.pos, y.pos)
+		})
+		for i, k := range ks {
+			s[i] = k.pos
+		}
 		cut, c := p.cutRank(s)
 		if cut != nil && c < bestC {
 			best, bestC = cut, c
+			s = make([]int32, len(rank)) // best holds subslices of s
 		}
 	}
 	return best
