@@ -29,7 +29,7 @@ bin/mmfeed report --input "$out/corpus/manifest.jsonl" "${layout[@]}" --placemen
 
 echo; echo "== 3. serve: embedded NATS on 127.0.0.1:$nats_port, live report on http://127.0.0.1:$http_port/"
 bin/mmfeed serve --input "$out/corpus/manifest.jsonl" "${layout[@]}" \
-  --mp 2 --placement modality --job demo --data-dir "$out/serve" --recalibrate 10 \
+  --mp 2 --placement modality --job demo --data-dir "$out/serve" --recalibrate 10 --ack-wait 30s \
   --nats-listen "127.0.0.1:$nats_port" --http "127.0.0.1:$http_port" >"$out/serve.log" 2>&1 &
 serve_pid=$!
 trap 'kill $serve_pid 2>/dev/null || true' EXIT

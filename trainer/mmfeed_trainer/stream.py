@@ -256,9 +256,19 @@ class StreamSource(Source):
         return {**pos, "plan_hash": self._epochs.get(pos["epoch"], {}).get("plan_hash", "")}
 
     def close(self) -> None:
+        """Flush acknowledgements and disconnect. A drain that cannot finish (a pull request
+        still parked on the server when training stops early) falls back to a plain close:
+        whatever was not acknowledged is redelivered to the next incarnation, nothing is lost."""
         self._keeper.cancel()
         if self._nc is not None:
-            self._call(self._nc.drain(), timeout=self.request_timeout_s)
+            try:
+                self._call(self._nc.drain(), timeout=min(self.request_timeout_s, 5.0))
+            except Exception as err:  # concurrent.futures.TimeoutError, nats errors
+                log.warning("stream: drain did not finish (%r); closing the connection", err)
+                try:
+                    self._call(self._nc.close(), timeout=5.0)
+                except Exception:
+                    pass
             self._nc = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
