@@ -23,7 +23,7 @@ type epochPlan struct {
 	base  *balancer.Plan
 	// steps are the served steps; entries index prep.Features.Items.
 	steps []balancer.Step
-	// feats[step][dp] is the rank's feature sum (padding entries included).
+	// feats[step][dp] is the rank's padded feature sum (padding entries included).
 	feats  [][]balancer.Features
 	report *balancer.Report
 }
@@ -166,19 +166,11 @@ func (ep *epochPlan) replan(seg Segment) bool {
 	return true
 }
 
-// stepFeatures sums each dp rank's feature vectors over a step.
+// stepFeatures sums each dp rank's padded feature vectors over a step: each micro-batch
+// counts as its samples × (longest caption, largest image), which is what the trainer
+// computes, so the calibration refits the cost the plan predicts.
 func (ep *epochPlan) stepFeatures(s balancer.Step) []balancer.Features {
-	items := ep.prep.Features.Items
-	out := make([]balancer.Features, len(s.Ranks))
-	for r, rank := range s.Ranks {
-		for _, mb := range rank {
-			for _, e := range mb {
-				it := items[e.Item]
-				out[r] = out[r].Add(balancer.FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
-			}
-		}
-	}
-	return out
+	return ep.base.RankFeatures(s)
 }
 
 // segmentAt returns the segment in effect at step.
