@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -136,7 +138,8 @@ func e2eCases(env *benchEnv, st e2eSettings) ([]e2eCase, error) {
 	return cases, nil
 }
 
-// runE2ECase writes one shard set per strategy, then trains each Rounds times, interleaved.
+// runE2ECase writes one shard set per strategy, then trains each Rounds times, interleaved
+// (forward order in even rounds, reverse in odd ones).
 func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult, error) {
 	dirs := map[string]string{}
 	reports := map[string]balancer.Summary{}
@@ -150,9 +153,14 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 		}
 		dirs[s.String()], reports[s.String()] = dir, rep.Strategies[s.String()]
 	}
+	syscall.Sync() // write the shards back now, not while the first strategy trains
 	logs := map[string][]e2eRow{}
 	for round := range st.Rounds {
-		for _, s := range e2eStrategies {
+		order := slices.Clone(e2eStrategies)
+		if round%2 == 1 {
+			slices.Reverse(order) // odd rounds run backwards, so drift over the run hits every strategy alike
+		}
+		for _, s := range order {
 			logDir := filepath.Join(env.tmp, fmt.Sprintf("e2e-log-%s-%s-%d", c.label, s, round))
 			steps, err := trainE2E(env, "--shards", dirs[s.String()], logDir, st)
 			if err != nil {
