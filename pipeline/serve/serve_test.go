@@ -103,7 +103,9 @@ func checkHTTP(t *testing.T, s *Service, cfg Config) {
 	if rep.Live.Ranks[1].NextStep == 0 && rep.Live.Ranks[1].NextEpoch == 0 {
 		t.Errorf("rank 1 status %+v: the trainer finished epoch 0", rep.Live.Ranks[1])
 	}
-	var raw struct{ Live struct{ Ranks []map[string]any } }
+	var raw struct {
+		Live struct{ Ranks []map[string]any }
+	}
 	if err := json.Unmarshal([]byte(body), &raw); err != nil {
 		t.Fatal(err)
 	}
