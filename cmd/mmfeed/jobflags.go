@@ -3,6 +3,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -16,6 +19,7 @@ type jobFlags struct {
 	strategy  string
 	tail      string
 	model     string
+	costScale string
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
@@ -34,6 +38,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
 	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
+	fs.StringVar(&j.costScale, "cost-scale", "", "multiply the cost model's vision,text,fusion coefficients, e.g. 1,8,1: a deliberately wrong prior for calibration experiments")
 	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
 	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
 	fs.StringVar(&c.Tokenizer.Path, "tokenizer", "", "tokenizer.json (default: bert-base-uncased from the build)")
@@ -69,6 +74,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
 		return c, err
 	}
+	if j.costScale != "" {
+		if c.Plan.Model, err = scaleModel(c.Plan.Model, j.costScale); err != nil {
+			return c, fmt.Errorf("--cost-scale: %w", err)
+		}
+	}
 	if c.Plan.GlobalTokens > 0 {
 		c.Plan.GlobalBatch = 0
 	}
@@ -77,4 +87,20 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 		return c, fmt.Errorf("--input is required")
 	}
 	return c, c.Validate()
+}
+
+// scaleModel multiplies each component's coefficients by the factors "vision,text,fusion".
+func scaleModel(m balancer.CostModel, spec string) (balancer.CostModel, error) {
+	parts := strings.Split(spec, ",")
+	if len(parts) != len(m.Coef) {
+		return m, fmt.Errorf("want %d factors (vision,text,fusion), got %q", len(m.Coef), spec)
+	}
+	for c, p := range parts {
+		f, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
+			return m, fmt.Errorf("factor %q is not a positive number", p)
+		}
+		m.Coef[c] = m.Coef[c].Scale(f)
+	}
+	return m, nil
 }
