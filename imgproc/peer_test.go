@@ -12,31 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-)
 
-// peerPython returns the interpreter for the Pillow peer: $MMFEED_PYTHON,
-// else <repo>/.venv/bin/python. Without one the test is skipped, unless
-// MMFEED_REQUIRE_PEERS is set, in which case it fails.
-func peerPython(t testing.TB) string {
-	t.Helper()
-	cands := []string{os.Getenv("MMFEED_PYTHON")}
-	if root, err := filepath.Abs(".."); err == nil {
-		cands = append(cands, filepath.Join(root, ".venv", "bin", "python"))
-	}
-	for _, c := range cands {
-		if c == "" {
-			continue
-		}
-		if _, err := os.Stat(c); err == nil {
-			return c
-		}
-	}
-	if os.Getenv("MMFEED_REQUIRE_PEERS") != "" {
-		t.Fatalf("no Python peer: set MMFEED_PYTHON or create ../.venv (MMFEED_REQUIRE_PEERS is set)")
-	}
-	t.Skip("no Python peer (MMFEED_PYTHON or ../.venv/bin/python); set MMFEED_REQUIRE_PEERS=1 to fail instead")
-	return ""
-}
+	"github.com/mmfeed/mmfeed/internal/testpeer"
+)
 
 func runPeer(t testing.TB, py string, args ...string) {
 	t.Helper()
@@ -253,7 +231,7 @@ func TestPillowParity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("shells out to the Pillow peer")
 	}
-	py := peerPython(t)
+	py := testpeer.Python(t)
 	paths := generatedFixtures(t, py)
 	base := DefaultConfig()
 	base.JPEGDraftGap = 0

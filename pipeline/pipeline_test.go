@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mmfeed/mmfeed/internal/testpeer"
+
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -160,16 +162,7 @@ func countLines(t *testing.T, path string) int {
 // TestShardReadsWithPyarrow reads a written shard with pyarrow and numpy and checks the
 // float16 pixels equal what arrow-go wrote.
 func TestShardReadsWithPyarrow(t *testing.T) {
-	py := os.Getenv("MMFEED_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs("../.venv/bin/python")
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("MMFEED_REQUIRE_PEERS") != "" {
-			t.Fatalf("Python peer %s not found", py)
-		}
-		t.Skip("no Python peer")
-	}
+	py := testpeer.Python(t)
 	input := corpus(t, 80, "jsonl")
 	out := t.TempDir()
 	prep, err := Prepare(context.Background(), testConfig(input), nil)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mmfeed/mmfeed/internal/testpeer"
 )
 
 func TestTransportRedeliveryAfterRestart(t *testing.T) {
@@ -139,7 +141,7 @@ func TestPublishBatchLargerThanStream(t *testing.T) {
 // written from docs/protocol.md with nats-py and pyarrow, against batches the
 // Go Publisher wrote: the documented protocol is enough to read them.
 func TestPythonPeerConsumes(t *testing.T) {
-	py := peerPython(t)
+	py := testpeer.Python(t)
 	s := startServer(t, 0)
 	nc, js := connect(t, s)
 	ctx := testCtx(t)

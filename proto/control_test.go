@@ -163,7 +163,7 @@ func TestImports(t *testing.T) {
 			case !strings.Contains(strings.Split(p, "/")[0], "."):
 			case strings.HasPrefix(p, "github.com/apache/arrow-go/v18/"), strings.HasPrefix(p, "github.com/nats-io/nats.go"),
 				p == "github.com/google/flatbuffers/go": // arrow-go's own dependency
-			case test && strings.HasPrefix(p, "github.com/nats-io/nats-server/v2/"):
+			case test && (strings.HasPrefix(p, "github.com/nats-io/nats-server/v2/") || p == "github.com/mmfeed/mmfeed/internal/testpeer"):
 			default:
 				t.Errorf("%s imports %s", f, p)
 			}

@@ -7,37 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/internal/testpeer"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
-
-// peerPython returns the Python interpreter for peer checks: $MMFEED_PYTHON,
-// else <repo>/.venv/bin/python. It skips the test when neither exists,
-// unless MMFEED_REQUIRE_PEERS is set.
-func peerPython(t *testing.T) string {
-	t.Helper()
-	cands := []string{os.Getenv("MMFEED_PYTHON")}
-	_, file, _, _ := runtime.Caller(0)
-	cands = append(cands, filepath.Join(filepath.Dir(file), "..", ".venv", "bin", "python"))
-	for _, c := range cands {
-		if c == "" {
-			continue
-		}
-		if _, err := os.Stat(c); err == nil {
-			return c
-		}
-	}
-	if os.Getenv("MMFEED_REQUIRE_PEERS") != "" {
-		t.Fatalf("no Python peer at %v and MMFEED_REQUIRE_PEERS is set", cands)
-	}
-	t.Skipf("no Python peer at %v (set MMFEED_PYTHON)", cands)
-	return ""
-}
 
 type peerResult struct {
 	File      string    `json:"file"`
@@ -51,7 +29,7 @@ type peerResult struct {
 }
 
 func TestPyarrowReadsTensors(t *testing.T) {
-	py := peerPython(t)
+	py := testpeer.Python(t)
 	dir := t.TempDir()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)

@@ -8,24 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-)
 
-// pythonPeer returns the interpreter of the project's virtualenv, or skips the test when
-// there is none and MMFEED_REQUIRE_PEERS is unset (`make test` sets it, so CI never skips).
-func pythonPeer(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("MMFEED_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs("../.venv/bin/python")
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("MMFEED_REQUIRE_PEERS") != "" {
-			t.Fatalf("Python peer %s not found (run `make venv`)", py)
-		}
-		t.Skipf("Python peer %s not found; `make test` runs this", py)
-	}
-	return py
-}
+	"github.com/mmfeed/mmfeed/internal/testpeer"
+)
 
 func runPy(t *testing.T, py string, args ...string) {
 	t.Helper()
@@ -68,7 +53,7 @@ func TestParityWithPython(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	py := pythonPeer(t)
+	py := testpeer.Python(t)
 	dir := t.TempDir()
 	corpus := filepath.Join(dir, "texts.jsonl")
 	args := []string{"corpus", corpus, "--min", "10000"}

@@ -6,32 +6,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testpeer"
+
 	"github.com/mmfeed/mmfeed/proto"
 )
-
-// python returns the virtualenv interpreter (MMFEED_PYTHON, else the repo's
-// .venv), skipping the test when there is none unless MMFEED_REQUIRE_PEERS.
-func python(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("MMFEED_PYTHON")
-	if py == "" {
-		py, _ = filepath.Abs("../../.venv/bin/python")
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("MMFEED_REQUIRE_PEERS") != "" {
-			t.Fatalf("Python peer %s not found", py)
-		}
-		t.Skip("no Python peer")
-	}
-	return py
-}
 
 // TestPythonPeerTrains serves two epochs with modality placement to four
 // nats-py trainer ranks (testdata/peer_trainer.py): each registers, pulls,
@@ -39,7 +22,7 @@ func python(t *testing.T) string {
 // for the next epoch until refused; the ids and columns each rank got must
 // be the plan's.
 func TestPythonPeerTrains(t *testing.T) {
-	py := python(t)
+	py := testpeer.Python(t)
 	cfg := testConfig(t, corpus(t, 60), 2, 2, "modality")
 	cfg.Epochs, cfg.Recalibrate = 2, -1
 	r := start(t, cfg)
