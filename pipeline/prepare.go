@@ -17,6 +17,8 @@ type Prepared struct {
 	Features   Features
 	Quarantine *loader.QuarantineWriter
 	Tokenizer  *tokenize.Tokenizer
+
+	plan *balancer.Plan // the configured strategy's plan, once built
 }
 
 // Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features. Rejects
@@ -56,8 +58,12 @@ func (p *Prepared) Close() error {
 // Seen is the number of samples the source held (quarantined ones included).
 func (p *Prepared) Seen() int64 { return p.Index.Stats.Seen }
 
-// Plan builds the plan of one strategy and quarantines the planner's rejections.
+// Plan builds the plan of one strategy. The configured strategy's plan is built once,
+// and its planner rejections are quarantined once.
 func (p *Prepared) Plan(strategy balancer.Strategy) (*balancer.Plan, error) {
+	if strategy == p.Config.Plan.Strategy && p.plan != nil {
+		return p.plan, nil
+	}
 	c := p.Config.Plan
 	c.Strategy = strategy
 	plan, err := balancer.Build(p.Features.Items, c)
@@ -65,9 +71,10 @@ func (p *Prepared) Plan(strategy balancer.Strategy) (*balancer.Plan, error) {
 		return nil, err
 	}
 	if strategy == p.Config.Plan.Strategy {
+		p.plan = plan
 		for _, r := range plan.Rejected {
 			e := p.Features.Entries[r.Item]
-			p.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_" + r.Reason, Detail: "rejected by the planner"})
+			p.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_rejected", Detail: r.Reason})
 		}
 	}
 	return plan, nil
