@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -214,5 +215,50 @@ print(json.dumps({"rows": rows, "sum": s}))
 	}
 	if math.Abs(got.Sum-wantSum) > 1e-6*math.Max(1, math.Abs(wantSum)) {
 		t.Errorf("pyarrow pixel sum %v, arrow-go %v", got.Sum, wantSum)
+	}
+}
+
+// TestPlanRejectionsQuarantinedOnce: shard calls Plan and then Report; the planner's
+// rejections (samples alone over the micro-batch budget) must reach the quarantine once.
+func TestPlanRejectionsQuarantinedOnce(t *testing.T) {
+	cfg := testConfig(corpus(t, 120, "jsonl"))
+	cfg.Plan.Budget.MaxPaddedTokens = 100 // long captions alone exceed it
+	var q bytes.Buffer
+	prep, err := Prepare(context.Background(), cfg, &q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	plan, err := prep.Plan(cfg.Plan.Strategy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Rejected) == 0 {
+		t.Fatal("no planner rejections; the budget should reject long captions")
+	}
+	rep, err := prep.Report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	rejects, err := loader.ReadQuarantine(&q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rejects {
+		if r.Reason == "plan_rejected" {
+			seen[r.ID]++
+		}
+	}
+	if len(seen) != len(plan.Rejected) {
+		t.Errorf("%d distinct plan_rejected ids in quarantine, planner rejected %d", len(seen), len(plan.Rejected))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("sample %s quarantined %d times", id, n)
+		}
+	}
+	if rep.Quarantined != len(rejects) {
+		t.Errorf("report counts %d quarantined, the quarantine holds %d", rep.Quarantined, len(rejects))
 	}
 }
