@@ -40,7 +40,11 @@ func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 		bestMax > (1+refineAltImbalance)*bestSum/float64(p.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	for _, alt := range [][][]int32{p.balanceFirst(), p.randomSplit()} {
+	cands := [][][]int32{p.balanceFirst(), p.randomSplit()}
+	if p.cfg.Sync == SyncMicroBatch && p.cfg.MicroBatches > 1 {
+		cands = append(cands, p.positionsFirst(p.order), p.positionsFirst(p.byCostOrder()))
+	}
+	for _, alt := range cands {
 		if alt == nil {
 			continue
 		}
@@ -77,11 +81,41 @@ func (p *Partitioner) score(members [][]int32) (float64, float64) {
 	return p.stepScore()
 }
 
+// stepScore returns the step cost the partitioner minimises (the largest
+// rank cost, or with SyncMicroBatch syncedCost when larger) and the sum of
+// the rank costs.
 func (p *Partitioner) stepScore() (hi, sum float64) {
 	for _, c := range p.step {
 		hi, sum = max(hi, c), sum+c
 	}
+	if p.cfg.Sync == SyncMicroBatch && p.cfg.MicroBatches > 1 {
+		hi = max(hi, p.syncedCost())
+	}
 	return hi, sum
+}
+
+// syncedCost returns the step cost when the ranks meet at every micro-batch
+// and each rank runs its micro-batches costliest first (as assignment orders
+// them): Σ over positions j of the largest j-th costliest micro-batch.
+func (p *Partitioner) syncedCost() float64 {
+	m, pl := p.cfg.MicroBatches, p.cfg.Placement
+	p.slotMax = slices.Grow(p.slotMax[:0], 2*m)[:2*m]
+	top, buf := p.slotMax[:m], p.slotMax[m:]
+	clear(top)
+	for r := range p.cfg.DP {
+		for j := range m {
+			buf[j] = pl.StepCost(p.groups[r*m+j].cost)
+		}
+		slices.Sort(buf)
+		for j := range m {
+			top[j] = max(top[j], buf[m-1-j])
+		}
+	}
+	var s float64
+	for _, c := range top {
+		s += c
+	}
+	return s
 }
 
 // load makes members (slot r*M+m) the current groups and computes the ranks'

@@ -108,6 +108,56 @@ func (t *Tail) UnmarshalText(b []byte) error {
 	return err
 }
 
+// Sync says where the trainer's data-parallel ranks wait for each other
+// within a step, which decides what a step costs.
+type Sync int
+
+// Syncs.
+const (
+	// SyncMicroBatch: the ranks meet at every micro-batch (an all-gather of
+	// contrastive embeddings, as the bundled trainer does, or a pipeline
+	// stage), so a step costs Σ over micro-batch positions of the slowest
+	// rank's micro-batch there. The default.
+	SyncMicroBatch Sync = iota
+	// SyncStep: the ranks meet only at the gradient all-reduce, so a step
+	// costs the slowest rank's total.
+	SyncStep
+)
+
+// String returns "micro-batch" or "step".
+func (s Sync) String() string {
+	switch s {
+	case SyncMicroBatch:
+		return "micro-batch"
+	case SyncStep:
+		return "step"
+	}
+	return fmt.Sprintf("Sync(%d)", int(s))
+}
+
+// ParseSync parses "micro-batch" (or "microbatch", "micro_batch") or "step".
+func ParseSync(s string) (Sync, error) {
+	switch strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(strings.TrimSpace(s))) {
+	case "microbatch":
+		return SyncMicroBatch, nil
+	case "step":
+		return SyncStep, nil
+	}
+	return 0, fmt.Errorf("balancer: sync %q (want micro-batch|step): %w", s, ErrUnknownName)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Sync) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Sync) UnmarshalText(b []byte) error {
+	v, err := ParseSync(string(b))
+	if err == nil {
+		*s = v
+	}
+	return err
+}
+
 // Config configures Build. The plan is a pure function of (items, Config).
 type Config struct {
 	// DP is the number of data-parallel ranks.
@@ -125,6 +175,9 @@ type Config struct {
 	Budget Budget `json:"budget"`
 	// Placement selects the step cost: colocated or modality.
 	Placement Placement `json:"placement"`
+	// Sync says where the ranks wait for each other (the step cost every
+	// strategy is measured with, and what mmfeed minimises).
+	Sync Sync `json:"sync"`
 	// Tail selects what happens to the incomplete last global batch.
 	Tail Tail `json:"tail"`
 	// Lookahead is the number of global batches in the window within which
@@ -189,7 +242,7 @@ func (c Config) Validate() error {
 func (c Config) partitionConfig() PartitionConfig {
 	return PartitionConfig{
 		DP: c.DP, MicroBatches: c.MicroBatches, Budget: c.Budget,
-		Placement: c.Placement, PaddingTarget: c.PaddingTarget, Model: c.model(),
+		Placement: c.Placement, Sync: c.Sync, PaddingTarget: c.PaddingTarget, Model: c.model(),
 	}
 }
 

@@ -131,6 +131,10 @@ func TestParseNames(t *testing.T) {
 		{"keep", false, "", parseT},
 		{"base", true, "base", parseM},
 		{"huge", false, "", parseM},
+		{"micro-batch", true, "micro-batch", parseY},
+		{"MicroBatch", true, "micro-batch", parseY},
+		{" step", true, "step", parseY},
+		{"epoch", false, "", parseY},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -148,6 +152,7 @@ func TestParseNames(t *testing.T) {
 func parseP(s string) (string, error) { v, err := ParsePlacement(s); return str(v, err) }
 func parseS(s string) (string, error) { v, err := ParseStrategy(s); return str(v, err) }
 func parseT(s string) (string, error) { v, err := ParseTail(s); return str(v, err) }
+func parseY(s string) (string, error) { v, err := ParseSync(s); return str(v, err) }
 func parseM(s string) (string, error) { v, err := Preset(s); return v.Name, err }
 
 func str(v interface{ String() string }, err error) (string, error) {
@@ -169,6 +174,7 @@ func TestValidateRejects(t *testing.T) {
 		"both sizes": func() error { c := DefaultConfig(); c.GlobalTokens = 10; return c.Validate() }(),
 		"small":      func() error { c := DefaultConfig(); c.GlobalBatch = 31; return c.Validate() }(),
 		"lookahead":  func() error { c := DefaultConfig(); c.Lookahead = 0; return c.Validate() }(),
+		"sync":       func() error { c := DefaultConfig(); c.Sync = 7; return c.Validate() }(),
 	}
 	for name, err := range cfgs {
 		if !errors.Is(err, ErrInvalidConfig) {

@@ -85,6 +85,11 @@ func FuzzParseNames(f *testing.F) {
 				t.Fatalf("tail %q round trip", s)
 			}
 		}
+		if v, err := ParseSync(s); err == nil {
+			if w, _ := ParseSync(v.String()); w != v {
+				t.Fatalf("sync %q round trip", s)
+			}
+		}
 		if v, err := ParsePlacement(s); err == nil {
 			if w, _ := ParsePlacement(v.String()); w != v {
 				t.Fatalf("placement %q round trip", s)

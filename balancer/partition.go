@@ -31,6 +31,11 @@ type PartitionConfig struct {
 	Budget Budget `json:"budget"`
 	// Placement selects the rank cost being minimised.
 	Placement Placement `json:"placement"`
+	// Sync selects the step cost minimised: with SyncMicroBatch, every rank's
+	// micro-batches are ordered costliest first and the step costs Σ over
+	// positions of the costliest micro-batch there; with SyncStep, the
+	// largest rank cost.
+	Sync Sync `json:"sync"`
 	// Model prices a micro-batch padded to its longest L and largest P
 	// (PaddedFeatures); the rank cost minimised is the sum of its
 	// micro-batches' padded costs. The zero value means the tiny preset.
@@ -61,6 +66,8 @@ func (c PartitionConfig) Validate() error {
 		return fmt.Errorf("balancer: micro-batches %d outside [1, 4096]: %w", c.MicroBatches, ErrInvalidConfig)
 	case c.Placement != Colocated && c.Placement != Modality:
 		return fmt.Errorf("balancer: placement %v: %w", c.Placement, ErrInvalidConfig)
+	case c.Sync != SyncMicroBatch && c.Sync != SyncStep:
+		return fmt.Errorf("balancer: sync %v: %w", c.Sync, ErrInvalidConfig)
 	case !(c.PaddingTarget > 0 && c.PaddingTarget <= 1):
 		return fmt.Errorf("balancer: padding target %v outside (0, 1]: %w", c.PaddingTarget, ErrInvalidConfig)
 	case c.Refinement != RefineLocalSearch && c.Refinement != RefineNone:
@@ -78,7 +85,8 @@ func (c PartitionConfig) Validate() error {
 type Assignment struct {
 	DP, MicroBatches int
 	// Members[r*MicroBatches+m] lists the positions (indices into the items
-	// given to Partition) of rank r's micro-batch m, longest text first.
+	// given to Partition) of rank r's micro-batch m, longest text first; a
+	// rank's micro-batches come costliest first.
 	Members [][]int32
 }
 
@@ -94,17 +102,19 @@ type Partitioner struct {
 	items []Item
 	costs []Cost
 
-	order  []int32 // positions sorted by (L, cost, position)
-	need   []int32 // need[i]: minimal micro-batches for order[i:]
-	groups []group // slot r*M+m belongs to rank r
-	itemG  []int32 // position → group slot
-	slot   []int32 // position → index in its group's members
-	rank   []Cost  // per-rank cost sums
-	step   []float64
-	byCost []int32
-	padded int64
-	cap    int64
-	evals  int // exchanges padSearch evaluated
+	order   []int32 // positions sorted by (L, cost, position)
+	need    []int32 // need[i]: minimal micro-batches for order[i:]
+	groups  []group // slot r*M+m belongs to rank r
+	itemG   []int32 // position → group slot
+	slot    []int32 // position → index in its group's members
+	rank    []Cost  // per-rank cost sums
+	step    []float64
+	byCost  []int32
+	slotMax []float64    // syncedCost scratch
+	sub     *Partitioner // positionsFirst's, created on first use
+	padded  int64
+	cap     int64
+	evals   int // exchanges padSearch evaluated
 }
 
 // group is one micro-batch under construction.
@@ -444,8 +454,9 @@ func (g *group) maxPWithout(ip int) int {
 	return g.maxP
 }
 
-// assignment copies the groups out, micro-batches of a rank ordered longest
-// first, entries longest first (ties by position).
+// assignment copies the groups out, micro-batches of a rank ordered
+// costliest first (so that position j is alike on every rank, see
+// syncedCost), entries longest first (ties by position).
 func (p *Partitioner) assignment() Assignment {
 	dp, m := p.cfg.DP, p.cfg.MicroBatches
 	a := Assignment{DP: dp, MicroBatches: m, Members: make([][]int32, dp*m)}
@@ -461,7 +472,11 @@ func (p *Partitioner) assignment() Assignment {
 		for i := range gs {
 			slices.SortFunc(gs[i].members, byLen)
 		}
+		pl := p.cfg.Placement
 		slices.SortFunc(gs, func(x, y group) int {
+			if c := cmp.Compare(pl.StepCost(y.cost), pl.StepCost(x.cost)); c != 0 {
+				return c
+			}
 			if c := cmp.Compare(y.maxL, x.maxL); c != 0 {
 				return c
 			}

@@ -123,7 +123,7 @@ func TestPartitionRefinementLowersPaddedMax(t *testing.T) {
 			for s := range 6 {
 				items := genItems(128, kind, uint64(s))
 				costs := model.Costs(items)
-				base := PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: 0.95, Placement: pl, Model: model, Refinement: RefineNone}
+				base := PartitionConfig{DP: 8, MicroBatches: 4, PaddingTarget: 0.95, Placement: pl, Sync: SyncStep, Model: model, Refinement: RefineNone}
 				p0, _ := NewPartitioner(base)
 				a0, err := p0.Partition(items, costs)
 				if err != nil {

@@ -17,12 +17,14 @@ func TestQualityTargets(t *testing.T) {
 	for _, kind := range []genKind{genFixed, genDynamic} {
 		for _, pl := range []Placement{Colocated, Modality} {
 			for _, shape := range []ModelShape{TinyShape(), BaseShape()} {
-				t.Run(fmt.Sprintf("%v/%v/%s", kind, pl, shape.Name), func(t *testing.T) {
-					cfg := DefaultConfig()
-					cfg.Placement = pl
-					cfg.Model, _ = NewCostModel(shape)
-					checkTargets(t, genItems(128*150, kind, 2024), cfg)
-				})
+				for _, sync := range []Sync{SyncMicroBatch, SyncStep} {
+					t.Run(fmt.Sprintf("%v/%v/%s/sync=%v", kind, pl, shape.Name, sync), func(t *testing.T) {
+						cfg := DefaultConfig()
+						cfg.Placement, cfg.Sync = pl, sync
+						cfg.Model, _ = NewCostModel(shape)
+						checkTargets(t, genItems(128*150, kind, 2024), cfg)
+					})
+				}
 			}
 		}
 	}
@@ -39,13 +41,16 @@ func checkTargets(t *testing.T, items []Item, cfg Config) Summary {
 		t.Fatal(err)
 	}
 	mm, rnd := r.Strategies["mmfeed"], r.Strategies["random"]
-	if mm.ImbalanceP50 > 1.01 {
-		t.Errorf("imbalance p50 %.4f > 1.01", mm.ImbalanceP50)
+	p50, p99 := imbalanceTargets(cfg.Sync)
+	if mm.ImbalanceP50 > p50 {
+		t.Errorf("imbalance p50 %.4f > %v", mm.ImbalanceP50, p50)
 	}
-	if mm.ImbalanceP99 > ImbalanceTarget {
-		t.Errorf("imbalance p99 %.4f > %v (lower bound p99 %.4f)", mm.ImbalanceP99, ImbalanceTarget, mm.ImbalanceLowerBoundP99)
+	if mm.ImbalanceP99 > p99 {
+		t.Errorf("imbalance p99 %.4f > %v (lower bound p99 %.4f)", mm.ImbalanceP99, p99, mm.ImbalanceLowerBoundP99)
 	}
-	if want := minComputeEfficiency(items); mm.ComputeEfficiency < want || mm.ComputeEfficiency <= rnd.ComputeEfficiency {
+	t.Logf("sync %v: imbalance p50 %.4f p99 %.4f, random p50 %.4f p99 %.4f, speedup %.3f×",
+		cfg.Sync, mm.ImbalanceP50, mm.ImbalanceP99, rnd.ImbalanceP50, rnd.ImbalanceP99, rnd.StepCostSum/mm.StepCostSum)
+	if want := minComputeEfficiency(items, cfg.Sync); mm.ComputeEfficiency < want || mm.ComputeEfficiency <= rnd.ComputeEfficiency {
 		t.Errorf("compute efficiency %.4f < %v or ≤ random's %.4f (text padding efficiency %.4f)",
 			mm.ComputeEfficiency, want, rnd.ComputeEfficiency, mm.PaddingEfficiency)
 	}
@@ -60,16 +65,33 @@ func checkTargets(t *testing.T, items []Item, cfg Config) Summary {
 	return mm
 }
 
+// imbalanceTargets returns the p50 and p99 imbalance mmfeed must reach. When
+// the ranks meet only at the all-reduce (SyncStep), a rank's micro-batches
+// can make up for each other, and the 1.01 / 1.03 hold. When they
+// meet at every micro-batch, each position's micro-batches must be even on
+// their own, with a handful of samples each: padded to their longest, they
+// cannot all cost the same (docs/cost-model.md, "Synchronisation").
+func imbalanceTargets(s Sync) (p50, p99 float64) {
+	if s == SyncStep {
+		return 1.01, ImbalanceTarget
+	}
+	return 1.10, 1.25
+}
+
 // minComputeEfficiency is the padding target under the padded objective:
 // 0.95 of the trainer's compute on real tokens when the image tokens are
 // fixed. With dynamic resolution a micro-batch pads in both L and P and the
 // partitioner trades padding for balance; 0.85 is what it reaches on the
 // generated long-tailed items (docs/cost-model.md, "Padding").
-func minComputeEfficiency(items []Item) float64 {
+// Meeting at every micro-batch costs about one point more padding (0.94).
+func minComputeEfficiency(items []Item, s Sync) float64 {
 	for _, it := range items {
 		if it.ImageTokens != items[0].ImageTokens {
 			return 0.85
 		}
+	}
+	if s == SyncMicroBatch {
+		return 0.93
 	}
 	return 0.95
 }
@@ -98,13 +120,16 @@ func TestQualityTargetsLumpy(t *testing.T) {
 	items := readItemsCSV(t, lumpyFixture)
 	for _, policy := range []string{"shorter-crop", "dynamic"} {
 		for _, shape := range []ModelShape{TinyShape(), BaseShape()} {
-			t.Run(policy+"/"+shape.Name, func(t *testing.T) {
-				cfg := DefaultConfig()
-				cfg.Model, _ = NewCostModel(shape)
-				s := checkTargets(t, resize(items, policy), cfg)
-				t.Logf("imbalance p50 %.4f p99 %.4f (bound p99 %.4f), padding %.4f",
-					s.ImbalanceP50, s.ImbalanceP99, s.ImbalanceLowerBoundP99, s.PaddingEfficiency)
-			})
+			for _, sync := range []Sync{SyncMicroBatch, SyncStep} {
+				t.Run(fmt.Sprintf("%s/%s/sync=%v", policy, shape.Name, sync), func(t *testing.T) {
+					cfg := DefaultConfig()
+					cfg.Model, _ = NewCostModel(shape)
+					cfg.Sync = sync
+					s := checkTargets(t, resize(items, policy), cfg)
+					t.Logf("imbalance p50 %.4f p99 %.4f (bound p99 %.4f), padding %.4f",
+						s.ImbalanceP50, s.ImbalanceP99, s.ImbalanceLowerBoundP99, s.PaddingEfficiency)
+				})
+			}
 		}
 	}
 }
@@ -118,8 +143,12 @@ func TestRealCorpusTargets(t *testing.T) {
 	if pattern == "" {
 		pattern = "/tmp/real-items-%s.json"
 	}
-	for _, policy := range []string{"shorter-crop", "dynamic"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		sync   Sync
+	}{{"shorter-crop", SyncMicroBatch}, {"shorter-crop", SyncStep}, {"dynamic", SyncMicroBatch}, {"dynamic", SyncStep}} {
+		policy := tc.policy
+		t.Run(fmt.Sprintf("%s/sync=%v", policy, tc.sync), func(t *testing.T) {
 			b, err := os.ReadFile(fmt.Sprintf(pattern, policy))
 			if os.IsNotExist(err) {
 				t.Skipf("no real-corpus dump: %v", err)
@@ -131,7 +160,9 @@ func TestRealCorpusTargets(t *testing.T) {
 			if err := json.Unmarshal(b, &items); err != nil {
 				t.Fatal(err)
 			}
-			s := checkTargets(t, items, DefaultConfig())
+			cfg := DefaultConfig()
+			cfg.Sync = tc.sync
+			s := checkTargets(t, items, cfg)
 			t.Logf("%d items: imbalance p50 %.4f p99 %.4f max %.4f (bound p99 %.4f), padding %.4f",
 				len(items), s.ImbalanceP50, s.ImbalanceP99, s.ImbalanceMax, s.ImbalanceLowerBoundP99, s.PaddingEfficiency)
 		})

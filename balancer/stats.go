@@ -13,7 +13,10 @@ type StepStats struct {
 	// at its longest L and largest P (PaddedFeatures; padding entries included,
 	// they are computed even though their weight is 0).
 	RankCost []float64 `json:"rank_cost"`
-	// MaxCost is the predicted step time: the slowest rank.
+	// MaxCost is the predicted step time: the slowest rank's cost, or with
+	// SyncMicroBatch Σ over micro-batch positions of the slowest rank's
+	// micro-batch there (the ranks meet at every micro-batch), whichever is
+	// larger.
 	MaxCost  float64 `json:"max_cost"`
 	MeanCost float64 `json:"mean_cost"`
 	// Imbalance is MaxCost / MeanCost (1 is perfect).
@@ -70,9 +73,11 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	st := StepStats{Step: s.Index, RankCost: make([]float64, len(s.Ranks))}
 	var sum float64
 	var entries []Cost
+	pl := p.Config.Placement
+	var slot []float64 // per micro-batch position, the slowest rank's cost
 	for r, rank := range s.Ranks {
 		var c Cost
-		for _, mb := range rank {
+		for j, mb := range rank {
 			longest := 0
 			for _, e := range mb {
 				it := p.items[e.Item]
@@ -91,10 +96,21 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 			mc := m.CostOf(p.MicroBatchFeatures(mb))
 			st.PaddedCost += mc.Total()
 			c = c.Add(mc)
+			if j == len(slot) {
+				slot = append(slot, 0)
+			}
+			slot[j] = max(slot[j], pl.StepCost(mc))
 		}
-		st.RankCost[r] = p.Config.Placement.StepCost(c)
+		st.RankCost[r] = pl.StepCost(c)
 		st.MaxCost = max(st.MaxCost, st.RankCost[r])
 		sum += st.RankCost[r]
+	}
+	if p.Config.Sync == SyncMicroBatch {
+		var synced float64
+		for _, c := range slot {
+			synced += c
+		}
+		st.MaxCost = max(st.MaxCost, synced)
 	}
 	if len(s.Ranks) > 0 {
 		st.MeanCost = sum / float64(len(s.Ranks))

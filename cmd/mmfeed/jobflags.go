@@ -16,6 +16,7 @@ import (
 type jobFlags struct {
 	cfg       pipeline.Config
 	placement string
+	sync      string
 	strategy  string
 	tail      string
 	model     string
@@ -23,7 +24,7 @@ type jobFlags struct {
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
-	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", strategy: "mmfeed", tail: "drop", model: "tiny"}
+	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny"}
 	c := &j.cfg
 	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar shards (file, folder or glob), Parquet, or an image folder with .txt sidecars (required)")
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
@@ -35,6 +36,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.IntVar(&c.Plan.Budget.MaxImageTokens, "mb-max-image-tokens", 0, "micro-batch budget: most image tokens (0: none)")
 	fs.IntVar(&c.Plan.Lookahead, "lookahead", c.Plan.Lookahead, "global batches the balancer may swap samples between (1: none)")
 	fs.StringVar(&j.placement, "placement", j.placement, "colocated (step cost = vision+text+fusion) or modality (max(vision, text)+fusion)")
+	fs.StringVar(&j.sync, "sync", j.sync, "where the trainer's dp ranks wait for each other: micro-batch (every micro-batch, e.g. a contrastive all-gather or FSDP) or step (only the gradient all-reduce)")
 	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
 	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
@@ -59,6 +61,9 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	c := j.cfg
 	var err error
 	if c.Plan.Placement, err = balancer.ParsePlacement(j.placement); err != nil {
+		return c, err
+	}
+	if c.Plan.Sync, err = balancer.ParseSync(j.sync); err != nil {
 		return c, err
 	}
 	if c.Plan.Strategy, err = balancer.ParseStrategy(j.strategy); err != nil {
