@@ -203,7 +203,21 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			}
 		}
 	}
-	return p.bestCandidate(best), nil
+	return p.leveled(p.bestCandidate(best)), nil
+}
+
+// leveled returns a with its positions levelled (levelPositions) when the
+// ranks meet at every micro-batch and that lowers the step cost.
+func (p *Partitioner) leveled(a Assignment) Assignment {
+	if p.cfg.Sync != SyncMicroBatch || p.cfg.MicroBatches == 1 || p.cfg.DP == 1 || p.cfg.Refinement != RefineLocalSearch {
+		return a
+	}
+	before, _ := p.score(a.Members)
+	p.levelPositions()
+	if after, _ := p.stepScore(); after < before*(1-minGain) {
+		return p.assignment()
+	}
+	return a
 }
 
 // retryImbalance is the max / mean − 1 above which Partition retries with a

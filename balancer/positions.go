@@ -108,3 +108,124 @@ func (p *Partitioner) byCostOrder() []int32 {
 	})
 	return out
 }
+
+// levelBudget bounds levelPositions' exchange evaluations per sample (a
+// count, so the result stays deterministic).
+const levelBudget = 32
+
+// levelPositions lowers syncedCost of the loaded groups by moving one sample,
+// or swapping two, between the costliest and the cheapest micro-batches at
+// the same position (j-th costliest of their ranks), positions with the
+// widest spread first; it takes the first exchange that lowers syncedCost
+// and starts over, until none does or the budget is spent. Budgets hold and
+// micro-batches stay non-empty.
+func (p *Partitioner) levelPositions() {
+	budget := levelBudget * len(p.items)
+	cur := p.syncedCost()
+	for budget > 0 {
+		improved := false
+		for _, pair := range p.positionPairs() {
+			var ok bool
+			if cur, ok = p.levelPair(pair[0], pair[1], cur, &budget); ok {
+				improved = true
+				break
+			}
+		}
+		if !improved {
+			return
+		}
+	}
+}
+
+// positionPairs returns, per position, the slots of its costliest and its
+// cheapest micro-batch, the widest spread first.
+func (p *Partitioner) positionPairs() [][2]int {
+	dp, m, pl := p.cfg.DP, p.cfg.MicroBatches, p.cfg.Placement
+	hi, lo := make([]int, m), make([]int, m)
+	idx := make([]int, m)
+	for r := range dp {
+		for j := range idx {
+			idx[j] = r*m + j
+		}
+		slices.SortFunc(idx, func(a, b int) int {
+			return cmp.Compare(pl.StepCost(p.groups[b].cost), pl.StepCost(p.groups[a].cost))
+		})
+		for j, g := range idx {
+			c := pl.StepCost(p.groups[g].cost)
+			if r == 0 || c > pl.StepCost(p.groups[hi[j]].cost) {
+				hi[j] = g
+			}
+			if r == 0 || c < pl.StepCost(p.groups[lo[j]].cost) {
+				lo[j] = g
+			}
+		}
+	}
+	out := make([][2]int, 0, m)
+	for j := range m {
+		if hi[j]/m != lo[j]/m {
+			out = append(out, [2]int{hi[j], lo[j]})
+		}
+	}
+	spread := func(x [2]int) float64 {
+		return pl.StepCost(p.groups[x[0]].cost) - pl.StepCost(p.groups[x[1]].cost)
+	}
+	slices.SortStableFunc(out, func(a, b [2]int) int { return cmp.Compare(spread(b), spread(a)) })
+	return out
+}
+
+// levelPair tries the moves of a sample of group a to group b and the swaps
+// of a sample of a with one of b, keeping the first that lowers syncedCost
+// below cur; it returns the new cost and whether it changed anything.
+func (p *Partitioner) levelPair(a, b int, cur float64, budget *int) (float64, bool) {
+	ga, gb := &p.groups[a], &p.groups[b]
+	for i := len(ga.members) - 1; i >= 0 && len(ga.members) > 1; i-- {
+		if c, ok := p.tryExchange(a, b, i, -1, cur, budget); ok {
+			return c, true
+		}
+		for k := range gb.members {
+			if c, ok := p.tryExchange(a, b, i, k, cur, budget); ok {
+				return c, true
+			}
+			if *budget <= 0 {
+				return cur, false
+			}
+		}
+	}
+	return cur, false
+}
+
+// tryExchange moves member i of group a to group b (k < 0) or swaps it with
+// member k of b, and keeps it when the budget holds and syncedCost falls
+// below cur·(1 − minGain); otherwise it restores both groups.
+func (p *Partitioner) tryExchange(a, b, i, k int, cur float64, budget *int) (float64, bool) {
+	*budget--
+	ga, gb := &p.groups[a], &p.groups[b]
+	oldA, oldB := slices.Clone(ga.members), slices.Clone(gb.members)
+	x := ga.members[i]
+	if k < 0 {
+		ga.members = slices.Delete(ga.members, i, i+1)
+		gb.members = append(gb.members, x)
+	} else {
+		ga.members[i], gb.members[k] = gb.members[k], x
+	}
+	p.refresh(a)
+	p.refresh(b)
+	if p.fitsGroup(a) && p.fitsGroup(b) {
+		if c := p.syncedCost(); c < cur*(1-minGain) {
+			m := p.cfg.MicroBatches
+			p.rankCost(a / m)
+			p.rankCost(b / m)
+			return c, true
+		}
+	}
+	ga.members, gb.members = oldA, oldB
+	p.refresh(a)
+	p.refresh(b)
+	return cur, false
+}
+
+// fitsGroup reports whether group g is within the budget.
+func (p *Partitioner) fitsGroup(g int) bool {
+	s := p.groups[g].shape()
+	return p.cfg.Budget.Fits(s.count, s.maxL, s.sumP)
+}
