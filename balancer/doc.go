@@ -20,7 +20,11 @@
 // its longest L and largest P, so a micro-batch costs its entries × the cost
 // at (L_max, P_max) ([PaddedFeatures]); step statistics, the report and the
 // partitioner's objective all use this padded cost. docs/cost-model.md
-// derives the formula.
+// derives the formula. [Sync] says where the trainer's ranks wait for each
+// other: at every micro-batch ([SyncMicroBatch], the default: a step costs Σ
+// over micro-batch positions of the slowest rank's micro-batch there, every
+// rank running its micro-batches costliest first) or only at the gradient
+// all-reduce ([SyncStep]: the slowest rank's total).
 //
 // # Outputs
 //
@@ -32,7 +36,7 @@
 // the same inputs and [Plan.From] resumes at any step. Three strategies share
 // the Plan type: [StrategyMmfeed] (cost-balanced: lookahead windows dealt
 // over steps × ranks so that every step can be split evenly, then a
-// partitioner per step that minimises the largest padded rank cost over
+// partitioner per step that minimises the padded step cost under Sync over
 // several candidates, the random split among them; see docs/cost-model.md,
 // "Balancing"), [StrategyRandom]
 // (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
