@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast (auto: on CUDA)")
     p.add_argument("--prefetch", type=int, default=2, help="steps converted ahead")
     p.add_argument("--save-params", help="write the final parameters of each mp rank here")
+    p.add_argument("--log-ids", metavar="DIR",
+                   help="append each consumed step's live sample ids to DIR/ids-rank<R>.jsonl (tests, audits)")
     p.add_argument("--metrics-skip", type=int, default=0, help="leave the first N steps out of the summary")
     p.add_argument("--peak-tflops", type=float, help="peak bf16 TFLOP/s per device for MFU (default: by name)")
     p.add_argument("--synth-samples", type=int, nargs=2, default=(2, 5), metavar=("MIN", "MAX"),
@@ -79,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
-        save_params=a.save_params, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,
+        save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,
         optim=config.OptimConfig(lr=a.lr, warmup_steps=a.warmup, total_steps=max(a.steps, 1),
                                  weight_decay=a.weight_decay, max_grad_norm=a.clip),
         synth=synthetic.SynthConfig(seed=a.seed, dp=dp, micro_batches=a.synth_micro_batches,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import logging
 import math
 import os
@@ -71,6 +72,9 @@ class TrainConfig:
     """Leave the first N steps (warm-up, autotuning) out of the run's summary metrics."""
     peak_tflops: float | None = None
     """Peak dense bf16 TFLOP/s of one device, for MFU; None = guess from the CUDA device name."""
+    log_ids: str | None = None
+    """Append the live sample ids of every consumed step to ``<dir>/ids-rank<R>.jsonl`` (one
+    JSON line per step and rank: epoch, step, dp_rank, mp_rank, ids per micro-batch)."""
 
     def validate(self) -> None:
         sources = sum(x is not None and x is not False for x in (self.nats, self.shards, self.synthetic or None))
@@ -243,6 +247,8 @@ def run(cfg: TrainConfig) -> RunResult:
                 torch.cuda.synchronize(device)
             compute = time.perf_counter() - t0
             source.ack(host.data)
+            if cfg.log_ids:
+                _log_ids(cfg.log_ids, dims, host)
             source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
                             samples=stats.samples)
             flops = _batch_flops(mcfg, host.host_batches) if peak_flops and dims.mp == 1 else 0.0
@@ -290,6 +296,17 @@ def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) ->
              step, f"{loss:.4f}" if loss is not None and math.isfinite(loss) else loss, lr,
              float(stats.grad_norm), 1e3 * summary["step_time_s"], 100 * summary["data_wait_fraction"],
              summary["samples_per_s"], extra)
+
+
+def _log_ids(directory: str, dims: ParallelDims, host) -> None:
+    """Append one JSON line with the live (weight > 0) ids of this rank's consumed step."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    ids = [[i for i, w in zip(mb["id"], mb["weight"].tolist()) if w > 0] for mb in host.host_batches]
+    line = {"epoch": host.data.epoch, "step": host.data.step, "dp_rank": dims.dp_rank,
+            "mp_rank": dims.mp_rank, "ids": ids}
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"ids-rank{rank:03d}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def _save_params(directory: str, module, dims: ParallelDims) -> None:
