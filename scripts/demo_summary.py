@@ -1,6 +1,9 @@
-"""Print the balance report of `make demo` from the service's /v1/report JSON.
+"""Print the loss and the balance report of `make demo`.
 
-  demo_summary.py REPORT.json
+  demo_summary.py REPORT.json [TRAIN.log]
+
+Loss: from the trainer's final JSON line in TRAIN.log (rank 0 prints the logged step losses),
+the mean of the first k against the last k steps.
 
 Predicted: the plan's per-rank costs for mmfeed and the baselines (cost model, same samples).
 Measured: the step times the trainer ranks reported as feedback (slowest mp rank per dp rank).
@@ -10,7 +13,31 @@ import statistics
 import sys
 
 
-def main(path):
+def train_losses(log_path: str) -> list[float]:
+    """The step losses of the trainer's summary line (the last JSON object with "losses")."""
+    losses: list[float] = []
+    with open(log_path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{") and '"losses"' in line:
+                losses = json.loads(line)["losses"]
+    return losses
+
+
+def print_loss(losses: list[float], k: int = 10) -> None:
+    if len(losses) < 2:
+        print("loss: fewer than 2 logged steps")
+        return
+    k = min(k, len(losses) // 2)
+    first, last = statistics.mean(losses[:k]), statistics.mean(losses[-k:])
+    print(f"loss over {len(losses)} logged steps: mean of the first {k} {first:.3f}, of the last {k} {last:.3f} "
+          f"({(last - first) / first:+.1%})")
+
+
+def main(path: str, log_path: str | None = None) -> None:
+    if log_path:
+        print_loss(train_losses(log_path))
+        print()
     r = json.load(open(path))
     live = r.get("live") or {}
     print(f"plan: {r['samples']} samples in {r['steps']} steps x {r['dp']} dp ranks x {r['micro_batches']} micro-batches, "
@@ -48,4 +75,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
