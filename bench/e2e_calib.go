@@ -20,9 +20,9 @@ import (
 )
 
 // e2eCalibration: the calibration loop with a deliberately wrong prior. `mmfeed serve`
-// plans the skewed corpus with the *base* model's analytic coefficients (ViT-B/BERT-base
-// FLOPs: attention terms far too light relative to the linear ones for the tiny model the
-// trainer runs) and streams it to the trainer over NATS for two epochs. With
+// plans the skewed corpus with the tiny model's analytic coefficients, text terms made 50×
+// too expensive (--cost-scale 1,50,1: the planner thinks captions dominate and pays little
+// attention to image size), and streams it to the trainer over NATS for two epochs. With
 // --recalibrate K the service refits the model from the ranks' compute-time feedback every
 // K steps and replans the unpublished rest (and the next epoch); the control run never
 // refits (-1). Measured imbalance per window of K steps shows the effect.
@@ -32,6 +32,9 @@ type e2eCalibration struct {
 	// still has unpublished steps to replan.
 	StreamBytes int64
 }
+
+// calibPriorScale is the wrong prior: the vision, text and fusion coefficients' factors.
+const calibPriorScale = "1,50,1"
 
 func defaultE2ECalibration() e2eCalibration {
 	return e2eCalibration{Every: 5, Epochs: 2, StreamBytes: 48 << 20}
@@ -65,7 +68,7 @@ func benchE2ECalibration(env *benchEnv, st e2eSettings) (map[string]float64, err
 		if c := rep.Live.Calibration; c != nil {
 			out["e2e_calib_"+mode.name+"_prior_mean_rel_err"] = c.Prior.MeanRelErr
 			out["e2e_calib_"+mode.name+"_fit_mean_rel_err"] = c.Fit.MeanRelErr
-			fmt.Printf("   %s: cost model error on %d rank-steps: prior (base coefficients, best scale) %.1f%%, refit %.1f%%\n",
+			fmt.Printf("   %s: cost model error on %d rank-steps: prior (text ×50, best scale) %.1f%%, refit %.1f%%\n",
 				mode.name, c.Fit.N, 100*c.Prior.MeanRelErr, 100*c.Fit.MeanRelErr)
 		}
 	}
@@ -165,7 +168,7 @@ func serveAndTrain(env *benchEnv, bin, manifest, name string, every int, cal e2e
 	args := []string{"serve", "--input", manifest, "--job", "e2e" + name, "--dp", fmt.Sprint(st.DP),
 		"--global-batch", fmt.Sprint(st.GlobalBatch), "--micro-batches", fmt.Sprint(st.MicroBatches),
 		"--resize", "dynamic", "--max-pixels", fmt.Sprint(st.MaxPixels), "--max-length", fmt.Sprint(st.MaxLength),
-		"--dtype", "uint8", "--seed", "1", "--model", "base", "--recalibrate", fmt.Sprint(every),
+		"--dtype", "uint8", "--seed", "1", "--model", "tiny", "--cost-scale", calibPriorScale, "--recalibrate", fmt.Sprint(every),
 		"--epochs", fmt.Sprint(cal.Epochs), "--stream-max-bytes", fmt.Sprint(cal.StreamBytes), "--workers", "1",
 		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", natsPort), "--http", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"--data-dir", filepath.Join(env.tmp, "e2e-nats-"+name)}
@@ -264,7 +267,7 @@ func waitFor(d time.Duration, cond func() bool) error {
 }
 
 func printCalibrationTable(windows map[string][]calibWindow, k int) {
-	fmt.Printf("   per %d trained steps (epoch:step), prior = base-model coefficients; model 0 = prior, n = n-th refit\n", k)
+	fmt.Printf("   per %d trained steps (epoch:step), prior = tiny model, text ×50; model 0 = prior, n = n-th refit\n", k)
 	fmt.Printf("   %-12s | %-34s | %-34s\n", "", "fixed (--recalibrate -1)", fmt.Sprintf("calibrated (--recalibrate %d)", k))
 	fmt.Printf("   %-12s | %5s %9s %9s %9s | %5s %9s %9s %9s\n", "steps", "model", "imb pred", "imb meas", "share err", "model", "imb pred", "imb meas", "share err")
 	f, c := windows["fixed"], windows["calibrated"]
