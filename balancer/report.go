@@ -26,6 +26,7 @@ type Report struct {
 	GlobalTokens int    `json:"global_tokens,omitempty"`
 	Lookahead    int    `json:"lookahead"`
 	Placement    string `json:"placement"`
+	Sync         string `json:"sync"`
 	Tail         string `json:"tail"`
 	Epoch        int    `json:"epoch"`
 	// Unit is the cost unit ("GFLOP" or "s").
@@ -82,7 +83,7 @@ func NewReport(plans ...*Plan) (*Report, error) {
 		Rejected: len(ref.Rejected), Quarantined: len(ref.Rejected), Dropped: len(ref.Dropped),
 		Steps: len(ref.Steps), DP: c.DP, MicroBatches: c.MicroBatches,
 		GlobalBatch: c.GlobalBatch, GlobalTokens: c.GlobalTokens, Lookahead: c.Lookahead,
-		Placement: c.Placement.String(), Tail: c.Tail.String(), Epoch: c.Epoch,
+		Placement: c.Placement.String(), Sync: c.Sync.String(), Tail: c.Tail.String(), Epoch: c.Epoch,
 		Unit: c.model().Unit, Strategies: make(map[string]Summary, len(plans)),
 		MaxDelay: ref.MaxDelay, MinDelay: ref.MinDelay, PlanHash: ref.Hash(),
 	}
@@ -116,8 +117,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteTable writes a human-readable comparison table.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\t\n",
-		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement)
+	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\tsync %s\t\n",
+		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement, r.Sync)
 	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tcompute eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
 	rnd := r.Strategies[StrategyRandom.String()].StepCostSum
 	for _, s := range Strategies() {
