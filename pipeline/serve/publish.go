@@ -303,10 +303,14 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 
 // rankPublisher publishes one rank's queued payloads in order until the
 // queue is closed (the run ended: publish what is queued) or ctx ends (a
-// rewind or a failure: drop it).
+// rewind or a failure: drop it). A step is published only once every rank
+// has published the steps before it (waitTurn).
 func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) error {
 	for m := range q {
 		t0 := time.Now()
+		if err := s.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
+			return err
+		}
 		if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
 			return err
 		}
@@ -318,10 +322,39 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 		s.mu.Lock()
 		if rs := &s.ranks[r]; rs.cursor == (pos{m.key.Epoch, m.key.Step}) && rs.gen == m.gen {
 			rs.cursor = pos{m.key.Epoch, m.key.Step + 1}
+			close(s.published)
+			s.published = make(chan struct{})
 		}
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// waitTurn blocks until every rank's cursor is at p or past it. The ranks
+// share the stream's byte bound: were one rank's publisher free to run steps
+// ahead, its batches (held unacknowledged by a trainer that waits for the
+// others at a collective) could fill the stream while another rank's batch
+// of an earlier step waits for room, and no trainer could move until
+// JetStream redelivered after ack_wait. Publishing in step order keeps the
+// stream to the steps the trainers need next.
+func (s *Service) waitTurn(ctx context.Context, p pos) error {
+	for {
+		s.mu.Lock()
+		behind := false
+		for _, rs := range s.ranks {
+			behind = behind || rs.cursor.less(p)
+		}
+		moved := s.published
+		s.mu.Unlock()
+		if !behind {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // publish sends one payload, retrying transient failures (a lost connection)

@@ -73,6 +73,7 @@ type Service struct {
 	plans     map[int]*epochPlan
 	cur       *epochPlan
 	planned   chan struct{} // closed (and replaced) whenever infos grows
+	published chan struct{} // closed (and replaced) whenever a rank's cursor moves on
 	runCancel context.CancelFunc
 	cal       *calibrator
 	live      *live
@@ -97,7 +98,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}),
 		rewindCh: make(chan rewindReq, 64), progress: make(chan struct{}, 1),
 		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{},
-		planned: make(chan struct{}), live: newLive(cfg)}
+		planned: make(chan struct{}), published: make(chan struct{}), live: newLive(cfg)}
 	s.cal = newCalibrator(cfg)
 	s.met = newMetrics(s)
 	if err := s.met.register(reg); err != nil {

@@ -35,6 +35,9 @@ type trainer struct {
 	computeSeconds func(epoch, step int) float64
 	// stepDelay is slept after each applied step.
 	stepDelay time.Duration
+	// barrier, when set, is called with a step's key before the step is
+	// applied: a collective that waits for the other ranks.
+	barrier func(ctx context.Context, k proto.BatchKey) error
 }
 
 func newTrainer(t testing.TB, cfg Config, url string, dp, mp int) *trainer {
@@ -181,6 +184,11 @@ func (tr *trainer) consume(ctx context.Context, epoch, stopAfter int) error {
 		mb++
 		if mb < rep.MicroBatches {
 			continue
+		}
+		if tr.barrier != nil {
+			if err := tr.barrier(ctx, held[0].Header.BatchKey); err != nil {
+				return fmt.Errorf("rank %d.%d: step %d: %w", tr.dp, tr.mp, step, err)
+			}
 		}
 		if err := tr.apply(ctx, held); err != nil {
 			return err

@@ -1,0 +1,87 @@
+package serve
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// stepBarrier lets a rank apply step s only once every rank holds step s, as
+// the trainers' collectives do.
+type stepBarrier struct {
+	mu    sync.Mutex
+	ranks int
+	held  map[[2]int]int
+	ready map[[2]int]chan struct{}
+}
+
+func newStepBarrier(ranks int) *stepBarrier {
+	return &stepBarrier{ranks: ranks, held: map[[2]int]int{}, ready: map[[2]int]chan struct{}{}}
+}
+
+func (b *stepBarrier) wait(ctx context.Context, k proto.BatchKey) error {
+	key := [2]int{k.Epoch, k.Step}
+	b.mu.Lock()
+	ch, ok := b.ready[key]
+	if !ok {
+		ch = make(chan struct{})
+		b.ready[key] = ch
+	}
+	b.held[key]++
+	if b.held[key] == b.ranks {
+		close(ch)
+	}
+	b.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestLockstepTrainersSmallStream: trainers that wait for each other at every
+// step (a collective) while holding their step unacknowledged, and a stream
+// that holds only a few steps. Were one rank's publisher free to run ahead, its
+// future batches could fill the stream while another rank's current batch
+// waits for room, and nothing would move until JetStream redelivered after
+// ack_wait (the stall seen in `make demo`). The service publishes in step order,
+// so the epoch finishes long before ack_wait.
+func TestLockstepTrainersSmallStream(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 240), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = "dynamic", 128*128
+	cfg.StreamMaxBytes = 1200 << 10 // 1.5 steps of up to 800 KiB (2 ranks × 2 micro-batches × 2 samples × 98 KiB)
+	cfg.AckWait = 5 * time.Minute
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	bar := newStepBarrier(cfg.ranks())
+	var trs []*trainer
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.ranks())
+	for i := range cfg.ranks() {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), i, 0)
+		tr.barrier = bar.wait
+		tr.stepDelay = 5 * time.Millisecond
+		trs = append(trs, tr)
+		wg.Go(func() { errs[i] = tr.runEpoch(ctx, 0, -1) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v (stalled until ack_wait?)", i, err)
+		}
+	}
+	for _, tr := range trs {
+		tr.crash()
+	}
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	checkDelivery(t, cfg, trs, 0, shardExpectation(t, cfg, 0))
+}
