@@ -1,19 +1,21 @@
 """End to end: the real trainer entry point (torchrun, 2 gloo ranks) against ``bin/mmfeed serve``.
 
 A generated corpus (no broken samples, a multiple of the global batch, so nothing is
-quarantined or dropped) is served with a deliberately wrong cost prior (text 8x too
-expensive) and refit every 2 published steps. The trainer trains the tiny model for one
-epoch and logs the ids it consumed (``--log-ids``). Asserted:
+quarantined or dropped) is served with a deliberately wrong cost prior (``--cost-scale
+1,1000,1``: text 1000x too expensive, so the prior ranks rank-steps by caption length only)
+and refit every 2 published steps. The trainer trains the tiny model for one epoch and logs
+the ids it consumed (``--log-ids``). Asserted:
 
 * the trainer exits 0 after the epoch;
 * every sample of the corpus was consumed exactly once, by one dp rank, in steps 0..n-1;
 * feedback reached the service: ``/v1/report`` has a measured time for every (step, rank);
 * the service refit its cost model from that feedback, and the refit explains the measured
-  rank-step times better than the wrong prior after its best single scale factor: higher R²
-  (``balancer.Calibration.Fit`` against ``.Prior``, both on the same observations). Both are
-  least-squares fits, so this checks that the loop is wired (feedback -> observations -> refit
-  on the same data) rather than a large effect: on 2 shared cores the tiny model's 15-60 ms
-  rank-steps are mostly jitter, and the mean relative error of the two is about the same.
+  rank-step times better than the wrong prior after its best single scale factor
+  (``balancer.Calibration.Fit`` against ``.Prior``, on the same observations): a mean relative
+  error at least 15% lower and a higher R². Measured here: refit 0.28-0.31, prior 0.45-0.48
+  (R² 0.39-0.42 against -0.8 to -1.1). With a milder prior (text 8x) the two errors are alike:
+  on 2 shared cores the tiny model's rank-steps are mostly jitter, and the shape of a prior
+  that is only moderately wrong hardly matters after scaling.
 
 The service is asked for two epochs so that it is still up (waiting for the second) when
 the trainer stops, and the report can be read; the test then stops it.
@@ -37,7 +39,7 @@ from test_stream import wait_for_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
-SAMPLES, GLOBAL_BATCH, DP = 160, 8, 2
+SAMPLES, GLOBAL_BATCH, DP = 320, 16, 2
 STEPS = SAMPLES // GLOBAL_BATCH
 LAYOUT = ["--dp", str(DP), "--global-batch", str(GLOBAL_BATCH), "--micro-batches", "2",
           "--resize", "dynamic", "--max-pixels", "65536", "--seed", "11"]
@@ -75,7 +77,7 @@ def wait_for_plan(http_port: int, serve: subprocess.Popen, deadline_s: float = 6
 
 def start_serve(manifest: str, data_dir: str, nats_port: int, http_port: int) -> subprocess.Popen:
     cmd = [BIN, "serve", "--input", manifest, *LAYOUT, "--job", "e2etrain", "--data-dir", data_dir,
-           "--epochs", "2", "--cost-scale", "1,8,1", "--recalibrate", "2",
+           "--epochs", "2", "--cost-scale", "1,1000,1", "--recalibrate", "2",
            # a small stream keeps the service a few steps ahead of the trainer, so refits
            # happen while feedback arrives (not after everything was published)
            "--stream-max-bytes", "8000000", "--ack-wait", "30s",
@@ -140,6 +142,6 @@ def test_trainer_trains_an_epoch_from_serve(mmfeed, tmp_path):
     assert cal is not None, f"no calibration from {live['observations']} observations"
     assert cal["fit"]["n"] >= 16
     fit, prior = cal["fit"], cal["prior"]
-    assert fit["r2"] > prior["r2"], (
+    assert fit["mean_rel_err"] < 0.85 * prior["mean_rel_err"] and fit["r2"] > prior["r2"], (
         f"refit R² {fit['r2']:.3f} (mean relative error {fit['mean_rel_err']:.3f}) not above the prior's "
         f"{prior['r2']:.3f} ({prior['mean_rel_err']:.3f}) on {fit['n']} observations")
