@@ -14,7 +14,9 @@ import (
 
 // benchTransport: Arrow batches through the embedded JetStream server to 2 consumers
 // (publish, reassemble, verify, decode, ack) against raw NATS publish/subscribe of the
-// same byte sizes, in the same run (proto's BenchmarkTransport), for the larger batch.
+// same byte sizes in the same chunk sizes, in the same run (proto's BenchmarkTransport:
+// both pipelined, the service's max_payload and file-store stream), for the larger batch.
+// The test binary runs with all cores: server, publishers and consumers share them.
 func benchTransport(env *benchEnv) (map[string]float64, error) {
 	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkTransport$", "-benchtime", "40x", "./proto/")
 	out, err := cmd.CombinedOutput()

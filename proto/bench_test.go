@@ -3,11 +3,15 @@ package proto
 import (
 	"context"
 	"fmt"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func benchMeta(dp int) BatchMeta {
@@ -42,17 +46,36 @@ func BenchmarkBuildRecord(b *testing.B) {
 	}
 }
 
-// BenchmarkTransport moves one encoded batch per rank per iteration through
-// an embedded JetStream server (Publisher → stream → Consumer.Next, decode,
-// Ack) and, for comparison, the same bytes as raw core-NATS messages of the
-// same chunk size to one subscriber per rank. Bytes are counted once per
-// rank.
+// benchMaxPayload is the embedded server's max_payload as the service
+// configures it (pipeline/serve DefaultConfig: 8 MiB); the publisher chunks
+// to it.
+const benchMaxPayload = 8 << 20
+
+// BenchmarkTransport measures throughput the way the service moves batches,
+// pipelined. Per rank, one goroutine publishes b.N batches in step order on
+// an in-process connection (as the service's rank publishers do, running
+// ahead of the trainers up to the stream's byte limit) while that rank's
+// consumer, on its own TCP connection, fetches, reassembles, verifies and
+// decodes them and its training loop takes and acknowledges each (consumeN).
+// The clock stops when every rank has acknowledged its last batch. The peer
+// moves the same bytes in the same chunk sizes as raw core-NATS messages from
+// an in-process publisher to one TCP subscriber per rank, which confirms each
+// complete batch; its publisher runs at most rawAhead batches ahead of the
+// confirmations (core NATS has no flow control: without a bound a slow
+// subscriber drops messages). Both use the service's server settings
+// (max_payload 8 MiB); mode=jetstream uses the service's stream
+// (DefaultStreamConfig: file store, 1 GiB), mode=jetstream-memory the same in
+// memory (--stream-memory), for comparison. Bytes are counted once per rank:
+// MB/s is bytes delivered to all ranks per wall second; cpu-ms/op is the
+// process's CPU time (server and clients) per op. Payloads are encoded before
+// the clock starts (b.N per rank: run it with -benchtime Nx, N small).
 func BenchmarkTransport(b *testing.B) {
 	const ranks = 2
 	for _, rows := range []int{4, 32} {
 		payload := mustEncodeB(b, benchMeta(0), testRows(benchMeta(0), rows))
 		name := fmt.Sprintf("ranks=%d/rows=%d/mib=%.1f", ranks, rows, float64(len(payload))/(1<<20))
 		b.Run("mode=jetstream/"+name, func(b *testing.B) { benchJetStream(b, ranks, rows) })
+		b.Run("mode=jetstream-memory/"+name, func(b *testing.B) { benchJetStreamStore(b, ranks, rows, true) })
 		b.Run("mode=raw/"+name, func(b *testing.B) { benchRaw(b, ranks, len(payload)) })
 	}
 }
@@ -70,13 +93,45 @@ func mustEncodeB(b *testing.B, meta BatchMeta, rows []Row) []byte {
 	return p
 }
 
-func benchJetStream(b *testing.B, ranks, rows int) {
-	s := startServer(b, 0)
-	nc, js := connect(b, s)
-	ctx, cancel := context.WithCancel(context.Background())
+// benchPayloads encodes steps 0..n-1 of each rank: keys are unique per batch.
+func benchPayloads(b *testing.B, ranks, rows, n int) [][][]byte {
+	rowsOf := testRows(benchMeta(0), rows)
+	out := make([][][]byte, ranks)
+	for dp := range out {
+		out[dp] = make([][]byte, n)
+		for step := range n {
+			m := benchMeta(dp)
+			m.Step = step
+			out[dp][step] = mustEncodeB(b, m, rowsOf)
+		}
+	}
+	return out
+}
+
+// connectInProcess connects in-process, as the service connects to its
+// embedded server.
+func connectInProcess(b *testing.B, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nc, js
+}
+
+func benchJetStream(b *testing.B, ranks, rows int) { benchJetStreamStore(b, ranks, rows, false) }
+
+func benchJetStreamStore(b *testing.B, ranks, rows int, mem bool) {
+	s := startServer(b, benchMaxPayload)
+	nc, js := connectInProcess(b, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	scfg := DefaultStreamConfig("job-1")
-	scfg.Memory = true
+	scfg.Memory = mem
 	if _, err := EnsureStream(ctx, js, scfg); err != nil {
 		b.Fatal(err)
 	}
@@ -84,100 +139,223 @@ func benchJetStream(b *testing.B, ranks, rows int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	payloads := make([][]byte, ranks)
-	rowsOf := testRows(benchMeta(0), rows)
-	got := make(chan error, 64)
+	payloads := benchPayloads(b, ranks, rows, b.N)
+	cons := make([]*Consumer, ranks)
 	for dp := range ranks {
-		payloads[dp] = mustEncodeB(b, benchMeta(dp), rowsOf)
-		c, err := NewConsumer(ctx, js, nil, DefaultConsumerConfig("job-1", dp, 0))
-		if err != nil {
+		_, cjs := connect(b, s) // a trainer rank has its own connection
+		if cons[dp], err = NewConsumer(ctx, cjs, nil, DefaultConsumerConfig("job-1", dp, 0)); err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		go func() {
-			for {
-				bt, err := c.Next(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						got <- err
-					}
-					return
-				}
-				bt.Release()
-				got <- bt.Ack(ctx)
-			}
-		}()
+		defer cons[dp].Close()
 	}
 	b.ReportAllocs()
-	b.SetBytes(int64(len(payloads[0]) * ranks))
-	step := 0
-	for b.Loop() {
-		b.StopTimer() // a fresh record per step: keys are unique per batch
-		for dp := range ranks {
-			m := benchMeta(dp)
-			m.Step = step
-			payloads[dp] = mustEncodeB(b, m, rowsOf)
-		}
-		b.StartTimer()
-		for dp := range ranks {
-			key := benchMeta(dp).Key()
-			key.Step = step
-			if _, err := pub.Publish(ctx, key, 0, payloads[dp]); err != nil {
-				b.Fatal(err)
+	b.SetBytes(int64(len(payloads[0][0]) * ranks))
+	b.ResetTimer()
+	defer reportCPU(b)()
+	var work []func(context.Context) error
+	for dp := range ranks {
+		work = append(work, func(ctx context.Context) error {
+			for step, p := range payloads[dp] {
+				key := benchMeta(dp).Key()
+				key.Step = step
+				if _, err := pub.Publish(ctx, key, 0, p); err != nil {
+					return err
+				}
 			}
-		}
-		step++
-		for range ranks {
-			if err := <-got; err != nil {
-				b.Fatal(err)
-			}
-		}
+			return nil
+		}, func(ctx context.Context) error { return consumeN(ctx, cons[dp], b.N) })
+	}
+	if err := runAll(ctx, work...); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+}
+
+// reportCPU starts measuring the process's CPU time (user + system: server,
+// publisher and consumers together); the function it returns reports it per
+// op as cpu-ms/op, a figure that moves less than wall time on a shared
+// machine.
+func reportCPU(b *testing.B) func() {
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 	}
 }
 
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchPrefetch is how many decoded batches a rank's fetching goroutine may
+// hold ahead of its trainer (the Python client's default prefetch).
+const benchPrefetch = 2
+
+// consumeN takes n batches in step order, as a trainer does with the
+// Python client: one goroutine fetches, verifies and decodes up to
+// benchPrefetch batches ahead; the other (the training loop) takes each,
+// releases it and acknowledges it (Ack waits for the server's confirmation).
+func consumeN(ctx context.Context, c *Consumer, n int) error {
+	taken := make(chan *Batch, benchPrefetch)
+	fetch := func(ctx context.Context) error {
+		defer close(taken)
+		for range n {
+			bt, err := c.Next(ctx)
+			if err != nil {
+				return err
+			}
+			select {
+			case taken <- bt:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	train := func(ctx context.Context) error {
+		step := 0
+		for bt := range taken {
+			bt.Release()
+			if bt.Header.Step != step {
+				return fmt.Errorf("got step %d, want %d", bt.Header.Step, step)
+			}
+			if err := bt.Ack(ctx); err != nil {
+				return err
+			}
+			step++
+		}
+		if step != n {
+			return fmt.Errorf("took %d batches, want %d", step, n)
+		}
+		return nil
+	}
+	return runAll(ctx, fetch, train)
+}
+
+// runAll runs fns concurrently and returns the first error; an error cancels
+// the context of the others.
+func runAll(ctx context.Context, fns ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, f := range fns {
+		wg.Go(func() {
+			if err := f(ctx); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// rawAhead bounds how many batches a raw publisher may be ahead of its
+// subscriber's confirmations.
+const rawAhead = 4
+
 func benchRaw(b *testing.B, ranks, size int) {
-	s := startServer(b, 0)
-	nc, _ := connect(b, s)
-	sub, err := nats.Connect(s.ClientURL())
+	s := startServer(b, benchMaxPayload)
+	nc, _ := connectInProcess(b, s)
+	chunk, err := ChunkSize(nc.MaxPayload())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sub.Close()
-	chunk, _ := ChunkSize(nc.MaxPayload())
 	data := randPayload(size, 9)
-	done := make(chan struct{}, 64)
+	subErr := make(chan error, ranks)
+	confirmed := make([]chan struct{}, ranks)
 	for dp := range ranks {
-		subj, _ := BatchSubject("job-1", dp, 0)
-		n := 0
-		if _, err := sub.Subscribe(subj, func(m *nats.Msg) {
-			if n += len(m.Data); n >= size {
-				n = 0
-				done <- struct{}{}
-			}
-		}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := sub.Flush(); err != nil {
-		b.Fatal(err)
+		confirmed[dp] = rawSubscriber(b, s, dp, size, subErr)
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(size * ranks))
-	for b.Loop() {
-		for dp := range ranks {
-			subj, _ := BatchSubject("job-1", dp, 0)
-			for off := 0; off < size; off += chunk {
-				if err := nc.Publish(subj, data[off:min(off+chunk, size)]); err != nil {
-					b.Fatal(err)
-				}
+	b.ResetTimer()
+	defer reportCPU(b)()
+	var work []func(context.Context) error
+	for dp := range ranks {
+		subj, _ := BatchSubject("job-1", dp, 0)
+		work = append(work, func(ctx context.Context) error {
+			return rawPublish(ctx, nc, subj, data, chunk, b.N, confirmed[dp], subErr)
+		})
+	}
+	if err := runAll(context.Background(), work...); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+}
+
+// rawSubscriber subscribes rank dp's subject on its own connection and
+// confirms every size bytes received; a slow-consumer drop is reported on
+// errs.
+func rawSubscriber(b *testing.B, s *server.Server, dp, size int, errs chan<- error) chan struct{} {
+	sc, err := nats.Connect(s.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case errs <- fmt.Errorf("raw subscriber %d: %w", dp, err):
+		default:
+		}
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sc.Close)
+	done := make(chan struct{}, b.N)
+	subj, _ := BatchSubject("job-1", dp, 0)
+	n := 0
+	sub, err := sc.Subscribe(subj, func(m *nats.Msg) {
+		if n += len(m.Data); n >= size {
+			n -= size
+			done <- struct{}{}
+		}
+	})
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err == nil {
+		err = sc.Flush()
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return done
+}
+
+// rawPublish publishes n batches of data in chunks, at most rawAhead ahead of
+// the confirmations, and returns when all n are confirmed.
+func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, chunk, n int, confirmed <-chan struct{}, errs <-chan error) error {
+	wait := func() error {
+		select {
+		case <-confirmed:
+			return nil
+		case err := <-errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("raw subscriber of %s timed out", subj)
+		}
+	}
+	for i := range n {
+		if i >= rawAhead {
+			if err := wait(); err != nil {
+				return err
 			}
 		}
-		for range ranks {
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				b.Fatal("raw subscriber timed out")
+		for off := 0; off < len(data); off += chunk {
+			if err := nc.Publish(subj, data[off:min(off+chunk, len(data))]); err != nil {
+				return err
 			}
 		}
 	}
+	for range min(n, rawAhead) {
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package proto
 import (
 	"bytes"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,8 +57,10 @@ func Chunk(key BatchKey, gen int, payload []byte, chunkSize int) ([]*nats.Msg, e
 // every message that belonged to the batch (duplicates included), so a
 // consumer can acknowledge or terminate them.
 type Assembled[T any] struct {
-	Header  ChunkHeader // Index is 0
-	Payload []byte      // nil unless complete and verified
+	Header ChunkHeader // Index is 0
+	// Payload is nil unless complete and verified. A single-chunk batch's
+	// Payload is that chunk's data slice, not a copy.
+	Payload []byte
 	Tags    []T
 	// Duplicate: a chunk of a batch that was already completed (a
 	// redelivery); Tags holds just that message, Payload is nil.
@@ -229,16 +232,37 @@ func (r *Reassembler[T]) finish(id batchID) (*Assembled[T], error) {
 		return &Assembled[T]{Header: p.head, Tags: p.tags}, fmt.Errorf("proto: batch %v: %d bytes in %d chunks, header says %d: %w",
 			id.key, p.bytes, p.head.Count, p.head.Size, ErrChunkMismatch)
 	}
-	payload := make([]byte, 0, p.bytes)
-	for _, part := range p.parts {
-		payload = append(payload, part...)
-	}
-	if sum := Checksum(payload); sum != p.head.Checksum {
+	payload, sum := join(p.parts, p.bytes)
+	if sum != p.head.Checksum {
 		return &Assembled[T]{Header: p.head, Tags: p.tags}, fmt.Errorf("proto: batch %v: crc32c %08x, header says %08x: %w",
 			id.key, sum, p.head.Checksum, ErrChecksum)
 	}
 	r.remember(id.key)
 	return &Assembled[T]{Header: p.head, Payload: payload, Tags: p.tags}, nil
+}
+
+// joinBlock is the block join copies and checksums at a time: the checksum
+// reads what the copy just brought into the cache.
+const joinBlock = 64 << 10
+
+// join returns the concatenated parts and their CRC-32C. A single part is
+// returned as is (no copy); several are copied into one new buffer with the
+// checksum computed on the way, one pass over the data instead of two.
+func join(parts [][]byte, size int64) ([]byte, uint32) {
+	if len(parts) == 1 {
+		return parts[0], Checksum(parts[0])
+	}
+	out := make([]byte, 0, size)
+	var sum uint32
+	for _, part := range parts {
+		for len(part) > 0 {
+			n := min(len(part), joinBlock)
+			out = append(out, part[:n]...)
+			sum = crc32.Update(sum, castagnoli, part[:n])
+			part = part[n:]
+		}
+	}
+	return out, sum
 }
 
 func (r *Reassembler[T]) fail(id batchID, err error) (*Assembled[T], error) {

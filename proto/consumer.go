@@ -134,7 +134,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, mem memory.Allocat
 	if err != nil {
 		return nil, err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(cfg.PullMaxMessages))
+	it, err := cons.Messages(pullLimit(cfg, js.Conn().MaxPayload()))
 	if err != nil {
 		return nil, fmt.Errorf("proto: consume %s: %w", ConsumerName(cfg.Job, cfg.DPRank, cfg.MPRank), err)
 	}
@@ -142,6 +142,15 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, mem memory.Allocat
 		mem = memory.NewGoAllocator()
 	}
 	return &Consumer{cfg: cfg, mem: mem, it: it, re: re, outstanding: map[BatchKey]*Batch{}}, nil
+}
+
+// pullLimit bounds the client's pull buffer: PullMaxBytes (at least two
+// messages of maxPayload) or else PullMaxMessages.
+func pullLimit(cfg ConsumerConfig, maxPayload int64) jetstream.PullMessagesOpt {
+	if cfg.PullMaxBytes > 0 {
+		return jetstream.PullMaxBytes(max(cfg.PullMaxBytes, 2*int(maxPayload)))
+	}
+	return jetstream.PullMaxMessages(cfg.PullMaxMessages)
 }
 
 // Close stops pulling. Unacknowledged batches are redelivered later.

@@ -201,12 +201,19 @@ func (p *Publisher) await(ctx context.Context, f jetstream.PubAckFuture, st *Pub
 	}
 }
 
-// retryable reports rejections that clear up by themselves: a full stream
-// (JetStream error 10077, "maximum bytes/messages exceeded"), no stream
-// responder yet, a lost or late ack, a stalled async publisher.
+// JetStream error codes that clear up by themselves.
+const (
+	errCodeStreamFull      = 10077 // "maximum bytes/messages exceeded" (DiscardNew)
+	errCodeTooManyRequests = 10167 // the stream's inbound queue is full (128 MiB in nats-server 2.1x)
+)
+
+// retryable reports rejections that clear up by themselves: a full stream,
+// a full inbound queue of the stream (many large chunks in flight from
+// concurrent Publish calls), no stream responder yet, a lost or late ack, a
+// stalled async publisher.
 func retryable(err error) bool {
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 {
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeStreamFull || apiErr.ErrorCode == errCodeTooManyRequests) {
 		return true
 	}
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||

@@ -91,8 +91,15 @@ type ConsumerConfig struct {
 	// AckWait is how long the server waits for an ack before redelivering;
 	// the trainer must Ack (or InProgress) a batch within it.
 	AckWait time.Duration
-	// PullMaxMessages is the Go client's pull buffer, in messages.
+	// PullMaxMessages is the Go client's pull buffer, in messages; used only
+	// when PullMaxBytes is 0.
 	PullMaxMessages int
+	// PullMaxBytes is the Go client's pull buffer, in bytes (at least two
+	// messages of the server's max_payload). Keep it under the server's
+	// max_pending (64 MiB by default): the server disconnects a client with
+	// more bytes pending as a slow consumer, and the chunks it had in flight
+	// come back only after AckWait.
+	PullMaxBytes int
 	// MaxBatchBytes bounds one reassembled payload.
 	MaxBatchBytes int64
 	// ChunkTimeout fails a batch whose chunks have not all arrived this long
@@ -101,10 +108,10 @@ type ConsumerConfig struct {
 }
 
 // DefaultConsumerConfig returns 1024 chunks of prefetch, a 5-minute ack
-// wait, a 64-message pull buffer, 1 GiB batches and a 2-minute chunk timeout.
+// wait, a 32 MiB pull buffer, 1 GiB batches and a 2-minute chunk timeout.
 func DefaultConsumerConfig(job string, dp, mp int) ConsumerConfig {
 	return ConsumerConfig{Job: job, DPRank: dp, MPRank: mp, MaxAckPending: 1024, AckWait: 5 * time.Minute,
-		PullMaxMessages: 64, MaxBatchBytes: 1 << 30, ChunkTimeout: 2 * time.Minute}
+		PullMaxMessages: 64, PullMaxBytes: 32 << 20, MaxBatchBytes: 1 << 30, ChunkTimeout: 2 * time.Minute}
 }
 
 // Validate checks the fields.
@@ -112,7 +119,8 @@ func (c ConsumerConfig) Validate() error {
 	if _, err := BatchSubject(c.Job, c.DPRank, c.MPRank); err != nil {
 		return err
 	}
-	if c.MaxAckPending < 1 || c.AckWait <= 0 || c.PullMaxMessages < 1 || c.MaxBatchBytes <= 0 || c.ChunkTimeout <= 0 {
+	if c.MaxAckPending < 1 || c.AckWait <= 0 || c.PullMaxBytes < 0 || (c.PullMaxBytes == 0 && c.PullMaxMessages < 1) ||
+		c.MaxBatchBytes <= 0 || c.ChunkTimeout <= 0 {
 		return fmt.Errorf("proto: consumer config %+v: %w", c, ErrInvalidConfig)
 	}
 	return nil

@@ -15,11 +15,14 @@ import (
 
 // startEmbedded starts the in-process JetStream server: file store under
 // DataDir, loopback or in-process only unless Listen names another host.
+// Its max_pending (what it queues for one client before dropping it as a
+// slow consumer) is at least 8 messages of max_payload, so that a trainer's
+// pull of a few chunks never exceeds it.
 func startEmbedded(cfg NATSConfig) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName: "mmfeed", JetStream: true, StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
 		NoSigs: true, NoLog: true, MaxPayload: cfg.MaxPayload, DontListen: cfg.Listen == "",
-		Host: "127.0.0.1", Port: -1,
+		MaxPending: max(server.MAX_PENDING_SIZE, 8*int64(cfg.MaxPayload)), Host: "127.0.0.1", Port: -1,
 	}
 	if cfg.Listen != "" {
 		host, port, _ := net.SplitHostPort(cfg.Listen)
