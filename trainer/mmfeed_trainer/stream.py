@@ -37,17 +37,29 @@ class StreamError(RuntimeError):
     """The service refused the rank, or the stream broke the protocol."""
 
 
+def fetch_size(batch: int, max_bytes: int, max_payload: int) -> int:
+    """At most ``batch`` messages and, counting each at ``max_payload``, at most ``max_bytes``;
+    at least one."""
+    return max(1, min(batch, max_bytes // max(1, max_payload)))
+
+
 class StreamSource(Source):
     def __init__(self, *, url: str, job: str, dims: ParallelDims, fetch_batch: int = 64,
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
-                 ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0):
+                 ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
+                 fetch_bytes: int = 32 << 20):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
-        5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery."""
+        5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery.
+        ``fetch_bytes``: one fetch asks for at most this many bytes' worth of chunks (counted at
+        the server's max_payload, at least one chunk). Keep it under the server's max_pending
+        (64 MiB by default): a server that queues more for a connection drops it as a slow
+        consumer, and the chunks it was sending come back only after ack_wait."""
         super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
         self.fetch_batch = fetch_batch
+        self.fetch_bytes = fetch_bytes
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_reorder = max_reorder
@@ -119,10 +131,15 @@ class StreamSource(Source):
         return True
 
     # -- batches ----------------------------------------------------------------------------
+    def _fetch_size(self) -> int:
+        """Messages per fetch: ``fetch_batch``, fewer when that many chunks of the server's
+        max_payload would exceed ``fetch_bytes``."""
+        return fetch_size(self.fetch_batch, self.fetch_bytes, self._nc.max_payload)
+
     async def _fetch(self):
         import nats.errors
         try:
-            return await self._sub.fetch(self.fetch_batch, timeout=1.0)
+            return await self._sub.fetch(self._fetch_size(), timeout=1.0)
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return []
 

@@ -22,7 +22,7 @@ from _dist import free_port
 from mmfeed_trainer import synthetic, wire
 from mmfeed_trainer.parallel_dims import ParallelDims
 from mmfeed_trainer.sources import StepData
-from mmfeed_trainer.stream import StreamSource
+from mmfeed_trainer.stream import StreamSource, fetch_size
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "t1"
@@ -69,8 +69,12 @@ def nats_url(tmp_path):
         proc.wait(timeout=10)
 
 
-def payload(step, mb, epoch=0):
-    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=4 + epoch), step, 0, mb)
+BIG = {"grids": ((32, 32),), "min_samples": 5, "max_samples": 5}
+"""Micro-batches of 5 float32 512x512 images: 15 MiB, two chunks at an 8 MiB max_payload."""
+
+
+def payload(step, mb, epoch=0, shape=None):
+    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=4 + epoch, **(shape or {})), step, 0, mb)
     rec = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.job": JOB.encode(),
                                        b"mmfeed.epoch": str(epoch).encode()})
     sink = pa.BufferOutputStream()
@@ -120,10 +124,10 @@ class FakeService:
                 self.control[kind].append(json.loads(msg.data))
             await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}", cb=record)
 
-    def publish(self, step, mb, *, gen=0, corrupt=False, epoch=0):
+    def publish(self, step, mb, *, gen=0, corrupt=False, epoch=0, shape=None, chunk=4096):
         async def go():
             key = wire.BatchKey(JOB, epoch, step, mb, 0, 0)
-            for h, d in wire.make_chunks(key, payload(step, mb, epoch), 4096, gen):
+            for h, d in wire.make_chunks(key, payload(step, mb, epoch, shape), chunk, gen):
                 if corrupt and h["Mmfeed-Chunk"].startswith("0/"):
                     d = bytes([d[0] ^ 0xFF]) + d[1:]
                 await self.js.publish(f"mmfeed.{JOB}.batch.0.0", d, headers=h)
@@ -137,6 +141,24 @@ class FakeService:
         async def go():
             return (await self.js.stream_info(f"MMFEED_{JOB}")).state.messages
         return self.call(go())
+
+
+@pytest.fixture
+def nats_url_8mb(tmp_path):
+    """A nats-server with the service's max_payload (8 MiB) and the default max_pending (64 MiB)."""
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\nmax_payload: 8MB\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -251,3 +273,37 @@ def test_cli_trains_from_the_stream_and_reports_feedback(nats_url, svc):
     assert [(f["epoch"], f["step"]) for f in feedback] == [(e, s) for e in range(EPOCHS) for s in range(STEPS)]
     assert all(f["compute_seconds"] > 0 and f["samples"] > 0 for f in feedback)
     assert svc.control["done"] and svc.pending() == 0, "every chunk acknowledged"
+
+
+def test_large_chunks_do_not_stall_until_ack_wait(nats_url_8mb):
+    """A fetch of 64 messages of 8 MiB made the server queue far more than its max_pending
+    (64 MiB) for the trainer's connection: it dropped the connection as a slow consumer and
+    the fetched chunks came back only after ack_wait (5 minutes, the stall seen in
+    ``make demo``). The client bounds each fetch in bytes."""
+    svc = FakeService(nats_url_8mb)
+    try:
+        for step in range(STEPS):  # about 90 MiB waiting in the stream
+            for mb in range(MICRO):
+                svc.publish(step, mb, shape=BIG, chunk=8 * 1024 * 1024 - 1024)
+        src = StreamSource(url=nats_url_8mb, job=JOB, dims=ParallelDims(), idle_timeout_s=20)
+        src.register({"epoch": 0, "next_step": 0})
+        it = src.steps({"epoch": 0, "next_step": 0})
+        for want in range(STEPS):
+            step = next(it)  # StreamError after 20 s without a batch (ack_wait is 300 s)
+            assert step.step == want
+            assert step.records[0].equals(pa.ipc.open_stream(payload(want, 0, 0, BIG)).read_next_batch())
+            src.ack(step)
+        src.close()
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("batch, max_bytes, max_payload, want", [
+    (64, 32 << 20, 8 << 20, 4),      # the service's 8 MiB max_payload: 32 MiB per fetch
+    (64, 32 << 20, 1 << 20, 32),     # the NATS default 1 MiB
+    (64, 32 << 20, 64 << 10, 64),    # small payloads: the message count limits
+    (64, 32 << 20, 64 << 20, 1),     # a payload above the byte budget: still one at a time
+    (64, 0, 8 << 20, 1),
+])
+def test_fetch_size_bounds_bytes_per_fetch(batch, max_bytes, max_payload, want):
+    assert fetch_size(batch, max_bytes, max_payload) == want
