@@ -64,6 +64,10 @@ func benchE2ECalibration(env *benchEnv, st e2eSettings) (map[string]float64, err
 			out[k+"imb_first_window"], out[k+"imb_last_window"] = w[0].Measured, w[len(w)-1].Measured
 			out[k+"share_err_first_window"], out[k+"share_err_last_window"] = w[0].ShareErr, w[len(w)-1].ShareErr
 		}
+		for e, imb := range epochImbalance(rep.Live.Steps) {
+			out[fmt.Sprintf("e2e_calib_%s_imb_epoch%d", mode.name, e)] = imb
+			fmt.Printf("   %s: epoch %d mean measured imbalance %.3f\n", mode.name, e, imb)
+		}
 		out["e2e_calib_"+mode.name+"_step_ms_mean"] = 1e3 * summarizeE2E(dropWarmup(rows, st.Warmup)).StepMean
 		if c := rep.Live.Calibration; c != nil {
 			out["e2e_calib_"+mode.name+"_prior_mean_rel_err"] = c.Prior.MeanRelErr
@@ -137,6 +141,22 @@ func calibrationWindows(steps []liveStep, k int) []calibWindow {
 		out = append(out, w)
 	}
 	return out
+}
+
+// epochImbalance is the mean measured imbalance (max / mean rank compute) of each
+// epoch's fully measured steps: the refit models plan most of epoch 1.
+func epochImbalance(steps []liveStep) map[int]float64 {
+	total, n := map[int]float64{}, map[int]int{}
+	for _, s := range steps {
+		if len(s.MeasuredSeconds) > 0 && !slices.Contains(s.MeasuredSeconds, 0) {
+			total[s.Epoch] += maxOverMean(s.MeasuredSeconds)
+			n[s.Epoch]++
+		}
+	}
+	for e := range total {
+		total[e] /= float64(n[e])
+	}
+	return total
 }
 
 func sum(v []float64) float64 {

@@ -149,3 +149,17 @@ func TestWriteManifestHead(t *testing.T) {
 		}
 	}
 }
+
+func TestEpochImbalance(t *testing.T) {
+	steps := []liveStep{
+		{Epoch: 0, Step: 0, MeasuredSeconds: []float64{1, 3}}, // 1.5
+		{Epoch: 0, Step: 1, MeasuredSeconds: []float64{2, 2}}, // 1
+		{Epoch: 0, Step: 2, MeasuredSeconds: []float64{2, 0}}, // not measured by every rank
+		{Epoch: 1, Step: 0, MeasuredSeconds: []float64{1, 1, 2}},
+	}
+	got := epochImbalance(steps)
+	want := map[int]float64{0: 1.25, 1: 1.5}
+	if len(got) != len(want) || math.Abs(got[0]-want[0]) > 1e-12 || math.Abs(got[1]-want[1]) > 1e-12 {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
