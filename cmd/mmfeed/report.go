@@ -76,7 +76,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if sims != nil {
-		fmt.Fprintf(stdout, "\nsimulated at scale (%d samples per rank, bootstrap of this corpus, step = slowest rank):\n", max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP))
+		fmt.Fprintf(stdout, "\nsimulated at scale (%d samples per rank, bootstrap of this corpus, ranks meet at every %s):\n", max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP), cfg.Plan.Sync)
 		fmt.Fprintf(stdout, "  %8s  %22s  %22s  %16s\n", "dp ranks", "random imb p50/p99", "mmfeed imb p50/p99", "random/mmfeed")
 		for _, r := range sims {
 			fmt.Fprintf(stdout, "  %8d  %10.3f / %-9.3f  %10.3f / %-9.3f  %15.3fx\n", r.Ranks,
