@@ -13,7 +13,10 @@
 #
 # Bounded: every stage runs under `timeout`; the whole script stays under 5 minutes.
 # Env: MMFEED_PYTHON (default .venv/bin/python), GPU_CHECK_STEPS (default 30),
-#      GPU_CHECK_BATCH (samples per rank and micro-batch, default 64), MMFEED_PEAK_TFLOPS.
+#      GPU_CHECK_BATCH (samples per rank and micro-batch, default 64), MMFEED_PEAK_TFLOPS,
+#      GPU_CHECK_CPU=N: a dry run of stages 1-2 on N CPU processes (gloo) with the tiny
+#      model, so CI checks that every command of this script still runs
+#      (trainer/tests/test_gpu_check.py); stage 3 is skipped there (make test runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${MMFEED_PYTHON:-$PWD/.venv/bin/python}"
@@ -21,21 +24,28 @@ STEPS="${GPU_CHECK_STEPS:-30}"
 BATCH="${GPU_CHECK_BATCH:-64}"
 export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+MODEL=base
+if [ -n "${GPU_CHECK_CPU:-}" ]; then
+  ngpu=$GPU_CHECK_CPU MODEL=tiny
+  export OMP_NUM_THREADS=1
+  echo "gpu-check: CPU dry run on $ngpu processes (tiny model, gloo)"
+else
+  ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
+fi
 if [ "$ngpu" -eq 0 ]; then
   echo "gpu-check: no CUDA device visible; nothing to check (CI covers the CPU paths)"
   exit 0
 fi
-"$PY" -c 'import torch; print("gpu-check:", torch.cuda.device_count(), "x", torch.cuda.get_device_name(0), "torch", torch.__version__)'
+[ -n "${GPU_CHECK_CPU:-}" ] || "$PY" -c 'import torch; print("gpu-check:", torch.cuda.device_count(), "x", torch.cuda.get_device_name(0), "torch", torch.__version__)'
 
 peak=()
 if [ -n "${MMFEED_PEAK_TFLOPS:-}" ]; then peak=(--peak-tflops "$MMFEED_PEAK_TFLOPS"); fi
 
 train() {  # $1 label, $2 dp, $3 mp, rest: extra flags
   local label=$1 dp=$2 mp=$3; shift 3
-  echo; echo "== $label: base model, bf16, NCCL, dp $dp x mp $mp, $STEPS steps, $BATCH samples/rank/micro-batch"
+  echo; echo "== $label: $MODEL model, bf16, NCCL, dp $dp x mp $mp, $STEPS steps, $BATCH samples/rank/micro-batch"
   timeout 150 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$ngpu" -m mmfeed_trainer \
-    --synthetic --model base --bf16 on --dp "$dp" --mp "$mp" --steps "$STEPS" --warmup 5 --lr 1e-4 \
+    --synthetic --model "$MODEL" --bf16 on --dp "$dp" --mp "$mp" --steps "$STEPS" --warmup 5 --lr 1e-4 \
     --log-every 10 --metrics-skip 5 --synth-samples $((BATCH - 8)) "$BATCH" --synth-micro-batches 2 \
     --synth-grids 14x14,16x12,12x16,16x16,10x14 --synth-text 10 77 --synth-dtype uint8 --synth-distinct 8 --prefetch 3 \
     "${peak[@]}" "$@"
@@ -53,5 +63,6 @@ if [ "$ngpu" -gt 1 ]; then
   fi
 fi
 
+if [ -n "${GPU_CHECK_CPU:-}" ]; then exit 0; fi
 echo; echo "== parity tests (dp x mp on CPU/gloo vs one process; DDP and FSDP2)"
 timeout 120 "$PY" -m pytest -q trainer/tests/test_parity.py
