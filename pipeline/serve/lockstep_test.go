@@ -2,6 +2,9 @@ package serve
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,4 +87,53 @@ func TestLockstepTrainersSmallStream(t *testing.T) {
 		t.Fatalf("service: %v", err)
 	}
 	checkDelivery(t, cfg, trs, 0, shardExpectation(t, cfg, 0))
+}
+
+// lockedBuffer is an io.Writer safe for the service's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A stream too small for two steps is reported, since lockstep trainers
+// would stall on it; a large one is not.
+func TestWarnsWhenStreamHoldsFewerThanTwoSteps(t *testing.T) {
+	input := corpus(t, 80)
+	for _, tc := range []struct {
+		maxBytes int64
+		warn     bool
+	}{{1200 << 10, true}, {64 << 20, false}} {
+		t.Run(fmt.Sprint(tc.maxBytes), func(t *testing.T) {
+			cfg := testConfig(t, input, 2, 1, "colocated")
+			cfg.Recalibrate = -1
+			cfg.QuarantineDir = t.TempDir()
+			cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = "dynamic", 128*128
+			cfg.StreamMaxBytes = tc.maxBytes
+			var logs lockedBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			r := start(t, cfg)
+			checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+				if counter(t, r.s, "mmfeed_serve_batches_total") == 0 {
+					return errorf("nothing published yet")
+				}
+				return nil
+			})
+			_ = r.stop(t)
+			if got := strings.Contains(logs.String(), "fewer than two steps"); got != tc.warn {
+				t.Errorf("warned %v, want %v; log:\n%s", got, tc.warn, logs.String())
+			}
+		})
+	}
 }

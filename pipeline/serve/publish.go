@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -237,12 +238,14 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
+	var stepBytes atomic.Int64
 	for _, r := range targets {
-		g.Go(func() error { return s.encodeRank(gctx, mem, ep, sb, r, gens[r], queues[r]) })
+		g.Go(func() error { return s.encodeRank(gctx, mem, ep, sb, r, gens[r], queues[r], &stepBytes) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	s.checkStreamRoom(sb.Step, stepBytes.Load(), len(targets))
 	for _, r := range targets {
 		next[r] = pos{here.Epoch, here.Step + 1}
 	}
@@ -252,8 +255,23 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 	return nil
 }
 
+// checkStreamRoom warns once when a step of every rank (bytes encoded for
+// ranks of them, scaled to all) takes more than half the stream: trainers
+// that hold a step while they wait for each other leave room for the next
+// one only then (waitTurn).
+func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
+	if ranks == 0 || s.warnedRoom.Load() {
+		return
+	}
+	full := bytes * int64(len(s.ranks)) / int64(ranks)
+	if 2*full > s.cfg.StreamMaxBytes && s.warnedRoom.CompareAndSwap(false, true) {
+		s.log.Warn("the stream holds fewer than two steps: the service cannot publish ahead of trainers that hold a step while they wait for each other, and a step larger than the stream stalls them until ack_wait; raise --stream-max-bytes",
+			"step", step, "step_bytes", full, "stream_max_bytes", s.cfg.StreamMaxBytes)
+	}
+}
+
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
 	if err != nil {
@@ -284,6 +302,7 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 		}
 		s.met.stage(stageBuild, t1.Sub(t0))
 		s.met.stage(stageEncode, time.Since(t1))
+		stepBytes.Add(int64(len(payload)))
 		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
 		if mp == 0 {
 			for i := range rows {

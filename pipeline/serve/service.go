@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -67,18 +68,19 @@ type Service struct {
 	rewindCh chan rewindReq
 	progress chan struct{}
 
-	mu        sync.Mutex
-	ranks     []rankState
-	infos     map[int]EpochInfo
-	plans     map[int]*epochPlan
-	cur       *epochPlan
-	planned   chan struct{} // closed (and replaced) whenever infos grows
-	published chan struct{} // closed (and replaced) whenever a rank's cursor moves on
-	runCancel context.CancelFunc
-	cal       *calibrator
-	live      *live
-	finished  bool
-	sinceCal  int // steps published since the last recalibration (publisher only)
+	mu         sync.Mutex
+	ranks      []rankState
+	infos      map[int]EpochInfo
+	plans      map[int]*epochPlan
+	cur        *epochPlan
+	planned    chan struct{} // closed (and replaced) whenever infos grows
+	published  chan struct{} // closed (and replaced) whenever a rank's cursor moves on
+	warnedRoom atomic.Bool   // checkStreamRoom warned
+	runCancel  context.CancelFunc
+	cal        *calibrator
+	live       *live
+	finished   bool
+	sinceCal   int // steps published since the last recalibration (publisher only)
 }
 
 // New validates cfg and returns a Service that has not started anything.
