@@ -80,7 +80,7 @@ def start_serve(manifest: str, data_dir: str, nats_port: int, http_port: int) ->
            "--epochs", "2", "--cost-scale", "1,1000,1", "--recalibrate", "2",
            # a small stream keeps the service a few steps ahead of the trainer, so refits
            # happen while feedback arrives (not after everything was published)
-           "--stream-max-bytes", "8000000", "--ack-wait", "30s",
+           "--stream-max-bytes", "16000000", "--ack-wait", "30s",
            "--nats-listen", f"127.0.0.1:{nats_port}", "--http", f"127.0.0.1:{http_port}"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
