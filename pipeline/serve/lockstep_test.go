@@ -119,14 +119,16 @@ func TestWarnsWhenStreamHoldsFewerThanTwoSteps(t *testing.T) {
 			cfg := testConfig(t, input, 2, 1, "colocated")
 			cfg.Recalibrate = -1
 			cfg.QuarantineDir = t.TempDir()
-			cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = "dynamic", 128*128
+			cfg.Pipeline.Image.Size = 128 // 96 KiB a sample, 768 KiB a step of 8
 			cfg.StreamMaxBytes = tc.maxBytes
 			var logs lockedBuffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			r := start(t, cfg)
+			// Without trainers the small stream fills and publishing stops, but the
+			// service still encodes the steps it may queue; the large one takes all.
 			checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-				if counter(t, r.s, "mmfeed_serve_batches_total") == 0 {
-					return errorf("nothing published yet")
+				if l := logs.String(); !strings.Contains(l, "fewer than two steps") && !strings.Contains(l, "every batch published") {
+					return errorf("neither warned nor published everything yet")
 				}
 				return nil
 			})
