@@ -61,8 +61,10 @@ def main(path: str, log_path: str | None = None) -> None:
     cal = live.get("calibration")
     if cal:
         fit = cal.get("fit") or {}
-        print(f"  cost model refit from {live.get('observations')} observations: R² {fit.get('r2', float('nan')):.3f}, "
-              f"mean relative error {fit.get('mean_rel_err', float('nan')):.3f}")
+        prior = cal.get("prior") or {}
+        print(f"  cost model fitted to {live.get('observations')} observations: R² {fit.get('r2', float('nan')):.3f}, "
+              f"mean relative error {fit.get('mean_rel_err', float('nan')):.3f} "
+              f"(the analytic prior, best scaled: {prior.get('mean_rel_err', float('nan')):.3f})")
     else:
         print(f"  cost model: analytic ({live.get('observations', 0)} observations so far)")
     q = live.get("quarantined") or {}

@@ -33,6 +33,10 @@ type calibrator struct {
 	obs     []balancer.Observation
 	last    *balancer.Calibration
 	fitN    int // observations the last fit used
+	// shown is the report's fit: refit on demand from every observation,
+	// whether or not the planner used it (the planner's fits are last/fitN).
+	shown  *balancer.Calibration
+	shownN int
 }
 
 func newCalibrator(cfg Config) *calibrator {
@@ -105,16 +109,29 @@ func (c *calibrator) model() (balancer.CostModel, bool) {
 	return c.last.Model, true
 }
 
-// snapshot returns the latest calibration (nil before the first) and the
-// number of observations.
+// snapshot returns the fit of the cost model to every observation so far
+// (nil before MinObservations) and the number of observations. It refits
+// when observations arrived since the last snapshot, so the report shows the
+// fit even after everything was published and the planner stopped refitting;
+// the planner's own refits (fit, model) are unaffected.
 func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.last == nil {
-		return nil, len(c.obs)
+	n := len(c.obs)
+	if n >= c.minObs && n != c.shownN {
+		if cal, err := balancer.Calibrate(c.prior, c.obs, c.cfg); err == nil {
+			c.shown, c.shownN = &cal, n
+		}
 	}
-	cal := *c.last
-	return &cal, len(c.obs)
+	latest := c.shown
+	if c.last != nil && (latest == nil || c.fitN > c.shownN) {
+		latest = c.last
+	}
+	if latest == nil {
+		return nil, n
+	}
+	cal := *latest
+	return &cal, n
 }
 
 // recalibrateDue refits every Recalibrate published steps and, when the fit

@@ -134,3 +134,45 @@ func storedInfo(t *testing.T, _ string, cfg Config) EpochInfo {
 	}
 	return info
 }
+
+// TestReportFitsAfterPublishing: with nothing left to replan (the service
+// never refits for planning here, and everything is published before any
+// feedback), the live report still fits the cost model to the feedback, on
+// every observation, and the planner's models stay the prior.
+func TestReportFitsAfterPublishing(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 80), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.MinObservations = 8
+	cfg.QuarantineDir = t.TempDir()
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for dp := range 2 {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), dp, 0)
+		tr.computeSeconds = func(epoch, step int) float64 { return trueSeconds(tr, epoch, step) }
+		wg.Go(func() { errs[dp] = tr.runEpoch(ctx, 0, -1); tr.crash() })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	var live Live
+	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		live = r.s.snapshot().Live
+		if live.Calibration == nil || live.Calibration.Fit.N != live.Observations {
+			return fmt.Errorf("calibration %+v after %d observations", live.Calibration, live.Observations)
+		}
+		return nil
+	})
+	if live.Observations < 16 || live.Calibration.Fit.R2 < 0.9 {
+		t.Errorf("fit %+v on %d observations: want R² ≥ 0.9 on noise-free times", live.Calibration.Fit, live.Observations)
+	}
+	if len(live.Models) != 1 {
+		t.Errorf("planned with %d models, want the prior only", len(live.Models))
+	}
+	_ = r.stop(t)
+}

@@ -72,7 +72,9 @@ type Live struct {
 	Finished       bool `json:"finished"`
 	// Models lists the cost models of the current epoch's steps.
 	Models []Segment `json:"models"`
-	// Calibration is the latest refit from trainer feedback (null before).
+	// Calibration is the cost model fitted to every observation of trainer
+	// feedback so far (null before MinObservations), with the prior's error
+	// on the same observations; Models lists the models the plan used.
 	Calibration  *balancer.Calibration `json:"calibration"`
 	Observations int                   `json:"observations"`
 	// Quarantined counts quarantined samples by reason, all epochs so far.
