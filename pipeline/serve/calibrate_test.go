@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,23 +27,9 @@ func TestRecalibrateMidEpoch(t *testing.T) {
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var trs []*trainer
-	for dp := range 2 {
-		tr := newTrainer(t, cfg, r.s.ClientURL(), dp, 0)
+	trs := runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, func(tr *trainer) {
 		tr.computeSeconds = func(epoch, step int) float64 { return trueSeconds(tr, epoch, step) }
-		trs = append(trs, tr)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(trs))
-	for i, tr := range trs {
-		wg.Go(func() { errs[i] = tr.runEpoch(ctx, 0, -1); tr.crash() })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("trainer %d: %v", i, err)
-		}
-	}
+	})
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
 	}
@@ -147,19 +132,9 @@ func TestReportFitsAfterPublishing(t *testing.T) {
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for dp := range 2 {
-		tr := newTrainer(t, cfg, r.s.ClientURL(), dp, 0)
+	runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, func(tr *trainer) {
 		tr.computeSeconds = func(epoch, step int) float64 { return trueSeconds(tr, epoch, step) }
-		wg.Go(func() { errs[dp] = tr.runEpoch(ctx, 0, -1); tr.crash() })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("trainer %d: %v", i, err)
-		}
-	}
+	})
 	var live Live
 	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		live = r.s.snapshot().Live

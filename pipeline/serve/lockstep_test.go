@@ -58,31 +58,16 @@ func TestLockstepTrainersSmallStream(t *testing.T) {
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = "dynamic", 128*128
-	cfg.StreamMaxBytes = 1200 << 10 // 1.5 steps of up to 800 KiB (2 ranks × 2 micro-batches × 2 samples × 98 KiB)
+	cfg.StreamMaxBytes = 1200 << 10 // 1.5 steps of up to 800 KiB (2 ranks × 2 micro-batches × 2 samples × 96 KiB)
 	cfg.AckWait = 5 * time.Minute
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	bar := newStepBarrier(cfg.ranks())
-	var trs []*trainer
-	var wg sync.WaitGroup
-	errs := make([]error, cfg.ranks())
-	for i := range cfg.ranks() {
-		tr := newTrainer(t, cfg, r.s.ClientURL(), i, 0)
+	trs := runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, func(tr *trainer) {
 		tr.barrier = bar.wait
 		tr.stepDelay = 5 * time.Millisecond
-		trs = append(trs, tr)
-		wg.Go(func() { errs[i] = tr.runEpoch(ctx, 0, -1) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("trainer %d: %v (stalled until ack_wait?)", i, err)
-		}
-	}
-	for _, tr := range trs {
-		tr.crash()
-	}
+	})
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
 	}

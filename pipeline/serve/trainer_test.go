@@ -269,9 +269,20 @@ func runTrainers(t testing.TB, ctx context.Context, cfg Config, url string, epoc
 // its next epoch on the same connection and consumer.
 func runTrainersConn(t testing.TB, ctx context.Context, cfg Config, url string, epochs []int, reconnect bool) []*trainer {
 	t.Helper()
+	return runTrainersWith(t, ctx, cfg, url, epochs, reconnect, nil)
+}
+
+// runTrainersWith is runTrainersConn with setup (when not nil) applied to
+// every trainer before it starts.
+func runTrainersWith(t testing.TB, ctx context.Context, cfg Config, url string, epochs []int, reconnect bool, setup func(*trainer)) []*trainer {
+	t.Helper()
 	var trs []*trainer
 	for r := range cfg.ranks() {
-		trs = append(trs, newTrainer(t, cfg, url, r/cfg.MP, r%cfg.MP))
+		tr := newTrainer(t, cfg, url, r/cfg.MP, r%cfg.MP)
+		if setup != nil {
+			setup(tr)
+		}
+		trs = append(trs, tr)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(trs))

@@ -53,20 +53,27 @@ def wait_for_port(port, deadline_s=20.0):
     raise TimeoutError(f"nats-server did not listen on {port} within {deadline_s} s")
 
 
-@pytest.fixture
-def nats_url(tmp_path):
+def start_nats(tmp_path, extra_conf: str = ""):
+    """A nats-server with JetStream on a free loopback port (``extra_conf``: more config
+    lines); yields its URL and stops it afterwards. Skips without a nats-server binary."""
     binary = nats_server_binary()
     if binary is None:
         pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
     port = free_port()
-    proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'listen: "127.0.0.1:{port}"\n{extra_conf}jetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port)
         yield f"nats://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def nats_url(tmp_path):
+    yield from start_nats(tmp_path)
 
 
 BIG = {"grids": ((32, 32),), "min_samples": 5, "max_samples": 5}
@@ -146,19 +153,7 @@ class FakeService:
 @pytest.fixture
 def nats_url_8mb(tmp_path):
     """A nats-server with the service's max_payload (8 MiB) and the default max_pending (64 MiB)."""
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
-    port = free_port()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(f'listen: "127.0.0.1:{port}"\nmax_payload: 8MB\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
-    proc = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port)
-        yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    yield from start_nats(tmp_path, "max_payload: 8MB\n")
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ import threading
 import time
 from collections import defaultdict
 
-import pytest
-
 from _dist import free_port
 from test_stream import wait_for_port
 from mmfeed_trainer.stream import Stream
@@ -22,15 +20,6 @@ from mmfeed_trainer.stream import Stream
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
 PLAN = ["--dp", "2", "--global-batch", "16", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
-
-
-@pytest.fixture
-def mmfeed():
-    if not os.access(BIN, os.X_OK):
-        if os.environ.get("MMFEED_REQUIRE_PEERS"):
-            pytest.fail(f"{BIN} missing (make build)")
-        pytest.skip(f"{BIN} missing (make build)")
-    return BIN
 
 
 def run(*args, **kw):

@@ -32,8 +32,6 @@ import time
 import urllib.request
 from collections import Counter
 
-import pytest
-
 from _dist import free_port
 from test_stream import wait_for_port
 
@@ -43,15 +41,6 @@ SAMPLES, GLOBAL_BATCH, DP = 320, 16, 2
 STEPS = SAMPLES // GLOBAL_BATCH
 LAYOUT = ["--dp", str(DP), "--global-batch", str(GLOBAL_BATCH), "--micro-batches", "2",
           "--resize", "dynamic", "--max-pixels", "65536", "--seed", "11"]
-
-
-@pytest.fixture
-def mmfeed():
-    if not os.access(BIN, os.X_OK):
-        if os.environ.get("MMFEED_REQUIRE_PEERS"):
-            pytest.fail(f"{BIN} missing (make build)")
-        pytest.skip(f"{BIN} missing (make build)")
-    return BIN
 
 
 def get_report(http_port: int) -> dict | None:
