@@ -200,7 +200,6 @@ func (p *Partitioner) levelPair(a, b int, cur float64, budget *int) (float64, bo
 func (p *Partitioner) tryExchange(a, b, i, k int, cur float64, budget *int) (float64, bool) {
 	*budget--
 	ga, gb := &p.groups[a], &p.groups[b]
-	oldA, oldB := slices.Clone(ga.members), slices.Clone(gb.members)
 	x := ga.members[i]
 	if k < 0 {
 		ga.members = slices.Delete(ga.members, i, i+1)
@@ -218,7 +217,12 @@ func (p *Partitioner) tryExchange(a, b, i, k int, cur float64, budget *int) (flo
 			return c, true
 		}
 	}
-	ga.members, gb.members = oldA, oldB
+	if k < 0 { // undo in place: the members keep their order
+		gb.members = gb.members[:len(gb.members)-1]
+		ga.members = slices.Insert(ga.members, i, x)
+	} else {
+		ga.members[i], gb.members[k] = x, ga.members[i]
+	}
 	p.refresh(a)
 	p.refresh(b)
 	return cur, false

@@ -327,8 +327,10 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) error {
 	for m := range q {
 		t0 := time.Now()
-		if err := s.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
-			return err
+		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
+			if err := s.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
+				return err
+			}
 		}
 		if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
 			return err
