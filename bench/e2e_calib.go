@@ -97,6 +97,11 @@ type liveStep struct {
 	MeasuredSeconds []float64 `json:"measured_seconds"`
 }
 
+// measured reports whether every rank's compute time of the step arrived.
+func (s liveStep) measured() bool {
+	return len(s.MeasuredSeconds) > 0 && !slices.Contains(s.MeasuredSeconds, 0)
+}
+
 // calibWindow is k consecutive trained steps of a serve run.
 type calibWindow struct {
 	From, To  string // epoch:step
@@ -112,7 +117,7 @@ type calibWindow struct {
 func calibrationWindows(steps []liveStep, k int) []calibWindow {
 	var done []liveStep
 	for _, s := range steps {
-		if len(s.MeasuredSeconds) > 0 && !slices.Contains(s.MeasuredSeconds, 0) && len(s.PredictedCost) == len(s.MeasuredSeconds) {
+		if s.measured() && len(s.PredictedCost) == len(s.MeasuredSeconds) {
 			done = append(done, s)
 		}
 	}
@@ -148,7 +153,7 @@ func calibrationWindows(steps []liveStep, k int) []calibWindow {
 func epochImbalance(steps []liveStep) map[int]float64 {
 	total, n := map[int]float64{}, map[int]int{}
 	for _, s := range steps {
-		if len(s.MeasuredSeconds) > 0 && !slices.Contains(s.MeasuredSeconds, 0) {
+		if s.measured() {
 			total[s.Epoch] += maxOverMean(s.MeasuredSeconds)
 			n[s.Epoch]++
 		}
