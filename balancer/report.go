@@ -40,8 +40,18 @@ type Report struct {
 	MinDelay int `json:"min_delay"`
 	// PlanHash is the mmfeed plan's Hash.
 	PlanHash string `json:"plan_hash,omitempty"`
-	// Detail holds per-rank costs of the first few steps of every strategy.
+	// Detail holds every step (up to MaxDetailSteps) of every strategy: per-rank
+	// cost, imbalance and efficiency, in strategy then step order.
 	Detail []StepDetail `json:"detail,omitempty"`
+	// Histograms describe the mmfeed plan's real samples: "text_tokens",
+	// "image_tokens" and "cost" (the sample's own cost under the placement).
+	Histograms map[string]Histogram `json:"histograms,omitempty"`
+	// QuarantineReasons counts quarantined samples by reason with a few
+	// example ids (set by the caller, who owns the quarantine).
+	QuarantineReasons map[string]QuarantineGroup `json:"quarantine_reasons,omitempty"`
+	// Thumbnails show the samples that drive cost (set by the caller, who can
+	// decode images; the balancer only picks them, see CostDrivers).
+	Thumbnails []Thumbnail `json:"thumbnails,omitempty"`
 }
 
 // StepDetail is one step's per-rank cost under one strategy.
@@ -50,10 +60,15 @@ type StepDetail struct {
 	Step      int       `json:"step"`
 	RankCost  []float64 `json:"rank_cost"`
 	Imbalance float64   `json:"imbalance"`
+	// Slowest is the rank with the largest cost.
+	Slowest           int     `json:"slowest"`
+	PaddingEfficiency float64 `json:"padding_efficiency"`
+	ComputeEfficiency float64 `json:"compute_efficiency"`
 }
 
-// DetailSteps is how many steps per strategy a Report keeps in Detail.
-const DetailSteps = 4
+// MaxDetailSteps bounds the steps per strategy a Report keeps in Detail (the
+// first ones); the summaries always cover every step.
+const MaxDetailSteps = 8192
 
 // Compare builds the mmfeed, random and length_grouped plans of items with
 // cfg (cfg.Strategy is ignored) and reports them side by side.
@@ -92,12 +107,15 @@ func NewReport(plans ...*Plan) (*Report, error) {
 		s := Summarize(stats)
 		s.MaxDelay, s.MinDelay = p.MaxDelay, p.MinDelay
 		r.Strategies[p.Config.Strategy.String()] = s
-		for _, st := range stats[:min(DetailSteps, len(stats))] {
+		for _, st := range stats[:min(MaxDetailSteps, len(stats))] {
 			r.Detail = append(r.Detail, StepDetail{
 				Strategy: p.Config.Strategy.String(), Step: st.Step, RankCost: st.RankCost, Imbalance: st.Imbalance,
+				Slowest: argmax(st.RankCost), PaddingEfficiency: st.PaddingEfficiency(),
+				ComputeEfficiency: st.ComputeEfficiency(),
 			})
 		}
 	}
+	r.Histograms = sampleHistograms(ref)
 	r.Samples = r.Strategies[ref.Config.Strategy.String()].Samples
 	mm, okM := r.Strategies[StrategyMmfeed.String()]
 	rnd, okR := r.Strategies[StrategyRandom.String()]
