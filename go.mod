@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/daulet/tokenizers v1.24.0
+	github.com/disintegration/imaging v1.6.2
 	github.com/google/flatbuffers v25.12.19+incompatible
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

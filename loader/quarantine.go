@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -91,9 +92,14 @@ type QuarantineWriter struct {
 	mu     sync.Mutex
 	w      io.Writer
 	counts map[string]int64
-	total  int64
-	err    error
+	// examples keeps the first QuarantineExamples ids (or locations) per reason.
+	examples map[string][]string
+	total    int64
+	err      error
 }
+
+// QuarantineExamples is how many example ids per reason a QuarantineWriter keeps.
+const QuarantineExamples = 3
 
 // NewQuarantineWriter returns a writer that appends lines to w (nil: count
 // only). The caller owns w and closes it after the last Write.
@@ -108,6 +114,16 @@ func (q *QuarantineWriter) Write(r Reject) error {
 	defer q.mu.Unlock()
 	q.counts[r.Reason]++
 	q.total++
+	if ex := q.examples[r.Reason]; len(ex) < QuarantineExamples {
+		if q.examples == nil {
+			q.examples = make(map[string][]string)
+		}
+		id := r.ID
+		if id == "" {
+			id = r.Location
+		}
+		q.examples[r.Reason] = append(ex, id)
+	}
 	if q.w == nil || q.err != nil {
 		return q.err
 	}
@@ -134,6 +150,18 @@ func (q *QuarantineWriter) Counts() map[string]int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return maps.Clone(q.counts)
+}
+
+// Examples returns a copy of the first few ids (the location when a sample
+// had no id) written per reason, in write order.
+func (q *QuarantineWriter) Examples() map[string][]string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[string][]string, len(q.examples))
+	for r, ex := range q.examples {
+		out[r] = slices.Clone(ex)
+	}
+	return out
 }
 
 // Total returns the number of rejects written.

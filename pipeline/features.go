@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"image"
 	"sync"
 	"sync/atomic"
 
@@ -22,6 +23,8 @@ var headerReads = []int{4 << 10, 128 << 10}
 type Features struct {
 	Entries []loader.Entry
 	Items   []balancer.Item
+	// Sizes holds each image's display width and height (EXIF orientation applied).
+	Sizes []image.Point
 }
 
 // ExtractFeatures computes text tokens (tokenize, truncated), image tokens (from the image
@@ -31,6 +34,7 @@ type Features struct {
 func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
 	img imgproc.Config, q *loader.QuarantineWriter, workers int) (Features, error) {
 	items := make([]balancer.Item, len(entries))
+	sizes := make([]image.Point, len(entries))
 	ok := make([]bool, len(entries))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -41,12 +45,12 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 				if i >= len(entries) {
 					return
 				}
-				it, rej := featuresOf(ix, entries[i], tk, img)
+				it, size, rej := featuresOf(ix, entries[i], tk, img)
 				if rej != nil {
 					q.Write(*rej)
 					continue
 				}
-				items[i], ok[i] = it, true
+				items[i], sizes[i], ok[i] = it, size, true
 			}
 		})
 	}
@@ -59,14 +63,15 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 		if ok[i] {
 			f.Entries = append(f.Entries, e)
 			f.Items = append(f.Items, items[i])
+			f.Sizes = append(f.Sizes, sizes[i])
 		}
 	}
 	return f, q.Err()
 }
 
-func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img imgproc.Config) (balancer.Item, *loader.Reject) {
-	reject := func(reason string, err error) (balancer.Item, *loader.Reject) {
-		return balancer.Item{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
+func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img imgproc.Config) (balancer.Item, image.Point, *loader.Reject) {
+	reject := func(reason string, err error) (balancer.Item, image.Point, *loader.Reject) {
+		return balancer.Item{}, image.Point{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
 	}
 	ids, err := tk.Encode(e.Text)
 	if err != nil {
@@ -88,7 +93,7 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 		TextTokens:  len(ids),
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
-	}, nil
+	}, image.Pt(h.Width, h.Height), nil
 }
 
 // readHeader parses the image header from growing prefixes of the file.

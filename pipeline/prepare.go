@@ -106,5 +106,6 @@ func (p *Prepared) Report() (*balancer.Report, error) {
 		return nil, err
 	}
 	r.Quarantined = int(p.Quarantine.Total())
+	r.QuarantineReasons = QuarantineReasons(p.Quarantine)
 	return r, p.Quarantine.Err()
 }
