@@ -24,6 +24,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jf := bindJobFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	quarantine := fs.String("quarantine", "", "write quarantined samples to this JSONL file")
+	htmlOut := fs.String("html", "", "also write the HTML report page to this file")
 	simulate := fs.String("simulate-ranks", "", "also estimate the random/mmfeed step-time ratio at these dp sizes, e.g. 64,256,1024 (same samples per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -49,6 +50,11 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	rep, err := prep.Report()
 	if err != nil {
 		return err
+	}
+	if *htmlOut != "" {
+		if err := writeReportHTML(ctx, *htmlOut, prep, rep); err != nil {
+			return err
+		}
 	}
 	var sims []balancer.SimResult
 	if *simulate != "" {
@@ -84,6 +90,22 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// reportThumbnails is how many heaviest and how many extreme-aspect samples a
+// report page shows.
+const reportThumbnails = 6
+
+// writeReportHTML writes the report page, with thumbnails, to path.
+func writeReportHTML(ctx context.Context, path string, prep *pipeline.Prepared, rep *balancer.Report) error {
+	plan, err := prep.Plan(prep.Config.Plan.Strategy)
+	if err != nil {
+		return err
+	}
+	if rep.Thumbnails, err = pipeline.Thumbnails(ctx, prep, plan, reportThumbnails); err != nil {
+		return err
+	}
+	return pipeline.WriteFile(path, func(w io.Writer) error { return balancer.WriteHTML(w, rep) })
 }
 
 func parseInts(s string) ([]int, error) {

@@ -62,6 +62,9 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if rep.Thumbnails, err = pipeline.Thumbnails(ctx, prep, plan, reportThumbnails); err != nil {
+		return err
+	}
 	if err := pipeline.WriteFile(filepath.Join(*out, "report.json"), rep.WriteJSON); err != nil {
 		return err
 	}

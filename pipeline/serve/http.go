@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 
@@ -10,35 +9,21 @@ import (
 )
 
 // Handler returns the read-only HTTP API: /v1/report (JSON), /metrics
-// (Prometheus), /healthz and / (the HTML balance report). With HTTPToken set,
-// every path but /healthz needs "Authorization: Bearer <token>".
+// (Prometheus), /healthz and / (the HTML balance report with its live
+// section, which polls /?part=live). With HTTPToken set, every path but
+// /healthz and /login needs "Authorization: Bearer <token>" or the session
+// cookie that /login sets (a browser cannot send a bearer header): a form at
+// /login, or a token in any page's URL (?token=…), is exchanged for it.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
+	page := &reportPage{s: s}
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /login", s.login)
+	mux.HandleFunc("POST /login", s.login)
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/report", s.auth(http.HandlerFunc(s.reportJSON)))
-	mux.Handle("GET /{$}", s.auth(balancer.Handler(func() *balancer.Report {
-		if r := s.snapshot(); r != nil {
-			return r.Report
-		}
-		return nil
-	})))
+	mux.Handle("GET /{$}", s.auth(balancer.LiveHandler(page.view)))
 	return mux
-}
-
-func (s *Service) auth(h http.Handler) http.Handler {
-	if s.cfg.HTTPToken == "" {
-		return h
-	}
-	want := []byte("Bearer " + s.cfg.HTTPToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mmfeed"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
@@ -176,11 +177,28 @@ func (l *live) quarantined() map[string]int64 {
 	return out
 }
 
+// quarantineReasons merges the epochs' reasons, with example ids.
+func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]balancer.QuarantineGroup{}
+	for _, ep := range slices.Sorted(maps.Keys(l.quarant)) {
+		for r, g := range pipeline.QuarantineReasons(l.quarant[ep]) {
+			o := out[r]
+			o.Count += g.Count
+			o.Examples = append(o.Examples, g.Examples[:min(len(g.Examples), loader.QuarantineExamples-len(o.Examples))]...)
+			out[r] = o
+		}
+	}
+	return out
+}
+
 // snapshot builds the live report; nil before the first epoch is planned.
 func (s *Service) snapshot() *LiveReport {
 	l := s.live
 	cal, nobs := s.cal.snapshot()
 	q := l.quarantined()
+	reasons := l.quarantineReasons()
 	l.mu.Lock()
 	if l.report == nil {
 		l.mu.Unlock()
@@ -192,6 +210,7 @@ func (s *Service) snapshot() *LiveReport {
 		total += n
 	}
 	rep.Quarantined = int(total)
+	rep.QuarantineReasons = reasons
 	lv := Live{Job: s.cfg.Job, Epoch: l.info.Epoch, FirstEpoch: s.cfg.Pipeline.Plan.Epoch, LastEpoch: s.cfg.lastEpoch(),
 		StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished, Models: slices.Clone(l.info.Segments),
 		Calibration: cal, Observations: nobs, Quarantined: q}

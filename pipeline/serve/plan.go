@@ -28,6 +28,10 @@ type epochPlan struct {
 	report *balancer.Report
 }
 
+// reportThumbnails is how many heaviest and how many extreme-aspect samples
+// the report page shows.
+const reportThumbnails = 6
+
 // prepareEpoch indexes the dataset for epoch, plans it with the model of
 // stored's first segment (or model when stored is nil), replays stored's
 // recalibration segments, and builds the strategy comparison.
@@ -49,6 +53,10 @@ func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo,
 	}
 	ep := &epochPlan{prep: prep, qfile: qfile}
 	if err := ep.plan(stored); err != nil {
+		ep.close()
+		return nil, err
+	}
+	if ep.report.Thumbnails, err = pipeline.Thumbnails(ctx, prep, ep.base, reportThumbnails); err != nil {
 		ep.close()
 		return nil, err
 	}
