@@ -194,7 +194,7 @@ var liveTmpl = template.Must(template.New("live").Funcs(funcs).Parse(`<div data-
 {{if .L.StepsTotal}}<progress value="{{.L.StepsPublished}}" max="{{.L.StepsTotal}}"></progress> {{printf "%.1f" .Percent}}%{{end}}
 {{if .L.Finished}}<b>finished</b>{{else}}ETA <span id="eta">{{.ETA}}</span>{{end}}<br>
 <span data-key="live.throughput.samples">{{.L.Samples}}</span> samples in {{printf "%.1f" .L.ElapsedSeconds}} s:
-<span data-key="live.throughput.samples_per_second">{{printf "%.1f" .L.SamplesPerSecond}}</span> samples/s</p>
+{{printf "%.1f" .L.SamplesPerSecond}} samples/s</p>
 {{if .Last}}<h3>Predicted and measured step time per rank, step {{.Last.Step}} (the newest every rank reported)</h3>
 {{.Pairs}}
 <table id="live-ranks"><thead><tr><th>dp rank</th><th>predicted s</th><th>measured s</th><th>data wait s</th></tr></thead><tbody>
@@ -204,7 +204,7 @@ var liveTmpl = template.Must(template.New("live").Funcs(funcs).Parse(`<div data-
 <h3>Data wait per dp rank (mean over those steps)</h3>{{.Wait}}
 {{else}}<p class="empty">no trainer feedback yet: step times appear once every rank reports a step.</p>{{end}}
 <h3>Calibration fit over time</h3>
-{{if .Fit}}<p>fitted to <span data-key="live.observations">{{.Fit.Observations}}</span> observations: R² <span data-key="live.calibration.fit.r2">{{f4 .Fit.R2}}</span>, mean relative error <span data-key="live.calibration.fit.mean_rel_err">{{f4 .Fit.RelErr}}</span> (the analytic prior, best scaled: <span data-key="live.calibration.prior.mean_rel_err">{{f4 .Fit.PriorRelErr}}</span>)</p>
+{{if .Fit}}<p>fitted to <span data-key="live.calibration.fit.n">{{.Fit.Observations}}</span> observations: R² <span data-key="live.calibration.fit.r2">{{f4 .Fit.R2}}</span>, mean relative error <span data-key="live.calibration.fit.mean_rel_err">{{f4 .Fit.RelErr}}</span> (the analytic prior, best scaled: <span data-key="live.calibration.prior.mean_rel_err">{{f4 .Fit.PriorRelErr}}</span>)</p>
 {{.Fits}}{{else}}<p class="empty">not enough feedback to fit the cost model yet.</p>{{end}}
 {{if .Quarantine}}<p>quarantined so far: {{range .Quarantine}}{{.Reason}} <span data-key="live.quarantined.{{.Reason}}">{{.Count}}</span>; {{end}}</p>{{end}}
 </div>`))
