@@ -33,7 +33,14 @@ help: ## list the targets
 
 build: deps $(BIN) ## build the Rust tokenizers library (cached) and bin/mmfeed
 
-deps: ## install system libraries that make things faster (libturbojpeg0-dev), where possible
+deps: ## install system packages where possible: libturbojpeg0-dev (faster JPEG), chromium (the browser tests)
+	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium (headless, for the report page's browser tests)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: chromium not installed; the browser tests will be skipped"; \
+	  else echo "note: chromium not installed; the browser tests will be skipped"; fi; \
+	fi
 	@if [ ! -f $(TURBO_H) ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing libturbojpeg0-dev"; \
