@@ -6,16 +6,18 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 )
 
-// maxFitPoints bounds the calibration history the report page keeps.
-const maxFitPoints = 512
+// fitPoints is how many prefixes of the observations the fit history refits.
+const fitPoints = 24
 
-// reportPage serves `/`: the balance report with its live section. It keeps
-// the calibration fit over time, sampled whenever the report is read (the
-// page polls every two seconds while open) and the fit has new observations.
+// reportPage serves `/`: the balance report with its live section. Its
+// calibration history refits the cost model to growing prefixes of the
+// trainer feedback (in arrival order), so the page shows how the fit evolved
+// whenever it is opened; it is recomputed only when feedback arrived.
 type reportPage struct {
-	s   *Service
-	mu  sync.Mutex
-	fit []balancer.FitPoint
+	s    *Service
+	mu   sync.Mutex
+	n    int // observations the cached history covers
+	hist []balancer.FitPoint
 }
 
 // view returns the report and its live section, or nils before the first epoch.
@@ -33,20 +35,40 @@ func (p *reportPage) view() (*balancer.Report, *balancer.LiveView) {
 		lv.Steps = append(lv.Steps, balancer.LiveStepView{Epoch: st.Epoch, Step: st.Step, PredictedSeconds: st.PredictedSeconds,
 			PredictedCost: st.PredictedCost, MeasuredSeconds: st.MeasuredSeconds, DataWaitSeconds: st.DataWaitSeconds})
 	}
-	lv.Fit = p.recordFit(l.Calibration)
+	lv.Fit = p.fitHistory(l.Calibration)
 	return r.Report, lv
 }
 
-// recordFit appends the calibration's fit when it covers more observations
-// than the last recorded one, and returns a copy of the history.
-func (p *reportPage) recordFit(c *balancer.Calibration) []balancer.FitPoint {
+// fitHistory returns the fit at up to fitPoints observation counts, ending
+// with cur (the report's calibration) when there is one.
+func (p *reportPage) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
+	obs, prior, cfg, minObs := p.s.cal.observations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c != nil && (len(p.fit) == 0 || c.Fit.N != p.fit[len(p.fit)-1].Observations) {
-		p.fit = append(p.fit, balancer.FitPoint{Observations: c.Fit.N, R2: c.Fit.R2, RelErr: c.Fit.MeanRelErr, PriorRelErr: c.Prior.MeanRelErr})
-		if len(p.fit) > maxFitPoints {
-			p.fit = p.fit[len(p.fit)-maxFitPoints:]
+	if len(obs) != p.n {
+		p.n, p.hist = len(obs), nil
+		every := max(minObs, (len(obs)+fitPoints-1)/fitPoints)
+		for k := every; k < len(obs); k += every {
+			if cal, err := balancer.Calibrate(prior, obs[:k], cfg); err == nil {
+				p.hist = append(p.hist, fitPoint(cal))
+			}
 		}
 	}
-	return append([]balancer.FitPoint(nil), p.fit...)
+	out := append([]balancer.FitPoint(nil), p.hist...)
+	if cur != nil {
+		out = append(out, fitPoint(*cur))
+	}
+	return out
+}
+
+func fitPoint(c balancer.Calibration) balancer.FitPoint {
+	return balancer.FitPoint{Observations: c.Fit.N, R2: c.Fit.R2, RelErr: c.Fit.MeanRelErr, PriorRelErr: c.Prior.MeanRelErr}
+}
+
+// observations returns a copy of the observations, the prior, the fit
+// configuration and the minimum count a fit needs.
+func (c *calibrator) observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]balancer.Observation(nil), c.obs...), c.prior, c.cfg, c.minObs
 }
