@@ -68,7 +68,7 @@ type StepDetail struct {
 
 // MaxDetailSteps bounds the steps per strategy a Report keeps in Detail (the
 // first ones); the summaries always cover every step.
-const MaxDetailSteps = 8192
+const MaxDetailSteps = 4096
 
 // Compare builds the mmfeed, random and length_grouped plans of items with
 // cfg (cfg.Strategy is ignored) and reports them side by side.
