@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/tokenize"
@@ -17,7 +21,10 @@ func init() {
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	shards := fs.String("shards", "", "folder written by `mmfeed shard` (required)")
+	shards := fs.String("shards", "", "folder written by `mmfeed shard` (or --nats and --job)")
+	natsURL := fs.String("nats", "", "NATS URL of a running service: read the step from the job's stream without taking it")
+	job := fs.String("job", "", "job name (with --nats)")
+	epoch := fs.Int("epoch", 0, "epoch (with --nats)")
 	rank := fs.Int("rank", 0, "dp rank")
 	step := fs.Int("step", 0, "step")
 	out := fs.String("out", "", "file to write (required): the contact sheet")
@@ -26,8 +33,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	if *shards == "" || *out == "" || (*format != "png" && *format != "html") || *rank < 0 || *step < 0 {
-		fmt.Fprintln(stderr, "inspect: --shards and --out are required; --format is png or html; --rank and --step ≥ 0")
+	if (*shards == "") == (*natsURL == "") || (*natsURL != "" && *job == "") || *out == "" || (*format != "png" && *format != "html") || *rank < 0 || *step < 0 {
+		fmt.Fprintln(stderr, "inspect: --out and either --shards or --nats with --job are required; --format is png or html; --rank and --step ≥ 0")
 		return errUsage
 	}
 	tc := tokenize.DefaultConfig()
@@ -37,7 +44,14 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer tk.Close()
-	samples, err := pipeline.ReadRankStep(filepath.Join(*shards, pipeline.RankFile(*rank)), *step, tk)
+	var samples []pipeline.SheetSample
+	source := filepath.Base(filepath.Clean(*shards))
+	if *natsURL != "" {
+		source = "job " + *job
+		samples, err = streamStep(ctx, *natsURL, *job, *epoch, *step, *rank, tk)
+	} else {
+		samples, err = pipeline.ReadRankStep(filepath.Join(*shards, pipeline.RankFile(*rank)), *step, tk)
+	}
 	if err != nil {
 		return err
 	}
@@ -47,7 +61,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			real++
 		}
 	}
-	title := fmt.Sprintf("%s: rank %d, step %d: %d samples (%d padding)", filepath.Base(filepath.Clean(*shards)), *rank, *step, len(samples), len(samples)-real)
+	title := fmt.Sprintf("%s: rank %d, step %d: %d samples (%d padding)", source, *rank, *step, len(samples), len(samples)-real)
 	write := func(w io.Writer) error { return pipeline.WriteContactSheetPNG(w, samples, title) }
 	if *format == "html" {
 		write = func(w io.Writer) error { return pipeline.WriteContactSheetHTML(w, samples, title) }
@@ -57,4 +71,21 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "%s: wrote %s\n", title, *out)
 	return ctx.Err()
+}
+
+// streamStep reads one rank's step from a running job's stream (see
+// pipeline.ReadStreamStep: nothing is consumed).
+func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer) ([]pipeline.SheetSample, error) {
+	nc, err := nats.Connect(url, nats.Name("mmfeed inspect"), nats.Timeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return pipeline.ReadStreamStep(ctx, js, job, epoch, step, rank, tk)
 }

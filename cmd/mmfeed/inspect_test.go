@@ -44,7 +44,8 @@ func TestInspect(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"no shards", []string{"inspect", "--out", sheet}, 2, "--shards and --out are required"},
+		{"no source", []string{"inspect", "--out", sheet}, 2, "either --shards or --nats with --job"},
+		{"nats without job", []string{"inspect", "--nats", "nats://127.0.0.1:1", "--out", sheet}, 2, "either --shards or --nats with --job"},
 		{"bad format", []string{"inspect", "--shards", shards, "--out", sheet, "--format", "gif"}, 2, "--format is png or html"},
 		{"no such step", []string{"inspect", "--shards", shards, "--step", "999", "--out", sheet}, 1, "step not in the shard"},
 		{"no such rank", []string{"inspect", "--shards", shards, "--rank", "7", "--out", sheet}, 1, "rank-00007.arrow"},

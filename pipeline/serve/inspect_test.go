@@ -1,0 +1,72 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// TestInspectStream: `mmfeed inspect --nats` reads a rank's step from a running
+// job (pictures from the vision mp rank, captions from the text mp rank) equal
+// to what `mmfeed shard` writes, and takes nothing: the trainers afterwards
+// still receive every batch.
+func TestInspectStream(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 60), 2, 2, "modality")
+	r := start(t, cfg)
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if rep := r.s.snapshot(); rep == nil || !rep.Live.Finished {
+			return errors.New("not everything published yet")
+		}
+		return nil
+	})
+	nc, err := nats.Connect(r.s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	tk, err := tokenize.Open(cfg.Pipeline.Tokenizer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	got, err := pipeline.ReadStreamStep(ctx, js, cfg.Job, 0, 1, 1, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	var want []proto.Row
+	for mb := range cfg.Pipeline.Plan.MicroBatches {
+		want = append(want, ex.rows[[3]int{1, 1, mb}]...)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d samples read, the shard has %d", len(got), len(want))
+	}
+	meta := proto.BatchMeta{DType: proto.DTypeFloat16, Mean: [3]float32(cfg.Pipeline.Image.Mean), Std: [3]float32(cfg.Pipeline.Image.Std)}
+	for i, w := range want {
+		img, err := pipeline.TensorImage(meta, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caption, _ := tk.Decode(w.InputIDs)
+		if got[i].ID != w.ID || got[i].Caption != caption || got[i].Image == nil || !bytes.Equal(got[i].Image.Pix, img.Pix) {
+			t.Errorf("sample %d: %s %q, shard has %s %q (or the pixels differ)", i, got[i].ID, got[i].Caption, w.ID, caption)
+		}
+	}
+	if _, err := pipeline.ReadStreamStep(ctx, js, cfg.Job, 0, 999, 1, tk); !errors.Is(err, pipeline.ErrNoStep) {
+		t.Errorf("a step not in the stream: %v, want ErrNoStep", err)
+	}
+	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+	checkDelivery(t, cfg, trs, 0, ex)
+}
