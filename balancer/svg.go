@@ -107,7 +107,12 @@ func axes(sb *strings.Builder, xlo, xhi, ylo, yhi float64, px, py func(float64) 
 	}
 	for i := 0; i <= 5 && xTicks; i++ {
 		v := xlo + (xhi-xlo)*float64(i)/5
-		fmt.Fprintf(sb, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, px(v), y0+14, tick(v, xhi-xlo))
+		label := tick(v, xhi-xlo)
+		if xhi-xlo >= 5 { // steps and observation counts: whole numbers
+			v = math.Round(v)
+			label = fmt.Sprintf("%.0f", v)
+		}
+		fmt.Fprintf(sb, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, px(v), y0+14, label)
 	}
 	fmt.Fprintf(sb, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s">%s</text>`, (x0+x1)/2, y0+27, colGrey, template.HTMLEscapeString(xLabel))
 	fmt.Fprintf(sb, `<text x="12" y="%.1f" text-anchor="middle" fill="%s" transform="rotate(-90 12 %.1f)">%s</text>`, (y0+y1)/2, colGrey, (y0+y1)/2, template.HTMLEscapeString(yLabel))
