@@ -228,8 +228,8 @@ progress{width:30em;max-width:100%;height:1.1em}
 {{if .Live}}<h2>Live</h2>
 <section id="live"{{if .Poll}} data-poll="{{.Poll}}"{{end}}>{{.LiveHTML}}</section>
 {{if .Poll}}<script>
-(function(){var s=document.getElementById('live'),u=s.getAttribute('data-poll'),n=0;
-function tick(){fetch(u,{credentials:'same-origin',cache:'no-store'}).then(function(r){if(r.ok)return r.text();throw r.status}).then(function(t){s.innerHTML=t;s.setAttribute('data-updates',++n);if(!s.querySelector('[data-finished="true"]'))setTimeout(tick,2000)}).catch(function(){setTimeout(tick,5000)})}
+(function(){var s=document.getElementById('live'),u=s.getAttribute('data-poll'),n=0;if(location.protocol==='file:')return;
+function tick(){fetch(u,{credentials:'same-origin',cache:'no-store'}).then(function(r){if(r.ok)return r.text();throw r.status}).then(function(t){s.innerHTML=t;s.setAttribute('data-updates',++n);setTimeout(tick,2000)}).catch(function(){setTimeout(tick,5000)})}
 setTimeout(tick,2000)})();
 </script>{{end}}{{end}}
 <h2>Every step</h2>
