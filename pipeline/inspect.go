@@ -97,13 +97,17 @@ func stepOf(col any) (int, bool) {
 	return int(c.Value(0)), true
 }
 
+// maxTensorSide bounds a tensor side TensorImage accepts (the products of
+// larger sides could overflow the size check).
+const maxTensorSide = 1 << 15
+
 // TensorImage turns a row's CHW tensor back into the picture the trainer
 // sees: float pixels are un-normalized (x·std + mean), uint8 pixels are
 // taken as they are, then clamped to 8 bits. Grey (1 channel) is shown grey.
 func TensorImage(meta proto.BatchMeta, row proto.Row) (*image.NRGBA, error) {
 	c, h, w := int(row.PixelShape[0]), int(row.PixelShape[1]), int(row.PixelShape[2])
 	size := map[string]int{proto.DTypeFloat16: 2, proto.DTypeBFloat16: 2, proto.DTypeFloat32: 4, proto.DTypeUint8: 1}[meta.DType]
-	if size == 0 || c < 1 || c > 3 || h < 1 || w < 1 || len(row.Pixels) != c*h*w*size {
+	if size == 0 || c < 1 || c > 3 || h < 1 || w < 1 || h > maxTensorSide || w > maxTensorSide || len(row.Pixels) != c*h*w*size {
 		return nil, fmt.Errorf("pipeline: tensor %s of shape %v, %d bytes: %w", meta.DType, row.PixelShape, len(row.Pixels), proto.ErrInvalidRow)
 	}
 	value := func(i, ch int) float64 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/proto"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
@@ -129,4 +130,19 @@ func TestWrap(t *testing.T) {
 			t.Errorf("wrap(%q, %d) = %q, want %q", tt.text, tt.n, got, tt.want)
 		}
 	}
+}
+
+// FuzzTensorImage: any tensor bytes and shape give a picture of that shape or
+// an error, never a panic.
+func FuzzTensorImage(f *testing.F) {
+	f.Add(uint8(0), int32(3), int32(2), int32(2), make([]byte, 24))
+	f.Add(uint8(3), int32(1), int32(4), int32(1), []byte{1, 2, 3, 4})
+	dtypes := []string{proto.DTypeFloat16, proto.DTypeFloat32, proto.DTypeBFloat16, proto.DTypeUint8, "int4"}
+	f.Fuzz(func(t *testing.T, d uint8, c, h, w int32, px []byte) {
+		meta := proto.BatchMeta{DType: dtypes[int(d)%len(dtypes)], Mean: [3]float32{0.5, 0.5, 0.5}, Std: [3]float32{0.2, 0.2, 0.2}}
+		img, err := TensorImage(meta, proto.Row{Pixels: px, PixelShape: [3]int32{c, h, w}})
+		if err == nil && (img.Bounds().Dx() != int(w) || img.Bounds().Dy() != int(h)) {
+			t.Errorf("shape %d×%d×%d gave %v", c, h, w, img.Bounds())
+		}
+	})
 }
