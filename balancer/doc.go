@@ -45,6 +45,17 @@
 // a lower bound on any split's imbalance ([RankCostLowerBound]), so a report
 // tells a step the partitioner could not balance from one no partition could.
 //
+// # The report page
+//
+// [WritePage] renders a Report (and, under serve, a [LiveView]) as one
+// self-contained HTML page of inline SVG drawn here: every step's per-rank cost
+// as a heatmap, imbalance and efficiency over steps, sample histograms,
+// quarantine reasons and thumbnails. The caller supplies the thumbnails as
+// encoded bytes ([Thumbnail]); this package never decodes an image.
+// [LiveHandler] serves the page, its live fragment (?part=live, which the page
+// polls) and the JSON. Numbers carry data-key attributes naming their JSON path
+// (docs/report.md).
+//
 // # Ownership and concurrency
 //
 // Functions never modify the caller's items; a Plan keeps a reference to the
