@@ -4,7 +4,7 @@
 
 Reads micro-batches through ``DataLoader(StreamDataset(...), batch_size=None)`` with RANK and
 WORLD_SIZE from the environment, writes the ids it got (weight > 0, with their (epoch, step,
-micro-batch)), the layout and its final ``state_dict`` to OUT.json (the state also pickled to
+micro-batch)), the item keys and its final ``state_dict`` to OUT.json (the state also pickled to
 OUT.json.pkl). ``--take N`` stops after N items, ``--crash`` then exits without closing the
 stream (an abrupt stop), ``--state`` resumes from a pickled state.
 """
@@ -20,6 +20,21 @@ from torch.utils.data import DataLoader
 from mmfeed_trainer.data import StreamDataset
 
 
+def consume(url, job, *, take=-1, state=None, rank=None, world_size=None):
+    """Read up to ``take`` items (-1: all); returns (result dict, dataset)."""
+    ds = StreamDataset(url, job, rank=rank, world_size=world_size, request_timeout_s=5.0, wait_s=90.0)
+    if state is not None:
+        ds.load_state_dict(state)
+    rows, keys = [], set()
+    for n, item in enumerate(DataLoader(ds, batch_size=None)):
+        keys |= set(item)
+        where = (item["epoch"], item["step"], item["micro_batch"])
+        rows += [[*where, i] for i, w in zip(item["ids"], item["weight"].tolist()) if w > 0]
+        if n + 1 == take:
+            break
+    return {"rows": rows, "state": ds.state_dict(), "keys": sorted(keys)}, ds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
@@ -29,24 +44,15 @@ def main() -> None:
     ap.add_argument("--state")
     ap.add_argument("--crash", action="store_true")
     args = ap.parse_args()
-    ds = StreamDataset(args.url, args.job, request_timeout_s=5.0, wait_s=90.0)
+    state = None
     if args.state:
         with open(args.state, "rb") as f:
-            ds.load_state_dict(pickle.load(f))
-    rows, keys = [], set()
-    loader = iter(DataLoader(ds, batch_size=None))
-    for n, item in enumerate(loader):
-        keys |= set(item)
-        where = (item["epoch"], item["step"], item["micro_batch"])
-        rows += [[*where, i] for i, w in zip(item["ids"], item["weight"].tolist()) if w > 0]
-        if n + 1 == args.take:
-            break
-    state = ds.state_dict()
+            state = pickle.load(f)
+    res, ds = consume(args.url, args.job, take=args.take, state=state)
     with open(args.out + ".pkl", "wb") as f:
-        pickle.dump(state, f)
+        pickle.dump(res["state"], f)
     with open(args.out, "w") as f:
-        json.dump({"rows": rows, "state": state, "keys": sorted(keys), "dims": [ds.stream.dims.dp, ds.stream.dims.mp],
-                   "ranks": list(ds.stream.ranks), "role": ds.stream.role}, f)
+        json.dump(res, f)
     if args.crash:
         sys.stdout.flush()
         os._exit(0)  # no close: nothing of the last step is acknowledged

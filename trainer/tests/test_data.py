@@ -12,13 +12,16 @@
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import threading
 from collections import Counter, defaultdict
 
 import pytest
 import torch
 
+from _data_consumer import consume
 from _dist import free_port, run_world
 from test_stream import wait_for_port
 from mmfeed_trainer.data import ShardDataset, StreamDataset, weighted_loss
@@ -50,20 +53,37 @@ def corpus(tmp_path_factory):
     return manifest, plan, str(tmp / "shards")
 
 
-def consumers(url, job, world, out, args_of):
-    env = dict(os.environ, WORLD_SIZE=str(world))
-    return [subprocess.Popen([sys.executable, CONSUMER, url, job, str(out / f"r{r}.json"), *args_of(r)],
-                             env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for r in range(world)]
+def consumer(url, job, world, rank, out, *args):
+    """Rank ``rank`` as a process of its own (_data_consumer.py)."""
+    env = dict(os.environ, WORLD_SIZE=str(world), RANK=str(rank))
+    return subprocess.Popen([sys.executable, CONSUMER, url, job, str(out), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def finish(procs, out, world):
-    results = []
-    for r, p in enumerate(procs):
-        log = p.communicate(timeout=120)[0]
-        assert p.returncode == 0, f"rank {r}:\n{log}"
-        results.append(json.load(open(out / f"r{r}.json")))
-    return results
+def finish(proc, out):
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, log
+    return json.load(open(out))
+
+
+def in_thread(fn, *args, **kw):
+    """Run fn in a thread; returns a join() that gives its result or raises its error."""
+    box = {}
+
+    def body():
+        try:
+            box["res"] = fn(*args, **kw)
+        except BaseException as err:
+            box["err"] = err
+    t = threading.Thread(target=body)
+    t.start()
+
+    def join():
+        t.join(timeout=120)
+        if "err" in box:
+            raise box["err"]
+        return box["res"]
+    return join
 
 
 def serve(manifest, tmp_path, port, *layout):
@@ -73,19 +93,26 @@ def serve(manifest, tmp_path, port, *layout):
 
 
 def test_stream_dataset_resumes_from_its_state_exactly_once(corpus, tmp_path):
+    """dp rank 0 runs in processes (stopped abruptly, restored in a new process), dp rank 1 in
+    threads of this one (stopped cleanly, restored in a new dataset)."""
     manifest, plan, _ = corpus
     port = free_port()
     url = f"nats://127.0.0.1:{port}"
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir(), two.mkdir()
     # Started before the service: they wait for it instead of failing.
-    procs = consumers(url, "datatest", 2, one, lambda r: ["--take", "5", "--crash"] if r == 0 else ["--take", "3"])
+    proc = consumer(url, "datatest", 2, 0, tmp_path / "a.json", "--take", "5", "--crash")
+    thread = in_thread(consume, url, "datatest", take=3, rank=1, world_size=2)
     svc = serve(manifest, tmp_path, port, "--dp", "2")
     try:
-        first = finish(procs, one, 2)
+        first = [finish(proc, tmp_path / "a.json")]
+        res, ds = thread()
+        ds.stream.close()
+        first.append(res)
         assert [s["state"]["next_step"] for s in first] == [2, 1], [s["state"] for s in first]
         assert [s["state"]["next_micro_batch"] for s in first] == [1, 1]
-        second = finish(consumers(url, "datatest", 2, two, lambda r: ["--state", str(one / f"r{r}.json.pkl")]), two, 2)
+        proc = consumer(url, "datatest", 2, 0, tmp_path / "b.json", "--state", str(tmp_path / "a.json.pkl"))
+        thread = in_thread(consume, url, "datatest", state=pickle.loads(pickle.dumps(first[1]["state"])),
+                           rank=1, world_size=2)
+        second = [finish(proc, tmp_path / "b.json"), thread()[0]]
         assert svc.wait(timeout=60) == 0, svc.stdout.read()
     finally:
         if svc.poll() is None:
@@ -106,19 +133,36 @@ def test_stream_dataset_takes_the_layout_from_the_service(corpus, tmp_path):
     manifest, plan, _ = corpus
     port = free_port()
     svc = serve(manifest, tmp_path, port, "--dp", "2", "--mp", "2", "--placement", "colocated")
+    res, errors = [None] * 4, []
+
+    def rank(r):  # four ranks of a world of 4, told nothing about the layout
+        try:
+            ds = StreamDataset(f"nats://127.0.0.1:{port}", "datatest", rank=r, world_size=4, request_timeout_s=5.0)
+            rows, keys = [], set()
+            for x in ds:
+                keys |= set(x)
+                rows += [i for i, w in zip(x["ids"], x["weight"].tolist()) if w > 0]
+            res[r] = (ds.stream.dims.dp, ds.stream.dims.mp, ds.stream.ranks, ds.stream.role, keys, rows)
+        except BaseException as err:
+            errors.append(err)
+
     try:
-        wait_for_port(port, deadline_s=60)
-        res = finish(consumers(f"nats://127.0.0.1:{port}", "datatest", 4, tmp_path, lambda r: []), tmp_path, 4)
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
         assert svc.wait(timeout=60) == 0, svc.stdout.read()
     finally:
         if svc.poll() is None:
             svc.kill()
-    for r, x in enumerate(res):
-        assert x["dims"] == [2, 2] and x["ranks"] == [r // 2, r % 2] and x["role"] == "full", x
-        assert {"input_ids", "pixel_values"} <= set(x["keys"])
-    assert res[0]["rows"] == res[1]["rows"] and res[2]["rows"] == res[3]["rows"], "mp ranks of a dp rank differ"
-    ids = Counter(i for x in (res[0], res[2]) for *_, i in x["rows"])
-    assert max(ids.values()) == 1 and len(ids) == len(plan)
+    for r, (dp, mp, ranks, role, keys, _) in enumerate(res):
+        assert (dp, mp, ranks, role) == (2, 2, (r // 2, r % 2), "full")
+        assert {"input_ids", "pixel_values"} <= keys
+    assert res[0][5] == res[1][5] and res[2][5] == res[3][5], "the mp ranks of a dp rank got different samples"
+    ids = Counter(res[0][5] + res[2][5])
+    assert max(ids.values()) == 1 and set(ids) == set(plan)
 
 
 def items(ds):
