@@ -23,8 +23,9 @@ Contract
   placement come from the service's register reply unless given; rank = dp_rank * mp + mp_rank.
 * Items are HF-style dicts: ``input_ids`` and ``attention_mask`` (int64, padded to the
   micro-batch's longest with ``pad_id``), ``pixel_values`` (float32, normalized), ``weight``
-  (float32, 0 for padding rows), ``ids`` (list of str), and the ints ``epoch``, ``step`` and
-  ``micro_batch``. A rank gets only its modality's tensors under modality placement.
+  (float32, 0 for padding rows), ``ids`` (list of str), and the ints ``epoch``, ``step``,
+  ``micro_batch`` and ``micro_batches`` (per step: the step's last has micro_batch + 1 ==
+  micro_batches). A rank gets only its modality's tensors under modality placement.
   ``device=`` moves the tensors there and normalizes the pixels on it (uint8 on the wire:
   4x fewer bytes to copy); ``normalize=False`` leaves ``pixel_values`` in the wire dtype and
   adds ``pixel_mean``/``pixel_std``: call ``to_device(batch, device)`` yourself.
@@ -71,7 +72,8 @@ def env_rank(rank: int | None = None, world_size: int | None = None) -> tuple[in
     return rank, world
 
 
-def hf_item(batch: dict, *, device: torch.device | str | None = None, normalize: bool = True) -> dict:
+def hf_item(batch: dict, *, micro_batches: int, device: torch.device | str | None = None,
+            normalize: bool = True) -> dict:
     """An HF-style dict from a ``batches.record_to_batch`` micro-batch (see the module doc)."""
     if device is not None or (normalize and "pixel_values" in batch):
         batch = to_device(batch, torch.device(device or "cpu"))
@@ -79,7 +81,8 @@ def hf_item(batch: dict, *, device: torch.device | str | None = None, normalize:
     if "pixel_values" in batch and not (device is not None or normalize):
         out["pixel_mean"], out["pixel_std"] = batch["pixel_mean"], batch["pixel_std"]
         out["pixel_shape"], out["pixel_dtype"] = batch["pixel_shape"], batch["pixel_dtype"]
-    out.update(ids=batch["id"], epoch=batch.get("epoch", 0), step=batch["step"], micro_batch=batch["micro_batch"])
+    out.update(ids=batch["id"], epoch=batch.get("epoch", 0), step=batch["step"], micro_batch=batch["micro_batch"],
+               micro_batches=micro_batches)
     return out
 
 
@@ -200,7 +203,7 @@ class StreamDataset(IterableDataset):
                 info = stream.source.epoch_info(mb["epoch"])
                 self._pos.plan_hash = info.get("plan_hash", "")
                 self._pos.handed_out(mb, info["micro_batches"])
-                yield hf_item(mb, device=self.device, normalize=self.normalize)
+                yield hf_item(mb, micro_batches=info["micro_batches"], device=self.device, normalize=self.normalize)
 
     def _check_plan(self, reply: dict) -> None:
         got = reply.get("plan_hash", "")
@@ -209,6 +212,12 @@ class StreamDataset(IterableDataset):
                         "size, dataset or configuration); continuing at global step %d", self._pos.epoch, got[:12],
                         self._pos.plan_hash[:12], self._pos.step)
         self._pos.plan_hash = got or self._pos.plan_hash
+
+    def close(self) -> None:
+        """Stop the running iteration's client (acknowledging the last step if it was handed out
+        whole); for a loop that stops before the stream ends."""
+        if self.stream is not None:
+            self.stream.close()
 
     def state_dict(self) -> dict:
         """Where the next iteration continues (module doc); plain values."""
@@ -250,7 +259,8 @@ class ShardDataset(IterableDataset):
                     if self._pos.skips(mb):
                         continue
                     self._pos.handed_out(mb, len(data.records))
-                    yield hf_item(mb, device=self.device, normalize=self.normalize)
+                    yield hf_item(mb, micro_batches=len(data.records), device=self.device,
+                                  normalize=self.normalize)
             self._pos.epoch, self._pos.step, self._pos.micro_batch = self._pos.epoch + 1, 0, 0
 
     def state_dict(self) -> dict:
