@@ -28,17 +28,25 @@ type Options struct {
 	MaxCaptionBytes int64
 	// AllowAbsolute lets manifest lines name absolute image paths. Such
 	// paths are trusted as given: they are not checked against the
-	// manifest folder. Default false: absolute paths are quarantined as
+	// dataset root. Default false: absolute paths are quarantined as
 	// "escapes_root".
 	AllowAbsolute bool
-	// ImageColumn is the Parquet image column: binary, large binary, or a
-	// struct with a binary "bytes" field (and optionally a "path" string
-	// used as ImageName). Default "image".
+	// Root is the folder relative manifest image paths resolve against and
+	// may not leave. Default: the manifest's folder.
+	Root string
+	// ImageColumn names the image: the Parquet column (binary, large binary,
+	// or a struct with a binary "bytes" field and optionally a "path" string
+	// used as ImageName; "image.bytes" names that field of the struct
+	// "image"), or the manifest field holding the image path (a key or a
+	// dotted path into nested objects, "image.path"). Default "image".
 	ImageColumn string
-	// TextColumn is the Parquet caption column (string). Default "text".
+	// TextColumn names the caption: the Parquet string column or the
+	// manifest field (key or dotted path). Default "text"; under the default
+	// a manifest line's "caption" stands in for an absent "text".
 	TextColumn string
-	// IDColumn is the optional Parquet id column (string or integer);
-	// absent columns are ignored. Default "id".
+	// IDColumn names the optional id: the Parquet column (string or integer)
+	// or the manifest field (string or number); absent ones are ignored.
+	// Default "id".
 	IDColumn string
 	// OnReject receives every quarantined sample, from the goroutine that
 	// calls Next or Scan. Nil: rejects are only counted in Stats. Use

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"testing"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -25,5 +26,23 @@ func TestScaleModel(t *testing.T) {
 		if _, err := scaleModel(base, bad); err == nil {
 			t.Errorf("scaleModel(%q) accepted", bad)
 		}
+	}
+}
+
+func TestDatasetFlags(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	j := bindJobFlags(fs)
+	err := fs.Parse([]string{"--input", "m.jsonl", "--root", "/data", "--allow-absolute-paths",
+		"--image-field", "image.bytes", "--text-field", "caption", "--id-field", "url"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := j.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Loader
+	if got.Root != "/data" || !got.AllowAbsolute || got.ImageColumn != "image.bytes" || got.TextColumn != "caption" || got.IDColumn != "url" {
+		t.Errorf("loader options %+v, want root /data, absolute allowed, image.bytes/caption/url", got)
 	}
 }
