@@ -48,6 +48,13 @@ type Options struct {
 	// or the manifest field (string or number); absent ones are ignored.
 	// Default "id".
 	IDColumn string
+	// WDSImageKeys lists the WebDataset member extensions that hold the
+	// image, ";"-separated: "jpg;png;webp". Default DefaultWDSImageKeys.
+	WDSImageKeys string
+	// WDSTextKeys lists where the caption is, in priority order:
+	// "txt" takes a whole member, "json:caption" a field of a JSON member
+	// (a dotted path for nested fields). Default DefaultWDSTextKeys.
+	WDSTextKeys string
 	// OnReject receives every quarantined sample, from the goroutine that
 	// calls Next or Scan. Nil: rejects are only counted in Stats. Use
 	// (*QuarantineWriter).Func to write quarantine.jsonl.
@@ -70,6 +77,9 @@ func (o Options) Validate() error {
 	formats := []string{FormatAuto, FormatJSONL, FormatWDS, FormatParquet, FormatFolder}
 	if !slices.Contains(formats, o.Format) {
 		return fmt.Errorf("%w: format %q (want one of jsonl, wds, parquet, folder)", ErrInvalidConfig, o.Format)
+	}
+	if _, err := parseWDSKeys(o.WDSImageKeys, o.WDSTextKeys); err != nil {
+		return err
 	}
 	if o.MaxImageBytes < 0 {
 		return fmt.Errorf("%w: MaxImageBytes %d < 0", ErrInvalidConfig, o.MaxImageBytes)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
@@ -32,6 +33,8 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&c.Loader.ImageColumn, "image-field", c.Loader.ImageColumn, "manifest field of the image path, or Parquet image column (a.b: nested; Parquet image.bytes: the struct's bytes)")
 	fs.StringVar(&c.Loader.TextColumn, "text-field", c.Loader.TextColumn, "manifest field or Parquet column of the caption")
 	fs.StringVar(&c.Loader.IDColumn, "id-field", c.Loader.IDColumn, "manifest field or Parquet column of the sample id (optional)")
+	fs.StringVar(&c.Loader.WDSImageKeys, "wds-image-keys", loader.DefaultWDSImageKeys, "WebDataset member extensions holding the image")
+	fs.StringVar(&c.Loader.WDSTextKeys, "wds-text-keys", loader.DefaultWDSTextKeys, "WebDataset caption members in priority order: ext (whole member) or ext:field (JSON field, a.b nested)")
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
 	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
 	fs.IntVar(&c.Plan.GlobalBatch, "global-batch", c.Plan.GlobalBatch, "samples per step, all ranks together")
