@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -87,5 +88,34 @@ func TestNewLogger(t *testing.T) {
 	}
 	if _, err := newLogger(&buf, "xml", false); err == nil || !strings.Contains(err.Error(), "text or json") {
 		t.Errorf("xml: got %v", err)
+	}
+}
+
+// TestGroupedHelp checks that every command's help lists each flag once, under
+// its group, and ends with examples.
+func TestGroupedHelp(t *testing.T) {
+	for _, cmd := range []string{"synth", "report", "shard", "serve"} {
+		t.Run(cmd, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), []string{cmd, "--help"}, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			help := stderr.String()
+			fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+			if cmd != "synth" {
+				bindJobFlags(fs)
+			}
+			fs.VisitAll(func(f *flag.Flag) {
+				if n := strings.Count(help, "  --"+f.Name+" "); n != 1 {
+					t.Errorf("--%s listed %d times", f.Name, n)
+				}
+			})
+			if !strings.Contains(help, "\nExamples:\n  mmfeed "+cmd) {
+				t.Errorf("no examples in %s", help)
+			}
+			if cmd != "synth" && !strings.Contains(help, "\nDataset:\n  --input ") {
+				t.Errorf("no Dataset group starting with --input in %s", help)
+			}
+		})
 	}
 }

@@ -103,6 +103,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	if fs.Lookup("config") == nil {
 		fs.String("config", "", "YAML file of flag values (global-batch: 64); flags and MMFEED_* variables win over it")
 	}
+	fs.Usage = func() { groupedUsage(fs, fs.Output()) }
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix("MMFEED"), ff.WithConfigFileFlag("config"),
 		ff.WithConfigFileParser(ffyaml.Parser))
 	if err != nil {
