@@ -21,6 +21,7 @@ type jobFlags struct {
 	strategy  string
 	tail      string
 	model     string
+	patchSize int
 	costScale string
 }
 
@@ -47,7 +48,8 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&j.sync, "sync", j.sync, "where the trainer's dp ranks wait for each other: micro-batch (every micro-batch, e.g. a contrastive all-gather or FSDP) or step (only the gradient all-reduce)")
 	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
-	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
+	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: a preset "+fmt.Sprint(balancer.PresetNames())+" or FILE.json in the preset schema the trainer reads too")
+	fs.IntVar(&j.patchSize, "patch-size", 0, "ViT patch edge in pixels, overriding the model's (14 for ViT-L/14, SigLIP /14): image tokens and dynamic-resolution multiples")
 	fs.StringVar(&j.costScale, "cost-scale", "", "multiply the cost model's vision,text,fusion coefficients, e.g. 1,8,1: a deliberately wrong prior for calibration experiments")
 	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
 	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
@@ -83,6 +85,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	shape, err := balancer.Preset(j.model)
 	if err != nil {
 		return c, err
+	}
+	if j.patchSize != 0 {
+		if shape.PatchSize = j.patchSize; j.patchSize < 0 {
+			return c, fmt.Errorf("--patch-size %d: want > 0", j.patchSize)
+		}
 	}
 	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
 		return c, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -44,5 +45,35 @@ func TestDatasetFlags(t *testing.T) {
 	got := c.Loader
 	if got.Root != "/data" || !got.AllowAbsolute || got.ImageColumn != "image.bytes" || got.TextColumn != "caption" || got.IDColumn != "url" {
 		t.Errorf("loader options %+v, want root /data, absolute allowed, image.bytes/caption/url", got)
+	}
+}
+
+func TestModelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		patch     int
+		wantError string
+	}{
+		{[]string{"--model", "base-8h"}, 16, ""},
+		{[]string{"--model", "base", "--patch-size", "14"}, 14, ""},
+		{[]string{"--model", "../../balancer/presets/tiny.json", "--patch-size", "32"}, 32, ""},
+		{[]string{"--model", "nope.json"}, 0, "no such file"},
+		{[]string{"--patch-size", "-1"}, 0, "--patch-size -1"},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		j := bindJobFlags(fs)
+		if err := fs.Parse(append([]string{"--input", "m.jsonl"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := j.config()
+		if tc.wantError != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+				t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.wantError)
+			}
+			continue
+		}
+		if err != nil || c.Image.PatchSize != tc.patch {
+			t.Errorf("%v: patch size %d (%v), want %d", tc.args, c.Image.PatchSize, err, tc.patch)
+		}
 	}
 }

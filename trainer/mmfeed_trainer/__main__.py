@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     src.add_argument("--shards", help="directory written by `mmfeed shard` (rank-00000.arrow, ...)")
     src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
     p.add_argument("--job", default="demo", help="job name on the service (default demo)")
-    p.add_argument("--model", default="tiny", choices=sorted(config.PRESETS))
+    p.add_argument("--model", default="tiny",
+                   help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
     p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")

@@ -41,3 +41,5 @@ def test_pip_install_gives_an_importable_package(tmp_path):
                          capture_output=True, text=True, timeout=120).stdout
     assert out.strip().startswith(str(target)), out
     assert (target / "bin" / "mmfeed-train").exists()
+    assert sorted(p.name for p in (target / "mmfeed_trainer" / "presets").iterdir()) == \
+        ["base-8h.json", "base.json", "tiny.json"], "the model presets are package data"
