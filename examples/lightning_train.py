@@ -4,7 +4,7 @@
     torchrun --nproc-per-node 2 examples/lightning_train.py --nats nats://127.0.0.1:4222 --job mine
 
 mmfeed balances the ranks itself: use_distributed_sampler=False. The data position travels in
-Lightning's checkpoint (on_save_checkpoint / on_load_checkpoint).
+Lightning's checkpoint: the position after the last *trained* batch (Lightning fetches one ahead).
 """
 import argparse
 
@@ -19,11 +19,12 @@ from plain_torch import TinyClip  # any model whose forward takes the batch's ke
 class Module(L.LightningModule):
     def __init__(self, ds):
         super().__init__()
-        self.clip, self.ds = TinyClip(), ds
+        self.clip, self.ds, self.data_state = TinyClip(), ds, ds.state_dict()
 
     def training_step(self, batch, _):
         loss = weighted_loss(self.clip(**batch), batch["weight"])
         self.log("loss", loss, prog_bar=True, batch_size=len(batch["ids"]))
+        self.data_state = self.ds.state_after(batch)
         return loss
 
     def configure_optimizers(self):
@@ -33,7 +34,7 @@ class Module(L.LightningModule):
         return DataLoader(self.ds, batch_size=None)
 
     def on_save_checkpoint(self, checkpoint):
-        checkpoint["mmfeed_data"] = self.ds.state_dict()
+        checkpoint["mmfeed_data"] = self.data_state
 
     def on_load_checkpoint(self, checkpoint):
         self.ds.load_state_dict(checkpoint["mmfeed_data"])
@@ -47,8 +48,9 @@ def main():
     ds = StreamDataset(args.nats, args.job)
     trainer = L.Trainer(max_steps=args.steps, use_distributed_sampler=False, default_root_dir=args.out,
                         log_every_n_steps=1, enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(Module(ds), ckpt_path=args.resume)
-    print(f"trained {trainer.global_step} steps, loss {trainer.callback_metrics['loss'].item():.4f}, data {ds.state_dict()}")
+    module = Module(ds)
+    trainer.fit(module, ckpt_path=args.resume)
+    print(f"trained {trainer.global_step} steps, loss {trainer.callback_metrics['loss'].item():.4f}, data {module.data_state}")
     ds.close()
 
 

@@ -39,6 +39,8 @@ Contract
   iteration continues with the first micro-batch not yet handed out; every sample of the
   epoch is seen exactly once across a stop and a restart (the service redelivers what was
   handed out but not acknowledged, and the dataset skips what it had already yielded).
+  A loader that fetches ahead of training (Lightning) hands out more than was trained:
+  save ``ds.state_after(last_trained_item)`` instead.
 """
 
 from __future__ import annotations
@@ -121,6 +123,17 @@ def rank_share(per_sample: torch.Tensor, weight: torch.Tensor, total: torch.Tens
     if grads_averaged and dist.is_available() and dist.is_initialized():
         loss = loss * dist.get_world_size(group)
     return loss
+
+
+def state_after(item: dict, plan_hash: str = "") -> dict:
+    """The state that resumes right after ``item`` (a yielded micro-batch): for loaders
+    that fetch ahead of training (Lightning prefetches one batch), save this for the last
+    *trained* item rather than the dataset's ``state_dict()``, which counts what was handed
+    out."""
+    pos = _Position()
+    pos.plan_hash = plan_hash
+    pos.handed_out(item, item["micro_batches"])
+    return pos.state()
 
 
 class _Position:
@@ -223,6 +236,10 @@ class StreamDataset(IterableDataset):
         """Where the next iteration continues (module doc); plain values."""
         return self._pos.state()
 
+    def state_after(self, item: dict) -> dict:
+        """The state that resumes right after ``item`` (see the function ``state_after``)."""
+        return state_after(item, self._pos.plan_hash)
+
     def load_state_dict(self, state: dict) -> None:
         self._pos.load(state)
 
@@ -265,6 +282,9 @@ class ShardDataset(IterableDataset):
 
     def state_dict(self) -> dict:
         return self._pos.state()
+
+    def state_after(self, item: dict) -> dict:
+        return state_after(item)
 
     def load_state_dict(self, state: dict) -> None:
         self._pos.load(state)

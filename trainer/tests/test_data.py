@@ -175,7 +175,10 @@ def test_shard_dataset_state_round_trip(corpus, stop):
     whole = items(ShardDataset(shards, rank=1, world_size=2, epochs=2))
     first = ShardDataset(shards, rank=1, world_size=2, epochs=2)
     it = iter(first)
-    head = [next(it) for _ in range(stop)]
+    head = []
+    for _ in range(stop):
+        head.append(next(it))
+        assert first.state_after(head[-1]) == first.state_dict()  # what a prefetching loader saves
     resumed = ShardDataset(shards, rank=1, world_size=2, epochs=2)
     resumed.load_state_dict(first.state_dict())
     assert items(head) + items(resumed) == whole

@@ -4,6 +4,7 @@ Every example is under 60 lines, ends with exit 0, and reports a finite loss and
 position after exactly the steps asked for (the HF one also writes it beside its checkpoint).
 """
 
+import glob
 import importlib.util
 import json
 import math
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from _dist import free_port
 
@@ -85,4 +87,8 @@ def test_lightning(manifest, tmp_path):
     log = run_example("lightning_train.py", manifest, tmp_path, 1, "--out", str(tmp_path / "pl"))
     m = re.search(r"trained (\d+) steps, loss ([\d.]+), data (\{.*\})", log)
     assert m and int(m.group(1)) == STEPS and math.isfinite(float(m.group(2))), log
-    assert "'next_step': 3" in m.group(3)
+    assert "'next_step': 3, 'next_micro_batch': 0" in m.group(3), "the position after the last trained batch"
+    ckpt = glob.glob(str(tmp_path / "pl" / "**" / "*.ckpt"), recursive=True)
+    assert len(ckpt) == 1, ckpt
+    state = torch.load(ckpt[0], weights_only=False)["mmfeed_data"]
+    assert (state["next_step"], state["next_micro_batch"]) == (STEPS, 0), state
