@@ -11,6 +11,7 @@
 """
 
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -227,3 +228,22 @@ def test_weighted_loss_matches_one_process_under_ddp():
     xs = [torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(7, 4, generator=g, dtype=torch.float64)]
     ws = [torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([1.0] * 5 + [0.0] * 2, dtype=torch.float64)]
     run_world(_weighted, 2, args=(xs, ws), timeout=120)
+
+
+def test_hf_datasets_loads_the_shards(corpus, tmp_path):
+    """HF ``datasets`` reads ``mmfeed shard`` files as they are; it drops the Arrow field
+    metadata (pixel dtype, shape, mean, std), which pyarrow reads from the file (README)."""
+    if os.environ.get("MMFEED_REQUIRE_PEERS"):
+        import datasets  # pinned in requirements.txt: required
+    else:
+        datasets = pytest.importorskip("datasets")
+    import pyarrow as pa
+    path = os.path.join(corpus[2], "rank-00000.arrow")
+    ds = datasets.load_dataset("arrow", data_files=[path], split="train", cache_dir=str(tmp_path))
+    table = pa.ipc.open_file(path).read_all()
+    assert ds.num_rows == table.num_rows and ds["id"] == table.column("id").to_pylist()
+    row = ds[0]
+    assert len(row["pixel_values"]) == math.prod(row["pixel_shape"])
+    meta = pa.ipc.open_file(path).schema.field("pixel_values").metadata
+    assert json.loads(meta[b"shape"]) == row["pixel_shape"] and meta[b"dtype"] == b"float16"
+    assert ds.data.schema.field("pixel_values").metadata is None, "HF kept the field metadata: update the README"
