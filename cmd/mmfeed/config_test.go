@@ -119,3 +119,18 @@ func TestGroupedHelp(t *testing.T) {
 		})
 	}
 }
+
+func TestProgressBarSilentWhenNotATerminal(t *testing.T) {
+	var buf bytes.Buffer
+	if progressBar(&buf, "x", "steps") != nil {
+		t.Error("a bar for a buffer")
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if progressBar(f, "x", "steps") != nil {
+		t.Error("a bar for a regular file")
+	}
+}
