@@ -192,6 +192,9 @@ class StreamDataset(IterableDataset):
         self.dp, self.mp, self.placement = dp, mp, placement
         self.device, self.normalize, self.pad_id, self.options = device, normalize, pad_id, options
         self._pos = _Position()
+        self._ended = False
+        """The last iteration read the job to its end: a new one yields nothing (the service
+        may be gone) instead of waiting for it."""
         self.stream: Stream | None = None
         """The client of the running iteration (its ``feedback`` reports step times)."""
 
@@ -207,6 +210,8 @@ class StreamDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[dict]:
         _no_workers("StreamDataset")
+        if self._ended:
+            return
         stream = self.stream = self._open()
         with stream:
             self._check_plan(stream.source.reply)
@@ -217,6 +222,7 @@ class StreamDataset(IterableDataset):
                 self._pos.plan_hash = info.get("plan_hash", "")
                 self._pos.handed_out(mb, info["micro_batches"])
                 yield hf_item(mb, micro_batches=info["micro_batches"], device=self.device, normalize=self.normalize)
+            self._ended = True
 
     def _check_plan(self, reply: dict) -> None:
         got = reply.get("plan_hash", "")
@@ -242,6 +248,7 @@ class StreamDataset(IterableDataset):
 
     def load_state_dict(self, state: dict) -> None:
         self._pos.load(state)
+        self._ended = False
 
 
 class ShardDataset(IterableDataset):

@@ -144,6 +144,7 @@ def test_stream_dataset_takes_the_layout_from_the_service(corpus, tmp_path):
                 keys |= set(x)
                 rows += [i for i, w in zip(x["ids"], x["weight"].tolist()) if w > 0]
             res[r] = (ds.stream.dims.dp, ds.stream.dims.mp, ds.stream.ranks, ds.stream.role, keys, rows)
+            assert list(ds) == [], "a second pass after the job's end yields nothing (and does not wait)"
         except BaseException as err:
             errors.append(err)
 
