@@ -248,3 +248,10 @@ def test_hf_datasets_loads_the_shards(corpus, tmp_path):
     meta = pa.ipc.open_file(path).schema.field("pixel_values").metadata
     assert json.loads(meta[b"shape"]) == row["pixel_shape"] and meta[b"dtype"] == b"float16"
     assert ds.data.schema.field("pixel_values").metadata is None, "HF kept the field metadata: update the README"
+
+
+def test_shard_file_names_match_the_go_writer(corpus):
+    """The names ``mmfeed shard`` writes (Go's pipeline.RankFile) are the ones ShardSource opens."""
+    from mmfeed_trainer.sources import ShardSource
+    written = sorted(f for f in os.listdir(corpus[2]) if f.endswith(".arrow"))
+    assert written == sorted(os.path.basename(ShardSource(corpus[2], r).path) for r in range(2))
