@@ -32,6 +32,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	cfg.Progress = progressBar(stderr, "features", "samples")
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
