@@ -53,8 +53,11 @@ $(LIBTOK): scripts/build-tokenizers.sh scripts/tokenizers/Cargo.lock go.mod
 	scripts/build-tokenizers.sh $(BUILD) $(CACHE)
 	@touch $@
 
+# `mmfeed version` prints these; a commit alone does not rebuild the binary.
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 $(BIN): $(LIBTOK) $(GO_SOURCES) $(wildcard $(TURBO_H))
-	$(GO) build -o $(BIN) ./cmd/mmfeed
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/mmfeed
 
 venv: $(VENV)/.ok ## create the Python environment from requirements.txt (cached per content)
 

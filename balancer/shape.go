@@ -1,88 +1,66 @@
 package balancer
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-)
+import "fmt"
 
-// ModelShape is the architecture the cost model is derived from. It is the one
-// place the bundled trainer's model sizes are written down; the trainer reads
-// the same values (see Presets and docs/cost-model.md).
+// ModelShape is the architecture the cost model is derived from, in the preset
+// schema that the bundled trainer reads too: presets/*.json here are generated
+// copies of trainer/mmfeed_trainer/presets/*.json (go generate; a test fails
+// when they drift), and --model FILE.json takes a file in the same schema.
 type ModelShape struct {
 	// Name of the preset, informational.
 	Name string `json:"name"`
+	// Description, informational.
+	Description string `json:"description,omitempty"`
 	// VisionHidden is the ViT hidden size.
 	VisionHidden int `json:"vision_hidden"`
 	// VisionLayers is the number of ViT blocks.
 	VisionLayers int `json:"vision_layers"`
+	// VisionHeads is the ViT's attention heads (the trainer's; no cost term).
+	VisionHeads int `json:"vision_heads,omitempty"`
 	// PatchSize is the square patch edge in pixels (P = H·W / PatchSize²).
 	PatchSize int `json:"patch_size"`
 	// ImageChannels is the number of input channels of the patch embedding.
 	ImageChannels int `json:"image_channels"`
+	// MaxGrid is the largest patch grid side of the trainer's position table.
+	MaxGrid int `json:"max_grid,omitempty"`
 	// TextHidden is the text encoder's hidden size.
 	TextHidden int `json:"text_hidden"`
 	// TextLayers is the number of text encoder blocks.
 	TextLayers int `json:"text_layers"`
+	// TextHeads is the text encoder's attention heads (no cost term).
+	TextHeads int `json:"text_heads,omitempty"`
+	// Vocab is the text vocabulary size. The embedding lookup costs no FLOPs,
+	// so Vocab does not enter the cost; the trainer sizes its embedding with it.
+	Vocab int `json:"vocab_size"`
+	// PadTokenID pads the trainer's token tensors.
+	PadTokenID int `json:"pad_token_id"`
+	// MaxTextLen is the trainer's longest caption (position table).
+	MaxTextLen int `json:"max_text_len,omitempty"`
 	// FusionHidden is the fusion blocks' hidden size.
 	FusionHidden int `json:"fusion_hidden"`
 	// FusionLayers is the number of fusion blocks: cross-attention (text
 	// queries attend to image patches) followed by an MLP. 0 disables fusion.
 	FusionLayers int `json:"fusion_layers"`
+	// FusionHeads is the fusion blocks' attention heads (no cost term).
+	FusionHeads int `json:"fusion_heads,omitempty"`
 	// MLPRatio is the MLP hidden size over the model hidden size (all parts).
 	MLPRatio float64 `json:"mlp_ratio"`
-	// Vocab is the text vocabulary size. The embedding lookup costs no FLOPs,
-	// so Vocab does not enter the cost; it is kept here so that the shape is
-	// complete.
-	Vocab int `json:"vocab"`
+	// EmbedDim is the trainer's shared contrastive embedding size.
+	EmbedDim int `json:"embed_dim,omitempty"`
 	// DecodeGFLOP is the loader-side decode work per unit of image complexity
 	// that a step waits for, in GFLOP-equivalents (a prior; calibration refits
 	// it). 0 means decoding is fully overlapped with compute.
 	DecodeGFLOP float64 `json:"decode_gflop"`
 }
 
-// TinyShape is the bundled trainer's CPU/CI model: ViT 64×2 (patch 16), text
-// 64×2, one fusion block of 64, MLP ratio 4, BERT vocabulary.
-func TinyShape() ModelShape {
-	return ModelShape{
-		Name: "tiny", VisionHidden: 64, VisionLayers: 2, PatchSize: 16, ImageChannels: 3,
-		TextHidden: 64, TextLayers: 2, FusionHidden: 64, FusionLayers: 1,
-		MLPRatio: 4, Vocab: 30522, DecodeGFLOP: 0.02,
-	}
-}
+// TinyShape is the bundled trainer's CPU/CI model (presets/tiny.json): ViT
+// 64×2 (patch 16), text 64×2, one fusion block of 64, MLP ratio 4, BERT
+// vocabulary.
+func TinyShape() ModelShape { return mustPreset("tiny") }
 
-// BaseShape is ViT-B/16 + BERT-base + 6 fusion blocks (ALBEF-like sizes).
-func BaseShape() ModelShape {
-	return ModelShape{
-		Name: "base", VisionHidden: 768, VisionLayers: 12, PatchSize: 16, ImageChannels: 3,
-		TextHidden: 768, TextLayers: 12, FusionHidden: 768, FusionLayers: 6,
-		MLPRatio: 4, Vocab: 30522, DecodeGFLOP: 1,
-	}
-}
-
-// Presets maps preset names to shapes.
-func Presets() map[string]ModelShape {
-	return map[string]ModelShape{"tiny": TinyShape(), "base": BaseShape()}
-}
-
-// PresetNames returns the preset names, sorted.
-func PresetNames() []string {
-	names := make([]string, 0, 2)
-	for k := range Presets() {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// Preset returns the named shape ("tiny" or "base", case-insensitive).
-func Preset(name string) (ModelShape, error) {
-	s, ok := Presets()[strings.ToLower(strings.TrimSpace(name))]
-	if !ok {
-		return ModelShape{}, fmt.Errorf("balancer: model preset %q (want one of %v): %w", name, PresetNames(), ErrUnknownName)
-	}
-	return s, nil
-}
+// BaseShape is ViT-B/16 + BERT-base + 6 fusion blocks (ALBEF-like sizes,
+// presets/base.json).
+func BaseShape() ModelShape { return mustPreset("base") }
 
 // Validate checks the shape's fields.
 func (s ModelShape) Validate() error {
@@ -100,8 +78,13 @@ func (s ModelShape) Validate() error {
 		return bad("fusion hidden/layers", [2]int{s.FusionHidden, s.FusionLayers})
 	case !(s.MLPRatio > 0) || s.MLPRatio > 64:
 		return bad("mlp ratio", s.MLPRatio)
-	case s.Vocab < 0:
-		return bad("vocab", s.Vocab)
+	case s.Vocab < 0 || s.PadTokenID < 0 || (s.Vocab > 0 && s.PadTokenID >= s.Vocab):
+		return bad("vocab size/pad token id", [2]int{s.Vocab, s.PadTokenID})
+	case s.VisionHeads < 0 || s.TextHeads < 0 || s.FusionHeads < 0 ||
+		(s.VisionHeads > 0 && s.VisionHidden%s.VisionHeads != 0) ||
+		(s.TextHeads > 0 && s.TextHidden%s.TextHeads != 0) ||
+		(s.FusionHeads > 0 && s.FusionHidden%s.FusionHeads != 0):
+		return bad("heads (each must divide its hidden size)", [3]int{s.VisionHeads, s.TextHeads, s.FusionHeads})
 	case !(s.DecodeGFLOP >= 0) || s.DecodeGFLOP > 1e12:
 		return bad("decode gflop", s.DecodeGFLOP)
 	}

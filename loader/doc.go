@@ -10,17 +10,23 @@
 //     manifest.jsonl, or a glob of .jsonl files read one after the other):
 //     one object per line, {"image": "rel/or/abs/path", "text": "caption",
 //     "id": "optional"} ("caption" is accepted for "text"; "id" may be a
-//     number). Blank lines are skipped and not counted.
-//     Relative image paths resolve against the manifest's folder and may not
-//     leave it, neither lexically ("..") nor through a symbolic link; such
-//     lines are quarantined as "escapes_root". Absolute image paths are
-//     quarantined as "escapes_root" unless Options.AllowAbsolute is set.
+//     number); Options.ImageColumn, TextColumn and IDColumn rename the
+//     fields (a dotted name reaches into nested objects). Blank lines are
+//     skipped and not counted. Relative image paths resolve against
+//     Options.Root (default: the manifest's folder) and may not leave it,
+//     neither lexically ("..") nor through a symbolic link; such lines are
+//     quarantined as "escapes_root". Absolute image paths are quarantined as
+//     "escapes_root" unless Options.AllowAbsolute is set.
 //   - WebDataset shards: a .tar file, a folder holding .tar files, or a glob
 //     such as "data/shard-*.tar". Consecutive members with the same key (the
 //     member path up to the first dot of its base name) form one sample: one
 //     image (.jpg .jpeg .png .webp) and a caption (.txt, or .json with a
-//     "caption" or "text" field, optionally "id"). Shards are read as streams
-//     with archive/tar; compressed shards (.tar.gz) are not supported.
+//     "caption" or "text" field, optionally "id"); Options.WDSImageKeys and
+//     WDSTextKeys change these extensions and fields. Shards are read as streams
+//     with archive/tar; compressed shards (.tar.gz) are refused with a hint
+//     to gunzip them (images are read back by offset). A brace pattern
+//     "data-{000000..000099}.tar" or "{a,b}/s.tar" names a list of files
+//     that must all exist.
 //   - Parquet: a .parquet file, a folder or a glob of them. The image column
 //     (default "image") is binary, large binary, or a struct with a "bytes"
 //     field as HuggingFace datasets write it; the text column (default

@@ -30,18 +30,63 @@ type rawManifestLine struct {
 	ID      json.RawMessage `json:"id"`
 }
 
-// parseManifestLine parses one manifest line. On failure it returns a reject
-// reason and detail. "caption" is accepted when "text" is absent; "id" may
-// be a string or a number.
+// manifestFields names the fields of a manifest line, each a key or a dotted
+// path into nested objects ("image.path").
+type manifestFields struct{ image, text, id string }
+
+// isDefault reports the default names, read by the faster fixed-struct path.
+func (f manifestFields) isDefault() bool {
+	return f == manifestFields{} || f == manifestFields{"image", "text", "id"}
+}
+
+// parseManifestLine parses one manifest line with the default field names.
+// On failure it returns a reject reason and detail. "caption" is accepted
+// when "text" is absent; "id" may be a string or a number.
 func parseManifestLine(line []byte) (manifestLine, string, string) {
+	return parseManifestFields(line, manifestFields{})
+}
+
+// parseManifestFields parses one manifest line whose fields are named by f
+// ("caption" stands in for an absent text only under the default names).
+func parseManifestFields(line []byte, f manifestFields) (manifestLine, string, string) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' {
 		return manifestLine{}, ReasonBadManifestLine, "not a JSON object"
 	}
 	var raw rawManifestLine
-	if err := json.Unmarshal(line, &raw); err != nil {
-		return manifestLine{}, ReasonBadManifestLine, err.Error()
+	if f.isDefault() {
+		if err := json.Unmarshal(line, &raw); err != nil {
+			return manifestLine{}, ReasonBadManifestLine, err.Error()
+		}
+	} else {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(line, &obj); err != nil {
+			return manifestLine{}, ReasonBadManifestLine, err.Error()
+		}
+		raw = rawManifestLine{Image: lookupPath(obj, f.image), Text: lookupPath(obj, f.text), ID: lookupPath(obj, f.id)}
 	}
+	return checkManifestLine(raw)
+}
+
+// lookupPath returns the value at a dotted path of nested objects, or nil.
+// A key that itself holds a dot is found before the path is split.
+func lookupPath(obj map[string]json.RawMessage, path string) json.RawMessage {
+	if v, ok := obj[path]; ok {
+		return v
+	}
+	head, rest, ok := strings.Cut(path, ".")
+	if !ok {
+		return nil
+	}
+	var inner map[string]json.RawMessage
+	if json.Unmarshal(obj[head], &inner) != nil {
+		return nil
+	}
+	return lookupPath(inner, rest)
+}
+
+// checkManifestLine checks the types of a line's fields.
+func checkManifestLine(raw rawManifestLine) (manifestLine, string, string) {
 	var out manifestLine
 	var ok bool
 	if out.ID, ok = jsonScalar(raw.ID); !ok {
@@ -99,12 +144,17 @@ type manifestSource struct {
 	br       *bufio.Reader
 	line     int
 	dirs     map[string]dirCheck // relative dir → containment result
+	fields   manifestFields
 }
 
 type dirCheck struct{ reason, detail string }
 
 func openManifest(path string, opts Options) (*manifestSource, error) {
-	root, err := filepath.Abs(filepath.Dir(path))
+	dir := filepath.Dir(path)
+	if opts.Root != "" {
+		dir = opts.Root
+	}
+	root, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
@@ -120,6 +170,7 @@ func openManifest(path string, opts Options) (*manifestSource, error) {
 		base: base{opts: opts}, path: path, name: filepath.Base(path),
 		root: root, realRoot: realRoot, f: f,
 		br: bufio.NewReaderSize(f, 64<<10), dirs: map[string]dirCheck{},
+		fields: manifestFields{opts.ImageColumn, opts.TextColumn, opts.IDColumn},
 	}, nil
 }
 
@@ -164,7 +215,7 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 
 // entry turns a line into an entry, reporting a reject when it is bad.
 func (m *manifestSource) entry(line []byte, loc string, withImage bool) (Entry, []byte, bool) {
-	ml, reason, detail := parseManifestLine(line)
+	ml, reason, detail := parseManifestFields(line, m.fields)
 	id := ml.ID
 	if id == "" && reason == "" {
 		id = DeriveID(m.name, ml.Image+"\n"+ml.Text)

@@ -44,8 +44,86 @@ func TestParseManifestLine(t *testing.T) {
 	}
 }
 
+func TestParseManifestFields(t *testing.T) {
+	hf := manifestFields{image: "file_name", text: "caption", id: "meta.key"}
+	nested := manifestFields{image: "image.path", text: "texts.en", id: "id"}
+	tests := []struct {
+		name, line string
+		fields     manifestFields
+		want       manifestLine
+		reason     string
+	}{
+		{"renamed", `{"file_name":"a.jpg","caption":"a cat","meta":{"key":7}}`, hf, manifestLine{Image: "a.jpg", Text: "a cat", ID: "7"}, ""},
+		{"renamed, text absent", `{"file_name":"a.jpg","text":"a cat"}`, hf, manifestLine{}, ReasonMissingCaption},
+		{"nested", `{"image":{"path":"x/b.png"},"texts":{"en":"a dog"},"id":"q"}`, nested, manifestLine{Image: "x/b.png", Text: "a dog", ID: "q"}, ""},
+		{"dotted key first", `{"image.path":"c.jpg","image":{"path":"d.jpg"},"texts":{"en":"t"}}`, nested, manifestLine{Image: "c.jpg", Text: "t"}, ""},
+		{"path through a string", `{"image":"e.jpg","texts":{"en":"t"}}`, nested, manifestLine{}, ReasonMissingImage},
+		{"path to an object", `{"image":{"path":{"p":1}},"texts":{"en":"t"}}`, nested, manifestLine{}, ReasonBadManifestLine},
+		{"defaults spelled out", `{"image":"a.jpg","caption":"c"}`, manifestFields{"image", "text", "id"}, manifestLine{Image: "a.jpg", Text: "c"}, ""},
+		{"not json", `{"file_name":`, hf, manifestLine{}, ReasonBadManifestLine},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason, _ := parseManifestFields([]byte(tt.line), tt.fields)
+			if reason != tt.reason {
+				t.Fatalf("reason: got %q, want %q", reason, tt.reason)
+			}
+			if tt.reason == "" && got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestManifestRoot checks that --root moves where relative paths resolve and
+// what they may not leave, and that absolute paths need AllowAbsolute.
+func TestManifestRoot(t *testing.T) {
+	dir := t.TempDir()
+	data, lists := filepath.Join(dir, "data"), filepath.Join(dir, "lists")
+	writeFile(t, filepath.Join(data, "imgs", "a.jpg"), []byte("jpeg"))
+	writeFile(t, filepath.Join(dir, "outside.jpg"), []byte("jpeg"))
+	abs := filepath.Join(data, "imgs", "a.jpg")
+	lines := []string{
+		`{"image":"imgs/a.jpg","text":"relative to the root","id":"rel"}`,
+		`{"image":"../outside.jpg","text":"leaves the root","id":"out"}`,
+		`{"image":` + strconv.Quote(abs) + `,"text":"absolute","id":"abs"}`,
+	}
+	manifest := filepath.Join(lists, "train.jsonl")
+	writeFile(t, manifest, []byte(strings.Join(lines, "\n")+"\n"))
+	tests := []struct {
+		name     string
+		opts     Options
+		want     []string
+		rejected map[string]string
+	}{
+		{"manifest folder", Options{}, nil, map[string]string{"rel": ReasonMissingImage, "out": ReasonEscapesRoot, "abs": ReasonEscapesRoot}},
+		{"root", Options{Root: data}, []string{"rel"}, map[string]string{"out": ReasonEscapesRoot, "abs": ReasonEscapesRoot}},
+		{"root and absolute", Options{Root: data, AllowAbsolute: true}, []string{"rel", "abs"}, map[string]string{"out": ReasonEscapesRoot}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := drain(t, manifest, tt.opts)
+			if got := ids(d.samples); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("samples %v, want %v", got, tt.want)
+			}
+			got := map[string]string{}
+			for _, r := range d.rejects {
+				got[r.ID] = r.Reason
+			}
+			if len(got) != len(tt.rejected) {
+				t.Errorf("rejects %v, want %v", got, tt.rejected)
+			}
+			for id, reason := range tt.rejected {
+				if got[id] != reason {
+					t.Errorf("%s: reason %q, want %q", id, got[id], reason)
+				}
+			}
+		})
+	}
+}
+
 func FuzzManifestLine(f *testing.F) {
-	for _, s := range []string{`{"image":"a.jpg","text":"t","id":"1"}`, `{"image":1}`, `[]`, `{"image":"../x","caption":"\u0000"}`, ``} {
+	for _, s := range []string{`{"img":{"p":"a.jpg"},"cap":"t","k":{"v":2}}`, `{"image":"a.jpg","text":"t","id":"1"}`, `{"image":1}`, `[]`, `{"image":"../x","caption":"\u0000"}`, ``} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
@@ -60,6 +138,11 @@ func FuzzManifestLine(f *testing.F) {
 			t.Errorf("reason %q without detail for %q", reason, line)
 		}
 		_ = CheckCaption(got.Text)
+		// Named, nested fields: the same contract.
+		got, reason, detail = parseManifestFields(line, manifestFields{image: "img.p", text: "cap", id: "k.v"})
+		if (reason == "" && got.Image == "") || (reason != "" && detail == "") {
+			t.Errorf("named fields: got %+v, reason %q, detail %q for %q", got, reason, detail, line)
+		}
 	})
 }
 

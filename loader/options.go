@@ -28,18 +28,33 @@ type Options struct {
 	MaxCaptionBytes int64
 	// AllowAbsolute lets manifest lines name absolute image paths. Such
 	// paths are trusted as given: they are not checked against the
-	// manifest folder. Default false: absolute paths are quarantined as
+	// dataset root. Default false: absolute paths are quarantined as
 	// "escapes_root".
 	AllowAbsolute bool
-	// ImageColumn is the Parquet image column: binary, large binary, or a
-	// struct with a binary "bytes" field (and optionally a "path" string
-	// used as ImageName). Default "image".
+	// Root is the folder relative manifest image paths resolve against and
+	// may not leave. Default: the manifest's folder.
+	Root string
+	// ImageColumn names the image: the Parquet column (binary, large binary,
+	// or a struct with a binary "bytes" field and optionally a "path" string
+	// used as ImageName; "image.bytes" names that field of the struct
+	// "image"), or the manifest field holding the image path (a key or a
+	// dotted path into nested objects, "image.path"). Default "image".
 	ImageColumn string
-	// TextColumn is the Parquet caption column (string). Default "text".
+	// TextColumn names the caption: the Parquet string column or the
+	// manifest field (key or dotted path). Default "text"; under the default
+	// a manifest line's "caption" stands in for an absent "text".
 	TextColumn string
-	// IDColumn is the optional Parquet id column (string or integer);
-	// absent columns are ignored. Default "id".
+	// IDColumn names the optional id: the Parquet column (string or integer)
+	// or the manifest field (string or number); absent ones are ignored.
+	// Default "id".
 	IDColumn string
+	// WDSImageKeys lists the WebDataset member extensions that hold the
+	// image, ";"-separated: "jpg;png;webp". Default DefaultWDSImageKeys.
+	WDSImageKeys string
+	// WDSTextKeys lists where the caption is, in priority order:
+	// "txt" takes a whole member, "json:caption" a field of a JSON member
+	// (a dotted path for nested fields). Default DefaultWDSTextKeys.
+	WDSTextKeys string
 	// OnReject receives every quarantined sample, from the goroutine that
 	// calls Next or Scan. Nil: rejects are only counted in Stats. Use
 	// (*QuarantineWriter).Func to write quarantine.jsonl.
@@ -62,6 +77,9 @@ func (o Options) Validate() error {
 	formats := []string{FormatAuto, FormatJSONL, FormatWDS, FormatParquet, FormatFolder}
 	if !slices.Contains(formats, o.Format) {
 		return fmt.Errorf("%w: format %q (want one of jsonl, wds, parquet, folder)", ErrInvalidConfig, o.Format)
+	}
+	if _, err := parseWDSKeys(o.WDSImageKeys, o.WDSTextKeys); err != nil {
+		return err
 	}
 	if o.MaxImageBytes < 0 {
 		return fmt.Errorf("%w: MaxImageBytes %d < 0", ErrInvalidConfig, o.MaxImageBytes)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -147,13 +148,27 @@ func openParquet(path string, opts Options) (*parquetFile, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("loader: schema %s: %w", path, err), pf.Close())
 	}
-	p := &parquetFile{pf: pf, fr: fr, img: fieldIndex(sc, opts.ImageColumn),
+	p := &parquetFile{pf: pf, fr: fr, img: imageFieldIndex(sc, opts.ImageColumn),
 		text: fieldIndex(sc, opts.TextColumn), idCol: fieldIndex(sc, opts.IDColumn)}
 	if p.img < 0 || p.text < 0 {
 		return nil, errors.Join(fmt.Errorf("%w: %s lacks column %q or %q (have %v)", ErrSchema, path,
 			opts.ImageColumn, opts.TextColumn, sc.Fields()), pf.Close())
 	}
 	return p, nil
+}
+
+// imageFieldIndex finds the image column: name, else for "x.bytes" the
+// struct column x (whose "bytes" field newImageColumn reads); -1 if neither.
+func imageFieldIndex(sc *arrow.Schema, name string) int {
+	if i := fieldIndex(sc, name); i >= 0 {
+		return i
+	}
+	if base, ok := strings.CutSuffix(name, ".bytes"); ok {
+		if i := fieldIndex(sc, base); i >= 0 && sc.Field(i).Type.ID() == arrow.STRUCT {
+			return i
+		}
+	}
+	return -1
 }
 
 func fieldIndex(sc *arrow.Schema, name string) int {

@@ -136,6 +136,8 @@ func TestParquetColumnsAndSchema(t *testing.T) {
 	p := filepath.Join(dir, "a.parquet")
 	writeParquet(t, p, []pqRow{{id: "x", img: ptr("i"), text: ptr("t")}}, false, 10)
 	writeParquet(t, filepath.Join(dir, "b.parquet"), []pqRow{{id: "y", img: ptr("j"), text: ptr("u")}}, false, 10)
+	hf := filepath.Join(t.TempDir(), "hf.parquet")
+	writeParquet(t, hf, []pqRow{{id: "z", img: ptr("k"), text: ptr("v")}}, true, 10)
 	tests := []struct {
 		name    string
 		path    string
@@ -147,6 +149,8 @@ func TestParquetColumnsAndSchema(t *testing.T) {
 		{"glob", filepath.Join(dir, "*.parquet"), Options{}, 2, nil},
 		{"text column renamed", p, Options{TextColumn: "id"}, 1, nil},
 		{"missing image column", p, Options{ImageColumn: "jpg"}, 0, ErrSchema},
+		{"struct bytes field", hf, Options{ImageColumn: "image.bytes"}, 1, nil},
+		{"bytes of a binary column", p, Options{ImageColumn: "image.bytes"}, 0, ErrSchema},
 		{"text column not string", p, Options{TextColumn: "image"}, 0, ErrSchema},
 	}
 	for _, tt := range tests {

@@ -39,6 +39,9 @@ func Open(path string, opts Options) (Source, error) {
 
 // detect returns the format and the data files of path.
 func detect(path, forced string) (string, []string, error) {
+	if strings.ContainsAny(path, "{}") {
+		return detectBraces(path, forced)
+	}
 	if strings.ContainsAny(path, "*?[") {
 		return detectGlob(path, forced)
 	}
@@ -52,11 +55,38 @@ func detect(path, forced string) (string, []string, error) {
 			format = formatOfExt(path)
 		}
 		if format == FormatAuto || format == FormatFolder {
+			if lower := strings.ToLower(path); strings.HasSuffix(lower, ".tar.gz") || strings.HasSuffix(lower, ".tgz") {
+				return "", nil, fmt.Errorf("%w: %s: compressed shards are not read (images are read back by offset): gunzip them to .tar", ErrUnknownFormat, path)
+			}
 			return "", nil, fmt.Errorf("%w: %s (want .jsonl, .tar or .parquet)", ErrUnknownFormat, path)
 		}
 		return format, []string{path}, nil
 	}
 	return detectDir(path, forced)
+}
+
+// detectBraces expands a brace pattern into files that must all exist and
+// share one format.
+func detectBraces(pattern, forced string) (string, []string, error) {
+	paths, err := expandBraces(pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	format := forced
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", nil, fmt.Errorf("loader: open %s (from %s): %w", p, pattern, err)
+		}
+		f := formatOfExt(p)
+		if format == FormatAuto {
+			format = f
+		}
+		if fi.IsDir() || f != format || f == FormatAuto {
+			return "", nil, fmt.Errorf("%w: %s mixes or names unsupported files (%s)", ErrUnknownFormat, pattern, p)
+		}
+	}
+	return format, paths, nil
 }
 
 func detectGlob(pattern, forced string) (string, []string, error) {

@@ -44,7 +44,7 @@ type tarGroup struct {
 	hasImage bool
 	text     string
 	hasText  bool
-	hasTxt   bool // the caption came from a .txt member (it wins over .json)
+	textRank int // index in the text keys of the member the caption came from (lower wins)
 	id       string
 	reason   string // first problem seen in the group
 	detail   string
@@ -60,10 +60,12 @@ type tarSource struct {
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
 	open    func(string) (io.ReadSeekCloser, error)
+	keys    wdsKeys
 }
 
 func newTarSource(shards []string, opts Options) *tarSource {
-	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1,
+	keys, _ := parseWDSKeys(opts.WDSImageKeys, opts.WDSTextKeys) // checked by Options.Validate
+	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1, keys: keys,
 		open: func(p string) (io.ReadSeekCloser, error) { return os.Open(p) }}
 }
 
@@ -204,9 +206,12 @@ func splitKey(name string) (string, string) {
 // addMember folds one member into g. It returns false when the member's data
 // could not be read (the shard is broken from here).
 func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImage bool) bool {
-	ext = ext[strings.LastIndexByte(ext, '.')+1:] // "seg.png" is a png, "en.txt" a caption
+	last := ext[strings.LastIndexByte(ext, '.')+1:] // "seg.png" is a png, "en.txt" a caption
+	if !s.keys.text(ext) {
+		ext = last
+	}
 	switch {
-	case isImageExt(ext) && !g.hasImage:
+	case (s.keys.image(ext) || s.keys.image(last)) && !g.hasImage:
 		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.pos, hdr.Size
 		if reason, detail := checkSize(hdr.Size, s.opts.MaxImageBytes); reason != "" {
 			g.setProblem(reason, detail)
@@ -215,7 +220,7 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 		if withImage {
 			return s.readData(g, hdr, &g.img)
 		}
-	case ext == "txt" && !g.hasTxt, ext == "json":
+	case s.keys.text(ext):
 		if hdr.Size > s.opts.MaxCaptionBytes {
 			g.setProblem(ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", hdr.Size, s.opts.MaxCaptionBytes))
 			return true
@@ -224,7 +229,7 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 		if !s.readData(g, hdr, &data) {
 			return false
 		}
-		g.addCaption(ext, data)
+		g.addCaption(s.keys, ext, data)
 	}
 	return true
 }
@@ -241,33 +246,33 @@ func (s *tarSource) readData(g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
 	return true
 }
 
-// addCaption takes the caption from a .txt member, or from a .json member's
-// "caption" or "text" field (and its optional "id"). A .txt caption wins.
-func (g *tarGroup) addCaption(ext string, data []byte) {
-	if ext == "txt" {
-		g.text, g.hasText, g.hasTxt = string(data), true, true
-		return
+// addCaption takes the caption from a member with extension ext: its whole
+// text, or a JSON member's field, as the text keys say; the first key in their
+// order that a group holds wins. A JSON member's "id" gives the sample id.
+func (g *tarGroup) addCaption(keys wdsKeys, ext string, data []byte) {
+	var obj map[string]json.RawMessage
+	if keys.json(ext) {
+		if err := json.Unmarshal(data, &obj); err != nil {
+			g.setProblem(ReasonBadCaption, "."+ext+": "+err.Error())
+			return
+		}
+		if id, ok := jsonScalar(obj["id"]); ok && id != "" {
+			g.id = id
+		}
 	}
-	var meta struct {
-		Caption *string         `json:"caption"`
-		Text    *string         `json:"text"`
-		ID      json.RawMessage `json:"id"`
-	}
-	if err := json.Unmarshal(data, &meta); err != nil {
-		g.setProblem(ReasonBadCaption, ".json: "+err.Error())
-		return
-	}
-	if id, ok := jsonScalar(meta.ID); ok {
-		g.id = id
-	}
-	if g.hasTxt {
-		return
-	}
-	switch {
-	case meta.Caption != nil:
-		g.text, g.hasText = *meta.Caption, true
-	case meta.Text != nil:
-		g.text, g.hasText = *meta.Text, true
+	for rank, k := range keys.texts {
+		if k.ext != ext || (g.hasText && g.textRank <= rank) {
+			continue
+		}
+		if k.field == "" {
+			g.text, g.hasText, g.textRank = string(data), true, rank
+			return
+		}
+		var text string
+		if v := lookupPath(obj, k.field); !isNull(v) && json.Unmarshal(v, &text) == nil {
+			g.text, g.hasText, g.textRank = text, true, rank
+			return
+		}
 	}
 }
 
@@ -287,9 +292,9 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 	switch {
 	case reason != "":
 	case !g.hasImage:
-		reason, detail = ReasonMissingImage, "no .jpg/.jpeg/.png/.webp member"
+		reason, detail = ReasonMissingImage, "no image member ("+s.keys.imageList()+")"
 	case !g.hasText:
-		reason, detail = ReasonMissingCaption, "no .txt or .json caption member"
+		reason, detail = ReasonMissingCaption, "no caption member ("+s.keys.textList()+")"
 	default:
 		reason = CheckCaption(g.text)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"testing"
@@ -174,3 +175,35 @@ func FuzzTarSource(f *testing.F) {
 type nopCloser struct{ io.ReadSeeker }
 
 func (nopCloser) Close() error { return nil }
+
+// TestTarKeys checks configurable member extensions: image keys, caption keys
+// in priority order, JSON fields (nested), and the id of a JSON member that
+// does not give the caption.
+func TestTarKeys(t *testing.T) {
+	shard := filepath.Join(t.TempDir(), "s.tar")
+	writeFile(t, shard, tarBytes(t, []member{
+		{"1.tif", "img1"}, {"1.json", `{"meta":{"alt":"nested alt"},"id":"one"}`},
+		{"2.tif", "img2"}, {"2.cap", "cap wins"}, {"2.json", `{"meta":{"alt":"alt"}}`},
+		{"3.jpg", "not an image key"}, {"3.cap", "c3"},
+		{"4.tif", "img4"}, {"4.json", `{"caption":"caption is no key here"}`},
+		{"5.tif", "img5"}, {"5.json", `{"meta":{"alt":"5"},"id":"five"}`}, {"5.cap", "cap after json"},
+	}))
+	d := drain(t, shard, Options{WDSImageKeys: "tif", WDSTextKeys: "cap;json:meta.alt"})
+	want := []string{"one:nested alt", "2:cap wins", "five:cap after json"}
+	var got []string
+	for _, s := range d.samples {
+		got = append(got, s.ID+":"+s.Text)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("samples %q, want %q", got, want)
+	}
+	rej := reasonsByLoc(d.rejects)
+	if rej[shard+":3"] != ReasonMissingImage || rej[shard+":4"] != ReasonMissingCaption || len(rej) != 2 {
+		t.Errorf("rejects %v, want 3 missing_image, 4 missing_caption", rej)
+	}
+	for _, bad := range []Options{{WDSImageKeys: "jpg;;png"}, {WDSTextKeys: "jpg"}, {WDSImageKeys: "a:b"}} {
+		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: got %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}

@@ -26,6 +26,10 @@ type Config struct {
 	Plan balancer.Config
 	// Workers is the number of feature and preprocessing goroutines. 0: all cores.
 	Workers int
+	// Progress, when not nil, is called as Prepare extracts features, with the
+	// entries done and their total (from several goroutines; at most every 64
+	// entries and at the end).
+	Progress func(done, total int)
 }
 
 // DefaultConfig: bert-base-uncased at 128 tokens, shorter-crop 224 float16, the tiny

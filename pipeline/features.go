@@ -33,10 +33,21 @@ type Features struct {
 // whose image header is unreadable go to q and are left out.
 func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
 	img imgproc.Config, q *loader.QuarantineWriter, workers int) (Features, error) {
+	return extractFeatures(ctx, ix, entries, tk, img, q, workers, nil)
+}
+
+// extractFeatures is ExtractFeatures with a progress callback (Config.Progress).
+func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
+	img imgproc.Config, q *loader.QuarantineWriter, workers int, progress func(done, total int)) (Features, error) {
 	items := make([]balancer.Item, len(entries))
 	sizes := make([]image.Point, len(entries))
 	ok := make([]bool, len(entries))
-	var next atomic.Int64
+	var next, done atomic.Int64
+	tick := func() {
+		if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
+			progress(n, len(entries))
+		}
+	}
 	var wg sync.WaitGroup
 	for range max(1, workers) {
 		wg.Go(func() {
@@ -46,6 +57,7 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 					return
 				}
 				it, size, rej := featuresOf(ix, entries[i], tk, img)
+				tick()
 				if rej != nil {
 					q.Write(*rej)
 					continue

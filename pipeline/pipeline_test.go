@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/mmfeed/mmfeed/internal/testpeer"
@@ -260,5 +262,30 @@ func TestPlanRejectionsQuarantinedOnce(t *testing.T) {
 	}
 	if rep.Quarantined != len(rejects) {
 		t.Errorf("report counts %d quarantined, the quarantine holds %d", rep.Quarantined, len(rejects))
+	}
+}
+
+func TestPrepareProgress(t *testing.T) {
+	cfg := testConfig(corpus(t, 150, "jsonl"))
+	var mu sync.Mutex
+	var seen []int
+	total := -1
+	cfg.Progress = func(done, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if total >= 0 && n != total {
+			t.Errorf("total changed from %d to %d", total, n)
+		}
+		total, seen = n, append(seen, done)
+	}
+	prep, err := Prepare(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	slices.Sort(seen)
+	want := []int{64, 128, total}
+	if total < 129 || total > 150 || !slices.Equal(seen, want) {
+		t.Errorf("progress %v of %d, want %v (every 64 entries and the end)", seen, total, want)
 	}
 }

@@ -40,7 +40,7 @@ func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, 
 		return nil, err
 	}
 	order := ix.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
-	f, err := ExtractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers())
+	f, err := extractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers(), cfg.Progress)
 	if err != nil {
 		tk.Close()
 		ix.Close()

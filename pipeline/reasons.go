@@ -4,18 +4,19 @@ import (
 	"errors"
 
 	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
 // Quarantine reasons of the feature and preprocessing stages (the loader's own reasons
 // cover the source stage).
 const (
-	ReasonImageEmpty       = "image_empty"
+	ReasonImageEmpty       = loader.ReasonEmptyImage // one code for an empty image, whichever stage finds it
 	ReasonImageTooLarge    = "image_too_large"
 	ReasonImageUnsupported = "image_unsupported"
 	ReasonImageCorrupt     = "image_corrupt"
 	ReasonTextUnencodable  = "text_unencodable"
-	ReasonReadFailed       = "unreadable_image"
+	ReasonReadFailed       = loader.ReasonUnreadableImage
 )
 
 // errUnreadable wraps I/O failures of reading an image the index listed.

@@ -42,10 +42,17 @@ type Register struct {
 	ResumeStep int `json:"resume_step"`
 }
 
-// RegisterReply answers a Register.
+// RegisterReply answers a Register. DP, MP and Placement (the job's layout)
+// are set in every reply, also a refusal, so a client that does not know the
+// layout can learn it and register again; Retry says the refusal is
+// temporary (the epoch is still being planned): register again later.
 type RegisterReply struct {
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
+	OK        bool   `json:"ok"`
+	Error     string `json:"error,omitempty"`
+	Retry     bool   `json:"retry,omitempty"`
+	DP        int    `json:"dp,omitempty"`
+	MP        int    `json:"mp,omitempty"`
+	Placement string `json:"placement,omitempty"`
 	// PlanHash identifies the plan (dataset, seed, epoch, layout, config); a
 	// rank that resumes compares it with the one it checkpointed.
 	PlanHash string `json:"plan_hash,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
@@ -20,13 +21,21 @@ type jobFlags struct {
 	strategy  string
 	tail      string
 	model     string
+	patchSize int
 	costScale string
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny"}
 	c := &j.cfg
-	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar shards (file, folder or glob), Parquet, or an image folder with .txt sidecars (required)")
+	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar shards (file, folder, glob or data-{000..099}.tar), Parquet, or an image folder with .txt sidecars (required)")
+	fs.StringVar(&c.Loader.Root, "root", "", "folder that relative manifest image paths resolve against and may not leave (default: the manifest's folder)")
+	fs.BoolVar(&c.Loader.AllowAbsolute, "allow-absolute-paths", false, "accept absolute image paths in a manifest (trusted as given)")
+	fs.StringVar(&c.Loader.ImageColumn, "image-field", c.Loader.ImageColumn, "manifest field of the image path, or Parquet image column (a.b: nested; Parquet image.bytes: the struct's bytes)")
+	fs.StringVar(&c.Loader.TextColumn, "text-field", c.Loader.TextColumn, "manifest field or Parquet column of the caption")
+	fs.StringVar(&c.Loader.IDColumn, "id-field", c.Loader.IDColumn, "manifest field or Parquet column of the sample id (optional)")
+	fs.StringVar(&c.Loader.WDSImageKeys, "wds-image-keys", loader.DefaultWDSImageKeys, "WebDataset member extensions holding the image")
+	fs.StringVar(&c.Loader.WDSTextKeys, "wds-text-keys", loader.DefaultWDSTextKeys, "WebDataset caption members in priority order: ext (whole member) or ext:field (JSON field, a.b nested)")
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
 	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
 	fs.IntVar(&c.Plan.GlobalBatch, "global-batch", c.Plan.GlobalBatch, "samples per step, all ranks together")
@@ -39,7 +48,8 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&j.sync, "sync", j.sync, "where the trainer's dp ranks wait for each other: micro-batch (every micro-batch, e.g. a contrastive all-gather or FSDP) or step (only the gradient all-reduce)")
 	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
-	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
+	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: a preset "+fmt.Sprint(balancer.PresetNames())+" or FILE.json in the preset schema the trainer reads too")
+	fs.IntVar(&j.patchSize, "patch-size", 0, "ViT patch edge in pixels, overriding the model's (14 for ViT-L/14, SigLIP /14): image tokens and dynamic-resolution multiples")
 	fs.StringVar(&j.costScale, "cost-scale", "", "multiply the cost model's vision,text,fusion coefficients, e.g. 1,8,1: a deliberately wrong prior for calibration experiments")
 	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
 	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
@@ -75,6 +85,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	shape, err := balancer.Preset(j.model)
 	if err != nil {
 		return c, err
+	}
+	if j.patchSize != 0 {
+		if shape.PatchSize = j.patchSize; j.patchSize < 0 {
+			return c, fmt.Errorf("--patch-size %d: want > 0", j.patchSize)
+		}
 	}
 	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
 		return c, err

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"flag"
+	"strings"
 	"testing"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -24,6 +26,54 @@ func TestScaleModel(t *testing.T) {
 	for _, bad := range []string{"1,2", "1,0,1", "a,1,1", "1,-1,1", "1,Inf,1"} {
 		if _, err := scaleModel(base, bad); err == nil {
 			t.Errorf("scaleModel(%q) accepted", bad)
+		}
+	}
+}
+
+func TestDatasetFlags(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	j := bindJobFlags(fs)
+	err := fs.Parse([]string{"--input", "m.jsonl", "--root", "/data", "--allow-absolute-paths",
+		"--image-field", "image.bytes", "--text-field", "caption", "--id-field", "url"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := j.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Loader
+	if got.Root != "/data" || !got.AllowAbsolute || got.ImageColumn != "image.bytes" || got.TextColumn != "caption" || got.IDColumn != "url" {
+		t.Errorf("loader options %+v, want root /data, absolute allowed, image.bytes/caption/url", got)
+	}
+}
+
+func TestModelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		patch     int
+		wantError string
+	}{
+		{[]string{"--model", "base-8h"}, 16, ""},
+		{[]string{"--model", "base", "--patch-size", "14"}, 14, ""},
+		{[]string{"--model", "../../balancer/presets/tiny.json", "--patch-size", "32"}, 32, ""},
+		{[]string{"--model", "nope.json"}, 0, "no such file"},
+		{[]string{"--patch-size", "-1"}, 0, "--patch-size -1"},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		j := bindJobFlags(fs)
+		if err := fs.Parse(append([]string{"--input", "m.jsonl"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := j.config()
+		if tc.wantError != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantError) {
+				t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.wantError)
+			}
+			continue
+		}
+		if err != nil || c.Image.PatchSize != tc.patch {
+			t.Errorf("%v: patch size %d (%v), want %d", tc.args, c.Image.PatchSize, err, tc.patch)
 		}
 	}
 }

@@ -20,8 +20,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"syscall"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffyaml"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -33,8 +38,8 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"version": {"print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-		fmt.Fprintln(stdout, "mmfeed", version)
+	"version": {"print the version and commit", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+		fmt.Fprintln(stdout, versionString(debug.ReadBuildInfo()))
 		return nil
 	}},
 }
@@ -91,11 +96,23 @@ func usage(w io.Writer) {
 }
 
 // parseFlags parses args into fs, reporting errors on stderr the flag package's way.
+// Every command also reads MMFEED_<FLAG> environment variables (--global-batch:
+// MMFEED_GLOBAL_BATCH) and a YAML file named by --config (flag names as keys);
+// the command line wins over the environment, which wins over the file.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if fs.Lookup("config") == nil {
+		fs.String("config", "", "YAML file of flag values (global-batch: 64); flags and MMFEED_* variables win over it")
+	}
+	fs.Usage = func() { groupedUsage(fs, fs.Output()) }
+	err := ff.Parse(fs, args, ff.WithEnvVarPrefix("MMFEED"), ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ffyaml.Parser))
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
+		}
+		if !strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
+			fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err) // the flag package printed command-line errors
 		}
 		return errUsage
 	}

@@ -33,6 +33,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	cfg.Progress = progressBar(stderr, "features", "samples")
 	qw := io.Discard
 	if *quarantine != "" {
 		f, err := os.Create(*quarantine)

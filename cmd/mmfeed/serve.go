@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 
@@ -46,6 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")
 	noWait := fs.Bool("no-wait", false, "exit once everything is published instead of when every rank completed")
 	verbose := fs.Bool("v", false, "debug logging")
+	logFormat := fs.String("log-format", "text", "log lines as text or json (log/slog)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -70,11 +70,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.NATS.MaxPayload = int32(min(*maxPayload, 1<<30))
 	c.QuarantineDir = c.NATS.DataDir
 	c.WaitForTrainers = !*noWait
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
+	if c.Logger, err = newLogger(stderr, *logFormat, *verbose); err != nil {
+		return err
 	}
-	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	s, err := serve.New(c)
 	if err != nil {
 		return err

@@ -32,6 +32,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	cfg.Progress = progressBar(stderr, "features", "samples")
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -53,7 +54,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := pipeline.WriteFile(filepath.Join(*out, "plan.jsonl"), plan.WriteJSONL); err != nil {
 		return err
 	}
-	sum, err := pipeline.WriteShards(ctx, prep, plan, *out, progressBar(stderr, "preprocessing"))
+	sum, err := pipeline.WriteShards(ctx, prep, plan, *out, progressBar(stderr, "preprocessing", "steps"))
 	if err != nil {
 		return err
 	}

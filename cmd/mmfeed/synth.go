@@ -33,6 +33,7 @@ func runSynth(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	start := time.Now()
+	cfg.Progress = progressBar(stderr, "synth", "samples")
 	sum, err := synth.Generate(ctx, cfg)
 	if err != nil {
 		return err

@@ -45,6 +45,9 @@ type Config struct {
 	OmitIDs bool
 	// Workers is the number of encoding goroutines. Default GOMAXPROCS.
 	Workers int
+	// Progress, when not nil, is called after each written sample with the
+	// samples written and Samples, from the goroutine that calls Generate.
+	Progress func(done, total int)
 }
 
 // DefaultConfig returns the defaults (Out left empty).

@@ -89,9 +89,16 @@ func Generate(ctx context.Context, cfg Config) (Summary, error) {
 		}
 	}
 	sum := Summary{Format: cfg.Format, Samples: cfg.Samples, BadByKind: map[string]int{}}
+	done := 0
 	err = generate(ctx, cfg, func(it *item) error {
 		sum.add(it)
-		return w.write(it)
+		if err := w.write(it); err != nil {
+			return err
+		}
+		if done++; cfg.Progress != nil {
+			cfg.Progress(done, cfg.Samples)
+		}
+		return nil
 	})
 	files, path, cerr := w.close()
 	if err == nil {

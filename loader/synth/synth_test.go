@@ -161,3 +161,21 @@ func BenchmarkGenerate(b *testing.B) {
 		})
 	}
 }
+
+func TestProgress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Out, cfg.Samples = t.TempDir(), 20
+	var calls []int
+	cfg.Progress = func(done, total int) {
+		if total != 20 {
+			t.Errorf("total %d, want 20", total)
+		}
+		calls = append(calls, done)
+	}
+	if _, err := Generate(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 20 || calls[0] != 1 || calls[19] != 20 {
+		t.Errorf("progress calls %v, want 1..20", calls)
+	}
+}

@@ -70,7 +70,9 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		} else {
 			s.log.Warn("register refused", "err", err)
 		}
-		return proto.RegisterReply{OK: false, Error: err.Error()}
+		l := s.cfg.layout()
+		return proto.RegisterReply{OK: false, Error: err.Error(), Retry: errors.Is(err, ErrNotReady),
+			DP: l.DP, MP: l.MP, Placement: l.Placement}
 	}
 	var reg proto.Register
 	if err := proto.DecodeControl(data, &reg); err != nil {
@@ -99,7 +101,9 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	subj, _ := proto.BatchSubject(s.cfg.Job, reg.DPRank, reg.MPRank)
 	s.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
 	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
+	l := s.cfg.layout()
 	return proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
+		DP: l.DP, MP: l.MP, Placement: l.Placement,
 		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
 }

@@ -207,6 +207,10 @@ func TestRegisterRefusesMismatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if rep.DP != 2 || rep.MP != 1 || rep.Placement != "colocated" || rep.Retry {
+				t.Errorf("got layout dp=%d mp=%d %q retry=%v, want the job's dp=2 mp=1 colocated in every reply, no retry",
+					rep.DP, rep.MP, rep.Placement, rep.Retry)
+			}
 			if tc.want == "" {
 				if !rep.OK || rep.Steps == 0 || rep.PlanHash == "" || rep.Consumer != "mmfeed_job-1_0_0" || rep.Modality != proto.ModalityAll {
 					t.Errorf("got %+v, want ok with steps, plan hash, consumer mmfeed_job-1_0_0, modality all", rep)

@@ -4,7 +4,8 @@ Contract
 --------
 Inputs: micro-batches in the Arrow schema of docs/protocol.md, one record batch per
 (step, dp rank, micro-batch), from the NATS stream (``stream.py``), from ``mmfeed shard``
-files (``shards.py``) or generated (``synthetic.py``).
+files (``sources.py``) or generated (``synthetic.py``); ``data.py`` wraps them as torch
+datasets for your own training loop.
 Outputs: a trained image-text model (ITC + ITM, ``model.py``), checkpoints (model,
 optimizer, scheduler, stream position: ``checkpoint.py``) and per-step feedback (compute
 time, data-wait time) to the service.
@@ -18,6 +19,7 @@ Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model),
 (differentiable p2p between mp ranks), ``losses``, ``step`` (one training step), ``optim``,
 ``timing`` (rank-local compute time), ``batches`` (Arrow -> torch), ``sources`` (shards,
 synthetic), ``wire`` (chunk headers, reassembly, CRC-32C), ``stream`` (NATS client),
+``data`` (``StreamDataset``, ``ShardDataset``, ``weighted_loss``),
 ``prefetch``, ``checkpoint``, ``synthetic``, ``train`` (the loop), ``__main__`` (CLI).
 """
 

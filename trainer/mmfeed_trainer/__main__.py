@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     src.add_argument("--shards", help="directory written by `mmfeed shard` (rank-00000.arrow, ...)")
     src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
     p.add_argument("--job", default="demo", help="job name on the service (default demo)")
-    p.add_argument("--model", default="tiny", choices=sorted(config.PRESETS))
+    p.add_argument("--model", default="tiny",
+                   help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
     p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
@@ -58,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--ckpt-dir", help="checkpoint directory; resumes from its latest checkpoint")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="log lines as text or as one JSON object each (time, level, rank, logger, msg)")
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast (auto: on CUDA)")
     p.add_argument("--prefetch", type=int, default=2, help="steps converted ahead")
     p.add_argument("--save-params", help="write the final parameters of each mp rank here")
@@ -90,9 +93,41 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                                     dtype=a.synth_dtype, distinct_steps=a.synth_distinct))
 
 
+class JSONFormatter(logging.Formatter):
+    """One JSON object per log line: time, level, rank, logger, msg (and exc when set)."""
+
+    def __init__(self, rank: str):
+        super().__init__()
+        self.rank = int(rank)
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+               "level": record.levelname, "rank": self.rank, "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(fmt: str, rank: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JSONFormatter(rank) if fmt == "json" else
+                         logging.Formatter(f"%(asctime)s rank{rank} %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+
+
+def _log_format(args: list[str]) -> str:
+    """--log-format's value, read before the full parse so that parsing is logged in it too."""
+    for i, arg in enumerate(args):
+        if arg == "--log-format" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--log-format="):
+            return arg.split("=", 1)[1]
+    return "text"
+
+
 def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank{rank} %(levelname)s %(message)s")
+    setup_logging(_log_format(sys.argv[1:] if argv is None else argv), rank)
     import torch.distributed as dist
     try:
         cfg = parse_args(argv)

@@ -1,8 +1,14 @@
-"""Model and training configuration: documented dataclasses with validation and named presets."""
+"""Model and training configuration: documented dataclasses with validation and named presets.
+
+The model presets live in ``presets/*.json`` in the schema that the Go service's cost
+model reads as well (``mmfeed --model tiny|base|base-8h|FILE.json``); ``model_config``
+takes a preset name or such a file."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from dataclasses import dataclass
 
 
@@ -63,27 +69,59 @@ class ModelConfig:
             raise ValueError(f"model config: init_temperature must be in (0, 1), got {self.init_temperature}")
 
 
+PRESET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+"""The model presets, one JSON file each, in the schema the Go service reads too
+(balancer/presets holds a generated copy; a Go test fails when they drift)."""
+SCHEMA_ONLY = ("name", "description", "decode_gflop")
+"""Schema keys that are no ModelConfig field: labels, and the service's decode-cost prior."""
+
+
+def load_model_file(path: str) -> ModelConfig:
+    """A ModelConfig from a preset-schema JSON file (``presets/*.json`` or your own);
+    ValueError naming an unknown key or a bad value."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"model file {path}: {err}") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"model file {path}: want a JSON object")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(doc) - fields - set(SCHEMA_ONLY))
+    if unknown:
+        raise ValueError(f"model file {path}: unknown keys {unknown} (schema: {sorted(fields | set(SCHEMA_ONLY))})")
+    cfg = ModelConfig(**{k: v for k, v in doc.items() if k in fields})
+    cfg.validate()
+    return cfg
+
+
+def preset_names() -> list[str]:
+    return sorted(f[:-5] for f in os.listdir(PRESET_DIR) if f.endswith(".json"))
+
+
 def tiny() -> ModelConfig:
     """CPU-test size: ViT 64 x 2 layers (patch 16), text 64 x 2 layers, fusion 64 x 1 layer."""
-    return ModelConfig()
+    return load_model_file(os.path.join(PRESET_DIR, "tiny.json"))
 
 
 def base() -> ModelConfig:
     """GPU size: ViT-B/16 + BERT-base + 6 fusion layers (ALBEF/BLIP base)."""
-    return ModelConfig(vision_hidden=768, vision_layers=12, vision_heads=12,
-                       text_hidden=768, text_layers=12, text_heads=12,
-                       fusion_hidden=768, fusion_layers=6, fusion_heads=12,
-                       embed_dim=256)
+    return load_model_file(os.path.join(PRESET_DIR, "base.json"))
 
 
-PRESETS = {"tiny": tiny, "base": base}
+PRESETS = {name: (lambda n=name: load_model_file(os.path.join(PRESET_DIR, f"{n}.json"))) for name in preset_names()}
+"""tiny, base, base-8h: name -> ModelConfig factory."""
 
 
 def model_config(name: str, **overrides) -> ModelConfig:
-    """Return the named preset with field overrides; ValueError for an unknown name or field."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown model {name!r}; choose one of {sorted(PRESETS)}")
-    cfg = PRESETS[name]()
+    """The named preset, or a preset-schema JSON file (a name ending in .json), with field
+    overrides; ValueError for an unknown name or field."""
+    if name.endswith(".json"):
+        cfg = load_model_file(name)
+    elif name in PRESETS:
+        cfg = PRESETS[name]()
+    else:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(PRESETS)} or a FILE.json")
     fields = {f.name for f in dataclasses.fields(cfg)}
     for key, value in overrides.items():
         if key not in fields:

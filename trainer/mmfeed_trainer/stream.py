@@ -4,7 +4,11 @@
 its durable JetStream consumer, reassembles and verifies them (``wire.Reassembler``),
 decodes each payload to one Arrow record batch, checks it against the chunk headers, and
 yields whole steps in (epoch, step, micro-batch) order, registering again for each next
-epoch until the service has none. Chunks are acknowledged only after the step that used them
+epoch until the service has none. While the service is not up yet or still plans the epoch,
+``register`` waits and asks again (up to ``wait_s``). The job's layout comes back in every
+register reply: with ``placement=None`` the rank takes the service's placement, and with
+``global_rank`` set it also takes (dp, mp) from the service and derives its (dp rank, mp
+rank) from the global rank. Chunks are acknowledged only after the step that used them
 has been applied (``ack``); failed batches are terminated and re-requested (``resend``);
 batches before the resume position are acknowledged and dropped. ``feedback`` is published
 after every step, ``done`` once the last step of an epoch is acknowledged.
@@ -26,11 +30,15 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from .parallel_dims import ParallelDims
+from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .sources import Source, StepData
 from .wire import Assembled, BatchKey, ChunkError, Reassembler
 
 log = logging.getLogger("mmfeed_trainer.stream")
+
+
+ROLES = {"all": ROLE_FULL, "vision": ROLE_VISION, "text": ROLE_TEXT}
+"""The role whose columns ``batches.record_to_batch`` keeps, by the modality a rank receives."""
 
 
 class StreamError(RuntimeError):
@@ -47,14 +55,19 @@ class StreamSource(Source):
     def __init__(self, *, url: str, job: str, dims: ParallelDims, fetch_batch: int = 64,
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
-                 fetch_bytes: int = 32 << 20):
+                 fetch_bytes: int = 32 << 20, placement: str | None = None, global_rank: int | None = None,
+                 wait_s: float = 600.0):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
         5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery.
         ``fetch_bytes``: one fetch asks for at most this many bytes' worth of chunks (counted at
         the server's max_payload, at least one chunk). Keep it under the server's max_pending
         (64 MiB by default): a server that queues more for a connection drops it as a slow
-        consumer, and the chunks it was sending come back only after ack_wait."""
+        consumer, and the chunks it was sending come back only after ack_wait.
+        ``placement``: "colocated" or "modality"; None takes the service's.
+        ``global_rank``: this process's rank in a world of ``dims.world_size`` ranks; when set,
+        (dp, mp) are taken from the service and ``ranks`` is derived (rank = dp_rank * mp + mp_rank).
+        ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans."""
         super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
@@ -63,7 +76,12 @@ class StreamSource(Source):
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_reorder = max_reorder
+        self.placement, self.global_rank, self.wait_s = placement, global_rank, wait_s
+        if placement not in (None, "colocated", "modality"):
+            raise ValueError(f"stream: placement {placement!r}, want colocated or modality")
         self.reply: dict = {}
+        self.modality: str | None = None
+        """The columns this rank receives (all, vision or text), from the register reply."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mmfeed-nats", daemon=True)
         self._thread.start()
@@ -91,26 +109,40 @@ class StreamSource(Source):
         """Connect, register this rank at ``position`` ({"epoch", "next_step"}), bind its
         durable consumer; returns the service's reply. ValueError-like StreamError if refused."""
         return self._call(self._register(position.get("epoch", 0), position.get("next_step", 0)),
-                          timeout=self.request_timeout_s * 2)
+                          timeout=self._register_timeout())
+
+    def _register_timeout(self) -> float:
+        return self.wait_s + self.request_timeout_s * 2
 
     async def _register(self, epoch: int, resume_step: int) -> dict:
-        import nats
-        if self._nc is None:
-            self._nc = await nats.connect(self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
-                                          max_reconnect_attempts=-1)
-        body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
-                "dp": self.dims.dp, "mp": self.dims.mp,
-                "placement": "modality" if self.dims.mp == 2 else "colocated",
-                "epoch": epoch, "resume_step": resume_step}
-        msg = await self._nc.request(self._subject("register"), json.dumps(body).encode(),
-                                     timeout=self.request_timeout_s)
-        reply = json.loads(msg.data)
-        if not reply.get("ok"):
-            raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}) for epoch "
-                              f"{epoch}: {reply.get('error')}")
+        import nats.errors
+        deadline = time.monotonic() + self.wait_s
+        adopted, pause = False, 0.2
+        while True:
+            try:
+                body, reply = await self._register_once(epoch, resume_step, deadline)
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError) as err:
+                reply, why = None, f"no service answers yet ({type(err).__name__})"
+            else:
+                why = "the epoch is still being planned" if reply.get("retry") else ""
+            if reply is not None and reply.get("ok"):
+                break
+            if reply is not None and not why:
+                if not adopted and self._adopt_layout(reply):
+                    adopted = True
+                    continue
+                raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}) for epoch "
+                                  f"{epoch}: {reply.get('error')}")
+            if time.monotonic() + pause > deadline:
+                raise StreamError(f"stream: rank ({self.dp_rank}, {self.mp_rank}) could not register for epoch "
+                                  f"{epoch} within {self.wait_s:.0f} s: {why}")
+            log.info("register: %s; asking again in %.1f s", why, pause)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 5.0)
         want = {"colocated": "all", "modality": "vision" if self.mp_rank == 0 else "text"}[body["placement"]]
         if reply.get("modality", want) != want:
             raise StreamError(f"stream: service sends modality {reply.get('modality')!r}, this rank needs {want!r}")
+        self.modality = want
         if self._sub is None:
             js = self._nc.jetstream()
             self._sub = await js.pull_subscribe(reply["subject"], durable=reply["consumer"], stream=reply["stream"])
@@ -120,11 +152,55 @@ class StreamSource(Source):
                  reply["steps"], reply["micro_batches"], reply["consumer"])
         return reply
 
+    def _placement(self) -> str:
+        return self.placement or ("modality" if self.dims.mp == 2 else "colocated")
+
+    async def _register_once(self, epoch: int, resume_step: int, deadline: float) -> tuple[dict, dict]:
+        """One register request (connecting first, bounded by ``deadline``): (body, reply)."""
+        import nats
+        if self._nc is None:
+            left = max(deadline - time.monotonic(), 0.1)
+            self._nc = await asyncio.wait_for(nats.connect(
+                self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5), timeout=left)
+        body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
+                "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
+                "epoch": epoch, "resume_step": resume_step}
+        msg = await self._nc.request(self._subject("register"), json.dumps(body).encode(),
+                                     timeout=self.request_timeout_s)
+        return body, json.loads(msg.data)
+
+    def _adopt_layout(self, reply: dict) -> bool:
+        """Take the job's layout from a refusal where this rank may (placement None, or
+        ``global_rank`` set); True when something changed and registering again may succeed."""
+        dp, mp, placement = reply.get("dp"), reply.get("mp"), reply.get("placement")
+        if not dp or not mp or not placement:
+            return False  # an older service: no layout in its replies
+        changed = False
+        if self.global_rank is not None and (dp, mp) != (self.dims.dp, self.dims.mp):
+            if dp * mp != self.dims.world_size:
+                raise StreamError(f"stream: the service runs dp={dp} x mp={mp} = {dp * mp} ranks, this world has "
+                                  f"{self.dims.world_size} (WORLD_SIZE)")
+            self.dims = ParallelDims(dp=dp, mp=mp, world_size=dp * mp)
+            self.dp_rank, self.mp_rank = divmod(self.global_rank, mp)
+            changed = True
+        if self.placement is None and placement != self._placement() and (dp, mp) == (self.dims.dp, self.dims.mp):
+            self.placement = placement
+            changed = True
+        if changed:
+            log.info("taking the service's layout dp=%d mp=%d %s: this is rank (%d, %d)", dp, mp, placement,
+                     self.dp_rank, self.mp_rank)
+        return changed
+
+    def epoch_info(self, epoch: int) -> dict:
+        """The register reply for ``epoch`` (``steps``, ``micro_batches``, ``plan_hash``); {} before."""
+        return dict(self._epochs.get(epoch, {}))
+
     def _next_epoch(self, epoch: int) -> bool:
         """Register for ``epoch`` (the previous one is fully read); False when the job has no
         such epoch (the service refuses it): the end of the data."""
         try:
-            self._call(self._register(epoch, 0), timeout=self.request_timeout_s * 2)
+            self._call(self._register(epoch, 0), timeout=self._register_timeout())
         except StreamError as err:
             log.info("no epoch %d to read (%s): end of the stream", epoch, err)
             return False
@@ -301,8 +377,13 @@ class Stream:
     Each item is the dict of ``batches.record_to_batch``: ``epoch``, ``step``,
     ``micro_batch`` (ints), ``id`` (list of str), ``weight`` (float tensor), and the tensors
     this rank receives -- ``input_ids`` and ``attention_mask`` padded to the micro-batch's
-    longest, and/or ``pixel_values`` (float32, normalized whatever the wire dtype). With
-    ``mp=2`` (modality placement) mp rank 0 gets the vision columns and mp rank 1 the text.
+    longest, and/or ``pixel_values`` in the wire's dtype (uint8 raw pixels, float16,
+    bfloat16 or float32 normalized), with ``pixel_mean``/``pixel_std``:
+    ``batches.to_device`` makes it normalized float32 on the device. What a rank receives
+    follows the service's answer to ``register``: under modality placement mp rank 0 gets
+    the vision columns and mp rank 1 the text; colocated ranks (any mp) get all columns.
+    ``placement`` (default: the service's) and the other ``options`` go to ``StreamSource``.
+    ``mmfeed_trainer.data.StreamDataset`` wraps this class as a torch ``IterableDataset``.
 
     A background thread prefetches ``prefetch`` steps ahead. A step's chunks are
     acknowledged when the iterator moves past its last micro-batch (the caller has taken
@@ -315,12 +396,11 @@ class Stream:
     def __init__(self, url: str, job: str, dp_rank: int, mp_rank: int, *, dp: int, mp: int = 1,
                  epochs: int | None = None, position: dict | None = None, prefetch: int = 2,
                  pad_id: int = 0, **options):
-        from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
         if not 0 <= dp_rank < dp or not 0 <= mp_rank < mp:
             raise ValueError(f"stream: rank ({dp_rank}, {mp_rank}) outside the layout dp={dp} mp={mp}")
-        self.dims = ParallelDims(dp=dp, mp=mp, world_size=dp * mp)
-        self.role = ROLE_FULL if mp == 1 else (ROLE_VISION if mp_rank == 0 else ROLE_TEXT)
-        self.source = StreamSource(url=url, job=job, dims=self.dims, ranks=(dp_rank, mp_rank), **options)
+        self.source = StreamSource(url=url, job=job, dims=ParallelDims(dp=dp, mp=mp, world_size=dp * mp),
+                                   ranks=(dp_rank, mp_rank), **options)
+        self.role = ROLE_FULL  # set from the service's reply by __enter__
         self.position = dict(position or {"epoch": 0, "next_step": 0})
         self.epochs, self.pad_id = epochs, pad_id
         self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, prefetch))
@@ -335,12 +415,23 @@ class Stream:
         if self._thread is not None:
             return self
         self.source.register(self.position)
+        self.role = ROLES[self.source.modality]
         self._thread = threading.Thread(target=self._run, name="mmfeed-stream-prefetch", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The (dp, mp) layout: as given, or the service's once registered with ``global_rank``."""
+        return self.source.dims
+
+    @property
+    def ranks(self) -> tuple[int, int]:
+        """This rank's (dp rank, mp rank)."""
+        return self.source.dp_rank, self.source.mp_rank
 
     def _run(self) -> None:
         from .batches import record_to_batch

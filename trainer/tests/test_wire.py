@@ -18,6 +18,15 @@ def slow_crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+def test_the_fast_crc32c_is_used_and_a_fallback_warns(monkeypatch):
+    import sys
+    assert wire._impl is not wire._crc32c_numpy, "the crc32c package is a dependency: install it"
+    monkeypatch.setitem(sys.modules, "crc32c", None)  # import fails
+    monkeypatch.setitem(sys.modules, "google_crc32c", None)
+    with pytest.warns(wire.SlowPathWarning, match="pip install crc32c"):
+        assert wire._pick_impl() is wire._crc32c_numpy
+
+
 def test_crc32c_check_value():
     assert wire.crc32c(b"123456789") == 0xE3069283
     assert wire._crc32c_numpy(b"123456789") == 0xE3069283

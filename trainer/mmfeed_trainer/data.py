@@ -1,0 +1,297 @@
+"""torch datasets over mmfeed's output, for your own training loop.
+
+    from torch.utils.data import DataLoader
+    from mmfeed_trainer.data import StreamDataset, weighted_loss
+
+    ds = StreamDataset("nats://127.0.0.1:4222", "demo")        # RANK / WORLD_SIZE from torchrun
+    for batch in DataLoader(ds, batch_size=None):               # one micro-batch per item
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    pixel_values=batch["pixel_values"])
+        loss = weighted_loss(per_sample_loss(out), batch["weight"])
+        ...
+        checkpoint["data"] = ds.state_dict()                     # beside the model's
+
+Contract
+--------
+* ``StreamDataset(url, job)`` reads this rank's micro-batches from ``mmfeed serve`` through
+  one ``stream.Stream`` client; ``ShardDataset(directory)`` reads ``mmfeed shard`` output.
+  Both are ``IterableDataset``s of already-batched micro-batches: use
+  ``DataLoader(ds, batch_size=None)`` and ``num_workers=0`` (the stream prefetches in its own
+  thread; a worker process would register the rank a second time, so it raises).
+* The rank: ``rank`` and ``world_size`` default to the ``RANK`` and ``WORLD_SIZE``
+  environment variables torchrun sets (0 and 1 without them). The (dp, mp) layout and the
+  placement come from the service's register reply unless given; rank = dp_rank * mp + mp_rank.
+* Items are HF-style dicts: ``input_ids`` and ``attention_mask`` (int64, padded to the
+  micro-batch's longest with ``pad_id``), ``pixel_values`` (float32, normalized), ``weight``
+  (float32, 0 for padding rows), ``ids`` (list of str), and the ints ``epoch``, ``step``,
+  ``micro_batch`` and ``micro_batches`` (per step: the step's last has micro_batch + 1 ==
+  micro_batches). A rank gets only its modality's tensors under modality placement.
+  ``device=`` moves the tensors there and normalizes the pixels on it (uint8 on the wire:
+  4x fewer bytes to copy); ``normalize=False`` leaves ``pixel_values`` in the wire dtype and
+  adds ``pixel_mean``/``pixel_std``: call ``to_device(batch, device)`` yourself.
+* The weight contract: a row of weight 0 is padding (a filled tail, a sample whose pixels
+  failed to decode) and must not contribute; ranks hold different sample counts, so the
+  loss is Σ weight·loss over the rank's rows divided by the weight summed over every dp
+  rank (``weighted_loss`` does both; see its docstring for DDP's gradient averaging).
+* ``state_dict()`` is plain picklable values: epoch, plan hash and the position in the plan
+  (next step, next micro-batch), the same on every dp rank and independent of the rank, so
+  it goes into the model's checkpoint as is. ``load_state_dict`` before iterating: the next
+  iteration continues with the first micro-batch not yet handed out; every sample of the
+  epoch is seen exactly once across a stop and a restart (the service redelivers what was
+  handed out but not acknowledged, and the dataset skips what it had already yielded).
+  A loader that fetches ahead of training (Lightning) hands out more than was trained:
+  save ``ds.state_after(last_trained_item)`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .batches import record_to_batch, to_device
+from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+from .sources import ShardSource
+from .stream import Stream
+
+log = logging.getLogger("mmfeed_trainer.data")
+
+STATE_VERSION = 1
+HF_KEYS = ("input_ids", "attention_mask", "pixel_values", "weight")
+"""Tensor keys an item carries (those of the rank's modality)."""
+
+
+def env_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """(rank, world size): the arguments, else torchrun's RANK / WORLD_SIZE, else (0, 1)."""
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+    world = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"data: rank {rank} outside a world of {world} (RANK / WORLD_SIZE)")
+    return rank, world
+
+
+def hf_item(batch: dict, *, micro_batches: int, device: torch.device | str | None = None,
+            normalize: bool = True) -> dict:
+    """An HF-style dict from a ``batches.record_to_batch`` micro-batch (see the module doc)."""
+    if device is not None or (normalize and "pixel_values" in batch):
+        batch = to_device(batch, torch.device(device or "cpu"))
+    out = {k: batch[k] for k in HF_KEYS if k in batch}
+    if "pixel_values" in batch and not (device is not None or normalize):
+        out["pixel_mean"], out["pixel_std"] = batch["pixel_mean"], batch["pixel_std"]
+        out["pixel_shape"], out["pixel_dtype"] = batch["pixel_shape"], batch["pixel_dtype"]
+    out.update(ids=batch["id"], epoch=batch.get("epoch", 0), step=batch["step"], micro_batch=batch["micro_batch"],
+               micro_batches=micro_batches)
+    return out
+
+
+def weighted_loss(per_sample: torch.Tensor, weight: torch.Tensor, *, group=None,
+                  grads_averaged: bool = True) -> torch.Tensor:
+    """Σ weight·loss over this rank's rows / the weight summed over the dp ranks.
+
+    ``per_sample``: (B,) losses of this rank's micro-batch (rows of weight 0 are masked, so a
+    NaN from an all-padding row cannot leak in); ``weight``: the item's ``weight``. The
+    denominator is all-reduced over ``group`` (the dp ranks; default: the whole world when
+    torch.distributed is initialised) on the device, so ranks with different sample counts
+    give the gradient of one process on the global batch. DDP *averages* gradients over dp:
+    with ``grads_averaged`` (the default) the loss is multiplied by the dp size to undo it;
+    pass False when your gradients are summed (FSDP with a divide factor of 1, the bundled
+    trainer). The returned value is this rank's share: sum it over dp to log the step loss.
+    For several micro-batches per step, divide by the step's total weight instead
+    (``global_weight``) and sum the micro-batch losses."""
+    total = global_weight(weight.to(per_sample.device), group=group)
+    return rank_share(per_sample, weight, total, group=group, grads_averaged=grads_averaged)
+
+
+def global_weight(weight: torch.Tensor, *, group=None) -> torch.Tensor:
+    """The weight summed over the dp ranks (all-reduced on the tensor's device), at least 1e-12."""
+    total = weight.detach().float().sum()
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(total, group=group)
+    return total.clamp_min(1e-12)
+
+
+def rank_share(per_sample: torch.Tensor, weight: torch.Tensor, total: torch.Tensor, *, group=None,
+               grads_averaged: bool = True) -> torch.Tensor:
+    """Σ weight·loss over this rank's rows / ``total`` (× dp size with ``grads_averaged``)."""
+    w = weight.to(per_sample.device, per_sample.dtype)
+    masked = torch.where(w > 0, per_sample, torch.zeros_like(per_sample))
+    loss = (masked * w).sum() / total.to(per_sample.dtype)
+    if grads_averaged and dist.is_available() and dist.is_initialized():
+        loss = loss * dist.get_world_size(group)
+    return loss
+
+
+def state_after(item: dict, plan_hash: str = "") -> dict:
+    """The state that resumes right after ``item`` (a yielded micro-batch): for loaders
+    that fetch ahead of training (Lightning prefetches one batch), save this for the last
+    *trained* item rather than the dataset's ``state_dict()``, which counts what was handed
+    out."""
+    pos = _Position()
+    pos.plan_hash = plan_hash
+    pos.handed_out(item, item["micro_batches"])
+    return pos.state()
+
+
+class _Position:
+    """The next micro-batch to hand out, in plan terms: (epoch, step, micro-batch) + plan hash."""
+
+    def __init__(self):
+        self.epoch, self.step, self.micro_batch, self.plan_hash = 0, 0, 0, ""
+
+    def state(self, **extra) -> dict:
+        return {"version": STATE_VERSION, "epoch": self.epoch, "next_step": self.step,
+                "next_micro_batch": self.micro_batch, "plan_hash": self.plan_hash, **extra}
+
+    def load(self, state: dict) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"data: state version {state.get('version')!r}, want {STATE_VERSION}")
+        values = [state.get(k) for k in ("epoch", "next_step", "next_micro_batch")]
+        if not all(isinstance(v, int) and v >= 0 for v in values):
+            raise ValueError(f"data: state position {values} must be ints >= 0")
+        self.epoch, self.step, self.micro_batch = values
+        self.plan_hash = str(state.get("plan_hash", ""))
+
+    def handed_out(self, item: dict, micro_batches: int) -> None:
+        """Advance past ``item`` of a step of ``micro_batches``."""
+        self.epoch, self.step, self.micro_batch = item["epoch"], item["step"], item["micro_batch"] + 1
+        if self.micro_batch >= micro_batches:
+            self.step, self.micro_batch = self.step + 1, 0
+
+    def skips(self, item: dict) -> bool:
+        """True for an item at or before the position's step that was already handed out."""
+        return (item["epoch"], item["step"], item["micro_batch"]) < (self.epoch, self.step, self.micro_batch)
+
+
+def _no_workers(kind: str) -> None:
+    if get_worker_info() is not None:
+        raise RuntimeError(f"data: {kind} must be iterated in the main process: DataLoader(ds, batch_size=None, "
+                           f"num_workers=0) (it prefetches in a thread of its own)")
+
+
+class StreamDataset(IterableDataset):
+    """This rank's micro-batches from ``mmfeed serve`` (module doc). ``dp``/``mp``/``placement``
+    default to the service's; ``options`` go to ``stream.Stream`` (``prefetch``,
+    ``request_timeout_s``, ``wait_s``: how long to wait for a service that is still planning)."""
+
+    def __init__(self, url: str, job: str, *, rank: int | None = None, world_size: int | None = None,
+                 dp: int | None = None, mp: int | None = None, placement: str | None = None,
+                 device: torch.device | str | None = None, normalize: bool = True, pad_id: int = 0, **options):
+        super().__init__()
+        self.url, self.job = url, job
+        self.rank, self.world_size = env_rank(rank, world_size)
+        if dp is None and mp is not None:
+            dp = self.world_size // mp
+        elif mp is None and dp is not None:
+            mp = self.world_size // dp
+        if dp is not None and dp * mp != self.world_size:
+            raise ValueError(f"data: dp={dp} x mp={mp} != world size {self.world_size}")
+        self.dp, self.mp, self.placement = dp, mp, placement
+        self.device, self.normalize, self.pad_id, self.options = device, normalize, pad_id, options
+        self._pos = _Position()
+        self._ended = False
+        """The last iteration read the job to its end: a new one yields nothing (the service
+        may be gone) instead of waiting for it."""
+        self.stream: Stream | None = None
+        """The client of the running iteration (its ``feedback`` reports step times)."""
+
+    def _open(self) -> Stream:
+        opts = dict(self.options, placement=self.placement)
+        if self.dp is None:  # layout from the service; guess dp = world until it answers
+            dp_rank, mp_rank, dp, mp = self.rank, 0, self.world_size, 1
+            opts["global_rank"] = self.rank
+        else:
+            (dp_rank, mp_rank), dp, mp = divmod(self.rank, self.mp), self.dp, self.mp
+        return Stream(self.url, self.job, dp_rank, mp_rank, dp=dp, mp=mp, pad_id=self.pad_id,
+                      position={"epoch": self._pos.epoch, "next_step": self._pos.step}, **opts)
+
+    def __iter__(self) -> Iterator[dict]:
+        _no_workers("StreamDataset")
+        if self._ended:
+            return
+        stream = self.stream = self._open()
+        with stream:
+            self._check_plan(stream.source.reply)
+            for mb in stream:
+                if self._pos.skips(mb):
+                    continue  # handed out before the restart; the service redelivered its step
+                info = stream.source.epoch_info(mb["epoch"])
+                self._pos.plan_hash = info.get("plan_hash", "")
+                self._pos.handed_out(mb, info["micro_batches"])
+                yield hf_item(mb, micro_batches=info["micro_batches"], device=self.device, normalize=self.normalize)
+            self._ended = True
+
+    def _check_plan(self, reply: dict) -> None:
+        got = reply.get("plan_hash", "")
+        if self._pos.plan_hash and got and got != self._pos.plan_hash and reply.get("epoch") == self._pos.epoch:
+            log.warning("data: epoch %d's plan changed since the state was saved (plan %s, saved %s: another dp "
+                        "size, dataset or configuration); continuing at global step %d", self._pos.epoch, got[:12],
+                        self._pos.plan_hash[:12], self._pos.step)
+        self._pos.plan_hash = got or self._pos.plan_hash
+
+    def close(self) -> None:
+        """Stop the running iteration's client (acknowledging the last step if it was handed out
+        whole); for a loop that stops before the stream ends."""
+        if self.stream is not None:
+            self.stream.close()
+
+    def state_dict(self) -> dict:
+        """Where the next iteration continues (module doc); plain values."""
+        return self._pos.state()
+
+    def state_after(self, item: dict) -> dict:
+        """The state that resumes right after ``item`` (see the function ``state_after``)."""
+        return state_after(item, self._pos.plan_hash)
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pos.load(state)
+        self._ended = False
+
+
+class ShardDataset(IterableDataset):
+    """This rank's micro-batches from ``mmfeed shard`` output (``rank-NNNNN.arrow`` per dp rank).
+
+    ``mp``/``placement`` say how the world is split (both mp ranks of a dp rank read the same
+    file; under modality placement each keeps its modality); ``epochs`` passes over the file
+    (the shards hold one planned epoch). Items and state as ``StreamDataset``."""
+
+    def __init__(self, directory: str, *, rank: int | None = None, world_size: int | None = None, mp: int = 1,
+                 placement: str = "colocated", epochs: int = 1, device: torch.device | str | None = None,
+                 normalize: bool = True, pad_id: int = 0):
+        super().__init__()
+        self.rank, self.world_size = env_rank(rank, world_size)
+        if mp < 1 or self.world_size % mp:
+            raise ValueError(f"data: world size {self.world_size} is not a multiple of mp={mp}")
+        if placement not in ("colocated", "modality") or (placement == "modality" and mp != 2):
+            raise ValueError(f"data: placement {placement!r} with mp={mp}: want colocated, or modality with mp=2")
+        self.dp_rank, mp_rank = divmod(self.rank, mp)
+        self.role = ROLE_FULL if placement == "colocated" else (ROLE_VISION if mp_rank == 0 else ROLE_TEXT)
+        self.source = ShardSource(directory, self.dp_rank)
+        self.epochs, self.device, self.normalize, self.pad_id = epochs, device, normalize, pad_id
+        self._pos = _Position()
+
+    def __iter__(self) -> Iterator[dict]:
+        _no_workers("ShardDataset")
+        while self._pos.epoch < self.epochs:
+            for data in self.source.steps({"epoch": self._pos.epoch, "next_step": self._pos.step}):
+                for rec in data.records:
+                    mb = record_to_batch(rec, role=self.role, pad_id=self.pad_id)
+                    mb["epoch"] = self._pos.epoch
+                    if self._pos.skips(mb):
+                        continue
+                    self._pos.handed_out(mb, len(data.records))
+                    yield hf_item(mb, micro_batches=len(data.records), device=self.device,
+                                  normalize=self.normalize)
+            self._pos.epoch, self._pos.step, self._pos.micro_batch = self._pos.epoch + 1, 0, 0
+
+    def state_dict(self) -> dict:
+        return self._pos.state()
+
+    def state_after(self, item: dict) -> dict:
+        return state_after(item)
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pos.load(state)
