@@ -56,6 +56,7 @@ type tarSource struct {
 	shards  []string
 	cur     int // index of the open shard, len(shards) when done
 	pr      *posReader
+	size    int64 // of the open shard
 	tr      *tar.Reader
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
@@ -104,7 +105,15 @@ func (s *tarSource) openNext() error {
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}
-	s.pr = &posReader{f: f}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	s.pr, s.size = &posReader{f: f}, size
 	s.tr = tar.NewReader(s.pr)
 	return nil
 }
@@ -226,6 +235,11 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.pos, hdr.Size
 		if reason, detail := checkSize(hdr.Size, s.opts.MaxImageBytes); reason != "" {
 			g.setProblem(reason, detail)
+			return true
+		}
+		if s.pr.pos+hdr.Size > s.size { // cut short: found without reading the data
+			g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %d bytes at %d, shard ends at %d", hdr.Name, hdr.Size, s.pr.pos, s.size))
+			g.reason = ReasonBrokenTar
 			return true
 		}
 		if withImage {
