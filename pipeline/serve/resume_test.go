@@ -117,6 +117,7 @@ func TestServiceRestart(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	checkQuarantineOnce(t, cfg.QuarantineDir, 0) // the restart planned the epoch again
 }
 
 // externalServer runs a JetStream server standing for an existing NATS
