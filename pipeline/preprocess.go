@@ -21,6 +21,9 @@ type StepBatch struct {
 type Preprocessor struct {
 	prep *Prepared
 	proc *imgproc.Processor
+	// read re-reads an entry's image bytes (the index, or a test's flaky
+	// stand-in); a transient failure is retried (readWithRetry).
+	read func(context.Context, loader.Entry) ([]byte, error)
 }
 
 // NewPreprocessor builds the image processor of the prepared config.
@@ -29,7 +32,7 @@ func NewPreprocessor(p *Prepared) (*Preprocessor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Preprocessor{prep: p, proc: proc}, nil
+	return &Preprocessor{prep: p, proc: proc, read: p.Index.ReadImageContext}, nil
 }
 
 // Run preprocesses the plan's steps in order on the configured workers and calls emit
@@ -50,7 +53,7 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 	for range pp.prep.Config.workers() {
 		workers.Go(func() {
 			for t := range tasks {
-				*t.rows = pp.row(plan, t.e)
+				*t.rows = pp.row(ctx, plan, t.e)
 				t.done.Done()
 			}
 		})
@@ -109,12 +112,12 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 }
 
 // row preprocesses one plan entry.
-func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
+func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer.Entry) proto.Row {
 	f := pp.prep.Features
 	ent, it := f.Entries[e.Item], f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
 	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
-	ids, img, err := pp.process(ent)
+	ids, img, err := pp.process(ctx, ent)
 	if err != nil {
 		if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
 			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
@@ -129,12 +132,13 @@ func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
 }
 
 // process tokenizes the caption and decodes, resizes and normalizes the image of ent.
-func (pp *Preprocessor) process(ent loader.Entry) ([]int32, imgproc.Image, error) {
+// A transient read error is retried up to readAttempts times.
+func (pp *Preprocessor) process(ctx context.Context, ent loader.Entry) ([]int32, imgproc.Image, error) {
 	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
 	if err != nil {
 		return nil, imgproc.Image{}, err
 	}
-	data, err := pp.prep.Index.ReadImage(ent)
+	data, err := readWithRetry(ctx, func() ([]byte, error) { return pp.read(ctx, ent) })
 	if err != nil {
 		return ids, imgproc.Image{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
