@@ -119,7 +119,7 @@ func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer
 	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
 	ids, img, err := pp.process(ctx, ent)
 	if err != nil {
-		if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
+		if e.Weight > 0 && ctx.Err() == nil { // a padding copy's failure is its original's, quarantined once; a cancelled read is no failure
 			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
 		}
 		return pp.zeroRow(row, ids)

@@ -302,7 +302,71 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 		s.cal.add(fb, f)
 	}
 	s.live.measured(fb)
-	s.setNext(context.Background(), rank, pos{fb.Epoch, fb.Step + 1}, false)
+	s.advanceAcked(rank, pos{fb.Epoch, fb.Step + 1}, 0)
+}
+
+// unacked returns the first step rank has not acknowledged: the step of the
+// first chunk its subject still stores (work-queue retention drops what is
+// acknowledged), or, when nothing is stored, the rank's publish cursor
+// (everything before it was published and acknowledged). The cursor is read
+// first: what is published after that is still stored when the stream is
+// looked at.
+func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
+	s.mu.Lock()
+	bound := s.ranks[rank].cursor
+	s.mu.Unlock()
+	h, stored, err := s.firstStored(ctx, rank/s.cfg.MP, rank%s.cfg.MP)
+	if err != nil {
+		return pos{}, err
+	}
+	if stored {
+		bound = pos{h.Epoch, h.Step}
+	}
+	return s.normLocked(bound), nil
+}
+
+// advanceAcked moves rank's next needed step forward to want, but never past
+// what the rank acknowledged: a message alone (a forged or early feedback or
+// done) cannot make the service treat unacknowledged batches as consumed, or
+// end the job. When want is ahead, it polls for up to wait for the
+// acknowledgements to land (a trainer may ack asynchronously just before it
+// reports), then moves as far as they go.
+func (s *Service) advanceAcked(rank int, want pos, wait time.Duration) {
+	s.mu.Lock()
+	ahead := s.ranks[rank].next.less(s.norm(want))
+	s.mu.Unlock()
+	if !ahead {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(wait)
+	for {
+		bound, err := s.unacked(ctx, rank)
+		if err != nil {
+			s.log.Warn("acknowledged position", "rank", rank, "err", err)
+			return
+		}
+		want = s.normLocked(want)
+		if !bound.less(want) {
+			s.setNext(ctx, rank, want, false)
+			return
+		}
+		if time.Now().After(deadline) {
+			if wait > 0 {
+				s.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
+				s.log.Warn("rank reports past what it acknowledged; kept at its first unacknowledged step",
+					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
+			}
+			s.setNext(ctx, rank, bound, false)
+			return
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // handleDone records that a rank completed an epoch.
@@ -319,8 +383,13 @@ func (s *Service) handleDone(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
 	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	s.setNext(context.Background(), rank, pos{d.Epoch + 1, 0}, false)
+	go s.advanceAcked(rank, pos{d.Epoch + 1, 0}, doneAckWait)
 }
+
+// doneAckWait bounds how long a done waits for the rank's last
+// acknowledgements to reach the stream before it counts only what was
+// acknowledged.
+var doneAckWait = 10 * time.Second // a variable so tests can shorten it
 
 // handleResend republishes a rank from the failed batch's step with a new
 // generation.
@@ -340,10 +409,31 @@ func (s *Service) handleResend(m *nats.Msg) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.requestRewind(ctx, rewindReq{rank: rank, to: pos{r.Epoch, r.Step}, reason: "resend: " + r.Reason}); err != nil && !errors.Is(err, context.Canceled) {
+		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
+		if err == nil {
+			err = s.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("resend", "err", err)
 		}
 	}()
+}
+
+// resendFrom returns where a resend of asked moves rank: its first
+// unacknowledged step. The rewind purges the rank's subject, so starting any
+// later would drop stored, unacknowledged batches (a forged resend for step 7
+// purged steps 0–6 for good); a resend of a step the rank already
+// acknowledged is refused (it would deliver those batches twice).
+func (s *Service) resendFrom(ctx context.Context, rank int, asked pos) (pos, error) {
+	bound, err := s.unacked(ctx, rank)
+	if err != nil {
+		return pos{}, err
+	}
+	if asked.less(bound) {
+		return pos{}, fmt.Errorf("serve: resend of epoch %d step %d, which rank %d acknowledged (first unacknowledged: epoch %d step %d): %w",
+			asked.Epoch, asked.Step, rank, bound.Epoch, bound.Step, proto.ErrControl)
+	}
+	return bound, nil
 }
 
 func (s *Service) badControl(kind string, err error) {
