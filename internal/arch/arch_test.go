@@ -40,7 +40,7 @@ var rules = map[string]rule{
 	"proto":             {deny: []string{natsServer, imaging, xImage, tokenizers, prom}},
 	"pipeline":          {module: core, deny: []string{natsServer, prom}},
 	"pipeline/serve":    {module: append([]string{"pipeline"}, core...)},
-	"bench":             {module: append([]string{"pipeline", "pipeline/serve"}, core...)},
+	"bench":             {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
 	"cmd/mmfeed":        {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
 	"internal/arch":     {deny: []string{nats, arrow}},
 	"internal/testpeer": {},
