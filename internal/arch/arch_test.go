@@ -17,6 +17,9 @@ type rule struct {
 	module []string
 	// deny lists outside import path prefixes it must not depend on.
 	deny []string
+	// imports, when set, lists the only outside import path prefixes its
+	// non-test files may import directly (the standard library aside).
+	imports []string
 }
 
 var (
@@ -44,11 +47,13 @@ var rules = map[string]rule{
 	"cmd/mmfeed":        {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
 	"internal/arch":     {deny: []string{nats, arrow}},
 	"internal/testpeer": {},
+	"internal/testnats": {deny: []string{arrow, prom}},
 }
 
 type goPackage struct {
 	ImportPath string
 	Doc        string
+	Imports    []string
 	Deps       []string
 }
 
@@ -79,6 +84,11 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s has no row in the architecture table (internal/arch)", p.ImportPath)
 			continue
 		}
+		for _, imp := range p.Imports {
+			if r.imports != nil && !stdlib(imp) && !strings.HasPrefix(imp, module+"/") && !hasPrefix(imp, r.imports) {
+				t.Errorf("%s imports %s, outside its allowed %v", rel, imp, r.imports)
+			}
+		}
 		for _, d := range p.Deps {
 			if in := strings.TrimPrefix(d, module+"/"); in != d && !slices.Contains(r.module, in) {
 				t.Errorf("%s depends on %s, which its rule does not allow", rel, d)
@@ -90,6 +100,12 @@ func TestImportRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+func stdlib(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+
+func hasPrefix(s string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
 }
 
 // TestPackageDocs requires a doc comment on every package (tailscale's

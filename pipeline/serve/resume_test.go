@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"runtime"
 	"sync"
 	"testing"
@@ -124,15 +125,7 @@ func TestServiceRestart(t *testing.T) {
 // deployment, on a fixed port and store dir so it can come back.
 func externalServer(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("external nats server not ready")
-	}
-	return s
+	return testnats.Server(t, testnats.Options{Port: port, StoreDir: dir})
 }
 
 // TestExternalNATSOutage serves through an external server that goes away
