@@ -35,12 +35,13 @@ var (
 
 // rules is the architecture of DESIGN.md's package table, one row per package.
 var rules = map[string]rule{
-	"balancer":          {deny: []string{nats, imaging, xImage, tokenizers, arrow, prom}},
-	"loader":            {deny: []string{nats, imaging, xImage, tokenizers, prom}},
-	"loader/synth":      {module: []string{"loader"}, deny: []string{nats, tokenizers, prom}},
-	"imgproc":           {deny: []string{nats, tokenizers, arrow, prom}},
-	"tokenize":          {deny: []string{nats, imaging, xImage, arrow, prom}},
-	"proto":             {deny: []string{natsServer, imaging, xImage, tokenizers, prom}},
+	"balancer":     {deny: []string{nats, imaging, xImage, tokenizers, arrow, prom}},
+	"loader":       {deny: []string{nats, imaging, xImage, tokenizers, prom}},
+	"loader/synth": {module: []string{"loader"}, deny: []string{nats, tokenizers, prom}},
+	"imgproc":      {deny: []string{nats, tokenizers, arrow, prom}},
+	"tokenize":     {deny: []string{nats, imaging, xImage, arrow, prom}},
+	"proto": {deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
+		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":          {module: core, deny: []string{natsServer, prom}},
 	"pipeline/serve":    {module: append([]string{"pipeline"}, core...)},
 	"bench":             {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
