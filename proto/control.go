@@ -42,10 +42,29 @@ type Register struct {
 	ResumeStep int `json:"resume_step"`
 }
 
+// Refusal codes of a RegisterReply that is not OK: what the trainer does
+// next.
+const (
+	// RefusedNotReady: the epoch is still being planned; register again
+	// (the service is working on it). Not the end of the data.
+	RefusedNotReady = "not_ready"
+	// RefusedEnd: the epoch is past the job's last one: the end of the data.
+	RefusedEnd = "end"
+	// RefusedInvalid: the register itself is wrong (job, layout, ranks,
+	// resume step, malformed); registering again the same way cannot work.
+	RefusedInvalid = "invalid"
+	// RefusedFailed: the service could not serve the rank just now (a
+	// store or stream error); register again later.
+	RefusedFailed = "failed"
+)
+
 // RegisterReply answers a Register.
 type RegisterReply struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Code says why a register was refused (one of the Refused* codes):
+	// "not_ready" and "failed" mean retry, "end" the end of the data.
+	Code string `json:"code,omitempty"`
 	// PlanHash identifies the plan (dataset, seed, epoch, layout, config); a
 	// rank that resumes compares it with the one it checkpointed.
 	PlanHash string `json:"plan_hash,omitempty"`

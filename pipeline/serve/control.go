@@ -70,7 +70,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		} else {
 			s.log.Warn("register refused", "err", err)
 		}
-		return proto.RegisterReply{OK: false, Error: err.Error()}
+		return proto.RegisterReply{OK: false, Error: err.Error(), Code: refusalCode(err)}
 	}
 	var reg proto.Register
 	if err := proto.DecodeControl(data, &reg); err != nil {
@@ -80,7 +80,10 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(err)
 	}
 	first, last := s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
-	if reg.Epoch < first || reg.Epoch > last {
+	if reg.Epoch < first {
+		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, proto.ErrControl))
+	}
+	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
 	info, err := s.waitEpoch(ctx, reg.Epoch)
@@ -102,6 +105,22 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	return proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+}
+
+// refusalCode classifies a register refusal for the trainer: retry (the
+// epoch is still being planned, or the service failed just now), stop (the
+// job has no such epoch: the end of the data), or give up (the register is
+// wrong).
+func refusalCode(err error) string {
+	switch {
+	case errors.Is(err, ErrNotReady):
+		return proto.RefusedNotReady
+	case errors.Is(err, ErrEpochRange):
+		return proto.RefusedEnd
+	case errors.Is(err, proto.ErrControl), errors.Is(err, proto.ErrLayout):
+		return proto.RefusedInvalid
+	}
+	return proto.RefusedFailed
 }
 
 // waitEpoch returns the info of epoch e, waiting up to RegisterWait while the
