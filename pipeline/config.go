@@ -26,6 +26,12 @@ type Config struct {
 	Plan balancer.Config
 	// Workers is the number of feature and preprocessing goroutines. 0: all cores.
 	Workers int
+	// MaxPixelsInFlight bounds the pixels (width × height from the image
+	// headers) the preprocessing workers decode at once, so decode memory is
+	// bounded per process, not only per image: many workers meeting many
+	// large images wait instead of each allocating a full-size buffer. An
+	// image larger than the bound decodes alone. 0: 2 × Image.MaxImagePixels.
+	MaxPixelsInFlight int64
 }
 
 // DefaultConfig: bert-base-uncased at 128 tokens, shorter-crop 224 float16, the tiny
@@ -47,6 +53,9 @@ func (c Config) Validate() error {
 	if c.Workers < 0 {
 		return fmt.Errorf("pipeline: workers %d < 0", c.Workers)
 	}
+	if c.MaxPixelsInFlight < 0 {
+		return fmt.Errorf("pipeline: max pixels in flight %d < 0", c.MaxPixelsInFlight)
+	}
 	return errors.Join(c.Loader.Validate(), c.Tokenizer.Validate(), c.Image.Validate(), c.Plan.Validate())
 }
 
@@ -55,4 +64,11 @@ func (c Config) workers() int {
 		return c.Workers
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+func (c Config) pixelsInFlight() int64 {
+	if c.MaxPixelsInFlight > 0 {
+		return c.MaxPixelsInFlight
+	}
+	return 2 * int64(c.Image.MaxImagePixels)
 }

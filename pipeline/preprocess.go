@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
@@ -24,6 +27,12 @@ type Preprocessor struct {
 	// read re-reads an entry's image bytes (the index, or a test's flaky
 	// stand-in); a transient failure is retried (readWithRetry).
 	read func(context.Context, loader.Entry) ([]byte, error)
+	// pixels holds Config.MaxPixelsInFlight; each decode takes its
+	// header's pixel count (capped at the budget) for its duration.
+	pixels       *semaphore.Weighted
+	budget       int64
+	inFlight     atomic.Int64 // pixels being decoded now
+	peakInFlight atomic.Int64
 }
 
 // NewPreprocessor builds the image processor of the prepared config.
@@ -32,7 +41,9 @@ func NewPreprocessor(p *Prepared) (*Preprocessor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Preprocessor{prep: p, proc: proc, read: p.Index.ReadImageContext}, nil
+	budget := p.Config.pixelsInFlight()
+	return &Preprocessor{prep: p, proc: proc, read: p.Index.ReadImageContext,
+		pixels: semaphore.NewWeighted(budget), budget: budget}, nil
 }
 
 // Run preprocesses the plan's steps in order on the configured workers and calls emit
@@ -142,8 +153,26 @@ func (pp *Preprocessor) process(ctx context.Context, ent loader.Entry) ([]int32,
 	if err != nil {
 		return ids, imgproc.Image{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
-	img, err := pp.proc.Process(data)
+	img, err := pp.decode(ctx, data)
 	return ids, img, err
+}
+
+// decode runs the image processor once the pixels of data's header fit in
+// the in-flight budget (a header that does not parse costs nothing: the
+// processor rejects it without a pixel buffer).
+func (pp *Preprocessor) decode(ctx context.Context, data []byte) (imgproc.Image, error) {
+	if h, err := imgproc.ReadHeader(data); err == nil {
+		n := min(int64(h.Width)*int64(h.Height), pp.budget)
+		if err := pp.pixels.Acquire(ctx, n); err != nil {
+			return imgproc.Image{}, err
+		}
+		defer pp.pixels.Release(n)
+		cur := pp.inFlight.Add(n)
+		defer pp.inFlight.Add(-n)
+		for peak := pp.peakInFlight.Load(); cur > peak && !pp.peakInFlight.CompareAndSwap(peak, cur); peak = pp.peakInFlight.Load() {
+		}
+	}
+	return pp.proc.Process(data)
 }
 
 // zeroRow keeps a failed sample's place with weight 0 and a zero tensor of the planned shape.

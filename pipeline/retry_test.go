@@ -85,3 +85,35 @@ func TestTransientReadRetried(t *testing.T) {
 		t.Errorf("broken sample read %d times, want a multiple of %d", n, readAttempts)
 	}
 }
+
+// TestPixelsInFlightBounded: the preprocessing workers never decode more
+// pixels at once than MaxPixelsInFlight, and still finish the plan.
+func TestPixelsInFlightBounded(t *testing.T) {
+	cfg := testConfig(corpus(t, 80, "jsonl"))
+	cfg.Workers = 4
+	prep, err := Prepare(context.Background(), cfg, nil)
+	mustOK(t, err)
+	defer prep.Close()
+	plan, err := prep.Plan(balancer.StrategyMmfeed)
+	mustOK(t, err)
+	run := func(budget int64) (peak int64, steps int) {
+		prep.Config.MaxPixelsInFlight = budget
+		pp, err := NewPreprocessor(prep)
+		mustOK(t, err)
+		mustOK(t, pp.Run(context.Background(), plan, func(StepBatch) error { steps++; return nil }))
+		return pp.peakInFlight.Load(), steps
+	}
+	free, _ := run(1 << 40)
+	if free == 0 {
+		t.Fatal("no pixels decoded")
+	}
+	budget := free / 2
+	peak, steps := run(budget)
+	if peak > budget {
+		t.Errorf("peak %d pixels in flight > budget %d", peak, budget)
+	}
+	if steps != len(plan.Steps) {
+		t.Errorf("%d steps emitted, want %d", steps, len(plan.Steps))
+	}
+	t.Logf("peak pixels in flight: %d unbounded, %d with a budget of %d", free, peak, budget)
+}
