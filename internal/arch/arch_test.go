@@ -49,6 +49,7 @@ var rules = map[string]rule{
 	"internal/arch":     {deny: []string{nats, arrow}},
 	"internal/testpeer": {},
 	"internal/testnats": {deny: []string{arrow, prom}},
+	"internal/hostile":  {module: []string{"loader"}, deny: []string{nats, prom}},
 }
 
 type goPackage struct {
