@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -13,10 +14,69 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// controlGate bounds what a flood of control messages can start: registers
+// waiting at once (each may wait for a plan or a rewind) and resends in
+// flight (one per rank; a resend arriving while the rank's previous one is
+// still being applied is merged into it).
+type controlGate struct {
+	registers chan struct{}
+	mu        sync.Mutex
+	resending map[int]bool
+}
+
+// maxWaitingRegisters is the registers one service lets wait at once: twice
+// the world size (every rank registering for this and the next epoch) plus
+// slack; more are refused with code "failed" (register again later).
+func maxWaitingRegisters(world int) int { return 2*world + 8 }
+
+func newControlGate(world int) *controlGate {
+	return &controlGate{registers: make(chan struct{}, maxWaitingRegisters(world)), resending: map[int]bool{}}
+}
+
+// startResend reports whether a resend for rank may start (none in flight).
+func (g *controlGate) startResend(rank int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resending[rank] {
+		return false
+	}
+	g.resending[rank] = true
+	return true
+}
+
+func (g *controlGate) endResend(rank int) {
+	g.mu.Lock()
+	delete(g.resending, rank)
+	g.mu.Unlock()
+}
+
+// goRegister handles a register on its own goroutine when fewer than the
+// bound wait already, else refuses it at once.
+func (s *Service) goRegister(m *nats.Msg) {
+	select {
+	case s.gate.registers <- struct{}{}:
+		go func() {
+			defer func() { <-s.gate.registers }()
+			s.handleRegister(m)
+		}()
+	default:
+		s.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
+		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
+			Error: fmt.Sprintf("serve: register: %d registers already waiting, register again later", cap(s.gate.registers))})
+		if err == nil {
+			err = m.Respond(b)
+		}
+		if err != nil {
+			s.log.Warn("register reply", "err", err)
+		}
+	}
+}
+
 // subscribe installs the control handlers on mmfeed.<job>.ctl.*.
 func (s *Service) subscribe() ([]*nats.Subscription, error) {
+	s.gate = newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP)
 	handlers := map[string]nats.MsgHandler{
-		proto.CtlRegister: func(m *nats.Msg) { go s.handleRegister(m) }, // may wait for a plan or a rewind
+		proto.CtlRegister: s.goRegister, // may wait for a plan or a rewind
 		proto.CtlFeedback: s.handleFeedback,
 		proto.CtlDone:     s.handleDone,
 		proto.CtlResend:   s.handleResend,
@@ -423,9 +483,14 @@ func (s *Service) handleResend(m *nats.Msg) {
 		s.badControl(proto.CtlResend, err)
 		return
 	}
+	if !s.gate.startResend(rank) { // the rewind in flight replays this step too
+		s.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
+		return
+	}
 	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
 	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
 	go func() {
+		defer s.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,4 +104,70 @@ func labelled(t testing.TB, s *Service, name, value string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestControlFloodBounded: a flood of registers for an epoch still being
+// planned gets at most the bound waiting (the rest refused at once with code
+// "failed"), and a flood of resends for one rank is merged into the rewind in
+// flight instead of one rewind (and goroutine) each.
+func TestControlFloodBounded(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 40), 2, 1, "colocated")
+	cfg.Epochs = 3
+	cfg.RegisterWait = 5 * time.Second
+	cfg.StreamMaxBytes = 64 << 10 // epoch 2 is not planned while nobody consumes
+	r := start(t, cfg)
+	nc, err := nats.Connect(r.s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	regSubj, _ := proto.ControlSubject(cfg.Job, proto.CtlRegister)
+	replies := make(chan *nats.Msg, 256)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	reg, _ := proto.EncodeControl(proto.Register{Job: cfg.Job, DP: 2, MP: 1, Placement: "colocated", Epoch: 2})
+	const flood = 60
+	for i := range flood {
+		if err := nc.PublishRequest(regSubj, fmt.Sprintf("%s.%d", inbox, i), reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy, bound := 0, maxWaitingRegisters(2)
+	deadline := time.After(4 * time.Second) // before the waiting ones time out
+	for busy < flood-bound {
+		select {
+		case m := <-replies:
+			var rep proto.RegisterReply
+			if err := json.Unmarshal(m.Data, &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Code == proto.RefusedFailed {
+				busy++
+			}
+		case <-deadline:
+			t.Fatalf("%d registers refused at once, want %d (%d may wait)", busy, flood-bound, bound)
+		}
+	}
+
+	resSubj, _ := proto.ControlSubject(cfg.Job, proto.CtlResend)
+	res, _ := proto.EncodeControl(proto.Resend{Job: cfg.Job, Epoch: 0, Step: 0, DPRank: 0, Reason: "flood"})
+	for range 500 {
+		if err := nc.Publish(resSubj, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		ok, merged := labelled(t, r.s, "mmfeed_serve_control_messages_total", "ok"), labelled(t, r.s, "mmfeed_serve_control_messages_total", "merged")
+		if ok+merged < 500 {
+			return errorf("%v resends handled, %v merged", ok, merged)
+		}
+		return nil
+	})
+	if merged := labelled(t, r.s, "mmfeed_serve_control_messages_total", "merged"); merged < 450 {
+		t.Errorf("%v of 500 resends of one rank merged into the one in flight, want nearly all", merged)
+	}
 }

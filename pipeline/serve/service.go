@@ -60,6 +60,7 @@ type Service struct {
 	stream jetstream.Stream
 	st     state
 	pub    *proto.Publisher
+	gate   *controlGate // bounds the control handlers' goroutines (control.go)
 
 	ready     chan struct{}
 	clientURL string
