@@ -15,15 +15,24 @@ type Observation struct {
 	Seconds  float64  `json:"seconds"`
 }
 
-// Validate checks that the features are finite and non-negative and the time
-// positive.
+// Bounds of a plausible observation: a rank-step longer than a day, or a
+// feature sum beyond MaxObservationFeature, is a broken clock or a forged
+// message, not a measurement.
+const (
+	MaxObservationSeconds = 86400
+	MaxObservationFeature = 1e18
+)
+
+// Validate checks that the features are finite, non-negative and at most
+// MaxObservationFeature, and the time positive and at most
+// MaxObservationSeconds.
 func (o Observation) Validate() error {
 	for f, v := range o.Features {
-		if !(v >= 0) || math.IsInf(v, 0) {
+		if !(v >= 0 && v <= MaxObservationFeature) {
 			return fmt.Errorf("balancer: observation feature %v = %v: %w", Feature(f), v, ErrMalformed)
 		}
 	}
-	if !(o.Seconds > 0) || math.IsInf(o.Seconds, 0) {
+	if !(o.Seconds > 0 && o.Seconds <= MaxObservationSeconds) {
 		return fmt.Errorf("balancer: observation seconds %v: %w", o.Seconds, ErrMalformed)
 	}
 	return nil
@@ -102,6 +111,9 @@ type Calibration struct {
 	// Prior is the prior model's quality after the best single scale factor
 	// (units differ: GFLOP versus seconds).
 	Prior Fit `json:"prior"`
+	// Outliers counts the observations left out of the fit (see
+	// Calibrate).
+	Outliers int `json:"outliers,omitempty"`
 }
 
 // Predict returns the calibrated step seconds of a rank with feature sums f.
@@ -119,18 +131,36 @@ var ownerOf = [NumFeatures]Component{Text, Text, Vision, Vision, Fusion, Vision,
 // (only the sum is observable). Modality fits one coefficient per
 // (component, feature) the prior uses, alternating between fixing which tower
 // is the larger per observation and refitting, until that no longer changes.
+//
+// Calibrate is robust to a minority of poisoned observations: those whose
+// seconds per unit of prior cost are more than OutlierFactor away from the
+// median are left out (counted in Outliers), and the refit is checked
+// (finite, non-negative, predicting no worse than the rescaled prior);
+// a refit that fails the check is an error wrapping ErrBadFit, so the caller
+// keeps its last good model.
 func Calibrate(prior CostModel, obs []Observation, cfg CalibrateConfig) (Calibration, error) {
 	if err := prior.Validate(); err != nil {
 		return Calibration{}, err
-	}
-	if len(obs) < int(NumFeatures)+1 {
-		return Calibration{}, fmt.Errorf("balancer: calibrate with %d observations, want ≥ %d: %w", len(obs), NumFeatures+1, ErrNoObservations)
 	}
 	for i, o := range obs {
 		if err := o.Validate(); err != nil {
 			return Calibration{}, fmt.Errorf("balancer: observation %d: %w", i, err)
 		}
 	}
+	all := len(obs)
+	obs = dropOutliers(prior, obs, cfg.Placement)
+	if len(obs) < int(NumFeatures)+1 {
+		return Calibration{}, fmt.Errorf("balancer: calibrate with %d usable observations (of %d), want ≥ %d: %w", len(obs), all, NumFeatures+1, ErrNoObservations)
+	}
+	out, err := calibrate(prior, obs, cfg)
+	if err != nil {
+		return Calibration{}, err
+	}
+	out.Outliers = all - len(obs)
+	return out, nil
+}
+
+func calibrate(prior CostModel, obs []Observation, cfg CalibrateConfig) (Calibration, error) {
 	var out Calibration
 	out.Prior = priorFit(prior, obs, cfg.Placement)
 	if cfg.Placement == Modality {
@@ -140,7 +170,7 @@ func Calibrate(prior CostModel, obs []Observation, cfg CalibrateConfig) (Calibra
 	}
 	out.Model.Unit = "s"
 	out.Fit = fitQuality(obs, func(f Features) float64 { return out.Predict(f, cfg.Placement) })
-	return out, nil
+	return out, out.check()
 }
 
 func fitColocated(prior CostModel, obs []Observation, overhead bool) (CostModel, float64) {

@@ -158,9 +158,7 @@ func FuzzReadObservations(f *testing.F) {
 		}
 		if len(obs) > int(NumFeatures) {
 			m, _ := NewCostModel(TinyShape())
-			if _, err := Calibrate(m, obs, CalibrateConfig{FitOverhead: true}); err != nil {
-				t.Fatalf("calibrate valid observations: %v", err)
-			}
+			checkCalibration(t, m, obs, CalibrateConfig{FitOverhead: true})
 		}
 	})
 }

@@ -20,6 +20,10 @@ var (
 	ErrTooFewItems = errors.New("too few items for dp × micro-batches")
 	// ErrNoObservations reports a calibration with too few usable observations.
 	ErrNoObservations = errors.New("not enough observations")
+	// ErrBadFit reports a calibration whose refit is not usable: a
+	// non-finite or negative coefficient, or predictions worse than the
+	// rescaled prior. Callers keep their last good model.
+	ErrBadFit = errors.New("calibration fit rejected")
 	// ErrUnknownName reports an unknown preset, strategy, placement or tail name.
 	ErrUnknownName = errors.New("unknown name")
 	// ErrMalformed reports unparsable outside input (observation lines).

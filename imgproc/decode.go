@@ -33,6 +33,9 @@ func decodeImage(format string, data []byte) (img image.Image, off image.Point, 
 		img, err = gif.Decode(r) // first frame
 	case FormatWebP:
 		if still, o, ok := webpFirstFrame(data); ok {
+			if err := frameInCanvas(data, still, o); err != nil {
+				return nil, off, err
+			}
 			r, off = bytes.NewReader(still), o
 		}
 		img, err = webp.Decode(r)

@@ -1,9 +1,31 @@
 package imgproc
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"image"
+
+	"golang.org/x/image/webp"
 )
+
+// frameInCanvas checks that the first frame of an animated WebP (still, at
+// off) lies inside the canvas its VP8X chunk declares: the header check
+// bounds the canvas by MaxImagePixels, so a frame whose own bitstream claims
+// more (a small canvas hiding a huge frame) would slip past it. The frame's
+// size is read from its bitstream, which is what the decoder allocates.
+func frameInCanvas(data, still []byte, off image.Point) error {
+	cw, ch := u24(data[24:])+1, u24(data[27:])+1
+	cfg, err := webp.DecodeConfig(bytes.NewReader(still))
+	if err != nil {
+		return fmt.Errorf("imgproc: webp frame header: %v: %w", err, ErrCorrupt)
+	}
+	if cfg.Width > cw-off.X || cfg.Height > ch-off.Y {
+		return fmt.Errorf("imgproc: webp frame %dx%d at %v outside the %dx%d canvas: %w",
+			cfg.Width, cfg.Height, off, cw, ch, ErrTooLarge)
+	}
+	return nil
+}
 
 // webpFirstFrame extracts the first frame of an animated WebP (VP8X with the
 // animation flag) as a standalone still WebP, with the frame's offset on

@@ -31,11 +31,38 @@
 //     (default "image") is binary, large binary, or a struct with a "bytes"
 //     field as HuggingFace datasets write it; the text column (default
 //     "text") is a string. An optional id column (default "id") gives ids.
-//     Files are read one row group at a time.
+//     Files are read one row group at a time. A row group whose image or
+//     text column claims more than Options.MaxRowGroupBytes (uncompressed,
+//     from the footer) is quarantined as "too_large" before it is loaded;
+//     an unreadable row group gets one "bad_parquet_row" reject (its
+//     claimed row count is not trusted to size anything); a file that is
+//     not Parquet, or lacks the columns or has the wrong types, is
+//     quarantined as "bad_parquet_file" and the next file is read (when no
+//     file has usable columns, the source fails with ErrSchema). Captions
+//     over MaxCaptionBytes are "too_large". Input that makes the Parquet
+//     library panic is recovered into ErrMalformedParquet.
 //   - an image folder: every image below the folder (recursively) with a
-//     sidecar caption beside it (cat.jpg + cat.txt).
+//     sidecar caption beside it (cat.jpg + cat.txt). Linked directories are
+//     not descended into; a linked image or caption is followed only when its
+//     target stays inside the folder ("escapes_root" otherwise).
 //
 // Multi-file inputs are read in lexical path order.
+//
+// # Hostile input
+//
+// Every source reads only regular files: a named pipe, device, socket or
+// directory where an image, caption or dataset file is expected is
+// quarantined as "not_regular_file" (or, for the dataset file itself, an
+// error wrapping ErrNotRegular), and it is opened with O_NONBLOCK and
+// checked on the open descriptor, so a FIFO never blocks a read and a file
+// swapped for one after indexing fails at once. Every read is bounded (image
+// and caption limits, also for files that grow) and long reads check the
+// context between 1 MiB chunks. WebDataset member names that leave the
+// archive ("../x.jpg", "/etc/x.jpg") are quarantined as "escapes_root", and
+// a member cut short by the end of the shard as "broken_tar" while
+// indexing. The race between a directory check and a later open (a
+// directory swapped for a link after the scan) is not defended against:
+// the final path component is, directories are checked once per scan.
 //
 // # Sample ids
 //
@@ -76,7 +103,8 @@
 // Index is immutable after Scan; its ReadImage, ReadHeader and Sample methods
 // are safe for concurrent use. QuarantineWriter and Tally are safe for
 // concurrent use. Options.OnReject is called from the goroutine calling Next
-// or Scan.
+// or Scan. QuarantineFile (a quarantine.jsonl written once per sample across
+// restarts) is safe for concurrent use.
 //
 // This package does not import NATS nor the image decoder: it delivers raw
 // bytes; decoding and its rejects happen in a later stage, which reports them

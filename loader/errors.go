@@ -25,4 +25,11 @@ var (
 	ErrNoImageRef = errors.New("loader: entry has no image reference")
 	// ErrTooLarge: an image exceeds Options.MaxImageBytes on re-read.
 	ErrTooLarge = errors.New("loader: image too large")
+	// ErrMalformedParquet: a Parquet footer, page or column is malformed
+	// (including input that makes the Parquet library panic, which the loader
+	// recovers from), or the columns of a row group hold different row counts.
+	ErrMalformedParquet = errors.New("loader: malformed parquet")
+	// ErrNotRegular: a path the loader was to read is a named pipe, a device,
+	// a socket or a directory; the loader never opens those for reading.
+	ErrNotRegular = errors.New("loader: not a regular file")
 )

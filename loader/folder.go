@@ -22,14 +22,26 @@ type folderItem struct {
 // folderSource reads images with sidecar captions below a folder. The
 // sidecar of "a/cat.jpg" is "a/cat.txt" (the extension after the last dot is
 // replaced). A .txt without any image is quarantined as "missing_image".
+// Images and captions must be regular files inside the folder: a symbolic
+// link is followed only when its target stays inside (else "escapes_root"),
+// and a named pipe, device or socket is quarantined as "not_regular_file"
+// without being opened for a blocking read.
 type folderSource struct {
 	base
-	dir   string
-	items []folderItem
-	i     int
+	dir      string
+	realRoot string // dir with symbolic links resolved
+	items    []folderItem
+	i        int
 }
 
 func openFolder(dir string, opts Options) (*folderSource, error) {
+	realRoot, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loader: open %s: %w", dir, err)
+	}
+	if realRoot, err = filepath.Abs(realRoot); err != nil {
+		return nil, fmt.Errorf("loader: open %s: %w", dir, err)
+	}
 	items, err := listFolder(dir)
 	if err != nil {
 		return nil, err
@@ -37,10 +49,13 @@ func openFolder(dir string, opts Options) (*folderSource, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: no images or captions under %s", ErrNoData, dir)
 	}
-	return &folderSource{base: base{opts: opts}, dir: dir, items: items}, nil
+	return &folderSource{base: base{opts: opts}, dir: dir, realRoot: realRoot, items: items}, nil
 }
 
 // listFolder walks dir in lexical order and pairs images with captions.
+// Every non-directory entry with an image or .txt extension is listed
+// (pipes, devices and links too: they are checked, and quarantined, when
+// read). The walk does not descend into linked directories.
 func listFolder(dir string) ([]folderItem, error) {
 	var images []string
 	captions := map[string]bool{} // stem → has .txt
@@ -48,7 +63,7 @@ func listFolder(dir string) ([]folderItem, error) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() || !(d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0) {
+		if d.IsDir() {
 			return nil
 		}
 		rel, err := filepath.Rel(dir, p)
@@ -117,73 +132,110 @@ func (s *folderSource) next(ctx context.Context, withImage bool) (Entry, []byte,
 		}
 		it := s.items[s.i]
 		s.i++
-		if e, img, ok := s.entry(it, withImage); ok {
+		if e, img, ok := s.entry(ctx, it, withImage); ok {
 			s.tally.Emit()
 			return e, img, nil
+		}
+		if err := ctx.Err(); err != nil { // a read cut short by ctx is no reject
+			return Entry{}, nil, err
 		}
 	}
 	return Entry{}, nil, io.EOF
 }
 
-func (s *folderSource) entry(it folderItem, withImage bool) (Entry, []byte, bool) {
+func (s *folderSource) entry(ctx context.Context, it folderItem, withImage bool) (Entry, []byte, bool) {
 	loc := filepath.Join(s.dir, filepath.FromSlash(it.rel))
 	if it.orphan {
 		s.reject(strings.TrimSuffix(it.rel, ".txt"), loc, ReasonMissingImage, "caption without image")
 		return Entry{}, nil, false
 	}
-	text, reason, detail := s.caption(it)
+	text, reason, detail := s.caption(ctx, it)
 	if reason == "" {
 		reason = CheckCaption(text)
 	}
 	var size int64
+	var real string
 	if reason == "" {
-		size, reason, detail = statImage(loc, s.opts.MaxImageBytes)
+		real, size, reason, detail = s.statImage(loc)
 	}
 	if reason != "" {
-		s.reject(it.rel, loc, reason, detail)
+		if ctx.Err() == nil {
+			s.reject(it.rel, loc, reason, detail)
+		}
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: it.rel, Location: loc, Text: text, ImageName: filepath.Base(loc),
-		ImageSize: size, ref: imageRef{kind: refFile, path: loc}}
+		ImageSize: size, ref: imageRef{kind: refFile, path: real}}
 	if !withImage {
 		return e, nil, true
 	}
-	img, err := readFileRange(e, 0, size, true)
+	img, err := readFileRange(ctx, e, 0, size, true)
 	if err != nil {
-		s.reject(it.rel, loc, ReasonUnreadableImage, err.Error())
+		if ctx.Err() == nil {
+			s.reject(it.rel, loc, readReason(err), err.Error())
+		}
 		return Entry{}, nil, false
 	}
 	return e, img, true
 }
 
-// caption reads the sidecar caption of it.
-func (s *folderSource) caption(it folderItem) (string, string, string) {
+// caption reads the sidecar caption of it: a regular file inside the folder
+// of at most MaxCaptionBytes, read without blocking on pipes or devices.
+func (s *folderSource) caption(ctx context.Context, it folderItem) (string, string, string) {
 	if it.caption == "" {
 		return "", ReasonMissingCaption, "no sidecar .txt"
 	}
-	p := filepath.Join(s.dir, filepath.FromSlash(it.caption))
-	fi, err := os.Stat(p)
-	if err == nil && fi.Size() > s.opts.MaxCaptionBytes {
-		return "", ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", fi.Size(), s.opts.MaxCaptionBytes)
+	p, reason, detail := s.inside(filepath.Join(s.dir, filepath.FromSlash(it.caption)))
+	if reason != "" {
+		if reason == ReasonMissingImage {
+			reason = ReasonMissingCaption
+		}
+		return "", reason, "caption: " + detail
 	}
-	data, err := os.ReadFile(p)
+	data, err := readFileBounded(ctx, p, s.opts.MaxCaptionBytes)
 	if err != nil {
-		return "", ReasonMissingCaption, err.Error()
+		reason := readReason(err)
+		if reason == ReasonMissingImage || reason == ReasonUnreadableImage {
+			reason = ReasonMissingCaption
+		}
+		return "", reason, "caption: " + err.Error()
 	}
 	return string(data), "", ""
 }
 
-// statImage returns the size of a regular image file, or a reject reason.
-func statImage(p string, max int64) (int64, string, string) {
-	fi, err := os.Stat(p)
+// inside resolves p when it is a symbolic link and checks the target stays
+// inside the folder; it returns the path to open.
+func (s *folderSource) inside(p string) (string, string, string) {
+	fi, err := os.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return 0, ReasonMissingImage, err.Error()
+		return "", ReasonMissingImage, err.Error()
 	case err != nil:
-		return 0, ReasonUnreadableImage, err.Error()
+		return "", ReasonUnreadableImage, err.Error()
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return resolveInside(s.realRoot, p)
 	case !fi.Mode().IsRegular():
-		return 0, ReasonUnreadableImage, "not a regular file"
+		return "", ReasonNotRegular, kindOf(fi.Mode())
 	}
-	reason, detail := checkSize(fi.Size(), max)
-	return fi.Size(), reason, detail
+	return p, "", ""
+}
+
+// statImage checks an image path: inside the folder, regular, of an
+// accepted size. It returns the path to open and the size.
+func (s *folderSource) statImage(p string) (string, int64, string, string) {
+	real, reason, detail := s.inside(p)
+	if reason != "" {
+		return "", 0, reason, detail
+	}
+	fi, err := os.Stat(real)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", 0, ReasonMissingImage, err.Error()
+	case err != nil:
+		return "", 0, ReasonUnreadableImage, err.Error()
+	case !fi.Mode().IsRegular():
+		return "", 0, ReasonNotRegular, kindOf(fi.Mode())
+	}
+	reason, detail = checkSize(fi.Size(), s.opts.MaxImageBytes)
+	return real, fi.Size(), reason, detail
 }

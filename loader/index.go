@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"os"
 	"sync"
 )
 
@@ -161,7 +160,13 @@ func (ix *Index) Sample(i int) (Sample, error) {
 // ReadImage re-reads the entry's image bytes. The size must still match
 // the index (else ErrStale).
 func (ix *Index) ReadImage(e Entry) ([]byte, error) {
-	return ix.read(e, -1)
+	return ix.read(context.Background(), e, -1)
+}
+
+// ReadImageContext is ReadImage that stops when ctx is done (checked between
+// chunks of a long read).
+func (ix *Index) ReadImageContext(ctx context.Context, e Entry) ([]byte, error) {
+	return ix.read(ctx, e, -1)
 }
 
 // ReadHeader returns up to the first n bytes of the entry's image (enough
@@ -170,11 +175,11 @@ func (ix *Index) ReadHeader(e Entry, n int) ([]byte, error) {
 	if n < 0 {
 		n = 0
 	}
-	return ix.read(e, n)
+	return ix.read(context.Background(), e, n)
 }
 
 // read returns the first n bytes of the image, or all of it when n < 0.
-func (ix *Index) read(e Entry, n int) ([]byte, error) {
+func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	if e.ImageSize > ix.opts.MaxImageBytes {
 		return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrTooLarge)
 	}
@@ -184,9 +189,9 @@ func (ix *Index) read(e Entry, n int) ([]byte, error) {
 	}
 	switch e.ref.kind {
 	case refFile:
-		return readFileRange(e, 0, want, true)
+		return readFileRange(ctx, e, 0, want, true)
 	case refTar:
-		return readFileRange(e, e.ref.off, want, false)
+		return readFileRange(ctx, e, e.ref.off, want, false)
 	case refParquet:
 		img, err := ix.pq.image(ix.opts, e.ref)
 		if err != nil {
@@ -200,26 +205,24 @@ func (ix *Index) read(e Entry, n int) ([]byte, error) {
 	return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrNoImageRef)
 }
 
-// readFileRange reads want bytes at off. For whole files (checkSize) the
-// file's current size must equal the indexed size.
-func readFileRange(e Entry, off, want int64, checkSize bool) ([]byte, error) {
-	f, err := os.Open(e.ref.path)
+// readFileRange reads want bytes at off, never blocking on a file that is
+// no longer regular and stopping when ctx is done. For whole files
+// (checkSize) the file's current size must equal the indexed size.
+func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool) ([]byte, error) {
+	f, fi, err := openRegular(e.ref.path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
 	}
 	defer f.Close()
-	if checkSize {
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
-		}
-		if fi.Size() != e.ImageSize {
-			return nil, fmt.Errorf("loader: read %s: size %d, indexed %d: %w", e.Location, fi.Size(), e.ImageSize, ErrStale)
-		}
+	if checkSize && fi.Size() != e.ImageSize {
+		return nil, fmt.Errorf("loader: read %s: size %d, indexed %d: %w", e.Location, fi.Size(), e.ImageSize, ErrStale)
+	}
+	if off+want > fi.Size() {
+		return nil, fmt.Errorf("loader: read %s: %d bytes at %d past the end (%d): %w", e.Location, want, off, fi.Size(), ErrStale)
 	}
 	buf := make([]byte, want)
-	if _, err := f.ReadAt(buf, off); err != nil {
-		if errors.Is(err, io.EOF) {
+	if err := readFull(ctx, io.NewSectionReader(f, off, want), buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
 			err = ErrStale
 		}
 		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)

@@ -162,7 +162,7 @@ func openManifest(path string, opts Options) (*manifestSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
-	f, err := os.Open(path)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
@@ -206,7 +206,7 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 			m.reject("", loc, ReasonTooLarge, fmt.Sprintf("line over %d bytes", m.maxLine()))
 			continue
 		}
-		if e, img, ok := m.entry(line, loc, withImage); ok {
+		if e, img, ok := m.entry(ctx, line, loc, withImage); ok {
 			m.tally.Emit()
 			return e, img, nil
 		}
@@ -214,7 +214,7 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 }
 
 // entry turns a line into an entry, reporting a reject when it is bad.
-func (m *manifestSource) entry(line []byte, loc string, withImage bool) (Entry, []byte, bool) {
+func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, withImage bool) (Entry, []byte, bool) {
 	ml, reason, detail := parseManifestFields(line, m.fields)
 	id := ml.ID
 	if id == "" && reason == "" {
@@ -245,9 +245,9 @@ func (m *manifestSource) entry(line []byte, loc string, withImage bool) (Entry, 
 	if !withImage {
 		return e, nil, true
 	}
-	img, err := readFileRange(e, 0, size, true)
+	img, err := readFileRange(ctx, e, 0, size, true)
 	if err != nil {
-		m.reject(id, loc, ReasonUnreadableImage, err.Error())
+		m.reject(id, loc, readReason(err), err.Error())
 		return Entry{}, nil, false
 	}
 	return e, img, true
@@ -338,7 +338,7 @@ func statResult(full, img string, fi fs.FileInfo, err error) (string, int64, str
 	case err != nil:
 		return "", 0, ReasonUnreadableImage, err.Error()
 	case !fi.Mode().IsRegular():
-		return "", 0, ReasonUnreadableImage, "not a regular file: " + img
+		return "", 0, ReasonNotRegular, kindOf(fi.Mode()) + ": " + img
 	}
 	return full, fi.Size(), "", ""
 }
@@ -381,6 +381,18 @@ func (m *manifestSource) checkLink(full string) (string, string, string) {
 	return real, "", ""
 }
 
-func (m *manifestSource) inside(real string) bool {
-	return real == m.realRoot || strings.HasPrefix(real, m.realRoot+string(filepath.Separator))
+func (m *manifestSource) inside(real string) bool { return within(m.realRoot, real) }
+
+// readReason classifies an error reading an image or caption that passed
+// its checks at listing time.
+func readReason(err error) string {
+	switch {
+	case errors.Is(err, ErrNotRegular):
+		return ReasonNotRegular
+	case errors.Is(err, ErrTooLarge):
+		return ReasonTooLarge
+	case errors.Is(err, fs.ErrNotExist):
+		return ReasonMissingImage
+	}
+	return ReasonUnreadableImage
 }

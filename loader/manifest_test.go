@@ -211,7 +211,7 @@ func TestManifestSource(t *testing.T) {
 		{line: `{"image":"ABS","text":"t"}`, reason: ReasonEscapesRoot},
 		{line: `{"image":"img/zero.jpg","text":"t"}`, reason: ReasonEmptyImage},
 		{line: `{"image":"img/big.jpg","text":"t"}`, reason: ReasonTooLarge},
-		{line: `{"image":"img/adir.jpg","text":"t"}`, reason: ReasonUnreadableImage},
+		{line: `{"image":"img/adir.jpg","text":"t"}`, reason: ReasonNotRegular},
 		{line: `{"image":"img/ok.jpg","text":"  "}`, reason: ReasonEmptyCaption},
 		{line: `{"image":"img/ok.jpg","text":"\u0000\u0001"}`, reason: ReasonBinaryCaption},
 		{line: `{"image":"img/ok.jpg"}`, reason: ReasonMissingCaption},

@@ -26,6 +26,12 @@ type Options struct {
 	// MaxCaptionBytes is the largest accepted caption (a manifest line,
 	// a .txt/.json member, a sidecar) in bytes. Default 1 MiB.
 	MaxCaptionBytes int64
+	// MaxRowGroupBytes bounds the uncompressed bytes of a Parquet row
+	// group's image column, and of its text column, as the file's footer
+	// states them, checked before the column is loaded; a larger row group is
+	// quarantined as "too_large" (one reject for the row group). Default
+	// 1 GiB.
+	MaxRowGroupBytes int64
 	// AllowAbsolute lets manifest lines name absolute image paths. Such
 	// paths are trusted as given: they are not checked against the
 	// dataset root. Default false: absolute paths are quarantined as
@@ -64,11 +70,12 @@ type Options struct {
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{
-		MaxImageBytes:   32 << 20,
-		MaxCaptionBytes: 1 << 20,
-		ImageColumn:     "image",
-		TextColumn:      "text",
-		IDColumn:        "id",
+		MaxImageBytes:    32 << 20,
+		MaxCaptionBytes:  1 << 20,
+		MaxRowGroupBytes: 1 << 30,
+		ImageColumn:      "image",
+		TextColumn:       "text",
+		IDColumn:         "id",
 	}
 }
 
@@ -84,6 +91,9 @@ func (o Options) Validate() error {
 	if o.MaxImageBytes < 0 {
 		return fmt.Errorf("%w: MaxImageBytes %d < 0", ErrInvalidConfig, o.MaxImageBytes)
 	}
+	if o.MaxRowGroupBytes < 0 {
+		return fmt.Errorf("%w: MaxRowGroupBytes %d < 0", ErrInvalidConfig, o.MaxRowGroupBytes)
+	}
 	if o.MaxCaptionBytes < 0 {
 		return fmt.Errorf("%w: MaxCaptionBytes %d < 0", ErrInvalidConfig, o.MaxCaptionBytes)
 	}
@@ -98,6 +108,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxCaptionBytes == 0 {
 		o.MaxCaptionBytes = d.MaxCaptionBytes
+	}
+	if o.MaxRowGroupBytes == 0 {
+		o.MaxRowGroupBytes = d.MaxRowGroupBytes
 	}
 	if o.ImageColumn == "" {
 		o.ImageColumn = d.ImageColumn

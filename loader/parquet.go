@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -136,23 +137,22 @@ type parquetFile struct {
 }
 
 func openParquet(path string, opts Options) (*parquetFile, error) {
-	pf, err := file.OpenParquetFile(path, false)
+	f, _, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.DefaultAllocator)
+	pf, fr, sc, err := parquetSchema(f)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("loader: open %s: %w", path, err), pf.Close())
-	}
-	sc, err := fr.Schema()
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("loader: schema %s: %w", path, err), pf.Close())
+		return nil, fmt.Errorf("loader: open %s: %w: %w", path, ErrMalformedParquet, err)
 	}
 	p := &parquetFile{pf: pf, fr: fr, img: imageFieldIndex(sc, opts.ImageColumn),
 		text: fieldIndex(sc, opts.TextColumn), idCol: fieldIndex(sc, opts.IDColumn)}
 	if p.img < 0 || p.text < 0 {
 		return nil, errors.Join(fmt.Errorf("%w: %s lacks column %q or %q (have %v)", ErrSchema, path,
 			opts.ImageColumn, opts.TextColumn, sc.Fields()), pf.Close())
+	}
+	if err := checkTypes(sc.Field(p.img).Type, sc.Field(p.text).Type); err != nil {
+		return nil, errors.Join(fmt.Errorf("loader: %s: %w", path, err), pf.Close())
 	}
 	return p, nil
 }
@@ -171,6 +171,101 @@ func imageFieldIndex(sc *arrow.Schema, name string) int {
 	return -1
 }
 
+// checkTypes checks the image column is binary (or a struct with a binary
+// "bytes" field) and the text column a string, from the file's schema.
+func checkTypes(img, text arrow.DataType) error {
+	isBinary := func(t arrow.DataType) bool {
+		switch t.ID() {
+		case arrow.BINARY, arrow.LARGE_BINARY, arrow.BINARY_VIEW:
+			return true
+		}
+		return false
+	}
+	ok := isBinary(img)
+	if st, isStruct := img.(*arrow.StructType); isStruct {
+		if i, has := st.FieldIdx("bytes"); has {
+			ok = isBinary(st.Field(i).Type)
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: image column type %s", ErrSchema, img)
+	}
+	switch text.ID() {
+	case arrow.STRING, arrow.LARGE_STRING, arrow.STRING_VIEW:
+		return nil
+	}
+	return fmt.Errorf("%w: text column type %s", ErrSchema, text)
+}
+
+// parquetSchema parses the footer and schema of f; a malformed footer that
+// makes the Parquet library panic is an error, not a crash. On error f is
+// closed.
+func parquetSchema(f *os.File) (pf *file.Reader, fr *pqarrow.FileReader, sc *arrow.Schema, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrMalformedParquet, r)
+		}
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if pf, err = file.NewParquetReader(f); err != nil {
+		return nil, nil, nil, err
+	}
+	if fr, err = pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.DefaultAllocator); err != nil {
+		return nil, nil, nil, err
+	}
+	if sc, err = fr.Schema(); err != nil {
+		return nil, nil, nil, err
+	}
+	return pf, fr, sc, nil
+}
+
+// recoverTo turns a panic of the Parquet library on malformed input into an
+// error wrapping ErrMalformedParquet.
+func recoverTo(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %v", ErrMalformedParquet, r)
+	}
+}
+
+// columnBytes is the uncompressed size the footer claims for top-level
+// column name in row group rg (all its leaf columns). A footer can lie low
+// but not make the loader skip this check; the bound is what it claims.
+func (p *parquetFile) columnBytes(rg int, name string) (_ int64, err error) {
+	defer recoverTo(&err)
+	if rg < 0 || rg >= p.pf.NumRowGroups() {
+		return 0, fmt.Errorf("no row group %d", rg)
+	}
+	md := p.pf.MetaData().RowGroup(rg)
+	var n int64
+	for i := range md.NumColumns() {
+		cc, err := md.ColumnChunk(i)
+		if err != nil {
+			return 0, err
+		}
+		if path := cc.PathInSchema(); len(path) > 0 && path[0] == name {
+			n += max(cc.TotalUncompressedSize(), 0)
+		}
+	}
+	return n, nil
+}
+
+// checkRowGroup bounds the bytes of the image and text columns of rg before
+// they are loaded.
+func (p *parquetFile) checkRowGroup(rg int, opts Options) error {
+	for _, name := range []string{opts.ImageColumn, opts.TextColumn} {
+		n, err := p.columnBytes(rg, name)
+		if err != nil {
+			return fmt.Errorf("%w: row group %d: %v", ErrMalformedParquet, rg, err)
+		}
+		if n > opts.MaxRowGroupBytes {
+			return fmt.Errorf("row group %d column %q: %d bytes > max %d: %w", rg, name, n, opts.MaxRowGroupBytes, ErrTooLarge)
+		}
+	}
+	return nil
+}
+
 func fieldIndex(sc *arrow.Schema, name string) int {
 	if idx := sc.FieldIndices(name); len(idx) > 0 {
 		return idx[0]
@@ -179,7 +274,8 @@ func fieldIndex(sc *arrow.Schema, name string) int {
 }
 
 // readColumn reads one column of one row group.
-func (p *parquetFile) readColumn(ctx context.Context, rg, col int) (*arrow.Chunked, error) {
+func (p *parquetFile) readColumn(ctx context.Context, rg, col int) (_ *arrow.Chunked, err error) {
+	defer recoverTo(&err)
 	return p.fr.RowGroup(rg).Column(col).Read(ctx)
 }
 
@@ -192,6 +288,9 @@ func loadImageColumn(opts Options, path string, rg int) (*imageColumn, error) {
 	defer p.pf.Close()
 	if rg >= p.pf.NumRowGroups() {
 		return nil, ErrStale
+	}
+	if err := p.checkRowGroup(rg, opts); err != nil {
+		return nil, err
 	}
 	col, err := p.readColumn(context.Background(), rg, p.img)
 	if err != nil {
@@ -230,8 +329,10 @@ type parquetSource struct {
 	cur     *parquetFile
 	rg      int // next row group of cur
 	g       *rowGroup
-	row     int   // next row of g
-	fileRow int64 // row number in the file of row 0 of g
+	row     int    // next row of g
+	fileRow int64  // row number in the file of row 0 of g
+	usable  bool   // some file had a readable schema
+	lastBad string // the last file-level schema error, for the error at the end
 }
 
 func newParquetSource(files []string, opts Options) *parquetSource {
@@ -298,13 +399,20 @@ func (s *parquetSource) advance(ctx context.Context) error {
 		}
 		s.fi++
 		if s.fi >= len(s.files) {
+			if !s.usable {
+				return fmt.Errorf("loader: %w: no file has the columns %q and %q readable (%s)", ErrSchema, s.opts.ImageColumn, s.opts.TextColumn, s.lastBad)
+			}
 			return io.EOF
 		}
 		p, err := openParquet(s.files[s.fi], s.opts)
+		if errors.Is(err, ErrSchema) || errors.Is(err, ErrMalformedParquet) {
+			s.rejectFile(err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		s.cur, s.rg, s.fileRow = p, 0, 0
+		s.cur, s.rg, s.fileRow, s.usable = p, 0, 0, true
 	}
 	rg := s.rg
 	s.rg++
@@ -312,9 +420,6 @@ func (s *parquetSource) advance(ctx context.Context) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
-		}
-		if errors.Is(err, ErrSchema) {
-			return fmt.Errorf("loader: %s: %w", s.files[s.fi], err)
 		}
 		s.rejectRowGroup(rg, err)
 		return nil
@@ -324,6 +429,9 @@ func (s *parquetSource) advance(ctx context.Context) error {
 }
 
 func (s *parquetSource) readRowGroup(ctx context.Context, rg int) (*rowGroup, error) {
+	if err := s.cur.checkRowGroup(rg, s.opts); err != nil {
+		return nil, err
+	}
 	g := &rowGroup{}
 	col, err := s.cur.readColumn(ctx, rg, s.cur.img)
 	if err == nil {
@@ -344,6 +452,9 @@ func (s *parquetSource) readRowGroup(ctx context.Context, rg int) (*rowGroup, er
 			g.id, _ = newScalarColumn(col, false)
 		}
 	}
+	if err == nil {
+		err = g.checkLengths()
+	}
 	if err != nil {
 		g.release()
 		return nil, err
@@ -352,13 +463,36 @@ func (s *parquetSource) readRowGroup(ctx context.Context, rg int) (*rowGroup, er
 	return g, nil
 }
 
-// rejectRowGroup quarantines every row of an unreadable row group.
+// checkLengths makes sure every column has as many rows as the image column:
+// the rows are counted from the data read, never from the footer's claim.
+func (g *rowGroup) checkLengths() error {
+	n := g.img.col.Len()
+	for _, c := range []*scalarColumn{g.text, g.id} {
+		if c != nil && c.col.Len() != n {
+			return fmt.Errorf("%w: columns hold %d and %d rows", ErrMalformedParquet, n, c.col.Len())
+		}
+	}
+	return nil
+}
+
+// rejectRowGroup quarantines an unreadable (or too large) row group with
+// one reject: the row count its footer claims is not trusted to size a loop
+// (it is only named in the detail, and keeps later derived ids stable).
 func (s *parquetSource) rejectRowGroup(rg int, err error) {
 	n := s.cur.pf.MetaData().RowGroups[rg].GetNumRows()
-	for r := range n {
-		s.reject("", s.loc(rg, int(r)), ReasonBadParquetRow, err.Error())
+	reason := ReasonBadParquetRow
+	if errors.Is(err, ErrTooLarge) {
+		reason = ReasonTooLarge
 	}
-	s.fileRow += n
+	s.reject("", s.files[s.fi]+":rg"+strconv.Itoa(rg), reason, fmt.Sprintf("row group claims %d rows: %v", n, err))
+	s.fileRow += min(max(n, 0), 1<<40)
+}
+
+// rejectFile quarantines a whole file whose schema cannot be read (one
+// reject for the file).
+func (s *parquetSource) rejectFile(err error) {
+	s.lastBad = err.Error()
+	s.reject("", s.files[s.fi], ReasonBadParquetFile, err.Error())
 }
 
 func (s *parquetSource) loc(rg, row int) string {
@@ -385,6 +519,8 @@ func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
 		reason, detail = ReasonMissingImage, "null image"
 	case !hasText:
 		reason, detail = ReasonMissingCaption, "null text"
+	case int64(len(text)) > s.opts.MaxCaptionBytes:
+		reason, detail = ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", len(text), s.opts.MaxCaptionBytes)
 	default:
 		if reason, detail = checkSize(int64(len(img)), s.opts.MaxImageBytes); reason == "" {
 			reason = CheckCaption(text)

@@ -22,9 +22,11 @@ const (
 	ReasonBadCaption      = "bad_caption"       // a WebDataset .json caption member is not valid JSON
 	ReasonBrokenTar       = "broken_tar"        // a tar header or member could not be read; rest of the shard skipped
 	ReasonTooLarge        = "too_large"         // image over Options.MaxImageBytes or caption over MaxCaptionBytes
-	ReasonEscapesRoot     = "escapes_root"      // manifest path leaves the manifest folder, or absolute and not allowed
+	ReasonEscapesRoot     = "escapes_root"      // a path leaves the dataset folder (.., a symbolic link, a tar member name), or absolute and not allowed
+	ReasonNotRegular      = "not_regular_file"  // an image or caption is a named pipe, device, socket or directory
+	ReasonBadParquetFile  = "bad_parquet_file"  // a Parquet file lacks the columns or has the wrong types; the whole file is skipped
 	ReasonDuplicateID     = "duplicate_id"      // Scan saw the id before; the later copy is rejected
-	ReasonBadParquetRow   = "bad_parquet_row"   // a Parquet row group could not be read; its rows are rejected
+	ReasonBadParquetRow   = "bad_parquet_row"   // a Parquet row group could not be read (or is over MaxRowGroupBytes); one reject per row group
 )
 
 // Reject is one quarantined sample. It is also the JSON shape of a

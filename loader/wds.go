@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -56,6 +56,7 @@ type tarSource struct {
 	shards  []string
 	cur     int // index of the open shard, len(shards) when done
 	pr      *posReader
+	size    int64 // of the open shard
 	tr      *tar.Reader
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
@@ -66,7 +67,10 @@ type tarSource struct {
 func newTarSource(shards []string, opts Options) *tarSource {
 	keys, _ := parseWDSKeys(opts.WDSImageKeys, opts.WDSTextKeys) // checked by Options.Validate
 	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1, keys: keys,
-		open: func(p string) (io.ReadSeekCloser, error) { return os.Open(p) }}
+		open: func(p string) (io.ReadSeekCloser, error) {
+			f, _, err := openRegular(p)
+			return f, err
+		}}
 }
 
 // Next implements Source.
@@ -103,7 +107,15 @@ func (s *tarSource) openNext() error {
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}
-	s.pr = &posReader{f: f}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	s.pr, s.size = &posReader{f: f}, size
 	s.tr = tar.NewReader(s.pr)
 	return nil
 }
@@ -126,7 +138,10 @@ func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, er
 			s.tr = nil
 			continue
 		}
-		g, ok := s.readGroup(withImage)
+		g, ok := s.readGroup(ctx, withImage)
+		if err := ctx.Err(); err != nil { // a read cut short by ctx is no reject
+			return Entry{}, nil, err
+		}
 		if !ok {
 			continue
 		}
@@ -146,7 +161,7 @@ func (s *tarSource) shardLoc(key string) string {
 
 // readGroup reads the members of the next sample. ok is false when the
 // shard ended (or broke) before any member of a new group.
-func (s *tarSource) readGroup(withImage bool) (*tarGroup, bool) {
+func (s *tarSource) readGroup(ctx context.Context, withImage bool) (*tarGroup, bool) {
 	var g *tarGroup
 	for {
 		hdr := s.pending
@@ -178,10 +193,20 @@ func (s *tarSource) readGroup(withImage bool) (*tarGroup, bool) {
 		if g == nil {
 			g = &tarGroup{key: key, loc: s.shardLoc(key)}
 		}
-		if !s.addMember(g, hdr, ext, withImage) {
+		if !localName(hdr.Name) {
+			g.setProblem(ReasonEscapesRoot, "member name leaves the archive: "+hdr.Name)
+		}
+		if !s.addMember(ctx, g, hdr, ext, withImage) {
 			return g, true
 		}
 	}
+}
+
+// localName reports whether a member name stays inside the archive when
+// extracted: relative, without ".." elements (a "tar-slip" name is
+// quarantined as escapes_root, although the loader never extracts).
+func localName(name string) bool {
+	return name != "" && !strings.HasPrefix(name, "/") && filepath.IsLocal(filepath.FromSlash(name))
 }
 
 // isSparse reports a PAX sparse member, whose data is not stored
@@ -205,7 +230,7 @@ func splitKey(name string) (string, string) {
 
 // addMember folds one member into g. It returns false when the member's data
 // could not be read (the shard is broken from here).
-func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImage bool) bool {
+func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header, ext string, withImage bool) bool {
 	last := ext[strings.LastIndexByte(ext, '.')+1:] // "seg.png" is a png, "en.txt" a caption
 	if !s.keys.text(ext) {
 		ext = last
@@ -217,8 +242,13 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 			g.setProblem(reason, detail)
 			return true
 		}
+		if s.pr.pos+hdr.Size > s.size { // cut short: found without reading the data
+			g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %d bytes at %d, shard ends at %d", hdr.Name, hdr.Size, s.pr.pos, s.size))
+			g.reason = ReasonBrokenTar
+			return true
+		}
 		if withImage {
-			return s.readData(g, hdr, &g.img)
+			return s.readData(ctx, g, hdr, &g.img)
 		}
 	case s.keys.text(ext):
 		if hdr.Size > s.opts.MaxCaptionBytes {
@@ -226,7 +256,7 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 			return true
 		}
 		var data []byte
-		if !s.readData(g, hdr, &data) {
+		if !s.readData(ctx, g, hdr, &data) {
 			return false
 		}
 		g.addCaption(s.keys, ext, data)
@@ -234,9 +264,9 @@ func (s *tarSource) addMember(g *tarGroup, hdr *tar.Header, ext string, withImag
 	return true
 }
 
-func (s *tarSource) readData(g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
+func (s *tarSource) readData(ctx context.Context, g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
 	buf := make([]byte, hdr.Size)
-	if _, err := io.ReadFull(s.tr, buf); err != nil {
+	if err := readFull(ctx, s.tr, buf); err != nil {
 		g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %v", hdr.Name, err))
 		g.reason = ReasonBrokenTar // a broken read wins over earlier problems
 		s.tr = nil                 // the stream cannot be trusted any more

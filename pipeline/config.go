@@ -30,6 +30,12 @@ type Config struct {
 	// entries done and their total (from several goroutines; at most every 64
 	// entries and at the end).
 	Progress func(done, total int)
+	// MaxPixelsInFlight bounds the pixels (width × height from the image
+	// headers) the preprocessing workers decode at once, so decode memory is
+	// bounded per process, not only per image: many workers meeting many
+	// large images wait instead of each allocating a full-size buffer. An
+	// image larger than the bound decodes alone. 0: 2 × Image.MaxImagePixels.
+	MaxPixelsInFlight int64
 }
 
 // DefaultConfig: bert-base-uncased at 128 tokens, shorter-crop 224 float16, the tiny
@@ -51,6 +57,9 @@ func (c Config) Validate() error {
 	if c.Workers < 0 {
 		return fmt.Errorf("pipeline: workers %d < 0", c.Workers)
 	}
+	if c.MaxPixelsInFlight < 0 {
+		return fmt.Errorf("pipeline: max pixels in flight %d < 0", c.MaxPixelsInFlight)
+	}
 	return errors.Join(c.Loader.Validate(), c.Tokenizer.Validate(), c.Image.Validate(), c.Plan.Validate())
 }
 
@@ -59,4 +68,11 @@ func (c Config) workers() int {
 		return c.Workers
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+func (c Config) pixelsInFlight() int64 {
+	if c.MaxPixelsInFlight > 0 {
+		return c.MaxPixelsInFlight
+	}
+	return 2 * int64(c.Image.MaxImagePixels)
 }

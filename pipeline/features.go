@@ -112,7 +112,7 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 func readHeader(ix *loader.Index, e loader.Entry) (imgproc.Header, error) {
 	var lastErr error
 	for _, n := range headerReads {
-		head, err := ix.ReadHeader(e, n)
+		head, err := readWithRetry(context.Background(), func() ([]byte, error) { return ix.ReadHeader(e, n) })
 		if err != nil {
 			return imgproc.Header{}, fmt.Errorf("%w: %w", errUnreadable, err)
 		}
@@ -122,7 +122,7 @@ func readHeader(ix *loader.Index, e loader.Entry) (imgproc.Header, error) {
 		}
 		lastErr = err
 	}
-	full, err := ix.ReadImage(e)
+	full, err := readWithRetry(context.Background(), func() ([]byte, error) { return ix.ReadImage(e) })
 	if err != nil {
 		return imgproc.Header{}, fmt.Errorf("%w: %w (after %v)", errUnreadable, err, lastErr)
 	}

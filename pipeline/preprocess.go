@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
@@ -21,6 +24,15 @@ type StepBatch struct {
 type Preprocessor struct {
 	prep *Prepared
 	proc *imgproc.Processor
+	// read re-reads an entry's image bytes (the index, or a test's flaky
+	// stand-in); a transient failure is retried (readWithRetry).
+	read func(context.Context, loader.Entry) ([]byte, error)
+	// pixels holds Config.MaxPixelsInFlight; each decode takes its
+	// header's pixel count (capped at the budget) for its duration.
+	pixels       *semaphore.Weighted
+	budget       int64
+	inFlight     atomic.Int64 // pixels being decoded now
+	peakInFlight atomic.Int64
 }
 
 // NewPreprocessor builds the image processor of the prepared config.
@@ -29,7 +41,9 @@ func NewPreprocessor(p *Prepared) (*Preprocessor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Preprocessor{prep: p, proc: proc}, nil
+	budget := p.Config.pixelsInFlight()
+	return &Preprocessor{prep: p, proc: proc, read: p.Index.ReadImageContext,
+		pixels: semaphore.NewWeighted(budget), budget: budget}, nil
 }
 
 // Run preprocesses the plan's steps in order on the configured workers and calls emit
@@ -50,7 +64,7 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 	for range pp.prep.Config.workers() {
 		workers.Go(func() {
 			for t := range tasks {
-				*t.rows = pp.row(plan, t.e)
+				*t.rows = pp.row(ctx, plan, t.e)
 				t.done.Done()
 			}
 		})
@@ -109,14 +123,14 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 }
 
 // row preprocesses one plan entry.
-func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
+func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer.Entry) proto.Row {
 	f := pp.prep.Features
 	ent, it := f.Entries[e.Item], f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
 	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
-	ids, img, err := pp.process(ent)
+	ids, img, err := pp.process(ctx, ent)
 	if err != nil {
-		if e.Weight > 0 { // a padding copy's failure is its original's, quarantined once
+		if e.Weight > 0 && ctx.Err() == nil { // a padding copy's failure is its original's, quarantined once; a cancelled read is no failure
 			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
 		}
 		return pp.zeroRow(row, ids)
@@ -129,17 +143,36 @@ func (pp *Preprocessor) row(plan *balancer.Plan, e balancer.Entry) proto.Row {
 }
 
 // process tokenizes the caption and decodes, resizes and normalizes the image of ent.
-func (pp *Preprocessor) process(ent loader.Entry) ([]int32, imgproc.Image, error) {
+// A transient read error is retried up to readAttempts times.
+func (pp *Preprocessor) process(ctx context.Context, ent loader.Entry) ([]int32, imgproc.Image, error) {
 	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
 	if err != nil {
 		return nil, imgproc.Image{}, err
 	}
-	data, err := pp.prep.Index.ReadImage(ent)
+	data, err := readWithRetry(ctx, func() ([]byte, error) { return pp.read(ctx, ent) })
 	if err != nil {
 		return ids, imgproc.Image{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
-	img, err := pp.proc.Process(data)
+	img, err := pp.decode(ctx, data)
 	return ids, img, err
+}
+
+// decode runs the image processor once the pixels of data's header fit in
+// the in-flight budget (a header that does not parse costs nothing: the
+// processor rejects it without a pixel buffer).
+func (pp *Preprocessor) decode(ctx context.Context, data []byte) (imgproc.Image, error) {
+	if h, err := imgproc.ReadHeader(data); err == nil {
+		n := min(int64(h.Width)*int64(h.Height), pp.budget)
+		if err := pp.pixels.Acquire(ctx, n); err != nil {
+			return imgproc.Image{}, err
+		}
+		defer pp.pixels.Release(n)
+		cur := pp.inFlight.Add(n)
+		defer pp.inFlight.Add(-n)
+		for peak := pp.peakInFlight.Load(); cur > peak && !pp.peakInFlight.CompareAndSwap(peak, cur); peak = pp.peakInFlight.Load() {
+		}
+	}
+	return pp.proc.Process(data)
 }
 
 // zeroRow keeps a failed sample's place with weight 0 and a zero tensor of the planned shape.

@@ -42,13 +42,33 @@ type Register struct {
 	ResumeStep int `json:"resume_step"`
 }
 
+// Refusal codes of a RegisterReply that is not OK: what the trainer does
+// next.
+const (
+	// RefusedNotReady: the epoch is still being planned; register again
+	// (the service is working on it). Not the end of the data.
+	RefusedNotReady = "not_ready"
+	// RefusedEnd: the epoch is past the job's last one: the end of the data.
+	RefusedEnd = "end"
+	// RefusedInvalid: the register itself is wrong (job, layout, ranks,
+	// resume step, malformed); registering again the same way cannot work.
+	RefusedInvalid = "invalid"
+	// RefusedFailed: the service could not serve the rank just now (a
+	// store or stream error); register again later.
+	RefusedFailed = "failed"
+)
+
 // RegisterReply answers a Register. DP, MP and Placement (the job's layout)
 // are set in every reply, also a refusal, so a client that does not know the
-// layout can learn it and register again; Retry says the refusal is
-// temporary (the epoch is still being planned): register again later.
+// layout can learn it and register again.
 type RegisterReply struct {
-	OK        bool   `json:"ok"`
-	Error     string `json:"error,omitempty"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Code says why a register was refused (one of the Refused* codes):
+	// "not_ready" and "failed" mean retry, "end" the end of the data.
+	Code string `json:"code,omitempty"`
+	// Retry is Code == not_ready or failed: the refusal is temporary,
+	// register again later.
 	Retry     bool   `json:"retry,omitempty"`
 	DP        int    `json:"dp,omitempty"`
 	MP        int    `json:"mp,omitempty"`

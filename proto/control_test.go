@@ -2,10 +2,6 @@ package proto
 
 import (
 	"errors"
-	"go/parser"
-	"go/token"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -139,37 +135,4 @@ func FuzzDecodeControl(f *testing.F) {
 			_ = r.ValidateAgainst("clip", Layout{DP: 2, MP: 2, Placement: PlacementModality})
 		}
 	})
-}
-
-// TestImports keeps proto small: the standard library, arrow-go (and its
-// flatbuffers) and nats.go only (nats-server in tests).
-func TestImports(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		test := strings.HasSuffix(f, "_test.go")
-		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly|parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !test && f == "doc.go" && (af.Doc == nil || !strings.HasPrefix(af.Doc.Text(), "Package proto ")) {
-			t.Errorf("doc.go: missing package doc comment")
-		}
-		for _, imp := range af.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			switch {
-			case !strings.Contains(strings.Split(p, "/")[0], "."):
-			case strings.HasPrefix(p, "github.com/apache/arrow-go/v18/"), strings.HasPrefix(p, "github.com/nats-io/nats.go"),
-				p == "github.com/google/flatbuffers/go": // arrow-go's own dependency
-			case test && (strings.HasPrefix(p, "github.com/nats-io/nats-server/v2/") || p == "github.com/mmfeed/mmfeed/internal/testpeer"):
-			default:
-				t.Errorf("%s imports %s", f, p)
-			}
-		}
-	}
-	if _, err := os.Stat("doc.go"); err != nil {
-		t.Error(err)
-	}
 }

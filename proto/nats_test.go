@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,48 +19,14 @@ import (
 
 // startServer runs an embedded JetStream server on 127.0.0.1 for the test.
 func startServer(tb testing.TB, maxPayload int32) *server.Server {
-	tb.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoSigs: true, NoLog: true,
-		MaxPayload: maxPayload}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		tb.Fatal("nats server not ready")
-	}
-	tb.Cleanup(s.Shutdown)
-	return s
+	return testnats.Server(tb, testnats.Options{MaxPayload: maxPayload})
 }
 
 func connect(tb testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
-	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return nc, js
+	return testnats.Connect(tb, s.ClientURL())
 }
 
-// checkFor polls f until it returns nil or the deadline passes.
-func checkFor(tb testing.TB, total, every time.Duration, f func() error) {
-	tb.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(every)
-	}
-	tb.Fatalf("condition not met after %v: %v", total, err)
-}
+var checkFor = testnats.CheckFor
 
 func testCtx(tb testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -10,31 +11,42 @@ import (
 )
 
 // maxObservations bounds the rank-steps kept for calibration (the newest).
+// Each dp rank keeps at most its share (maxObservations / dp), so one rank
+// that floods feedback cannot push the others' measurements out.
 const maxObservations = 4096
 
 type obsKey struct{ epoch, step, dp int }
 
 type obsAcc struct {
 	seconds float64 // max over the dp rank's mp ranks
-	reports int
+	mps     map[int]bool
 }
 
 // calibrator turns trainer feedback into cost-model observations: one per
 // (epoch, step, dp rank) once every mp rank of the dp rank reported, with the
 // slowest mp rank's compute time (the dp rank's step time) and the plan's
-// feature sum of the rank's samples.
+// feature sum of the rank's samples. A repeated report of the same (epoch,
+// step, dp, mp) counts once, and a non-finite or implausible time is
+// refused (balancer.Observation.Validate); the fit itself leaves outliers
+// out and is checked (balancer.Calibrate), so a failed refit keeps the last
+// good model.
 type calibrator struct {
 	mu      sync.Mutex
-	mp      int
+	mp, dp  int
 	prior   balancer.CostModel
 	cfg     balancer.CalibrateConfig
 	minObs  int
 	pending map[obsKey]*obsAcc
-	obs     []balancer.Observation
+	done    map[obsKey]bool // keys already observed, pruned with pending
+	byRank  [][]balancer.Observation
+	obs     []balancer.Observation // the union of byRank, rebuilt on add
+	refused int
 	last    *balancer.Calibration
-	fitN    int // observations the last fit used
+	lastAt  int // added when last was fitted
+	fits    int // observations added when the planner last fitted
+	added   int // observations added so far (also those since dropped)
 	// shown is the report's fit: refit on demand from every observation,
-	// whether or not the planner used it (the planner's fits are last/fitN).
+	// whether or not the planner used it (the planner's fits are last/lastAt).
 	shown  *balancer.Calibration
 	shownN int
 }
@@ -45,38 +57,81 @@ func newCalibrator(cfg Config) *calibrator {
 		shape := balancer.TinyShape()
 		prior, _ = balancer.NewCostModel(shape)
 	}
-	return &calibrator{mp: cfg.MP, prior: prior, minObs: cfg.MinObservations, pending: map[obsKey]*obsAcc{},
+	dp := max(cfg.Pipeline.Plan.DP, 1)
+	return &calibrator{mp: cfg.MP, dp: dp, prior: prior, minObs: cfg.MinObservations,
+		pending: map[obsKey]*obsAcc{}, done: map[obsKey]bool{}, byRank: make([][]balancer.Observation, dp),
 		cfg: balancer.CalibrateConfig{Placement: cfg.Pipeline.Plan.Placement}}
 }
 
 // add records one feedback; feats is the dp rank's feature sum for that step.
-func (c *calibrator) add(fb proto.Feedback, feats balancer.Features) {
-	if !(fb.ComputeSeconds > 0) {
-		return
+// It reports whether the feedback was used (false: refused or a repeat).
+func (c *calibrator) add(fb proto.Feedback, feats balancer.Features) bool {
+	if (balancer.Observation{Features: feats, Seconds: fb.ComputeSeconds}).Validate() != nil ||
+		fb.DPRank < 0 || fb.DPRank >= c.dp || fb.MPRank < 0 || fb.MPRank >= c.mp {
+		c.mu.Lock()
+		c.refused++
+		c.mu.Unlock()
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := obsKey{fb.Epoch, fb.Step, fb.DPRank}
 	a := c.pending[k]
+	if c.done[k] || (a != nil && a.mps[fb.MPRank]) {
+		return false
+	}
 	if a == nil {
-		a = &obsAcc{}
+		a = &obsAcc{mps: map[int]bool{}}
 		c.pending[k] = a
 	}
 	a.seconds = max(a.seconds, fb.ComputeSeconds)
-	a.reports++
-	if a.reports < c.mp {
-		return
+	a.mps[fb.MPRank] = true
+	if len(a.mps) < c.mp {
+		return true
 	}
 	delete(c.pending, k)
-	c.obs = append(c.obs, balancer.Observation{Features: feats, Seconds: a.seconds})
-	if len(c.obs) > maxObservations {
-		c.obs = c.obs[len(c.obs)-maxObservations:]
+	c.done[k] = true
+	r := &c.byRank[fb.DPRank]
+	*r = append(*r, balancer.Observation{Features: feats, Seconds: a.seconds})
+	if share := max(maxObservations/c.dp, 1); len(*r) > share {
+		*r = (*r)[len(*r)-share:]
 	}
-	if len(c.pending) > maxObservations { // ranks that never report: forget the oldest
-		for key := range c.pending {
-			if key.epoch < fb.Epoch || (key.epoch == fb.Epoch && key.step < fb.Step-64) {
-				delete(c.pending, key)
-			}
+	c.added++
+	c.rebuild()
+	if len(c.pending)+len(c.done) > 4*maxObservations { // forget keys far behind this one
+		c.prune(fb.Epoch, fb.Step)
+	}
+	return true
+}
+
+// rebuild sets obs to the newest observations of every dp rank, at most
+// twice the lower median of the ranks' counts (and at least 16) from each,
+// so no rank outweighs the typical one more than twofold. Caller holds c.mu.
+func (c *calibrator) rebuild() {
+	counts := make([]int, len(c.byRank))
+	for i, ro := range c.byRank {
+		counts[i] = len(ro)
+	}
+	slices.Sort(counts)
+	capN := max(2*counts[(len(counts)-1)/2], 16)
+	c.obs = c.obs[:0]
+	for _, ro := range c.byRank {
+		c.obs = append(c.obs, ro[max(len(ro)-capN, 0):]...)
+	}
+}
+
+// prune forgets pending and done keys of older epochs or more than 64 steps
+// behind (epoch, step). Caller holds c.mu.
+func (c *calibrator) prune(epoch, step int) {
+	old := func(k obsKey) bool { return k.epoch < epoch || (k.epoch == epoch && k.step < step-64) }
+	for k := range c.pending {
+		if old(k) {
+			delete(c.pending, k)
+		}
+	}
+	for k := range c.done {
+		if old(k) {
+			delete(c.done, k)
 		}
 	}
 }
@@ -85,14 +140,15 @@ func (c *calibrator) add(fb proto.Feedback, feats balancer.Features) {
 func (c *calibrator) fit() (balancer.Calibration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.obs) < c.minObs || len(c.obs) == c.fitN {
+	if len(c.obs) < c.minObs || c.added == c.fits {
 		return balancer.Calibration{}, false
 	}
+	c.fits = c.added
 	cal, err := balancer.Calibrate(c.prior, c.obs, c.cfg)
-	if err != nil {
+	if err != nil { // the last good model stays
 		return balancer.Calibration{}, false
 	}
-	c.last, c.fitN = &cal, len(c.obs)
+	c.last, c.lastAt = &cal, c.added
 	return cal, true
 }
 
@@ -118,13 +174,14 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(c.obs)
-	if n >= c.minObs && n != c.shownN {
+	if n >= c.minObs && c.added != c.shownN {
 		if cal, err := balancer.Calibrate(c.prior, c.obs, c.cfg); err == nil {
-			c.shown, c.shownN = &cal, n
+			c.shown = &cal
 		}
+		c.shownN = c.added
 	}
 	latest := c.shown
-	if c.last != nil && (latest == nil || c.fitN > c.shownN) {
+	if c.last != nil && (latest == nil || c.lastAt > c.shownN) {
 		latest = c.last
 	}
 	if latest == nil {

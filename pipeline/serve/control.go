@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -13,10 +14,69 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// controlGate bounds what a flood of control messages can start: registers
+// waiting at once (each may wait for a plan or a rewind) and resends in
+// flight (one per rank; a resend arriving while the rank's previous one is
+// still being applied is merged into it).
+type controlGate struct {
+	registers chan struct{}
+	mu        sync.Mutex
+	resending map[int]bool
+}
+
+// maxWaitingRegisters is the registers one service lets wait at once: twice
+// the world size (every rank registering for this and the next epoch) plus
+// slack; more are refused with code "failed" (register again later).
+func maxWaitingRegisters(world int) int { return 2*world + 8 }
+
+func newControlGate(world int) *controlGate {
+	return &controlGate{registers: make(chan struct{}, maxWaitingRegisters(world)), resending: map[int]bool{}}
+}
+
+// startResend reports whether a resend for rank may start (none in flight).
+func (g *controlGate) startResend(rank int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.resending[rank] {
+		return false
+	}
+	g.resending[rank] = true
+	return true
+}
+
+func (g *controlGate) endResend(rank int) {
+	g.mu.Lock()
+	delete(g.resending, rank)
+	g.mu.Unlock()
+}
+
+// goRegister handles a register on its own goroutine when fewer than the
+// bound wait already, else refuses it at once.
+func (s *Service) goRegister(m *nats.Msg) {
+	select {
+	case s.gate.registers <- struct{}{}:
+		go func() {
+			defer func() { <-s.gate.registers }()
+			s.handleRegister(m)
+		}()
+	default:
+		s.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
+		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
+			Error: fmt.Sprintf("serve: register: %d registers already waiting, register again later", cap(s.gate.registers))})
+		if err == nil {
+			err = m.Respond(b)
+		}
+		if err != nil {
+			s.log.Warn("register reply", "err", err)
+		}
+	}
+}
+
 // subscribe installs the control handlers on mmfeed.<job>.ctl.*.
 func (s *Service) subscribe() ([]*nats.Subscription, error) {
+	s.gate = newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP)
 	handlers := map[string]nats.MsgHandler{
-		proto.CtlRegister: func(m *nats.Msg) { go s.handleRegister(m) }, // may wait for a plan or a rewind
+		proto.CtlRegister: s.goRegister, // may wait for a plan or a rewind
 		proto.CtlFeedback: s.handleFeedback,
 		proto.CtlDone:     s.handleDone,
 		proto.CtlResend:   s.handleResend,
@@ -71,8 +131,10 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 			s.log.Warn("register refused", "err", err)
 		}
 		l := s.cfg.layout()
-		return proto.RegisterReply{OK: false, Error: err.Error(), Retry: errors.Is(err, ErrNotReady),
-			DP: l.DP, MP: l.MP, Placement: l.Placement}
+		code := refusalCode(err)
+		return proto.RegisterReply{OK: false, Error: err.Error(), Code: code,
+			Retry: code == proto.RefusedNotReady || code == proto.RefusedFailed,
+			DP:    l.DP, MP: l.MP, Placement: l.Placement}
 	}
 	var reg proto.Register
 	if err := proto.DecodeControl(data, &reg); err != nil {
@@ -82,7 +144,10 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(err)
 	}
 	first, last := s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
-	if reg.Epoch < first || reg.Epoch > last {
+	if reg.Epoch < first {
+		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, proto.ErrControl))
+	}
+	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
 	info, err := s.waitEpoch(ctx, reg.Epoch)
@@ -106,6 +171,22 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		DP: l.DP, MP: l.MP, Placement: l.Placement,
 		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+}
+
+// refusalCode classifies a register refusal for the trainer: retry (the
+// epoch is still being planned, or the service failed just now), stop (the
+// job has no such epoch: the end of the data), or give up (the register is
+// wrong).
+func refusalCode(err error) string {
+	switch {
+	case errors.Is(err, ErrNotReady):
+		return proto.RefusedNotReady
+	case errors.Is(err, ErrEpochRange):
+		return proto.RefusedEnd
+	case errors.Is(err, proto.ErrControl), errors.Is(err, proto.ErrLayout):
+		return proto.RefusedInvalid
+	}
+	return proto.RefusedFailed
 }
 
 // waitEpoch returns the info of epoch e, waiting up to RegisterWait while the
@@ -306,7 +387,71 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 		s.cal.add(fb, f)
 	}
 	s.live.measured(fb)
-	s.setNext(context.Background(), rank, pos{fb.Epoch, fb.Step + 1}, false)
+	s.advanceAcked(rank, pos{fb.Epoch, fb.Step + 1}, 0)
+}
+
+// unacked returns the first step rank has not acknowledged: the step of the
+// first chunk its subject still stores (work-queue retention drops what is
+// acknowledged), or, when nothing is stored, the rank's publish cursor
+// (everything before it was published and acknowledged). The cursor is read
+// first: what is published after that is still stored when the stream is
+// looked at.
+func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
+	s.mu.Lock()
+	bound := s.ranks[rank].cursor
+	s.mu.Unlock()
+	h, stored, err := s.firstStored(ctx, rank/s.cfg.MP, rank%s.cfg.MP)
+	if err != nil {
+		return pos{}, err
+	}
+	if stored {
+		bound = pos{h.Epoch, h.Step}
+	}
+	return s.normLocked(bound), nil
+}
+
+// advanceAcked moves rank's next needed step forward to want, but never past
+// what the rank acknowledged: a message alone (a forged or early feedback or
+// done) cannot make the service treat unacknowledged batches as consumed, or
+// end the job. When want is ahead, it polls for up to wait for the
+// acknowledgements to land (a trainer may ack asynchronously just before it
+// reports), then moves as far as they go.
+func (s *Service) advanceAcked(rank int, want pos, wait time.Duration) {
+	s.mu.Lock()
+	ahead := s.ranks[rank].next.less(s.norm(want))
+	s.mu.Unlock()
+	if !ahead {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(wait)
+	for {
+		bound, err := s.unacked(ctx, rank)
+		if err != nil {
+			s.log.Warn("acknowledged position", "rank", rank, "err", err)
+			return
+		}
+		want = s.normLocked(want)
+		if !bound.less(want) {
+			s.setNext(ctx, rank, want, false)
+			return
+		}
+		if time.Now().After(deadline) {
+			if wait > 0 {
+				s.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
+				s.log.Warn("rank reports past what it acknowledged; kept at its first unacknowledged step",
+					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
+			}
+			s.setNext(ctx, rank, bound, false)
+			return
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // handleDone records that a rank completed an epoch.
@@ -323,8 +468,13 @@ func (s *Service) handleDone(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
 	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	s.setNext(context.Background(), rank, pos{d.Epoch + 1, 0}, false)
+	go s.advanceAcked(rank, pos{d.Epoch + 1, 0}, doneAckWait)
 }
+
+// doneAckWait bounds how long a done waits for the rank's last
+// acknowledgements to reach the stream before it counts only what was
+// acknowledged.
+var doneAckWait = 10 * time.Second // a variable so tests can shorten it
 
 // handleResend republishes a rank from the failed batch's step with a new
 // generation.
@@ -339,15 +489,41 @@ func (s *Service) handleResend(m *nats.Msg) {
 		s.badControl(proto.CtlResend, err)
 		return
 	}
+	if !s.gate.startResend(rank) { // the rewind in flight replays this step too
+		s.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
+		return
+	}
 	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
 	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
 	go func() {
+		defer s.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.requestRewind(ctx, rewindReq{rank: rank, to: pos{r.Epoch, r.Step}, reason: "resend: " + r.Reason}); err != nil && !errors.Is(err, context.Canceled) {
+		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
+		if err == nil {
+			err = s.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("resend", "err", err)
 		}
 	}()
+}
+
+// resendFrom returns where a resend of asked moves rank: its first
+// unacknowledged step. The rewind purges the rank's subject, so starting any
+// later would drop stored, unacknowledged batches (a forged resend for step 7
+// purged steps 0–6 for good); a resend of a step the rank already
+// acknowledged is refused (it would deliver those batches twice).
+func (s *Service) resendFrom(ctx context.Context, rank int, asked pos) (pos, error) {
+	bound, err := s.unacked(ctx, rank)
+	if err != nil {
+		return pos{}, err
+	}
+	if asked.less(bound) {
+		return pos{}, fmt.Errorf("serve: resend of epoch %d step %d, which rank %d acknowledged (first unacknowledged: epoch %d step %d): %w",
+			asked.Epoch, asked.Step, rank, bound.Epoch, bound.Step, proto.ErrControl)
+	}
+	return bound, nil
 }
 
 func (s *Service) badControl(kind string, err error) {

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"io"
 	"log/slog"
 	"net"
@@ -125,19 +126,7 @@ func (r *running) wait(t testing.TB, d time.Duration) error {
 	return nil
 }
 
-// checkFor polls f until it returns nil or total passes.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(every)
-	}
-	t.Fatalf("condition not met after %v: %v", total, err)
-}
+var checkFor = testnats.CheckFor
 
 func freePort(t testing.TB) int {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
@@ -225,11 +226,11 @@ func openQuarantine(dir string, epoch int) (io.Writer, io.Closer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("serve: quarantine dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("quarantine-e%d.jsonl", epoch)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := loader.OpenQuarantineFile(filepath.Join(dir, fmt.Sprintf("quarantine-e%d.jsonl", epoch)))
 	if err != nil {
-		return nil, nil, fmt.Errorf("serve: quarantine file: %w", err)
+		return nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	return f, f, nil
+	return f, f, nil // each sample once, across restarts and re-plans
 }
 
 func closeQuiet(c io.Closer) {

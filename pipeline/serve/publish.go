@@ -466,8 +466,8 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	s.mu.Lock()
 	rs := s.ranks[req.rank]
 	s.mu.Unlock()
-	if !req.to.less(rs.cursor) {
-		return nil // nothing published from there yet
+	if rs.cursor.less(req.to) {
+		return nil // nothing published from there yet (at the cursor, a step may be part published)
 	}
 	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
 	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)

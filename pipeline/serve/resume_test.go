@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"runtime"
 	"sync"
 	"testing"
@@ -117,21 +118,14 @@ func TestServiceRestart(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	checkQuarantineOnce(t, cfg.QuarantineDir, 0) // the restart planned the epoch again
 }
 
 // externalServer runs a JetStream server standing for an existing NATS
 // deployment, on a fixed port and store dir so it can come back.
 func externalServer(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("external nats server not ready")
-	}
-	return s
+	return testnats.Server(t, testnats.Options{Port: port, StoreDir: dir})
 }
 
 // TestExternalNATSOutage serves through an external server that goes away

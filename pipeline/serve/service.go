@@ -60,6 +60,7 @@ type Service struct {
 	stream jetstream.Stream
 	st     state
 	pub    *proto.Publisher
+	gate   *controlGate // bounds the control handlers' goroutines (control.go)
 
 	ready     chan struct{}
 	clientURL string
@@ -161,7 +162,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
 		}
 		s.httpAddr = ln.Addr().String()
-		srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve: http: %w", err)

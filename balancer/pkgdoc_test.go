@@ -4,28 +4,10 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// The balancer must stay pure: no NATS, imaging or tokenizer dependency,
-// directly or transitively.
-func TestForbiddenImports(t *testing.T) {
-	forbidden := []string{"nats", "imaging", "tokenizers", "golang.org/x/image"}
-	out, err := exec.Command("go", "list", "-deps", ".").Output()
-	if err != nil {
-		t.Skipf("go list unavailable: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, f := range forbidden {
-			if strings.Contains(dep, f) {
-				t.Errorf("balancer depends on %s", dep)
-			}
-		}
-	}
-}
 
 // Every package needs a doc comment stating its contract.
 func TestPackageDoc(t *testing.T) {

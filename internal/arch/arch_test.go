@@ -1,0 +1,121 @@
+package arch
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/mmfeed/mmfeed"
+
+// rule is what one package may depend on.
+type rule struct {
+	// module lists the packages of this module the package may depend on
+	// (directly or transitively), relative to the module root.
+	module []string
+	// deny lists outside import path prefixes it must not depend on.
+	deny []string
+	// imports, when set, lists the only outside import path prefixes its
+	// non-test files may import directly (the standard library aside).
+	imports []string
+}
+
+var (
+	nats       = "github.com/nats-io/"
+	natsServer = "github.com/nats-io/nats-server/"
+	imaging    = "github.com/disintegration/imaging"
+	xImage     = "golang.org/x/image"
+	tokenizers = "github.com/daulet/tokenizers"
+	arrow      = "github.com/apache/arrow-go/"
+	prom       = "github.com/prometheus/"
+	core       = []string{"balancer", "imgproc", "loader", "proto", "tokenize"}
+)
+
+// rules is the architecture of DESIGN.md's package table, one row per package.
+var rules = map[string]rule{
+	"balancer":     {deny: []string{nats, imaging, xImage, "image", tokenizers, arrow, prom}}, // the report page gets thumbnails as bytes
+	"loader":       {deny: []string{nats, imaging, xImage, tokenizers, prom}},
+	"loader/synth": {module: []string{"loader"}, deny: []string{nats, tokenizers, prom}},
+	"imgproc":      {deny: []string{nats, tokenizers, arrow, prom}},
+	"tokenize":     {deny: []string{nats, imaging, xImage, arrow, prom}},
+	"proto": {deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
+		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
+	"pipeline":          {module: core, deny: []string{natsServer, prom}},
+	"pipeline/serve":    {module: append([]string{"pipeline"}, core...)},
+	"bench":             {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
+	"cmd/mmfeed":        {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
+	"internal/arch":     {deny: []string{nats, arrow}},
+	"internal/testpeer": {},
+	"internal/testnats": {deny: []string{arrow, prom}},
+	"internal/hostile":  {module: []string{"loader"}, deny: []string{nats, prom}},
+}
+
+type goPackage struct {
+	ImportPath string
+	Doc        string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []goPackage {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
+	if err != nil {
+		t.Skipf("go list unavailable: %v", err)
+	}
+	var pkgs []goPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p goPackage
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// TestImportRules checks every package against its row of rules.
+func TestImportRules(t *testing.T) {
+	for _, p := range listPackages(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		r, ok := rules[rel]
+		if !ok {
+			t.Errorf("%s has no row in the architecture table (internal/arch)", p.ImportPath)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if r.imports != nil && !stdlib(imp) && !strings.HasPrefix(imp, module+"/") && !hasPrefix(imp, r.imports) {
+				t.Errorf("%s imports %s, outside its allowed %v", rel, imp, r.imports)
+			}
+		}
+		for _, d := range p.Deps {
+			if in := strings.TrimPrefix(d, module+"/"); in != d && !slices.Contains(r.module, in) {
+				t.Errorf("%s depends on %s, which its rule does not allow", rel, d)
+			}
+			for _, bad := range r.deny {
+				if strings.HasPrefix(d, bad) {
+					t.Errorf("%s depends on %s (denied: %s)", rel, d, bad)
+				}
+			}
+		}
+	}
+}
+
+func stdlib(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+
+func hasPrefix(s string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
+}
+
+// TestPackageDocs requires a doc comment on every package (tailscale's
+// pkgdoc_test).
+func TestPackageDocs(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+		}
+	}
+}
