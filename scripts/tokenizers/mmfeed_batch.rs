@@ -1,0 +1,164 @@
+// mmfeed's batch entry points, compiled into libtokenizers.a next to the daulet/tokenizers
+// C API (scripts/build-tokenizers.sh appends `mod mmfeed_batch;` to its lib.rs).
+//
+// One cgo call per batch: the texts arrive as one UTF-8 buffer plus n+1 offsets, results
+// go into caller-owned buffers, nothing is allocated for the caller to free. Neither entry
+// point builds what the Go side does not use (token strings, offsets, masks, type ids).
+//
+// The count is exactly len(ids) of an encode with the same settings: the same added-token
+// extraction, normalizer, pre-tokenizer and model, then the truncation and the
+// post-processor's added tokens applied as numbers (tokenize/count_test.go checks it on
+// every bundled tokenizer). Model tokenization is cached per word within a batch for the
+// models whose tokenize() is a pure function of the word (WordPiece, WordLevel, Unigram).
+use std::collections::HashMap;
+
+use tokenizers::models::ModelWrapper;
+use tokenizers::tokenizer::{Model, OffsetReferential, OffsetType, PostProcessor, Tokenizer};
+
+use crate::UnifiedTokenizer;
+
+/// Marks a text whose encode failed.
+const FAILED: u32 = u32::MAX;
+
+unsafe fn texts<'a>(buf: *const u8, offsets: *const u32, n: usize) -> Option<(&'a [u8], &'a [u32])> {
+    if offsets.is_null() || (buf.is_null() && n > 0) {
+        return None;
+    }
+    let offs = std::slice::from_raw_parts(offsets, n + 1);
+    let total = offs[n] as usize;
+    let bytes = if total == 0 { &[][..] } else { std::slice::from_raw_parts(buf, total) };
+    Some((bytes, offs))
+}
+
+fn text_at<'a>(bytes: &'a [u8], offs: &[u32], i: usize) -> Option<std::borrow::Cow<'a, str>> {
+    let (a, b) = (offs[i] as usize, offs[i + 1] as usize);
+    if a > b || b > bytes.len() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&bytes[a..b]))
+}
+
+/// Encodes texts[start..n] into out_ids (capacity cap), writing each text's id count to
+/// out_lens[i] (FAILED when the encode failed). Stops before a text whose ids do not fit
+/// and returns its index (its out_lens[i] is then the count it needs); returns n when all
+/// are done, or -1 for a bad argument.
+#[no_mangle]
+pub extern "C" fn mmfeed_encode_batch(
+    ptr: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32, start: u32,
+    add_special_tokens: bool, out_ids: *mut u32, cap: usize, out_lens: *mut u32,
+) -> i64 {
+    let tk = match unsafe { ptr.cast::<UnifiedTokenizer>().as_ref() } {
+        Some(t) => t,
+        None => return -1,
+    };
+    let (n, start) = (n as usize, start as usize);
+    let (bytes, offs) = match unsafe { texts(buf, offsets, n) } {
+        Some(t) => t,
+        None => return -1,
+    };
+    if out_lens.is_null() || (out_ids.is_null() && cap > 0) || start > n {
+        return -1;
+    }
+    let lens = unsafe { std::slice::from_raw_parts_mut(out_lens, n) };
+    let ids_out: &mut [u32] = if cap == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(out_ids, cap) } };
+    let mut used = 0usize;
+    for i in start..n {
+        let ids = text_at(bytes, offs, i).and_then(|s| {
+            std::panic::catch_unwind(|| encode_ids(tk, &s, add_special_tokens)).ok().flatten()
+        });
+        match ids {
+            None => lens[i] = FAILED,
+            Some(ids) => {
+                lens[i] = ids.len() as u32;
+                if used + ids.len() > cap {
+                    return i as i64;
+                }
+                ids_out[used..used + ids.len()].copy_from_slice(&ids);
+                used += ids.len();
+            }
+        }
+    }
+    n as i64
+}
+
+fn encode_ids(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool) -> Option<Vec<u32>> {
+    match tk {
+        UnifiedTokenizer::HuggingFace(t) => t.encode_fast(text, add_special_tokens).ok().map(|e| e.get_ids().to_vec()),
+        other => other.encode(text, add_special_tokens).ok(),
+    }
+}
+
+/// Writes each text's id count (what mmfeed_encode_batch would return as its length) to
+/// out_counts[i], FAILED when the encode fails. Returns 0, or -1 for a bad argument.
+#[no_mangle]
+pub extern "C" fn mmfeed_count_batch(
+    ptr: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32,
+    add_special_tokens: bool, out_counts: *mut u32,
+) -> i32 {
+    let tk = match unsafe { ptr.cast::<UnifiedTokenizer>().as_ref() } {
+        Some(t) => t,
+        None => return -1,
+    };
+    let n = n as usize;
+    let (bytes, offs) = match unsafe { texts(buf, offsets, n) } {
+        Some(t) => t,
+        None => return -1,
+    };
+    if out_counts.is_null() {
+        return -1;
+    }
+    let counts = unsafe { std::slice::from_raw_parts_mut(out_counts, n) };
+    let mut cache: HashMap<String, u32> = HashMap::new();
+    for i in 0..n {
+        let c = text_at(bytes, offs, i).and_then(|s| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| count(tk, &s, add_special_tokens, &mut cache)))
+                .ok()
+                .flatten()
+        });
+        counts[i] = c.unwrap_or(FAILED);
+    }
+    0
+}
+
+fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mut HashMap<String, u32>) -> Option<u32> {
+    let t: &Tokenizer = match tk {
+        UnifiedTokenizer::HuggingFace(t) => t,
+        other => return other.encode(text, add_special_tokens).ok().map(|ids| ids.len() as u32),
+    };
+    let added = if add_special_tokens { t.get_post_processor().map_or(0, |p| p.added_tokens(false)) } else { 0 };
+    // Truncation keeps max_length ids, special tokens included (the library subtracts
+    // them first; it fails when they do not fit, so the caller falls back to encoding).
+    let limit = match t.get_truncation() {
+        Some(tr) if added > tr.max_length => return None,
+        Some(tr) => Some(tr.max_length - added),
+        None => None,
+    };
+    let normalized = t.get_added_vocabulary().extract_and_normalize(t.get_normalizer(), text);
+    let mut pre = normalized;
+    if let Some(p) = t.get_pre_tokenizer() {
+        tokenizers::tokenizer::PreTokenizer::pre_tokenize(p, &mut pre).ok()?;
+    }
+    let model = t.get_model();
+    let cacheable = !matches!(model, ModelWrapper::BPE(_));
+    let mut n = 0usize;
+    for (s, _, tokens) in pre.get_splits(OffsetReferential::Original, OffsetType::None) {
+        n += match tokens {
+            Some(toks) => toks.len(),
+            None if cacheable => match cache.get(s) {
+                Some(&c) => c as usize,
+                None => {
+                    let c = model.tokenize(s).ok()?.len();
+                    if cache.len() < 1 << 16 {
+                        cache.insert(s.to_owned(), c as u32);
+                    }
+                    c
+                }
+            },
+            None => model.tokenize(s).ok()?.len(),
+        };
+        if limit.is_some_and(|l| n >= l) {
+            break;
+        }
+    }
+    Some((limit.map_or(n, |l| n.min(l)) + added) as u32)
+}
