@@ -79,53 +79,36 @@ func imgprocSet(dir string, peer *pillowPeer) (map[string]float64, error) {
 	}
 	exact, fast := imgproc.DefaultConfig(), imgproc.DefaultConfig()
 	fast.Decode = imgproc.DecodeFast
-	type side struct {
-		name string
-		rate func() (float64, error)
-	}
-	goSide := func(c imgproc.Config) func() (float64, error) {
+	goSide := func(c imgproc.Config) (func() (float64, error), error) {
 		p, err := imgproc.NewProcessor(c)
 		if err != nil {
-			return func() (float64, error) { return 0, err }
+			return nil, err
 		}
 		goPass(p, blobs) // warm-up
-		return func() (float64, error) { return goPass(p, blobs), nil }
+		return func() (float64, error) { return goPass(p, blobs), nil }, nil
 	}
-	sides := []side{
-		{"imgproc_images_per_cpu_s", goSide(exact)},
-		{"imgproc_fast_images_per_cpu_s", goSide(fast)},
+	goExact, err := goSide(exact)
+	if err != nil {
+		return nil, err
+	}
+	goFast, err := goSide(fast)
+	if err != nil {
+		return nil, err
+	}
+	rates, err := interleave([]benchSide{
+		{"imgproc_images_per_cpu_s", goExact},
+		{"imgproc_fast_images_per_cpu_s", goFast},
 		{"imgproc_pillow_images_per_cpu_s", func() (float64, error) { return peer.pass(dir, 0) }},
 		{"imgproc_pillow_draft_images_per_cpu_s", func() (float64, error) { return peer.pass(dir, fast.JPEGDraftGap) }},
+	}, imgprocRounds)
+	if err != nil {
+		return nil, err
 	}
-	rates := map[string][]float64{}
-	for round := range imgprocRounds {
-		order := slices.Clone(sides)
-		if round%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, s := range order {
-			r, err := s.rate()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.name, err)
-			}
-			rates[s.name] = append(rates[s.name], r)
-		}
-	}
-	out := map[string]float64{}
-	for name, rs := range rates {
-		out[name] = slices.Max(rs)
-	}
-	ratio := func(key, num, den string) {
-		per := make([]float64, imgprocRounds)
-		for i := range per {
-			per[i] = rates[num][i] / rates[den][i]
-		}
-		out[key] = median(per)
-		fmt.Printf("   %-32s %-14s per round %s\n", key, filepath.Base(dir), fmtRatios(per))
-	}
-	ratio("imgproc_vs_pillow", "imgproc_images_per_cpu_s", "imgproc_pillow_images_per_cpu_s")
-	ratio("imgproc_fast_vs_pillow", "imgproc_fast_images_per_cpu_s", "imgproc_pillow_images_per_cpu_s")
-	ratio("imgproc_fast_vs_pillow_draft", "imgproc_fast_images_per_cpu_s", "imgproc_pillow_draft_images_per_cpu_s")
+	fmt.Printf("   %s (%d files)\n", filepath.Base(dir), len(blobs))
+	out := bestRates(rates)
+	out["imgproc_vs_pillow"] = ratioOf(rates, "imgproc_vs_pillow", "imgproc_images_per_cpu_s", "imgproc_pillow_images_per_cpu_s")
+	out["imgproc_fast_vs_pillow"] = ratioOf(rates, "imgproc_fast_vs_pillow", "imgproc_fast_images_per_cpu_s", "imgproc_pillow_images_per_cpu_s")
+	out["imgproc_fast_vs_pillow_draft"] = ratioOf(rates, "imgproc_fast_vs_pillow_draft", "imgproc_fast_images_per_cpu_s", "imgproc_pillow_draft_images_per_cpu_s")
 	return out, nil
 }
 
@@ -229,23 +212,6 @@ func corpusSample(env *benchEnv, name string, n int, keep func(string) bool) (st
 		}
 	}
 	return dir, nil
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func fmtRatios(v []float64) string {
-	parts := make([]string, len(v))
-	for i, x := range v {
-		parts[i] = fmt.Sprintf("%.2f", x)
-	}
-	return strings.Join(parts, " ")
 }
 
 func cpuTime() time.Duration {

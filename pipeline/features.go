@@ -34,19 +34,34 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 	ok := make([]bool, len(entries))
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	chunks := (len(entries) + featureChunk - 1) / featureChunk
 	for range max(1, workers) {
 		wg.Go(func() {
+			texts := make([]string, 0, featureChunk)
 			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(entries) {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
 					return
 				}
-				it, rej := featuresOf(ix, entries[i], tk, img)
-				if rej != nil {
-					q.Write(*rej)
-					continue
+				lo, hi := c*featureChunk, min(len(entries), (c+1)*featureChunk)
+				texts = texts[:0]
+				for _, e := range entries[lo:hi] {
+					texts = append(texts, e.Text)
 				}
-				items[i], ok[i] = it, true
+				// Token counts only, one cgo call per chunk (tokenize.CountBatch).
+				counts, errs, err := tk.CountBatch(texts)
+				for i := lo; i < hi; i++ {
+					cerr := err
+					if cerr == nil {
+						cerr = errs[i-lo]
+					}
+					it, rej := featuresOf(ix, entries[i], counts, i-lo, cerr, img)
+					if rej != nil {
+						q.Write(*rej)
+						continue
+					}
+					items[i], ok[i] = it, true
+				}
 			}
 		})
 	}
@@ -64,13 +79,17 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 	return f, q.Err()
 }
 
-func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img imgproc.Config) (balancer.Item, *loader.Reject) {
+// featureChunk is how many entries a feature worker takes at a time: their captions are
+// counted in one batch.
+const featureChunk = 64
+
+// featuresOf builds one entry's item from its token count (counts[j], or countErr).
+func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr error, img imgproc.Config) (balancer.Item, *loader.Reject) {
 	reject := func(reason string, err error) (balancer.Item, *loader.Reject) {
 		return balancer.Item{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
 	}
-	ids, err := tk.Encode(e.Text)
-	if err != nil {
-		return reject(reasonOf(err), err)
+	if countErr != nil {
+		return reject(reasonOf(countErr), countErr)
 	}
 	if img.MaxFileBytes > 0 && e.ImageSize > int64(img.MaxFileBytes) {
 		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
@@ -85,7 +104,7 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 	h.FileBytes = int(e.ImageSize)
 	return balancer.Item{
 		ID:          e.ID,
-		TextTokens:  len(ids),
+		TextTokens:  counts[j],
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
 	}, nil

@@ -126,13 +126,10 @@ fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mu
         other => return other.encode(text, add_special_tokens).ok().map(|ids| ids.len() as u32),
     };
     let added = if add_special_tokens { t.get_post_processor().map_or(0, |p| p.added_tokens(false)) } else { 0 };
-    // Truncation keeps max_length ids, special tokens included (the library subtracts
-    // them first; it fails when they do not fit, so the caller falls back to encoding).
-    let limit = match t.get_truncation() {
-        Some(tr) if added > tr.max_length => return None,
-        Some(tr) => Some(tr.max_length - added),
-        None => None,
-    };
+    // Truncation keeps max_length ids, special tokens included: the library subtracts them
+    // from max_length first, wrapping when they do not fit (then nothing is truncated;
+    // tokenize.Open rejects such a max_length), so the same wrapping subtraction here.
+    let limit = t.get_truncation().map(|tr| tr.max_length.wrapping_sub(added));
     let normalized = t.get_added_vocabulary().extract_and_normalize(t.get_normalizer(), text);
     let mut pre = normalized;
     if let Some(p) = t.get_pre_tokenizer() {
