@@ -16,9 +16,9 @@ func countTexts() []string {
 		"a\xffb", "nul\x00inside", "Tous les êtres humains — 人人生而自由 🙂🙂",
 		"CamelCase, digits 1234567 and punctuation...!?", "[CLS] [SEP] [MASK] literal specials",
 		strings.Repeat("word ", 40), strings.Repeat("antidisestablishmentarianism ", 30),
-		strings.Repeat("the quick brown fox jumps over the lazy dog ", 3000),
-		strings.Repeat("人人生而自由", 2000)}
-	for i := range 300 {
+		strings.Repeat("the quick brown fox jumps over the lazy dog ", 400),
+		strings.Repeat("人人生而自由", 500)}
+	for i := range 200 {
 		texts = append(texts, fmt.Sprintf("caption %d: %s", i, strings.Repeat("image of a cat ", i%30)))
 	}
 	return texts
@@ -26,12 +26,12 @@ func countTexts() []string {
 
 // TestCountMatchesEncode: Count and CountBatch give len(Encode) for every bundled
 // tokenizer (WordPiece, byte-level BPE), truncation lengths incl. none and one that
-// leaves no room for text (Llama 3 at 1, BERT at 2), with and without special tokens.
+// cannot hold BERT's two special tokens, with and without special tokens.
 func TestCountMatchesEncode(t *testing.T) {
 	texts := countTexts()
 	models := []string{"bert-base-uncased.json", "all-minilm-l6-v2.json", "cohere-tokenizer.json", "Meta-Llama-3-8B-Instruct.json"}
 	for _, m := range models {
-		for _, maxLen := range []int{0, 1, 2, 8, 128} {
+		for _, maxLen := range []int{0, 1, 8, 128} {
 			for _, special := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/max=%d/special=%t", m, maxLen, special), func(t *testing.T) {
 					cfg := Config{Path: filepath.Join(modelDir(t), m), MaxLength: maxLen, AddSpecialTokens: special, Workers: 2}

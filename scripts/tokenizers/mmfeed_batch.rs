@@ -8,11 +8,18 @@
 // The count is exactly len(ids) of an encode with the same settings: the same added-token
 // extraction, normalizer, pre-tokenizer and model, then the truncation and the
 // post-processor's added tokens applied as numbers (tokenize/count_test.go checks it on
-// every bundled tokenizer). Model tokenization is cached per word within a batch for the
-// models whose tokenize() is a pure function of the word (WordPiece, WordLevel, Unigram).
+// every bundled tokenizer). Within a batch, counts are cached:
+//   - per pre-token, for the models whose tokenize() is a pure function of the word
+//     (WordPiece, WordLevel, Unigram; BPE has its own cache);
+//   - per space-separated chunk of the raw text, for BERT-style pipelines (BertNormalizer
+//     or none, BertPreTokenizer, no added token containing whitespace): there every
+//     normalization step acts on single characters and keeps ' ', and the pre-tokenizer
+//     splits at ' ' and drops it, so a text's tokens are its chunks' tokens in order.
 use std::collections::HashMap;
 
 use tokenizers::models::ModelWrapper;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::tokenizer::{Model, OffsetReferential, OffsetType, PostProcessor, Tokenizer};
 
 use crate::UnifiedTokenizer;
@@ -108,10 +115,10 @@ pub extern "C" fn mmfeed_count_batch(
         return -1;
     }
     let counts = unsafe { std::slice::from_raw_parts_mut(out_counts, n) };
-    let mut cache: HashMap<String, u32> = HashMap::new();
+    let mut caches = Caches { chunked: chunkable(tk), ..Default::default() };
     for i in 0..n {
         let c = text_at(bytes, offs, i).and_then(|s| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| count(tk, &s, add_special_tokens, &mut cache)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| count(tk, &s, add_special_tokens, &mut caches)))
                 .ok()
                 .flatten()
         });
@@ -120,7 +127,28 @@ pub extern "C" fn mmfeed_count_batch(
     0
 }
 
-fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mut HashMap<String, u32>) -> Option<u32> {
+/// Bounds each cache of a batch call.
+const CACHE_MAX: usize = 1 << 16;
+
+#[derive(Default)]
+struct Caches {
+    chunked: bool,
+    chunks: HashMap<String, u32>,
+    words: HashMap<String, u32>,
+}
+
+/// Reports whether a text's count is the sum of its space-separated chunks' counts.
+fn chunkable(tk: &UnifiedTokenizer) -> bool {
+    let t = match tk {
+        UnifiedTokenizer::HuggingFace(t) => t,
+        _ => return false,
+    };
+    matches!(t.get_normalizer(), None | Some(NormalizerWrapper::BertNormalizer(_)))
+        && matches!(t.get_pre_tokenizer(), Some(PreTokenizerWrapper::BertPreTokenizer(_)))
+        && t.get_added_vocabulary().get_added_tokens_decoder().values().all(|a| !a.content.chars().any(char::is_whitespace))
+}
+
+fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, caches: &mut Caches) -> Option<u32> {
     let t: &Tokenizer = match tk {
         UnifiedTokenizer::HuggingFace(t) => t,
         other => return other.encode(text, add_special_tokens).ok().map(|ids| ids.len() as u32),
@@ -130,8 +158,34 @@ fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mu
     // from max_length first, wrapping when they do not fit (then nothing is truncated;
     // tokenize.Open rejects such a max_length), so the same wrapping subtraction here.
     let limit = t.get_truncation().map(|tr| tr.max_length.wrapping_sub(added));
-    let normalized = t.get_added_vocabulary().extract_and_normalize(t.get_normalizer(), text);
-    let mut pre = normalized;
+    let n = if caches.chunked {
+        let mut n = 0usize;
+        for chunk in text.split(' ').filter(|c| !c.is_empty()) {
+            n += match caches.chunks.get(chunk) {
+                Some(&c) => c as usize,
+                None => {
+                    let c = content_tokens(t, chunk, None, &mut caches.words)?;
+                    if caches.chunks.len() < CACHE_MAX {
+                        caches.chunks.insert(chunk.to_owned(), c as u32);
+                    }
+                    c
+                }
+            };
+            if limit.is_some_and(|l| n >= l) {
+                break;
+            }
+        }
+        n
+    } else {
+        content_tokens(t, text, limit, &mut caches.words)?
+    };
+    Some((limit.map_or(n, |l| n.min(l)) + added) as u32)
+}
+
+/// The number of tokens the model gives text before truncation and special tokens; it may
+/// stop counting once limit is reached.
+fn content_tokens(t: &Tokenizer, text: &str, limit: Option<usize>, words: &mut HashMap<String, u32>) -> Option<usize> {
+    let mut pre = t.get_added_vocabulary().extract_and_normalize(t.get_normalizer(), text);
     if let Some(p) = t.get_pre_tokenizer() {
         tokenizers::tokenizer::PreTokenizer::pre_tokenize(p, &mut pre).ok()?;
     }
@@ -141,12 +195,12 @@ fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mu
     for (s, _, tokens) in pre.get_splits(OffsetReferential::Original, OffsetType::None) {
         n += match tokens {
             Some(toks) => toks.len(),
-            None if cacheable => match cache.get(s) {
+            None if cacheable => match words.get(s) {
                 Some(&c) => c as usize,
                 None => {
                     let c = model.tokenize(s).ok()?.len();
-                    if cache.len() < 1 << 16 {
-                        cache.insert(s.to_owned(), c as u32);
+                    if words.len() < CACHE_MAX {
+                        words.insert(s.to_owned(), c as u32);
                     }
                     c
                 }
@@ -157,5 +211,5 @@ fn count(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, cache: &mu
             break;
         }
     }
-    Some((limit.map_or(n, |l| n.min(l)) + added) as u32)
+    Some(n)
 }
