@@ -105,7 +105,7 @@ func (t *Tokenizer) encodeChunk(texts []string, out [][]int32, errs []error) err
 // countChunk counts one chunk: short texts in one batch call, long ones by prefix.
 func (t *Tokenizer) countChunk(texts []string, counts []int, errs []error) error {
 	short, idx := t.splitShort(texts)
-	cs, err := t.tk.countBatch(short, t.cfg.AddSpecialTokens)
+	cs, err := t.tk.countBatch(short, t.cfg.AddSpecialTokens, &t.caches)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (t *Tokenizer) encode(text string) ([]uint32, bool) {
 
 // count returns the id count of one (clean) text; ok is false when the model fails.
 func (t *Tokenizer) count(text string) (int, bool) {
-	cs, err := t.tk.countBatch([]string{text}, t.cfg.AddSpecialTokens)
+	cs, err := t.tk.countBatch([]string{text}, t.cfg.AddSpecialTokens, &t.caches)
 	if err != nil || cs[0] == failed {
 		return 0, false
 	}

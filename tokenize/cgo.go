@@ -23,7 +23,9 @@ void tokenizers_free_string(char *s);
 
 int64_t mmfeed_encode_batch(void *ptr, const uint8_t *buf, const uint32_t *offsets, uint32_t n, uint32_t start,
 	bool add_special_tokens, uint32_t *out_ids, size_t cap, uint32_t *out_lens);
-int32_t mmfeed_count_batch(void *ptr, const uint8_t *buf, const uint32_t *offsets, uint32_t n,
+void *mmfeed_count_cache_new(void *ptr);
+void mmfeed_count_cache_free(void *cache);
+int32_t mmfeed_count_batch(void *ptr, void *cache, const uint8_t *buf, const uint32_t *offsets, uint32_t n,
 	bool add_special_tokens, uint32_t *out_counts);
 */
 import "C"
@@ -31,6 +33,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	_ "github.com/daulet/tokenizers"
@@ -125,8 +128,42 @@ func (h handle) encodeBatch(texts []string, addSpecial bool, capHint int) ([][]u
 	return ids, bad, nil
 }
 
+// countCaches hands out the Rust side's count caches (token counts of words and chunks
+// already seen), one per concurrent caller; they live until free.
+type countCaches struct {
+	mu   sync.Mutex
+	idle []unsafe.Pointer
+}
+
+func (c *countCaches) get(h handle) unsafe.Pointer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.idle); n > 0 {
+		p := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		return p
+	}
+	return C.mmfeed_count_cache_new(h.p)
+}
+
+func (c *countCaches) put(p unsafe.Pointer) {
+	c.mu.Lock()
+	c.idle = append(c.idle, p)
+	c.mu.Unlock()
+}
+
+// free releases the idle caches; the caller makes sure none is in use.
+func (c *countCaches) free() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.idle {
+		C.mmfeed_count_cache_free(p)
+	}
+	c.idle = nil
+}
+
 // countBatch returns each text's id count, failed for a text that cannot be encoded.
-func (h handle) countBatch(texts []string, addSpecial bool) ([]uint32, error) {
+func (h handle) countBatch(texts []string, addSpecial bool, caches *countCaches) ([]uint32, error) {
 	p, err := pack(texts)
 	if err != nil {
 		return nil, err
@@ -135,7 +172,12 @@ func (h handle) countBatch(texts []string, addSpecial bool) ([]uint32, error) {
 	if p.n() == 0 {
 		return counts, nil
 	}
-	if C.mmfeed_count_batch(h.p, (*C.uint8_t)(unsafe.SliceData(p.buf)), (*C.uint32_t)(unsafe.SliceData(p.offs)),
+	cache := caches.get(h)
+	if cache == nil {
+		return nil, fmt.Errorf("%w: no count cache", ErrEncode)
+	}
+	defer caches.put(cache)
+	if C.mmfeed_count_batch(h.p, cache, (*C.uint8_t)(unsafe.SliceData(p.buf)), (*C.uint32_t)(unsafe.SliceData(p.offs)),
 		C.uint32_t(p.n()), C.bool(addSpecial), (*C.uint32_t)(unsafe.Pointer(&counts[0]))) != 0 {
 		return nil, fmt.Errorf("%w: bad batch call", ErrEncode)
 	}

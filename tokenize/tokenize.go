@@ -49,6 +49,7 @@ type Tokenizer struct {
 	path   string
 	mu     sync.RWMutex // guards tk against Close while encodes run
 	tk     handle
+	caches countCaches // count caches, freed by Close
 	closed atomic.Bool
 }
 
@@ -81,6 +82,7 @@ func Open(cfg Config) (*Tokenizer, error) {
 	// The empty text's ids are the special tokens. A max_length that cannot hold them
 	// makes the Rust library skip truncation altogether; refuse it.
 	if specials, ok := t.count(""); !ok || cfg.MaxLength > 0 && specials > cfg.MaxLength {
+		t.caches.free()
 		tk.free()
 		return nil, fmt.Errorf("%w: max_length %d cannot hold the %d special tokens of %s", ErrBadConfig, cfg.MaxLength, specials, path)
 	}
@@ -154,6 +156,7 @@ func (t *Tokenizer) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
+	t.caches.free()
 	t.tk.free()
 	return nil
 }

@@ -8,7 +8,8 @@
 // The count is exactly len(ids) of an encode with the same settings: the same added-token
 // extraction, normalizer, pre-tokenizer and model, then the truncation and the
 // post-processor's added tokens applied as numbers (tokenize/count_test.go checks it on
-// every bundled tokenizer). Within a batch, counts are cached:
+// every bundled tokenizer). Counts are cached in a caller-owned cache that lives as long as
+// the tokenizer (one per concurrent caller):
 //   - per pre-token, for the models whose tokenize() is a pure function of the word
 //     (WordPiece, WordLevel, Unigram; BPE has its own cache);
 //   - per space-separated chunk of the raw text, for BERT-style pipelines (BertNormalizer
@@ -95,15 +96,39 @@ fn encode_ids(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool) -> Op
     }
 }
 
+/// Creates a count cache for one tokenizer, to pass to mmfeed_count_batch; the caller uses
+/// it from one thread at a time and frees it with mmfeed_count_cache_free.
+#[no_mangle]
+pub extern "C" fn mmfeed_count_cache_new(ptr: *mut libc::c_void) -> *mut libc::c_void {
+    let tk = match unsafe { ptr.cast::<UnifiedTokenizer>().as_ref() } {
+        Some(t) => t,
+        None => return std::ptr::null_mut(),
+    };
+    let c = Box::new(Caches { chunked: chunkable(tk), ..Default::default() });
+    Box::into_raw(c).cast()
+}
+
+#[no_mangle]
+pub extern "C" fn mmfeed_count_cache_free(cache: *mut libc::c_void) {
+    if !cache.is_null() {
+        drop(unsafe { Box::from_raw(cache.cast::<Caches>()) });
+    }
+}
+
 /// Writes each text's id count (what mmfeed_encode_batch would return as its length) to
-/// out_counts[i], FAILED when the encode fails. Returns 0, or -1 for a bad argument.
+/// out_counts[i], FAILED when the encode fails, using and filling cache (made by
+/// mmfeed_count_cache_new for this tokenizer). Returns 0, or -1 for a bad argument.
 #[no_mangle]
 pub extern "C" fn mmfeed_count_batch(
-    ptr: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32,
+    ptr: *mut libc::c_void, cache: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32,
     add_special_tokens: bool, out_counts: *mut u32,
 ) -> i32 {
     let tk = match unsafe { ptr.cast::<UnifiedTokenizer>().as_ref() } {
         Some(t) => t,
+        None => return -1,
+    };
+    let caches = match unsafe { cache.cast::<Caches>().as_mut() } {
+        Some(c) => c,
         None => return -1,
     };
     let n = n as usize;
@@ -115,10 +140,9 @@ pub extern "C" fn mmfeed_count_batch(
         return -1;
     }
     let counts = unsafe { std::slice::from_raw_parts_mut(out_counts, n) };
-    let mut caches = Caches { chunked: chunkable(tk), ..Default::default() };
     for i in 0..n {
         let c = text_at(bytes, offs, i).and_then(|s| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| count(tk, &s, add_special_tokens, &mut caches)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| count(tk, &s, add_special_tokens, caches)))
                 .ok()
                 .flatten()
         });
@@ -127,8 +151,8 @@ pub extern "C" fn mmfeed_count_batch(
     0
 }
 
-/// Bounds each cache of a batch call.
-const CACHE_MAX: usize = 1 << 16;
+/// Bounds each cache (entries; a full cache is still read, no longer filled).
+const CACHE_MAX: usize = 1 << 17;
 
 #[derive(Default)]
 struct Caches {
