@@ -82,7 +82,7 @@ func (t *Tokenizer) encodeChunk(texts []string, out [][]int32, errs []error) err
 			capHint += len(s) + 8
 		}
 	}
-	ids, bad, err := t.tk.encodeBatch(short, t.cfg.AddSpecialTokens, capHint)
+	ids, bad, err := t.tk.encodeBatch(short, t.cfg.AddSpecialTokens, capHint, &t.caches)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (t *Tokenizer) encode(text string) ([]uint32, bool) {
 	if capHint == 0 {
 		capHint = len(text) + 8
 	}
-	ids, bad, err := t.tk.encodeBatch([]string{text}, t.cfg.AddSpecialTokens, capHint)
+	ids, bad, err := t.tk.encodeBatch([]string{text}, t.cfg.AddSpecialTokens, capHint, &t.caches)
 	if err != nil || bad[0] {
 		return nil, false
 	}

@@ -21,7 +21,7 @@ void *tokenizers_from_bytes(const uint8_t *config, uint32_t len, const struct mm
 void tokenizers_free_tokenizer(void *ptr);
 void tokenizers_free_string(char *s);
 
-int64_t mmfeed_encode_batch(void *ptr, const uint8_t *buf, const uint32_t *offsets, uint32_t n, uint32_t start,
+int64_t mmfeed_encode_batch(void *ptr, void *cache, const uint8_t *buf, const uint32_t *offsets, uint32_t n, uint32_t start,
 	bool add_special_tokens, uint32_t *out_ids, size_t cap, uint32_t *out_lens);
 void *mmfeed_count_cache_new(void *ptr);
 void mmfeed_count_cache_free(void *cache);
@@ -91,7 +91,7 @@ func (p *packed) n() int { return len(p.offs) - 1 }
 
 // encodeBatch returns the ids of each text (nil for a failed one) and whether it failed,
 // in one cgo call when the ids fit capHint, more when they do not.
-func (h handle) encodeBatch(texts []string, addSpecial bool, capHint int) ([][]uint32, []bool, error) {
+func (h handle) encodeBatch(texts []string, addSpecial bool, capHint int, caches *countCaches) ([][]uint32, []bool, error) {
 	p, err := pack(texts)
 	if err != nil {
 		return nil, nil, err
@@ -100,12 +100,17 @@ func (h handle) encodeBatch(texts []string, addSpecial bool, capHint int) ([][]u
 	if n == 0 {
 		return nil, nil, nil
 	}
+	cache := caches.get(h)
+	if cache == nil {
+		return nil, nil, fmt.Errorf("%w: no cache", ErrEncode)
+	}
+	defer caches.put(cache)
 	ids := make([][]uint32, n)
 	bad := make([]bool, n)
 	lens := make([]uint32, n)
 	for start := 0; start < n; {
 		buf := make([]uint32, max(capHint, 1))
-		done := int(C.mmfeed_encode_batch(h.p, (*C.uint8_t)(unsafe.SliceData(p.buf)), (*C.uint32_t)(unsafe.SliceData(p.offs)),
+		done := int(C.mmfeed_encode_batch(h.p, cache, (*C.uint8_t)(unsafe.SliceData(p.buf)), (*C.uint32_t)(unsafe.SliceData(p.offs)),
 			C.uint32_t(n), C.uint32_t(start), C.bool(addSpecial), (*C.uint32_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)),
 			(*C.uint32_t)(unsafe.Pointer(&lens[0]))))
 		if done < start {
@@ -128,8 +133,8 @@ func (h handle) encodeBatch(texts []string, addSpecial bool, capHint int) ([][]u
 	return ids, bad, nil
 }
 
-// countCaches hands out the Rust side's count caches (token counts of words and chunks
-// already seen), one per concurrent caller; they live until free.
+// countCaches hands out the Rust side's caches (token counts of words and chunks, and ids
+// of chunks, already seen), one per concurrent caller; they live until free.
 type countCaches struct {
 	mu   sync.Mutex
 	idle []unsafe.Pointer

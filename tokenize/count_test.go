@@ -90,3 +90,22 @@ func TestCountErrors(t *testing.T) {
 		t.Errorf("Count after Close: err = %v, want ErrClosed", err)
 	}
 }
+
+// FuzzCount: for any text, Count equals len(Encode) and neither fails (BERT encodes
+// everything).
+func FuzzCount(f *testing.F) {
+	tk := open(f, "bert-base-uncased.json", 32)
+	for _, s := range []string{"", "hello hello", "a\xffb", "\x00", "人人生而自由", "x  y\t\nz", strings.Repeat("ab ", 600)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := tk.Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tk.Count(s)
+		if err != nil || c != len(ids) {
+			t.Fatalf("Count(%q) = %d, %v; want %d", s, c, err, len(ids))
+		}
+	})
+}

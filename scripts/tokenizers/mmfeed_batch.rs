@@ -8,8 +8,8 @@
 // The count is exactly len(ids) of an encode with the same settings: the same added-token
 // extraction, normalizer, pre-tokenizer and model, then the truncation and the
 // post-processor's added tokens applied as numbers (tokenize/count_test.go checks it on
-// every bundled tokenizer). Counts are cached in a caller-owned cache that lives as long as
-// the tokenizer (one per concurrent caller):
+// every bundled tokenizer). Counts (and, for BERT-style pipelines, chunk ids) are cached in
+// a caller-owned cache that lives as long as the tokenizer (one per concurrent caller):
 //   - per pre-token, for the models whose tokenize() is a pure function of the word
 //     (WordPiece, WordLevel, Unigram; BPE has its own cache);
 //   - per space-separated chunk of the raw text, for BERT-style pipelines (BertNormalizer
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::tokenizer::{Model, OffsetReferential, OffsetType, PostProcessor, Tokenizer};
+use tokenizers::tokenizer::{Encoding, Model, OffsetReferential, OffsetType, PostProcessor, Token, Tokenizer};
 
 use crate::UnifiedTokenizer;
 
@@ -50,13 +50,18 @@ fn text_at<'a>(bytes: &'a [u8], offs: &[u32], i: usize) -> Option<std::borrow::C
 /// out_lens[i] (FAILED when the encode failed). Stops before a text whose ids do not fit
 /// and returns its index (its out_lens[i] is then the count it needs); returns n when all
 /// are done, or -1 for a bad argument.
+/// cache is one made by mmfeed_count_cache_new for this tokenizer.
 #[no_mangle]
 pub extern "C" fn mmfeed_encode_batch(
-    ptr: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32, start: u32,
+    ptr: *mut libc::c_void, cache: *mut libc::c_void, buf: *const u8, offsets: *const u32, n: u32, start: u32,
     add_special_tokens: bool, out_ids: *mut u32, cap: usize, out_lens: *mut u32,
 ) -> i64 {
     let tk = match unsafe { ptr.cast::<UnifiedTokenizer>().as_ref() } {
         Some(t) => t,
+        None => return -1,
+    };
+    let caches = match unsafe { cache.cast::<Caches>().as_mut() } {
+        Some(c) => c,
         None => return -1,
     };
     let (n, start) = (n as usize, start as usize);
@@ -72,7 +77,9 @@ pub extern "C" fn mmfeed_encode_batch(
     let mut used = 0usize;
     for i in start..n {
         let ids = text_at(bytes, offs, i).and_then(|s| {
-            std::panic::catch_unwind(|| encode_ids(tk, &s, add_special_tokens)).ok().flatten()
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| encode_ids(tk, &s, add_special_tokens, caches)))
+                .ok()
+                .flatten()
         });
         match ids {
             None => lens[i] = FAILED,
@@ -89,11 +96,51 @@ pub extern "C" fn mmfeed_encode_batch(
     n as i64
 }
 
-fn encode_ids(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool) -> Option<Vec<u32>> {
-    match tk {
-        UnifiedTokenizer::HuggingFace(t) => t.encode_fast(text, add_special_tokens).ok().map(|e| e.get_ids().to_vec()),
-        other => other.encode(text, add_special_tokens).ok(),
+fn encode_ids(tk: &UnifiedTokenizer, text: &str, add_special_tokens: bool, caches: &mut Caches) -> Option<Vec<u32>> {
+    let t: &Tokenizer = match tk {
+        UnifiedTokenizer::HuggingFace(t) if caches.chunked => t,
+        UnifiedTokenizer::HuggingFace(t) => return t.encode_fast(text, add_special_tokens).ok().map(|e| e.get_ids().to_vec()),
+        other => return other.encode(text, add_special_tokens).ok(),
+    };
+    // BERT-style: the text's ids are its chunks' ids in order (see the top of this file);
+    // truncation and special tokens are then the library's own post_process.
+    let added = if add_special_tokens { t.get_post_processor().map_or(0, |p| p.added_tokens(false)) } else { 0 };
+    let limit = t.get_truncation().map(|tr| tr.max_length.wrapping_sub(added));
+    let mut ids: Vec<u32> = Vec::new();
+    for chunk in text.split(' ').filter(|c| !c.is_empty()) {
+        match caches.chunk_ids.get(chunk) {
+            Some(c) => ids.extend_from_slice(c),
+            None => {
+                let c = chunk_ids(t, chunk)?;
+                ids.extend_from_slice(&c);
+                if caches.chunk_ids.len() < CACHE_MAX {
+                    caches.chunk_ids.insert(chunk.to_owned(), c);
+                }
+            }
+        }
+        if limit.is_some_and(|l| ids.len() >= l) {
+            break;
+        }
     }
+    let tokens = ids.into_iter().map(|id| Token::new(id, String::new(), (0, 0))).collect();
+    let enc = t.post_process(Encoding::from_tokens(tokens, 0), None, add_special_tokens).ok()?;
+    Some(enc.get_ids().to_vec())
+}
+
+/// The model's ids for one chunk, before truncation and special tokens.
+fn chunk_ids(t: &Tokenizer, text: &str) -> Option<Vec<u32>> {
+    let mut pre = t.get_added_vocabulary().extract_and_normalize(t.get_normalizer(), text);
+    if let Some(p) = t.get_pre_tokenizer() {
+        tokenizers::tokenizer::PreTokenizer::pre_tokenize(p, &mut pre).ok()?;
+    }
+    let mut ids = Vec::new();
+    for (s, _, tokens) in pre.get_splits(OffsetReferential::Original, OffsetType::None) {
+        match tokens {
+            Some(toks) => ids.extend(toks.iter().map(|k| k.id)),
+            None => ids.extend(t.get_model().tokenize(s).ok()?.iter().map(|k| k.id)),
+        }
+    }
+    Some(ids)
 }
 
 /// Creates a count cache for one tokenizer, to pass to mmfeed_count_batch; the caller uses
@@ -158,6 +205,7 @@ const CACHE_MAX: usize = 1 << 17;
 struct Caches {
     chunked: bool,
     chunks: HashMap<String, u32>,
+    chunk_ids: HashMap<String, Vec<u32>>,
     words: HashMap<String, u32>,
 }
 
