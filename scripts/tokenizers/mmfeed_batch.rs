@@ -198,8 +198,9 @@ pub extern "C" fn mmfeed_count_batch(
     0
 }
 
-/// Bounds each cache (entries; a full cache is still read, no longer filled).
-const CACHE_MAX: usize = 1 << 17;
+/// Bounds each of a cache's three maps (entries; a full map is still read, no longer
+/// filled): about 10 MB per cache at most.
+const CACHE_MAX: usize = 1 << 15;
 
 #[derive(Default)]
 struct Caches {
