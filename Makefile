@@ -19,10 +19,13 @@ export MMFEED_TOKENIZER_DIR := $(CURDIR)/$(BUILD)/tokenizers
 # The trainer is used from the checkout (no install into the shared virtualenv).
 export PYTHONPATH := $(CURDIR)/trainer$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-# libjpeg-turbo (Debian libturbojpeg0-dev) makes JPEG decoding match Pillow's speed and
-# output; without it imgproc uses the pure-Go decoder. `deps` installs it where it can.
+# JPEG decoding, best first: libjpeg-turbo 3.x (the generation in Pillow's wheels) built from
+# source by `deps` (scripts/build-libjpeg-turbo.sh, cached in $(CACHE); build tag turbojpeg3),
+# else Debian's libturbojpeg0-dev (2.1.x; tag turbojpeg), else the pure-Go decoder.
+# Both libjpeg-turbo builds give Pillow's output bit for bit; 3.x is faster.
+LIBJPEG := $(BUILD)/libjpeg-turbo/lib/libturbojpeg.a
 TURBO_H := /usr/include/turbojpeg.h
-export GOFLAGS = $(if $(wildcard $(TURBO_H)),-tags=turbojpeg)
+export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif [ -f $(TURBO_H) ]; then echo -tags=turbojpeg; fi)
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
@@ -33,30 +36,28 @@ help: ## list the targets
 
 build: deps $(BIN) ## build the Rust tokenizers library (cached) and bin/mmfeed
 
-deps: ## install system packages where possible: libturbojpeg0-dev (faster JPEG), chromium (the browser tests)
-	@if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && ! command -v google-chrome >/dev/null; then \
+deps: ## build libjpeg-turbo 3.x (cached) and install what it needs, or libturbojpeg0-dev; chromium for the browser tests
+	@missing=$$(for p in nasm:nasm cmake:cmake chromium:chromium $(TURBO_H):libturbojpeg0-dev; do \
+	  f=$${p%%:*}; if [ "$${f#/}" = "$$f" ]; then command -v $$f >/dev/null || echo $${p#*:}; \
+	  else [ -f $$f ] || echo $${p#*:}; fi; done); \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing chromium (headless, for the report page's browser tests)"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	      || echo "warning: chromium not installed; the browser tests will be skipped"; \
-	  else echo "note: chromium not installed; the browser tests will be skipped"; fi; \
+	    echo "installing" $$missing; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "warning: could not install" $$missing; \
+	  else echo "note: not installed:" $$missing; fi; \
 	fi
-	@if [ ! -f $(TURBO_H) ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing libturbojpeg0-dev"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libturbojpeg0-dev >/dev/null) \
-	      || echo "warning: libturbojpeg0-dev not installed; JPEG decoding uses the pure-Go decoder"; \
-	  else echo "note: libturbojpeg0-dev not installed; JPEG decoding uses the pure-Go decoder"; fi; \
-	fi
+	@scripts/build-libjpeg-turbo.sh $(BUILD) $(CACHE) \
+	  || echo "warning: libjpeg-turbo 3.x not built; JPEG decoding uses $(if $(wildcard $(TURBO_H)),Debian's libturbojpeg,the pure-Go decoder)"
 
-$(LIBTOK): scripts/build-tokenizers.sh scripts/tokenizers/Cargo.lock go.mod
+$(LIBTOK): scripts/build-tokenizers.sh scripts/tokenizers/Cargo.lock scripts/tokenizers/mmfeed_batch.rs go.mod
 	scripts/build-tokenizers.sh $(BUILD) $(CACHE)
 	@touch $@
 
 # `mmfeed version` prints these; a commit alone does not rebuild the binary.
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
-$(BIN): $(LIBTOK) $(GO_SOURCES) $(wildcard $(TURBO_H))
+$(BIN): $(LIBTOK) $(GO_SOURCES) $(wildcard $(TURBO_H) $(LIBJPEG))
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/mmfeed
 
 venv: $(VENV)/.ok ## create the Python environment from requirements.txt (cached per content)

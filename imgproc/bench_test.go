@@ -90,8 +90,9 @@ func BenchmarkProcess(b *testing.B) {
 // BenchmarkThroughput processes every file under $MMFEED_BENCH_DIR (read
 // into memory first) per iteration and reports img/s, to compare with
 // `scripts/pillow_peer.py bench --dir $MMFEED_BENCH_DIR` on the same files.
-// Run with -cpu 1 for the one-core figure. MMFEED_BENCH_DRAFT sets
-// JPEGDraftGap (default 0, i.e. full-size decode like torchvision).
+// Run with -cpu 1 for the one-core figure. MMFEED_BENCH_DRAFT=G selects
+// DecodeFast with JPEGDraftGap G (default: DecodeExact, the full-size decode
+// torchvision does).
 func BenchmarkThroughput(b *testing.B) {
 	dir := os.Getenv("MMFEED_BENCH_DIR")
 	if dir == "" {
@@ -110,15 +111,15 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Fatalf("no files under %s", dir)
 	}
 	c := DefaultConfig()
-	c.JPEGDraftGap = 0
 	if v := os.Getenv("MMFEED_BENCH_DRAFT"); v != "" {
+		c.Decode = DecodeFast
 		fmt.Sscan(v, &c.JPEGDraftGap)
 	}
 	p, err := NewProcessor(c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run(fmt.Sprintf("files=%d/draft=%g/turbo=%t", len(blobs), c.JPEGDraftGap, haveTurbo), func(b *testing.B) {
+	b.Run(fmt.Sprintf("files=%d/draft=%g/turbo=%t", len(blobs), c.draftGap(), haveTurbo), func(b *testing.B) {
 		b.ReportAllocs()
 		start, cpu0 := time.Now(), cpuTime()
 		n := 0

@@ -85,17 +85,38 @@ type Config struct {
 	MaxImagePixels int
 	// MaxFileBytes rejects larger inputs with ErrTooLarge (default 64<<20).
 	MaxFileBytes int
-	// JPEGDraftGap, when > 0 and the libjpeg-turbo path is compiled in
-	// (build tag turbojpeg), decodes JPEGs at 1/2, 1/4 or 1/8 scale in the
-	// DCT domain, choosing the smallest scale whose result is still at least
-	// JPEGDraftGap times the resize target on both axes (Pillow's draft()
-	// uses 1, its thumbnail() 2). 0 decodes at full size. Default 2. The
-	// pure-Go decoder always decodes at full size.
+	// Decode is DecodeExact (default) or DecodeFast. Exact decodes every
+	// image at full size, so tensors are bit-identical to Pillow/torchvision.
+	// Fast lets the libjpeg-turbo build decode JPEGs at 1/2, 1/4 or 1/8
+	// scale in the DCT domain (see JPEGDraftGap); other formats, and the
+	// pure-Go build, decode at full size either way.
+	Decode string
+	// JPEGDraftGap is the safety factor of DecodeFast: the smallest DCT
+	// scale is chosen whose result is still at least JPEGDraftGap times the
+	// resize target on both axes. 1 (default) is Pillow's
+	// draft(mode, size) rule; 2 is its thumbnail() reducing gap. In
+	// [1, 64]; ignored by DecodeExact.
 	JPEGDraftGap float64
 }
 
+// Decode modes (Config.Decode).
+const (
+	// DecodeExact decodes at full size: tensors bit-identical to Pillow.
+	DecodeExact = "exact"
+	// DecodeFast decodes JPEGs scaled in the DCT domain (Pillow's draft()).
+	DecodeFast = "fast"
+)
+
+// draftGap is the gap the decoder uses: 0 (full size) unless DecodeFast.
+func (c Config) draftGap() float64 {
+	if c.Decode == DecodeFast {
+		return c.JPEGDraftGap
+	}
+	return 0
+}
+
 // DefaultConfig returns shorter-crop 224, bilinear, ImageNet normalization,
-// float16 output, white background, 64 MP and 64 MiB limits.
+// float16 output, white background, 64 MP and 64 MiB limits, exact decoding.
 func DefaultConfig() Config {
 	return Config{
 		Policy:         PolicyShorterCrop,
@@ -111,7 +132,8 @@ func DefaultConfig() Config {
 		Background:     color.NRGBA{R: 255, G: 255, B: 255, A: 255},
 		MaxImagePixels: 64 << 20,
 		MaxFileBytes:   64 << 20,
-		JPEGDraftGap:   2,
+		Decode:         DecodeExact,
+		JPEGDraftGap:   1,
 	}
 }
 
@@ -160,8 +182,14 @@ func (c Config) Validate() error {
 	if c.MaxImagePixels < 1 || c.MaxFileBytes < 1 {
 		return bad("limits must be positive (pixels %d, bytes %d)", c.MaxImagePixels, c.MaxFileBytes)
 	}
-	if c.JPEGDraftGap != 0 && !(c.JPEGDraftGap >= 1 && c.JPEGDraftGap <= 64) {
-		return bad("jpeg draft gap %v not 0 or in [1, 64]", c.JPEGDraftGap)
+	switch c.Decode {
+	case DecodeExact:
+	case DecodeFast:
+		if !(c.JPEGDraftGap >= 1 && c.JPEGDraftGap <= 64) {
+			return bad("jpeg draft gap %v not in [1, 64]", c.JPEGDraftGap)
+		}
+	default:
+		return bad("unknown decode mode %q (want %s or %s)", c.Decode, DecodeExact, DecodeFast)
 	}
 	return nil
 }

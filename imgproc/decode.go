@@ -60,7 +60,7 @@ func (p *Processor) decodeRGB(data []byte, hdr Header, rawW, rawH int, g geom, s
 		if hdr.Orientation >= 5 {
 			tw, th = th, tw
 		}
-		pix, w, h, ok, err := turboDecode(data, rawW, rawH, tw, th, p.cfg.JPEGDraftGap, s)
+		pix, w, h, ok, err := turboDecode(data, rawW, rawH, tw, th, p.cfg.draftGap(), s)
 		if err != nil || ok {
 			return pix, w, h, err
 		}

@@ -31,8 +31,14 @@
 // concurrent use; per-call scratch buffers come from a sync.Pool. Run one
 // goroutine per core for throughput; each call is single-threaded.
 //
-// Build: the default build is pure Go. With the build tag turbojpeg (cgo
-// and libturbojpeg, Debian libturbojpeg0-dev) JPEGs decode through
-// libjpeg-turbo, optionally DCT-downscaled (Config.JPEGDraftGap), which is
-// what Pillow does too; other formats always use the Go decoders.
+// Decoding: Config.Decode DecodeExact (default) decodes every image at full size, so
+// tensors are bit-identical to Pillow/torchvision; DecodeFast lets the libjpeg-turbo
+// build decode JPEGs scaled by 1/2, 1/4 or 1/8 in the DCT domain with Pillow's draft()
+// rule (Config.JPEGDraftGap), trading a measured PSNR (docs/imgproc.md) for speed.
+//
+// Build: the default build is pure Go. With the build tag turbojpeg3 (cgo and the
+// libjpeg-turbo 3.x static library that scripts/build-libjpeg-turbo.sh builds into
+// build/libjpeg-turbo) or turbojpeg (cgo and the system's libturbojpeg, Debian
+// libturbojpeg0-dev), JPEGs decode through libjpeg-turbo, which is what Pillow does
+// too; other formats always use the Go decoders. JPEGLibrary names the decoder.
 package imgproc

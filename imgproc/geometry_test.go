@@ -116,7 +116,9 @@ func TestConfigValidate(t *testing.T) {
 		{"dtype", func(c *Config) { c.DType = "int8" }},
 		{"pixels", func(c *Config) { c.MaxImagePixels = 0 }},
 		{"bytes", func(c *Config) { c.MaxFileBytes = -1 }},
-		{"draft", func(c *Config) { c.JPEGDraftGap = 0.5 }},
+		{"decode", func(c *Config) { c.Decode = "draft" }},
+		{"decode empty", func(c *Config) { c.Decode = "" }},
+		{"draft gap", func(c *Config) { c.Decode = DecodeFast; c.JPEGDraftGap = 0.5 }},
 		{"dynamic range", func(c *Config) { c.Policy = PolicyDynamic; c.MinPixels = 10 }},
 	}
 	for _, tc := range cases {

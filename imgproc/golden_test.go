@@ -29,8 +29,7 @@ func TestGolden(t *testing.T) {
 		name = "golden_turbo.json"
 	}
 	path := filepath.Join("testdata", name)
-	cfg := DefaultConfig()
-	cfg.JPEGDraftGap = 0
+	cfg := DefaultConfig() // DecodeExact
 	p, err := NewProcessor(cfg)
 	if err != nil {
 		t.Fatal(err)

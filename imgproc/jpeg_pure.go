@@ -1,6 +1,9 @@
-//go:build !turbojpeg || !cgo
+//go:build !(turbojpeg || turbojpeg3) || !cgo
 
 package imgproc
+
+// JPEGLibrary names the JPEG decoder this build uses.
+func JPEGLibrary() string { return "Go image/jpeg" }
 
 // haveTurbo reports whether the libjpeg-turbo fast path is compiled in.
 const haveTurbo = false

@@ -1,18 +1,30 @@
-//go:build turbojpeg && cgo
+//go:build (turbojpeg || turbojpeg3) && cgo
 
 package imgproc
 
+// Which libjpeg-turbo is linked is chosen by the build tag: turbojpeg3 links the
+// libjpeg-turbo 3.x that `make build` compiles from source (turbo3.go), turbojpeg the
+// system's libturbojpeg (turbo_system.go). The code is the same: TurboJPEG 2.x API.
+
 /*
-#cgo LDFLAGS: -lturbojpeg
 #include <stdlib.h>
+#include <jconfig.h>
 #include <turbojpeg.h>
 */
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
+
+// JPEGLibrary names the JPEG decoder this build uses, with the libjpeg-turbo version its
+// headers declare.
+func JPEGLibrary() string {
+	n := int(C.LIBJPEG_TURBO_VERSION_NUMBER)
+	return fmt.Sprintf("libjpeg-turbo %d.%d.%d", n/1000000, n/1000%1000, n%1000)
+}
 
 // haveTurbo reports whether the libjpeg-turbo fast path is compiled in.
 const haveTurbo = true
@@ -32,8 +44,9 @@ func newTJHandle() *tjHandle {
 
 // turboDecode decodes a YCbCr or grayscale JPEG to packed RGB with
 // libjpeg-turbo (accurate integer IDCT, fancy upsampling: what Pillow
-// gets). With gap > 0 it scales in the DCT domain by 1/2, 1/4 or 1/8 using
-// Pillow's draft() rule for a requested size of ceil(gap*tw)×ceil(gap*th).
+// gets). With gap > 0 (DecodeFast) it scales in the DCT domain by 1/2, 1/4
+// or 1/8 using Pillow's draft() rule for a requested size of
+// ceil(gap*tw)×ceil(gap*th).
 // ok is false, and the caller falls back to the Go decoder (which
 // classifies errors), for CMYK/YCCK images, warnings and errors.
 func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) ([]byte, int, int, bool, error) {

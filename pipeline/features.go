@@ -49,20 +49,35 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 		}
 	}
 	var wg sync.WaitGroup
+	chunks := (len(entries) + featureChunk - 1) / featureChunk
 	for range max(1, workers) {
 		wg.Go(func() {
+			texts := make([]string, 0, featureChunk)
 			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(entries) {
+				c := int(next.Add(1) - 1)
+				if c >= chunks {
 					return
 				}
-				it, size, rej := featuresOf(ix, entries[i], tk, img)
-				tick()
-				if rej != nil {
-					q.Write(*rej)
-					continue
+				lo, hi := c*featureChunk, min(len(entries), (c+1)*featureChunk)
+				texts = texts[:0]
+				for _, e := range entries[lo:hi] {
+					texts = append(texts, e.Text)
 				}
-				items[i], sizes[i], ok[i] = it, size, true
+				// Token counts only, one cgo call per chunk (tokenize.CountBatch).
+				counts, errs, err := tk.CountBatch(texts)
+				for i := lo; i < hi; i++ {
+					cerr := err
+					if cerr == nil {
+						cerr = errs[i-lo]
+					}
+					it, size, rej := featuresOf(ix, entries[i], counts, i-lo, cerr, img)
+					tick()
+					if rej != nil {
+						q.Write(*rej)
+						continue
+					}
+					items[i], sizes[i], ok[i] = it, size, true
+				}
 			}
 		})
 	}
@@ -81,13 +96,17 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 	return f, q.Err()
 }
 
-func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img imgproc.Config) (balancer.Item, image.Point, *loader.Reject) {
+// featureChunk is how many entries a feature worker takes at a time: their captions are
+// counted in one batch.
+const featureChunk = 64
+
+// featuresOf builds one entry's item from its token count (counts[j], or countErr).
+func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr error, img imgproc.Config) (balancer.Item, image.Point, *loader.Reject) {
 	reject := func(reason string, err error) (balancer.Item, image.Point, *loader.Reject) {
 		return balancer.Item{}, image.Point{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
 	}
-	ids, err := tk.Encode(e.Text)
-	if err != nil {
-		return reject(reasonOf(err), err)
+	if countErr != nil {
+		return reject(reasonOf(countErr), countErr)
 	}
 	if img.MaxFileBytes > 0 && e.ImageSize > int64(img.MaxFileBytes) {
 		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
@@ -102,7 +121,7 @@ func featuresOf(ix *loader.Index, e loader.Entry, tk *tokenize.Tokenizer, img im
 	h.FileBytes = int(e.ImageSize)
 	return balancer.Item{
 		ID:          e.ID,
-		TextTokens:  len(ids),
+		TextTokens:  counts[j],
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
 	}, image.Pt(h.Width, h.Height), nil

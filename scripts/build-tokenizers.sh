@@ -6,6 +6,8 @@
 # registry here serves; we pin the crates.io release with the same API (see
 # scripts/tokenizers/Cargo.lock, committed so every machine resolves the same crates).
 #
+# scripts/tokenizers/mmfeed_batch.rs adds mmfeed's batch entry points (tokenize/batch.go).
+#
 # Output: $BUILD/lib/libtokenizers.a and the tokenizer.json files of the module's test/data
 # in $BUILD/tokenizers/. The cargo build is cached per module version under $CACHE, so a
 # fresh clone on the same machine only copies files.
@@ -18,7 +20,7 @@ mod=github.com/daulet/tokenizers
 go mod download "$mod"
 src="$(go list -m -f '{{.Dir}}' "$mod")"
 ver="$(go list -m -f '{{.Version}}' "$mod")"
-key="$ver-$(cat "$here/tokenizers/Cargo.lock" "$0" | sha256sum | cut -c1-12)"
+key="$ver-$(cat "$here/tokenizers/Cargo.lock" "$here/tokenizers/mmfeed_batch.rs" "$0" | sha256sum | cut -c1-12)"
 work="$cache/tokenizers-$key"
 if [ ! -f "$work/libtokenizers.a" ]; then
   echo "building libtokenizers ($mod@$ver) with cargo; takes a few minutes once" >&2
@@ -28,6 +30,9 @@ if [ ! -f "$work/libtokenizers.a" ]; then
   # crates.io release instead of the git branch; drop dev-dependencies and benches (not needed).
   sed -i -e 's|^tiktoken-rs = .*|tiktoken-rs = "0.9"|' -e '/^\[dev-dependencies\]/,$d' "$work/src/Cargo.toml"
   cp "$here/tokenizers/Cargo.lock" "$work/src/Cargo.lock"
+  # mmfeed's batch entry points (one cgo call per batch; counts without building encodings).
+  cp "$here/tokenizers/mmfeed_batch.rs" "$work/src/src/"
+  echo 'mod mmfeed_batch;' >>"$work/src/src/lib.rs"
   (cd "$work/src" && CARGO_TARGET_DIR="$work/target" cargo build --release --locked)
   cp "$work/target/release/libtokenizers.a" "$work/libtokenizers.a.tmp"
   mv "$work/libtokenizers.a.tmp" "$work/libtokenizers.a"

@@ -18,6 +18,10 @@ Subcommands (run with the project venv: $MMFEED_PYTHON or .venv/bin/python):
       one core, files read into memory first: best of --repeat passes, by
       wall time and by process CPU time (robust on a shared machine).
       Prints one JSON line.
+  bench-serve [--size 224] ...
+      Like bench, one pass per JSON request {"dir": D, "draft_gap": G} read from stdin,
+      one JSON line answered per pass: lets the Go benchmark interleave its passes with
+      Pillow's in the same run (bench/imgproc.go).
 
 The pipeline mirrors imgproc: sniffed decode, ImageOps.exif_transpose,
 16-bit samples keep their high byte, alpha composited over white with
@@ -195,6 +199,41 @@ def cmd_bench(a):
                       "images_per_cpu_sec": round(len(blobs) / best_cpu, 2)}))
 
 
+def cmd_bench_serve(a):
+    """One timed pass per request, so a caller can interleave its own passes with ours.
+
+    Reads JSON lines {"dir": D, "draft_gap": G} on stdin; the first request for D reads its
+    files into memory and runs a warm-up pass. Answers one JSON line per request with the
+    pass's images per process CPU-second and per wall second.
+    """
+    cache = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        a.dir, a.list, a.draft_gap = req["dir"], None, float(req.get("draft_gap", 0))
+        mean, std = norm_params(a)
+        if a.dir not in cache:
+            blobs = []
+            for p in list_files(a):
+                with open(p, "rb") as f:
+                    blobs.append(f.read())
+            cache[a.dir] = blobs
+            bench_pass(blobs, a, mean, std)  # warm-up
+        blobs = cache[a.dir]
+        t0, c0 = time.perf_counter(), time.process_time()
+        bench_pass(blobs, a, mean, std)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(json.dumps({"files": len(blobs), "images_per_cpu_sec": len(blobs) / cpu,
+                          "images_per_sec": len(blobs) / wall}), flush=True)
+
+
+def bench_pass(blobs, a, mean, std):
+    for d in blobs:
+        try:
+            process_bytes(d, a, mean, std, np.float16, True)
+        except Exception:  # undecodable files count, as in the Go benchmark
+            pass
+
+
 # ---------------------------------------------------------------- fixtures
 
 def synth(rng, w, h):
@@ -365,7 +404,7 @@ def main(argv=None):
     gb.add_argument("--width", type=int, default=1440)
     gb.add_argument("--height", type=int, default=720)
     gb.add_argument("--seed", type=int, default=2)
-    for name in ("process", "bench"):
+    for name in ("process", "bench", "bench-serve"):
         s = sub.add_parser(name)
         s.add_argument("--list")
         s.add_argument("--policy", default="shorter-crop", choices=["shorter-crop", "square", "dynamic"])
@@ -380,13 +419,14 @@ def main(argv=None):
         s.add_argument("--draft-gap", type=float, default=0.0)
         if name == "process":
             s.add_argument("--out", required=True)
-        else:
+        elif name == "bench":
             s.add_argument("--dir")
             s.add_argument("--repeat", type=int, default=3)
     a = p.parse_args(argv)
     if a.cmd == "bench" and not (a.list or a.dir):
         p.error("bench needs --list or --dir")
-    {"gen": cmd_gen, "gen-bench": cmd_gen_bench, "process": cmd_process, "bench": cmd_bench}[a.cmd](a)
+    {"gen": cmd_gen, "gen-bench": cmd_gen_bench, "process": cmd_process, "bench": cmd_bench,
+     "bench-serve": cmd_bench_serve}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 // odd bytes, multi-megabyte captions; plus the real fortunes when MMFEED_CORPUS points at
 // a built shared corpus) with this package and with the Python `tokenizers` package, for
 // WordPiece (BERT, and MiniLM whose file asks for padding and 256-token truncation, both overridden) and byte-level BPE (Cohere, Llama 3) models, and
-// requires identical ids for every text.
+// requires identical ids for every text, and CountBatch to give the length of each.
 func TestParityWithPython(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -97,6 +97,15 @@ func TestParityWithPython(t *testing.T) {
 					match++
 				} else if match+10 > i { // show the first few mismatches
 					t.Errorf("text %d %.60q:\n go %v\n py %v", i, texts[i], got[i], want[i])
+				}
+			}
+			counts, cerrs, err := tk.CountBatch(texts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range texts {
+				if cerrs[i] != nil || counts[i] != len(want[i]) {
+					t.Fatalf("text %d %.60q: CountBatch %d (%v), want %d", i, texts[i], counts[i], cerrs[i], len(want[i]))
 				}
 			}
 			t.Logf("%s: %d/%d texts identical (%.2f%%)", m, match, len(texts), 100*float64(match)/float64(len(texts)))

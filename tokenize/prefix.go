@@ -3,7 +3,8 @@ package tokenize
 // Long captions are not encoded whole. With truncation at MaxLength, only the ids of a
 // prefix matter, so encodePrefix encodes text[:cut] for cuts that grow geometrically
 // (16·MaxLength bytes, then ×2) and stops at the first prefix that already fills
-// MaxLength ids. The total work is linear in the kept prefix, not in the text.
+// MaxLength ids. The total work is linear in the kept prefix, not in the text. Counting
+// (countPrefix) does the same with counts.
 //
 // Why the ids are the same as for the whole text: cut is always placed on an ASCII space
 // or tab that follows an ASCII letter or digit. Every pre-tokenizer the Rust library has
@@ -17,21 +18,43 @@ package tokenize
 
 const prefixBytesPerToken = 16
 
-func (t *Tokenizer) encodePrefix(text string) []uint32 {
+// long reports whether text is long enough for the prefix path.
+func (t *Tokenizer) long(text string) bool {
+	return t.cfg.MaxLength > 0 && len(text) > prefixBytesPerToken*t.cfg.MaxLength
+}
+
+// encodePrefix returns the ids of text; ok is false when the model cannot encode it.
+func (t *Tokenizer) encodePrefix(text string) (ids []uint32, ok bool) {
 	maxLen := t.cfg.MaxLength
-	if maxLen <= 0 {
-		return t.encode(text)
-	}
-	for n := prefixBytesPerToken * maxLen; n < len(text); n *= 2 {
-		cut := cutPoint(text, n)
-		if cut <= 0 {
-			continue
-		}
-		if ids := t.encode(text[:cut]); len(ids) >= maxLen {
-			return ids
+	if t.long(text) {
+		for n := prefixBytesPerToken * maxLen; n < len(text); n *= 2 {
+			cut := cutPoint(text, n)
+			if cut <= 0 {
+				continue
+			}
+			if ids, ok := t.encode(text[:cut]); ok && len(ids) >= maxLen {
+				return ids, true
+			}
 		}
 	}
 	return t.encode(text)
+}
+
+// countPrefix is encodePrefix for the id count; ok is false when the model cannot encode it.
+func (t *Tokenizer) countPrefix(text string) (int, bool) {
+	maxLen := t.cfg.MaxLength
+	if t.long(text) {
+		for n := prefixBytesPerToken * maxLen; n < len(text); n *= 2 {
+			cut := cutPoint(text, n)
+			if cut <= 0 {
+				continue
+			}
+			if c, ok := t.count(text[:cut]); ok && c >= maxLen {
+				return c, true
+			}
+		}
+	}
+	return t.count(text)
 }
 
 // cutPoint returns the largest i in [n/2, n] with text[i] a space or tab and text[i-1] an

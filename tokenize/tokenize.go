@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
-
-	hf "github.com/daulet/tokenizers"
 )
 
 // DefaultModel is the tokenizer used when Config.Path is empty.
@@ -51,11 +48,9 @@ type Tokenizer struct {
 	cfg    Config
 	path   string
 	mu     sync.RWMutex // guards tk against Close while encodes run
-	tk     *hf.Tokenizer
+	tk     handle
+	caches countCaches // count caches, freed by Close
 	closed atomic.Bool
-	// emptyLen is the id count of "" (the special tokens). The C API reports a failed encode
-	// as zero ids, so zero ids where the empty text gives some means the Rust side failed.
-	emptyLen int
 }
 
 // Open loads the tokenizer named by cfg.
@@ -79,12 +74,18 @@ func Open(cfg Config) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
 	}
-	tk, err := hf.FromBytes(data)
+	tk, err := loadHandle(data)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: load %s: %w", path, err)
 	}
 	t := &Tokenizer{cfg: cfg, path: path, tk: tk}
-	t.emptyLen = len(t.encode(""))
+	// The empty text's ids are the special tokens. A max_length that cannot hold them
+	// makes the Rust library skip truncation altogether; refuse it.
+	if specials, ok := t.count(""); !ok || cfg.MaxLength > 0 && specials > cfg.MaxLength {
+		t.caches.free()
+		tk.free()
+		return nil, fmt.Errorf("%w: max_length %d cannot hold the %d special tokens of %s", ErrBadConfig, cfg.MaxLength, specials, path)
+	}
 	return t, nil
 }
 
@@ -124,16 +125,16 @@ func (t *Tokenizer) Encode(text string) ([]int32, error) {
 }
 
 func (t *Tokenizer) encodeChecked(text string) ([]int32, error) {
-	s := clean(text)
-	ids := t.encodePrefix(s)
-	if len(ids) == 0 && (t.emptyLen > 0 || strings.TrimSpace(s) != "") {
+	ids, ok := t.encodePrefix(clean(text))
+	if !ok {
 		return nil, fmt.Errorf("%w: %.40q", ErrEncode, text)
 	}
-	return toInt32(ids), nil
+	return asInt32(ids), nil
 }
 
 // EncodeBatch encodes texts in parallel (Config.Workers goroutines); out[i] belongs to texts[i].
 // A text the model cannot encode gets nil ids and its error in errs[i]; err is ErrClosed or nil.
+// Texts go to the Rust library batchSize at a time, one cgo call per batch.
 func (t *Tokenizer) EncodeBatch(texts []string) (out [][]int32, errs []error, err error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -142,32 +143,10 @@ func (t *Tokenizer) EncodeBatch(texts []string) (out [][]int32, errs []error, er
 	}
 	out = make([][]int32, len(texts))
 	errs = make([]error, len(texts))
-	workers := t.cfg.Workers
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	workers = min(workers, len(texts))
-	if workers <= 1 {
-		for i, s := range texts {
-			out[i], errs[i] = t.encodeChecked(s)
-		}
-		return out, errs, nil
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(texts) {
-					return
-				}
-				out[i], errs[i] = t.encodeChecked(texts[i])
-			}
-		})
-	}
-	wg.Wait()
-	return out, errs, nil
+	err = t.forChunks(len(texts), func(lo, hi int) error {
+		return t.encodeChunk(texts[lo:hi], out[lo:hi], errs[lo:hi])
+	})
+	return out, errs, err
 }
 
 // Close releases the Rust tokenizer. It waits for running encodes; later calls fail with ErrClosed.
@@ -177,11 +156,9 @@ func (t *Tokenizer) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	return t.tk.Close()
-}
-
-func (t *Tokenizer) encode(text string) []uint32 {
-	return t.tk.EncodeWithOptions(text, t.cfg.AddSpecialTokens).IDs
+	t.caches.free()
+	t.tk.free()
+	return nil
 }
 
 // clean repairs what the C boundary cannot carry: invalid UTF-8 becomes U+FFFD
@@ -194,14 +171,6 @@ func clean(s string) string {
 		s = strings.ReplaceAll(s, "\x00", "")
 	}
 	return s
-}
-
-func toInt32(ids []uint32) []int32 {
-	out := make([]int32, len(ids))
-	for i, v := range ids {
-		out[i] = int32(v)
-	}
-	return out
 }
 
 // DefaultTokenizerPath finds DefaultModel: $MMFEED_TOKENIZER (a file), else

@@ -86,10 +86,13 @@ func TestPrefixMatchesWhole(t *testing.T) {
 		for _, maxLen := range []int{16, 128} {
 			tk := open(t, m, maxLen)
 			for i, text := range texts {
-				got := tk.encodePrefix(text)
-				want := tk.encode(text)
+				got, _ := tk.encodePrefix(text)
+				want, _ := tk.encode(text)
 				if !slices.Equal(got, want) {
 					t.Errorf("%s max %d text %d: prefix ids differ from whole-text ids\n got %v\nwant %v", m, maxLen, i, got, want)
+				}
+				if c, _ := tk.countPrefix(text); c != len(want) {
+					t.Errorf("%s max %d text %d: prefix count %d, want %d", m, maxLen, i, c, len(want))
 				}
 			}
 		}

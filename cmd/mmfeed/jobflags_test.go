@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
 )
 
 func TestScaleModel(t *testing.T) {
@@ -74,6 +75,35 @@ func TestModelFlags(t *testing.T) {
 		}
 		if err != nil || c.Image.PatchSize != tc.patch {
 			t.Errorf("%v: patch size %d (%v), want %d", tc.args, c.Image.PatchSize, err, tc.patch)
+		}
+	}
+}
+
+// TestDecodeFlag: --decode reaches the image config, exact by default, and a bad value is
+// refused by the config's validation.
+func TestDecodeFlag(t *testing.T) {
+	tests := []struct {
+		args    []string
+		want    string
+		wantErr bool
+	}{
+		{nil, imgproc.DecodeExact, false},
+		{[]string{"--decode", "fast"}, imgproc.DecodeFast, false},
+		{[]string{"--decode", "exact"}, imgproc.DecodeExact, false},
+		{[]string{"--decode", "draft"}, "", true},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		j := bindJobFlags(fs)
+		if err := fs.Parse(append([]string{"--input", "x.jsonl"}, tt.args...)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := j.config()
+		if (err != nil) != tt.wantErr {
+			t.Fatalf("%v: err %v, want error %t", tt.args, err, tt.wantErr)
+		}
+		if err == nil && c.Image.Decode != tt.want {
+			t.Errorf("%v: Decode %q, want %q", tt.args, c.Image.Decode, tt.want)
 		}
 	}
 }

@@ -5,6 +5,8 @@
                                                   ids per text, one JSON list per line
   peer.py bench TOKENIZER.json MAX_LEN IN.jsonl REPEAT
                                                   captions/s of encode_batch on one thread
+  peer.py bench-serve TOKENIZER.json MAX_LEN IN.jsonl
+                                                  one timed pass per stdin line (encode|ids|count)
 
 The corpus is real text that ships with Python (the docstrings of the standard library,
 English prose of every length), real sentences in twelve scripts recombined with digits,
@@ -125,6 +127,30 @@ def bench(path, max_len, inp, repeat):
     print(json.dumps({"captions_per_s": len(texts) * repeat / dt}))
 
 
+def bench_serve(path, max_len, inp):
+    """One timed pass per stdin line, so the Go benchmark can interleave its passes.
+
+    Each line names a mode: "encode" (encode_batch, nothing read back), "ids" (encode_batch
+    and every encoding's ids as a list) or "count" (encode_batch and len() of each).
+    Answers one JSON line per pass: captions per process CPU-second and per wall second.
+    """
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    tok = load(path, max_len)
+    texts = read_texts(inp)
+    tok.encode_batch(texts[:256])
+    passes = {
+        "encode": lambda: tok.encode_batch(texts),
+        "ids": lambda: [e.ids for e in tok.encode_batch(texts)],
+        "count": lambda: [len(e) for e in tok.encode_batch(texts)],
+    }
+    for line in sys.stdin:
+        run = passes[line.strip()]
+        t0, c0 = time.perf_counter(), time.process_time()
+        run()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(json.dumps({"captions_per_cpu_s": len(texts) / cpu, "captions_per_s": len(texts) / wall}), flush=True)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "corpus":
@@ -133,6 +159,8 @@ if __name__ == "__main__":
         corpus(args[0], minimum, real)
     elif cmd == "encode":
         encode(args[0], int(args[1]), args[2], args[3])
+    elif cmd == "bench-serve":
+        bench_serve(args[0], int(args[1]), args[2])
     elif cmd == "bench":
         bench(args[0], int(args[1]), args[2], int(args[3]))
     else:
