@@ -126,14 +126,16 @@ func (s *Service) Stats() Stats {
 		BuildSeconds: sec(stageBuild), EncodeSeconds: sec(stageEncode), PublishSeconds: sec(stagePublish)}
 }
 
-// stateCollector reports gauges read at scrape time: the stream's bytes and
-// messages, each rank's pending and unacknowledged chunks and positions,
+// stateCollector reports gauges read at scrape time: the outbox's bytes (core
+// data plane: no NATS request at scrape time) or the stream's bytes and
+// messages and each rank's pending and unacknowledged chunks, positions,
 // and quarantined samples by reason.
 type stateCollector struct{ s *Service }
 
 var (
 	descStreamBytes = prometheus.NewDesc("mmfeed_serve_stream_bytes", "Bytes stored in the job's stream (the queue to the trainers).", nil, nil)
 	descStreamMsgs  = prometheus.NewDesc("mmfeed_serve_stream_messages", "Chunk messages stored in the job's stream.", nil, nil)
+	descOutboxBytes = prometheus.NewDesc("mmfeed_serve_outbox_bytes", "Bytes of built batches held in memory for the ranks (core data plane).", nil, nil)
 	descPending     = prometheus.NewDesc("mmfeed_serve_rank_pending_chunks", "Chunks stored for the rank and not yet delivered.", []string{"dp", "mp"}, nil)
 	descAckPending  = prometheus.NewDesc("mmfeed_serve_rank_unacked_chunks", "Chunks delivered to the rank and not yet acknowledged.", []string{"dp", "mp"}, nil)
 	descNextStep    = prometheus.NewDesc("mmfeed_serve_rank_next_step", "First step (within its epoch) the rank's trainer still needs.", []string{"dp", "mp"}, nil)
@@ -142,7 +144,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStreamBytes, descStreamMsgs, descPending, descAckPending, descNextStep, descNextEpoch, descQuarantined} {
+	for _, d := range []*prometheus.Desc{descOutboxBytes, descStreamBytes, descStreamMsgs, descPending, descAckPending, descNextStep, descNextEpoch, descQuarantined} {
 		ch <- d
 	}
 }
@@ -151,6 +153,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if s.out != nil {
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(s.out.size()))
+	}
 	if s.stream != nil {
 		if info, err := s.stream.Info(ctx); err == nil {
 			ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(info.State.Bytes))

@@ -332,10 +332,16 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 				return err
 			}
 		}
-		if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
-			return err
+		if s.cfg.core() {
+			if err := s.out.put(ctx, r, &outItem{key: m.key, gen: m.gen, payload: m.payload}); err != nil {
+				return err
+			}
+		} else {
+			if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
+				return err
+			}
+			s.met.stage(stagePublish, time.Since(t0))
 		}
-		s.met.stage(stagePublish, time.Since(t0))
 		s.met.published(len(m.payload), m.samples)
 		if !m.last {
 			continue
@@ -473,7 +479,9 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	if s.cfg.core() {
+		s.out.purge(req.rank)
+	} else if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
 		return fmt.Errorf("serve: purge %s: %w", subj, err)
 	}
 	gen := rs.gen + 1

@@ -194,10 +194,14 @@ func TestBackpressure(t *testing.T) {
 	cfg.StreamMaxBytes = 512 << 10
 	cfg.Pipeline.Image.Size = 64 // 24 KiB a sample: the stream holds a few steps of the 20
 	r := start(t, cfg)
+	held := "mmfeed_serve_outbox_bytes"
+	if !cfg.core() {
+		held = "mmfeed_serve_stream_bytes"
+	}
 	var stalled float64
 	checkFor(t, 30*time.Second, 500*time.Millisecond, func() error {
 		n := counter(t, r.s, "mmfeed_serve_batches_total")
-		room := float64(cfg.StreamMaxBytes) - counter(t, r.s, "mmfeed_serve_stream_bytes")
+		room := float64(cfg.StreamMaxBytes) - counter(t, r.s, held)
 		full := n > 0 && room < 2*counter(t, r.s, "mmfeed_serve_bytes_total")/n+4096
 		if n != stalled || !full {
 			stalled = n
@@ -217,7 +221,7 @@ func TestBackpressure(t *testing.T) {
 	if got := counter(t, r.s, "mmfeed_serve_batches_total"); got != stalled {
 		t.Errorf("published %v batches while the stream was full (had %v)", got, stalled)
 	}
-	if bytes := counter(t, r.s, "mmfeed_serve_stream_bytes"); bytes > float64(cfg.StreamMaxBytes) {
+	if bytes := counter(t, r.s, held); bytes > float64(cfg.StreamMaxBytes) {
 		t.Errorf("stream holds %v bytes > max %d", bytes, cfg.StreamMaxBytes)
 	}
 	if h1 > h0+8<<20 {

@@ -59,7 +59,10 @@ type Service struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	st     state
-	pub    *proto.Publisher
+	pub    *proto.Publisher // JetStream data plane
+	out    *outbox          // core data plane
+	// chunkSize is the data bytes per message on the core data plane.
+	chunkSize int
 
 	ready     chan struct{}
 	clientURL string
@@ -155,6 +158,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
+	if s.cfg.core() {
+		dsubs, err := s.subscribeData(gctx)
+		if err != nil {
+			return err
+		}
+		subs = append(subs, dsubs...)
+	}
 	if s.cfg.HTTP != "" {
 		ln, err := net.Listen("tcp", s.cfg.HTTP)
 		if err != nil {
@@ -257,23 +267,33 @@ func (s *Service) closePlans() {
 	}
 }
 
-// setup creates the stream, the KV bucket and every rank's consumer, checks
-// the job record and restores the ranks' positions.
+// setup creates the KV bucket and, on the JetStream data plane, the stream
+// and every rank's consumer (on the core data plane, the outbox), checks the
+// job record and restores the ranks' positions.
 func (s *Service) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c := s.cfg
-	var err error
-	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
 	kv, err := proto.EnsureKV(ctx, s.js, c.Job, c.StreamMemory, c.Replicas)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.st = state{kv}
+	if c.core() {
+		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
+		if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		if err := s.checkJob(ctx); err != nil {
+			return err
+		}
+		return s.restore(ctx)
+	}
+	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
+		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	for r := range c.ranks() {
 		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
 		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
@@ -344,6 +364,10 @@ func (s *Service) restore(ctx context.Context) error {
 			rs.next = s.norm(pos{e, st + 1})
 		}
 		rs.cursor = rs.next
+		if s.cfg.core() { // nothing outlives the service on the core data plane
+			s.ranks[r] = rs
+			continue
+		}
 		if last, ok, err := s.lastStored(ctx, dp, mp); err != nil {
 			return err
 		} else if ok && rs.cursor.less(last) {
