@@ -90,12 +90,12 @@ func NewFetchRequest(k BatchKey) FetchRequest {
 	return FetchRequest{Job: k.Job, Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch, DPRank: k.DPRank, MPRank: k.MPRank}
 }
 
-// SendBatch publishes payload as chunk messages of at most chunkSize data
-// bytes to subj (a fetch's reply inbox) on core NATS. The messages alias
-// payload (no copy before the connection's write buffer). It returns the
-// number of chunks sent.
-func SendBatch(nc *nats.Conn, subj string, key BatchKey, gen int, payload []byte, chunkSize int) (int, error) {
-	msgs, err := Chunk(key, gen, payload, chunkSize)
+// SendBatch publishes payload (whose CRC-32C is sum) as chunk messages of at
+// most chunkSize data bytes to subj (a fetch's reply inbox) on core NATS.
+// The messages alias payload (no copy before the connection's write buffer).
+// It returns the number of chunks sent.
+func SendBatch(nc *nats.Conn, subj string, key BatchKey, gen int, payload []byte, sum uint32, chunkSize int) (int, error) {
+	msgs, err := ChunkSum(key, gen, payload, sum, chunkSize)
 	if err != nil {
 		return 0, err
 	}

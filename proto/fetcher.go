@@ -96,7 +96,7 @@ func NewFetcher(nc *nats.Conn, mem memory.Allocator, cfg FetcherConfig) (*Fetche
 	if mem == nil {
 		mem = memory.NewGoAllocator()
 	}
-	f := &Fetcher{cfg: cfg, nc: nc, mem: mem, re: re, inbox: nc.NewRespInbox(), ch: make(chan *nats.Msg, 4096),
+	f := &Fetcher{cfg: cfg, nc: nc, mem: mem, re: re, inbox: nc.NewInbox(), ch: make(chan *nats.Msg, 4096),
 		epochs: map[int]epochShape{}, ready: map[BatchKey]*Assembled[struct{}]{}}
 	f.fetchSub, _ = FetchSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	f.ackSub, _ = AckSubject(cfg.Job, cfg.DPRank, cfg.MPRank)

@@ -119,7 +119,7 @@ func (s *Service) dropped(rank int, key proto.BatchKey) bool {
 // send publishes one held batch to a fetch's reply inbox.
 func (s *Service) send(reply string, it *outItem) {
 	t0 := time.Now()
-	n, err := proto.SendBatch(s.nc, reply, it.key, it.gen, it.payload, s.chunkSize)
+	n, err := proto.SendBatch(s.nc, reply, it.key, it.gen, it.payload, it.sum, s.chunkSize)
 	s.met.stage(stagePublish, time.Since(t0))
 	s.met.chunks.Add(float64(n))
 	s.met.nChunks.Add(int64(n))

@@ -12,7 +12,8 @@ type outItem struct {
 	key     proto.BatchKey
 	gen     int
 	payload []byte
-	sent    bool // a fetch for it was answered
+	sum     uint32 // CRC-32C of payload, computed once
+	sent    bool   // a fetch for it was answered
 }
 
 // outbox holds the encoded batches of every rank on the core data plane, in

@@ -333,7 +333,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 			}
 		}
 		if s.cfg.core() {
-			if err := s.out.put(ctx, r, &outItem{key: m.key, gen: m.gen, payload: m.payload}); err != nil {
+			if err := s.out.put(ctx, r, &outItem{key: m.key, gen: m.gen, payload: m.payload, sum: proto.Checksum(m.payload)}); err != nil {
 				return err
 			}
 		} else {
