@@ -71,11 +71,16 @@ type Service struct {
 	rewindCh chan rewindReq
 	progress chan struct{}
 
-	mu         sync.Mutex
-	ranks      []rankState
-	infos      map[int]EpochInfo
-	plans      map[int]*epochPlan
-	cur        *epochPlan
+	mu       sync.Mutex
+	ranks    []rankState
+	infos    map[int]EpochInfo
+	plans    map[int]*epochPlan
+	planJobs map[int]*planJob // preparations started, by epoch
+	active   int              // the epoch being published (-1 before the first)
+	ahead    sync.WaitGroup   // planAhead goroutines
+	// built, when set (tests), is called after each batch is handed to the
+	// data plane.
+	built      func(proto.BatchKey)
 	planned    chan struct{} // closed (and replaced) whenever infos grows
 	published  chan struct{} // closed (and replaced) whenever a rank's cursor moves on
 	warnedRoom atomic.Bool   // checkStreamRoom warned
@@ -102,7 +107,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}),
 		rewindCh: make(chan rewindReq, 64), progress: make(chan struct{}, 1),
-		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{},
+		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, planJobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), published: make(chan struct{}), live: newLive(cfg)}
 	s.cal = newCalibrator(cfg)
 	s.met = newMetrics(s)
