@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -33,8 +34,18 @@ func counter(t testing.TB, s *Service, name string) float64 {
 // its last acknowledged step, rank 1 from a checkpoint two steps older than
 // its acknowledgements (the service republishes those steps with a new
 // generation). Nothing is lost or applied twice.
+// dataPlanes are the data planes the resume tests run on.
+var dataPlanes = []string{proto.DataPlaneCore, proto.DataPlaneJetStream}
+
 func TestTrainerRestart(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { testTrainerRestart(t, plane) })
+	}
+}
+
+func testTrainerRestart(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	r := start(t, cfg)
@@ -77,7 +88,14 @@ func TestTrainerRestart(t *testing.T) {
 // reconnect, the service resumes from the KV state and the stream, and every
 // batch is applied exactly once.
 func TestServiceRestart(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { testServiceRestart(t, plane) })
+	}
+}
+
+func testServiceRestart(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:" + itoa(freePort(t))
