@@ -32,10 +32,10 @@ type FetcherConfig struct {
 	MaxBatchBytes int64
 }
 
-// DefaultFetcherConfig returns a window of 4 batches and 32 MiB, a 30 s
+// DefaultFetcherConfig returns a window of 4 batches and 32 MiB, a 10 s
 // timeout and 1 GiB batches.
 func DefaultFetcherConfig(job string, dp, mp int) FetcherConfig {
-	return FetcherConfig{Job: job, DPRank: dp, MPRank: mp, Window: 4, WindowBytes: 32 << 20, Timeout: 30 * time.Second, MaxBatchBytes: 1 << 30}
+	return FetcherConfig{Job: job, DPRank: dp, MPRank: mp, Window: 4, WindowBytes: 32 << 20, Timeout: 10 * time.Second, MaxBatchBytes: 1 << 30}
 }
 
 // Validate checks the fields.

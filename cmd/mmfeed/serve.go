@@ -36,6 +36,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.NATS.TLSCA, "nats-tls-ca", "", "CA certificate to verify the external NATS servers")
 	fs.StringVar(&c.NATS.TLSCert, "nats-tls-cert", "", "client certificate for the external NATS servers")
 	fs.StringVar(&c.NATS.TLSKey, "nats-tls-key", "", "client key for the external NATS servers")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "job leadership lease: a second service for the same job stands by and takes over within about this long of the leader's death")
 	fs.StringVar(&c.DataPlane, "data-plane", c.DataPlane, "how payloads travel: core (NATS, in memory, each rank asks for its batches) or jetstream (a stream, one durable consumer per rank)")
 	fs.Int64Var(&c.StreamMaxBytes, "stream-max-bytes", c.StreamMaxBytes, "bound on the batches held for the trainers (the outbox, or the stream with --data-plane jetstream): backpressure, bytes")
 	fs.BoolVar(&c.StreamMemory, "stream-memory", false, "keep the stream in memory instead of files")

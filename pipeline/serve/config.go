@@ -35,6 +35,11 @@ type Config struct {
 	// proto.DataPlaneJetStream: the job's JetStream stream, one durable
 	// consumer per rank).
 	DataPlane string
+	// LeaseTTL is how long the job's leadership lease lives without renewal
+	// (5 s): a second service started for the same job stands by and takes
+	// over within about this long after the leader dies (at once when it
+	// stops cleanly).
+	LeaseTTL time.Duration
 	// StreamMaxBytes bounds the job's stream (1 GiB), or on the core data
 	// plane the service's in-memory outbox: the backpressure bound between
 	// preprocessing and trainers.
@@ -119,7 +124,7 @@ func DefaultConfig() Config {
 	return Config{
 		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
 		NATS:      NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
-		DataPlane: proto.DataPlaneCore, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
+		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
 	}
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if err := proto.ValidateJob(c.Job); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if c.LeaseTTL < 400*time.Millisecond {
+		return bad("lease TTL %v: want at least 400ms", c.LeaseTTL)
 	}
 	if c.DataPlane != proto.DataPlaneCore && c.DataPlane != proto.DataPlaneJetStream {
 		return bad("data plane %q: want %s or %s", c.DataPlane, proto.DataPlaneCore, proto.DataPlaneJetStream)

@@ -150,6 +150,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.stopNATS()
+	ls, err := openLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
+	if err != nil {
+		return err
+	}
+	if err := ls.acquire(ctx); err != nil {
+		return nil // stopped while standing by
+	}
+	defer ls.release()
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
@@ -163,6 +171,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ls.hold(gctx) })
 	if s.cfg.core() {
 		dsubs, err := s.subscribeData(gctx)
 		if err != nil {

@@ -50,7 +50,7 @@ class StreamSource(Source):
     def __init__(self, *, url: str, job: str, dims: ParallelDims, fetch_batch: int = 64,
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
-                 fetch_bytes: int = 32 << 20, fetch_window: int = 4, fetch_timeout_s: float = 30.0):
+                 fetch_bytes: int = 32 << 20, fetch_window: int = 4, fetch_timeout_s: float = 10.0):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
         5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery.
