@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -108,54 +107,22 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.
 }
 
 // replan replaces the steps from seg.FromStep on with a plan of their real
-// samples (in epoch order) under seg.Model, and records the segment. It
-// keeps the old steps and reports false when the new plan would not have the
-// same number of steps (global-tokens batches) or would drop or reject items.
+// samples under seg.Model (balancer.Plan.Replan), and records the segment.
+// It keeps the old steps and reports false when the new plan would not have
+// the same number of steps (global-tokens batches) or would drop or reject
+// items.
 func (ep *epochPlan) replan(seg Segment) bool {
 	from := seg.FromStep
 	if from >= len(ep.steps) {
 		return false
 	}
-	var idx []int32
-	for _, s := range ep.steps[from:] {
-		for _, rank := range s.Ranks {
-			for _, mb := range rank {
-				for _, e := range mb {
-					if e.Weight > 0 {
-						idx = append(idx, e.Item)
-					}
-				}
-			}
-		}
-	}
-	slices.Sort(idx)
-	all := ep.prep.Features.Items
-	items := make([]balancer.Item, len(idx))
-	for i, k := range idx {
-		items[i] = all[k]
-	}
-	c := ep.prep.Config.Plan
-	c.Model = seg.Model
-	p, err := balancer.Build(items, c)
-	if err != nil || len(p.Steps) != len(ep.steps)-from || len(p.Dropped) > 0 || len(p.Rejected) > 0 {
+	served := *ep.base
+	served.Steps = ep.steps
+	p, err := served.Replan(from, seg.Model)
+	if err != nil {
 		return false
 	}
-	steps := slices.Clone(ep.steps[:from])
-	for k, s := range p.Steps {
-		ns := balancer.Step{Index: from + k, Ranks: make([][]balancer.MicroBatch, len(s.Ranks))}
-		for r, rank := range s.Ranks {
-			ns.Ranks[r] = make([]balancer.MicroBatch, len(rank))
-			for m, mb := range rank {
-				out := make(balancer.MicroBatch, len(mb))
-				for i, e := range mb {
-					e.Item = idx[e.Item]
-					out[i] = e
-				}
-				ns.Ranks[r][m] = out
-			}
-		}
-		steps = append(steps, ns)
-	}
+	steps := p.Steps
 	ep.steps = steps
 	ep.info.Segments = append(ep.info.Segments, seg)
 	if ep.feats != nil {
