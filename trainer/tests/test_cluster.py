@@ -96,7 +96,7 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
             log = open(tmp_path / f"serve-{name}.log", "w")
             services.append(subprocess.Popen(
                 [mmfeed, "serve", "--input", manifest, *PLAN, "--job", "cluster", "--epochs", str(EPOCHS),
-                 "--recalibrate", "-1", "--nats", ",".join(urls), "--replicas", "3", "--lease-ttl", "2s",
+                 "--recalibrate", "-1", "--nats", ",".join(urls), "--replicas", "3", "--lease-ttl", "6s",
                  "--data-dir", str(tmp_path / f"serve-{name}"), "--http", ""],
                 stdout=log, stderr=subprocess.STDOUT))
             if name == "a":
@@ -140,6 +140,8 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
         servers[2].wait()
         for t in threads:
             t.join(timeout=180)
+        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
+            (tmp_path / "serve-b.log").read_text()[-3000:]
         assert not errors, errors
         assert services[1].wait(timeout=60) == 0, (tmp_path / "serve-b.log").read_text()
     finally:
