@@ -63,7 +63,7 @@ func (s *Service) runPlanJob(ctx context.Context, e int, job *planJob) {
 		sp = &stored
 	}
 	t0 := time.Now()
-	ep, err := prepareEpoch(ctx, s.cfg, e, sp, s.modelFor())
+	ep, err := prepareEpochTo(ctx, s.cfg, e, sp, s.modelFor(), s.quarantine)
 	if err != nil {
 		job.err = err
 		return

@@ -31,6 +31,12 @@ type epochPlan struct {
 // stored's first segment (or model when stored is nil), replays stored's
 // recalibration segments, and builds the strategy comparison.
 func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
+	return prepareEpochTo(ctx, cfg, epoch, stored, model, nil)
+}
+
+// prepareEpochTo is prepareEpoch that also records quarantined samples in
+// the job's quarantine bucket qkv (when not nil).
+func prepareEpochTo(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -40,6 +46,11 @@ func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo,
 	qw, qfile, err := openQuarantine(cfg.QuarantineDir, epoch)
 	if err != nil {
 		return nil, err
+	}
+	if qkv != nil {
+		sink := *qkv
+		sink.file = qw
+		qw = &sink
 	}
 	prep, err := pipeline.Prepare(ctx, pc, qw)
 	if err != nil {

@@ -61,6 +61,8 @@ type Service struct {
 	st     state
 	pub    *proto.Publisher // JetStream data plane
 	out    *outbox          // core data plane
+	// quarantine records quarantined samples in the job's quarantine bucket.
+	quarantine *quarantineSink
 	// chunkSize is the data bytes per message on the core data plane.
 	chunkSize int
 
@@ -293,6 +295,11 @@ func (s *Service) setup(ctx context.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.st = state{kv}
+	qkv, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas)
+	if err != nil {
+		return fmt.Errorf("serve: quarantine bucket: %w", err)
+	}
+	s.quarantine = &quarantineSink{kv: qkv, log: s.log}
 	if c.core() {
 		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
 		if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
