@@ -206,7 +206,14 @@ func TestExternalNATSOutage(t *testing.T) {
 // when the stream is full, the heap stays bounded while it waits, and
 // everything is delivered once trainers appear.
 func TestBackpressure(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { backpressure(t, plane) })
+	}
+}
+
+func backpressure(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 160), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.StreamMaxBytes = 512 << 10

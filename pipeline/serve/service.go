@@ -61,6 +61,8 @@ type Service struct {
 	st     state
 	pub    *proto.Publisher // JetStream data plane
 	out    *outbox          // core data plane
+	// streamSnap is the last polled stream state (JetStream data plane).
+	streamSnap atomic.Pointer[streamSnapshot]
 	// quarantine records quarantined samples in the job's quarantine bucket.
 	quarantine *quarantineSink
 	// chunkSize is the data bytes per message on the core data plane.
@@ -174,6 +176,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })
+	if !s.cfg.core() {
+		g.Go(func() error { return s.pollStream(gctx) })
+	}
 	if s.cfg.core() {
 		dsubs, err := s.subscribeData(gctx)
 		if err != nil {
