@@ -26,7 +26,8 @@ type FetcherConfig struct {
 	WindowBytes int
 	// Timeout is how long a requested batch may take to arrive before it is
 	// asked for again (a lost request or payload; the service regenerates a
-	// payload it no longer holds).
+	// payload it no longer holds). After a reconnect every batch in flight is
+	// asked for again at once.
 	Timeout time.Duration
 	// MaxBatchBytes bounds one reassembled payload.
 	MaxBatchBytes int64
@@ -80,6 +81,7 @@ type Fetcher struct {
 	asked    []inflight
 	ready    map[BatchKey]*Assembled[struct{}]
 	lastSize int
+	reconn   uint64 // the connection's reconnect count when last checked
 }
 
 // NewFetcher subscribes to a fresh inbox on nc. Call AddEpoch for every
@@ -97,7 +99,7 @@ func NewFetcher(nc *nats.Conn, mem memory.Allocator, cfg FetcherConfig) (*Fetche
 		mem = memory.NewGoAllocator()
 	}
 	f := &Fetcher{cfg: cfg, nc: nc, mem: mem, re: re, inbox: nc.NewInbox(), ch: make(chan *nats.Msg, 4096),
-		epochs: map[int]epochShape{}, ready: map[BatchKey]*Assembled[struct{}]{}}
+		epochs: map[int]epochShape{}, ready: map[BatchKey]*Assembled[struct{}]{}, reconn: nc.Stats().Reconnects}
 	f.fetchSub, _ = FetchSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	f.ackSub, _ = AckSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	if f.sub, err = nc.ChanSubscribe(f.inbox, f.ch); err != nil {
@@ -184,10 +186,17 @@ func (f *Fetcher) fill() error {
 	return nil
 }
 
-// retry asks again for every batch asked for more than Timeout ago; it
-// returns how long until the oldest remaining one times out.
+// retry asks again for every batch asked for more than Timeout ago, and for
+// every one after the connection reconnected (requests and answers in flight
+// were lost); it returns how long until the oldest remaining one times out.
 func (f *Fetcher) retry(now time.Time) (time.Duration, error) {
 	wait := f.cfg.Timeout
+	if n := f.nc.Stats().Reconnects; n != f.reconn {
+		f.reconn = n
+		for i := range f.asked {
+			f.asked[i].sent = time.Time{}
+		}
+	}
 	for i := range f.asked {
 		a := &f.asked[i]
 		if _, done := f.ready[a.key]; done {

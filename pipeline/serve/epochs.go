@@ -85,8 +85,9 @@ func (s *Service) runPlanJob(ctx context.Context, e int, job *planJob) {
 }
 
 // epoch returns the plan of epoch e and makes it the one being published:
-// recorded as the KV epoch, shown by the live report; plans before e-1 are
-// released (the previous epoch stays for late feedback).
+// recorded as the KV epoch (in the background), shown by the live report;
+// plans before e-1 are released (the previous epoch stays for late
+// feedback).
 func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
 	ep, err := s.prepared(ctx, e)
 	if err != nil {
@@ -98,9 +99,13 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
 	if active {
 		return ep, nil
 	}
-	if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil {
-		return nil, err
-	}
+	s.ahead.Add(1)
+	go func() { // informational (restore reads epoch.<e>): off the boundary's path
+		defer s.ahead.Done()
+		if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil && ctx.Err() == nil {
+			s.log.Warn("kv", "err", err)
+		}
+	}()
 	s.mu.Lock()
 	for old, p := range s.plans {
 		if old < e-1 {
