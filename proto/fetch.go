@@ -76,7 +76,7 @@ func (f FetchRequest) Validate() error {
 // AckRequest tells the service (on AckSubject) that the rank applied every
 // one of its batches up to and including this key; the service drops them
 // and records the rank's position. With a reply subject the service answers
-// an empty message once it has recorded the ack.
+// an empty message once it has dropped them.
 type AckRequest FetchRequest
 
 // Key returns the last applied batch.

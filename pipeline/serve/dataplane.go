@@ -147,11 +147,15 @@ func (s *Service) handleAck(m *nats.Msg) {
 		return
 	}
 	s.out.ack(rank, a.Key())
+	if m.Reply != "" {
+		// Before the position moves: the last ack of the job lets the
+		// service finish and close its connection, and the rank must still
+		// get its answer. A crash between the answer and the KV write only
+		// rebuilds that step, which the rank no longer asks for.
+		_ = m.Respond(nil)
+	}
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
 		s.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
-	}
-	if m.Reply != "" {
-		_ = m.Respond(nil)
 	}
 }
 
