@@ -122,9 +122,11 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
 
 // planAheadDue reports whether to start planning the epoch after ep once
 // step (of stepsDone so far in this run, which took elapsed) is queued:
-// when the rest of ep takes about twice as long to publish as preparing ep
-// took, plus one step. Later is better for calibration (the next epoch's
-// model sees more feedback), earlier closes the gap at the boundary.
+// when the rest of ep takes about four times as long to publish as
+// preparing ep took, plus two steps (planning ahead competes with the
+// preprocessing for the cores, and is slower than planning alone: twice was
+// too little on this machine). Later is better for calibration (the next
+// epoch's model sees more feedback), earlier closes the gap at the boundary.
 func (s *Service) planAheadDue(ep *epochPlan, step, stepsDone int, elapsed time.Duration) bool {
 	e := ep.info.Epoch
 	if e >= s.cfg.lastEpoch() || stepsDone == 0 {
@@ -143,7 +145,7 @@ func (s *Service) planAheadDue(ep *epochPlan, step, stepsDone int, elapsed time.
 		planSeconds = job.seconds
 	}
 	perStep := elapsed.Seconds() / float64(stepsDone)
-	ahead := int(math.Ceil(2*planSeconds/max(perStep, 1e-6))) + 1
+	ahead := int(math.Ceil(4*planSeconds/max(perStep, 1e-6))) + 2
 	return ep.info.Steps-(step+1) <= ahead
 }
 
