@@ -29,7 +29,7 @@ export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif 
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test demo bench bench-e2e lint fuzz venv clean
+.PHONY: help build deps test test-cluster demo bench bench-e2e lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ $(VENV)/.ok: requirements.txt
 test: build venv ## run every test: Go (with the Python peers required) and the trainer's pytest
 	MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
 	@if [ -d trainer/tests ]; then $(PY) -m pytest -q trainer/tests; fi
+
+test-cluster: build venv ## the long scale-out test: 3 NATS servers, leader + standby services, trainers, kills
+	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py
 
 demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank CPU trainer, balance report
 	scripts/demo.sh

@@ -74,6 +74,7 @@ func BenchmarkTransport(b *testing.B) {
 	for _, rows := range []int{4, 32} {
 		payload := mustEncodeB(b, benchMeta(0), testRows(benchMeta(0), rows))
 		name := fmt.Sprintf("ranks=%d/rows=%d/mib=%.1f", ranks, rows, float64(len(payload))/(1<<20))
+		b.Run("mode=core/"+name, func(b *testing.B) { benchCore(b, ranks, rows) })
 		b.Run("mode=jetstream/"+name, func(b *testing.B) { benchJetStream(b, ranks, rows) })
 		b.Run("mode=jetstream-memory/"+name, func(b *testing.B) { benchJetStreamStore(b, ranks, rows, true) })
 		b.Run("mode=raw/"+name, func(b *testing.B) { benchRaw(b, ranks, len(payload)) })
@@ -171,6 +172,91 @@ func benchJetStreamStore(b *testing.B, ranks, rows int, mem bool) {
 	b.StopTimer()
 }
 
+// benchCore is the core data plane: each rank's Fetcher (its own TCP
+// connection, a window of benchWindow batches) asks for its batches; an in-process
+// responder, as the service, answers each fetch from the encoded payloads
+// with SendBatch and each ack with an empty reply.
+func benchCore(b *testing.B, ranks, rows int) {
+	s := startServer(b, benchMaxPayload)
+	nc, _ := connectInProcess(b, s)
+	chunk, err := ChunkSize(nc.MaxPayload())
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Epoch 0, one micro-batch a step (the plan order a Fetcher asks in);
+	// the checksum is computed with the payload, as the service does.
+	payloads, sums := make([][][]byte, ranks), make([][]uint32, ranks)
+	rowsOf := testRows(benchMeta(0), rows)
+	for dp := range payloads {
+		for step := range b.N {
+			m := benchMeta(dp)
+			m.Epoch, m.Step, m.MicroBatch = 0, step, 0
+			payloads[dp] = append(payloads[dp], mustEncodeB(b, m, rowsOf))
+			sums[dp] = append(sums[dp], Checksum(payloads[dp][step]))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sendErr := make(chan error, 1)
+	for dp := range ranks {
+		subj, _ := FetchSubject("job-1", dp, 0)
+		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			var req FetchRequest
+			if err := DecodeControl(m.Data, &req); err != nil || req.Step >= b.N {
+				sendErr <- fmt.Errorf("bad fetch %q: %v", m.Data, err)
+				return
+			}
+			if _, err := SendBatch(nc, m.Reply, req.Key(), 0, payloads[dp][req.Step], sums[dp][req.Step], chunk); err != nil {
+				sendErr <- err
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	acks, _ := AckWildcard("job-1")
+	if _, err := nc.Subscribe(acks, func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
+		b.Fatal(err)
+	}
+	fs := make([]*Fetcher, ranks)
+	for dp := range ranks {
+		cn, _ := connect(b, s) // a trainer rank has its own connection
+		fc := DefaultFetcherConfig("job-1", dp, 0)
+		fc.Window, fc.WindowBytes = benchWindow, benchWindowBytes
+		if fs[dp], err = NewFetcher(cn, nil, fc); err != nil {
+			b.Fatal(err)
+		}
+		defer fs[dp].Close()
+		fs[dp].AddEpoch(0, b.N, 1)
+		fs[dp].Start(0, 0)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payloads[0][0]) * ranks))
+	b.ResetTimer()
+	defer reportCPU(b)()
+	var work []func(context.Context) error
+	for dp := range ranks {
+		work = append(work, func(ctx context.Context) error { return consumeN(ctx, fs[dp], b.N) })
+	}
+	work = append(work, func(ctx context.Context) error {
+		select {
+		case err := <-sendErr:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	})
+	done, stop := context.WithCancel(ctx)
+	defer stop()
+	err = runAll(done, func(ctx context.Context) error {
+		defer stop() // the consumers are done: stop watching for send errors
+		return runAll(ctx, work[:ranks]...)
+	}, work[ranks])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+}
+
 // reportCPU starts measuring the process's CPU time (user + system: server,
 // publisher and consumers together); the function it returns reports it per
 // op as cpu-ms/op, a figure that moves less than wall time on a shared
@@ -198,7 +284,9 @@ const benchPrefetch = 2
 // Python client: one goroutine fetches, verifies and decodes up to
 // benchPrefetch batches ahead; the other (the training loop) takes each,
 // releases it and acknowledges it (Ack waits for the server's confirmation).
-func consumeN(ctx context.Context, c *Consumer, n int) error {
+func consumeN(ctx context.Context, c interface {
+	Next(context.Context) (*Batch, error)
+}, n int) error {
 	taken := make(chan *Batch, benchPrefetch)
 	fetch := func(ctx context.Context) error {
 		defer close(taken)
@@ -359,3 +447,7 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, ch
 	}
 	return nil
 }
+
+// benchWindow and benchWindowBytes are the Fetcher's window in benchCore
+// (DefaultFetcherConfig's).
+const benchWindow, benchWindowBytes = 4, 32 << 20

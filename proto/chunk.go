@@ -31,6 +31,12 @@ func ChunkSize(maxPayload int64) (int, error) {
 // at most chunkSize data bytes and the full header set. Data slices alias
 // payload (no copy); keep payload unchanged until the messages are sent.
 func Chunk(key BatchKey, gen int, payload []byte, chunkSize int) ([]*nats.Msg, error) {
+	return ChunkSum(key, gen, payload, Checksum(payload), chunkSize)
+}
+
+// ChunkSum is Chunk with the payload's CRC-32C computed by the caller (once
+// per payload, however often it is sent).
+func ChunkSum(key BatchKey, gen int, payload []byte, sum uint32, chunkSize int) ([]*nats.Msg, error) {
 	if err := key.Validate(); err != nil {
 		return nil, err
 	}
@@ -42,7 +48,7 @@ func Chunk(key BatchKey, gen int, payload []byte, chunkSize int) ([]*nats.Msg, e
 	if n > 1<<31-1 {
 		return nil, fmt.Errorf("proto: chunk %v: %d chunks: %w", key, n, ErrTooLarge)
 	}
-	h := ChunkHeader{BatchKey: key, Gen: gen, Count: n, Size: int64(len(payload)), Checksum: Checksum(payload)}
+	h := ChunkHeader{BatchKey: key, Gen: gen, Count: n, Size: int64(len(payload)), Checksum: sum}
 	msgs := make([]*nats.Msg, n)
 	for i := range n {
 		h.Index = i

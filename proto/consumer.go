@@ -19,7 +19,8 @@ type Batch struct {
 	// Record is owned by the Batch; Release releases it.
 	Record arrow.RecordBatch
 
-	c     *Consumer
+	c     *Consumer // JetStream data plane
+	fetch *Fetcher  // core data plane
 	mu    sync.Mutex
 	msgs  []jetstream.Msg
 	acked bool
@@ -35,13 +36,21 @@ func (b *Batch) Release() {
 
 // Ack acknowledges every chunk of the batch (and any redelivered copies the
 // Consumer has seen since), waiting for the server to confirm the last one.
-// Acknowledged chunks are removed from the stream (work-queue retention).
+// Acknowledged chunks are removed from the stream (work-queue retention); on
+// the core data plane the service drops the batches up to this one.
 // Ack the batch once its step has been applied, not before: unacked batches
 // are redelivered after AckWait or a restart.
 func (b *Batch) Ack(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.acked {
+		return nil
+	}
+	if b.fetch != nil {
+		if err := b.fetch.ack(ctx, b.Header.BatchKey); err != nil {
+			return err
+		}
+		b.acked = true
 		return nil
 	}
 	for i, m := range b.msgs {
@@ -61,7 +70,8 @@ func (b *Batch) Ack(ctx context.Context) error {
 }
 
 // InProgress resets the server's AckWait timer of every chunk, for a caller
-// that holds the batch longer than AckWait.
+// that holds the batch longer than AckWait (nothing to do on the core data
+// plane, where the service holds a batch until it is acknowledged).
 func (b *Batch) InProgress() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -88,6 +88,13 @@ type RegisterReply struct {
 	Stream   string `json:"stream,omitempty"`
 	Consumer string `json:"consumer,omitempty"`
 	Subject  string `json:"subject,omitempty"`
+	// DataPlane is DataPlaneCore or DataPlaneJetStream; absent means
+	// JetStream (services before the core data plane). On the core data
+	// plane the rank asks for batches on FetchSubject and acknowledges them
+	// on AckSubject; Stream, Consumer and Subject are then unused.
+	DataPlane    string `json:"data_plane,omitempty"`
+	FetchSubject string `json:"fetch_subject,omitempty"`
+	AckSubject   string `json:"ack_subject,omitempty"`
 }
 
 // Feedback is published by a trainer rank after each step on

@@ -123,6 +123,7 @@ func TestDecodeControlRejects(t *testing.T) {
 func FuzzDecodeControl(f *testing.F) {
 	f.Add([]byte(`{"job":"clip","epoch":1,"step":3,"dp_rank":0,"mp_rank":1,"compute_seconds":0.5,"data_wait_seconds":0,"samples":12}`))
 	f.Add([]byte(`{"job":"clip","dp_rank":1,"mp_rank":0,"dp":2,"mp":2,"placement":"modality","epoch":0,"resume_step":0}`))
+	f.Add([]byte(`{"job":"clip","epoch":0,"step":42,"micro_batch":1,"dp_rank":1,"mp_rank":0}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var fb Feedback
 		if err := DecodeControl(b, &fb); err == nil {
@@ -133,6 +134,12 @@ func FuzzDecodeControl(f *testing.F) {
 		var r Register
 		if err := DecodeControl(b, &r); err == nil {
 			_ = r.ValidateAgainst("clip", Layout{DP: 2, MP: 2, Placement: PlacementModality})
+		}
+		var fr FetchRequest
+		if err := DecodeControl(b, &fr); err == nil {
+			if err := fr.Key().Validate(); err != nil {
+				t.Fatalf("decoded an invalid fetch %+v: %v", fr, err)
+			}
 		}
 	})
 }

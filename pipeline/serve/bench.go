@@ -136,13 +136,7 @@ func drainRank(ctx context.Context, s *Service, cfg Config, dp, mp int) error {
 	if !rep.OK {
 		return fmt.Errorf("serve: throughput rank %d.%d refused: %s", dp, mp, rep.Error)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	cc := proto.DefaultConsumerConfig(cfg.Job, dp, mp)
-	cc.MaxAckPending, cc.AckWait = cfg.MaxAckPending, cfg.AckWait
-	cons, err := proto.NewConsumer(ctx, js, memory.NewGoAllocator(), cc)
+	cons, err := rankReader(ctx, nc, cfg, rep, dp, mp)
 	if err != nil {
 		return err
 	}
@@ -163,6 +157,29 @@ func drainRank(ctx context.Context, s *Service, cfg Config, dp, mp int) error {
 		return err
 	}
 	return nc.Flush()
+}
+
+// rankReader returns a rank's reader on the service's data plane.
+func rankReader(ctx context.Context, nc *nats.Conn, cfg Config, rep proto.RegisterReply, dp, mp int) (interface {
+	Next(context.Context) (*proto.Batch, error)
+	Close()
+}, error) {
+	if rep.DataPlane == proto.DataPlaneCore {
+		f, err := proto.NewFetcher(nc, memory.NewGoAllocator(), proto.DefaultFetcherConfig(cfg.Job, dp, mp))
+		if err != nil {
+			return nil, err
+		}
+		f.AddEpoch(rep.Epoch, rep.Steps, rep.MicroBatches)
+		f.Start(rep.Epoch, 0)
+		return f, nil
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cc := proto.DefaultConsumerConfig(cfg.Job, dp, mp)
+	cc.MaxAckPending, cc.AckWait = cfg.MaxAckPending, cfg.AckWait
+	return proto.NewConsumer(ctx, js, memory.NewGoAllocator(), cc)
 }
 
 // cpuSeconds is the process's user + system CPU time.

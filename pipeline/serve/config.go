@@ -30,8 +30,19 @@ type Config struct {
 	// NATS selects the NATS deployment: empty URLs start the embedded server.
 	NATS NATSConfig
 
-	// StreamMaxBytes bounds the job's stream (1 GiB): the backpressure bound
-	// between preprocessing and trainers.
+	// DataPlane is how payloads travel (proto.DataPlaneCore, the default:
+	// core NATS, in memory, each rank asking for its next batches;
+	// proto.DataPlaneJetStream: the job's JetStream stream, one durable
+	// consumer per rank).
+	DataPlane string
+	// LeaseTTL is how long the job's leadership lease lives without renewal
+	// (5 s): a second service started for the same job stands by and takes
+	// over within about this long after the leader dies (at once when it
+	// stops cleanly).
+	LeaseTTL time.Duration
+	// StreamMaxBytes bounds the job's stream (1 GiB), or on the core data
+	// plane the service's in-memory outbox: the backpressure bound between
+	// preprocessing and trainers.
 	StreamMaxBytes int64
 	// StreamMemory keeps the stream in memory instead of files (false).
 	StreamMemory bool
@@ -112,8 +123,8 @@ func DefaultConfig() Config {
 	pub.AckTimeout = 5 * time.Second
 	return Config{
 		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
-		NATS:           NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
-		StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
+		NATS:      NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
 	}
@@ -126,6 +137,12 @@ func (c Config) Validate() error {
 	}
 	if err := proto.ValidateJob(c.Job); err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if c.LeaseTTL < 400*time.Millisecond {
+		return bad("lease TTL %v: want at least 400ms", c.LeaseTTL)
+	}
+	if c.DataPlane != proto.DataPlaneCore && c.DataPlane != proto.DataPlaneJetStream {
+		return bad("data plane %q: want %s or %s", c.DataPlane, proto.DataPlaneCore, proto.DataPlaneJetStream)
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -213,3 +230,6 @@ func (c Config) layout() proto.Layout {
 func (c Config) ranks() int { return c.Pipeline.Plan.DP * c.MP }
 
 func (c Config) lastEpoch() int { return c.Pipeline.Plan.Epoch + c.Epochs - 1 }
+
+// core reports whether payloads travel on the core data plane.
+func (c Config) core() bool { return c.DataPlane == proto.DataPlaneCore }

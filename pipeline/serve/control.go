@@ -167,10 +167,12 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	s.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
 	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
 	l := s.cfg.layout()
-	return proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
+	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, Placement: l.Placement,
 		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+	s.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
+	return rep
 }
 
 // refusalCode classifies a register refusal for the trainer: retry (the
@@ -221,7 +223,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	same := conn != "" && s.ranks[rank].conn == conn
 	s.ranks[rank].conn = conn
 	s.mu.Unlock()
-	if !same { // a new trainer incarnation: chunks the old one held come back at once
+	if !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
 		if err := s.resetConsumer(ctx, dp, mp); err != nil {
 			return err
 		}
@@ -232,7 +234,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	s.mu.Lock()
 	avail := s.ranks[rank].cursor
 	s.mu.Unlock()
-	h, stored, err := s.firstStored(ctx, dp, mp)
+	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,11 @@
 // Package serve is `mmfeed serve`: it plans each epoch of a dataset
 // (pipeline, balancer), preprocesses the planned samples on all cores, and
-// publishes every (epoch, step, micro-batch, dp rank, mp rank) batch as Arrow
-// IPC chunks on NATS JetStream (proto), one durable consumer per trainer
-// rank, following docs/protocol.md. It answers the trainers' control
+// builds every (epoch, step, micro-batch, dp rank, mp rank) batch as Arrow
+// IPC, following docs/protocol.md. On the core data plane (the default) it
+// holds the batches in memory (its outbox) and sends each one, in chunks on
+// core NATS, when its rank asks for it, dropping it when the rank
+// acknowledges it; on the JetStream data plane it publishes them to a
+// stream with one durable consumer per trainer rank. It answers the trainers' control
 // messages, keeps its state in the job's KV bucket so that a restart of the
 // service or of any trainer rank loses and repeats nothing, refits the cost
 // model from the trainers' measured step times, and serves the live balance
@@ -18,14 +21,32 @@
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
 // endpoints (/v1/report, /metrics, /healthz, /) and Stats.
 //
+// # Leadership
+//
+// One service serves a job: Run first takes the job's lease (a key with a
+// TTL in the KV bucket mmfeed_<job>_lease) and renews it; a second service
+// for the job stands by until the lease expires or is released, then starts
+// from the durable state as after a restart. A service that loses the lease
+// stops (ErrLeaseLost).
+//
 // # Delivery
 //
 //   - Each mp rank gets its modality's columns only (proto.ModalityFor): with
 //     placement modality the vision rank gets pixels, the text rank tokens,
 //     the same ids in the same order.
-//   - The stream is bounded (StreamMaxBytes, discard new): when trainers are
-//     slow or absent the publisher waits (backpressure) and preprocessing,
-//     which runs at most two steps ahead, waits with it. Memory stays bounded.
+//   - The outbox (or the stream) is bounded (StreamMaxBytes): when trainers
+//     are slow or absent the publisher waits (backpressure) and
+//     preprocessing, which runs at most two steps ahead, waits with it.
+//     Memory stays bounded. A rank waiting for its next batch always gets it
+//     into the outbox, so trainers that hold a step cannot stall the service.
+//   - A batch a rank asks for that was built and is no longer held is
+//     rebuilt (a rewind with the next generation); the plan and the
+//     preprocessing are deterministic, so it is byte-identical.
+//   - Epoch e+1 is planned while e is published, and the epochs run back to
+//     back, so there is no pause at the boundary.
+//   - Quarantined samples are recorded once each in the KV bucket
+//     mmfeed_<job>_quarantine (keyed by sample id), and in the
+//     quarantine-e<epoch>.jsonl files.
 //   - A rank's batches are published in plan order; its cursor is the next
 //     step to publish to it.
 //

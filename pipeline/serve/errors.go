@@ -19,3 +19,7 @@ var (
 	// ErrState: a value in the job's KV bucket is malformed.
 	ErrState = errors.New("malformed service state")
 )
+
+// ErrLeaseLost: the service could not renew its leadership of the job in
+// time, or another service holds it now; it stops so that only one serves.
+var ErrLeaseLost = errors.New("job lease lost")

@@ -79,6 +79,12 @@ func start(t testing.TB, cfg Config) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startService(t, s)
+}
+
+// startService runs s in the background until the test ends.
+func startService(t testing.TB, s *Service) *running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{s: s, cancel: cancel, errc: make(chan error, 1)}
 	go func() { r.errc <- s.Run(ctx) }()

@@ -52,9 +52,17 @@ func (b *stepBarrier) wait(ctx context.Context, k proto.BatchKey) error {
 // future batches could fill the stream while another rank's current batch
 // waits for room, and nothing would move until JetStream redelivered after
 // ack_wait (the stall seen in `make demo`). The service publishes in step order,
-// so the epoch finishes long before ack_wait.
+// so the epoch finishes long before ack_wait. On the core data plane the outbox
+// always takes the batch a waiting rank needs next.
 func TestLockstepTrainersSmallStream(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { lockstepSmallStream(t, plane) })
+	}
+}
+
+func lockstepSmallStream(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 240), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = "dynamic", 128*128

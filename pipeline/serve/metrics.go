@@ -126,14 +126,17 @@ func (s *Service) Stats() Stats {
 		BuildSeconds: sec(stageBuild), EncodeSeconds: sec(stageEncode), PublishSeconds: sec(stagePublish)}
 }
 
-// stateCollector reports gauges read at scrape time: the stream's bytes and
-// messages, each rank's pending and unacknowledged chunks and positions,
+// stateCollector reports gauges read at scrape time from the service's
+// memory, never from NATS: the outbox's bytes (core data plane) or the last
+// snapshot of the stream's bytes and messages and each rank's pending and
+// unacknowledged chunks (JetStream data plane, pollStream), positions,
 // and quarantined samples by reason.
 type stateCollector struct{ s *Service }
 
 var (
 	descStreamBytes = prometheus.NewDesc("mmfeed_serve_stream_bytes", "Bytes stored in the job's stream (the queue to the trainers).", nil, nil)
 	descStreamMsgs  = prometheus.NewDesc("mmfeed_serve_stream_messages", "Chunk messages stored in the job's stream.", nil, nil)
+	descOutboxBytes = prometheus.NewDesc("mmfeed_serve_outbox_bytes", "Bytes of built batches held in memory for the ranks (core data plane).", nil, nil)
 	descPending     = prometheus.NewDesc("mmfeed_serve_rank_pending_chunks", "Chunks stored for the rank and not yet delivered.", []string{"dp", "mp"}, nil)
 	descAckPending  = prometheus.NewDesc("mmfeed_serve_rank_unacked_chunks", "Chunks delivered to the rank and not yet acknowledged.", []string{"dp", "mp"}, nil)
 	descNextStep    = prometheus.NewDesc("mmfeed_serve_rank_next_step", "First step (within its epoch) the rank's trainer still needs.", []string{"dp", "mp"}, nil)
@@ -142,31 +145,26 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStreamBytes, descStreamMsgs, descPending, descAckPending, descNextStep, descNextEpoch, descQuarantined} {
+	for _, d := range []*prometheus.Desc{descOutboxBytes, descStreamBytes, descStreamMsgs, descPending, descAckPending, descNextStep, descNextEpoch, descQuarantined} {
 		ch <- d
 	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if s.stream != nil {
-		if info, err := s.stream.Info(ctx); err == nil {
-			ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(info.State.Bytes))
-			ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(info.State.Msgs))
-		}
-		for r := range s.cfg.ranks() {
-			dp, mp := r/s.cfg.MP, r%s.cfg.MP
-			cons, err := s.stream.Consumer(ctx, proto.ConsumerName(s.cfg.Job, dp, mp))
-			if err != nil {
+	if s.out != nil {
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(s.out.size()))
+	}
+	if snap := s.streamSnap.Load(); snap != nil {
+		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(snap.bytes))
+		ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(snap.msgs))
+		for r, c := range snap.ranks {
+			if !c.ok {
 				continue
 			}
-			if ci, err := cons.Info(ctx); err == nil {
-				l := []string{strconv.Itoa(dp), strconv.Itoa(mp)}
-				ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(ci.NumPending), l...)
-				ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(ci.NumAckPending), l...)
-			}
+			l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(c.pending), l...)
+			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.ackPending), l...)
 		}
 	}
 	s.mu.Lock()
@@ -178,5 +176,49 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Unlock()
 	for reason, n := range s.live.quarantined() {
 		ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.CounterValue, float64(n), reason)
+	}
+}
+
+// streamSnapshot is the JetStream data plane's stream state, polled.
+type streamSnapshot struct {
+	bytes, msgs uint64
+	ranks       []consumerSnapshot
+}
+
+type consumerSnapshot struct {
+	ok                  bool
+	pending, ackPending uint64
+}
+
+// streamPoll is how often pollStream reads the stream and consumer state.
+const streamPoll = 2 * time.Second
+
+// pollStream keeps s.streamSnap current until ctx ends (JetStream data plane
+// only), so that a Prometheus scrape makes no JetStream request.
+func (s *Service) pollStream(ctx context.Context) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, streamPoll)
+		snap := &streamSnapshot{ranks: make([]consumerSnapshot, s.cfg.ranks())}
+		if info, err := s.stream.Info(rctx); err == nil {
+			snap.bytes, snap.msgs = info.State.Bytes, info.State.Msgs
+			for r := range snap.ranks {
+				cons, err := s.stream.Consumer(rctx, proto.ConsumerName(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP))
+				if err != nil {
+					continue
+				}
+				if ci, err := cons.Info(rctx); err == nil {
+					snap.ranks[r] = consumerSnapshot{ok: true, pending: ci.NumPending, ackPending: uint64(ci.NumAckPending)}
+				}
+			}
+			s.streamSnap.Store(snap)
+		}
+		cancel()
+		t := time.NewTimer(streamPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
 	}
 }

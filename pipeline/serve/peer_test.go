@@ -25,6 +25,7 @@ func TestPythonPeerTrains(t *testing.T) {
 	py := testpeer.Python(t)
 	cfg := testConfig(t, corpus(t, 60), 2, 2, "modality")
 	cfg.Epochs, cfg.Recalibrate = 2, -1
+	cfg.DataPlane = proto.DataPlaneJetStream // the peer follows protocol section 9
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

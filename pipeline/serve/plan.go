@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
@@ -37,6 +36,12 @@ const reportThumbnails = 6
 // stored's first segment (or model when stored is nil), replays stored's
 // recalibration segments, and builds the strategy comparison.
 func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
+	return prepareEpochTo(ctx, cfg, epoch, stored, model, nil)
+}
+
+// prepareEpochTo is prepareEpoch that also records quarantined samples in
+// the job's quarantine bucket qkv (when not nil).
+func prepareEpochTo(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -46,6 +51,11 @@ func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo,
 	qw, qfile, err := openQuarantine(cfg.QuarantineDir, epoch)
 	if err != nil {
 		return nil, err
+	}
+	if qkv != nil {
+		sink := *qkv
+		sink.file = qw
+		qw = &sink
 	}
 	prep, err := pipeline.Prepare(ctx, pc, qw)
 	if err != nil {
@@ -117,54 +127,22 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.
 }
 
 // replan replaces the steps from seg.FromStep on with a plan of their real
-// samples (in epoch order) under seg.Model, and records the segment. It
-// keeps the old steps and reports false when the new plan would not have the
-// same number of steps (global-tokens batches) or would drop or reject items.
+// samples under seg.Model (balancer.Plan.Replan), and records the segment.
+// It keeps the old steps and reports false when the new plan would not have
+// the same number of steps (global-tokens batches) or would drop or reject
+// items.
 func (ep *epochPlan) replan(seg Segment) bool {
 	from := seg.FromStep
 	if from >= len(ep.steps) {
 		return false
 	}
-	var idx []int32
-	for _, s := range ep.steps[from:] {
-		for _, rank := range s.Ranks {
-			for _, mb := range rank {
-				for _, e := range mb {
-					if e.Weight > 0 {
-						idx = append(idx, e.Item)
-					}
-				}
-			}
-		}
-	}
-	slices.Sort(idx)
-	all := ep.prep.Features.Items
-	items := make([]balancer.Item, len(idx))
-	for i, k := range idx {
-		items[i] = all[k]
-	}
-	c := ep.prep.Config.Plan
-	c.Model = seg.Model
-	p, err := balancer.Build(items, c)
-	if err != nil || len(p.Steps) != len(ep.steps)-from || len(p.Dropped) > 0 || len(p.Rejected) > 0 {
+	served := *ep.base
+	served.Steps = ep.steps
+	p, err := served.Replan(from, seg.Model)
+	if err != nil {
 		return false
 	}
-	steps := slices.Clone(ep.steps[:from])
-	for k, s := range p.Steps {
-		ns := balancer.Step{Index: from + k, Ranks: make([][]balancer.MicroBatch, len(s.Ranks))}
-		for r, rank := range s.Ranks {
-			ns.Ranks[r] = make([]balancer.MicroBatch, len(rank))
-			for m, mb := range rank {
-				out := make(balancer.MicroBatch, len(mb))
-				for i, e := range mb {
-					e.Item = idx[e.Item]
-					out[i] = e
-				}
-				ns.Ranks[r][m] = out
-			}
-		}
-		steps = append(steps, ns)
-	}
+	steps := p.Steps
 	ep.steps = steps
 	ep.info.Segments = append(ep.info.Segments, seg)
 	if ep.feats != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +23,7 @@ var errRewind = errors.New("rewind")
 // it applies rewinds (trainer restarts, resends); after the last epoch it
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
 func (s *Service) publishLoop(ctx context.Context) error {
+	defer s.ahead.Wait()
 	end := pos{s.cfg.lastEpoch() + 1, 0}
 	for {
 		if err := s.drainRewinds(ctx); err != nil {
@@ -43,15 +43,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		ep, err := s.epoch(ctx, start.Epoch)
-		if err != nil {
-			return err
-		}
-		if start.Step >= ep.info.Steps {
-			s.advanceEpoch(start.Epoch)
-			continue
-		}
-		err = s.run(ctx, ep, start.Step)
+		err := s.run(ctx, start)
 		switch {
 		case err == nil:
 			s.advanceEpoch(start.Epoch)
@@ -107,50 +99,6 @@ func (s *Service) advanceEpoch(e int) {
 	_ = e
 }
 
-// epoch returns the plan of epoch e, preparing it (and recording its info in
-// the KV bucket) when it is not the current one.
-func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
-	s.mu.Lock()
-	ep := s.plans[e]
-	stored, known := s.infos[e]
-	s.mu.Unlock()
-	if ep != nil {
-		return ep, nil
-	}
-	var sp *EpochInfo
-	if known {
-		sp = &stored
-	}
-	t0 := time.Now()
-	ep, err := prepareEpoch(ctx, s.cfg, e, sp, s.modelFor())
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
-		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds())
-	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
-		ep.close()
-		return nil, err
-	}
-	if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil {
-		ep.close()
-		return nil, err
-	}
-	s.mu.Lock()
-	for old, p := range s.plans { // keep the previous epoch for late feedback
-		if old < e-1 {
-			p.close()
-			delete(s.plans, old)
-		}
-	}
-	s.plans[e], s.cur, s.infos[e] = ep, ep, ep.info
-	close(s.planned)
-	s.planned = make(chan struct{})
-	s.mu.Unlock()
-	s.live.setEpoch(ep)
-	return ep, nil
-}
-
 // outMsg is one encoded micro-batch on its way to a rank's publisher.
 type outMsg struct {
 	key     proto.BatchKey
@@ -164,11 +112,14 @@ type outMsg struct {
 // and encoding step k+1 overlaps publishing step k, and memory stays bounded.
 const stepQueue = 2
 
-// run preprocesses epoch ep from step start. Each step is built and encoded
-// for the ranks whose position is at it (ranks in parallel) and queued to the
-// rank's publisher goroutine, which publishes in order and moves the rank's
-// cursor after the step's last micro-batch.
-func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
+// run preprocesses from start to the end of the job's last epoch. Each step
+// is built and encoded for the ranks whose position is at it (ranks in
+// parallel) and queued to the rank's publisher goroutine, which publishes in
+// order and moves the rank's cursor after the step's last micro-batch. The
+// epochs follow each other in one run: the next epoch's preprocessing starts
+// (on its plan, prepared ahead) while the rank publishers still hand out the
+// last steps of the previous one, so there is no pause at the boundary.
+func (s *Service) run(ctx context.Context, start pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.mu.Lock()
@@ -187,10 +138,6 @@ func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 		s.runCancel = nil
 		s.mu.Unlock()
 	}()
-	pp, err := pipeline.NewPreprocessor(ep.prep)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
 	g, gctx := errgroup.WithContext(rctx)
 	queues := make([]chan outMsg, len(next))
 	for r := range queues {
@@ -198,13 +145,10 @@ func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 		g.Go(func() error { return s.rankPublisher(gctx, r, queues[r]) })
 	}
 	mem := memory.NewGoAllocator()
-	wait := time.Now()
-	err = pp.Run(gctx, ep.planFrom(start), func(sb pipeline.StepBatch) error {
-		s.met.stage(stagePreprocess, time.Since(wait))
-		err := s.queueStep(gctx, mem, ep, sb, next, queues)
-		wait = time.Now()
-		return err
-	})
+	var err error
+	for e, from := start.Epoch, start.Step; e <= s.cfg.lastEpoch() && err == nil; e, from = e+1, 0 {
+		err = s.runEpoch(ctx, gctx, mem, e, from, next, queues)
+	}
 	for _, q := range queues {
 		close(q)
 	}
@@ -217,6 +161,32 @@ func (s *Service) run(ctx context.Context, ep *epochPlan, start int) error {
 	return err
 }
 
+// runEpoch preprocesses epoch e from step from and queues its steps; ctx is
+// the publisher's (planning ahead outlives a rewind), gctx the run's.
+func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan outMsg) error {
+	ep, err := s.epoch(gctx, e)
+	if err != nil {
+		return err
+	}
+	if from >= ep.info.Steps {
+		return nil
+	}
+	pp, err := pipeline.NewPreprocessor(ep.prep)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	wait, t0, done := time.Now(), time.Now(), 0
+	return pp.Run(gctx, ep.planFrom(from), func(sb pipeline.StepBatch) error {
+		s.met.stage(stagePreprocess, time.Since(wait))
+		err := s.queueStep(gctx, mem, ep, sb, next, queues)
+		wait = time.Now()
+		if done++; err == nil && s.planAheadDue(ep, sb.Step, done, time.Since(t0)) {
+			s.planAhead(ctx, e+1)
+		}
+		return err
+	})
+}
+
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
@@ -226,7 +196,7 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 	gens := make([]int, len(next))
 	s.mu.Lock()
 	for r := range next {
-		if next[r] == here {
+		if next[r] = s.norm(next[r]); next[r] == here {
 			targets = append(targets, r)
 			gens[r] = s.ranks[r].gen
 		}
@@ -332,17 +302,26 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 				return err
 			}
 		}
-		if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
-			return err
+		if s.cfg.core() {
+			if err := s.out.put(ctx, r, &outItem{key: m.key, gen: m.gen, payload: m.payload, sum: proto.Checksum(m.payload)}); err != nil {
+				return err
+			}
+		} else {
+			if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
+				return err
+			}
+			s.met.stage(stagePublish, time.Since(t0))
 		}
-		s.met.stage(stagePublish, time.Since(t0))
 		s.met.published(len(m.payload), m.samples)
+		if s.built != nil {
+			s.built(m.key)
+		}
 		if !m.last {
 			continue
 		}
 		s.mu.Lock()
-		if rs := &s.ranks[r]; rs.cursor == (pos{m.key.Epoch, m.key.Step}) && rs.gen == m.gen {
-			rs.cursor = pos{m.key.Epoch, m.key.Step + 1}
+		if rs := &s.ranks[r]; s.norm(rs.cursor) == (pos{m.key.Epoch, m.key.Step}) && rs.gen == m.gen {
+			rs.cursor = s.norm(pos{m.key.Epoch, m.key.Step + 1})
 			close(s.published)
 			s.published = make(chan struct{})
 		}
@@ -473,7 +452,9 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	if s.cfg.core() {
+		s.out.purge(req.rank)
+	} else if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
 		return fmt.Errorf("serve: purge %s: %w", subj, err)
 	}
 	gen := rs.gen + 1

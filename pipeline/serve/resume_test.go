@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -34,8 +35,18 @@ func counter(t testing.TB, s *Service, name string) float64 {
 // its last acknowledged step, rank 1 from a checkpoint two steps older than
 // its acknowledgements (the service republishes those steps with a new
 // generation). Nothing is lost or applied twice.
+// dataPlanes are the data planes the resume tests run on.
+var dataPlanes = []string{proto.DataPlaneCore, proto.DataPlaneJetStream}
+
 func TestTrainerRestart(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { testTrainerRestart(t, plane) })
+	}
+}
+
+func testTrainerRestart(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	r := start(t, cfg)
@@ -78,7 +89,14 @@ func TestTrainerRestart(t *testing.T) {
 // reconnect, the service resumes from the KV state and the stream, and every
 // batch is applied exactly once.
 func TestServiceRestart(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { testServiceRestart(t, plane) })
+	}
+}
+
+func testServiceRestart(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:" + itoa(freePort(t))
@@ -182,16 +200,27 @@ func TestExternalNATSOutage(t *testing.T) {
 // when the stream is full, the heap stays bounded while it waits, and
 // everything is delivered once trainers appear.
 func TestBackpressure(t *testing.T) {
+	for _, plane := range dataPlanes {
+		t.Run(plane, func(t *testing.T) { backpressure(t, plane) })
+	}
+}
+
+func backpressure(t *testing.T, plane string) {
 	cfg := testConfig(t, corpus(t, 160), 2, 1, "colocated")
+	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.StreamMaxBytes = 512 << 10
 	cfg.Pipeline.Image.Size = 64 // 24 KiB a sample: the stream holds a few steps of the 20
 	r := start(t, cfg)
+	held := "mmfeed_serve_outbox_bytes"
+	if !cfg.core() {
+		held = "mmfeed_serve_stream_bytes"
+	}
 	var stalled float64
 	checkFor(t, 30*time.Second, 500*time.Millisecond, func() error {
 		n := counter(t, r.s, "mmfeed_serve_batches_total")
-		room := float64(cfg.StreamMaxBytes) - counter(t, r.s, "mmfeed_serve_stream_bytes")
+		room := float64(cfg.StreamMaxBytes) - counter(t, r.s, held)
 		full := n > 0 && room < 2*counter(t, r.s, "mmfeed_serve_bytes_total")/n+4096
 		if n != stalled || !full {
 			stalled = n
@@ -211,7 +240,7 @@ func TestBackpressure(t *testing.T) {
 	if got := counter(t, r.s, "mmfeed_serve_batches_total"); got != stalled {
 		t.Errorf("published %v batches while the stream was full (had %v)", got, stalled)
 	}
-	if bytes := counter(t, r.s, "mmfeed_serve_stream_bytes"); bytes > float64(cfg.StreamMaxBytes) {
+	if bytes := counter(t, r.s, held); bytes > float64(cfg.StreamMaxBytes) {
 		t.Errorf("stream holds %v bytes > max %d", bytes, cfg.StreamMaxBytes)
 	}
 	if h1 > h0+8<<20 {

@@ -59,8 +59,15 @@ type Service struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	st     state
-	pub    *proto.Publisher
-	gate   *controlGate // bounds the control handlers' goroutines (control.go)
+	pub    *proto.Publisher // JetStream data plane
+	gate   *controlGate     // bounds the control handlers' goroutines (control.go)
+	out    *outbox          // core data plane
+	// streamSnap is the last polled stream state (JetStream data plane).
+	streamSnap atomic.Pointer[streamSnapshot]
+	// quarantine records quarantined samples in the job's quarantine bucket.
+	quarantine *quarantineSink
+	// chunkSize is the data bytes per message on the core data plane.
+	chunkSize int
 
 	ready     chan struct{}
 	clientURL string
@@ -69,11 +76,16 @@ type Service struct {
 	rewindCh chan rewindReq
 	progress chan struct{}
 
-	mu         sync.Mutex
-	ranks      []rankState
-	infos      map[int]EpochInfo
-	plans      map[int]*epochPlan
-	cur        *epochPlan
+	mu       sync.Mutex
+	ranks    []rankState
+	infos    map[int]EpochInfo
+	plans    map[int]*epochPlan
+	planJobs map[int]*planJob // preparations started, by epoch
+	active   int              // the epoch being published (-1 before the first)
+	ahead    sync.WaitGroup   // planAhead goroutines
+	// built, when set (tests), is called after each batch is handed to the
+	// data plane.
+	built      func(proto.BatchKey)
 	planned    chan struct{} // closed (and replaced) whenever infos grows
 	published  chan struct{} // closed (and replaced) whenever a rank's cursor moves on
 	warnedRoom atomic.Bool   // checkStreamRoom warned
@@ -100,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}),
 		rewindCh: make(chan rewindReq, 64), progress: make(chan struct{}, 1),
-		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{},
+		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, planJobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), published: make(chan struct{}), live: newLive(cfg)}
 	s.cal = newCalibrator(cfg)
 	s.met = newMetrics(s)
@@ -143,6 +155,14 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.stopNATS()
+	ls, err := openLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
+	if err != nil {
+		return err
+	}
+	if err := ls.acquire(ctx); err != nil {
+		return nil // stopped while standing by
+	}
+	defer ls.release()
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
@@ -156,6 +176,17 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ls.hold(gctx) })
+	if !s.cfg.core() {
+		g.Go(func() error { return s.pollStream(gctx) })
+	}
+	if s.cfg.core() {
+		dsubs, err := s.subscribeData(gctx)
+		if err != nil {
+			return err
+		}
+		subs = append(subs, dsubs...)
+	}
 	if s.cfg.HTTP != "" {
 		ln, err := net.Listen("tcp", s.cfg.HTTP)
 		if err != nil {
@@ -258,23 +289,38 @@ func (s *Service) closePlans() {
 	}
 }
 
-// setup creates the stream, the KV bucket and every rank's consumer, checks
-// the job record and restores the ranks' positions.
+// setup creates the KV bucket and, on the JetStream data plane, the stream
+// and every rank's consumer (on the core data plane, the outbox), checks the
+// job record and restores the ranks' positions.
 func (s *Service) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c := s.cfg
-	var err error
-	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
 	kv, err := proto.EnsureKV(ctx, s.js, c.Job, c.StreamMemory, c.Replicas)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.st = state{kv}
+	qkv, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas)
+	if err != nil {
+		return fmt.Errorf("serve: quarantine bucket: %w", err)
+	}
+	s.quarantine = &quarantineSink{kv: qkv, log: s.log}
+	if c.core() {
+		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
+		if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		if err := s.checkJob(ctx); err != nil {
+			return err
+		}
+		return s.restore(ctx)
+	}
+	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
+		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	for r := range c.ranks() {
 		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
 		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
@@ -345,6 +391,10 @@ func (s *Service) restore(ctx context.Context) error {
 			rs.next = s.norm(pos{e, st + 1})
 		}
 		rs.cursor = rs.next
+		if s.cfg.core() { // nothing outlives the service on the core data plane
+			s.ranks[r] = rs
+			continue
+		}
 		if last, ok, err := s.lastStored(ctx, dp, mp); err != nil {
 			return err
 		} else if ok && rs.cursor.less(last) {

@@ -25,8 +25,10 @@ type trainer struct {
 	url    string
 	maxAck int
 
+	core bool // the core data plane: a proto.Fetcher instead of a proto.Consumer
+
 	nc   *nats.Conn
-	cons *proto.Consumer
+	cons batchSource
 
 	mu      sync.Mutex
 	applied map[proto.BatchKey][]proto.Row // the trainer's "checkpointed" batches
@@ -40,15 +42,32 @@ type trainer struct {
 	barrier func(ctx context.Context, k proto.BatchKey) error
 }
 
+// batchSource is a rank's reader on either data plane.
+type batchSource interface {
+	Next(ctx context.Context) (*proto.Batch, error)
+	Close()
+}
+
 func newTrainer(t testing.TB, cfg Config, url string, dp, mp int) *trainer {
 	return &trainer{t: t, job: cfg.Job, dp: dp, mp: mp, layout: cfg.layout(), url: url, maxAck: cfg.MaxAckPending,
-		applied: map[proto.BatchKey][]proto.Row{}}
+		core: cfg.core(), applied: map[proto.BatchKey][]proto.Row{}}
 }
 
 func (tr *trainer) connect(ctx context.Context) error {
 	nc, err := nats.Connect(tr.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		return err
+	}
+	if tr.core {
+		fc := proto.DefaultFetcherConfig(tr.job, tr.dp, tr.mp)
+		fc.Timeout = 2 * time.Second
+		f, err := proto.NewFetcher(nc, memory.NewGoAllocator(), fc)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		tr.nc, tr.cons = nc, f
+		return nil
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -140,7 +159,13 @@ func (tr *trainer) runEpoch(ctx context.Context, epoch, stopAfter int) error {
 		return fmt.Errorf("register refused: %s", rep.Error)
 	}
 	tr.reply = rep
-	tr.cons.SkipBefore(epoch, resume)
+	switch c := tr.cons.(type) {
+	case *proto.Consumer:
+		c.SkipBefore(epoch, resume)
+	case *proto.Fetcher:
+		c.AddEpoch(epoch, rep.Steps, rep.MicroBatches)
+		c.Start(epoch, resume)
+	}
 	return tr.consume(ctx, epoch, stopAfter)
 }
 

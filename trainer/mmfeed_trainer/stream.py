@@ -1,7 +1,10 @@
 """NATS stream client of a trainer rank (docs/protocol.md sections 6-9), with nats-py.
 
-``StreamSource`` registers the rank with the service (``register``), pulls its chunks from
-its durable JetStream consumer, reassembles and verifies them (``wire.Reassembler``),
+``StreamSource`` registers the rank with the service (``register``), then reads its chunks
+on the data plane the register reply names: on the core data plane (the default) it asks for
+its next batches itself, a window of them ahead, on the rank's fetch subject and acknowledges
+applied batches on its ack subject; on the JetStream data plane it pulls them from its durable
+consumer. It reassembles and verifies them (``wire.Reassembler``),
 decodes each payload to one Arrow record batch, checks it against the chunk headers, and
 yields whole steps in (epoch, step, micro-batch) order, registering again for each next
 epoch until the service has none. While the service is not up yet or still plans the epoch,
@@ -56,7 +59,7 @@ class StreamSource(Source):
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
                  fetch_bytes: int = 32 << 20, placement: str | None = None, global_rank: int | None = None,
-                 wait_s: float = 600.0):
+                 wait_s: float = 600.0, fetch_window: int = 4, fetch_timeout_s: float = 10.0):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
         5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery.
@@ -67,12 +70,21 @@ class StreamSource(Source):
         ``placement``: "colocated" or "modality"; None takes the service's.
         ``global_rank``: this process's rank in a world of ``dims.world_size`` ranks; when set,
         (dp, mp) are taken from the service and ``ranks`` is derived (rank = dp_rank * mp + mp_rank).
-        ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans."""
+        ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans.
+        ``fetch_window`` (core data plane): batches asked for ahead, fewer when that many of the
+        last batch's size would exceed ``fetch_bytes``. ``fetch_timeout_s``: a batch asked for
+        and not received within this is asked for again (and at once after a reconnect)."""
         super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
         self.fetch_batch = fetch_batch
         self.fetch_bytes = fetch_bytes
+        self.fetch_window = fetch_window
+        self.fetch_timeout_s = fetch_timeout_s
+        self._core = False
+        self._inbox = None
+        self._inbox_q: asyncio.Queue | None = None
+        self._reconnects = 0
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_reorder = max_reorder
@@ -143,13 +155,19 @@ class StreamSource(Source):
         if reply.get("modality", want) != want:
             raise StreamError(f"stream: service sends modality {reply.get('modality')!r}, this rank needs {want!r}")
         self.modality = want
-        if self._sub is None:
+        self._core = reply.get("data_plane") == "core"
+        if self._core and self._inbox is None:
+            self._inbox_q = asyncio.Queue()
+            self._inbox = self._nc.new_inbox()
+            await self._nc.subscribe(self._inbox, cb=self._inbox_q.put, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        elif not self._core and self._sub is None:
             js = self._nc.jetstream()
             self._sub = await js.pull_subscribe(reply["subject"], durable=reply["consumer"], stream=reply["stream"])
         self.reply = reply
         self._epochs[reply.get("epoch", epoch)] = reply
-        log.info("registered for epoch %d: %d steps x %d micro-batches, consumer %s", reply.get("epoch", epoch),
-                 reply["steps"], reply["micro_batches"], reply["consumer"])
+        log.info("registered for epoch %d: %d steps x %d micro-batches, %s", reply.get("epoch", epoch),
+                 reply["steps"], reply["micro_batches"],
+                 reply.get("fetch_subject") if self._core else f"consumer {reply['consumer']}")
         return reply
 
     def _placement(self) -> str:
@@ -160,9 +178,12 @@ class StreamSource(Source):
         import nats
         if self._nc is None:
             left = max(deadline - time.monotonic(), 0.1)
+
+            async def reconnected():
+                self._reconnects += 1
             self._nc = await asyncio.wait_for(nats.connect(
                 self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5), timeout=left)
+                reconnect_time_wait=0.5, reconnected_cb=reconnected), timeout=left)
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}
@@ -272,6 +293,88 @@ class StreamSource(Source):
                 else:
                     yield res.header.key, self._decode(res), res.tags
 
+    # -- core data plane --------------------------------------------------------------------
+    def _in_plan(self, k: tuple[int, int, int]) -> bool:
+        shape = self._epochs.get(k[0])
+        return shape is not None and k[1] < shape["steps"] and k[2] < shape["micro_batches"]
+
+    def _after(self, k: tuple[int, int, int]) -> tuple[int, int, int]:
+        e, s, mb = k
+        shape = self._epochs[e]
+        if mb + 1 < shape["micro_batches"]:
+            return e, s, mb + 1
+        if s + 1 < shape["steps"]:
+            return e, s + 1, 0
+        return e + 1, 0, 0
+
+    def _request(self, k: tuple[int, int, int]) -> dict:
+        return {"job": self.job, "epoch": k[0], "step": k[1], "micro_batch": k[2],
+                "dp_rank": self.dp_rank, "mp_rank": self.mp_rank}
+
+    async def _ask(self, keys) -> None:
+        for k in keys:
+            await self._nc.publish(self.reply["fetch_subject"], json.dumps(self._request(k)).encode(),
+                                   reply=self._inbox)
+
+    async def _take(self, timeout: float) -> list:
+        """The chunks on the inbox: waits up to ``timeout`` for the first."""
+        try:
+            msgs = [await asyncio.wait_for(self._inbox_q.get(), timeout)]
+        except asyncio.TimeoutError:
+            return []
+        while not self._inbox_q.empty():
+            msgs.append(self._inbox_q.get_nowait())
+        return msgs
+
+    def _core_batches(self, start: tuple[int, int, int]) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
+        """Verified (key, record, [ack handle]) in plan order: asks for a window of batches ahead
+        (the consumer's flow control), again for any not received within ``fetch_timeout_s`` or
+        after a reconnect; the service regenerates a batch it no longer holds."""
+        reasm = Reassembler(max_pending=2 * self.fetch_window + 2)
+        nxt, asked, last_size = start, {}, 0
+        reconnects = self._reconnects
+        idle_since = time.monotonic()
+        while True:
+            limit = self.fetch_window
+            if last_size:
+                limit = max(1, min(limit, self.fetch_bytes // last_size))
+            now = time.monotonic()
+            new = []
+            while len(asked) + len(new) < limit and self._in_plan(nxt):
+                new.append(nxt)
+                nxt = self._after(nxt)
+            again = [k for k, t in asked.items() if now - t > self.fetch_timeout_s or reconnects != self._reconnects]
+            reconnects = self._reconnects
+            if new or again:
+                self._call(self._ask(new + again), timeout=self.request_timeout_s)
+                asked.update((k, now) for k in new + again)
+            msgs = self._call(self._take(1.0), timeout=self.request_timeout_s)
+            if msgs:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > self.idle_timeout_s:
+                raise StreamError(f"stream: no batch for {self.idle_timeout_s:.0f} s")
+            decided = reasm.expire(time.monotonic())
+            for m in msgs:
+                try:
+                    decided += reasm.add(m.headers, m.data)
+                except ChunkError as err:
+                    log.warning("dropping a bad chunk: %s", err)
+            for res in decided:
+                key = res.header.key
+                k = (key.epoch, key.step, key.micro_batch)
+                if res.duplicate or k not in asked:
+                    continue
+                if res.error:
+                    log.warning("batch %s failed (%s): asking for it again", key, res.error)
+                    asked[k] = 0.0
+                    continue
+                del asked[k]
+                last_size = len(res.payload)
+                yield key, self._decode(res), [_CoreAck(self, k)]
+
+    async def _send_ack(self, k: tuple[int, int, int]) -> None:
+        await self._nc.publish(self.reply["ack_subject"], json.dumps(self._request(k)).encode())
+
     def steps(self, position: dict) -> Iterator[StepData]:
         """Whole steps in (epoch, step) order from ``position`` to the job's last epoch.
 
@@ -286,7 +389,8 @@ class StreamSource(Source):
             epoch, step = epoch + 1, 0
         held: dict[tuple[int, int, int], tuple[pa.RecordBatch, list]] = {}
         current = StepData(step, [], epoch=epoch)
-        for key, rec, tags in self._batches():
+        batches = self._core_batches((epoch, step, 0)) if self._core else self._batches()
+        for key, rec, tags in batches:
             k = (key.epoch, key.step, key.micro_batch)
             if k < (epoch, step, mb):
                 self._ack_tags(tags)  # already trained (a checkpoint or an old replay)
@@ -365,6 +469,25 @@ class StreamSource(Source):
             self._nc = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+class _CoreAck:
+    """The acknowledgement handle of one batch on the core data plane (what a JetStream message
+    is on the other): ``ack`` tells the service every batch up to this one is applied."""
+
+    __slots__ = ("source", "key")
+
+    def __init__(self, source: StreamSource, key: tuple[int, int, int]):
+        self.source, self.key = source, key
+
+    async def ack(self) -> None:
+        await self.source._send_ack(self.key)
+
+    async def term(self) -> None:
+        """Nothing to terminate: a failed batch is asked for again."""
+
+    async def in_progress(self) -> None:
+        """Nothing to extend: the service holds a batch until it is acknowledged."""
 
 
 class Stream:

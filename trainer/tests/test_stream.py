@@ -14,6 +14,7 @@ import sys
 import subprocess
 import threading
 import time
+from collections import defaultdict
 
 import pyarrow as pa
 import pytest
@@ -302,3 +303,84 @@ def test_large_chunks_do_not_stall_until_ack_wait(nats_url_8mb):
 ])
 def test_fetch_size_bounds_bytes_per_fetch(batch, max_bytes, max_payload, want):
     assert fetch_size(batch, max_bytes, max_payload) == want
+
+
+class FakeCoreService:
+    """A service on the core data plane: answers register with ``data_plane: core`` and each
+    fetch with the batch's chunks, except that it ignores the first fetch of ``drop`` keys and
+    corrupts its first answer for ``corrupt`` keys; records fetches and acks."""
+
+    def __init__(self, url, *, drop=(), corrupt=()):
+        self.url, self.drop, self.corrupt = url, set(drop), set(corrupt)
+        self.fetches, self.acks = defaultdict(int), []
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.call(self._start())
+
+    def call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    async def _start(self):
+        import nats
+        self.nc = await nats.connect(self.url)
+
+        async def on_register(msg):
+            req = json.loads(msg.data)
+            ok = req["epoch"] < EPOCHS
+            await msg.respond(json.dumps({
+                "ok": ok, "error": "" if ok else "epoch outside the job's epochs", "plan_hash": f"plan{req['epoch']}",
+                "steps": STEPS if ok else 0, "micro_batches": MICRO if ok else 0, "epoch": req["epoch"],
+                "modality": "all", "data_plane": "core", "fetch_subject": f"mmfeed.{JOB}.fetch.0.0",
+                "ack_subject": f"mmfeed.{JOB}.ack.0.0"}).encode())
+
+        async def on_fetch(msg):
+            req = json.loads(msg.data)
+            k = (req["epoch"], req["step"], req["micro_batch"])
+            self.fetches[k] += 1
+            first = self.fetches[k] == 1
+            if first and k in self.drop:
+                return
+            key = wire.BatchKey(JOB, *k, 0, 0)
+            for h, d in wire.make_chunks(key, payload(k[1], k[2], k[0]), 4096):
+                if first and k in self.corrupt and h["Mmfeed-Chunk"].startswith("0/"):
+                    d = bytes([d[0] ^ 0xFF]) + d[1:]
+                await self.nc.publish(msg.reply, d, headers=h)
+
+        async def on_ack(msg):
+            req = json.loads(msg.data)
+            self.acks.append((req["epoch"], req["step"], req["micro_batch"]))
+
+        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
+        await self.nc.subscribe(f"mmfeed.{JOB}.fetch.0.0", cb=on_fetch)
+        await self.nc.subscribe(f"mmfeed.{JOB}.ack.0.0", cb=on_ack)
+
+    def close(self):
+        self.call(self.nc.drain())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def test_core_data_plane_asks_again_and_acks_in_plan_order(nats_url):
+    """On the core data plane the client asks for a window of batches, asks again for one whose
+    fetch was lost (after fetch_timeout_s) or whose payload failed its checksum (at once),
+    yields every step in plan order across both epochs, and acknowledges each batch it applied."""
+    svc = FakeCoreService(nats_url, drop=[(0, 1, 0)], corrupt=[(0, 2, 1)])
+    try:
+        src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30, fetch_timeout_s=0.5,
+                           fetch_window=3)
+        src.register({"epoch": 0, "next_step": 0})
+        got = []
+        for step in src.steps({"epoch": 0, "next_step": 0}):
+            got.append((step.epoch, step.step))
+            for mb, rec in enumerate(step.records):
+                assert rec.equals(pa.ipc.open_stream(payload(step.step, mb, step.epoch)).read_next_batch())
+            src.ack(step)
+        src.close()
+        assert got == [(e, s) for e in range(EPOCHS) for s in range(STEPS)]
+        assert svc.fetches[(0, 1, 0)] >= 2 and svc.fetches[(0, 2, 1)] >= 2
+        deadline = time.monotonic() + 10
+        want = [(e, s, mb) for e in range(EPOCHS) for s in range(STEPS) for mb in range(MICRO)]
+        while len(svc.acks) < len(want) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert svc.acks == want
+    finally:
+        svc.close()

@@ -1,0 +1,179 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+)
+
+// fetchWait bounds how long a fetch waits for its batch to be built; the
+// rank asks again after its own timeout.
+const fetchWait = 2 * time.Minute
+
+// subscribeData installs the core data plane's handlers: one fetch
+// subscription per rank (each runs on its own goroutine, so a rank's fetches
+// are answered in order and a fetch that waits for its batch holds up only
+// that rank) and one ack subscription for all ranks. ctx ends the waits.
+func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
+	var subs []*nats.Subscription
+	fail := func(err error) ([]*nats.Subscription, error) {
+		for _, x := range subs {
+			_ = x.Unsubscribe()
+		}
+		return nil, err
+	}
+	for r := range s.cfg.ranks() {
+		dp, mp := r/s.cfg.MP, r%s.cfg.MP
+		subj, err := proto.FetchSubject(s.cfg.Job, dp, mp)
+		if err != nil {
+			return fail(err)
+		}
+		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) { s.handleFetch(ctx, r, m) })
+		if err != nil {
+			return fail(fmt.Errorf("serve: subscribe %s: %w", subj, err))
+		}
+		subs = append(subs, sub)
+	}
+	subj, err := proto.AckWildcard(s.cfg.Job)
+	if err != nil {
+		return fail(err)
+	}
+	sub, err := s.nc.Subscribe(subj, s.handleAck)
+	if err != nil {
+		return fail(fmt.Errorf("serve: subscribe %s: %w", subj, err))
+	}
+	subs = append(subs, sub)
+	if err := s.nc.Flush(); err != nil {
+		return fail(fmt.Errorf("serve: subscribe: %w", err))
+	}
+	return subs, nil
+}
+
+// handleFetch answers one FetchRequest of rank: it sends the batch's chunks
+// to the reply inbox as soon as the outbox holds the batch. A batch that was
+// built and is no longer held (the rank acknowledged it, then restarted from
+// an older checkpoint; or it was purged) is regenerated: the rank is rewound
+// to the batch's step with a new generation, and the batch is sent once it
+// is built again. The plan and the preprocessing are deterministic, so the
+// regenerated payload is byte-identical.
+func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
+	var req proto.FetchRequest
+	err := proto.DecodeControl(m.Data, &req)
+	if err == nil {
+		var r int
+		if r, err = s.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && r != rank {
+			err = fmt.Errorf("serve: fetch for rank dp=%d mp=%d on another rank's subject: %w", req.DPRank, req.MPRank, proto.ErrControl)
+		}
+	}
+	if err == nil && (m.Reply == "" || req.Epoch < s.cfg.Pipeline.Plan.Epoch || req.Epoch > s.cfg.lastEpoch()) {
+		err = fmt.Errorf("serve: fetch of %v: no reply subject or epoch outside the job: %w", req.Key(), proto.ErrControl)
+	}
+	if err != nil {
+		s.badControl("fetch", err)
+		return
+	}
+	key := req.Key()
+	t := time.NewTimer(fetchWait)
+	defer t.Stop()
+	rewound := false
+	for {
+		it, changed := s.out.lookup(rank, key)
+		if it != nil {
+			s.send(m.Reply, it)
+			return
+		}
+		if !rewound && s.dropped(rank, key) {
+			rewound = true
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := s.requestRewind(rctx, rewindReq{rank: rank, to: pos{key.Epoch, key.Step}, reason: "fetch of a batch no longer held"})
+			cancel()
+			if err != nil {
+				return
+			}
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// dropped reports whether key was built for rank and is no longer held.
+func (s *Service) dropped(rank int, key proto.BatchKey) bool {
+	s.mu.Lock()
+	built := (pos{key.Epoch, key.Step}).less(s.ranks[rank].cursor)
+	s.mu.Unlock()
+	if !built {
+		return false
+	}
+	it, _ := s.out.lookup(rank, key)
+	return it == nil
+}
+
+// send publishes one held batch to a fetch's reply inbox.
+func (s *Service) send(reply string, it *outItem) {
+	t0 := time.Now()
+	n, err := proto.SendBatch(s.nc, reply, it.key, it.gen, it.payload, it.sum, s.chunkSize)
+	s.met.stage(stagePublish, time.Since(t0))
+	s.met.chunks.Add(float64(n))
+	s.met.nChunks.Add(int64(n))
+	if err != nil {
+		s.log.Warn("send batch", "batch", it.key.String(), "err", err)
+	}
+}
+
+// handleAck drops the batches a rank acknowledged and, after a step's last
+// micro-batch, records the rank's position.
+func (s *Service) handleAck(m *nats.Msg) {
+	var a proto.AckRequest
+	err := proto.DecodeControl(m.Data, &a)
+	rank := 0
+	if err == nil {
+		rank, err = s.checkRank(a.Job, a.DPRank, a.MPRank)
+	}
+	if err == nil {
+		if want, _ := proto.AckSubject(a.Job, a.DPRank, a.MPRank); want != m.Subject {
+			err = fmt.Errorf("serve: ack for rank dp=%d mp=%d on %s: %w", a.DPRank, a.MPRank, m.Subject, proto.ErrControl)
+		}
+	}
+	if err != nil {
+		s.badControl("ack", err)
+		return
+	}
+	s.out.ack(rank, a.Key())
+	if m.Reply != "" {
+		// Before the position moves: the last ack of the job lets the
+		// service finish and close its connection, and the rank must still
+		// get its answer. A crash between the answer and the KV write only
+		// rebuilds that step, which the rank no longer asks for.
+		_ = m.Respond(nil)
+	}
+	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
+		s.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
+	}
+}
+
+// firstHeld returns the first batch still held for a rank (the outbox on the
+// core data plane, the stream otherwise) and whether it is whole.
+func (s *Service) firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error) {
+	if !s.cfg.core() {
+		return s.firstStored(ctx, rank/s.cfg.MP, rank%s.cfg.MP)
+	}
+	k, ok := s.out.first(rank)
+	return proto.ChunkHeader{BatchKey: k}, ok, nil
+}
+
+// dataPlaneReply fills the data plane fields of a register reply.
+func (s *Service) dataPlaneReply(rep *proto.RegisterReply, dp, mp int) {
+	rep.DataPlane = s.cfg.DataPlane
+	if s.cfg.core() {
+		rep.FetchSubject, _ = proto.FetchSubject(s.cfg.Job, dp, mp)
+		rep.AckSubject, _ = proto.AckSubject(s.cfg.Job, dp, mp)
+	}
+}

@@ -1,0 +1,57 @@
+package serve
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// Epoch e+1 is planned while epoch e is published, and its preprocessing
+// starts while the last steps of e are handed out, so the batches go on
+// across the boundary without a pause for planning. What is left at the
+// boundary is refilling the preprocessing pipeline: about one step's latency
+// through it (three mean intervals between steps; two steps are prepared
+// ahead) on a quiet machine, more when other jobs load the cores. The test
+// fails when the gap exceeds both that and a quarter of the time planning
+// the epoch took (the gap without planning ahead is the whole of it).
+func TestNoGapAtTheEpochBoundary(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 400), 2, 1, "colocated")
+	cfg.Epochs, cfg.Recalibrate = 2, -1
+	cfg.Pipeline.Plan.GlobalBatch = 4
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	first := map[int]time.Time{} // per epoch
+	last := map[int]time.Time{}
+	s.built = func(k proto.BatchKey) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if _, ok := first[k.Epoch]; !ok {
+			first[k.Epoch] = now
+		}
+		last[k.Epoch] = now
+	}
+	r := startService(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	runTrainersConn(t, ctx, cfg, r.s.ClientURL(), []int{0, 1}, false)
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	steps := s.infos[0].Steps
+	perStep := last[0].Sub(first[0]) / time.Duration(steps-1)
+	gap := first[1].Sub(last[0])
+	plan := time.Duration(s.planJobs[1].seconds * float64(time.Second))
+	t.Logf("epoch 0: %d steps, %v a step; gap at the boundary %v; planning epoch 1 took %v", steps, perStep, gap, plan)
+	if gap > max(3*perStep, plan/4) {
+		t.Errorf("gap at the epoch boundary %v: more than a step's latency (3 × %v) and a quarter of the planning time %v", gap, perStep, plan)
+	}
+}

@@ -1,0 +1,128 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A leader that dies (stops renewing, never releases) loses the job to the
+// standby within about the TTL, and finds out at its next renewal.
+func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
+	ns := externalServer(t, -1, t.TempDir())
+	defer ns.Shutdown()
+	js := func() jetstream.JetStream {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		j, _ := jetstream.New(nc)
+		return j
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	a, err := openLease(ctx, js(), "job-1", ttl, 1, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openLease(ctx, js(), "job-1", ttl, 1, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	died := time.Now() // a never renews
+	if err := b.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(died)
+	t.Logf("standby took over %v after the leader's last renewal (ttl %v)", took, ttl)
+	if took < ttl/2 || took > 3*ttl {
+		t.Errorf("takeover after %v, want about the TTL %v", took, ttl)
+	}
+	if err := a.hold(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("the old leader's hold: %v, want ErrLeaseLost", err)
+	}
+}
+
+// A second service for the same job stands by; when the leader stops
+// mid-epoch it takes over from the durable state, and the trainers, who keep
+// their connections, get every batch exactly once in plan order.
+func TestStandbyServiceContinuesThePlan(t *testing.T) {
+	ns := externalServer(t, -1, t.TempDir())
+	defer ns.Shutdown()
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
+	cfg.QuarantineDir = t.TempDir()
+	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
+	leader := start(t, cfg)
+	standbyCfg := cfg
+	standbyCfg.QuarantineDir = t.TempDir()
+	standby, err := New(standbyCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	serr := make(chan error, 1)
+	go func() { serr <- standby.Run(sctx) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		tr.stepDelay = 40 * time.Millisecond
+		wg.Go(func() {
+			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the takeover
+			tr.crash()
+		})
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, leader.s, "mmfeed_serve_batches_total"); n < 8 {
+			return errorf("%v batches published", n)
+		}
+		return nil
+	})
+	select {
+	case <-standby.Ready():
+		t.Fatal("the standby started serving while the leader held the job")
+	default:
+	}
+	if err := leader.stop(t); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	stopped := time.Now()
+	select {
+	case <-standby.Ready():
+		t.Logf("standby serving %v after the leader stopped", time.Since(stopped))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the standby did not take over")
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	select {
+	case err := <-serr:
+		if err != nil {
+			t.Fatalf("standby: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the standby did not finish")
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}

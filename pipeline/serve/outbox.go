@@ -1,0 +1,145 @@
+package serve
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// outItem is one encoded batch held for a rank on the core data plane.
+type outItem struct {
+	key     proto.BatchKey
+	gen     int
+	payload []byte
+	sum     uint32 // CRC-32C of payload, computed once
+	sent    bool   // a fetch for it was answered
+}
+
+// outbox holds the encoded batches of every rank on the core data plane, in
+// plan order per rank, from the moment they are built until the rank
+// acknowledges them (or a rewind purges them). It owns its lock; its byte
+// bound is the backpressure between preprocessing and the trainers. Safe for
+// concurrent use.
+type outbox struct {
+	mu      sync.Mutex
+	ranks   [][]*outItem
+	bytes   int64
+	max     int64
+	changed chan struct{} // closed and replaced on every change
+}
+
+func newOutbox(ranks int, maxBytes int64) *outbox {
+	return &outbox{ranks: make([][]*outItem, ranks), max: maxBytes, changed: make(chan struct{})}
+}
+
+func (o *outbox) notifyLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// put adds a batch for rank. It waits while the outbox is over its bound,
+// unless the rank holds no batch its trainer has not fetched yet: a trainer
+// that waits for its next batch always gets it, so trainers that hold a step
+// while they wait for each other cannot stall the service.
+func (o *outbox) put(ctx context.Context, rank int, it *outItem) error {
+	for {
+		o.mu.Lock()
+		if o.bytes+int64(len(it.payload)) <= o.max || !o.unsentLocked(rank) {
+			o.ranks[rank] = append(o.ranks[rank], it)
+			o.bytes += int64(len(it.payload))
+			o.notifyLocked()
+			o.mu.Unlock()
+			return nil
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (o *outbox) unsentLocked(rank int) bool {
+	for _, it := range o.ranks[rank] {
+		if !it.sent {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup returns the batch of rank with key (marking it sent), or nil and a
+// channel that is closed at the next change.
+func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, it := range o.ranks[rank] {
+		if it.key == key {
+			if !it.sent {
+				it.sent = true
+				o.notifyLocked()
+			}
+			return it, nil
+		}
+	}
+	return nil, o.changed
+}
+
+// first returns the position of the first batch held for rank.
+func (o *outbox) first(rank int) (proto.BatchKey, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.ranks[rank]) == 0 {
+		return proto.BatchKey{}, false
+	}
+	return o.ranks[rank][0].key, true
+}
+
+// ack drops rank's batches up to and including key.
+func (o *outbox) ack(rank int, key proto.BatchKey) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.ranks[rank]
+	n := 0
+	for n < len(q) && !keyLess(key, q[n].key) {
+		o.bytes -= int64(len(q[n].payload))
+		q[n] = nil
+		n++
+	}
+	if n > 0 {
+		o.ranks[rank] = q[n:]
+		o.notifyLocked()
+	}
+}
+
+// purge drops everything held for rank (a rewind).
+func (o *outbox) purge(rank int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, it := range o.ranks[rank] {
+		o.bytes -= int64(len(it.payload))
+	}
+	o.ranks[rank] = nil
+	o.notifyLocked()
+}
+
+// size returns the bytes held.
+func (o *outbox) size() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bytes
+}
+
+// keyLess orders the batches of one rank: (epoch, step, micro-batch).
+func keyLess(a, b proto.BatchKey) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch < b.Epoch
+	}
+	if a.Step != b.Step {
+		return a.Step < b.Step
+	}
+	return a.MicroBatch < b.MicroBatch
+}

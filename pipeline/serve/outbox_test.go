@@ -1,0 +1,72 @@
+package serve
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+func outKey(step, mb int) proto.BatchKey {
+	return proto.BatchKey{Job: "j", Step: step, MicroBatch: mb}
+}
+
+// put waits while the outbox is over its bound, unless the rank has nothing
+// its trainer has not fetched: a waiting trainer always gets its next batch.
+func TestOutboxBound(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fetched bool // rank 0's held batch was fetched
+		admit   bool
+	}{
+		{"unfetched batch held: wait", false, false},
+		{"everything held was fetched: admit", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOutbox(2, 100)
+			ctx := context.Background()
+			if err := o.put(ctx, 0, &outItem{key: outKey(0, 0), payload: make([]byte, 80)}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.fetched {
+				if it, _ := o.lookup(0, outKey(0, 0)); it == nil {
+					t.Fatal("held batch not found")
+				}
+			}
+			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			err := o.put(wctx, 0, &outItem{key: outKey(1, 0), payload: make([]byte, 80)})
+			if got := err == nil; got != tc.admit {
+				t.Fatalf("admitted = %v (%v), want %v", got, err, tc.admit)
+			}
+		})
+	}
+}
+
+func TestOutboxAckAndPurge(t *testing.T) {
+	o := newOutbox(1, 1<<20)
+	ctx := context.Background()
+	for step := range 3 {
+		for mb := range 2 {
+			if err := o.put(ctx, 0, &outItem{key: outKey(step, mb), payload: make([]byte, 10)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	o.ack(0, outKey(1, 0))
+	if k, ok := o.first(0); !ok || k != outKey(1, 1) {
+		t.Errorf("after ack of s1/mb0 first = %v %v, want s1/mb1", k, ok)
+	}
+	if got := o.size(); got != 30 {
+		t.Errorf("size = %d, want 30", got)
+	}
+	o.ack(0, outKey(0, 1)) // an older ack drops nothing more
+	if got := o.size(); got != 30 {
+		t.Errorf("size after an old ack = %d, want 30", got)
+	}
+	o.purge(0)
+	if _, ok := o.first(0); ok || o.size() != 0 {
+		t.Errorf("after purge: size %d", o.size())
+	}
+}

@@ -1,0 +1,73 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// QuarantineBucket returns the KV bucket of a job's quarantine records:
+// mmfeed_<job>_quarantine.
+func QuarantineBucket(job string) string { return proto.BucketName(job) + "_quarantine" }
+
+// QuarantineKey returns the key of a sample's quarantine record: "s." and
+// the sample id in unpadded base64url (any id is a valid key that way), or
+// "l." and the location when the record has no id.
+func QuarantineKey(id, location string) string {
+	if id == "" {
+		return "l." + base64.RawURLEncoding.EncodeToString([]byte(location))
+	}
+	return "s." + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+func openQuarantineKV(ctx context.Context, js jetstream.JetStream, job string, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: QuarantineBucket(job),
+		Description: "mmfeed quarantine records of job " + job + ", one per sample",
+		History:     1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
+	if err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+// quarantineSink receives the quarantine JSON lines of an epoch's
+// preparation (one record per Write, as loader.QuarantineWriter writes
+// them), writes them to the local file when there is one, and records each
+// sample once in the job's quarantine bucket: the first record wins,
+// whichever epoch or service found it. A record the bucket cannot take is
+// logged, not fatal: the file and the counts still have it.
+type quarantineSink struct {
+	kv   jetstream.KeyValue
+	file io.Writer // nil: none
+	log  *slog.Logger
+}
+
+func (q *quarantineSink) Write(p []byte) (int, error) {
+	if q.file != nil {
+		if n, err := q.file.Write(p); err != nil {
+			return n, err
+		}
+	}
+	var r struct {
+		ID       string `json:"id"`
+		Location string `json:"location"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(p), &r); err != nil {
+		q.log.Warn("quarantine record", "err", err)
+		return len(p), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := q.kv.Create(ctx, QuarantineKey(r.ID, r.Location), bytes.TrimSpace(p)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		q.log.Warn("quarantine record to kv", "id", r.ID, "err", err)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,140 @@
+package proto
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/nats-io/nats.go"
+)
+
+// fakeSender answers a rank's fetches from encoded payloads (epoch 0, two
+// micro-batches a step), misbehaving as told: dropping the first request
+// for some keys, corrupting the first answer for others.
+type fakeSender struct {
+	mu       sync.Mutex
+	payloads map[BatchKey][]byte
+	drop     map[BatchKey]bool // first request ignored
+	corrupt  map[BatchKey]bool // first answer's chunk 0 flipped
+	asked    map[BatchKey]int
+	acked    []BatchKey
+}
+
+func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
+	subj, _ := FetchSubject("job-1", 1, 0)
+	if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+		var req FetchRequest
+		if err := DecodeControl(m.Data, &req); err != nil {
+			t.Errorf("fetch: %v", err)
+			return
+		}
+		k := req.Key()
+		f.mu.Lock()
+		f.asked[k]++
+		n, p := f.asked[k], f.payloads[k]
+		f.mu.Unlock()
+		if n == 1 && f.drop[k] {
+			return
+		}
+		msgs, err := Chunk(k, 0, p, chunk)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i, c := range msgs {
+			c.Subject = m.Reply
+			if i == 0 && n == 1 && f.corrupt[k] {
+				c.Data = append([]byte{c.Data[0] ^ 0xff}, c.Data[1:]...)
+			}
+			if err := nc.PublishMsg(c); err != nil {
+				t.Error(err)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	acks, _ := AckSubject("job-1", 1, 0)
+	if _, err := nc.Subscribe(acks, func(m *nats.Msg) {
+		var a AckRequest
+		if err := DecodeControl(m.Data, &a); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+		f.mu.Lock()
+		f.acked = append(f.acked, a.Key())
+		f.mu.Unlock()
+		_ = m.Respond(nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The Fetcher returns a rank's batches in plan order whatever goes wrong on
+// the way: a lost request and a corrupted payload are asked for again, and
+// every batch is acknowledged to the sender.
+func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
+	s := startServer(t, 64<<10)
+	snc, _ := connect(t, s)
+	const steps, mbs = 4, 2
+	f := &fakeSender{payloads: map[BatchKey][]byte{}, asked: map[BatchKey]int{}}
+	var order []BatchKey
+	for step := range steps {
+		for mb := range mbs {
+			m := testMeta(ModalityAll, DTypeUint8, []int{3, 32, 32})
+			m.Epoch, m.Step, m.MicroBatch = 0, step, mb
+			f.payloads[m.Key()] = mustEncode(t, m, testRows(m, 40)) // ~120 KiB: several 63 KiB chunks
+			order = append(order, m.Key())
+		}
+	}
+	f.drop = map[BatchKey]bool{order[1]: true, order[6]: true}
+	f.corrupt = map[BatchKey]bool{order[3]: true}
+	chunk, err := ChunkSize(snc.MaxPayload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.serve(t, snc, chunk)
+	nc, _ := connect(t, s)
+	cfg := DefaultFetcherConfig("job-1", 1, 0)
+	cfg.Window, cfg.Timeout = 3, 300*time.Millisecond
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	fe, err := NewFetcher(nc, mem, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Close()
+	fe.AddEpoch(0, steps, mbs)
+	fe.Start(0, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, want := range order {
+		b, err := fe.Next(ctx)
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		if got := b.Header.BatchKey; got != want {
+			t.Fatalf("batch %d is %v, want %v", i, got, want)
+		}
+		if rows := b.Record.NumRows(); rows != 40 {
+			t.Errorf("batch %v: %d rows, want 40", want, rows)
+		}
+		b.Release()
+		if err := b.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fe.Next(ctx); err == nil {
+		t.Error("Next past the registered epochs: no error")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range []BatchKey{order[1], order[3], order[6]} {
+		if f.asked[k] < 2 {
+			t.Errorf("%v asked for %d times, want ≥ 2 (lost or corrupt the first time)", k, f.asked[k])
+		}
+	}
+	if len(f.acked) != len(order) || f.acked[len(order)-1] != order[len(order)-1] {
+		t.Errorf("acked %v, want every batch in order", f.acked)
+	}
+}

@@ -1,0 +1,162 @@
+"""The scale-out path with real processes: a 3-server NATS cluster, a leading and a standby
+``mmfeed serve``, and two ``Stream`` trainer ranks.
+
+Mid-job the leading service is killed with SIGKILL (the standby takes over from the durable
+state in the replicated KV bucket), then one NATS server is killed the same way. Every sample
+of both epochs is delivered exactly once or quarantined, in plan order per rank (the ids of
+every micro-batch are those ``mmfeed shard`` plans), with equal step and micro-batch counts.
+
+``MMFEED_CLUSTER_LONG=1`` runs a longer job (``make test-cluster``).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from _dist import free_port
+from test_stream import nats_server_binary, wait_for_port
+from mmfeed_trainer.stream import Stream
+
+LONG = bool(os.environ.get("MMFEED_CLUSTER_LONG"))
+SAMPLES = 640 if LONG else 160
+PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
+EPOCHS = 2
+
+
+def start_cluster(tmp_path, binary):
+    """Three nats-servers with JetStream, routed to each other on loopback ports."""
+    ports = [free_port() for _ in range(3)]
+    routes = [free_port() for _ in range(3)]
+    procs = []
+    for i in range(3):
+        others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(3) if j != i)
+        conf = tmp_path / f"n{i}.conf"
+        conf.write_text(f'server_name: n{i}\nlisten: "127.0.0.1:{ports[i]}"\n'
+                        f'jetstream {{ store_dir: "{tmp_path / f"js{i}"}" }}\n'
+                        f'cluster {{ name: mmfeed, listen: "127.0.0.1:{routes[i]}", routes: [{others}] }}\n')
+        procs.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                      stderr=open(tmp_path / f"n{i}.log", "w")))
+    for p in ports:
+        wait_for_port(p)
+    return procs, [f"nats://127.0.0.1:{p}" for p in ports]
+
+
+def wait_for_jetstream(url, deadline_s=30.0):
+    """Until the cluster has elected a JetStream meta leader (account info answers)."""
+    import asyncio
+    import nats
+
+    async def probe():
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().account_info()
+        finally:
+            await nc.close()
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            asyncio.run(probe())
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
+    run = lambda *a: subprocess.run([mmfeed, *a], check=True, capture_output=True, text=True, timeout=300)
+    run("synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "3", "--bad-fraction", "0.05")
+    manifest = str(tmp_path / "corpus" / "manifest.jsonl")
+    want, quarantined, dropped = defaultdict(list), {}, {}
+    for epoch in range(EPOCHS):
+        out = tmp_path / f"shards{epoch}"
+        run("shard", "--input", manifest, *PLAN, "--epoch", str(epoch), "--out", str(out))
+        for line in open(out / "plan.jsonl"):
+            p = json.loads(line)
+            if "step" in p:
+                want[(epoch, p["step"], p["rank"], p["micro_batch"])].append((p["id"], p["weight"]))
+        quarantined[epoch] = {json.loads(l)["id"] for l in open(out / "quarantine.jsonl")}
+        dropped[epoch] = {json.loads(l)["id"] for l in open(out / "plan.jsonl") if '"dropped"' in l}
+
+    servers, urls = start_cluster(tmp_path, binary)
+    services = []
+    try:
+        wait_for_jetstream(urls[0])
+        for name in ("a", "b"):  # a leads, b stands by
+            log = open(tmp_path / f"serve-{name}.log", "w")
+            services.append(subprocess.Popen(
+                [mmfeed, "serve", "--input", manifest, *PLAN, "--job", "cluster", "--epochs", str(EPOCHS),
+                 "--recalibrate", "-1", "--nats", ",".join(urls), "--replicas", "3", "--lease-ttl", "6s",
+                 "--data-dir", str(tmp_path / f"serve-{name}"), "--http", ""],
+                stdout=log, stderr=subprocess.STDOUT))
+            if name == "a":
+                deadline = time.monotonic() + 60
+                while "serving" not in (tmp_path / "serve-a.log").read_text():
+                    assert services[0].poll() is None, (tmp_path / "serve-a.log").read_text()
+                    assert time.monotonic() < deadline, "service a did not start"
+                    time.sleep(0.1)
+        got, errors, progress = {}, [], [0, 0]
+
+        def rank(dp):
+            try:
+                stream = Stream(urls[dp], "cluster", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
+                                fetch_timeout_s=2.0)
+                with stream:
+                    for mb in stream:
+                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
+                        progress[dp] += 1
+                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
+                        time.sleep(0.03)  # training
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=rank, args=(dp,)) for dp in (0, 1)]
+        for t in threads:
+            t.start()
+        total = len(want) // 2
+
+        def wait_progress(fraction):
+            deadline = time.monotonic() + 120
+            while min(progress) < fraction * total and not errors:
+                assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
+                time.sleep(0.05)
+
+        wait_progress(0.25)
+        services[0].send_signal(signal.SIGKILL)  # the leader dies mid-epoch
+        services[0].wait()
+        wait_progress(0.6)
+        assert "took over the job" in (tmp_path / "serve-b.log").read_text()
+        servers[2].send_signal(signal.SIGKILL)  # and one NATS server
+        servers[2].wait()
+        for t in threads:
+            t.join(timeout=180)
+        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
+            (tmp_path / "serve-b.log").read_text()[-3000:]
+        assert not errors, errors
+        assert services[1].wait(timeout=60) == 0, (tmp_path / "serve-b.log").read_text()
+    finally:
+        for p in services + servers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
+    for key, rows in want.items():
+        assert [i for i, _ in got[key]] == [i for i, _ in rows], key
+    corpus = [json.loads(l).get("id") for l in open(manifest)]
+    for epoch in range(EPOCHS):
+        real = [i for (e, *_), rows in got.items() if e == epoch for i, w in rows if w > 0]
+        assert len(real) == len(set(real)), f"epoch {epoch}: a sample was delivered twice"
+        assert len(real) + len(quarantined[epoch]) + len(dropped[epoch]) == len(corpus), f"epoch {epoch}"
+        steps = {dp: {s for e, s, r, _ in got if e == epoch and r == dp} for dp in (0, 1)}
+        assert steps[0] == steps[1] and steps[0], f"epoch {epoch}: ranks got different steps"
