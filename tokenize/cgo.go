@@ -20,6 +20,8 @@ struct mmfeed_tokenizers_options { bool encode_special_tokens; };
 void *tokenizers_from_bytes(const uint8_t *config, uint32_t len, const struct mmfeed_tokenizers_options *options, char **error);
 void tokenizers_free_tokenizer(void *ptr);
 void tokenizers_free_string(char *s);
+char *tokenizers_decode(void *ptr, const uint32_t *ids, uint32_t len, bool skip_special_tokens);
+uint32_t tokenizers_vocab_size(void *ptr);
 
 int64_t mmfeed_encode_batch(void *ptr, void *cache, const uint8_t *buf, const uint32_t *offsets, uint32_t n, uint32_t start,
 	bool add_special_tokens, uint32_t *out_ids, size_t cap, uint32_t *out_lens);
@@ -61,6 +63,22 @@ func loadHandle(config []byte) (handle, error) {
 }
 
 func (h handle) free() { C.tokenizers_free_tokenizer(h.p) }
+
+// VocabSize is the tokenizer's vocabulary size.
+func (h handle) VocabSize() int { return int(C.tokenizers_vocab_size(h.p)) }
+
+// Decode returns the text of ids (which must be in the vocabulary).
+func (h handle) Decode(ids []uint32, skipSpecial bool) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	res := C.tokenizers_decode(h.p, (*C.uint32_t)(unsafe.Pointer(&ids[0])), C.uint32_t(len(ids)), C.bool(skipSpecial))
+	if res == nil {
+		return ""
+	}
+	defer C.tokenizers_free_string(res)
+	return C.GoString(res)
+}
 
 // failed marks a text whose encode failed, in lengths and counts.
 const failed = ^uint32(0)
