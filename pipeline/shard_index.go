@@ -205,11 +205,11 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pw := &partWriter{p: -1, alloc: w.mem, cancel: cancel}
 	defer pw.abort()
-	if err := pw.add(ctx, w, w.meta, ShardFile{Path: extraFile, Rank: -1, Part: -1}); err != nil {
+	if err := pw.add(pctx, w, w.meta, ShardFile{Path: extraFile, Rank: -1, Part: -1}); err != nil {
 		return err
 	}
 	err = pp.Run(ctx, &balancer.Plan{Config: w.plan.Config, Steps: steps}, func(sb StepBatch) error {
