@@ -17,6 +17,7 @@ A malformed set (missing file, index out of range, bad JPEG) raises ``ShardError
 from __future__ import annotations
 
 import json
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -175,7 +176,9 @@ def _jpeg_tensors(col: pa.Array) -> list:
 
 def decode_jpeg_column(col: pa.Array, device: str = "cpu") -> list:
     """Decode a JPEG ``pixel_values`` column to uint8 CHW tensors on ``device``."""
-    from torchvision.io import ImageReadMode, decode_jpeg  # noqa: PLC0415
+    with warnings.catch_warnings():  # torchvision 0.29 points to torchcodec; decode_jpeg still works
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import ImageReadMode, decode_jpeg  # noqa: PLC0415
     data = _jpeg_tensors(col)
     try:
         return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
