@@ -176,14 +176,14 @@ def _jpeg_tensors(col: pa.Array) -> list:
 
 def decode_jpeg_column(col: pa.Array, device: str = "cpu") -> list:
     """Decode a JPEG ``pixel_values`` column to uint8 CHW tensors on ``device``."""
+    data = _jpeg_tensors(col)
     with warnings.catch_warnings():  # torchvision 0.29 points to torchcodec; decode_jpeg still works
         warnings.simplefilter("ignore", DeprecationWarning)
         from torchvision.io import ImageReadMode, decode_jpeg  # noqa: PLC0415
-    data = _jpeg_tensors(col)
-    try:
-        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-    except RuntimeError as err:
-        raise ShardError(f"shards: JPEG pixels do not decode: {err}") from err
+        try:
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError as err:
+            raise ShardError(f"shards: JPEG pixels do not decode: {err}") from err
 
 
 def decode_jpeg_record(rb: pa.RecordBatch) -> pa.RecordBatch:
