@@ -21,6 +21,7 @@ type jobFlags struct {
 	tail      string
 	model     string
 	costScale string
+	costModel string
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
@@ -40,6 +41,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&j.strategy, "strategy", j.strategy, "mmfeed, random (DistributedSampler) or length_grouped (HF LengthGroupedSampler)")
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
 	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: "+fmt.Sprint(balancer.PresetNames()))
+	fs.StringVar(&j.costModel, "cost-model", "", "cost model file (serve's --cost-model-out or GET /v1/cost-model): plan with what the trainer measured instead of the --model prior")
 	fs.StringVar(&j.costScale, "cost-scale", "", "multiply the cost model's vision,text,fusion coefficients, e.g. 1,8,1: a deliberately wrong prior for calibration experiments")
 	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
 	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
@@ -78,6 +80,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	}
 	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
 		return c, err
+	}
+	if j.costModel != "" {
+		if c.Plan.Model, err = pipeline.LoadCostModel(j.costModel); err != nil {
+			return c, fmt.Errorf("--cost-model: %w", err)
+		}
 	}
 	if j.costScale != "" {
 		if c.Plan.Model, err = scaleModel(c.Plan.Model, j.costScale); err != nil {

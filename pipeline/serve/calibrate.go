@@ -37,6 +37,8 @@ type calibrator struct {
 	// whether or not the planner used it (the planner's fits are last/fitN).
 	shown  *balancer.Calibration
 	shownN int
+	// onFit, when set, gets every planner refit (costmodel.go writes --cost-model-out).
+	onFit func(balancer.Calibration, int)
 }
 
 func newCalibrator(cfg Config) *calibrator {
@@ -93,6 +95,9 @@ func (c *calibrator) fit() (balancer.Calibration, bool) {
 		return balancer.Calibration{}, false
 	}
 	c.last, c.fitN = &cal, len(c.obs)
+	if c.onFit != nil {
+		c.onFit(cal, c.fitN)
+	}
 	return cal, true
 }
 
