@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/testpeer"
 )
 
@@ -100,5 +103,73 @@ print(json.dumps({"read": rows, "indexed": {e: len(s.index(e, 0)["id"]) for e in
 	}
 	if len(got.Read) != len(m.Epochs) || fmt.Sprint(got.Read) != fmt.Sprint(got.Indexed) {
 		t.Errorf("rank 0 rows per epoch read from S3: %v, its indexes list %v, manifest %d epochs", got.Read, got.Indexed, len(m.Epochs))
+	}
+}
+
+// TestStageInputFromS3 uploads a corpus to the fake S3, stages it back by the manifest's
+// URL, and checks the copy is byte-identical and plans exactly like the original.
+func TestStageInputFromS3(t *testing.T) {
+	endpoint := fakeS3(t, "data")
+	q := fmt.Sprintf("?endpoint=%s&region=us-east-1&use_path_style=true&disable_https=true", endpoint)
+	input := corpus(t, 60, "jsonl")
+	src := filepath.Dir(input)
+	ctx := context.Background()
+	st, err := OpenStore(ctx, "s3://data/corpora/synth"+q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var files []string
+	err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		files = append(files, rel)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return st.WriteFile(ctx, filepath.ToSlash(rel), func(w io.Writer) error { _, err := w.Write(b); return err })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	url := "s3://data/corpora/synth/" + filepath.Base(input) + q
+	for range 2 { // the second staging finds everything in place
+		local, err := StageInput(ctx, url, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := filepath.Join(cache, "corpora", "synth", filepath.Base(input)); local != want {
+			t.Fatalf("staged at %s, want %s", local, want)
+		}
+	}
+	for _, rel := range files {
+		a, _ := os.ReadFile(filepath.Join(src, rel))
+		b, err := os.ReadFile(filepath.Join(cache, "corpora", "synth", rel))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s: staged copy differs (%v)", rel, err)
+		}
+	}
+	if _, err := StageInput(ctx, "s3://data/nothing/here"+q, cache); err == nil {
+		t.Error("staging an empty prefix succeeded")
+	}
+	plans := make([]string, 2)
+	for i, in := range []string{input, filepath.Join(cache, "corpora", "synth", filepath.Base(input))} {
+		prep, err := Prepare(ctx, testConfig(in), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := prep.Plan(balancer.StrategyMmfeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans[i] = plan.Hash()
+		prep.Close()
+	}
+	if plans[0] != plans[1] {
+		t.Errorf("plan of the staged copy %.12s differs from the original's %.12s", plans[1], plans[0])
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -26,6 +28,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.JPEGQuality, "jpeg-quality", o.JPEGQuality, "JPEG quality of --store jpeg, 1..100")
 	fs.StringVar(&o.Compression, "compression", o.Compression, "Arrow IPC buffer compression: zstd, lz4 or none")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
+	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) is copied before indexing")
 	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -43,6 +46,14 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg, err := jf.config()
 	if err != nil {
 		return err
+	}
+	if pipeline.IsURL(cfg.Input) {
+		local, err := pipeline.StageInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "staged %s in %s\n", cfg.Input, local)
+		cfg.Input = local
 	}
 	if err := o.Validate(cfg.Image.DType); err != nil {
 		return err
@@ -92,6 +103,14 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "resumed: kept %d verified data files of the interrupted run\n", sum.Reused)
 	}
 	return rep.WriteTable(stdout)
+}
+
+// defaultInputCache is ~/.cache/mmfeed (the OS cache folder), or the temp folder.
+func defaultInputCache() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "mmfeed")
+	}
+	return os.TempDir()
 }
 
 func storeLabel(o pipeline.ShardOptions, dtype string) string {
