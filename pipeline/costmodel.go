@@ -28,6 +28,11 @@ func LoadCostModel(path string) (balancer.CostModel, error) {
 	if err != nil {
 		return balancer.CostModel{}, fmt.Errorf("pipeline: cost model: %w", err)
 	}
+	return ParseCostModel(path, b)
+}
+
+// ParseCostModel parses the content b of a cost-model file (name is for errors).
+func ParseCostModel(path string, b []byte) (balancer.CostModel, error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return balancer.CostModel{}, fmt.Errorf("pipeline: cost model %s: %w", path, err)

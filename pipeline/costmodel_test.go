@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,4 +57,22 @@ func TestLoadCostModelRejectsBadFiles(t *testing.T) {
 	if _, err := LoadCostModel(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("a missing file loaded")
 	}
+}
+
+// FuzzParseCostModel: any file content gives a valid model or an error, never a panic.
+func FuzzParseCostModel(f *testing.F) {
+	m, _ := balancer.NewCostModel(balancer.TinyShape())
+	good, _ := json.Marshal(CostModelExport{Model: m, Fitted: true})
+	bare, _ := json.Marshal(m)
+	for _, seed := range [][]byte{good, bare, []byte(`{"model": null}`), []byte(`{"coefficients": [[1e308, 1e308]]}`), []byte("[]")} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := ParseCostModel("fuzz", b)
+		if err == nil {
+			if verr := got.Validate(); verr != nil {
+				t.Fatalf("accepted an invalid model %+v: %v", got, verr)
+			}
+		}
+	})
 }
