@@ -35,6 +35,7 @@ var sections = []section{
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},
 	{"e2e", benchE2E},
+	{"shard", benchShard},
 }
 
 type benchEnv struct {

@@ -8,6 +8,14 @@
 // It exists so that cmd/mmfeed stays flags → Config → Run and each package keeps one
 // concept: loader knows no images, balancer knows no tokenizers, proto knows no plans.
 //
+// Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow IPC data
+// files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the samples only
+// later epochs use, one plan index per epoch and a manifest written last, into a Store (a
+// folder or an s3/gs/az/file URL through gocloud.dev/blob; objects appear only when complete).
+// A rerun with the same fingerprint keeps every part whose files still hash as recorded.
+// StageInput copies an input URL to a local cache; LoadCostModel reads the cost-model files
+// `serve` exports.
+//
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
 // planned + quarantined + dropped-at-tail = samples seen.

@@ -2,119 +2,113 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-// ShardSummary says what WriteShards wrote.
-type ShardSummary struct {
-	Files   []string // rank files, in rank order
-	Batches int      // record batches over all files (steps × dp × micro-batches)
-	Rows    int      // rows over all files, padding copies included
-	Bytes   int64    // bytes over all rank files
+// Shard store modes (ShardOptions.Store).
+const (
+	StoreTensor = "tensor" // the preprocessed tensor in the image config's dtype
+	StoreJPEG   = "jpeg"   // the resized, cropped image re-encoded as JPEG (lossy)
+)
+
+// Compression codecs of the Arrow IPC buffers (ShardOptions.Compression).
+const (
+	CompressNone = "none"
+	CompressZstd = "zstd"
+	CompressLZ4  = "lz4"
+)
+
+// ShardOptions say how Shard stores a dataset.
+type ShardOptions struct {
+	// Store is StoreTensor (default) or StoreJPEG. JPEG needs the image dtype uint8.
+	Store string
+	// JPEGQuality is the JPEG quality, 1..100 (default 95).
+	JPEGQuality int
+	// Compression is CompressNone, CompressZstd or CompressLZ4 (Arrow IPC buffer compression).
+	Compression string
+	// Epochs is the number of epochs planned, from the config's Plan.Epoch on (default 1).
+	// Samples are written once; each epoch adds a small index.
+	Epochs int
+	// PartSteps splits the rank files every PartSteps steps of the first epoch, so that a
+	// crashed run redoes at most one part (0: one file per rank).
+	PartSteps int
 }
 
-// RankFile is the Arrow IPC file name of a dp rank.
+// DefaultShardOptions: tensor, zstd, one epoch, one file per rank.
+func DefaultShardOptions() ShardOptions {
+	return ShardOptions{Store: StoreTensor, JPEGQuality: 95, Compression: CompressZstd, Epochs: 1}
+}
+
+// Validate checks the options against the image config they will store.
+func (o ShardOptions) Validate(img string) error {
+	switch o.Store {
+	case StoreTensor:
+	case StoreJPEG:
+		if img != proto.DTypeUint8 {
+			return fmt.Errorf("pipeline: --store jpeg needs --dtype uint8 (JPEG keeps raw pixels), have %s", img)
+		}
+	default:
+		return fmt.Errorf("pipeline: store %q (want tensor|jpeg)", o.Store)
+	}
+	if o.JPEGQuality < 1 || o.JPEGQuality > 100 {
+		return fmt.Errorf("pipeline: jpeg quality %d not in [1,100]", o.JPEGQuality)
+	}
+	switch o.Compression {
+	case CompressNone, CompressZstd, CompressLZ4:
+	default:
+		return fmt.Errorf("pipeline: compression %q (want none|zstd|lz4)", o.Compression)
+	}
+	if o.Epochs < 1 || o.Epochs > 1<<16 {
+		return fmt.Errorf("pipeline: epochs %d not in [1,65536]", o.Epochs)
+	}
+	if o.PartSteps < 0 {
+		return fmt.Errorf("pipeline: part steps %d < 0", o.PartSteps)
+	}
+	return nil
+}
+
+// ShardSummary says what Shard wrote.
+type ShardSummary struct {
+	Files   []string // data files (rank files, then the extra file), in manifest order, relative to the store
+	Batches int      // record batches over the data files
+	Rows    int      // rows over the data files, padding copies included
+	Bytes   int64    // bytes over the data files and indexes
+	// Reused counts the data files of a previous, interrupted run that were verified
+	// and kept.
+	Reused int
+	// Epochs are the per-epoch plans written as indexes.
+	Epochs []EpochIndexInfo
+}
+
+// RankFile is the Arrow IPC file name of a dp rank when the set has one part.
 func RankFile(rank int) string { return fmt.Sprintf("rank-%05d.arrow", rank) }
 
-// WriteShards preprocesses every planned step and writes one Arrow IPC file per dp rank
-// into dir: one record batch per micro-batch, in step order (proto's batch schema,
-// modality "all"). progress, when not nil, is called after each step.
+// PartRankFile is the file name of one part of a dp rank's records.
+func PartRankFile(part, rank int) string { return fmt.Sprintf("part-%05d-rank-%05d.arrow", part, rank) }
+
+// WriteShards writes the plan's epoch into the local folder dir with the default
+// options, tensor store uncompressed: one rank-%05d.arrow per dp rank (the layout every
+// reader of older sets knows), plus shard.json and the epoch index. Summary paths
+// include dir.
 func WriteShards(ctx context.Context, prep *Prepared, plan *balancer.Plan, dir string, progress func(done, total int)) (ShardSummary, error) {
-	var sum ShardSummary
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return sum, err
-	}
-	img := prep.Config.Image
-	mean, std := img.MeanStd()
-	meta := proto.BatchMeta{Job: "shard", Epoch: plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std}
-	if img.Policy != "dynamic" {
-		meta.Shape = []int{3, img.Size, img.Size}
-	}
-	files := make([]*os.File, plan.Config.DP)
-	writers := make([]*ipc.FileWriter, plan.Config.DP)
-	closeAll := func() error {
-		var errs []error
-		for r := range files {
-			if writers[r] != nil {
-				errs = append(errs, writers[r].Close())
-			}
-			if files[r] != nil {
-				errs = append(errs, files[r].Close())
-			}
-		}
-		return errors.Join(errs...)
-	}
-	mem := memory.NewGoAllocator()
-	for r := range files {
-		m := meta
-		m.DPRank = r
-		schema, err := proto.Schema(m)
-		if err != nil {
-			return sum, err
-		}
-		path := filepath.Join(dir, RankFile(r))
-		if files[r], err = os.Create(path); err != nil {
-			closeAll()
-			return sum, err
-		}
-		if writers[r], err = ipc.NewFileWriter(files[r], ipc.WithSchema(schema), ipc.WithAllocator(mem)); err != nil {
-			closeAll()
-			return sum, err
-		}
-		sum.Files = append(sum.Files, path)
-	}
-	pp, err := NewPreprocessor(prep)
+	st, err := OpenStore(ctx, dir)
 	if err != nil {
-		closeAll()
-		return sum, err
+		return ShardSummary{}, err
 	}
-	done := 0
-	err = pp.Run(ctx, plan, func(sb StepBatch) error {
-		for r, mbs := range sb.Rows {
-			for mbi, rows := range mbs {
-				m := meta
-				m.DPRank, m.Step, m.MicroBatch = r, sb.Step, mbi
-				if err := writeBatch(mem, writers[r], m, rows); err != nil {
-					return fmt.Errorf("pipeline: step %d rank %d micro-batch %d: %w", sb.Step, r, mbi, err)
-				}
-				sum.Batches++
-				sum.Rows += len(rows)
-			}
-		}
-		done++
-		if progress != nil {
-			progress(done, len(plan.Steps))
-		}
-		return nil
-	})
-	if cerr := closeAll(); err == nil {
-		err = cerr
-	}
-	for _, f := range sum.Files {
-		if st, serr := os.Stat(f); serr == nil {
-			sum.Bytes += st.Size()
-		}
+	defer st.Close()
+	o := DefaultShardOptions()
+	o.Compression = CompressNone
+	sum, err := Shard(ctx, prep, plan, st, o, progress)
+	for i, f := range sum.Files {
+		sum.Files[i] = filepath.Join(dir, f)
 	}
 	return sum, err
-}
-
-func writeBatch(mem memory.Allocator, w *ipc.FileWriter, meta proto.BatchMeta, rows []proto.Row) error {
-	rec, err := proto.BuildRecord(mem, meta, rows)
-	if err != nil {
-		return err
-	}
-	defer rec.Release()
-	return w.Write(rec)
 }
 
 // WriteFile creates path and fills it with write.

@@ -56,6 +56,10 @@ const (
 	DTypeFloat32  = "float32"  // arrow float32
 	DTypeBFloat16 = "bfloat16" // arrow uint16 holding the bfloat16 bit pattern
 	DTypeUint8    = "uint8"    // raw pixels; normalize with mean/std on the GPU
+	// DTypeJPEG (shard files only): each row's pixel_values is one baseline
+	// JPEG of the resized, cropped RGB image (pixel_shape is its decoded C,H,W);
+	// the reader decodes it to uint8 and normalizes with mean/std like uint8.
+	DTypeJPEG = "jpeg"
 )
 
 // DTypeSize returns the byte size of one pixel element, or 0 for an unknown
@@ -66,7 +70,7 @@ func DTypeSize(dtype string) int {
 		return 2
 	case DTypeFloat32:
 		return 4
-	case DTypeUint8:
+	case DTypeUint8, DTypeJPEG:
 		return 1
 	}
 	return 0
@@ -81,10 +85,10 @@ func pixelElemType(dtype string) (arrow.DataType, error) {
 		return arrow.PrimitiveTypes.Float32, nil
 	case DTypeBFloat16:
 		return arrow.PrimitiveTypes.Uint16, nil
-	case DTypeUint8:
+	case DTypeUint8, DTypeJPEG:
 		return arrow.PrimitiveTypes.Uint8, nil
 	}
-	return nil, fmt.Errorf("proto: dtype %q (want float16|float32|bfloat16|uint8): %w", dtype, ErrInvalidMeta)
+	return nil, fmt.Errorf("proto: dtype %q (want float16|float32|bfloat16|uint8|jpeg): %w", dtype, ErrInvalidMeta)
 }
 
 // Modality selects the columns a record carries.
@@ -352,9 +356,13 @@ func (m BatchMeta) Validate() error {
 		}
 	}
 	for i, s := range m.Std {
-		if m.DType == DTypeUint8 && (s == 0 || math.IsNaN(float64(s))) {
+		if (m.DType == DTypeUint8 || m.DType == DTypeJPEG) && (s == 0 || math.IsNaN(float64(s))) {
 			return fmt.Errorf("proto: std[%d]=%v with dtype uint8 (the trainer divides by it): %w", i, s, ErrInvalidMeta)
 		}
 	}
 	return nil
 }
+
+// MaxJPEGOverhead bounds a DTypeJPEG row beyond 2 bytes per pixel value:
+// headers and tables of a baseline JPEG. Longer rows are rejected.
+const MaxJPEGOverhead = 4096

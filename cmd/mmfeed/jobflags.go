@@ -23,6 +23,7 @@ type jobFlags struct {
 	model     string
 	patchSize int
 	costScale string
+	costModel string
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
@@ -50,6 +51,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&j.tail, "tail", j.tail, "incomplete last global batch: drop, or pad with zero-weight samples")
 	fs.StringVar(&j.model, "model", j.model, "model shape for the cost model: a preset "+fmt.Sprint(balancer.PresetNames())+" or FILE.json in the preset schema the trainer reads too")
 	fs.IntVar(&j.patchSize, "patch-size", 0, "ViT patch edge in pixels, overriding the model's (14 for ViT-L/14, SigLIP /14): image tokens and dynamic-resolution multiples")
+	fs.StringVar(&j.costModel, "cost-model", "", "cost model file (serve's --cost-model-out or GET /v1/cost-model): plan with what the trainer measured instead of the --model prior")
 	fs.StringVar(&j.costScale, "cost-scale", "", "multiply the cost model's vision,text,fusion coefficients, e.g. 1,8,1: a deliberately wrong prior for calibration experiments")
 	fs.Uint64Var(&c.Plan.Seed, "seed", 0, "shuffle seed")
 	fs.IntVar(&c.Plan.Epoch, "epoch", 0, "epoch number (with the seed, selects the order)")
@@ -94,6 +96,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	}
 	if c.Plan.Model, err = balancer.NewCostModel(shape); err != nil {
 		return c, err
+	}
+	if j.costModel != "" {
+		if c.Plan.Model, err = pipeline.LoadCostModel(j.costModel); err != nil {
+			return c, fmt.Errorf("--cost-model: %w", err)
+		}
 	}
 	if j.costScale != "" {
 		if c.Plan.Model, err = scaleModel(c.Plan.Model, j.costScale); err != nil {

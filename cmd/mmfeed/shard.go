@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 func init() {
@@ -20,7 +22,14 @@ func init() {
 func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("shard", flag.ContinueOnError)
 	jf := bindJobFlags(fs)
-	out := fs.String("out", "", "output folder (required)")
+	out := fs.String("out", "", "output folder or URL: s3://bucket/prefix, gs://, az://, file:///path (required)")
+	o := pipeline.DefaultShardOptions()
+	fs.StringVar(&o.Store, "store", o.Store, "tensor (the preprocessed tensor in --dtype) or jpeg (the resized image re-encoded; implies --dtype uint8)")
+	fs.IntVar(&o.JPEGQuality, "jpeg-quality", o.JPEGQuality, "JPEG quality of --store jpeg, 1..100")
+	fs.StringVar(&o.Compression, "compression", o.Compression, "Arrow IPC buffer compression: zstd, lz4 or none")
+	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
+	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) is copied before indexing")
+	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -28,21 +37,37 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, "shard: --out is required")
 		return errUsage
 	}
+	if o.Store == pipeline.StoreJPEG {
+		if set(fs, "dtype") && jf.cfg.Image.DType != proto.DTypeUint8 {
+			return fmt.Errorf("--store jpeg keeps uint8 pixels; drop --dtype %s", jf.cfg.Image.DType)
+		}
+		jf.cfg.Image.DType = proto.DTypeUint8
+	}
 	cfg, err := jf.config()
 	if err != nil {
 		return err
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if pipeline.IsURL(cfg.Input) {
+		local, err := pipeline.StageInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "staged %s in %s\n", cfg.Input, local)
+		cfg.Input = local
+	}
+	if err := o.Validate(cfg.Image.DType); err != nil {
 		return err
 	}
-	qf, err := os.Create(filepath.Join(*out, "quarantine.jsonl"))
+	st, err := pipeline.OpenStore(ctx, *out)
 	if err != nil {
 		return err
 	}
-	defer qf.Close()
+	defer st.Close()
+	var quarantine bytes.Buffer // written to the store at the end, also after an error
+	defer func() { _ = st.WriteFile(context.WithoutCancel(ctx), "quarantine.jsonl", copyOf(&quarantine)) }()
 	start := time.Now()
-	prep, err := pipeline.Prepare(ctx, cfg, qf)
+	prep, err := pipeline.Prepare(ctx, cfg, &quarantine)
 	if err != nil {
 		return err
 	}
@@ -51,10 +76,10 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := pipeline.WriteFile(filepath.Join(*out, "plan.jsonl"), plan.WriteJSONL); err != nil {
+	if err := st.WriteFile(ctx, "plan.jsonl", plan.WriteJSONL); err != nil {
 		return err
 	}
-	sum, err := pipeline.WriteShards(ctx, prep, plan, *out, progressBar(stderr, "preprocessing", "steps"))
+	sum, err := pipeline.Shard(ctx, prep, plan, st, o, progressBar(stderr, "preprocessing", "steps"))
 	if err != nil {
 		return err
 	}
@@ -66,16 +91,46 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if rep.Thumbnails, err = pipeline.Thumbnails(ctx, prep, plan, reportThumbnails); err != nil {
 		return err
 	}
-	if err := pipeline.WriteFile(filepath.Join(*out, "report.json"), rep.WriteJSON); err != nil {
+	if err := st.WriteFile(ctx, "report.json", rep.WriteJSON); err != nil {
 		return err
 	}
-	if err := pipeline.WriteFile(filepath.Join(*out, "report.html"), func(w io.Writer) error { return balancer.WriteHTML(w, rep) }); err != nil {
+	if err := st.WriteFile(ctx, "report.html", func(w io.Writer) error { return balancer.WriteHTML(w, rep) }); err != nil {
 		return err
 	}
 	el := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "%s: %d samples seen, %d planned in %d steps × %d ranks × %d micro-batches, %d quarantined, %d dropped at the tail\n",
 		cfg.Input, prep.Seen(), rep.Samples, rep.Steps, rep.DP, rep.MicroBatches, rep.Quarantined, rep.Dropped)
-	fmt.Fprintf(stdout, "wrote %d rank files (%d record batches, %.1f MB) to %s in %.1fs (%.0f samples/s)\n",
-		len(sum.Files), sum.Batches, float64(sum.Bytes)/1e6, *out, el, float64(sum.Rows)/el)
+	fmt.Fprintf(stdout, "wrote %d data files (%d record batches, %d rows, %.1f MB, %s, %s) and %d epoch indexes to %s in %.1fs (%.0f samples/s)\n",
+		len(sum.Files), sum.Batches, sum.Rows, float64(sum.Bytes)/1e6, storeLabel(o, cfg.Image.DType), o.Compression,
+		len(sum.Epochs), *out, el, float64(sum.Rows)/el)
+	if sum.Reused > 0 {
+		fmt.Fprintf(stdout, "resumed: kept %d verified data files of the interrupted run\n", sum.Reused)
+	}
 	return rep.WriteTable(stdout)
+}
+
+// defaultInputCache is ~/.cache/mmfeed (the OS cache folder), or the temp folder.
+func defaultInputCache() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "mmfeed")
+	}
+	return os.TempDir()
+}
+
+func storeLabel(o pipeline.ShardOptions, dtype string) string {
+	if o.Store == pipeline.StoreJPEG {
+		return fmt.Sprintf("jpeg q%d", o.JPEGQuality)
+	}
+	return "tensor " + dtype
+}
+
+// set reports whether the flag name was given on the command line.
+func set(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+func copyOf(b *bytes.Buffer) func(io.Writer) error {
+	return func(w io.Writer) error { _, err := w.Write(b.Bytes()); return err }
 }

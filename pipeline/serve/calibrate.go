@@ -49,6 +49,8 @@ type calibrator struct {
 	// whether or not the planner used it (the planner's fits are last/lastAt).
 	shown  *balancer.Calibration
 	shownN int
+	// onFit, when set, gets every planner refit (costmodel.go writes --cost-model-out).
+	onFit func(balancer.Calibration, int)
 }
 
 func newCalibrator(cfg Config) *calibrator {
@@ -149,6 +151,9 @@ func (c *calibrator) fit() (balancer.Calibration, bool) {
 		return balancer.Calibration{}, false
 	}
 	c.last, c.lastAt = &cal, c.added
+	if c.onFit != nil {
+		c.onFit(cal, len(c.obs))
+	}
 	return cal, true
 }
 

@@ -3,10 +3,12 @@ package serve
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +25,7 @@ func TestRecalibrateMidEpoch(t *testing.T) {
 	cfg.Recalibrate = 3
 	cfg.MinObservations = 8
 	cfg.QuarantineDir = t.TempDir()
+	cfg.CostModelOut = filepath.Join(cfg.QuarantineDir, "cost-model.json")
 	cfg.StreamMaxBytes = 128 << 10 // publishing waits for the trainers, so feedback arrives mid-epoch
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -39,6 +42,9 @@ func TestRecalibrateMidEpoch(t *testing.T) {
 	}
 	if fit := info.Segments[len(info.Segments)-1].Fit; fit.R2 < 0.9 {
 		t.Errorf("last fit %+v: want R² ≥ 0.9 on noise-free times", fit)
+	}
+	if m, err := pipeline.LoadCostModel(cfg.CostModelOut); err != nil || m.Unit != "s" {
+		t.Errorf("--cost-model-out after refits: %+v, %v; want a fitted model in seconds", m, err)
 	}
 	ex := shardExpectation(t, cfg, 0)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))

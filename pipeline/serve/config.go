@@ -63,6 +63,9 @@ type Config struct {
 	Recalibrate int
 	// MinObservations is the fewest rank-step observations a refit needs (16).
 	MinObservations int
+	// CostModelOut, when set, is rewritten with the cost model after every refit
+	// (pipeline.CostModelExport, what --cost-model reads).
+	CostModelOut string
 
 	// HTTP is the live report's listen address ("": no HTTP server). The CLI
 	// default is 127.0.0.1:8080; a port of 0 picks a free one.

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -71,6 +74,8 @@ func checkHTTP(t *testing.T, s *Service, cfg Config) {
 		{"/metrics", cfg.HTTPToken, 200, "mmfeed_serve_samples_total"},
 		{"/metrics", cfg.HTTPToken, 200, `mmfeed_serve_rank_next_step{dp="1",mp="0"}`},
 		{"/metrics", cfg.HTTPToken, 200, "mmfeed_serve_step_imbalance_bucket"},
+		{"/v1/cost-model", "", 401, "unauthorized"},
+		{"/v1/cost-model", cfg.HTTPToken, 200, `"coefficients"`},
 		{"/", cfg.HTTPToken, 200, "<svg"},
 		{"/nope", cfg.HTTPToken, 404, ""},
 	}
@@ -82,7 +87,15 @@ func checkHTTP(t *testing.T, s *Service, cfg Config) {
 			}
 		})
 	}
-	_, body := get("/v1/report", cfg.HTTPToken)
+	_, body := get("/v1/cost-model", cfg.HTTPToken)
+	path := filepath.Join(t.TempDir(), "cost-model.json")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.LoadCostModel(path); err != nil {
+		t.Errorf("GET /v1/cost-model does not load as --cost-model: %v", err)
+	}
+	_, body = get("/v1/report", cfg.HTTPToken)
 	var rep struct {
 		Steps int `json:"steps"`
 		Live  Live

@@ -115,6 +115,7 @@ func New(cfg Config) (*Service, error) {
 		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, planJobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), published: make(chan struct{}), live: newLive(cfg)}
 	s.cal = newCalibrator(cfg)
+	s.cal.onFit = s.writeCostModel
 	s.met = newMetrics(s)
 	if err := s.met.register(reg); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)

@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p = argparse.ArgumentParser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0])
     src = p.add_argument_group("data source (exactly one)")
     src.add_argument("--nats", help="NATS URL of the mmfeed service, e.g. nats://127.0.0.1:4222")
-    src.add_argument("--shards", help="directory written by `mmfeed shard` (rank-00000.arrow, ...)")
+    src.add_argument("--shards", help="folder or URL (s3://, gs://, file://) written by `mmfeed shard`: every epoch it planned")
     src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
     p.add_argument("--job", default="demo", help="job name on the service (default demo)")
     p.add_argument("--model", default="tiny",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from . import synthetic
+from .shardset import MANIFEST, ShardSet
 
 START = {"epoch": 0, "next_step": 0}
 
@@ -83,14 +84,26 @@ def group_by_step(records: Iterator[pa.RecordBatch], start_step: int) -> Iterato
 
 
 class ShardSource(Source):
-    """Reads ``rank-%05d.arrow`` (Arrow IPC file, ``mmfeed shard`` output) of one dp rank.
+    """Reads one dp rank of an ``mmfeed shard`` output: a folder or URL (``s3://``, ``gs://``,
+    ``file://``; see ``shardset``).
 
-    Both mp ranks of a dp replica read the same file; ``batches.record_to_batch`` keeps the
-    columns of the rank's role. Memory-mapped: records are zero-copy views of the file.
+    A set with ``shard.json`` holds samples once and one index per epoch: ``steps`` yields the
+    epoch of the position from its ``next_step``, then the following stored epochs, so a
+    trainer runs every epoch the set was planned for. A folder of ``rank-%05d.arrow`` files
+    without a manifest (older sets) is one epoch, read as it is. Both mp ranks of a dp replica
+    read the same rows; ``batches.record_to_batch`` keeps the columns of the rank's role.
+    Local files are memory-mapped; JPEG sets are decoded to uint8 on the CPU.
     """
 
     def __init__(self, directory: str, dp_rank: int):
         super().__init__()
+        self.dp_rank = dp_rank
+        self.set: ShardSet | None = None
+        if "://" in directory or os.path.exists(os.path.join(directory, MANIFEST)):
+            self.set = ShardSet(directory)
+            if not 0 <= dp_rank < self.set.manifest["dp"]:
+                raise ValueError(f"shards: {directory} has {self.set.manifest['dp']} dp ranks, not rank {dp_rank}")
+            return
         self.path = os.path.join(directory, f"rank-{dp_rank:05d}.arrow")
         if not os.path.exists(self.path):
             raise ValueError(f"shards: {self.path} does not exist (is --shards the mmfeed shard output "
@@ -105,9 +118,20 @@ class ShardSource(Source):
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
 
+    def epochs(self) -> list[int]:
+        """The epochs the set holds."""
+        return sorted(self.set.epochs) if self.set else [0]
+
     def steps(self, position: dict) -> Iterator[StepData]:
-        """One epoch: the file's steps from ``position["next_step"]``."""
-        return group_by_step(self._records(), position.get("next_step", 0))
+        """The steps from ``position`` to the end of the last stored epoch."""
+        if self.set is None:
+            return group_by_step(self._records(), position.get("next_step", 0))
+        return self._indexed(position.get("epoch", min(self.set.epochs)), position.get("next_step", 0))
+
+    def _indexed(self, epoch: int, start: int) -> Iterator[StepData]:
+        for e in [e for e in sorted(self.set.epochs) if e >= epoch] or [epoch]:
+            for step, records in self.set.rank_steps(e, self.dp_rank, start if e == epoch else 0):
+                yield StepData(step, records, epoch=e)
 
 
 class SyntheticSource(Source):

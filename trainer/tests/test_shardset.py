@@ -1,0 +1,98 @@
+"""ShardSource over `mmfeed shard` output: every epoch's index, JPEG pixels, the CLI's sets."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from mmfeed_trainer.batches import record_to_batch
+from mmfeed_trainer.shardset import ShardError, ShardSet
+from mmfeed_trainer.sources import ShardSource
+
+DP = 2
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, request):
+    mmfeed = request.getfixturevalue("mmfeed_module")
+    out = tmp_path_factory.mktemp("corpus")
+    subprocess.run([mmfeed, "synth", "--out", str(out), "--samples", "150", "--seed", "3", "--bad-fraction", "0.05"],
+                   check=True, capture_output=True)
+    return mmfeed, out / "manifest.jsonl"
+
+
+@pytest.fixture(scope="module")
+def mmfeed_module():
+    from conftest import MMFEED_BIN  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    if not os.access(MMFEED_BIN, os.X_OK):
+        if os.environ.get("MMFEED_REQUIRE_PEERS"):
+            pytest.fail(f"{MMFEED_BIN} missing (make build)")
+        pytest.skip(f"{MMFEED_BIN} missing (make build)")
+    return MMFEED_BIN
+
+
+def shard(corpus, out, *flags):
+    mmfeed, manifest = corpus
+    subprocess.run([mmfeed, "shard", "--input", str(manifest), "--dp", str(DP), "--global-batch", "16",
+                    "--micro-batches", "2", "--image-size", "32", "--workers", "2", "--out", str(out), *flags],
+                   check=True, capture_output=True)
+    return json.loads((out / "shard.json").read_text())
+
+
+@pytest.mark.parametrize("flags", [["--store", "jpeg", "--compression", "zstd"], ["--dtype", "uint8", "--compression", "lz4"]])
+def test_source_follows_each_epoch_index(corpus, tmp_path, flags):
+    m = shard(corpus, tmp_path, "--epochs", "3", "--part-steps", "2", *flags)
+    ss = ShardSet(str(tmp_path))
+    for rank in range(DP):
+        src = ShardSource(str(tmp_path), rank)
+        assert src.epochs() == [0, 1, 2]
+        got = list(src.steps({"epoch": 0, "next_step": 0}))
+        assert [d.epoch for d in got] == sorted(e for e in range(3) for _ in range(m["epochs"][e]["steps"]))
+        for e in range(3):
+            ix = ss.index(e, rank)
+            steps = [d for d in got if d.epoch == e]
+            ids = [i for d in steps for rb in d.records for i in rb.column("id").to_pylist()]
+            assert ids == list(ix["id"])  # the rows the epoch's index names, in its order
+            weights = np.concatenate([rb.column("weight").to_numpy() for d in steps for rb in d.records])
+            assert (weights == ix["weight"]).all()
+            for d in steps:
+                assert len(d.records) == 2 and [rb.column("micro_batch")[0].as_py() for rb in d.records] == [0, 1]
+                b = record_to_batch(d.records[0])
+                assert str(b["pixel_values"].dtype) == "torch.uint8"
+                assert tuple(b["pixel_values"].shape[1:]) == (3, 32, 32)
+    # the epochs differ: a shuffled plan per epoch
+    assert list(ss.index(0, 0)["id"]) != list(ss.index(1, 0)["id"])
+
+
+def test_resume_position_and_epoch_order(corpus, tmp_path):
+    m = shard(corpus, tmp_path, "--epochs", "2")
+    src = ShardSource(str(tmp_path), 1)
+    s0 = m["epochs"][0]["steps"]
+    rest = [(d.epoch, d.step) for d in src.steps({"epoch": 0, "next_step": s0 - 1})]
+    assert rest == [(0, s0 - 1)] + [(1, s) for s in range(m["epochs"][1]["steps"])]
+    assert [(d.epoch, d.step) for d in src.steps({"epoch": 1, "next_step": 1})][0] == (1, 1)
+
+
+def test_jpeg_close_to_uint8(corpus, tmp_path):
+    shard(corpus, tmp_path / "u8", "--dtype", "uint8")
+    shard(corpus, tmp_path / "jpg", "--store", "jpeg", "--jpeg-quality", "95")
+    a = next(iter(ShardSource(str(tmp_path / "u8"), 0).steps({}))).records[0]
+    b = next(iter(ShardSource(str(tmp_path / "jpg"), 0).steps({}))).records[0]
+    assert a.column("id").equals(b.column("id"))
+    x = a.column("pixel_values").values.to_numpy().astype(np.float64)
+    y = b.column("pixel_values").values.to_numpy().astype(np.float64)
+    psnr = 10 * np.log10(255 ** 2 / max(np.mean((x - y) ** 2), 1e-12))
+    assert psnr > 30, psnr
+
+
+def test_bad_sets_raise_shard_error(corpus, tmp_path):
+    with pytest.raises(ShardError, match="no shard.json"):
+        ShardSet(str(tmp_path))
+    m = shard(corpus, tmp_path, "--epochs", "1")
+    with pytest.raises(ShardError, match="holds epochs"):
+        list(ShardSource(str(tmp_path), 0).steps({"epoch": 5, "next_step": 0}))
+    (tmp_path / m["files"][0]["path"]).write_bytes(b"not arrow")
+    with pytest.raises(ShardError, match=m["files"][0]["path"]):
+        list(ShardSource(str(tmp_path), 0).steps({"epoch": 0, "next_step": 0}))
