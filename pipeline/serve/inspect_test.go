@@ -21,6 +21,7 @@ import (
 // still receive every batch.
 func TestInspectStream(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 60), 2, 2, "modality")
+	cfg.DataPlane = proto.DataPlaneJetStream // inspect --nats reads the job's stream
 	r := start(t, cfg)
 	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if rep := r.s.snapshot(); rep == nil || !rep.Live.Finished {
