@@ -49,6 +49,14 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
     p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
+    mem = p.add_argument_group("memory and speed")
+    mem.add_argument("--ac", default="none", choices=("none", "selective", "full"),
+                     help="activation checkpointing per transformer block (selective: keep matmul/attention outputs)")
+    mem.add_argument("--compile", action="store_true", help="torch.compile every transformer block")
+    mem.add_argument("--mixed-precision", action="store_true",
+                     help="FSDP2 MixedPrecisionPolicy: bf16 params in compute, fp32 reduce (needs --fsdp, dp > 1)")
+    mem.add_argument("--cpu-offload", action="store_true",
+                     help="FSDP2 CPUOffloadPolicy: params, grads, optimizer state in host memory (needs --fsdp, dp > 1)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -78,7 +86,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     dp = a.dp if a.dp is not None else max(world // a.mp, 1)
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
-        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, ac=a.ac, compile=a.compile,
+        mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,
