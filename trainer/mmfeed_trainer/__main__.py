@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                      help="FSDP2 MixedPrecisionPolicy: bf16 params in compute, fp32 reduce (needs --fsdp, dp > 1)")
     mem.add_argument("--cpu-offload", action="store_true",
                      help="FSDP2 CPUOffloadPolicy: params, grads, optimizer state in host memory (needs --fsdp, dp > 1)")
+    p.add_argument("--init-vision", metavar="PATH",
+                   help="HuggingFace ViT checkpoint (.safetensors file or directory) for the vision tower")
+    p.add_argument("--init-text", metavar="PATH",
+                   help="HuggingFace BERT checkpoint for the text tower (its blocks become post-norm, like BERT)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -87,7 +91,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
         model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, ac=a.ac, compile=a.compile,
-        mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload, init_vision=a.init_vision,
+        init_text=a.init_text, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,

@@ -80,6 +80,10 @@ class TrainConfig:
     """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 reduce and master weights); needs fsdp, dp > 1."""
     cpu_offload: bool = False
     """FSDP2 CPUOffloadPolicy (parameters, gradients, optimizer state in host memory)."""
+    init_vision: str | None = None
+    """HuggingFace ViT safetensors checkpoint to initialise the vision tower from (``pretrained``)."""
+    init_text: str | None = None
+    """HuggingFace BERT safetensors checkpoint for the text tower (makes its blocks post-norm)."""
     log_ids: str | None = None
     """Append the live sample ids of every consumed step to ``<dir>/ids-rank<R>.jsonl`` (one
     JSON line per step and rank: epoch, step, dp_rank, mp_rank, ids per micro-batch)."""
@@ -212,10 +216,11 @@ def run(cfg: TrainConfig) -> RunResult:
     dims.build_mesh(device.type)
     # Autocast is redundant under the FSDP2 bf16 policy: "auto" turns it off there.
     bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
-    mcfg = config.model_config(cfg.model)
+    mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # init on the GPU directly (same seed, same values on every rank)
         model = MMModel(mcfg)
+    _load_pretrained(model, cfg)
     module = parallelize(model, dims=dims, device=device,
                          cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile,
                                             mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload,
@@ -289,6 +294,16 @@ def run(cfg: TrainConfig) -> RunResult:
     source.close()
     return RunResult(steps_done=step - start, final_step=step, losses=losses,
                      metrics=all_meter.summary(dims, device, peak_flops))
+
+
+def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
+    """Every rank reads the local checkpoints (same values everywhere, before sharding)."""
+    from . import pretrained
+    for path, load, what in ((cfg.init_vision, pretrained.load_vit, "ViT"), (cfg.init_text, pretrained.load_bert, "BERT")):
+        if path:
+            report = load(model, path)
+            log.info("initialised from %s checkpoint %s: %d tensors loaded, %d checkpoint keys ignored",
+                     what, path, len(report.loaded), len(report.ignored))
 
 
 def _global_loss(stats, dims: ParallelDims) -> float | None:
