@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--job", default="demo", help="job name on the service (default demo)")
     p.add_argument("--model", default="tiny", choices=sorted(config.PRESETS))
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
-    p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
+    p.add_argument("--mp", type=int, default=1, help="modality-parallel degree: 1 or 2 (vision | text)")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
     mem = p.add_argument_group("memory and speed")
     mem.add_argument("--ac", default="none", choices=("none", "selective", "full"),

@@ -98,6 +98,7 @@ class TrainConfig:
             raise ValueError("train: --ckpt-every must be >= 0 and --log-every > 0")
         config.model_config(self.model)
         self.optim.validate()
+        ParallelDims(dp=self.dp, mp=self.mp, world_size=self.dp * self.mp)  # the layout alone (mp, dp >= 1)
         ParallelConfig(fsdp=self.fsdp, ac=self.ac, mixed_precision=self.mixed_precision,
                        cpu_offload=self.cpu_offload).validate(self.dp)
         if self.fsdp and self.dp == 1:

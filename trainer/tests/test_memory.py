@@ -179,3 +179,11 @@ def test_cli_short_run_with_selective_ac(capsys, monkeypatch):
     assert main(["--synthetic", "--steps", "2", "--log-every", "1", "--ac", "selective"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and all(loss == loss for loss in summary["losses"])
+
+
+def test_cli_mp_above_2_says_what_is_supported(capsys, monkeypatch):
+    from mmfeed_trainer.__main__ import main
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert main(["--synthetic", "--steps", "1", "--mp", "4", "--dp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "mp must be 1 or 2, got 4" in err and "tensor parallelism inside a tower (mp > 2) is not implemented" in err
