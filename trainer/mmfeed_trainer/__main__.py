@@ -53,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     mem.add_argument("--ac", default="none", choices=("none", "selective", "full"),
                      help="activation checkpointing per transformer block (selective: keep matmul/attention outputs)")
     mem.add_argument("--compile", action="store_true", help="torch.compile every transformer block")
+    mem.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
     mem.add_argument("--mixed-precision", action="store_true",
                      help="FSDP2 MixedPrecisionPolicy: bf16 params in compute, fp32 reduce (needs --fsdp, dp > 1)")
     mem.add_argument("--cpu-offload", action="store_true",
@@ -90,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     dp = a.dp if a.dp is not None else max(world // a.mp, 1)
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
-        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, ac=a.ac, compile=a.compile,
+        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, ac=a.ac, compile=a.compile, compile_backend=a.compile_backend,
         mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload, init_vision=a.init_vision,
         init_text=a.init_text, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,

@@ -76,6 +76,8 @@ class TrainConfig:
     """Activation checkpointing per block: none, selective or full (``blockwrap``)."""
     compile: bool = False
     """torch.compile every transformer block."""
+    compile_backend: str = "inductor"
+    """torch.compile backend (the CPU dry run of gpu-check uses eager: tracing only)."""
     mixed_precision: bool = False
     """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 reduce and master weights); needs fsdp, dp > 1."""
     cpu_offload: bool = False
@@ -223,7 +225,7 @@ def run(cfg: TrainConfig) -> RunResult:
         model = MMModel(mcfg)
     _load_pretrained(model, cfg)
     module = parallelize(model, dims=dims, device=device,
-                         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile,
+                         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
                                             mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload,
                                             exchange_dtype=torch.bfloat16 if bf16 or cfg.mixed_precision
                                             else torch.float32))
