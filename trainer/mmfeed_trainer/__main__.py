@@ -21,6 +21,12 @@ One 8-GPU node, base model (ViT-B/16 + BERT-base), bf16 autocast, 4 dp x 2 mp::
     torchrun --nproc-per-node 8 -m mmfeed_trainer --nats nats://127.0.0.1:4222 --job demo \\
         --dp 4 --mp 2 --model base --steps 10000 --lr 1e-4 --warmup 1000 --ckpt-dir ckpt/ --ckpt-every 500
 
+Memory savers for a larger model: FSDP2 with the bf16 mixed-precision policy, full activation
+checkpointing, torch.compile per block, towers initialised from local HuggingFace checkpoints::
+
+    torchrun --nproc-per-node 8 -m mmfeed_trainer --shards shards/ --dp 8 --fsdp --mixed-precision \\
+        --ac full --compile --model base --init-vision vit-base-patch16-224/ --init-text bert-base-uncased/
+
 Single process on synthetic data (smoke test)::
 
     python -m mmfeed_trainer --synthetic --steps 20
