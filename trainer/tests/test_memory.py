@@ -4,8 +4,8 @@
   (full) / the policy both saves and recomputes ops (selective);
 * torch.compile per block: same gradients as eager (backend aot_eager: the dynamo trace and
   AOT autograd path of inductor without its C++ build, which takes minutes on a loaded CPU);
-* in a 2-process gloo world (dp 2): FSDP2 + full AC + CPU offload and DDP + selective AC match
-  one process on the global batch (relative error < 1e-5); FSDP2 mixed precision runs the
+* in a 2-process gloo world (dp 2): FSDP2 + full AC + CPU offload, DDP + selective AC and
+  FSDP2 + per-block compile (aot_eager) match one process on the global batch (relative error < 1e-5); FSDP2 mixed precision runs the
   blocks in bf16, keeps fp32 master parameters and tracks the fp32 losses within bf16 rounding.
 """
 
@@ -103,6 +103,7 @@ def test_fsdp_policies_need_fsdp():
 SCENARIOS = {
     "fsdp-ac-full-offload": ParallelConfig(fsdp=True, ac="full", cpu_offload=True),
     "ddp-ac-selective": ParallelConfig(ac="selective"),
+    "fsdp-compile": ParallelConfig(fsdp=True, compile=True, compile_backend="aot_eager"),
     "fsdp-bf16": ParallelConfig(fsdp=True, mixed_precision=True),
 }
 
@@ -127,11 +128,13 @@ def _worker(rank: int, world: int, outdir: str) -> None:
             loss = stats.loss.clone()
             dist.all_reduce(loss, group=dims.dp_group())
             step_losses.append(float(loss))
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        torch._dynamo.utils.counters.clear()
         local_dtypes = {str(p.to_local().dtype if hasattr(p, "to_local") else p.dtype) for p in module.parameters()}
         state = full_model_state(module)
         if rank == 0:
             torch.save({"params": state, "losses": step_losses, "block_dtypes": sorted({str(d) for d in block_dtypes}),
-                        "param_dtypes": sorted(local_dtypes)}, os.path.join(outdir, f"{name}.pt"))
+                        "param_dtypes": sorted(local_dtypes), "graphs": graphs}, os.path.join(outdir, f"{name}.pt"))
         dist.barrier()
 
 
@@ -143,7 +146,7 @@ def world_runs(tmp_path_factory):
     return {name: torch.load(os.path.join(outdir, f"{name}.pt")) for name in SCENARIOS}, reference
 
 
-@pytest.mark.parametrize("name", ["fsdp-ac-full-offload", "ddp-ac-selective"])
+@pytest.mark.parametrize("name", ["fsdp-ac-full-offload", "ddp-ac-selective", "fsdp-compile"])
 def test_parity_memory_options(world_runs, name):
     runs, (want, want_losses, _) = world_runs
     got = runs[name]
@@ -151,6 +154,7 @@ def test_parity_memory_options(world_runs, name):
     assert err < 1e-5, f"{name}: whole model relative error {err:.3g}"
     assert got["losses"] == pytest.approx(want_losses, rel=1e-5)
     assert got["block_dtypes"] == ["torch.float32"]
+    assert (got["graphs"] > 0) == SCENARIOS[name].compile, f"{name}: {got['graphs']} compiled graphs"
 
 
 def test_fsdp_mixed_precision_bf16(world_runs):
