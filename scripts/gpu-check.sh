@@ -6,17 +6,22 @@
 #      captions of 10-77 tokens, uint8 pixels normalised on the GPU, 2 micro-batches per
 #      step), one process per GPU, DDP over dp = #GPUs. Prints step time, samples/s, MFU
 #      and the data-wait fraction (JSON summary on the last line).
-#   2. With >= 2 GPUs: FSDP2, modality-parallel (mp = 2) when the GPU count is even, so
-#      the NCCL feature exchange runs too (no MFU there: a modality rank does not see the
-#      other modality's token counts).
-#   3. The parity tests (CPU/gloo; DDP and FSDP2) so a GPU box also proves exactness.
+#   2. Memory and speed options on the same run: selective activation checkpointing per
+#      block and torch.compile per block (--ac selective --compile; compare its samples/s
+#      and MFU with stage 1).
+#   3. With >= 2 GPUs: FSDP2 with the bf16 MixedPrecisionPolicy (fp32 reduce) and full AC,
+#      modality-parallel (mp = 2) when the GPU count is even, so the NCCL feature exchange
+#      runs too (no MFU there: a modality rank does not see the other modality's token
+#      counts).
+#   4. The parity tests (CPU/gloo; DDP and FSDP2) so a GPU box also proves exactness.
 #
 # Bounded: every stage runs under `timeout`; the whole script stays under 5 minutes.
 # Env: MMFEED_PYTHON (default .venv/bin/python), GPU_CHECK_STEPS (default 30),
 #      GPU_CHECK_BATCH (samples per rank and micro-batch, default 64), MMFEED_PEAK_TFLOPS,
-#      GPU_CHECK_CPU=N: a dry run of stages 1-2 on N CPU processes (gloo) with the tiny
-#      model, so CI checks that every command of this script still runs
-#      (trainer/tests/test_gpu_check.py); stage 3 is skipped there (make test runs it).
+#      GPU_CHECK_CPU=N: a dry run of stages 1-3 on N CPU processes (gloo) with the tiny
+#      model (torch.compile with the eager backend: tracing without a C++ build), so CI
+#      checks that every command of this script still runs (trainer/tests/test_gpu_check.py);
+#      stage 4 is skipped there (make test runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${MMFEED_PYTHON:-$PWD/.venv/bin/python}"
@@ -24,9 +29,9 @@ STEPS="${GPU_CHECK_STEPS:-30}"
 BATCH="${GPU_CHECK_BATCH:-64}"
 export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-MODEL=base
+MODEL=base BACKEND=inductor
 if [ -n "${GPU_CHECK_CPU:-}" ]; then
-  ngpu=$GPU_CHECK_CPU MODEL=tiny
+  ngpu=$GPU_CHECK_CPU MODEL=tiny BACKEND=eager
   export OMP_NUM_THREADS=1
   echo "gpu-check: CPU dry run on $ngpu processes (tiny model, gloo)"
 else
@@ -52,14 +57,16 @@ train() {  # $1 label, $2 dp, $3 mp, rest: extra flags
 }
 
 train "DDP" "$ngpu" 1
+train "DDP + AC selective + compile" "$ngpu" 1 --ac selective --compile --compile-backend "$BACKEND"
 if [ "$ngpu" -gt 1 ]; then
+  mem=(--fsdp --mixed-precision --bf16 off --ac full)  # the policy alone, no autocast on top
   if [ $((ngpu % 2)) -eq 0 ] && [ "$ngpu" -gt 2 ]; then
-    train "FSDP2 + modality parallel" $((ngpu / 2)) 2 --fsdp
+    train "FSDP2 bf16 policy + AC full + modality parallel" $((ngpu / 2)) 2 "${mem[@]}"
   elif [ $((ngpu % 2)) -eq 0 ]; then
     train "modality parallel" 1 2
-    train "FSDP2" "$ngpu" 1 --fsdp
+    train "FSDP2 bf16 policy + AC full" "$ngpu" 1 "${mem[@]}"
   else
-    train "FSDP2" "$ngpu" 1 --fsdp
+    train "FSDP2 bf16 policy + AC full" "$ngpu" 1 "${mem[@]}"
   fi
 fi
 

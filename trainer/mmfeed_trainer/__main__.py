@@ -21,6 +21,12 @@ One 8-GPU node, base model (ViT-B/16 + BERT-base), bf16 autocast, 4 dp x 2 mp::
     torchrun --nproc-per-node 8 -m mmfeed_trainer --nats nats://127.0.0.1:4222 --job demo \\
         --dp 4 --mp 2 --model base --steps 10000 --lr 1e-4 --warmup 1000 --ckpt-dir ckpt/ --ckpt-every 500
 
+Memory savers for a larger model: FSDP2 with the bf16 mixed-precision policy, full activation
+checkpointing, torch.compile per block, towers initialised from local HuggingFace checkpoints::
+
+    torchrun --nproc-per-node 8 -m mmfeed_trainer --shards shards/ --dp 8 --fsdp --mixed-precision \\
+        --ac full --compile --model base --init-vision vit-base-patch16-224/ --init-text bert-base-uncased/
+
 Single process on synthetic data (smoke test)::
 
     python -m mmfeed_trainer --synthetic --steps 20
@@ -48,8 +54,21 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--model", default="tiny",
                    help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
-    p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
+    p.add_argument("--mp", type=int, default=1, help="modality-parallel degree: 1 or 2 (vision | text)")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
+    mem = p.add_argument_group("memory and speed")
+    mem.add_argument("--ac", default="none", choices=("none", "selective", "full"),
+                     help="activation checkpointing per transformer block (selective: keep matmul/attention outputs)")
+    mem.add_argument("--compile", action="store_true", help="torch.compile every transformer block")
+    mem.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
+    mem.add_argument("--mixed-precision", action="store_true",
+                     help="FSDP2 MixedPrecisionPolicy: bf16 params in compute, fp32 reduce (needs --fsdp, dp > 1)")
+    mem.add_argument("--cpu-offload", action="store_true",
+                     help="FSDP2 CPUOffloadPolicy: params, grads, optimizer state in host memory (needs --fsdp, dp > 1)")
+    p.add_argument("--init-vision", metavar="PATH",
+                   help="HuggingFace ViT checkpoint (.safetensors file or directory) for the vision tower")
+    p.add_argument("--init-text", metavar="PATH",
+                   help="HuggingFace BERT checkpoint for the text tower (its blocks become post-norm, like BERT)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -81,7 +100,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     dp = a.dp if a.dp is not None else max(world // a.mp, 1)
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
-        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, ac=a.ac, compile=a.compile, compile_backend=a.compile_backend,
+        mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload, init_vision=a.init_vision,
+        init_text=a.init_text, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,

@@ -28,6 +28,9 @@ class ModelConfig:
     text_hidden: int = 64
     text_layers: int = 2
     text_heads: int = 4
+    text_post_norm: bool = False
+    """BERT-style text blocks (layer norm after each residual add, no final norm); set when
+    loading a BERT checkpoint (``pretrained.load_bert``)."""
     vocab_size: int = 30522
     """Token vocabulary (bert-base-uncased)."""
     max_text_len: int = 512

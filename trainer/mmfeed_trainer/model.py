@@ -93,10 +93,13 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block; with ``cross_dim`` it adds cross-attention to a context."""
+    """Pre-norm transformer block; with ``cross_dim`` it adds cross-attention to a context.
+    ``post_norm`` (BERT): normalise after each residual add instead (no cross-attention)."""
 
-    def __init__(self, dim: int, heads: int, mlp_ratio: int, eps: float, cross_dim: int | None = None):
+    def __init__(self, dim: int, heads: int, mlp_ratio: int, eps: float, cross_dim: int | None = None,
+                 post_norm: bool = False):
         super().__init__()
+        self.post_norm = post_norm
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = Attention(dim, heads)
         self.cross_norm = nn.LayerNorm(dim, eps=eps) if cross_dim else None
@@ -106,6 +109,9 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor,
                 context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.post_norm:
+            x = self.norm1(x + self.attn(x, mask))
+            return self.norm2(x + self.mlp(x))
         x = x + self.attn(self.norm1(x), mask)
         if self.cross is not None:
             x = x + self.cross(self.cross_norm(x), context_mask, context=context)
@@ -160,9 +166,11 @@ class TextTower(nn.Module):
         self.tok = nn.Embedding(cfg.vocab_size, d)
         self.pos = nn.Embedding(cfg.max_text_len, d)
         self.emb_norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.blocks = nn.ModuleList(Block(d, cfg.text_heads, cfg.mlp_ratio, cfg.layer_norm_eps)
+        self.blocks = nn.ModuleList(Block(d, cfg.text_heads, cfg.mlp_ratio, cfg.layer_norm_eps,
+                                          post_norm=cfg.text_post_norm)
                                     for _ in range(cfg.text_layers))
-        self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
+        # Post-norm blocks end normalised already (BERT has no final norm).
+        self.norm = nn.Identity() if cfg.text_post_norm else nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.proj = nn.Linear(d, cfg.embed_dim)
 
     def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:

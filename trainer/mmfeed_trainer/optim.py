@@ -40,12 +40,14 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def clip_grad_norm(module: nn.Module, max_norm: float, *, sharded_group=None, model_group=None) -> torch.Tensor:
+def clip_grad_norm(module: nn.Module, max_norm: float, *, sharded_group=None, model_group=None,
+                   comm_device: torch.device | None = None) -> torch.Tensor:
     """Clip all gradients by the L2 norm of the *whole* model's gradient; returns that norm.
 
     ``sharded_group``: the dp group when gradients are sharded over it (FSDP2), so local
     squares are summed over it; ``model_group``: the mp group, whose ranks hold disjoint
-    parts of the model. The norm stays on the device (no host sync).
+    parts of the model. The norm stays on the device (no host sync). ``comm_device``: where
+    the norm is reduced when gradients live elsewhere (FSDP2 CPU offload under NCCL).
     """
     grads = [_local(p.grad) for p in module.parameters() if p.grad is not None]
     dev = grads[0].device if grads else torch.device("cpu")
@@ -53,11 +55,13 @@ def clip_grad_norm(module: nn.Module, max_norm: float, *, sharded_group=None, mo
     sq = torch.zeros((), dtype=acc, device=dev)
     if grads:
         sq = torch.stack([g.detach().to(acc).pow(2).sum() for g in grads]).sum()
+    if comm_device is not None:
+        sq = sq.to(comm_device)
     for group in (sharded_group, model_group):
         if group is not None and dist.get_world_size(group) > 1:
             dist.all_reduce(sq, group=group)
     norm = sq.sqrt()
     if max_norm > 0 and grads:
         coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
-        torch._foreach_mul_(grads, coef.to(grads[0].dtype))
+        torch._foreach_mul_(grads, coef.to(grads[0].device, grads[0].dtype))
     return norm

@@ -40,7 +40,11 @@ class ParallelDims:
         if self.dp < 1:
             raise ValueError(f"parallel dims: dp must be >= 1, got {self.dp}")
         if self.mp not in (1, 2):
-            raise ValueError(f"parallel dims: mp must be 1 or 2 (modality parallel: vision | text), got {self.mp}")
+            raise ValueError(f"parallel dims: mp must be 1 or 2, got {self.mp}. mp is modality parallelism: "
+                             f"mp 2 runs the vision tower + fusion on one rank and the text tower on the "
+                             f"other; there is no third part to place, and tensor parallelism inside a "
+                             f"tower (mp > 2) is not implemented. To fit a larger model use --fsdp "
+                             f"(shard over dp), --ac full, --mixed-precision or --cpu-offload")
         if self.dp * self.mp != self.world_size:
             raise ValueError(f"parallel dims: dp ({self.dp}) * mp ({self.mp}) = {self.dp * self.mp} "
                              f"!= world size {self.world_size}; launch dp*mp processes "

@@ -6,8 +6,12 @@
    ``full`` (mp = 1): vision, text, fusion, itc; ``vision`` (mp rank 0): vision, fusion,
    itc; ``text`` (mp rank 1): text. Text features cross to the vision rank through the
    differentiable ``Exchange``.
-2. data parallelism over dp: FSDP2 ``fully_shard`` per transformer block, per tower and on
-   the stage root (``cfg.fsdp``), or DDP. Both overlap gradient communication with the
+2. per-block memory and speed wrappers (``blockwrap``): activation checkpointing
+   (``cfg.ac``: none | selective | full), then ``torch.compile`` (``cfg.compile``).
+3. data parallelism over dp: FSDP2 ``fully_shard`` per transformer block, per tower and on
+   the stage root (``cfg.fsdp``; with ``cfg.mixed_precision`` bf16 parameters in compute and
+   fp32 gradient reduction, with ``cfg.cpu_offload`` parameters, gradients and optimizer
+   state on the host), or DDP. Both overlap gradient communication with the
    backward pass (per-block reduce-scatter / DDP buckets) and *sum* gradients over dp
    (the loss is already divided by the global sample weight).
 
@@ -24,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import timing
+from . import blockwrap, timing
 from .exchange import Exchange
 from .model import MMModel
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
@@ -48,6 +52,30 @@ class ParallelConfig:
     """dtype of the text features sent between mp ranks (bfloat16 halves the bytes)."""
     ddp_bucket_cap_mb: int = 25
     """DDP gradient bucket size: smaller buckets start communicating earlier in backward."""
+    ac: str = "none"
+    """Activation checkpointing per block: none, selective (keep matmul/attention outputs)
+    or full (keep only block inputs); see ``blockwrap``."""
+    compile: bool = False
+    """``torch.compile`` every block's forward."""
+    compile_backend: str = "inductor"
+    """torch.compile backend (tests on CPU use aot_eager)."""
+    mixed_precision: bool = False
+    """FSDP2 ``MixedPrecisionPolicy``: bf16 parameters in forward/backward, fp32 gradient
+    reduction, fp32 stage outputs; the sharded parameters and the optimizer stay fp32."""
+    cpu_offload: bool = False
+    """FSDP2 ``CPUOffloadPolicy``: sharded parameters, gradients and optimizer state live in
+    host memory (pinned on CUDA); the optimizer step runs on the CPU."""
+
+    def validate(self, dp: int) -> None:
+        """ValueError for a combination a layout with ``dp`` data-parallel ranks cannot apply."""
+        if self.ac not in blockwrap.AC_MODES:
+            raise ValueError(f"parallelize: --ac must be one of {blockwrap.AC_MODES}, got {self.ac!r}")
+        needs_fsdp = [name for name, on in (("--mixed-precision", self.mixed_precision),
+                                            ("--cpu-offload", self.cpu_offload)) if on]
+        if needs_fsdp and not (self.fsdp and dp > 1):
+            raise ValueError(f"parallelize: {' and '.join(needs_fsdp)} are FSDP2 policies: they need --fsdp "
+                             f"with dp > 1 (this run: fsdp={self.fsdp}, dp={dp}); on one rank use "
+                             f"--bf16 on (autocast) instead")
 
 
 class Stage(nn.Module):
@@ -88,17 +116,32 @@ def _sum_allreduce_hook(group, bucket):
     return fut.then(lambda f: f.value()[0])
 
 
+def _fsdp_policies(cfg: ParallelConfig, *, root: bool) -> dict:
+    """fully_shard keyword arguments for the mixed-precision and offload policies."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+    kw = {}
+    if cfg.mixed_precision:
+        # Outputs leave the stage in fp32 (the losses' softmax); inside, blocks pass bf16 on.
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                               output_dtype=torch.float32 if root else None)
+    if cfg.cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    return kw
+
+
 def _apply_fsdp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig) -> nn.Module:
     from torch.distributed.fsdp import FSDPModule, fully_shard
     mesh = dims.dp_mesh()
+    inner = _fsdp_policies(cfg, root=False)
     for name in ("vision", "text", "fusion"):
         part = getattr(stage, name, None)
         if part is None:
             continue
         for block in part.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
-        fully_shard(part, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
-    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+            fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **inner)
+        fully_shard(part, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **inner)
+    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward,
+                **_fsdp_policies(cfg, root=True))
     # Sum over dp (the loss is already divided by the global weight); plain SUM also works on
     # gloo, which lacks the PREMUL_SUM a divide factor would otherwise use. The setters act on
     # one FSDP module's own parameter group, so every sharded module needs them.
@@ -127,11 +170,15 @@ def parallelize(model: MMModel, *, dims: ParallelDims, cfg: ParallelConfig,
     world size is 1). Returns the module to call once per micro-batch.
     """
     device = device or torch.device("cpu")
+    cfg.validate(dims.dp)
     exchange = None
     if dims.mp == 2:
         exchange = Exchange(peer=dims.peer(), group=dims.mp_group(), device=device, dtype=cfg.exchange_dtype,
                             hidden_dim=model.cfg.text_hidden, embed_dim=model.cfg.embed_dim)
     stage = Stage(model, dims.role, exchange).to(device)
+    blockwrap.apply_ac(stage, cfg.ac)
+    if cfg.compile:
+        blockwrap.apply_compile(stage, backend=cfg.compile_backend)
     if dims.dp == 1:
         return stage
     if cfg.fsdp:

@@ -104,7 +104,7 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
                 h.remove()
     norm = clip_grad_norm(module, max_grad_norm,
                           sharded_group=dims.dp_group() if dims.fsdp else None,
-                          model_group=dims.mp_group())
+                          model_group=dims.mp_group(), comm_device=device)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

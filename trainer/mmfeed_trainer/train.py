@@ -72,6 +72,20 @@ class TrainConfig:
     """Leave the first N steps (warm-up, autotuning) out of the run's summary metrics."""
     peak_tflops: float | None = None
     """Peak dense bf16 TFLOP/s of one device, for MFU; None = guess from the CUDA device name."""
+    ac: str = "none"
+    """Activation checkpointing per block: none, selective or full (``blockwrap``)."""
+    compile: bool = False
+    """torch.compile every transformer block."""
+    compile_backend: str = "inductor"
+    """torch.compile backend (the CPU dry run of gpu-check uses eager: tracing only)."""
+    mixed_precision: bool = False
+    """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 reduce and master weights); needs fsdp, dp > 1."""
+    cpu_offload: bool = False
+    """FSDP2 CPUOffloadPolicy (parameters, gradients, optimizer state in host memory)."""
+    init_vision: str | None = None
+    """HuggingFace ViT safetensors checkpoint to initialise the vision tower from (``pretrained``)."""
+    init_text: str | None = None
+    """HuggingFace BERT safetensors checkpoint for the text tower (makes its blocks post-norm)."""
     log_ids: str | None = None
     """Append the live sample ids of every consumed step to ``<dir>/ids-rank<R>.jsonl`` (one
     JSON line per step and rank: epoch, step, dp_rank, mp_rank, ids per micro-batch)."""
@@ -86,6 +100,9 @@ class TrainConfig:
             raise ValueError("train: --ckpt-every must be >= 0 and --log-every > 0")
         config.model_config(self.model)
         self.optim.validate()
+        ParallelDims(dp=self.dp, mp=self.mp, world_size=self.dp * self.mp)  # the layout alone (mp, dp >= 1)
+        ParallelConfig(fsdp=self.fsdp, ac=self.ac, mixed_precision=self.mixed_precision,
+                       cpu_offload=self.cpu_offload).validate(self.dp)
         if self.fsdp and self.dp == 1:
             warnings.warn("train: --fsdp is ignored with dp = 1 (nothing to shard over)", stacklevel=2)
         if self.ckpt_every and not self.ckpt_dir:
@@ -200,13 +217,18 @@ def run(cfg: TrainConfig) -> RunResult:
     peak_flops = _peak_flops(cfg, device)
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
-    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
-    mcfg = config.model_config(cfg.model)
+    # Autocast is redundant under the FSDP2 bf16 policy: "auto" turns it off there.
+    bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
+    mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # init on the GPU directly (same seed, same values on every rank)
         model = MMModel(mcfg)
+    _load_pretrained(model, cfg)
     module = parallelize(model, dims=dims, device=device,
-                         cfg=ParallelConfig(fsdp=cfg.fsdp, exchange_dtype=torch.bfloat16 if bf16 else torch.float32))
+                         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
+                                            mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload,
+                                            exchange_dtype=torch.bfloat16 if bf16 or cfg.mixed_precision
+                                            else torch.float32))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
     start, position = 0, {"epoch": 0, "next_step": 0}
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
@@ -275,6 +297,16 @@ def run(cfg: TrainConfig) -> RunResult:
     source.close()
     return RunResult(steps_done=step - start, final_step=step, losses=losses,
                      metrics=all_meter.summary(dims, device, peak_flops))
+
+
+def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
+    """Every rank reads the local checkpoints (same values everywhere, before sharding)."""
+    from . import pretrained
+    for path, load, what in ((cfg.init_vision, pretrained.load_vit, "ViT"), (cfg.init_text, pretrained.load_bert, "BERT")):
+        if path:
+            report = load(model, path)
+            log.info("initialised from %s checkpoint %s: %d tensors loaded, %d checkpoint keys ignored",
+                     what, path, len(report.loaded), len(report.ignored))
 
 
 def _global_loss(stats, dims: ParallelDims) -> float | None:
