@@ -1,4 +1,4 @@
-//go:build !(turbojpeg && cgo)
+//go:build !((turbojpeg || turbojpeg3) && cgo)
 
 package imgproc
 

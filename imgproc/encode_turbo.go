@@ -1,9 +1,8 @@
-//go:build turbojpeg && cgo
+//go:build (turbojpeg || turbojpeg3) && cgo
 
 package imgproc
 
 /*
-#cgo LDFLAGS: -lturbojpeg
 #include <stdlib.h>
 #include <turbojpeg.h>
 */

@@ -255,11 +255,13 @@ class ShardDataset(IterableDataset):
     """This rank's micro-batches from ``mmfeed shard`` output (``rank-NNNNN.arrow`` per dp rank).
 
     ``mp``/``placement`` say how the world is split (both mp ranks of a dp rank read the same
-    file; under modality placement each keeps its modality); ``epochs`` passes over the file
-    (the shards hold one planned epoch). Items and state as ``StreamDataset``."""
+    file; under modality placement each keeps its modality). ``epochs`` is how many epochs to
+    run: by default every epoch the set was planned for (``mmfeed shard --epochs N`` writes one
+    index per epoch); more epochs than the set holds run its plans again in turn. Items and
+    state as ``StreamDataset``."""
 
     def __init__(self, directory: str, *, rank: int | None = None, world_size: int | None = None, mp: int = 1,
-                 placement: str = "colocated", epochs: int = 1, device: torch.device | str | None = None,
+                 placement: str = "colocated", epochs: int | None = None, device: torch.device | str | None = None,
                  normalize: bool = True, pad_id: int = 0):
         super().__init__()
         self.rank, self.world_size = env_rank(rank, world_size)
@@ -270,13 +272,19 @@ class ShardDataset(IterableDataset):
         self.dp_rank, mp_rank = divmod(self.rank, mp)
         self.role = ROLE_FULL if placement == "colocated" else (ROLE_VISION if mp_rank == 0 else ROLE_TEXT)
         self.source = ShardSource(directory, self.dp_rank)
-        self.epochs, self.device, self.normalize, self.pad_id = epochs, device, normalize, pad_id
+        self.stored = self.source.epochs()
+        self.epochs = len(self.stored) if epochs is None else epochs
+        self.device, self.normalize, self.pad_id = device, normalize, pad_id
         self._pos = _Position()
 
     def __iter__(self) -> Iterator[dict]:
         _no_workers("ShardDataset")
         while self._pos.epoch < self.epochs:
-            for data in self.source.steps({"epoch": self._pos.epoch, "next_step": self._pos.step}):
+            e = self._pos.epoch
+            planned = e if e in self.stored else self.stored[e % len(self.stored)]
+            for data in self.source.steps({"epoch": planned, "next_step": self._pos.step}):
+                if data.epoch != planned:
+                    break  # the source goes on into the next stored epoch: one at a time here
                 for rec in data.records:
                     mb = record_to_batch(rec, role=self.role, pad_id=self.pad_id)
                     mb["epoch"] = self._pos.epoch

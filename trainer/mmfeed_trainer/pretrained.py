@@ -62,11 +62,33 @@ def read_safetensors(path: str) -> dict[str, torch.Tensor]:
     return load_file(path)
 
 
+# transformers 5 names ViT layers differently in memory (``layers.N.attention.q_proj``); its
+# checkpoints keep the names above. A state dict saved from a v5 model is read too.
+_VIT_V5 = [
+    (r"^layers\.(\d+)\.attention\.([qkv])_proj\.", None),
+    (r"^layers\.(\d+)\.attention\.o_proj\.", r"encoder.layer.\1.attention.output.dense."),
+    (r"^layers\.(\d+)\.mlp\.fc1\.", r"encoder.layer.\1.intermediate.dense."),
+    (r"^layers\.(\d+)\.mlp\.fc2\.", r"encoder.layer.\1.output.dense."),
+    (r"^layers\.(\d+)\.(layernorm_before|layernorm_after)\.", r"encoder.layer.\1.\2."),
+]
+_QKV = {"q": "query", "k": "key", "v": "value"}
+
+
+def _v4_name(key: str) -> str:
+    for pattern, repl in _VIT_V5:
+        if repl is None:
+            key = re.sub(pattern, lambda m: f"encoder.layer.{m.group(1)}.attention.attention.{_QKV[m.group(2)]}.", key)
+        else:
+            key = re.sub(pattern, repl, key)
+    return key
+
+
 def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """Drop the task wrapper's prefix (``vit.`` / ``bert.``) and old LayerNorm gamma/beta names."""
+    """Drop the task wrapper's prefix (``vit.`` / ``bert.``), old LayerNorm gamma/beta names and
+    transformers 5's in-memory ViT layer names."""
     out = {}
     for key, value in state.items():
-        key = key.removeprefix(prefix)
+        key = _v4_name(key.removeprefix(prefix))
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
         out[re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)] = value
     return out
