@@ -417,27 +417,44 @@ func (s *packScratch) refineAcross() {
 	}
 }
 
-// tryMoves applies the first move of a sample from bin a to bin b that lowers
-// score, and returns the new score.
+// tryMoves applies the first move of a sample from bin a to bin b, or swap
+// of a sample of a with a cheaper one of b, that lowers score, and returns
+// the new score.
 func (s *packScratch) tryMoves(a, b int, score float64) (float64, bool) {
+	accept := func() (float64, bool) {
+		s.recount(a)
+		s.recount(b)
+		sc := s.packScore()
+		return sc, sc < score*(1-packTuning.minGain)
+	}
 	for i := range s.bins[a] {
 		x := s.bins[a][i]
 		ix := s.items[x]
-		if !s.fits(a, -1, -ix.TextTokens, -ix.ImageTokens) || !s.fits(b, 1, ix.TextTokens, ix.ImageTokens) {
-			continue
+		if s.fits(a, -1, -ix.TextTokens, -ix.ImageTokens) && s.fits(b, 1, ix.TextTokens, ix.ImageTokens) {
+			s.bins[a] = slices.Delete(s.bins[a], i, i+1)
+			s.bins[b] = append(s.bins[b], x)
+			if sc, ok := accept(); ok {
+				return sc, true
+			}
+			s.bins[b] = s.bins[b][:len(s.bins[b])-1]
+			s.bins[a] = slices.Insert(s.bins[a], i, x)
 		}
-		s.bins[a] = slices.Delete(s.bins[a], i, i+1)
-		s.bins[b] = append(s.bins[b], x)
-		s.recount(a)
-		s.recount(b)
-		if sc := s.packScore(); sc < score*(1-packTuning.minGain) {
-			return sc, true
+		cx := s.pl.StepCost(s.costs[x])
+		for k, y := range s.bins[b] {
+			iy := s.items[y]
+			dl, dp := iy.TextTokens-ix.TextTokens, iy.ImageTokens-ix.ImageTokens
+			if s.pl.StepCost(s.costs[y]) >= cx || !s.fits(a, 0, dl, dp) || !s.fits(b, 0, -dl, -dp) {
+				continue
+			}
+			s.bins[a][i], s.bins[b][k] = y, x
+			if sc, ok := accept(); ok {
+				return sc, true
+			}
+			s.bins[a][i], s.bins[b][k] = x, y
 		}
-		s.bins[b] = s.bins[b][:len(s.bins[b])-1]
-		s.bins[a] = slices.Insert(s.bins[a], i, x)
-		s.recount(a)
-		s.recount(b)
 	}
+	s.recount(a)
+	s.recount(b)
 	return score, false
 }
 

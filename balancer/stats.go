@@ -194,6 +194,9 @@ type Summary struct {
 	// far the plan is from the best any partitioner could do.
 	CostLowerBoundSum    float64 `json:"cost_lower_bound_sum"`
 	EpochEfficiencyBound float64 `json:"epoch_efficiency_bound"`
+	// CostOverBoundP99 is the p99 over steps of MaxCost / CostLowerBound:
+	// how far the partitioner stays from the best split of each step.
+	CostOverBoundP99 float64 `json:"cost_over_bound_p99"`
 	MaxDelay             int     `json:"max_delay"`
 	MinDelay             int     `json:"min_delay"`
 }
@@ -203,6 +206,7 @@ func Summarize(stats []StepStats) Summary {
 	s := Summary{Steps: len(stats)}
 	imb := make([]float64, len(stats))
 	lb := make([]float64, len(stats))
+	gap := make([]float64, len(stats))
 	var real, padded int64
 	var realC, paddedC, ideal float64
 	for k, st := range stats {
@@ -212,6 +216,10 @@ func Summarize(stats []StepStats) Summary {
 		paddedC += st.PaddedCost
 		imb[k] = st.Imbalance
 		lb[k] = st.ImbalanceLowerBound
+		gap[k] = 1
+		if st.CostLowerBound > 0 {
+			gap[k] = st.MaxCost / st.CostLowerBound
+		}
 		if st.ImbalanceLowerBound > ImbalanceTarget {
 			s.StepsBoundAboveTarget++
 		}
@@ -242,6 +250,8 @@ func Summarize(stats []StepStats) Summary {
 	s.ImbalanceP50 = percentile(imb, 0.50)
 	s.ImbalanceP99 = percentile(imb, 0.99)
 	s.ImbalanceMax = imb[len(imb)-1]
+	slices.Sort(gap)
+	s.CostOverBoundP99 = percentile(gap, 0.99)
 	slices.Sort(lb)
 	s.ImbalanceLowerBoundP99 = percentile(lb, 0.99)
 	s.ImbalanceLowerBoundMax = lb[len(lb)-1]
