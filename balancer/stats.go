@@ -197,8 +197,8 @@ type Summary struct {
 	// CostOverBoundP99 is the p99 over steps of MaxCost / CostLowerBound:
 	// how far the partitioner stays from the best split of each step.
 	CostOverBoundP99 float64 `json:"cost_over_bound_p99"`
-	MaxDelay             int     `json:"max_delay"`
-	MinDelay             int     `json:"min_delay"`
+	MaxDelay         int     `json:"max_delay"`
+	MinDelay         int     `json:"min_delay"`
 }
 
 // Summarize aggregates step statistics.
