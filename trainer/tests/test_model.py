@@ -149,3 +149,19 @@ def test_itc_matches_the_textbook_formula_without_padding():
                   + torch.nn.functional.cross_entropy(logits.t(), target, reduction="sum"))
     got = losses.itc_sum(img, txt, torch.ones(5), scale)
     torch.testing.assert_close(got, want)
+
+
+def test_flops_match_go_golden():
+    """balancer/testdata/flops_golden.json pins flops_per_sample; the Go cost model's
+    TestFLOPsMatchTrainer checks its FLOP prior against the same file."""
+    import json
+    from pathlib import Path
+
+    from mmfeed_trainer.config import model_config
+
+    path = Path(__file__).resolve().parents[2] / "balancer" / "testdata" / "flops_golden.json"
+    golden = json.loads(path.read_text())
+    assert {g["preset"] for g in golden} == {"tiny", "base"}
+    for g in golden:
+        got = flops_per_sample(model_config(g["preset"]), g["text_tokens"], g["image_tokens"])
+        assert got == g["flops"], g
