@@ -36,7 +36,8 @@ func WriteShards(ctx context.Context, prep *Prepared, plan *balancer.Plan, dir s
 	}
 	img := prep.Config.Image
 	mean, std := img.MeanStd()
-	meta := proto.BatchMeta{Job: "shard", Epoch: plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std}
+	meta := proto.BatchMeta{Job: "shard", Epoch: plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std,
+		Pack: plan.Config.Pack}
 	if img.Policy != "dynamic" {
 		meta.Shape = []int{3, img.Size, img.Size}
 	}

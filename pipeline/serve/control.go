@@ -100,7 +100,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	s.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
 	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
 	return proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
-		Epoch: reg.Epoch, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
+		Epoch: reg.Epoch, Pack: s.cfg.Pipeline.Plan.Pack, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
 }
 
