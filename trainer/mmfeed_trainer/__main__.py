@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
     p.add_argument("--mp", type=int, default=1, choices=(1, 2), help="modality-parallel degree")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
+    p.add_argument("--pack", action="store_true",
+                   help="pack micro-batches (no padding; attention within each sample); the service or "
+                        "shards must be planned with mmfeed --pack too")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
@@ -78,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     dp = a.dp if a.dp is not None else max(world // a.mp, 1)
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
-        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, pack=a.pack, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,

@@ -166,10 +166,18 @@ def _int_scalar(rb: pa.RecordBatch, name: str) -> int:
     return int(col[0])
 
 
-def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False) -> dict:
-    """Convert one micro-batch record for a rank of ``role`` (host tensors)."""
+def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False,
+                    pack: bool | None = None) -> dict:
+    """Convert one micro-batch record for a rank of ``role`` (host tensors). ``pack``: when
+    not None, the record's ``mmfeed.pack`` schema metadata (planned for packed micro-batches)
+    must say the same, else BatchError."""
     if role not in (ROLE_FULL, ROLE_VISION, ROLE_TEXT):
         raise ValueError(f"batch: unknown role {role!r}")
+    if pack is not None:
+        planned = (rb.schema.metadata or {}).get(b"mmfeed.pack", b"false")
+        if planned not in (b"true", b"false") or (planned == b"true") != pack:
+            raise BatchError(f"batch: the plan says mmfeed.pack={planned.decode(errors='replace')}, "
+                             f"this trainer runs {'packed' if pack else 'padded'} micro-batches (--pack)")
     if rb.num_rows == 0:
         raise BatchError("batch: empty micro-batch (ranks must get padding samples instead)")
     ids = [str(v) for v in _column(rb, "id").to_pylist()]
