@@ -45,6 +45,7 @@ type packScratch struct {
 	load   []Cost
 	sumL   []int
 	sumP   []int
+	keyed  []int // sortedByCost's buffer
 }
 
 // newPackScratch returns a scratch of bins (taken over, not copied) with
@@ -85,12 +86,12 @@ func (s *packScratch) fits(b, count, dl, dp int) bool {
 // (Σ over positions of the costliest bin there, or the costliest rank
 // total), without the overhead.
 func (s *packScratch) packScore() float64 {
-	if s.sync == SyncMicroBatch {
+	if s.sync == SyncMicroBatch { // Σ of position maxima ≥ every rank's total
 		var sum float64
 		for j := range s.m {
 			sum += s.positionMax(j)
 		}
-		return max(sum, s.rankMax())
+		return sum
 	}
 	return s.rankMax()
 }
@@ -305,31 +306,30 @@ func (s *packScratch) byPosition() [][]int32 {
 	return out
 }
 
-// refinePositions levels each position's bins (SyncMicroBatch) or each
-// rank's totals (SyncStep, through rank-level pairs): it repeatedly moves or
-// swaps one sample between the position's costliest bin and each other bin
-// of the position while that lowers the costlier of the two.
+// refinePositions levels each position's bins: it repeatedly applies the best
+// move or swap of one sample between the position's costliest bin and one of
+// the others, trying the cheapest bins first, while that lowers the costlier
+// of the two. Under SyncStep the positions are levelled as well, which
+// levels the rank totals.
 func (s *packScratch) refinePositions() {
-	for range packTuning.passes {
-		improved := false
-		for j := range s.m {
-			for {
-				hi := s.argmax(j)
-				moved := false
-				for r := range s.dp {
-					if b := r*s.m + j; b != hi && s.levelPair(hi, b) {
-						moved = true
-						break
-					}
-				}
-				if !moved {
+	for j := range s.m {
+		order := make([]int, s.dp)
+		for moves := 0; moves < packTuning.passes*len(s.items); moves++ {
+			hi := s.argmax(j)
+			for r := range s.dp {
+				order[r] = r*s.m + j
+			}
+			slices.SortFunc(order, func(x, y int) int { return cmp.Compare(s.cost(x), s.cost(y)) })
+			moved := false
+			for _, b := range order {
+				if b != hi && s.levelPair(hi, b) {
+					moved = true
 					break
 				}
-				improved = true
 			}
-		}
-		if !improved {
-			return
+			if !moved {
+				break
+			}
 		}
 	}
 }
@@ -344,71 +344,137 @@ func (s *packScratch) argmax(j int) int {
 	return best
 }
 
-// levelPair applies the best single move (a sample of a to b) or swap
-// (one of a with one of b) that lowers max(cost(a), cost(b)) without
-// breaking the budget, and reports whether it applied one.
+// packMove is a candidate change between two bins: sample i of bin a moves to
+// bin b (k < 0) or swaps with sample k of bin b.
+type packMove struct {
+	i, k  int
+	value float64 // the score of the pair (or the gain) it gives; lower is better
+}
+
+// sortedByCost fills s.keyed with bin b's member indexes sorted by the
+// members' step cost, for binary search.
+func (s *packScratch) sortedByCost(b int) []int {
+	s.keyed = s.keyed[:0]
+	for k := range s.bins[b] {
+		s.keyed = append(s.keyed, k)
+	}
+	slices.SortFunc(s.keyed, func(x, y int) int {
+		return cmp.Compare(s.itemCost(s.bins[b][x]), s.itemCost(s.bins[b][y]))
+	})
+	return s.keyed
+}
+
+func (s *packScratch) itemCost(pos int32) float64 { return s.pl.StepCost(s.costs[pos]) }
+
+// exchanges calls try with every move of a sample of a to b and, for each
+// sample x of a, the swaps with the two samples of b whose cost is nearest
+// below and above cost(x) − want (found by binary search): the candidates
+// that shift about want from a to b.
+func (s *packScratch) exchanges(a, b int, want float64, try func(i, k int, d Cost)) {
+	sorted := s.sortedByCost(b)
+	for i, x := range s.bins[a] {
+		cx := s.itemCost(x)
+		try(i, -1, s.costs[x])
+		at, _ := slices.BinarySearchFunc(sorted, cx-want, func(k int, t float64) int {
+			return cmp.Compare(s.itemCost(s.bins[b][k]), t)
+		})
+		for _, n := range [2]int{at - 1, at} {
+			if n >= 0 && n < len(sorted) {
+				k := sorted[n]
+				try(i, k, s.costs[x].Sub(s.costs[s.bins[b][k]]))
+			}
+		}
+	}
+}
+
+// fitsExchange reports whether moving sample i of a to b (k < 0) or swapping
+// it with sample k of b keeps both bins within the budget and non-empty.
+func (s *packScratch) fitsExchange(a, b, i, k int) bool {
+	ix := s.items[s.bins[a][i]]
+	if k < 0 {
+		return s.fits(a, -1, -ix.TextTokens, -ix.ImageTokens) && s.fits(b, 1, ix.TextTokens, ix.ImageTokens)
+	}
+	iy := s.items[s.bins[b][k]]
+	dl, dp := iy.TextTokens-ix.TextTokens, iy.ImageTokens-ix.ImageTokens
+	return s.fits(a, 0, dl, dp) && s.fits(b, 0, -dl, -dp)
+}
+
+// apply carries out an exchange and recounts both bins.
+func (s *packScratch) apply(a, b int, e packMove) {
+	x := s.bins[a][e.i]
+	if e.k < 0 {
+		s.bins[a] = slices.Delete(s.bins[a], e.i, e.i+1)
+		s.bins[b] = append(s.bins[b], x)
+	} else {
+		s.bins[a][e.i], s.bins[b][e.k] = s.bins[b][e.k], x
+	}
+	s.recount(a)
+	s.recount(b)
+}
+
+// levelPair applies the best move or swap between a and b that lowers
+// max(cost(a), cost(b)) within the budget, and reports whether it applied
+// one.
 func (s *packScratch) levelPair(a, b int) bool {
 	ca, cb := s.cost(a), s.cost(b)
 	cur := max(ca, cb)
 	if ca-cb <= packTuning.pairTolerance*cur {
 		return false
 	}
-	bestI, bestK, best := -1, -1, cur*(1-packTuning.minGain)
-	for i, x := range s.bins[a] {
-		ix := s.items[x]
-		if s.fits(a, -1, -ix.TextTokens, -ix.ImageTokens) && s.fits(b, 1, ix.TextTokens, ix.ImageTokens) {
-			if v := max(s.pl.StepCost(s.load[a].Sub(s.costs[x])), s.pl.StepCost(s.load[b].Add(s.costs[x]))); v < best {
-				bestI, bestK, best = i, -1, v
-			}
+	best := packMove{i: -1, value: cur * (1 - packTuning.minGain)}
+	s.exchanges(a, b, (ca-cb)/2, func(i, k int, d Cost) {
+		v := max(s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d)))
+		if v < best.value && s.fitsExchange(a, b, i, k) {
+			best = packMove{i, k, v}
 		}
-		for k, y := range s.bins[b] {
-			iy := s.items[y]
-			dl, dpp := iy.TextTokens-ix.TextTokens, iy.ImageTokens-ix.ImageTokens
-			if !s.fits(a, 0, dl, dpp) || !s.fits(b, 0, -dl, -dpp) {
-				continue
-			}
-			d := s.costs[x].Sub(s.costs[y])
-			if v := max(s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d))); v < best {
-				bestI, bestK, best = i, k, v
-			}
-		}
-	}
-	if bestI < 0 {
+	})
+	if best.i < 0 {
 		return false
 	}
-	x := s.bins[a][bestI]
-	if bestK < 0 {
-		s.bins[a] = slices.Delete(s.bins[a], bestI, bestI+1)
-		s.bins[b] = append(s.bins[b], x)
-	} else {
-		s.bins[a][bestI], s.bins[b][bestK] = s.bins[b][bestK], x
-	}
-	s.recount(a)
-	s.recount(b)
+	s.apply(a, b, best)
 	return true
 }
 
-// refineAcross moves single samples from the costliest bin of one position to
-// a bin of another position when that lowers the score (SyncMicroBatch with
-// more than one position): it lets a position whose level a large sample
-// sets absorb work from the others.
+// refineAcross moves or swaps samples between the costliest bin of one
+// position and a bin of another position when that lowers the score
+// (SyncMicroBatch with more than one position): a position whose level a
+// large sample sets can absorb work from the others. The score change of a
+// candidate is computed from the two positions' two largest bin costs.
 func (s *packScratch) refineAcross() {
 	if s.sync != SyncMicroBatch || s.m == 1 {
 		return
 	}
-	score := s.packScore()
 	for range packTuning.passes * s.m {
 		improved := false
-		for j := range s.m {
-			hi := s.argmax(j)
+		for ja := range s.m {
+			a := s.argmax(ja)
+			roomA := s.cost(a) - s.secondMax(ja, a)
+			if roomA <= 0 {
+				continue
+			}
+			best, bestB := packMove{i: -1}, -1
 			for b := range s.bins {
-				if b%s.m == j {
+				jb := b % s.m
+				if jb == ja {
 					continue
 				}
-				if sc, ok := s.tryMoves(hi, b, score); ok {
-					score, improved = sc, true
-					break
+				top := s.cost(s.argmax(jb))
+				roomB := top - s.cost(b)
+				if roomB <= 0 {
+					continue
 				}
+				s.exchanges(a, b, min(roomA, roomB), func(i, k int, d Cost) {
+					na, nb := s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d))
+					drop := s.cost(a) - max(na, s.cost(a)-roomA)
+					rise := max(0, nb-top)
+					if g := drop - rise; g > best.value && g > s.cost(a)*packTuning.minGain && s.fitsExchange(a, b, i, k) {
+						best, bestB = packMove{i, k, g}, b
+					}
+				})
+			}
+			if bestB >= 0 {
+				s.apply(a, bestB, best)
+				improved = true
 			}
 		}
 		if !improved {
@@ -417,45 +483,15 @@ func (s *packScratch) refineAcross() {
 	}
 }
 
-// tryMoves applies the first move of a sample from bin a to bin b, or swap
-// of a sample of a with a cheaper one of b, that lowers score, and returns
-// the new score.
-func (s *packScratch) tryMoves(a, b int, score float64) (float64, bool) {
-	accept := func() (float64, bool) {
-		s.recount(a)
-		s.recount(b)
-		sc := s.packScore()
-		return sc, sc < score*(1-packTuning.minGain)
-	}
-	for i := range s.bins[a] {
-		x := s.bins[a][i]
-		ix := s.items[x]
-		if s.fits(a, -1, -ix.TextTokens, -ix.ImageTokens) && s.fits(b, 1, ix.TextTokens, ix.ImageTokens) {
-			s.bins[a] = slices.Delete(s.bins[a], i, i+1)
-			s.bins[b] = append(s.bins[b], x)
-			if sc, ok := accept(); ok {
-				return sc, true
-			}
-			s.bins[b] = s.bins[b][:len(s.bins[b])-1]
-			s.bins[a] = slices.Insert(s.bins[a], i, x)
-		}
-		cx := s.pl.StepCost(s.costs[x])
-		for k, y := range s.bins[b] {
-			iy := s.items[y]
-			dl, dp := iy.TextTokens-ix.TextTokens, iy.ImageTokens-ix.ImageTokens
-			if s.pl.StepCost(s.costs[y]) >= cx || !s.fits(a, 0, dl, dp) || !s.fits(b, 0, -dl, -dp) {
-				continue
-			}
-			s.bins[a][i], s.bins[b][k] = y, x
-			if sc, ok := accept(); ok {
-				return sc, true
-			}
-			s.bins[a][i], s.bins[b][k] = x, y
+// secondMax returns the largest bin cost of position j other than bin a's.
+func (s *packScratch) secondMax(j, a int) float64 {
+	var hi float64
+	for r := range s.dp {
+		if b := r*s.m + j; b != a {
+			hi = max(hi, s.cost(b))
 		}
 	}
-	s.recount(a)
-	s.recount(b)
-	return score, false
+	return hi
 }
 
 // assignment copies the bins out: a rank's micro-batches costliest first
