@@ -118,15 +118,26 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     SDPA with the same mask as a dense boolean matrix.
     """
     if q.is_cuda:
-        flex, block_mask_of = _flex_attention()
-
-        def same_segment(b, h, qi, ki):
-            return q_seg[qi] == kv_seg[ki]
-
-        mask = block_mask_of(same_segment, None, None, q.shape[2], k.shape[2], device=q.device)
-        return flex(q, k, v, block_mask=mask)
+        return flex_segment_attention(q, k, v, q_seg, kv_seg)
     mask = q_seg[:, None] == kv_seg[None, :]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
+
+
+def flex_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           q_seg: torch.Tensor, kv_seg: torch.Tensor, *, compiled: bool = True) -> torch.Tensor:
+    """``segment_attention`` with FlexAttention and a document block mask. ``compiled=False``
+    runs FlexAttention eagerly (slow; lets the CPU tests check the mask)."""
+    if compiled:
+        flex, block_mask_of = _flex_attention()
+    else:
+        from torch.nn.attention.flex_attention import create_block_mask as block_mask_of
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
+    def same_segment(b, h, qi, ki):
+        return q_seg[qi] == kv_seg[ki]
+
+    mask = block_mask_of(same_segment, None, None, q.shape[2], k.shape[2], device=q.device, _compile=compiled)
+    return flex(q, k, v, block_mask=mask)
 
 
 class MLP(nn.Module):

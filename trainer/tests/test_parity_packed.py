@@ -98,3 +98,21 @@ def test_service_default_grid_is_accepted():
     small = model.vision.grid_pos(2, 3)  # within the table: a plain lookup
     g = model.cfg.max_grid
     torch.testing.assert_close(small, model.vision.pos[1 + torch.tensor([0, 1, 2, g, g + 1, g + 2])])
+
+
+def test_flex_document_mask_matches_the_dense_mask():
+    """The CUDA path (FlexAttention with a document block mask), run eagerly on the CPU, gives
+    what the dense-mask SDPA path gives, for self- and cross-attention packings."""
+    import warnings
+
+    from mmfeed_trainer.model import flex_segment_attention, segment_attention
+    torch.manual_seed(0)
+    q_seg = torch.tensor([0, 0, 0, 1, 2, 2])
+    kv_seg = torch.tensor([0, 1, 1, 1, 2, 2, 2, 2])
+    for kseg in (q_seg, kv_seg):
+        q = torch.randn(1, 2, q_seg.shape[0], 8)
+        k, v = torch.randn(2, 1, 2, kseg.shape[0], 8).unbind(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eager FlexAttention warns that it is slow
+            got = flex_segment_attention(q, k, v, q_seg, kseg, compiled=False)
+        torch.testing.assert_close(got, segment_attention(q, k, v, q_seg, kseg))
