@@ -12,7 +12,7 @@ ALBEF/BLIP style:
 Every part also has ``forward_packed``: a packed micro-batch (``batches.pack``: captions
 concatenated with ``cu_seqlens_text``, patches concatenated with ``cu_seqlens_image`` and
 ``image_grid``) runs without padding, and attention never crosses samples
-(``segment_attention``: FlexAttention with a document mask on CUDA, SDPA with a dense mask
+(``segment_attention``: FlexAttention with a document mask on CUDA, SDPA over the segments scattered into a padded batch
 elsewhere). Packed and padded give the same per-sample results (``test_parity_packed_*``).
 * ``TextTower`` -- BERT-like encoder over right-padded ``input_ids``; the attention mask is
   built on the device from the unpadded lengths.
@@ -114,13 +114,36 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Σ per-sample n·m rather than (Σ n)·(Σ m). It is chosen because it takes different query
     and key packings (the fusion's cross-attention packs captions against images), ships
     with the pinned torch (flash-attn's varlen kernel would be a CUDA build this machine
-    cannot install and test), and needs no nested tensors. Elsewhere (the CPU tests) it is
-    SDPA with the same mask as a dense boolean matrix.
+    cannot install and test), and needs no nested tensors. Elsewhere (CPU) it is
+    ``padded_segment_attention``.
     """
     if q.is_cuda:
         return flex_segment_attention(q, k, v, q_seg, kv_seg)
-    mask = q_seg[:, None] == kv_seg[None, :]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
+    return padded_segment_attention(q, k, v, q_seg, kv_seg)
+
+
+def padded_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             q_seg: torch.Tensor, kv_seg: torch.Tensor) -> torch.Tensor:
+    """``segment_attention`` without a varlen kernel: each segment's queries and keys are
+    scattered into a (segments, H, longest, d) batch, attended with SDPA and a key-length
+    mask, and gathered back. The work is segments x longest² instead of (Σ n)·(Σ m), and
+    only attention is padded: the projections and MLPs stay packed. Segments must be
+    contiguous and numbered 0, 1, ... in order (``segment_ids``), each with >= 1 key."""
+    n_seg = int(q_seg[-1]) + 1 if q_seg.numel() else 0
+
+    def scatter(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        counts = torch.bincount(seg, minlength=n_seg)
+        pos = torch.arange(seg.shape[0], device=seg.device) - cumsum0(counts)[seg]
+        out = x.new_zeros(n_seg, x.shape[1], int(counts.max()), x.shape[3])
+        out[seg, :, pos] = x[0].transpose(0, 1)
+        return out, pos, counts
+
+    qp, q_pos, _ = scatter(q, q_seg)
+    kp, _, k_counts = scatter(k, kv_seg)
+    vp, _, _ = scatter(v, kv_seg)
+    mask = torch.arange(kp.shape[2], device=kp.device)[None, :] < k_counts[:, None]
+    y = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask[:, None, None, :])
+    return y[q_seg, :, q_pos].transpose(0, 1)[None]
 
 
 def flex_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -100,9 +100,10 @@ def test_service_default_grid_is_accepted():
     torch.testing.assert_close(small, model.vision.pos[1 + torch.tensor([0, 1, 2, g, g + 1, g + 2])])
 
 
-def test_flex_document_mask_matches_the_dense_mask():
-    """The CUDA path (FlexAttention with a document block mask), run eagerly on the CPU, gives
-    what the dense-mask SDPA path gives, for self- and cross-attention packings."""
+def test_segment_attention_paths_match_the_dense_mask():
+    """The CPU path (segments scattered into a padded batch) and the CUDA path (FlexAttention
+    with a document block mask, run eagerly here) both give SDPA with the dense document mask,
+    for self- and cross-attention packings."""
     import warnings
 
     from mmfeed_trainer.model import flex_segment_attention, segment_attention
@@ -115,4 +116,7 @@ def test_flex_document_mask_matches_the_dense_mask():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # eager FlexAttention warns that it is slow
             got = flex_segment_attention(q, k, v, q_seg, kseg, compiled=False)
-        torch.testing.assert_close(got, segment_attention(q, k, v, q_seg, kseg))
+        dense = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=(q_seg[:, None] == kseg[None, :])[None, None])
+        torch.testing.assert_close(got, dense)
+        torch.testing.assert_close(segment_attention(q, k, v, q_seg, kseg), dense)
