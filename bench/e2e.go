@@ -69,7 +69,8 @@ var e2eStrategies = []e2eVariant{{balancer.StrategyMmfeed, false}, {balancer.Str
 // for the cores), dp ranks pinned to separate cores, and compares measured step times.
 //
 // MMFEED_E2E_PARTS selects parts: "steps" (the strategy comparison), "calib" (the
-// calibration loop); default both.
+// calibration loop); default both. MMFEED_E2E_CASES selects corpora by label
+// ("skewed,real"); default all.
 func benchE2E(env *benchEnv) (map[string]float64, error) {
 	st := defaultE2ESettings()
 	cases, err := e2eCases(env, st)
@@ -79,9 +80,13 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 	parts := os.Getenv("MMFEED_E2E_PARTS")
 	out := map[string]float64{}
 	var groups []balancer.StepTimeGroup
+	only := os.Getenv("MMFEED_E2E_CASES")
 	for _, c := range cases {
 		if parts != "" && !strings.Contains(parts, "steps") {
 			break
+		}
+		if only != "" && !slices.Contains(strings.Split(only, ","), c.label) {
+			continue
 		}
 		res, err := runE2ECase(env, c, st)
 		if err != nil {
