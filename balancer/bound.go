@@ -52,3 +52,64 @@ func RankCostLowerBound(costs []Cost, dp int, pl Placement) float64 {
 	}
 	return lb
 }
+
+// StepCostLowerBound returns a lower bound on the step cost (StepStats.MaxCost)
+// of any split of a step's entries (their own, unpadded costs) over dp ranks
+// × m micro-batches under placement pl and sync, for padded and packed plans
+// alike (padding never lowers a micro-batch's cost below its samples' sum).
+// overhead is what every micro-batch costs on top of its samples (a packed
+// plan's CostModel.MicroBatchOverhead; zero for padded plans).
+//
+// For every additive part f of the step cost (the total, or under modality
+// placement vision + fusion and text + fusion) it takes the largest of:
+//
+//   - RankCostLowerBound's bounds on the costliest rank: Σf / dp and the
+//     pigeonhole sums;
+//   - with SyncMicroBatch, the position holding the costliest entry costs at
+//     least that entry, and each of the other m − 1 positions holds dp
+//     entries (every micro-batch is non-empty) of which its costliest costs
+//     at least the (i·dp)-th cheapest of the rest: f₁ + Σ_{i<m} f_(i·dp).
+//
+// plus m × f(overhead). The second term is what says that one sample worth
+// many fair micro-batch shares makes a step unbalanceable with small
+// micro-batches.
+func StepCostLowerBound(costs []Cost, dp, m int, pl Placement, sync Sync, overhead Cost) float64 {
+	if dp < 1 || m < 1 || len(costs) == 0 {
+		return 0
+	}
+	parts := []func(Cost) float64{Cost.Total}
+	if pl == Modality {
+		parts = []func(Cost) float64{
+			func(c Cost) float64 { return c.Vision + c.Fusion },
+			func(c Cost) float64 { return c.Text + c.Fusion },
+		}
+	}
+	var lb float64
+	s := make([]float64, len(costs))
+	for _, part := range parts {
+		var sum float64
+		for i, c := range costs {
+			s[i] = part(c)
+			sum += s[i]
+		}
+		b := sum / float64(dp)
+		slices.SortFunc(s, func(a, b float64) int { return cmp.Compare(b, a) })
+		for j := 0; j*dp < len(s); j++ {
+			var t float64
+			for _, c := range s[j*dp-j : j*dp+1] {
+				t += c
+			}
+			b = max(b, t)
+		}
+		if sync == SyncMicroBatch && m > 1 && len(s) > (m-1)*dp {
+			t := s[0]
+			rest := s[1:] // descending; the (i·dp)-th cheapest is rest[len−i·dp]
+			for i := 1; i < m; i++ {
+				t += rest[len(rest)-i*dp]
+			}
+			b = max(b, t)
+		}
+		lb = max(lb, b+float64(m)*part(overhead))
+	}
+	return lb
+}

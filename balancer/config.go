@@ -167,12 +167,20 @@ type Config struct {
 	// GlobalBatch is the number of samples per step (all ranks together).
 	// Exactly one of GlobalBatch and GlobalTokens is positive.
 	GlobalBatch int `json:"global_batch,omitempty"`
-	// GlobalTokens closes a step before the real text tokens would exceed it
-	// (a step always holds at least DP × MicroBatches samples).
+	// GlobalTokens closes a step before its real tokens would exceed it (a
+	// step always holds at least DP × MicroBatches samples): text tokens,
+	// or with Pack text + image tokens, as dynamic-resolution trainers
+	// define a step.
 	GlobalTokens int `json:"global_tokens,omitempty"`
 	// Budget bounds every micro-batch (mmfeed only; the baselines reproduce
 	// their samplers and ignore it).
 	Budget Budget `json:"budget"`
+	// Pack says the trainer packs each micro-batch (captions concatenated,
+	// image patches concatenated, attention within each sample) instead of
+	// padding it: a micro-batch then costs Σ of its samples' own costs plus
+	// CostModel.MicroBatchOverhead (PackedFeatures), Budget.MaxTokens bounds
+	// it and Budget.MaxPaddedTokens must be 0.
+	Pack bool `json:"pack,omitempty"`
 	// Placement selects the step cost: colocated or modality.
 	Placement Placement `json:"placement"`
 	// Sync says where the ranks wait for each other (the step cost every
@@ -227,6 +235,10 @@ func (c Config) Validate() error {
 		return bad("negative global batch %d or tokens %d", c.GlobalBatch, c.GlobalTokens)
 	case c.GlobalBatch > 0 && c.GlobalBatch < c.DP*c.MicroBatches:
 		return bad("global batch %d < dp %d × micro-batches %d", c.GlobalBatch, c.DP, c.MicroBatches)
+	case c.Pack && c.Budget.MaxPaddedTokens > 0:
+		return bad("packed plans bound tokens with max_tokens, not max_padded_tokens (%d)", c.Budget.MaxPaddedTokens)
+	case !c.Pack && c.Budget.MaxTokens > 0:
+		return bad("max_tokens (%d) bounds packed micro-batches; padded plans use max_padded_tokens", c.Budget.MaxTokens)
 	case c.Tail != TailDrop && c.Tail != TailPad:
 		return bad("tail %v", c.Tail)
 	case c.Lookahead < 1 || c.Lookahead > MaxLookahead:
@@ -243,6 +255,7 @@ func (c Config) partitionConfig() PartitionConfig {
 	return PartitionConfig{
 		DP: c.DP, MicroBatches: c.MicroBatches, Budget: c.Budget,
 		Placement: c.Placement, Sync: c.Sync, PaddingTarget: c.PaddingTarget, Model: c.model(),
+		Pack: c.Pack,
 	}
 }
 

@@ -177,6 +177,11 @@ type CostModel struct {
 	Coef Coefficients `json:"coefficients"`
 	// Unit names the cost unit ("GFLOP" or "s"); informational.
 	Unit string `json:"unit"`
+	// MicroBatchOverhead is the constant a packed micro-batch costs on top of
+	// its samples (kernel launches, the packing itself). Every rank runs the
+	// same number of micro-batches, so it changes no plan, only the
+	// predicted step time; the FLOP prior sets 0.
+	MicroBatchOverhead Cost `json:"micro_batch_overhead,omitzero"`
 }
 
 // NewCostModel returns the FLOP-derived model of shape (unit GFLOP).
@@ -195,6 +200,12 @@ func (m CostModel) Validate() error {
 			if !(v >= 0) || v > 1e300 {
 				return fmt.Errorf("balancer: cost model %v coefficient of %v = %v: %w", c, f, v, ErrInvalidConfig)
 			}
+		}
+	}
+	o := m.MicroBatchOverhead
+	for _, v := range []float64{o.Vision, o.Text, o.Fusion} {
+		if !(v >= 0) || v > 1e300 {
+			return fmt.Errorf("balancer: cost model micro-batch overhead %+v: %w", o, ErrInvalidConfig)
 		}
 	}
 	return nil

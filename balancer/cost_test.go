@@ -1,8 +1,10 @@
 package balancer
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -20,12 +22,13 @@ func TestShapeCoefficients(t *testing.T) {
 		{"tiny", TinyShape(), map[Component]map[Feature]float64{
 			Vision: {FeatP: 884_736, FeatP2: 1_536, FeatComplexity: 0.02e9},
 			Text:   {FeatL: 589_824, FeatL2: 1_536},
-			Fusion: {FeatL: 245_760, FeatP: 49_152, FeatLP: 768},
+			// 3 passes × 3 (training) × (1·(12+16)·64², 4·64, 4·64·64, 4·64)
+			Fusion: {FeatL: 1_032_192, FeatL2: 2_304, FeatP: 147_456, FeatLP: 2_304},
 		}},
 		{"base", BaseShape(), map[Component]map[Feature]float64{
 			Vision: {FeatP: 513_146_880, FeatP2: 110_592, FeatComplexity: 1e9},
 			Text:   {FeatL: 509_607_936, FeatL2: 110_592},
-			Fusion: {FeatL: 212_336_640, FeatP: 42_467_328, FeatLP: 55_296},
+			Fusion: {FeatL: 891_813_888, FeatL2: 165_888, FeatP: 127_401_984, FeatLP: 165_888},
 		}},
 		{"no fusion, projections", ModelShape{VisionHidden: 32, VisionLayers: 1, PatchSize: 2, ImageChannels: 1,
 			TextHidden: 16, TextLayers: 1, FusionHidden: 8, FusionLayers: 0, MLPRatio: 2}, map[Component]map[Feature]float64{
@@ -37,8 +40,9 @@ func TestShapeCoefficients(t *testing.T) {
 		{"fusion projections", ModelShape{VisionHidden: 32, VisionLayers: 0, PatchSize: 1, ImageChannels: 1,
 			TextHidden: 16, TextLayers: 0, FusionHidden: 8, FusionLayers: 2, MLPRatio: 1}, map[Component]map[Feature]float64{
 			Vision: {FeatP: 3 * 2 * 32},
-			// L: 3·(2·(4+4)·64 + 2·16·8); P: 3·(2·4·64 + 2·32·8); LP: 3·2·4·8
-			Fusion: {FeatL: 3 * (1024 + 256), FeatP: 3 * (512 + 512), FeatLP: 192},
+			// 3 passes × 3 (training) × L: 2·(8+4+4)·64 + 2·16·8; L²: 2·4·8;
+			// P: 2·4·32·8 (keys and values from the vision width); LP: 2·4·8
+			Fusion: {FeatL: 9 * (2048 + 256), FeatL2: 9 * 64, FeatP: 9 * 2048, FeatLP: 9 * 64},
 		}},
 	}
 	for _, tt := range tests {
@@ -63,14 +67,14 @@ func TestWorkedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := m.Cost(Item{ID: "x", TextTokens: 32, ImageTokens: 196, Complexity: 0.5})
-	want := Cost{Vision: 0.242415232, Text: 0.020447232, Fusion: 0.022315008}
+	want := Cost{Vision: 0.242415232, Text: 0.020447232, Fusion: 0.078741504}
 	if !near(got.Vision, want.Vision) || !near(got.Text, want.Text) || !near(got.Fusion, want.Fusion) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
-	if got, want := Colocated.StepCost(got), 0.285177472; !near(got, want) {
+	if got, want := Colocated.StepCost(got), 0.341603968; !near(got, want) {
 		t.Errorf("colocated: got %v, want %v", got, want)
 	}
-	if got, want := Modality.StepCost(got), 0.26473024; !near(got, want) {
+	if got, want := Modality.StepCost(got), 0.321156736; !near(got, want) {
 		t.Errorf("modality: got %v, want %v", got, want)
 	}
 }
@@ -187,6 +191,40 @@ func TestValidateRejects(t *testing.T) {
 	for _, it := range []Item{{TextTokens: -1, ImageTokens: 1}, {TextTokens: 1, Complexity: math.NaN()}, {}, {TextTokens: MaxItemTokens + 1}} {
 		if err := it.Validate(); !errors.Is(err, ErrInvalidItem) {
 			t.Errorf("item %+v: got %v, want ErrInvalidItem", it, err)
+		}
+	}
+}
+
+// The Go FLOP prior agrees with the trainer's own count
+// (trainer/mmfeed_trainer/model.py flops_per_sample, pinned in
+// testdata/flops_golden.json by trainer/tests/test_model.py) within 2%: the
+// trainer also counts its [CLS] tokens, which the features leave out.
+func TestFLOPsMatchTrainer(t *testing.T) {
+	b, err := os.ReadFile("testdata/flops_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden []struct {
+		Preset      string  `json:"preset"`
+		TextTokens  int     `json:"text_tokens"`
+		ImageTokens int     `json:"image_tokens"`
+		FLOPs       float64 `json:"flops"`
+	}
+	if err := json.Unmarshal(b, &golden); err != nil {
+		t.Fatal(err)
+	}
+	if len(golden) == 0 {
+		t.Fatal("empty golden file")
+	}
+	for _, g := range golden {
+		shape, err := Preset(g.Preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := NewCostModel(shape)
+		got := m.Cost(Item{ID: "x", TextTokens: g.TextTokens, ImageTokens: g.ImageTokens}).Total() / gflop
+		if rel := math.Abs(got-g.FLOPs) / g.FLOPs; rel > 0.02 {
+			t.Errorf("%s L=%d P=%d: Go %.4g FLOPs, trainer %.4g (%.2f%% apart)", g.Preset, g.TextTokens, g.ImageTokens, got, g.FLOPs, 100*rel)
 		}
 	}
 }

@@ -19,8 +19,14 @@
 // each summed over the rank's samples. The trainer pads every micro-batch to
 // its longest L and largest P, so a micro-batch costs its entries × the cost
 // at (L_max, P_max) ([PaddedFeatures]); step statistics, the report and the
-// partitioner's objective all use this padded cost. docs/cost-model.md
-// derives the formula. [Sync] says where the trainer's ranks wait for each
+// partitioner's objective all use this padded cost. With [Config.Pack] the
+// trainer packs each micro-batch instead (captions and patches concatenated,
+// attention within each sample): a micro-batch costs the sum of its samples'
+// own costs plus [CostModel.MicroBatchOverhead] ([PackedFeatures]), budgets
+// count text + image tokens ([Budget.MaxTokens], GlobalTokens), and the
+// packed partitioner (packed.go: candidate generators, one scoring function,
+// refinement passes on an explicit scratch) balances equal sums almost
+// exactly. docs/cost-model.md derives the formulas. [Sync] says where the trainer's ranks wait for each
 // other: at every micro-batch ([SyncMicroBatch], the default: a step costs Σ
 // over micro-batch positions of the slowest rank's micro-batch there, every
 // rank running its micro-batches costliest first) or only at the gradient
@@ -42,8 +48,10 @@
 // (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
 // LengthGroupedSampler). [Compare] runs all three on the same items and returns
 // a [Report] (JSON, [Report.WriteTable], [WriteHTML]). Step statistics carry
-// a lower bound on any split's imbalance ([RankCostLowerBound]), so a report
-// tells a step the partitioner could not balance from one no partition could.
+// a lower bound on any split's step cost ([StepCostLowerBound], valid padded
+// and packed) and the epoch efficiency (Σ ideal step cost / Σ step cost), so
+// a report tells a step the partitioner could not balance from one no
+// partition could.
 //
 // # The report page
 //

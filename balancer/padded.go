@@ -35,9 +35,40 @@ func (s mbShape) features() Features {
 	return PaddedFeatures(s.count, s.maxL, s.maxP, s.complexity)
 }
 
-// MicroBatchFeatures returns the padded feature sum of micro-batch mb of p
-// (padding entries included: the trainer computes them).
+// PackedFeatures returns the feature sum a packed micro-batch costs: the sum
+// of its entries' own features (each sample attends only within itself, so
+// no padding term). The model's MicroBatchOverhead comes on top
+// (CostModel.MicroBatchCost).
+func PackedFeatures(items []Item) Features {
+	var f Features
+	for _, it := range items {
+		f = f.Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
+	}
+	return f
+}
+
+// MicroBatchCost returns what a micro-batch of features f costs: f's cost,
+// plus MicroBatchOverhead when packed.
+func (m CostModel) MicroBatchCost(f Features, packed bool) Cost {
+	c := m.CostOf(f)
+	if packed {
+		c = c.Add(m.MicroBatchOverhead)
+	}
+	return c
+}
+
+// MicroBatchFeatures returns the feature sum of micro-batch mb of p as the
+// trainer computes it (padding entries included): padded (PaddedFeatures),
+// or with Config.Pack the sum of the entries' own features.
 func (p *Plan) MicroBatchFeatures(mb MicroBatch) Features {
+	if p.Config.Pack {
+		var f Features
+		for _, e := range mb {
+			it := p.items[e.Item]
+			f = f.Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
+		}
+		return f
+	}
 	var s mbShape
 	for _, e := range mb {
 		s.add(p.items[e.Item])
@@ -45,7 +76,7 @@ func (p *Plan) MicroBatchFeatures(mb MicroBatch) Features {
 	return s.features()
 }
 
-// RankFeatures returns each dp rank's padded feature sum over step s: the sum
+// RankFeatures returns each dp rank's (padded or packed) feature sum over step s: the sum
 // over the rank's micro-batches of MicroBatchFeatures. Its cost under the
 // plan's model is the rank's step cost in Stats, so calibration observations
 // built from it describe the work the trainer measured.

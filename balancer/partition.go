@@ -49,6 +49,10 @@ type PartitionConfig struct {
 	Refinement Refinement `json:"refinement"`
 	// MaxMoves bounds the refinement's accepted moves; 0 means 8 × items.
 	MaxMoves int `json:"max_moves,omitempty"`
+	// Pack selects the packed objective (packed.go): a micro-batch costs Σ
+	// of its samples' costs plus the model's MicroBatchOverhead, with no
+	// padding term, and the budget is checked with Budget.FitsPacked.
+	Pack bool `json:"pack,omitempty"`
 }
 
 // DefaultPartitionConfig returns dp 8, 2 micro-batches, colocated, padding
@@ -188,6 +192,9 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	}
 	p.items, p.costs = items, costs
 	defer func() { p.items, p.costs = nil, nil }()
+	if p.cfg.Pack {
+		return p.partitionPacked()
+	}
 	p.sortByLength()
 	cuts, err := p.initialCuts()
 	if err != nil {

@@ -141,11 +141,11 @@ func (b *builder) slice(valid []int32) []batch {
 	} else {
 		longest := 0
 		for _, i := range valid {
-			longest = max(longest, b.items[i].TextTokens)
+			longest = max(longest, b.cfg.stepTokens(b.items[i]))
 		}
 		start, tokens := 0, 0
 		for k, i := range valid {
-			l := b.items[i].TextTokens
+			l := b.cfg.stepTokens(b.items[i])
 			if k-start >= minCount && tokens+l > b.cfg.GlobalTokens {
 				out = append(out, batch{items: valid[start:k:k], arrival: len(out)})
 				start, tokens = k, 0
@@ -167,6 +167,15 @@ func (b *builder) slice(valid []int32) []batch {
 	}
 	out[len(out)-1].pad = true
 	return out
+}
+
+// stepTokens is what GlobalTokens counts of an item: its text tokens, or
+// with Pack its text and image tokens.
+func (c Config) stepTokens(it Item) int {
+	if c.Pack {
+		return it.TextTokens + it.ImageTokens
+	}
+	return it.TextTokens
 }
 
 // plan_ turns batches into steps with the configured strategy.

@@ -88,7 +88,7 @@ func (b *builder) deal(win []batch, pool []member, cost func(member) float64) (*
 	tokens := make([]int, len(win))
 	for i, m := range pool {
 		best := -1
-		l := b.items[m.item].TextTokens
+		l := b.cfg.stepTokens(b.items[m.item])
 		for k, bt := range win {
 			room := count[k] < len(bt.items)
 			if b.cfg.GlobalTokens > 0 {

@@ -27,6 +27,7 @@ type Report struct {
 	Lookahead    int    `json:"lookahead"`
 	Placement    string `json:"placement"`
 	Sync         string `json:"sync"`
+	Pack         bool   `json:"pack,omitempty"`
 	Tail         string `json:"tail"`
 	Epoch        int    `json:"epoch"`
 	// Unit is the cost unit ("GFLOP" or "s").
@@ -98,7 +99,7 @@ func NewReport(plans ...*Plan) (*Report, error) {
 		Rejected: len(ref.Rejected), Quarantined: len(ref.Rejected), Dropped: len(ref.Dropped),
 		Steps: len(ref.Steps), DP: c.DP, MicroBatches: c.MicroBatches,
 		GlobalBatch: c.GlobalBatch, GlobalTokens: c.GlobalTokens, Lookahead: c.Lookahead,
-		Placement: c.Placement.String(), Sync: c.Sync.String(), Tail: c.Tail.String(), Epoch: c.Epoch,
+		Placement: c.Placement.String(), Sync: c.Sync.String(), Pack: c.Pack, Tail: c.Tail.String(), Epoch: c.Epoch,
 		Unit: c.model().Unit, Strategies: make(map[string]Summary, len(plans)),
 		MaxDelay: ref.MaxDelay, MinDelay: ref.MinDelay, PlanHash: ref.Hash(),
 	}
@@ -135,9 +136,13 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // WriteTable writes a human-readable comparison table.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\tsync %s\t\n",
-		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement, r.Sync)
-	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tcompute eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
+	mode := "padded"
+	if r.Pack {
+		mode = "packed"
+	}
+	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\tsync %s\t%s\t\n",
+		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement, r.Sync, mode)
+	fmt.Fprintf(tw, "strategy\timb p50\timb p99\timb max\tpadding eff\tcompute eff\tepoch eff\tstep cost sum (%s)\tvs random\t\n", r.Unit)
 	rnd := r.Strategies[StrategyRandom.String()].StepCostSum
 	for _, s := range Strategies() {
 		sm, ok := r.Strategies[s.String()]
@@ -148,16 +153,20 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if sm.StepCostSum > 0 {
 			speed = rnd / sm.StepCostSum
 		}
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.6g\t%.3fx\t\n", s, sm.ImbalanceP50, sm.ImbalanceP99,
-			sm.ImbalanceMax, sm.PaddingEfficiency, sm.ComputeEfficiency, sm.StepCostSum, speed)
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.6g\t%.3fx\t\n", s, sm.ImbalanceP50, sm.ImbalanceP99,
+			sm.ImbalanceMax, sm.PaddingEfficiency, sm.ComputeEfficiency, sm.EpochEfficiency, sm.StepCostSum, speed)
 	}
 	fmt.Fprintf(tw, "speedup vs random %.3fx\tdelay [%d, %d] steps\tlookahead %d\t\n", r.SpeedupVsRandom, r.MinDelay, r.MaxDelay, r.Lookahead)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if mm, ok := r.Strategies[StrategyMmfeed.String()]; ok {
-		_, err := fmt.Fprintf(w, "mmfeed imbalance lower bound (no split of the planned steps does better): p99 %.4f, max %.4f, %d steps above %.2f\n",
-			mm.ImbalanceLowerBoundP99, mm.ImbalanceLowerBoundMax, mm.StepsBoundAboveTarget, ImbalanceTarget)
+		gap := 1.0
+		if mm.CostLowerBoundSum > 0 {
+			gap = mm.StepCostSum / mm.CostLowerBoundSum
+		}
+		_, err := fmt.Fprintf(w, "mmfeed bound (no split of the planned steps does better): epoch efficiency ≤ %.4f, step cost sum %.4f× the bound; imbalance lower bound p99 %.4f, max %.4f, %d steps above %.2f\n",
+			mm.EpochEfficiencyBound, gap, mm.ImbalanceLowerBoundP99, mm.ImbalanceLowerBoundMax, mm.StepsBoundAboveTarget, ImbalanceTarget)
 		return err
 	}
 	return nil

@@ -97,15 +97,24 @@ const fwdBwd = 3
 // gflop converts FLOPs to GFLOPs.
 const gflop = 1e-9
 
+// fusionPasses is how many (text, image) pairs per sample the trainer's
+// fusion runs: the positive pair and the two image-text-matching negatives
+// (trainer/mmfeed_trainer/model.py, Fusion.forward).
+const fusionPasses = 3
+
 // Coefficients derives the cost model's coefficients (GFLOP per feature unit)
-// from transformer FLOPs; docs/cost-model.md has the derivation.
+// from transformer FLOPs; docs/cost-model.md has the derivation. It counts
+// what trainer/mmfeed_trainer/model.py's flops_per_sample counts (matmuls
+// only), except the [CLS] token the trainer prepends to the patches
+// (testdata/flops_golden.json pins the agreement).
 //
 // Per block of hidden d and MLP ratio r on n tokens, the forward pass costs
 // (8+4r)·d² FLOPs per token for the QKV/output projections and the MLP, plus
 // 4·n²·d for the attention scores and the weighted sum. Training multiplies by
-// three. A fusion block's cross-attention projects the text queries and output
-// (4·d² per text token), keys and values (4·d² per image token), runs the MLP on
-// the text tokens (4r·d²) and attends text to image (4·L·P·d).
+// three. A fusion block is such a block on the text tokens plus a
+// cross-attention: its queries and output (4·d² per text token), keys and
+// values from the vision width (4·d_v·d per image token) and the scores
+// (4·L·P·d); the fusion runs fusionPasses times per sample.
 func (s ModelShape) Coefficients() Coefficients {
 	var c Coefficients
 	r := s.MLPRatio
@@ -122,17 +131,15 @@ func (s ModelShape) Coefficients() Coefficients {
 
 	if s.FusionLayers > 0 {
 		lf := float64(s.FusionLayers)
-		l := lf * (4 + 4*r) * df * df
-		p := lf * 4 * df * df
+		l := lf * (block(df) + 4*df*df) // self-attention + MLP, cross-attention queries and output
 		if s.TextHidden != s.FusionHidden {
-			l += 2 * dt * df // one input projection text → fusion
+			l += 2 * dt * df // the input projection text → fusion
 		}
-		if s.VisionHidden != s.FusionHidden {
-			p += 2 * dv * df // one input projection vision → fusion
-		}
-		c[Fusion][FeatL] = fwdBwd * gflop * l
-		c[Fusion][FeatP] = fwdBwd * gflop * p
-		c[Fusion][FeatLP] = fwdBwd * gflop * lf * 4 * df
+		f := fwdBwd * gflop * fusionPasses
+		c[Fusion][FeatL] = f * l
+		c[Fusion][FeatL2] = f * lf * 4 * df
+		c[Fusion][FeatP] = f * lf * 4 * dv * df
+		c[Fusion][FeatLP] = f * lf * 4 * df
 	}
 	return c
 }

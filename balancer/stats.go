@@ -25,8 +25,19 @@ type StepStats struct {
 	// unpadded costs over MeanCost: padding never lowers a cost, so no split
 	// of this step's samples over the ranks does better.
 	// Above 1 it says the imbalance is the samples' (the lookahead window's
-	// choice), not the partitioner's.
+	// choice), not the partitioner's. It is a bound on Imbalance itself only
+	// for packed plans, whose mean does not depend on the split; for padded
+	// plans compare MaxCost with CostLowerBound.
 	ImbalanceLowerBound float64 `json:"imbalance_lower_bound"`
+	// IdealCost is what the step's real samples' own (unpadded) costs give
+	// if spread perfectly over the dp ranks: colocated Σ cost / dp, modality
+	// max(Σ vision, Σ text) / dp + Σ fusion / dp. Nobody waits and nothing is
+	// padded there; MaxCost / IdealCost ≥ 1 is the step's total waste.
+	IdealCost float64 `json:"ideal_cost"`
+	// CostLowerBound is StepCostLowerBound of the step's entries: no split
+	// of them into DP × MicroBatches micro-batches, padded or packed, has a
+	// MaxCost below it.
+	CostLowerBound float64 `json:"cost_lower_bound"`
 	// RealTokens is Σ L over real entries; PaddedTokens is Σ over micro-batches
 	// of entries × longest L (padding entries included).
 	RealTokens   int64 `json:"real_tokens"`
@@ -74,26 +85,34 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	var sum float64
 	var entries []Cost
 	pl := p.Config.Placement
+	pack := p.Config.Pack
 	var slot []float64 // per micro-batch position, the slowest rank's cost
+	var real Cost      // Σ over real entries
 	for r, rank := range s.Ranks {
 		var c Cost
 		for j, mb := range rank {
-			longest := 0
+			longest, sumL := 0, 0
 			for _, e := range mb {
 				it := p.items[e.Item]
 				ec := m.Cost(it)
 				entries = append(entries, ec)
 				longest = max(longest, it.TextTokens)
+				sumL += it.TextTokens
 				if e.Weight > 0 {
 					st.RealCost += ec.Total()
+					real = real.Add(ec)
 					st.RealTokens += int64(it.TextTokens)
 					st.Samples++
 				} else {
 					st.Padding++
 				}
 			}
-			st.PaddedTokens += int64(len(mb)) * int64(longest)
-			mc := m.CostOf(p.MicroBatchFeatures(mb))
+			if pack {
+				st.PaddedTokens += int64(sumL)
+			} else {
+				st.PaddedTokens += int64(len(mb)) * int64(longest)
+			}
+			mc := m.MicroBatchCost(p.MicroBatchFeatures(mb), pack)
 			st.PaddedCost += mc.Total()
 			c = c.Add(mc)
 			if j == len(slot) {
@@ -115,10 +134,22 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	if len(s.Ranks) > 0 {
 		st.MeanCost = sum / float64(len(s.Ranks))
 	}
+	if dp := float64(len(s.Ranks)); dp > 0 {
+		st.IdealCost = (pl.StepCost(Cost{Vision: real.Vision, Text: real.Text}) + real.Fusion) / dp
+	}
+	var overhead Cost
+	if pack {
+		overhead = m.MicroBatchOverhead
+	}
+	st.CostLowerBound = StepCostLowerBound(entries, len(s.Ranks), len(slot), pl, p.Config.Sync, overhead)
 	st.Imbalance, st.ImbalanceLowerBound = 1, 1
 	if st.MeanCost > 0 {
 		st.Imbalance = st.MaxCost / st.MeanCost
-		st.ImbalanceLowerBound = max(1, RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement)/st.MeanCost)
+		lb := RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement)
+		if pack {
+			lb = st.CostLowerBound // the mean is the split's own: a bound on Imbalance
+		}
+		st.ImbalanceLowerBound = max(1, lb/st.MeanCost)
 	}
 	return st
 }
@@ -152,8 +183,22 @@ type Summary struct {
 	// StepCostSum is Σ over steps of the max (padded) rank cost: the
 	// predicted epoch time in the cost model's unit.
 	StepCostSum float64 `json:"step_cost_sum"`
-	MaxDelay    int     `json:"max_delay"`
-	MinDelay    int     `json:"min_delay"`
+	// EpochEfficiency is Σ over steps of IdealCost over StepCostSum: 1.0 is
+	// the physical limit, where every rank does only real work and nobody
+	// waits.
+	EpochEfficiency float64 `json:"epoch_efficiency"`
+	// CostLowerBoundSum is Σ over steps of CostLowerBound: no split of the
+	// planned steps' samples has a smaller StepCostSum, so
+	// EpochEfficiencyBound = Σ IdealCost / CostLowerBoundSum bounds
+	// EpochEfficiency from above, and StepCostSum / CostLowerBoundSum is how
+	// far the plan is from the best any partitioner could do.
+	CostLowerBoundSum    float64 `json:"cost_lower_bound_sum"`
+	EpochEfficiencyBound float64 `json:"epoch_efficiency_bound"`
+	// CostOverBoundP99 is the p99 over steps of MaxCost / CostLowerBound:
+	// how far the partitioner stays from the best split of each step.
+	CostOverBoundP99 float64 `json:"cost_over_bound_p99"`
+	MaxDelay         int     `json:"max_delay"`
+	MinDelay         int     `json:"min_delay"`
 }
 
 // Summarize aggregates step statistics.
@@ -161,13 +206,20 @@ func Summarize(stats []StepStats) Summary {
 	s := Summary{Steps: len(stats)}
 	imb := make([]float64, len(stats))
 	lb := make([]float64, len(stats))
+	gap := make([]float64, len(stats))
 	var real, padded int64
-	var realC, paddedC float64
+	var realC, paddedC, ideal float64
 	for k, st := range stats {
+		ideal += st.IdealCost
+		s.CostLowerBoundSum += st.CostLowerBound
 		realC += st.RealCost
 		paddedC += st.PaddedCost
 		imb[k] = st.Imbalance
 		lb[k] = st.ImbalanceLowerBound
+		gap[k] = 1
+		if st.CostLowerBound > 0 {
+			gap[k] = st.MaxCost / st.CostLowerBound
+		}
 		if st.ImbalanceLowerBound > ImbalanceTarget {
 			s.StepsBoundAboveTarget++
 		}
@@ -179,6 +231,13 @@ func Summarize(stats []StepStats) Summary {
 		padded += st.PaddedTokens
 	}
 	s.PaddingEfficiency = ratio(real, padded)
+	s.EpochEfficiency, s.EpochEfficiencyBound = 1, 1
+	if s.StepCostSum > 0 {
+		s.EpochEfficiency = ideal / s.StepCostSum
+	}
+	if s.CostLowerBoundSum > 0 {
+		s.EpochEfficiencyBound = min(1, ideal/s.CostLowerBoundSum)
+	}
 	s.ComputeEfficiency = 1
 	if paddedC > 0 {
 		s.ComputeEfficiency = realC / paddedC
@@ -191,6 +250,8 @@ func Summarize(stats []StepStats) Summary {
 	s.ImbalanceP50 = percentile(imb, 0.50)
 	s.ImbalanceP99 = percentile(imb, 0.99)
 	s.ImbalanceMax = imb[len(imb)-1]
+	slices.Sort(gap)
+	s.CostOverBoundP99 = percentile(gap, 0.99)
 	slices.Sort(lb)
 	s.ImbalanceLowerBoundP99 = percentile(lb, 0.99)
 	s.ImbalanceLowerBoundMax = lb[len(lb)-1]

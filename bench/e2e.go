@@ -45,14 +45,32 @@ type e2eCase struct {
 	maxPixels              int
 }
 
-var e2eStrategies = []balancer.Strategy{balancer.StrategyMmfeed, balancer.StrategyRandom, balancer.StrategyLengthGrouped}
+// e2eVariant is one trained configuration: a strategy, with padded or packed (--pack)
+// micro-batches.
+type e2eVariant struct {
+	strategy balancer.Strategy
+	pack     bool
+}
+
+// String is the strategy's name, with "_packed" for packed micro-batches.
+func (v e2eVariant) String() string {
+	if v.pack {
+		return v.strategy.String() + "_packed"
+	}
+	return v.strategy.String()
+}
+
+// e2eStrategies: the three strategies padded, and mmfeed packed (the trainer runs --pack).
+var e2eStrategies = []e2eVariant{{balancer.StrategyMmfeed, false}, {balancer.StrategyRandom, false},
+	{balancer.StrategyLengthGrouped, false}, {balancer.StrategyMmfeed, true}}
 
 // benchE2E trains the bundled tiny model for the same steps on the same corpus under each
 // strategy, from `mmfeed shard` files (preprocessing done before, so it does not compete
 // for the cores), dp ranks pinned to separate cores, and compares measured step times.
 //
 // MMFEED_E2E_PARTS selects parts: "steps" (the strategy comparison), "calib" (the
-// calibration loop); default both.
+// calibration loop); default both. MMFEED_E2E_CASES selects corpora by label
+// ("skewed,real"); default all.
 func benchE2E(env *benchEnv) (map[string]float64, error) {
 	st := defaultE2ESettings()
 	cases, err := e2eCases(env, st)
@@ -62,9 +80,13 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 	parts := os.Getenv("MMFEED_E2E_PARTS")
 	out := map[string]float64{}
 	var groups []balancer.StepTimeGroup
+	only := os.Getenv("MMFEED_E2E_CASES")
 	for _, c := range cases {
 		if parts != "" && !strings.Contains(parts, "steps") {
 			break
+		}
+		if only != "" && !slices.Contains(strings.Split(only, ","), c.label) {
+			continue
 		}
 		res, err := runE2ECase(env, c, st)
 		if err != nil {
@@ -88,6 +110,11 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 				IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured})
 		}
 		mm, rnd := res[balancer.StrategyMmfeed.String()], res[balancer.StrategyRandom.String()]
+		if packed := res[e2eVariant{balancer.StrategyMmfeed, true}.String()]; packed.StepMean > 0 {
+			ratio := rnd.StepMean / packed.StepMean
+			out["e2e_step_time_random_over_mmfeed_packed_"+c.label] = ratio
+			fmt.Printf("   step time random (padded) / mmfeed packed (%s): mean %.3f×\n", c.label, ratio)
+		}
 		if mm.StepMean > 0 {
 			ratio := rnd.StepMean / mm.StepMean
 			out["e2e_step_time_random_over_mmfeed_"+c.label] = ratio
@@ -151,7 +178,7 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 		if err != nil {
 			return nil, err
 		}
-		dirs[s.String()], reports[s.String()] = dir, rep.Strategies[s.String()]
+		dirs[s.String()], reports[s.String()] = dir, rep.Strategies[s.strategy.String()]
 	}
 	syscall.Sync() // write the shards back now, not while the first strategy trains
 	logs := map[string][]e2eRow{}
@@ -162,7 +189,11 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 		}
 		for _, s := range order {
 			logDir := filepath.Join(env.tmp, fmt.Sprintf("e2e-log-%s-%s-%d", c.label, s, round))
-			steps, err := trainE2E(env, "--shards", dirs[s.String()], logDir, st)
+			var extra []string
+			if s.pack {
+				extra = append(extra, "--pack")
+			}
+			steps, err := trainE2E(env, "--shards", dirs[s.String()], logDir, st, extra...)
 			if err != nil {
 				return nil, fmt.Errorf("%s round %d: %w", s, round, err)
 			}
@@ -179,12 +210,12 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 }
 
 // e2eConfig is the pipeline configuration of a case (what `mmfeed shard` builds from flags).
-func e2eConfig(manifest string, s balancer.Strategy, st e2eSettings) (pipeline.Config, error) {
+func e2eConfig(manifest string, s e2eVariant, st e2eSettings) (pipeline.Config, error) {
 	cfg := pipeline.DefaultConfig()
 	cfg.Input = manifest
 	cfg.Loader.AllowAbsolute = true // the real-corpus subset names its images by absolute path
 	cfg.Plan.DP, cfg.Plan.GlobalBatch, cfg.Plan.MicroBatches = st.DP, st.GlobalBatch, st.MicroBatches
-	cfg.Plan.Strategy, cfg.Plan.Seed = s, 1
+	cfg.Plan.Strategy, cfg.Plan.Seed, cfg.Plan.Pack = s.strategy, 1, s.pack
 	model, err := balancer.NewCostModel(balancer.TinyShape())
 	if err != nil {
 		return cfg, err
@@ -196,7 +227,7 @@ func e2eConfig(manifest string, s balancer.Strategy, st e2eSettings) (pipeline.C
 	return cfg, cfg.Validate()
 }
 
-func writeE2EShards(manifest, dir string, s balancer.Strategy, st e2eSettings) (*balancer.Report, error) {
+func writeE2EShards(manifest, dir string, s e2eVariant, st e2eSettings) (*balancer.Report, error) {
 	cfg, err := e2eConfig(manifest, s, st)
 	if err != nil {
 		return nil, err
@@ -206,7 +237,7 @@ func writeE2EShards(manifest, dir string, s balancer.Strategy, st e2eSettings) (
 		return nil, err
 	}
 	defer prep.Close()
-	plan, err := prep.Plan(s)
+	plan, err := prep.Plan(s.strategy)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ import (
 
 // benchPartition: milliseconds to partition one global batch of 4,096 samples onto 64
 // ranks (2 micro-batches each), median of 30, with long-tailed caption lengths and
-// dynamic-resolution image tokens.
+// dynamic-resolution image tokens: padded, and packed (--pack).
 func benchPartition(env *benchEnv) (map[string]float64, error) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	items := make([]balancer.Item, 4096)
@@ -32,39 +32,67 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 			Complexity:  rng.Float64(),
 		}
 	}
-	cfg := balancer.DefaultPartitionConfig()
-	cfg.DP, cfg.MicroBatches = 64, 2
-	p, err := balancer.NewPartitioner(cfg)
-	if err != nil {
-		return nil, err
-	}
 	model, _ := balancer.NewCostModel(balancer.TinyShape())
 	costs := model.Costs(items)
-	var ms []float64
-	for range 30 {
-		start := time.Now()
-		if _, err := p.Partition(items, costs); err != nil {
+	out := map[string]float64{}
+	for key, pack := range map[string]bool{"partition_4096_on_64_ranks_ms": false, "partition_4096_on_64_ranks_packed_ms": true} {
+		cfg := balancer.DefaultPartitionConfig()
+		cfg.DP, cfg.MicroBatches, cfg.Pack = 64, 2, pack
+		p, err := balancer.NewPartitioner(cfg)
+		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		var ms []float64
+		for range 30 {
+			start := time.Now()
+			if _, err := p.Partition(items, costs); err != nil {
+				return nil, err
+			}
+			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		}
+		slices.Sort(ms)
+		out[key] = ms[len(ms)/2]
 	}
-	slices.Sort(ms)
-	return map[string]float64{"partition_4096_on_64_ranks_ms": ms[len(ms)/2]}, nil
+	return out, nil
 }
 
-// benchPlanQuality: imbalance and padding of every strategy on the real corpus (or a
-// generated one), dp 8, global batch 128, for the default resize policy and dynamic.
+// planSetting is one layout benchPlanQuality reports, named in its keys.
+type planSetting struct {
+	name, policy string
+	tune         func(*balancer.Config)
+}
+
+// planSettings: dp 8 × global batch 128 padded and packed (--pack) for the default resize
+// policy and dynamic, and the packed dynamic-resolution layout whose steps are defined by
+// tokens (dp 4 × 2 micro-batches × 8,192 tokens, 40,960 tokens per step).
+func planSettings() []planSetting {
+	batch := func(pack bool) func(*balancer.Config) {
+		return func(c *balancer.Config) { c.DP, c.GlobalBatch, c.Pack = 8, 128, pack }
+	}
+	tokens := func(c *balancer.Config) {
+		c.DP, c.MicroBatches, c.GlobalBatch, c.GlobalTokens, c.Pack = 4, 2, 0, 40960, true
+		c.Budget.MaxTokens = 8192
+	}
+	return []planSetting{
+		{"shorter-crop", "shorter-crop", batch(false)}, {"dynamic", "dynamic", batch(false)},
+		{"shorter-crop_packed", "shorter-crop", batch(true)}, {"dynamic_packed", "dynamic", batch(true)},
+		{"dynamic_tokens_packed", "dynamic", tokens},
+	}
+}
+
+// benchPlanQuality: imbalance, padding and epoch efficiency of every strategy on the real
+// corpus (or a generated one) for every planSetting.
 func benchPlanQuality(env *benchEnv) (map[string]float64, error) {
 	input, label, err := benchInput(env, 4000)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, policy := range []string{"shorter-crop", "dynamic"} {
+	for _, ps := range planSettings() {
 		cfg := pipeline.DefaultConfig()
 		cfg.Input = input
-		cfg.Image.Policy = policy
-		cfg.Plan.DP, cfg.Plan.GlobalBatch = 8, 128
+		cfg.Image.Policy = ps.policy
+		ps.tune(&cfg.Plan)
 		prep, err := pipeline.Prepare(context.Background(), cfg, io.Discard)
 		if err != nil {
 			return nil, err
@@ -75,12 +103,17 @@ func benchPlanQuality(env *benchEnv) (map[string]float64, error) {
 			return nil, err
 		}
 		for name, s := range rep.Strategies {
-			k := fmt.Sprintf("plan_%s_%s_%s_", label, policy, name)
+			k := fmt.Sprintf("plan_%s_%s_%s_", label, ps.name, name)
 			out[k+"imb_p50"] = s.ImbalanceP50
 			out[k+"imb_p99"] = s.ImbalanceP99
 			out[k+"padding_eff"] = s.PaddingEfficiency
+			out[k+"epoch_eff"] = s.EpochEfficiency
 		}
-		out[fmt.Sprintf("plan_%s_%s_speedup_vs_random", label, policy)] = rep.SpeedupVsRandom
+		if mm, ok := rep.Strategies["mmfeed"]; ok && mm.CostLowerBoundSum > 0 {
+			out[fmt.Sprintf("plan_%s_%s_mmfeed_epoch_eff_bound", label, ps.name)] = mm.EpochEfficiencyBound
+			out[fmt.Sprintf("plan_%s_%s_mmfeed_imb_bound_p99", label, ps.name)] = mm.ImbalanceLowerBoundP99
+		}
+		out[fmt.Sprintf("plan_%s_%s_speedup_vs_random", label, ps.name)] = rep.SpeedupVsRandom
 	}
 	return out, nil
 }

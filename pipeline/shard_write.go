@@ -73,7 +73,8 @@ type shardWriter struct {
 func (w *shardWriter) batchMeta() proto.BatchMeta {
 	img := w.prep.Config.Image
 	mean, std := img.MeanStd()
-	m := proto.BatchMeta{Job: "shard", Epoch: w.plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std}
+	m := proto.BatchMeta{Job: "shard", Epoch: w.plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std,
+		Pack: w.plan.Config.Pack}
 	if w.o.Store == StoreJPEG {
 		m.DType = proto.DTypeJPEG
 	}

@@ -47,6 +47,9 @@ type BatchMeta struct {
 	// trainer applies (x/255 - mean)/std; float pixels are already normalized
 	// with them.
 	Mean, Std [3]float32
+	// Pack says the job was planned for packed micro-batches (schema
+	// metadata MetaPack); the rows are the same either way.
+	Pack bool
 }
 
 // BuildRecord builds the record of one micro-batch. Every row gets

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
@@ -21,19 +22,23 @@ func TestBuildRecordRoundTrip(t *testing.T) {
 		dtype string
 		shape []int
 		rows  int
+		pack  bool
 	}{
-		{"all/float16/fixed", ModalityAll, DTypeFloat16, []int{3, 4, 5}, 6},
-		{"all/float32/dynamic", ModalityAll, DTypeFloat32, nil, 5},
-		{"all/bfloat16/fixed", ModalityAll, DTypeBFloat16, []int{3, 2, 2}, 3},
-		{"all/uint8/dynamic", ModalityAll, DTypeUint8, nil, 4},
-		{"vision/float16/fixed", ModalityVision, DTypeFloat16, []int{3, 4, 4}, 4},
-		{"text", ModalityText, "", nil, 5},
-		{"all/empty", ModalityAll, DTypeFloat16, []int{3, 2, 2}, 0},
+		{"all/float16/fixed", ModalityAll, DTypeFloat16, []int{3, 4, 5}, 6, false},
+		{"all/float32/dynamic", ModalityAll, DTypeFloat32, nil, 5, false},
+		{"all/bfloat16/fixed", ModalityAll, DTypeBFloat16, []int{3, 2, 2}, 3, false},
+		{"all/uint8/dynamic", ModalityAll, DTypeUint8, nil, 4, false},
+		{"vision/float16/fixed", ModalityVision, DTypeFloat16, []int{3, 4, 4}, 4, false},
+		{"text", ModalityText, "", nil, 5, false},
+		{"all/empty", ModalityAll, DTypeFloat16, []int{3, 2, 2}, 0, false},
+		{"all/packed", ModalityAll, DTypeFloat32, nil, 3, true},
+		{"text/packed", ModalityText, "", nil, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
 			meta := testMeta(tc.mod, tc.dtype, tc.shape)
+			meta.Pack = tc.pack
 			rows := testRows(meta, tc.rows)
 			rec, err := BuildRecord(mem, meta, rows)
 			if err != nil {
@@ -220,4 +225,25 @@ func FuzzDecodeIPC(f *testing.F) {
 			t.Fatalf("DecodeIPC accepted a record ReadRows rejects: %v", err)
 		}
 	})
+}
+
+// A pack flag other than "true" (or absent) is a schema error, not a silent padded plan.
+func TestMetaPackRejectsOtherValues(t *testing.T) {
+	meta := testMeta(ModalityText, "", nil)
+	meta.Pack = true
+	s, err := Schema(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := MetaFromSchema(s); err != nil || !got.Pack {
+		t.Fatalf("packed schema: got pack=%v, %v", got.Pack, err)
+	}
+	md := s.Metadata()
+	vals := append([]string(nil), md.Values()...)
+	vals[md.FindKey(MetaPack)] = "yes"
+	badMD := arrow.NewMetadata(md.Keys(), vals)
+	bad := arrow.NewSchema(s.Fields(), &badMD)
+	if _, err := MetaFromSchema(bad); !errors.Is(err, ErrSchema) {
+		t.Fatalf("pack=yes: got %v, want ErrSchema", err)
+	}
 }

@@ -81,6 +81,9 @@ type RegisterReply struct {
 	Steps        int `json:"steps"`
 	MicroBatches int `json:"micro_batches"`
 	Epoch        int `json:"epoch"`
+	// Pack says the plan is for packed micro-batches (--pack): the trainer
+	// must pack them too and refuses to run otherwise.
+	Pack bool `json:"pack,omitempty"`
 	// Modality is the column set this rank receives ("all|vision|text").
 	Modality Modality `json:"modality,omitempty"`
 	// Stream and Consumer name the JetStream stream and this rank's durable

@@ -79,6 +79,7 @@ func TestControlRoundTrip(t *testing.T) {
 	}{
 		{"register", &Register{Job: "clip", DPRank: 1, DP: 2, MP: 1, Placement: PlacementColocated, Epoch: 1, ResumeStep: 10}, func() any { return &Register{} }},
 		{"reply", &RegisterReply{OK: true, PlanHash: "ab12", Steps: 100, MicroBatches: 2, Modality: ModalityText, Stream: "MMFEED_clip"}, func() any { return &RegisterReply{} }},
+		{"packed reply", &RegisterReply{OK: true, PlanHash: "ab12", Steps: 100, MicroBatches: 2, Pack: true}, func() any { return &RegisterReply{} }},
 		{"feedback", &Feedback{Job: "clip", Step: 3, ComputeSeconds: 0.25, DataWaitSeconds: 0.01, Samples: 31}, func() any { return &Feedback{} }},
 		{"done", &Done{Job: "clip", Epoch: 1, Steps: 100}, func() any { return &Done{} }},
 		{"resend", &Resend{Job: "clip", Step: 5, MicroBatch: 1, Reason: "checksum"}, func() any { return &Resend{} }},

@@ -36,6 +36,9 @@ const (
 	MetaDPRank        = "mmfeed.dp_rank"
 	MetaMPRank        = "mmfeed.mp_rank"
 	MetaModality      = "mmfeed.modality"
+	// MetaPack is "true" on the records of a job planned with --pack (the
+	// trainer packs each micro-batch instead of padding it); absent otherwise.
+	MetaPack = "mmfeed.pack"
 )
 
 // Field metadata keys on pixel_values.
@@ -198,11 +201,13 @@ func Schema(meta BatchMeta) (*arrow.Schema, error) {
 		}
 		fields = append(fields, f)
 	}
-	md := arrow.NewMetadata(
-		[]string{MetaSchemaVersion, MetaJob, MetaEpoch, MetaDPRank, MetaMPRank, MetaModality},
-		[]string{SchemaVersion, meta.Job, strconv.Itoa(meta.Epoch), strconv.Itoa(meta.DPRank),
-			strconv.Itoa(meta.MPRank), string(meta.Modality)},
-	)
+	keys := []string{MetaSchemaVersion, MetaJob, MetaEpoch, MetaDPRank, MetaMPRank, MetaModality}
+	values := []string{SchemaVersion, meta.Job, strconv.Itoa(meta.Epoch), strconv.Itoa(meta.DPRank),
+		strconv.Itoa(meta.MPRank), string(meta.Modality)}
+	if meta.Pack {
+		keys, values = append(keys, MetaPack), append(values, "true")
+	}
+	md := arrow.NewMetadata(keys, values)
 	return arrow.NewSchema(fields, &md), nil
 }
 
@@ -247,6 +252,13 @@ func MetaFromSchema(s *arrow.Schema) (BatchMeta, error) {
 		return m, fmt.Errorf("proto: schema version %q, want %q: %w", v, SchemaVersion, ErrSchema)
 	}
 	m.Job = get(MetaJob)
+	switch v := get(MetaPack); v {
+	case "", "false":
+	case "true":
+		m.Pack = true
+	default:
+		return m, fmt.Errorf("proto: schema metadata %s=%q (want true or absent): %w", MetaPack, v, ErrSchema)
+	}
 	var err error
 	if m.Modality, err = ParseModality(get(MetaModality)); err != nil {
 		return m, fmt.Errorf("%w: %w", err, ErrSchema)

@@ -40,10 +40,11 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
 	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
 	fs.IntVar(&c.Plan.GlobalBatch, "global-batch", c.Plan.GlobalBatch, "samples per step, all ranks together")
-	fs.IntVar(&c.Plan.GlobalTokens, "global-tokens", 0, "text tokens per step instead of --global-batch")
+	fs.IntVar(&c.Plan.GlobalTokens, "global-tokens", 0, "tokens per step instead of --global-batch: text tokens, with --pack text + image tokens")
 	fs.IntVar(&c.Plan.Budget.MaxSamples, "mb-max-samples", 0, "micro-batch budget: most samples (0: none)")
-	fs.IntVar(&c.Plan.Budget.MaxPaddedTokens, "mb-max-tokens", 0, "micro-batch budget: most padded text tokens (0: none)")
+	fs.IntVar(&c.Plan.Budget.MaxPaddedTokens, "mb-max-tokens", 0, "micro-batch budget: most padded text tokens, with --pack most text + image tokens (0: none)")
 	fs.IntVar(&c.Plan.Budget.MaxImageTokens, "mb-max-image-tokens", 0, "micro-batch budget: most image tokens (0: none)")
+	fs.BoolVar(&c.Plan.Pack, "pack", false, "the trainer packs micro-batches (concatenated captions and patches, attention within each sample) instead of padding them")
 	fs.IntVar(&c.Plan.Lookahead, "lookahead", c.Plan.Lookahead, "global batches the balancer may swap samples between (1: none)")
 	fs.StringVar(&j.placement, "placement", j.placement, "colocated (step cost = vision+text+fusion) or modality (max(vision, text)+fusion)")
 	fs.StringVar(&j.sync, "sync", j.sync, "where the trainer's dp ranks wait for each other: micro-batch (every micro-batch, e.g. a contrastive all-gather or FSDP) or step (only the gradient all-reduce)")
@@ -109,6 +110,9 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	}
 	if c.Plan.GlobalTokens > 0 {
 		c.Plan.GlobalBatch = 0
+	}
+	if c.Plan.Pack { // --mb-max-tokens bounds a packed micro-batch's text + image tokens
+		c.Plan.Budget.MaxTokens, c.Plan.Budget.MaxPaddedTokens = c.Plan.Budget.MaxPaddedTokens, 0
 	}
 	c.Image.PatchSize = shape.PatchSize // image tokens counted in the model's patches
 	if c.Input == "" {

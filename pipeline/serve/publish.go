@@ -250,7 +250,7 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 	img := ep.prep.Config.Image
 	mean, std := img.MeanStd()
 	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: sb.Step, DPRank: dp, MPRank: mp,
-		Modality: mod, Mean: mean, Std: std}
+		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
 	if mod != proto.ModalityText {
 		meta.DType = img.DType
 		if img.Policy != "dynamic" {

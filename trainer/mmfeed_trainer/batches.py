@@ -11,6 +11,19 @@
   ``pixel_mean`` / ``pixel_std`` and ``pixel_shape`` int64 (B, 3); and the deterministic ITM
   negatives ``neg_text`` / ``neg_image`` int64 (B,).
 
+``pack(batch, patch_size)`` turns a device batch into a packed one (``--pack``): no padding,
+per-sample boundaries instead. It replaces the padded keys and keeps the others:
+
+* text: ``input_ids`` int64 (Σ max(length, 1),) the captions concatenated (an empty padding
+  sample keeps one pad token, as the padded path does), ``cu_seqlens_text`` int64 (B + 1,)
+  their offsets, ``lengths`` as before (``attention_mask`` is dropped);
+* vision: ``patches`` float (Σ rows·cols, C·p·p) every sample's own patch grid, row-major,
+  concatenated, ``cu_seqlens_image`` int64 (B + 1,) their offsets, ``image_grid`` int64 (B, 2)
+  each sample's patch rows x columns (``pixel_values`` is dropped).
+
+The wire does not change: the per-sample tensors arrive with their shapes and are packed on
+the device.
+
 ``to_device(batch, device)`` moves it and makes ``pixel_values`` a normalised float32
 tensor on the device: uint8 -> (x/255 - mean)/std with the mean/std of the field metadata,
 bfloat16 from its raw uint16 bits, float16/float32 as they are. Every wire dtype therefore
@@ -153,10 +166,18 @@ def _int_scalar(rb: pa.RecordBatch, name: str) -> int:
     return int(col[0])
 
 
-def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False) -> dict:
-    """Convert one micro-batch record for a rank of ``role`` (host tensors)."""
+def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False,
+                    pack: bool | None = None) -> dict:
+    """Convert one micro-batch record for a rank of ``role`` (host tensors). ``pack``: when
+    not None, the record's ``mmfeed.pack`` schema metadata (planned for packed micro-batches)
+    must say the same, else BatchError."""
     if role not in (ROLE_FULL, ROLE_VISION, ROLE_TEXT):
         raise ValueError(f"batch: unknown role {role!r}")
+    if pack is not None:
+        planned = (rb.schema.metadata or {}).get(b"mmfeed.pack", b"false")
+        if planned not in (b"true", b"false") or (planned == b"true") != pack:
+            raise BatchError(f"batch: the plan says mmfeed.pack={planned.decode(errors='replace')}, "
+                             f"this trainer runs {'packed' if pack else 'padded'} micro-batches (--pack)")
     if rb.num_rows == 0:
         raise BatchError("batch: empty micro-batch (ranks must get padding samples instead)")
     ids = [str(v) for v in _column(rb, "id").to_pylist()]
@@ -198,6 +219,46 @@ def _valid_pixels(shape: torch.Tensor, height: int, width: int) -> torch.Tensor:
     rows = torch.arange(height, device=shape.device)[None, :, None] < shape[:, 1, None, None]
     cols = torch.arange(width, device=shape.device)[None, None, :] < shape[:, 2, None, None]
     return (rows & cols)[:, None].float()
+
+
+PACKED_KEYS = ("cu_seqlens_text", "cu_seqlens_image", "image_grid")
+"""The keys a packed batch adds (``pack``); their presence marks a batch as packed."""
+
+
+def is_packed(batch: dict) -> bool:
+    return any(k in batch for k in PACKED_KEYS)
+
+
+def _offsets(counts: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(counts.to(torch.int64).cumsum(0), (1, 0))
+
+
+def pack(batch: dict, patch_size: int) -> dict:
+    """The packed form of a device batch (module docstring); a packed batch is returned as is."""
+    if is_packed(batch):
+        return batch
+    out = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask", "pixel_values")}
+    if "input_ids" in batch:
+        ids, counts = batch["input_ids"], batch["lengths"].clamp(min=1)
+        keep = torch.arange(ids.shape[1], device=ids.device)[None, :] < counts[:, None]
+        out["input_ids"] = ids[keep]
+        out["cu_seqlens_text"] = _offsets(counts)
+    if "pixel_values" in batch:
+        px, p = batch["pixel_values"], patch_size
+        b, c, hgt, wid = px.shape
+        if hgt < p or wid < p:
+            px = torch.nn.functional.pad(px, (0, max(p - wid, 0), 0, max(p - hgt, 0)))
+        gh, gw = max(hgt // p, 1), max(wid // p, 1)
+        patches = px[:, :, :gh * p, :gw * p].reshape(b, c, gh, p, gw, p)
+        patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(b, gh * gw, c * p * p)
+        grid = batch["pixel_shape"].to(px.device, torch.int64)[:, 1:] // p
+        rows = torch.arange(gh, device=px.device).repeat_interleave(gw)
+        cols = torch.arange(gw, device=px.device).repeat(gh)
+        valid = (rows[None, :] < grid[:, :1]) & (cols[None, :] < grid[:, 1:])
+        out["patches"] = patches[valid]
+        out["cu_seqlens_image"] = _offsets(grid.prod(dim=1))
+        out["image_grid"] = grid
+    return out
 
 
 def concat_records(records: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -16,6 +16,8 @@ payload travels in ``dtype`` (float32 on CPU, bfloat16 under CUDA autocast).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -69,9 +71,13 @@ class Exchange:
         self.embed_dim = embed_dim
 
     def send_text(self, txt: TextFeatures) -> torch.Tensor:
-        """Send the features; returns a scalar whose ``backward()`` pulls their gradient."""
-        b, length, _ = txt.hidden.shape
-        header = torch.cat([torch.tensor([b, length], dtype=torch.int64, device=self.device),
+        """Send the features; returns a scalar whose ``backward()`` pulls their gradient.
+        Packed features (``hidden`` of shape (tokens, D)) travel as they are, flagged in the
+        header."""
+        packed = txt.hidden.dim() == 2
+        b = txt.lengths.shape[0]
+        length = txt.hidden.shape[0] if packed else txt.hidden.shape[1]
+        header = torch.cat([torch.tensor([b, length, int(packed)], dtype=torch.int64, device=self.device),
                             txt.lengths.to(self.device, torch.int64)])
         with timing.comm():
             dist.send(header, dst=self.peer, group=self.group)
@@ -80,16 +86,17 @@ class Exchange:
 
     def recv_text(self, batch_size: int) -> TextFeatures:
         """Receive the features of a micro-batch of ``batch_size`` samples, with gradient."""
-        header = torch.empty(batch_size + 2, dtype=torch.int64, device=self.device)
+        header = torch.empty(batch_size + 3, dtype=torch.int64, device=self.device)
         with timing.comm():
             dist.recv(header, src=self.peer, group=self.group)
-        b, length = (int(v) for v in header[:2].tolist())
+        b, length, packed = (int(v) for v in header[:3].tolist())
         if b != batch_size:
             raise RuntimeError(f"exchange: text rank sent {b} samples, vision rank has {batch_size}: "
                                "the mp ranks consume different micro-batches")
-        n_hidden = b * length * self.hidden_dim
+        shape = (length, self.hidden_dim) if packed else (b, length, self.hidden_dim)
+        n_hidden = math.prod(shape)
         anchor = torch.empty(0, device=self.device, requires_grad=True)
         buf = _RecvWithGrad.apply(anchor, n_hidden + b * self.embed_dim, self.dtype, self.peer, self.group)
-        hidden = buf[:n_hidden].view(b, length, self.hidden_dim)
+        hidden = buf[:n_hidden].view(shape)
         emb = buf[n_hidden:].view(b, self.embed_dim).clone()  # not a view: it leaves the FSDP root
-        return TextFeatures(hidden, header[2:], emb)
+        return TextFeatures(hidden, header[3:], emb)

@@ -6,7 +6,14 @@ ALBEF/BLIP style:
   (dynamic resolution): the micro-batch is a zero-padded (B, C, H, W) tensor plus each
   sample's true (C, h, w); patches outside a sample's floor(h/p) x floor(w/p) grid are masked
   out of attention. Position embeddings are looked up by (row, column) in a learned
-  ``max_grid x max_grid`` table, so any grid up to that size needs no interpolation.
+  ``max_grid x max_grid`` table; a larger grid gets the table bilinearly resized to it
+  (``grid_pos``), so every grid the service sends is accepted.
+
+Every part also has ``forward_packed``: a packed micro-batch (``batches.pack``: captions
+concatenated with ``cu_seqlens_text``, patches concatenated with ``cu_seqlens_image`` and
+``image_grid``) runs without padding, and attention never crosses samples
+(``segment_attention``: FlexAttention with a document mask on CUDA, SDPA over the segments scattered into a padded batch
+elsewhere). Packed and padded give the same per-sample results (``test_parity_packed_*``).
 * ``TextTower`` -- BERT-like encoder over right-padded ``input_ids``; the attention mask is
   built on the device from the unpadded lengths.
 * ``Fusion`` -- text queries self-attend and cross-attend to the image tokens; its [CLS]
@@ -57,6 +64,105 @@ def length_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return pos[None, :] < lengths.clamp(min=1)[:, None]
 
 
+class PackedImageFeatures(NamedTuple):
+    tokens: torch.Tensor
+    """(M, Dv) packed tokens: per sample its [CLS] then its own patches, row-major."""
+    cu_seqlens: torch.Tensor
+    """(B + 1,) int64 offsets of each sample's tokens in ``tokens`` ([CLS] included)."""
+    emb: torch.Tensor
+    """(B, E) L2-normalised contrastive embedding."""
+
+
+def cumsum0(counts: torch.Tensor) -> torch.Tensor:
+    """(n + 1,) int64 offsets [0, c0, c0 + c1, ...] of segments of ``counts`` (n,)."""
+    return F.pad(counts.to(torch.int64).cumsum(0), (1, 0))
+
+
+def segment_ids(counts: torch.Tensor) -> torch.Tensor:
+    """(Σ counts,) int64: token t of segment i gets i."""
+    return torch.repeat_interleave(torch.arange(counts.shape[0], device=counts.device), counts)
+
+
+def gather_segments(cu: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token indices that concatenate the segments ``order`` (k,) of a packed sequence with
+    offsets ``cu``, and the offsets (k + 1,) of the result."""
+    counts = (cu[1:] - cu[:-1])[order]
+    out_cu = cumsum0(counts)
+    seg = segment_ids(counts)
+    return cu[order][seg] + torch.arange(seg.shape[0], device=cu.device) - out_cu[seg], out_cu
+
+
+_flex = None
+
+
+def _flex_attention():
+    """torch.compile'd FlexAttention and create_block_mask (built on first CUDA use)."""
+    global _flex
+    if _flex is None:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        _flex = (torch.compile(flex_attention, dynamic=True), create_block_mask)
+    return _flex
+
+
+def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      q_seg: torch.Tensor, kv_seg: torch.Tensor) -> torch.Tensor:
+    """Attention of packed q (1, H, N, d) over k, v (1, H, M, d) where query n sees only the
+    keys of its own segment (q_seg[n] == kv_seg[m]): the document mask of packed samples.
+
+    On CUDA it is FlexAttention with that mask as a block mask: one compiled kernel over the
+    packed sequence that skips the blocks where no query sees its keys, so the work is about
+    Σ per-sample n·m rather than (Σ n)·(Σ m). It is chosen because it takes different query
+    and key packings (the fusion's cross-attention packs captions against images), ships
+    with the pinned torch (flash-attn's varlen kernel would be a CUDA build this machine
+    cannot install and test), and needs no nested tensors. Elsewhere (CPU) it is
+    ``padded_segment_attention``.
+    """
+    if q.is_cuda:
+        return flex_segment_attention(q, k, v, q_seg, kv_seg)
+    return padded_segment_attention(q, k, v, q_seg, kv_seg)
+
+
+def padded_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             q_seg: torch.Tensor, kv_seg: torch.Tensor) -> torch.Tensor:
+    """``segment_attention`` without a varlen kernel: each segment's queries and keys are
+    scattered into a (segments, H, longest, d) batch, attended with SDPA and a key-length
+    mask, and gathered back. The work is segments x longest² instead of (Σ n)·(Σ m), and
+    only attention is padded: the projections and MLPs stay packed. Segments must be
+    contiguous and numbered 0, 1, ... in order (``segment_ids``), each with >= 1 key."""
+    n_seg = int(q_seg[-1]) + 1 if q_seg.numel() else 0
+
+    def scatter(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        counts = torch.bincount(seg, minlength=n_seg)
+        pos = torch.arange(seg.shape[0], device=seg.device) - cumsum0(counts)[seg]
+        out = x.new_zeros(n_seg, x.shape[1], int(counts.max()), x.shape[3])
+        out[seg, :, pos] = x[0].transpose(0, 1)
+        return out, pos, counts
+
+    qp, q_pos, _ = scatter(q, q_seg)
+    kp, _, k_counts = scatter(k, kv_seg)
+    vp, _, _ = scatter(v, kv_seg)
+    mask = torch.arange(kp.shape[2], device=kp.device)[None, :] < k_counts[:, None]
+    y = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask[:, None, None, :])
+    return y[q_seg, :, q_pos].transpose(0, 1)[None]
+
+
+def flex_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           q_seg: torch.Tensor, kv_seg: torch.Tensor, *, compiled: bool = True) -> torch.Tensor:
+    """``segment_attention`` with FlexAttention and a document block mask. ``compiled=False``
+    runs FlexAttention eagerly (slow; lets the CPU tests check the mask)."""
+    if compiled:
+        flex, block_mask_of = _flex_attention()
+    else:
+        from torch.nn.attention.flex_attention import create_block_mask as block_mask_of
+        from torch.nn.attention.flex_attention import flex_attention as flex
+
+    def same_segment(b, h, qi, ki):
+        return q_seg[qi] == kv_seg[ki]
+
+    mask = block_mask_of(same_segment, None, None, q.shape[2], k.shape[2], device=q.device, _compile=compiled)
+    return flex(q, k, v, block_mask=mask)
+
+
 class MLP(nn.Module):
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -91,6 +197,20 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=kv_mask[:, None, None, :])
         return self.out(y.transpose(1, 2).reshape(b, n, d))
 
+    def forward_packed(self, x: torch.Tensor, q_seg: torch.Tensor,
+                       context: torch.Tensor | None = None, kv_seg: torch.Tensor | None = None) -> torch.Tensor:
+        """x (N, D) packed tokens, q_seg (N,) their sample (segment) ids; ``context`` (M, Dkv)
+        with ``kv_seg`` (M,) for cross-attention. A token attends only to its own segment."""
+        ctx = x if context is None else context
+        kv_seg = q_seg if kv_seg is None else kv_seg
+        n, d = x.shape
+        h = self.heads
+        q = self.q(x).view(n, h, d // h).transpose(0, 1)[None]
+        k = self.k(ctx).view(ctx.shape[0], h, d // h).transpose(0, 1)[None]
+        v = self.v(ctx).view(ctx.shape[0], h, d // h).transpose(0, 1)[None]
+        y = segment_attention(q, k, v, q_seg, kv_seg)
+        return self.out(y[0].transpose(0, 1).reshape(n, d))
+
 
 class Block(nn.Module):
     """Pre-norm transformer block; with ``cross_dim`` it adds cross-attention to a context.
@@ -109,12 +229,28 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor,
                 context: torch.Tensor | None = None, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Padded x (B, N, D) with boolean masks, or packed x (N, D) with segment ids in
+        place of the masks (``forward_packed``). Called through the module so that FSDP2's
+        hooks gather the parameters in both cases."""
+        if x.dim() == 2:
+            return self.forward_packed(x, mask, context, context_mask)
         if self.post_norm:
             x = self.norm1(x + self.attn(x, mask))
             return self.norm2(x + self.mlp(x))
         x = x + self.attn(self.norm1(x), mask)
         if self.cross is not None:
             x = x + self.cross(self.cross_norm(x), context_mask, context=context)
+        return x + self.mlp(self.norm2(x))
+
+    def forward_packed(self, x: torch.Tensor, seg: torch.Tensor,
+                       context: torch.Tensor | None = None, context_seg: torch.Tensor | None = None) -> torch.Tensor:
+        """Packed tokens x (N, D) with segment ids seg (N,); see ``Attention.forward_packed``."""
+        if self.post_norm:
+            x = self.norm1(x + self.attn.forward_packed(x, seg))
+            return self.norm2(x + self.mlp(x))
+        x = x + self.attn.forward_packed(self.norm1(x), seg)  # inside the block: no own FSDP unit
+        if self.cross is not None:
+            x = x + self.cross.forward_packed(self.cross_norm(x), seg, context=context, kv_seg=context_seg)
         return x + self.mlp(self.norm2(x))
 
 
@@ -132,13 +268,29 @@ class VisionTower(nn.Module):
         self.norm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.proj = nn.Linear(d, cfg.embed_dim)
 
-    def forward(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor) -> ImageFeatures:
-        """pixel_values (B, C, H, W) zero-padded; pixel_shape (B, 3) int: each sample's (C, h, w)."""
+    def grid_pos(self, rows: int, cols: int) -> torch.Tensor:
+        """(rows·cols, D) position embeddings of a rows x cols patch grid, row-major: the
+        learned max_grid x max_grid table looked up by (row, column) when the grid fits,
+        else the table bilinearly resized to max(rows, max_grid) x max(cols, max_grid)
+        first, so every grid the service sends is accepted."""
+        g, d = self.max_grid, self.pos.shape[1]
+        table = self.pos[1:].view(g, g, d)
+        if rows > g or cols > g:
+            size = (max(rows, g), max(cols, g))
+            table = F.interpolate(table.permute(2, 0, 1)[None], size=size, mode="bilinear",
+                                  align_corners=False)[0].permute(1, 2, 0)
+        return table[:rows, :cols].reshape(rows * cols, d)
+
+    def forward(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor,
+                image_grid: torch.Tensor | None = None) -> ImageFeatures | PackedImageFeatures:
+        """pixel_values (B, C, H, W) zero-padded; pixel_shape (B, 3) int: each sample's (C, h, w).
+        Packed (``image_grid`` given): ``forward_packed(pixel_values, pixel_shape, image_grid)``
+        with the patches and cu_seqlens_image in the first two places."""
+        if image_grid is not None:
+            return self.forward_packed(pixel_values, pixel_shape, image_grid)
         b, c, hgt, wid = pixel_values.shape
         p, g = self.patch_size, self.max_grid
         gh, gw = max(hgt // p, 1), max(wid // p, 1)
-        if gh > g or gw > g:
-            raise ValueError(f"vision: patch grid {gh}x{gw} exceeds max_grid {g} (image {hgt}x{wid}, patch {p})")
         if hgt < p or wid < p:  # only padding samples are smaller than a patch
             pixel_values = F.pad(pixel_values, (0, max(p - wid, 0), 0, max(p - hgt, 0)))
         x = pixel_values[:, :, :gh * p, :gw * p].reshape(b, c, gh, p, gw, p)
@@ -146,9 +298,16 @@ class VisionTower(nn.Module):
         dev = x.device
         rows = torch.arange(gh, device=dev).repeat_interleave(gw)
         cols = torch.arange(gw, device=dev).repeat(gh)
-        x = x + self.pos[1 + rows * g + cols]
         grid = pixel_shape.to(dev, torch.int64)[:, 1:] // p  # (B, 2) true grid per sample
         valid = (rows[None, :] < grid[:, :1]) & (cols[None, :] < grid[:, 1:])
+        if gh <= g and gw <= g:
+            x = x + self.pos[1 + rows * g + cols]
+        else:  # some sample's grid exceeds the table: each sample gets its own grid's embeddings
+            pos = x.new_zeros(x.shape)
+            for i, (r, k) in enumerate(grid.tolist()):
+                if r * k:
+                    pos[i, valid[i]] = self.grid_pos(r, k)
+            x = x + pos
         cls = (self.cls + self.pos[:1]).expand(b, 1, -1)
         x = torch.cat([cls, x], dim=1)
         mask = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=dev), valid], dim=1)
@@ -156,6 +315,39 @@ class VisionTower(nn.Module):
             x = blk(x, mask)
         x = self.norm(x)
         return ImageFeatures(x, mask, F.normalize(self.proj(x[:, 0]), dim=-1))
+
+    def packed_pos(self, cu_seqlens: torch.Tensor, image_grid: torch.Tensor) -> torch.Tensor:
+        """(N, D) position embeddings of packed patches (``grid_pos`` of each sample's grid)."""
+        g = self.max_grid
+        counts = cu_seqlens[1:] - cu_seqlens[:-1]
+        if image_grid.numel() == 0 or int(image_grid.max()) <= g:
+            seg = segment_ids(counts)
+            local = torch.arange(seg.shape[0], device=seg.device) - cu_seqlens[seg]
+            width = image_grid[seg, 1]
+            return self.pos[1 + (local // width) * g + local % width]
+        return torch.cat([self.grid_pos(r, k) for r, k in image_grid.tolist()])
+
+    def forward_packed(self, patches: torch.Tensor, cu_seqlens: torch.Tensor,
+                       image_grid: torch.Tensor) -> PackedImageFeatures:
+        """patches (N, C·p·p) of every sample's own grid, row-major, concatenated;
+        cu_seqlens (B + 1,) their offsets; image_grid (B, 2) each sample's rows x columns."""
+        b = image_grid.shape[0]
+        x = self.patch_embed(patches) + self.packed_pos(cu_seqlens, image_grid)
+        counts = cu_seqlens[1:] - cu_seqlens[:-1] + 1  # with the [CLS] token
+        cu = cumsum0(counts)
+        cls = (self.cls + self.pos[:1]).expand(b, -1)
+        # [all CLS; all patches] -> per sample [CLS, its patches]
+        order = torch.empty(cu[-1], dtype=torch.int64, device=x.device)
+        order[cu[:-1]] = torch.arange(b, device=x.device)
+        is_patch = torch.ones(cu[-1], dtype=torch.bool, device=x.device)
+        is_patch[cu[:-1]] = False
+        order[is_patch] = b + torch.arange(x.shape[0], device=x.device)
+        x = torch.cat([cls, x])[order]
+        seg = segment_ids(counts)
+        for blk in self.blocks:
+            x = blk(x, seg)
+        x = self.norm(x)
+        return PackedImageFeatures(x, cu, F.normalize(self.proj(x[cu[:-1]]), dim=-1))
 
 
 class TextTower(nn.Module):
@@ -174,7 +366,10 @@ class TextTower(nn.Module):
         self.proj = nn.Linear(d, cfg.embed_dim)
 
     def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
-        """input_ids (B, L) right-padded; lengths (B,) unpadded token counts."""
+        """input_ids (B, L) right-padded; lengths (B,) unpadded token counts. 1-D input_ids
+        are packed (``forward_packed``)."""
+        if input_ids.dim() == 1:
+            return self.forward_packed(input_ids, lengths)
         width = input_ids.shape[1]
         if width > self.max_len:
             raise ValueError(f"text: {width} tokens exceed max_text_len {self.max_len}")
@@ -185,6 +380,22 @@ class TextTower(nn.Module):
             x = blk(x, mask)
         x = self.norm(x)
         return TextFeatures(x, lengths, F.normalize(self.proj(x[:, 0]), dim=-1))
+
+    def forward_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
+        """input_ids (Σ max(length, 1),) the captions concatenated (an empty padding sample
+        keeps one pad token, as in the padded path); lengths (B,) unpadded token counts.
+        Returns TextFeatures whose ``hidden`` is packed: (Σ max(length, 1), Dt)."""
+        counts = lengths.clamp(min=1)
+        if counts.numel() and int(counts.max()) > self.max_len:
+            raise ValueError(f"text: {int(counts.max())} tokens exceed max_text_len {self.max_len}")
+        cu = cumsum0(counts)
+        seg = segment_ids(counts)
+        pos = torch.arange(seg.shape[0], device=seg.device) - cu[seg]
+        x = self.emb_norm(self.tok(input_ids) + self.pos(pos))
+        for blk in self.blocks:
+            x = blk(x, seg)
+        x = self.norm(x)
+        return TextFeatures(x, lengths, F.normalize(self.proj(x[cu[:-1]]), dim=-1))
 
 
 class Fusion(nn.Module):
@@ -202,7 +413,10 @@ class Fusion(nn.Module):
 
     def forward(self, img: ImageFeatures, txt: TextFeatures,
                 neg_text: torch.Tensor, neg_image: torch.Tensor) -> torch.Tensor:
-        """ITM logits (3B, 2) for [positive pairs; (image i, text neg_text[i]); (image neg_image[i], text i)]."""
+        """ITM logits (3B, 2) for [positive pairs; (image i, text neg_text[i]); (image neg_image[i], text i)].
+        Packed features go to ``forward_packed``."""
+        if isinstance(img, PackedImageFeatures):
+            return self.forward_packed(img, txt, neg_text, neg_image)
         b = img.tokens.shape[0]
         self_idx = torch.arange(b, device=neg_text.device)
         img_idx = torch.cat([self_idx, self_idx, neg_image])
@@ -213,6 +427,23 @@ class Fusion(nn.Module):
         for blk in self.blocks:
             x = blk(x, mask, ctx, ctx_mask)
         return self.itm_head(self.norm(x[:, 0]))
+
+    def forward_packed(self, img: PackedImageFeatures, txt: TextFeatures,
+                       neg_text: torch.Tensor, neg_image: torch.Tensor) -> torch.Tensor:
+        """``forward`` on packed features: each pair's caption tokens attend to themselves
+        and cross-attend to that pair's image tokens only."""
+        b = img.emb.shape[0]
+        self_idx = torch.arange(b, device=neg_text.device)
+        img_idx = torch.cat([self_idx, self_idx, neg_image])
+        txt_idx = torch.cat([self_idx, neg_text, self_idx])
+        tok, q_cu = gather_segments(cumsum0(txt.lengths.clamp(min=1)), txt_idx)
+        ctx_tok, k_cu = gather_segments(img.cu_seqlens, img_idx)
+        q_seg, k_seg = segment_ids(q_cu[1:] - q_cu[:-1]), segment_ids(k_cu[1:] - k_cu[:-1])
+        x = self.in_proj(txt.hidden[tok])
+        ctx = img.tokens[ctx_tok]
+        for blk in self.blocks:
+            x = blk(x, q_seg, ctx, k_seg)
+        return self.itm_head(self.norm(x[q_cu[:-1]]))
 
 
 class ContrastiveHead(nn.Module):
@@ -267,6 +498,13 @@ class MMModel(nn.Module):
         img = self.vision(pixel_values, pixel_shape)
         txt = self.text(input_ids, lengths)
         logits = self.fusion(img, txt, neg_text, neg_image)
+        return ModelOutput(img.emb, txt.emb, logits, self.itc())
+
+    def forward_packed(self, mb: dict) -> ModelOutput:
+        """The forward pass on a packed micro-batch (``batches.pack``)."""
+        img = self.vision(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
+        txt = self.text(mb["input_ids"], mb["lengths"])
+        logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
         return ModelOutput(img.emb, txt.emb, logits, self.itc())
 
 

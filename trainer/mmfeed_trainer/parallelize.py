@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import blockwrap, timing
+from .batches import is_packed
 from .exchange import Exchange
 from .model import MMModel
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
@@ -98,16 +99,22 @@ class Stage(nn.Module):
             self.add_module(name, getattr(model, name))
 
     def forward(self, mb: dict) -> dict:
+        packed = is_packed(mb)
         if self.role == ROLE_TEXT:
-            txt = self.text(mb["input_ids"], mb["lengths"])
-            return {"token": self.exchange.send_text(txt)}
-        img = self.vision(mb["pixel_values"], mb["pixel_shape"])
+            return {"token": self.exchange.send_text(self._text(mb, packed))}
+        if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
+            img = self.vision(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
+        else:
+            img = self.vision(mb["pixel_values"], mb["pixel_shape"])
         if self.role == ROLE_FULL:
-            txt = self.text(mb["input_ids"], mb["lengths"])
+            txt = self._text(mb, packed)
         else:
             txt = self.exchange.recv_text(img.emb.shape[0])
         logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
+
+    def _text(self, mb: dict, packed: bool):
+        return self.text(mb["input_ids"], mb["lengths"])  # 1-D input_ids when packed
 
 
 def _sum_allreduce_hook(group, bucket):

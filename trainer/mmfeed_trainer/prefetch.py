@@ -50,7 +50,10 @@ class Prefetcher:
     """
 
     def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device,
-                 depth: int = 2):
+                 depth: int = 2, pack: bool = False, patch_size: int = 16, check_pack: bool = True):
+        """pack: the device batches are packed (``batches.pack`` with ``patch_size``);
+        check_pack: every record's ``mmfeed.pack`` metadata must agree (BatchError)."""
+        self._pack, self._patch, self._check = pack, patch_size, check_pack
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._device = device
@@ -70,14 +73,18 @@ class Prefetcher:
 
     def _convert(self, data: StepData, role: str, pad_id: int) -> HostStep:
         cuda = self._copy_stream is not None
-        host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda) for r in data.records]
+        want = self._pack if self._check else None
+        host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want) for r in data.records]
         if not cuda:
-            return HostStep(data, host, [batches.to_device(mb, self._device) for mb in host])
+            return HostStep(data, host, [self._packed(batches.to_device(mb, self._device)) for mb in host])
         with torch.cuda.stream(self._copy_stream):
-            dev = [batches.to_device(mb, self._device, non_blocking=True) for mb in host]
+            dev = [self._packed(batches.to_device(mb, self._device, non_blocking=True)) for mb in host]
             event = torch.cuda.Event()
             event.record(self._copy_stream)
         return HostStep(data, host, dev, event)
+
+    def _packed(self, mb: dict) -> dict:
+        return batches.pack(mb, self._patch) if self._pack else mb
 
     def _run(self, steps: Iterator[StepData], role: str, pad_id: int) -> None:
         try:

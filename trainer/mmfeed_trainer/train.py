@@ -43,6 +43,9 @@ class TrainConfig:
     mp: int = 1
     fsdp: bool = False
     """Shard parameters over dp with FSDP2 instead of DDP."""
+    pack: bool = False
+    """Pack every micro-batch (``batches.pack``) instead of padding it. The service's or the
+    shards' plan must say the same (register reply / ``mmfeed.pack`` schema metadata)."""
     steps: int = 100
     """Steps to train (stops earlier at the end of the data)."""
     seed: int = 0
@@ -129,6 +132,14 @@ def _setup_distributed() -> tuple[int, torch.device]:
         dist.init_process_group(backend_for(device), timeout=datetime.timedelta(seconds=300),
                                 device_id=device if device.type == "cuda" else None)
     return world, device
+
+
+def check_pack(planned: bool, packing: bool, who: str) -> None:
+    """ValueError unless the plan's --pack (``planned``) equals this trainer's."""
+    if planned != packing:
+        mode = {True: "packed", False: "padded"}
+        raise ValueError(f"train: {who} planned {mode[planned]} micro-batches (mmfeed --pack={str(planned).lower()}), "
+                         f"this trainer runs {mode[packing]} ones: pass --pack to both or to neither")
 
 
 def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
@@ -244,9 +255,11 @@ def run(cfg: TrainConfig) -> RunResult:
         if saved_hash and saved_hash != reply.get("plan_hash"):
             raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
                              f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
+        check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
-                            depth=cfg.prefetch)
+                            depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
+                            check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()
     step, last = start, None
     try:

@@ -38,20 +38,23 @@ def synth_cfg(dp: int) -> synthetic.SynthConfig:
     return synthetic.SynthConfig(seed=7, dp=dp, micro_batches=2, min_samples=1, max_samples=5, pad_prob=0.3)
 
 
-def scenario_name(dp: int, mp: int, fsdp: bool, dtype: torch.dtype) -> str:
-    return f"{'fsdp' if fsdp else 'ddp'}-dp{dp}-mp{mp}-{str(dtype).removeprefix('torch.')}"
+def scenario_name(dp: int, mp: int, fsdp: bool, dtype: torch.dtype, pack: bool = False) -> str:
+    packed = "-packed" if pack else ""
+    return f"{'fsdp' if fsdp else 'ddp'}-dp{dp}-mp{mp}-{str(dtype).removeprefix('torch.')}{packed}"
 
 
-def _batch(record, role: str, dtype: torch.dtype) -> dict:
+def _batch(record, role: str, dtype: torch.dtype, pack: bool = False) -> dict:
     mb = batches.to_device(batches.record_to_batch(record, role=role), CPU)
     if "pixel_values" in mb:
         mb["pixel_values"] = mb["pixel_values"].to(dtype)
     mb["weight"] = mb["weight"].to(dtype)
-    return mb
+    return batches.pack(mb, model_cfg().patch_size) if pack else mb
 
 
-def parity_worker(rank: int, world: int, scenarios: list[tuple[int, int, bool, torch.dtype]], outdir: str) -> None:
-    for dp, mp, fsdp, dtype in scenarios:
+def parity_worker(rank: int, world: int, scenarios: list[tuple], outdir: str) -> None:
+    """Train every scenario (dp, mp, fsdp, dtype[, pack]) in turn; pack: packed micro-batches."""
+    for dp, mp, fsdp, dtype, *rest in scenarios:
+        pack = bool(rest and rest[0])
         dims = ParallelDims(dp=dp, mp=mp, world_size=world, fsdp=fsdp)
         dims.build_mesh("cpu")
         torch.manual_seed(SEED)
@@ -62,7 +65,7 @@ def parity_worker(rank: int, world: int, scenarios: list[tuple[int, int, bool, t
         scfg = synth_cfg(dp)
         step_losses, norms = [], []
         for step in range(STEPS):
-            mbs = [_batch(r, dims.role, dtype) for r in synthetic.step_records(scfg, step, dims.dp_rank)]
+            mbs = [_batch(r, dims.role, dtype, pack) for r in synthetic.step_records(scfg, step, dims.dp_rank)]
             stats = train_step(module, opt, sched, mbs, dims=dims, device=CPU, max_grad_norm=ocfg.max_grad_norm)
             norms.append(float(stats.grad_norm))
             if stats.loss is not None:
@@ -72,7 +75,7 @@ def parity_worker(rank: int, world: int, scenarios: list[tuple[int, int, bool, t
                 step_losses.append(float(loss))
         state = full_model_state(module)
         if dims.dp_rank == 0:
-            name = scenario_name(dp, mp, fsdp, dtype)
+            name = scenario_name(dp, mp, fsdp, dtype, pack)
             torch.save({"params": state, "losses": step_losses, "grad_norms": norms},
                        os.path.join(outdir, f"{name}-mp{dims.mp_rank}.pt"))
         dist.barrier()
@@ -112,14 +115,15 @@ def reference_run(dp: int, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor],
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, step_losses, norms
 
 
-def load_run(outdir: str, dp: int, mp: int, fsdp: bool, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], list[float], list[list[float]]]:
+def load_run(outdir: str, dp: int, mp: int, fsdp: bool, dtype: torch.dtype,
+             pack: bool = False) -> tuple[dict[str, torch.Tensor], list[float], list[list[float]]]:
     """Merge the mp ranks' saved parameters; losses come from mp rank 0 (the loss rank);
     the grad norms of every mp rank (each must report the whole model's norm)."""
     params: dict[str, torch.Tensor] = {}
     step_losses: list[float] = []
     norms = []
     for r in range(mp):
-        saved = torch.load(os.path.join(outdir, f"{scenario_name(dp, mp, fsdp, dtype)}-mp{r}.pt"))
+        saved = torch.load(os.path.join(outdir, f"{scenario_name(dp, mp, fsdp, dtype, pack)}-mp{r}.pt"))
         params.update(saved["params"])
         step_losses = step_losses or saved["losses"]
         norms.append(saved["grad_norms"])

@@ -130,3 +130,17 @@ def test_concat_records_keeps_rank_order():
     a, b = record(), synthetic.micro_batch(synthetic.SynthConfig(seed=2), step=3, dp_rank=0, mb=1)
     got = batches.concat_records([a, b])
     assert got.column("id").to_pylist() == a.column("id").to_pylist() + b.column("id").to_pylist()
+
+
+def test_record_pack_metadata_must_match_the_trainer():
+    rec = synthetic.micro_batch(synthetic.SynthConfig(seed=1), 0, 0, 0)
+    batches.record_to_batch(rec, pack=False)  # no mmfeed.pack: a padded plan
+    with pytest.raises(batches.BatchError, match="mmfeed.pack=false"):
+        batches.record_to_batch(rec, pack=True)
+    packed = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.pack": b"true"})
+    batches.record_to_batch(packed, pack=True)
+    with pytest.raises(batches.BatchError, match="mmfeed.pack=true"):
+        batches.record_to_batch(packed, pack=False)
+    bad = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.pack": b"yes"})
+    with pytest.raises(batches.BatchError):
+        batches.record_to_batch(bad, pack=True)

@@ -36,3 +36,23 @@ def test_short_synthetic_run_prints_a_summary(capsys, monkeypatch):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 3 and len(summary["losses"]) == 3
     assert 0 <= summary["data_wait_fraction"] <= 1 and summary["samples_per_s"] > 0
+
+
+def test_packed_synthetic_run_trains_like_the_padded_one(capsys, monkeypatch):
+    """--pack changes how a micro-batch is computed, not what: the same losses (float32)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    runs = []
+    for extra in ([], ["--pack"]):
+        assert main(["--synthetic", "--steps", "3", "--log-every", "1", "--seed", "3", *extra]) == 0
+        runs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["losses"])
+    assert runs[1] == pytest.approx(runs[0], rel=1e-5)
+
+
+def test_pack_mismatch_with_the_plan_is_refused():
+    from mmfeed_trainer.train import check_pack
+    check_pack(True, True, "the service")
+    with pytest.raises(ValueError, match="planned packed micro-batches"):
+        check_pack(True, False, "the service")
+    with pytest.raises(ValueError, match="planned padded micro-batches"):
+        check_pack(False, True, "the service")

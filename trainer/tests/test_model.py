@@ -92,10 +92,17 @@ def test_fixed_seed_reproduces_the_loss():
     assert other != got[0]
 
 
-def test_grid_larger_than_the_position_table_is_a_value_error():
+def test_grid_larger_than_the_position_table_is_interpolated():
+    """A 3 x 1 grid with a 2 x 2 table: accepted, and its embedding does not depend on the
+    batch's padding (each sample's own grid picks its position embeddings)."""
     model = MMModel(config.model_config("tiny", max_grid=2))
-    with pytest.raises(ValueError, match="exceeds max_grid"):
-        model.vision(torch.zeros(1, 3, 48, 16), torch.tensor([[3, 48, 16]]))
+    img = torch.randn(1, 3, 48, 16)
+    alone = model.vision(img, torch.tensor([[3, 48, 16]])).emb
+    padded = torch.zeros(2, 3, 48, 48)
+    padded[0, :, :, :16] = img[0]
+    padded[1] = torch.randn(3, 48, 48)
+    together = model.vision(padded, torch.tensor([[3, 48, 16], [3, 48, 48]])).emb
+    torch.testing.assert_close(together[0], alone[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -149,3 +156,19 @@ def test_itc_matches_the_textbook_formula_without_padding():
                   + torch.nn.functional.cross_entropy(logits.t(), target, reduction="sum"))
     got = losses.itc_sum(img, txt, torch.ones(5), scale)
     torch.testing.assert_close(got, want)
+
+
+def test_flops_match_go_golden():
+    """balancer/testdata/flops_golden.json pins flops_per_sample; the Go cost model's
+    TestFLOPsMatchTrainer checks its FLOP prior against the same file."""
+    import json
+    from pathlib import Path
+
+    from mmfeed_trainer.config import model_config
+
+    path = Path(__file__).resolve().parents[2] / "balancer" / "testdata" / "flops_golden.json"
+    golden = json.loads(path.read_text())
+    assert {g["preset"] for g in golden} == {"tiny", "base"}
+    for g in golden:
+        got = flops_per_sample(model_config(g["preset"]), g["text_tokens"], g["image_tokens"])
+        assert got == g["flops"], g

@@ -19,6 +19,9 @@ WORLD = 4
 F32, F64 = torch.float32, torch.float64
 SCENARIOS = [(2, 2, False, F32), (2, 2, True, F32), (4, 1, False, F32), (4, 1, True, F32),
              (2, 2, False, F64), (2, 2, True, F64)]
+# Packed micro-batches (batches.pack) against the same padded single-process reference.
+PACKED = [(2, 2, False, F64, True), (2, 2, True, F64, True)]
+PACKED_TOLERANCE = 1e-6
 TOLERANCE = {F32: {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
              F64: {"global": 1e-9, "tensor": 1e-9, "scalar": 1e-9}}
 
@@ -27,7 +30,7 @@ TOLERANCE = {F32: {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
 def world_runs(tmp_path_factory):
     """One spawned world of 4 processes trains every scenario (saves process start-ups)."""
     outdir = tmp_path_factory.mktemp("parity")
-    run_world(_parity.parity_worker, WORLD, args=(SCENARIOS, str(outdir)), timeout=300)
+    run_world(_parity.parity_worker, WORLD, args=(SCENARIOS + PACKED, str(outdir)), timeout=400)
     return outdir
 
 
@@ -53,3 +56,19 @@ def test_parity_hybrid(world_runs, references, dp, mp, fsdp, dtype):
             f"mp rank {mp_rank}: grad norms {norms}, want {want_norms}"
     moved, _ = _parity.max_rel_error(want, _parity.reference_run_initial(dtype))
     assert moved > 1e-3, "parameters did not move: the test would pass without training"
+
+
+@pytest.mark.parametrize("dp,mp,fsdp,dtype,pack", PACKED, ids=[_parity.scenario_name(*s) for s in PACKED])
+def test_parity_packed_hybrid(world_runs, references, dp, mp, fsdp, dtype, pack):
+    """Modality parallelism on packed micro-batches trains like one process on padded ones."""
+    tol = PACKED_TOLERANCE
+    got, got_losses, got_norms = _parity.load_run(str(world_runs), dp, mp, fsdp, dtype, pack)
+    want, want_losses, want_norms = references[(dp, dtype)]
+    assert sorted(got) == sorted(want)
+    err = _parity.global_rel_error(got, want)
+    assert err < tol, f"whole model: relative error {err:.3g}, want < {tol}"
+    err, name = _parity.max_rel_error(got, want)
+    assert err < tol, f"{name}: relative error {err:.3g}, want < {tol}"
+    assert got_losses == pytest.approx(want_losses, rel=tol)
+    for norms in got_norms:
+        assert norms == pytest.approx(want_norms, rel=tol)
