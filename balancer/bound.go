@@ -25,32 +25,50 @@ func RankCostLowerBound(costs []Cost, dp int, pl Placement) float64 {
 	if dp < 1 || len(costs) == 0 {
 		return 0
 	}
-	parts := []func(Cost) float64{Cost.Total}
+	var lb float64
+	s := make([]float64, len(costs))
+	for _, part := range costParts(pl) {
+		lb = max(lb, rankBound(s, partValues(s, costs, part), dp))
+	}
+	return lb
+}
+
+// costParts are the additive parts of a rank's cost under placement pl: the
+// total, or under modality placement vision + fusion and text + fusion.
+func costParts(pl Placement) []func(Cost) float64 {
 	if pl == Modality {
-		parts = []func(Cost) float64{
+		return []func(Cost) float64{
 			func(c Cost) float64 { return c.Vision + c.Fusion },
 			func(c Cost) float64 { return c.Text + c.Fusion },
 		}
 	}
-	var lb float64
-	s := make([]float64, len(costs))
-	for _, part := range parts {
-		var sum float64
-		for i, c := range costs {
-			s[i] = part(c)
-			sum += s[i]
-		}
-		lb = max(lb, sum/float64(dp))
-		slices.SortFunc(s, func(a, b float64) int { return cmp.Compare(b, a) })
-		for j := 0; j*dp < len(s); j++ {
-			var b float64
-			for _, c := range s[j*dp-j : j*dp+1] { // the j+1 cheapest of the top j·dp+1
-				b += c
-			}
-			lb = max(lb, b)
-		}
+	return []func(Cost) float64{Cost.Total}
+}
+
+// partValues sets s to part of each cost, sorted costliest first, and
+// returns their sum.
+func partValues(s []float64, costs []Cost, part func(Cost) float64) float64 {
+	var sum float64
+	for i, c := range costs {
+		s[i] = part(c)
+		sum += s[i]
 	}
-	return lb
+	slices.SortFunc(s, func(a, b float64) int { return cmp.Compare(b, a) })
+	return sum
+}
+
+// rankBound is the bound on the costliest rank for one part: sum / dp and
+// the pigeonhole sums over s (sorted costliest first).
+func rankBound(s []float64, sum float64, dp int) float64 {
+	b := sum / float64(dp)
+	for j := 0; j*dp < len(s); j++ {
+		var t float64
+		for _, c := range s[j*dp-j : j*dp+1] { // the j+1 cheapest of the top j·dp+1
+			t += c
+		}
+		b = max(b, t)
+	}
+	return b
 }
 
 // StepCostLowerBound returns a lower bound on the step cost (StepStats.MaxCost)
@@ -77,30 +95,10 @@ func StepCostLowerBound(costs []Cost, dp, m int, pl Placement, sync Sync, overhe
 	if dp < 1 || m < 1 || len(costs) == 0 {
 		return 0
 	}
-	parts := []func(Cost) float64{Cost.Total}
-	if pl == Modality {
-		parts = []func(Cost) float64{
-			func(c Cost) float64 { return c.Vision + c.Fusion },
-			func(c Cost) float64 { return c.Text + c.Fusion },
-		}
-	}
 	var lb float64
 	s := make([]float64, len(costs))
-	for _, part := range parts {
-		var sum float64
-		for i, c := range costs {
-			s[i] = part(c)
-			sum += s[i]
-		}
-		b := sum / float64(dp)
-		slices.SortFunc(s, func(a, b float64) int { return cmp.Compare(b, a) })
-		for j := 0; j*dp < len(s); j++ {
-			var t float64
-			for _, c := range s[j*dp-j : j*dp+1] {
-				t += c
-			}
-			b = max(b, t)
-		}
+	for _, part := range costParts(pl) {
+		b := rankBound(s, partValues(s, costs, part), dp)
 		if sync == SyncMicroBatch && m > 1 && len(s) > (m-1)*dp {
 			t := s[0]
 			rest := s[1:] // descending; the (i·dp)-th cheapest is rest[len−i·dp]
