@@ -13,10 +13,17 @@ import (
 // rank asks again after its own timeout.
 const fetchWait = 2 * time.Minute
 
+// fetchesInFlight bounds the fetches of one rank answered at once. A fetch
+// beyond it is dropped; the rank asks again after its timeout.
+const fetchesInFlight = 32
+
 // subscribeData installs the core data plane's handlers: one fetch
-// subscription per rank (each runs on its own goroutine, so a rank's fetches
-// are answered in order and a fetch that waits for its batch holds up only
-// that rank) and one ack subscription for all ranks. ctx ends the waits.
+// subscription per rank and one ack subscription for all ranks. Each fetch
+// is answered on its own goroutine (at most fetchesInFlight per rank), so a
+// fetch that waits for its batch never holds up the rank's other fetches:
+// after a reconnect a rank asks again for batches the service holds while an
+// older fetch still waits for a batch that cannot be built until those are
+// acknowledged. ctx ends the waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	fail := func(err error) ([]*nats.Subscription, error) {
@@ -31,7 +38,18 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 		if err != nil {
 			return fail(err)
 		}
-		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) { s.handleFetch(ctx, r, m) })
+		slots := make(chan struct{}, fetchesInFlight)
+		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
+			select {
+			case slots <- struct{}{}:
+				go func() {
+					defer func() { <-slots }()
+					s.handleFetch(ctx, r, m)
+				}()
+			default:
+				s.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
+			}
+		})
 		if err != nil {
 			return fail(fmt.Errorf("serve: subscribe %s: %w", subj, err))
 		}

@@ -154,10 +154,6 @@ func TestExternalNATSOutage(t *testing.T) {
 	ns := externalServer(t, port, dir)
 	defer func() { ns.Shutdown() }()
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
-	// The JetStream data plane: on the core plane this test hung in about one
-	// full-package run in three (never alone); the cluster test covers a server
-	// killed under the core plane until that is understood.
-	cfg.DataPlane = proto.DataPlaneJetStream
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
 	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
