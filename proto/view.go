@@ -72,6 +72,9 @@ func ViewBatch(ctx context.Context, nc *nats.Conn, key BatchKey, maxBatchBytes i
 	}
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("proto: view %v on %s: %w", key, subj, ErrNoService)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("proto: view %v: %w", key, err)
 		}
