@@ -22,18 +22,17 @@ const maxInspectMP = 8
 // of the dp rank it finds and merges them by sample id (under modality
 // placement, pixels come from one mp rank and captions from another).
 //
-// It needs a job served with --data-plane jetstream: on the core data plane
-// (the default) batches live in the service's memory, not in a stream.
-// Only batches still in the stream can be read: published and not yet
-// acknowledged by the rank. A step the trainer already took, or that the
-// service has not published yet, gives ErrNoStep; the service has no request
-// that regenerates a step for a viewer.
+// It needs a job served with --data-plane jetstream; on the core data plane
+// (the default) ReadServiceStep asks the service instead. Only batches still
+// in the stream can be read: published and not yet acknowledged by the rank.
+// A step the trainer already took, or that the service has not published
+// yet, gives ErrNoStep.
 func ReadStreamStep(ctx context.Context, js jetstream.JetStream, job string, epoch, step, dp int, tk *tokenize.Tokenizer) ([]SheetSample, error) {
 	stream, err := js.Stream(ctx, proto.StreamName(job))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("pipeline: inspect job %q: no stream %s: the job does not run "+
-			"serve --data-plane jetstream (the core data plane holds batches in the service's memory), "+
-			"or it ended: %w", job, proto.StreamName(job), err)
+		return nil, fmt.Errorf("pipeline: inspect job %q: no service answers viewer fetches (core data plane) "+
+			"and there is no stream %s (jetstream data plane): the job is not running, or the rank does not exist: %w",
+			job, proto.StreamName(job), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: inspect job %q: %w", job, err)
