@@ -22,51 +22,70 @@ const maxInspectMP = 8
 // of the dp rank it finds and merges them by sample id (under modality
 // placement, pixels come from one mp rank and captions from another).
 //
-// It needs a job served with --data-plane jetstream: on the core data plane
-// (the default) batches live in the service's memory, not in a stream.
-// Only batches still in the stream can be read: published and not yet
-// acknowledged by the rank. A step the trainer already took, or that the
-// service has not published yet, gives ErrNoStep; the service has no request
-// that regenerates a step for a viewer.
+// It needs a job served with --data-plane jetstream; on the core data plane
+// (the default) ReadServiceStep asks the service instead. Only batches still
+// in the stream can be read: published and not yet acknowledged by the rank.
+// A step the trainer already took, or that the service has not published
+// yet, gives ErrNoStep.
 func ReadStreamStep(ctx context.Context, js jetstream.JetStream, job string, epoch, step, dp int, tk *tokenize.Tokenizer) ([]SheetSample, error) {
 	stream, err := js.Stream(ctx, proto.StreamName(job))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("pipeline: inspect job %q: no stream %s: the job does not run "+
-			"serve --data-plane jetstream (the core data plane holds batches in the service's memory), "+
-			"or it ended: %w", job, proto.StreamName(job), err)
+		return nil, fmt.Errorf("pipeline: inspect job %q: no service answers viewer fetches (core data plane) "+
+			"and there is no stream %s (jetstream data plane): the job is not running, or the rank does not exist: %w",
+			job, proto.StreamName(job), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: inspect job %q: %w", job, err)
 	}
-	var out []SheetSample
-	index := map[string]int{}
+	var m sheetMerge
 	for mp := range maxInspectMP {
 		rows, err := streamRankStep(ctx, stream, job, epoch, step, dp, mp)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rows {
-			i, ok := index[r.ID+"\x00"+fmt.Sprint(r.MicroBatch)]
-			if !ok {
-				i = len(out)
-				index[r.ID+"\x00"+fmt.Sprint(r.MicroBatch)] = i
-				out = append(out, r.SheetSample)
-			}
-			if r.Image != nil {
-				out[i].Image = r.Image
-			}
-			if tk != nil && out[i].Caption == "" && len(r.ids) > 0 {
-				if out[i].Caption, err = tk.Decode(r.ids); err != nil {
-					return nil, err
-				}
-			}
+		if err := m.add(rows, tk); err != nil {
+			return nil, err
 		}
 	}
+	out := m.out
 	if len(out) == 0 {
 		return nil, fmt.Errorf("job %s epoch %d step %d dp rank %d: not in the stream (taken by the trainer, or not published yet): %w",
 			job, epoch, step, dp, ErrNoStep)
 	}
 	return out, nil
+}
+
+// sheetMerge merges the rows of a dp rank's mp ranks by sample id and
+// micro-batch (under modality placement, pixels come from one mp rank and
+// captions from another).
+type sheetMerge struct {
+	out   []SheetSample
+	index map[string]int
+}
+
+func (m *sheetMerge) add(rows []streamRow, tk *tokenize.Tokenizer) error {
+	if m.index == nil {
+		m.index = map[string]int{}
+	}
+	for _, r := range rows {
+		k := r.ID + "\x00" + fmt.Sprint(r.MicroBatch)
+		i, ok := m.index[k]
+		if !ok {
+			i = len(m.out)
+			m.index[k] = i
+			m.out = append(m.out, r.SheetSample)
+		}
+		if r.Image != nil {
+			m.out[i].Image = r.Image
+		}
+		if tk != nil && m.out[i].Caption == "" && len(r.ids) > 0 {
+			var err error
+			if m.out[i].Caption, err = tk.Decode(r.ids); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 type streamRow struct {

@@ -58,6 +58,11 @@ type FetchRequest struct {
 	MicroBatch int    `json:"micro_batch"`
 	DPRank     int    `json:"dp_rank"`
 	MPRank     int    `json:"mp_rank"`
+	// View asks for a copy for a viewer (`mmfeed inspect`, ViewBatch): the
+	// service answers from what it holds or builds the batch for this reply
+	// only, without moving the rank, marking the batch sent or waiting for
+	// an ack; a batch it cannot give gets a ViewErrorHeader reply.
+	View bool `json:"view,omitempty"`
 }
 
 // Key returns the batch the request names.
@@ -77,7 +82,7 @@ func (f FetchRequest) Validate() error {
 // one of its batches up to and including this key; the service drops them
 // and records the rank's position. With a reply subject the service answers
 // an empty message once it has dropped them.
-type AckRequest FetchRequest
+type AckRequest FetchRequest // View is ignored
 
 // Key returns the last applied batch.
 func (a AckRequest) Key() BatchKey { return FetchRequest(a).Key() }

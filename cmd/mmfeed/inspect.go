@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,7 +23,7 @@ func init() {
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	shards := fs.String("shards", "", "folder written by `mmfeed shard` (or --nats and --job)")
-	natsURL := fs.String("nats", "", "NATS URL of a running service: read the step from the job's stream without taking it")
+	natsURL := fs.String("nats", "", "NATS URL of a running service: ask it for the step (core data plane) or read the job's stream (jetstream), without taking it")
 	job := fs.String("job", "", "job name (with --nats)")
 	epoch := fs.Int("epoch", 0, "epoch (with --nats)")
 	rank := fs.Int("rank", 0, "dp rank")
@@ -73,19 +74,25 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return ctx.Err()
 }
 
-// streamStep reads one rank's step from a running job's stream (see
-// pipeline.ReadStreamStep: nothing is consumed).
+// streamStep reads one rank's step from a running job without taking it:
+// viewer fetches on the core data plane (pipeline.ReadServiceStep), and the
+// job's stream when no service answers them (a --data-plane jetstream job,
+// pipeline.ReadStreamStep).
 func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer) ([]pipeline.SheetSample, error) {
 	nc, err := nats.Connect(url, nats.Name("mmfeed inspect"), nats.Timeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}
 	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	samples, err := pipeline.ReadServiceStep(ctx, nc, job, epoch, step, rank, tk)
+	if !errors.Is(err, pipeline.ErrNotCore) {
+		return samples, err
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 	return pipeline.ReadStreamStep(ctx, js, job, epoch, step, rank, tk)
 }

@@ -86,6 +86,10 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 			err = fmt.Errorf("serve: fetch for rank dp=%d mp=%d on another rank's subject: %w", req.DPRank, req.MPRank, proto.ErrControl)
 		}
 	}
+	if err == nil && req.View && m.Reply != "" {
+		s.startView(ctx, rank, m.Reply, req.Key())
+		return
+	}
 	if err == nil && (m.Reply == "" || req.Epoch < s.cfg.Pipeline.Plan.Epoch || req.Epoch > s.cfg.lastEpoch()) {
 		err = fmt.Errorf("serve: fetch of %v: no reply subject or epoch outside the job: %w", req.Key(), proto.ErrControl)
 	}

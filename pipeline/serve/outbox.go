@@ -88,6 +88,18 @@ func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}
 	return nil, o.changed
 }
 
+// peek returns the batch of rank with key, or nil, without marking it sent.
+func (o *outbox) peek(rank int, key proto.BatchKey) *outItem {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, it := range o.ranks[rank] {
+		if it.key == key {
+			return it
+		}
+	}
+	return nil
+}
+
 // first returns the position of the first batch held for rank.
 func (o *outbox) first(rank int) (proto.BatchKey, bool) {
 	o.mu.Lock()

@@ -243,35 +243,16 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
 func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
-	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
+	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
 		return err
 	}
-	img := ep.prep.Config.Image
-	mean, std := img.MeanStd()
-	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: sb.Step, DPRank: dp, MPRank: mp,
-		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
-	if mod != proto.ModalityText {
-		meta.DType = img.DType
-		if img.Policy != "dynamic" {
-			meta.Shape = []int{3, img.Size, img.Size}
-		}
-	}
 	for mb, rows := range sb.Rows[dp] {
 		meta.MicroBatch = mb
-		t0 := time.Now()
-		rec, err := proto.BuildRecord(mem, meta, rows)
+		payload, err := s.encodeBatch(mem, meta, rows)
 		if err != nil {
-			return fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+			return err
 		}
-		t1 := time.Now()
-		payload, err := proto.EncodeIPC(rec)
-		rec.Release()
-		if err != nil {
-			return fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
-		}
-		s.met.stage(stageBuild, t1.Sub(t0))
-		s.met.stage(stageEncode, time.Since(t1))
 		stepBytes.Add(int64(len(payload)))
 		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
 		if mp == 0 {
@@ -288,6 +269,44 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 		}
 	}
 	return nil
+}
+
+// batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
+func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error) {
+	dp, mp := r/s.cfg.MP, r%s.cfg.MP
+	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
+	if err != nil {
+		return proto.BatchMeta{}, err
+	}
+	img := ep.prep.Config.Image
+	mean, std := img.MeanStd()
+	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: step, DPRank: dp, MPRank: mp,
+		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
+	if mod != proto.ModalityText {
+		meta.DType = img.DType
+		if img.Policy != "dynamic" {
+			meta.Shape = []int{3, img.Size, img.Size}
+		}
+	}
+	return meta, nil
+}
+
+// encodeBatch builds and encodes one micro-batch's record.
+func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
+	t0 := time.Now()
+	rec, err := proto.BuildRecord(mem, meta, rows)
+	if err != nil {
+		return nil, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+	}
+	t1 := time.Now()
+	payload, err := proto.EncodeIPC(rec)
+	rec.Release()
+	if err != nil {
+		return nil, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+	}
+	s.met.stage(stageBuild, t1.Sub(t0))
+	s.met.stage(stageEncode, time.Since(t1))
+	return payload, nil
 }
 
 // rankPublisher publishes one rank's queued payloads in order until the

@@ -62,6 +62,7 @@ type Service struct {
 	pub    *proto.Publisher // JetStream data plane
 	gate   *controlGate     // bounds the control handlers' goroutines (control.go)
 	out    *outbox          // core data plane
+	views  chan struct{}    // viewer fetches in flight (core data plane)
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
 	// quarantine records quarantined samples in the job's quarantine bucket.
@@ -309,6 +310,7 @@ func (s *Service) setup(ctx context.Context) error {
 	s.quarantine = &quarantineSink{kv: qkv, log: s.log}
 	if c.core() {
 		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
+		s.views = make(chan struct{}, maxViews)
 		if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

@@ -1,0 +1,121 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// maxViews bounds the viewer fetches answered at once; one more is refused
+// (the viewer asks again later). A viewer fetch that builds its batch
+// preprocesses one rank's step.
+const maxViews = 2
+
+// startView answers a viewer fetch (FetchRequest.View) of rank on its own
+// goroutine, so the rank's own fetches never wait for a viewer.
+func (s *Service) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	select {
+	case s.views <- struct{}{}:
+	default:
+		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
+		return
+	}
+	go func() {
+		defer func() { <-s.views }()
+		s.view(ctx, rank, reply, key)
+	}()
+}
+
+// view sends a copy of key's batch to reply: the outbox's copy while the
+// service holds it, otherwise the batch built again from the plan for this
+// reply only (the plan and the preprocessing are deterministic, so the bytes
+// are the rank's). Nothing of the rank changes: no rewind, no cursor, the
+// batch is not marked sent and no ack is awaited.
+func (s *Service) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	if key.MicroBatch < 0 || key.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || key.Epoch < s.cfg.Pipeline.Plan.Epoch || key.Epoch > s.cfg.lastEpoch() {
+		s.viewError(reply, "micro-batch or epoch outside the job", true)
+		return
+	}
+	gen := 0
+	payload, sum := []byte(nil), uint32(0)
+	if it := s.out.peek(rank, key); it != nil {
+		gen, payload, sum = it.gen, it.payload, it.sum
+	} else {
+		var outside bool
+		var err error
+		payload, outside, err = s.buildView(ctx, rank, key)
+		if err != nil {
+			s.viewError(reply, err.Error(), outside)
+			return
+		}
+		sum = proto.Checksum(payload)
+	}
+	if _, err := proto.SendBatch(s.nc, reply, key, gen, payload, sum, s.chunkSize); err != nil {
+		s.log.Warn("send viewer batch", "batch", key.String(), "err", err)
+	}
+}
+
+// buildView preprocesses and encodes one batch of rank from the epoch's plan
+// held in memory (the epoch being published or the one before). Samples that
+// fail to decode are not quarantined again (the publisher did that).
+func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
+	s.mu.Lock()
+	ep := s.plans[key.Epoch]
+	s.mu.Unlock()
+	if ep == nil {
+		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
+	}
+	if key.Step < 0 || key.Step >= len(ep.steps) {
+		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, len(ep.steps))
+	}
+	dp := rank / s.cfg.MP
+	plan := ep.planFrom(key.Step)
+	one := balancer.Step{Index: key.Step, Ranks: make([][]balancer.MicroBatch, len(plan.Steps[0].Ranks))}
+	one.Ranks[dp] = plan.Steps[0].Ranks[dp]
+	plan.Steps = []balancer.Step{one}
+	prep := *ep.prep
+	prep.Quarantine = loader.NewQuarantineWriter(io.Discard)
+	pp, err := pipeline.NewPreprocessor(&prep)
+	if err != nil {
+		return nil, false, err
+	}
+	var rows []proto.Row
+	err = pp.Run(ctx, plan, func(sb pipeline.StepBatch) error {
+		if key.MicroBatch >= len(sb.Rows[dp]) {
+			return fmt.Errorf("micro-batch %d outside the step's %d: %w", key.MicroBatch, len(sb.Rows[dp]), proto.ErrOutsidePlan)
+		}
+		rows = sb.Rows[dp][key.MicroBatch]
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Is(err, proto.ErrOutsidePlan), err
+	}
+	s.mu.Lock()
+	released := s.plans[key.Epoch] != ep // closed while it was read: the rows may be wrong
+	s.mu.Unlock()
+	if released {
+		return nil, false, fmt.Errorf("epoch %d was released while the batch was built", key.Epoch)
+	}
+	meta, err := s.batchMeta(ep, key.Step, rank)
+	if err != nil {
+		return nil, false, err
+	}
+	meta.MicroBatch = key.MicroBatch
+	payload, err := s.encodeBatch(memory.NewGoAllocator(), meta, rows)
+	return payload, false, err
+}
+
+// viewError answers a viewer fetch that gets no batch.
+func (s *Service) viewError(reply, reason string, outside bool) {
+	if err := s.nc.PublishMsg(proto.ViewError(reply, reason, outside)); err != nil {
+		s.log.Warn("viewer fetch reply", "err", err)
+	}
+}
