@@ -251,6 +251,7 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 	mean, std := img.MeanStd()
 	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: sb.Step, DPRank: dp, MPRank: mp,
 		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
+	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if mod != proto.ModalityText {
 		meta.DType = img.DType
 		if img.Policy != "dynamic" {
