@@ -109,3 +109,16 @@ func (p *Prepared) Report() (*balancer.Report, error) {
 	r.QuarantineReasons = QuarantineReasons(p.Quarantine)
 	return r, p.Quarantine.Err()
 }
+
+// TokenizerMeta returns the vocabulary size and pad id (-1: none) that
+// batches built with tk carry in their schema metadata; 0, -1 for no tokenizer.
+func TokenizerMeta(tk *tokenize.Tokenizer) (vocab, pad int) {
+	if tk == nil {
+		return 0, -1
+	}
+	pad, ok := tk.PadID()
+	if !ok {
+		pad = -1
+	}
+	return tk.VocabSize(), pad
+}

@@ -151,8 +151,12 @@ func TestShardEpochIndexes(t *testing.T) {
 
 func checkStoredRecord(t *testing.T, rec arrow.RecordBatch, store string, stored map[string]int) {
 	t.Helper()
-	if _, err := proto.ValidateRecord(rec); err != nil {
+	meta, err := proto.ValidateRecord(rec)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if meta.VocabSize != 30522 || meta.PadID != 0 { // bert-base-uncased
+		t.Errorf("shard record carries vocab %d, pad %d; want the tokenizer's 30522, 0", meta.VocabSize, meta.PadID)
 	}
 	ids := rec.Column(0).(*array.String)
 	w := rec.Column(rec.Schema().FieldIndices(proto.ColWeight)[0]).(*array.Float32)

@@ -50,6 +50,11 @@ type BatchMeta struct {
 	// Pack says the job was planned for packed micro-batches (schema
 	// metadata MetaPack); the rows are the same either way.
 	Pack bool
+	// VocabSize and PadID are the tokenizer's (schema metadata MetaVocabSize
+	// and MetaPadID): the trainer pads input_ids with PadID and refuses a
+	// model whose vocabulary is smaller. VocabSize 0: unknown, both keys
+	// absent. PadID < 0: the tokenizer has no pad token, MetaPadID absent.
+	VocabSize, PadID int
 }
 
 // BuildRecord builds the record of one micro-batch. Every row gets

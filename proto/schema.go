@@ -39,6 +39,10 @@ const (
 	// MetaPack is "true" on the records of a job planned with --pack (the
 	// trainer packs each micro-batch instead of padding it); absent otherwise.
 	MetaPack = "mmfeed.pack"
+	// MetaVocabSize and MetaPadID are the tokenizer's vocabulary size and pad
+	// id (decimal); absent when unknown (BatchMeta.VocabSize, PadID).
+	MetaVocabSize = "mmfeed.vocab_size"
+	MetaPadID     = "mmfeed.pad_id"
 )
 
 // Field metadata keys on pixel_values.
@@ -207,6 +211,12 @@ func Schema(meta BatchMeta) (*arrow.Schema, error) {
 	if meta.Pack {
 		keys, values = append(keys, MetaPack), append(values, "true")
 	}
+	if meta.VocabSize > 0 {
+		keys, values = append(keys, MetaVocabSize), append(values, strconv.Itoa(meta.VocabSize))
+		if meta.PadID >= 0 {
+			keys, values = append(keys, MetaPadID), append(values, strconv.Itoa(meta.PadID))
+		}
+	}
 	md := arrow.NewMetadata(keys, values)
 	return arrow.NewSchema(fields, &md), nil
 }
@@ -259,6 +269,9 @@ func MetaFromSchema(s *arrow.Schema) (BatchMeta, error) {
 	default:
 		return m, fmt.Errorf("proto: schema metadata %s=%q (want true or absent): %w", MetaPack, v, ErrSchema)
 	}
+	if err := parseVocab(get, &m); err != nil {
+		return m, err
+	}
 	var err error
 	if m.Modality, err = ParseModality(get(MetaModality)); err != nil {
 		return m, fmt.Errorf("%w: %w", err, ErrSchema)
@@ -284,6 +297,28 @@ func MetaFromSchema(s *arrow.Schema) (BatchMeta, error) {
 		return m, err
 	}
 	return m, nil
+}
+
+// parseVocab reads MetaVocabSize and MetaPadID (both optional; a pad id needs a vocabulary size).
+func parseVocab(get func(string) string, m *BatchMeta) error {
+	vs, pad := get(MetaVocabSize), get(MetaPadID)
+	if vs == "" {
+		if pad != "" {
+			return fmt.Errorf("proto: schema metadata %s=%q without %s: %w", MetaPadID, pad, MetaVocabSize, ErrSchema)
+		}
+		return nil
+	}
+	var err error
+	if m.VocabSize, err = strconv.Atoi(vs); err != nil || m.VocabSize <= 0 {
+		return fmt.Errorf("proto: schema metadata %s=%q (want a positive integer): %w", MetaVocabSize, vs, ErrSchema)
+	}
+	if m.PadID = -1; pad == "" {
+		return nil
+	}
+	if m.PadID, err = strconv.Atoi(pad); err != nil || m.PadID < 0 || m.PadID >= m.VocabSize {
+		return fmt.Errorf("proto: schema metadata %s=%q (want an id in [0,%d)): %w", MetaPadID, pad, m.VocabSize, ErrSchema)
+	}
+	return nil
 }
 
 func parsePixelMeta(s *arrow.Schema, m *BatchMeta) error {
@@ -355,6 +390,9 @@ func (m BatchMeta) Validate() error {
 		if v.v < 0 || v.v > math.MaxInt32 {
 			return fmt.Errorf("proto: %s %d out of range [0,2^31): %w", v.name, v.v, ErrInvalidMeta)
 		}
+	}
+	if m.VocabSize < 0 || m.VocabSize > math.MaxInt32 || m.VocabSize > 0 && m.PadID >= m.VocabSize {
+		return fmt.Errorf("proto: vocab size %d, pad id %d (want pad id < vocab size, or vocab size 0 for unknown): %w", m.VocabSize, m.PadID, ErrInvalidMeta)
 	}
 	if !m.Modality.hasVision() {
 		return nil

@@ -51,6 +51,8 @@ type Tokenizer struct {
 	tk     handle
 	caches countCaches // count caches, freed by Close
 	closed atomic.Bool
+	vocab  int // VocabSize
+	pad    int // PadID, -1 when none
 }
 
 // Open loads the tokenizer named by cfg.
@@ -78,7 +80,7 @@ func Open(cfg Config) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: load %s: %w", path, err)
 	}
-	t := &Tokenizer{cfg: cfg, path: path, tk: tk}
+	t := &Tokenizer{cfg: cfg, path: path, tk: tk, vocab: tk.VocabSize(), pad: findPadID(raw)}
 	// The empty text's ids are the special tokens. A max_length that cannot hold them
 	// makes the Rust library skip truncation altogether; refuse it.
 	if specials, ok := t.count(""); !ok || cfg.MaxLength > 0 && specials > cfg.MaxLength {

@@ -19,7 +19,7 @@ var flagGroups = []struct {
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
 	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "workers"}},
 	{"NATS", []string{"nats-", "nats", "data-dir", "stream-", "replicas", "max-ack-pending", "ack-wait"}},
-	{"Output, logging and config", []string{"out", "json", "http", "http-token", "no-wait", "v", "log-format", "config"}},
+	{"Output, logging and config", []string{"out", "json", "http", "http-token", "no-wait", "v", "log-format", "progress-every", "config"}},
 }
 
 // examples are printed under each command's flags.

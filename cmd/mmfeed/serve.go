@@ -47,6 +47,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "live report address (\"\": none)")
 	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")
 	noWait := fs.Bool("no-wait", false, "exit once everything is published instead of when every rank completed")
+	fs.DurationVar(&c.ProgressEvery, "progress-every", c.ProgressEvery, "log the trainers' progress through the epoch, with rate and ETA, this often (0: never)")
 	verbose := fs.Bool("v", false, "debug logging")
 	logFormat := fs.String("log-format", "text", "log lines as text or json (log/slog)")
 	if err := parseFlags(fs, args, stderr); err != nil {

@@ -84,6 +84,9 @@ type Config struct {
 	// RegisterWait bounds how long a register for an epoch still being planned
 	// waits before it is answered with ErrNotReady (20 s).
 	RegisterWait time.Duration
+	// ProgressEvery is how often the service logs the trainers' progress
+	// through the epoch with its rate and ETA, when they moved (10 s; 0: off).
+	ProgressEvery time.Duration
 
 	// Logger receives the service log (nil: slog.Default()).
 	Logger *slog.Logger
@@ -130,6 +133,7 @@ func DefaultConfig() Config {
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
+		ProgressEvery: 10 * time.Second,
 	}
 }
 
@@ -166,6 +170,8 @@ func (c Config) Validate() error {
 		return bad("min observations %d < 8 (the cost model has 7 features)", c.MinObservations)
 	case c.RegisterWait < 0:
 		return bad("register wait %v", c.RegisterWait)
+	case c.ProgressEvery < 0:
+		return bad("progress interval %v", c.ProgressEvery)
 	case c.HTTPToken != "" && c.HTTP == "":
 		return bad("an HTTP token without an HTTP address")
 	}

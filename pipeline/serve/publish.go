@@ -282,6 +282,7 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	mean, std := img.MeanStd()
 	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: step, DPRank: dp, MPRank: mp,
 		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
+	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if mod != proto.ModalityText {
 		meta.DType = img.DType
 		if img.Policy != "dynamic" {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -26,12 +28,15 @@ func TestServeEndToEnd(t *testing.T) {
 	cfg.Recalibrate = -1 // epoch 1 keeps the configured model, as `mmfeed shard --epoch 1` does
 	cfg.QuarantineDir = t.TempDir()
 	cfg.HTTPToken = "s3cret"
+	var logs lockedBuffer
+	cfg.Logger, cfg.ProgressEvery = slog.New(slog.NewTextHandler(&logs, nil)), 5*time.Millisecond
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
 	checkHTTP(t, r.s, cfg)
 	for _, tr := range trs {
+		tr.stepDelay = 20 * time.Millisecond // several progress ticks per epoch
 		if err := tr.runEpoch(ctx, 1, -1); err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +49,9 @@ func TestServeEndToEnd(t *testing.T) {
 		ex := shardExpectation(t, cfg, epoch)
 		checkDelivery(t, cfg, trs, epoch, ex)
 		realOnce(t, trs, epoch, ex, len(quarantinedIDs(t, cfg.QuarantineDir, epoch)))
+	}
+	if !regexp.MustCompile(`msg=progress .*epoch=1 step=\d+ steps=\d+ percent=\d+ steps_per_s=[\d.]+ eta=\S+`).MatchString(logs.String()) {
+		t.Errorf("no progress line with rate and ETA for epoch 1 in the service log:\n%s", logs.String())
 	}
 }
 

@@ -179,6 +179,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })
+	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
 	}

@@ -231,9 +231,12 @@ func (tr *trainer) consume(ctx context.Context, epoch, stopAfter int) error {
 // apply records a whole step, acks it and reports feedback.
 func (tr *trainer) apply(ctx context.Context, held []*proto.Batch) error {
 	for _, b := range held {
-		_, rows, err := proto.ReadRows(b.Record)
+		meta, rows, err := proto.ReadRows(b.Record)
 		if err != nil {
 			return err
+		}
+		if meta.VocabSize != 30522 || meta.PadID != 0 { // bert-base-uncased, the tests' tokenizer
+			return fmt.Errorf("batch %s carries vocab %d, pad %d; want the tokenizer's 30522, 0", b.Header.BatchKey, meta.VocabSize, meta.PadID)
 		}
 		rows = cloneRows(rows)
 		tr.mu.Lock()

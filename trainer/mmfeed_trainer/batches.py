@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from . import keys
 from .losses import itm_negatives
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 
@@ -166,17 +167,40 @@ def _int_scalar(rb: pa.RecordBatch, name: str) -> int:
     return int(col[0])
 
 
+def tokenizer_meta(rb: pa.RecordBatch) -> tuple[int | None, int | None]:
+    """The (vocab size, pad id) of the tokenizer that made ``rb``'s ids, from its
+    ``mmfeed.vocab_size`` / ``mmfeed.pad_id`` schema metadata; None where absent."""
+    md = rb.schema.metadata or {}
+    out = []
+    for key in (keys.META_VOCAB_SIZE, keys.META_PAD_ID):
+        raw = md.get(key.encode())
+        try:
+            out.append(None if raw is None else int(raw))
+        except ValueError:
+            raise BatchError(f"batch: schema metadata {key}={raw!r} is not an integer") from None
+    return out[0], out[1]
+
+
 def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False,
-                    pack: bool | None = None) -> dict:
+                    pack: bool | None = None, vocab_size: int | None = None) -> dict:
     """Convert one micro-batch record for a rank of ``role`` (host tensors). ``pack``: when
     not None, the record's ``mmfeed.pack`` schema metadata (planned for packed micro-batches)
-    must say the same, else BatchError."""
+    must say the same, else BatchError. ``input_ids`` are padded with the record's
+    ``mmfeed.pad_id`` (the tokenizer's) when present, else with ``pad_id``. ``vocab_size``: the
+    model's vocabulary; a record whose ``mmfeed.vocab_size`` is larger is a BatchError."""
     if role not in (ROLE_FULL, ROLE_VISION, ROLE_TEXT):
         raise ValueError(f"batch: unknown role {role!r}")
+    data_vocab, data_pad = tokenizer_meta(rb)
+    if vocab_size is not None and data_vocab is not None and data_vocab > vocab_size:
+        raise BatchError(f"batch: the model's vocabulary ({vocab_size} ids) is smaller than the data's tokenizer "
+                         f"({data_vocab} ids, schema metadata {keys.META_VOCAB_SIZE}): choose a model "
+                         f"(--model FILE.json) with vocab_size >= {data_vocab}")
+    if data_pad is not None:
+        pad_id = data_pad
     if pack is not None:
-        planned = (rb.schema.metadata or {}).get(b"mmfeed.pack", b"false")
+        planned = (rb.schema.metadata or {}).get(keys.META_PACK.encode(), b"false")
         if planned not in (b"true", b"false") or (planned == b"true") != pack:
-            raise BatchError(f"batch: the plan says mmfeed.pack={planned.decode(errors='replace')}, "
+            raise BatchError(f"batch: the plan says {keys.META_PACK}={planned.decode(errors='replace')}, "
                              f"this trainer runs {'packed' if pack else 'padded'} micro-batches (--pack)")
     if rb.num_rows == 0:
         raise BatchError("batch: empty micro-batch (ranks must get padding samples instead)")

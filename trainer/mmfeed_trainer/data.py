@@ -22,7 +22,7 @@ Contract
   environment variables torchrun sets (0 and 1 without them). The (dp, mp) layout and the
   placement come from the service's register reply unless given; rank = dp_rank * mp + mp_rank.
 * Items are HF-style dicts: ``input_ids`` and ``attention_mask`` (int64, padded to the
-  micro-batch's longest with ``pad_id``), ``pixel_values`` (float32, normalized), ``weight``
+  micro-batch's longest with the batch's ``mmfeed.pad_id``, else ``pad_id``), ``pixel_values`` (float32, normalized), ``weight``
   (float32, 0 for padding rows), ``ids`` (list of str), and the ints ``epoch``, ``step``,
   ``micro_batch`` and ``micro_batches`` (per step: the step's last has micro_batch + 1 ==
   micro_batches). A rank gets only its modality's tensors under modality placement.

@@ -50,10 +50,13 @@ class Prefetcher:
     """
 
     def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device,
-                 depth: int = 2, pack: bool = False, patch_size: int = 16, check_pack: bool = True):
+                 depth: int = 2, pack: bool = False, patch_size: int = 16, check_pack: bool = True,
+                 vocab_size: int | None = None):
         """pack: the device batches are packed (``batches.pack`` with ``patch_size``);
-        check_pack: every record's ``mmfeed.pack`` metadata must agree (BatchError)."""
-        self._pack, self._patch, self._check = pack, patch_size, check_pack
+        check_pack: every record's ``mmfeed.pack`` metadata must agree (BatchError);
+        vocab_size: the model's vocabulary, at least every record's ``mmfeed.vocab_size``
+        (BatchError); records pad with their ``mmfeed.pad_id`` when they carry one."""
+        self._pack, self._patch, self._check, self._vocab = pack, patch_size, check_pack, vocab_size
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._device = device
@@ -74,7 +77,8 @@ class Prefetcher:
     def _convert(self, data: StepData, role: str, pad_id: int) -> HostStep:
         cuda = self._copy_stream is not None
         want = self._pack if self._check else None
-        host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want) for r in data.records]
+        host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want,
+                                        vocab_size=self._vocab) for r in data.records]
         if not cuda:
             return HostStep(data, host, [self._packed(batches.to_device(mb, self._device)) for mb in host])
         with torch.cuda.stream(self._copy_stream):

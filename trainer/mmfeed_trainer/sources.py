@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from . import synthetic
+from . import keys, synthetic
 from .shardset import MANIFEST, ShardSet
 
 START = {"epoch": 0, "next_step": 0}
@@ -112,9 +112,9 @@ class ShardSource(Source):
     def _records(self) -> Iterator[pa.RecordBatch]:
         with pa.memory_map(self.path) as source:
             reader = pa.ipc.open_file(source)
-            version = (reader.schema.metadata or {}).get(b"mmfeed.schema_version", b"1")
-            if version != b"1":
-                raise ValueError(f"shards: {self.path} has schema version {version!r}, want 1")
+            version = (reader.schema.metadata or {}).get(keys.META_SCHEMA_VERSION.encode(), b"1")
+            if version != keys.SCHEMA_VERSION.encode():
+                raise ValueError(f"shards: {self.path} has schema version {version!r}, want {keys.SCHEMA_VERSION}")
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
 

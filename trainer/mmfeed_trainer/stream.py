@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from . import keys
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .sources import Source, StepData
 from .wire import Assembled, BatchKey, ChunkError, Reassembler
@@ -256,9 +257,10 @@ class StreamSource(Source):
         reader = pa.ipc.open_stream(res.payload)
         rec = reader.read_next_batch()
         md = {key.decode(): v.decode() for key, v in (rec.schema.metadata or {}).items()}
-        if md.get("mmfeed.schema_version") != "1":
-            raise StreamError(f"stream: batch {k}: schema version {md.get('mmfeed.schema_version')!r}, want 1")
-        meta = (md.get("mmfeed.job"), md.get("mmfeed.epoch"), md.get("mmfeed.dp_rank"), md.get("mmfeed.mp_rank"))
+        if md.get(keys.META_SCHEMA_VERSION) != keys.SCHEMA_VERSION:
+            raise StreamError(f"stream: batch {k}: schema version {md.get(keys.META_SCHEMA_VERSION)!r}, "
+                              f"want {keys.SCHEMA_VERSION}")
+        meta = tuple(md.get(key) for key in (keys.META_JOB, keys.META_EPOCH, keys.META_DP_RANK, keys.META_MP_RANK))
         if meta != (k.job, str(k.epoch), str(k.dp_rank), str(k.mp_rank)):
             raise StreamError(f"stream: batch {k}: schema metadata {meta} differs from the chunk headers")
         if rec.num_rows:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from . import keys
+
 CLS_ID, SEP_ID = 101, 102
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
@@ -80,8 +82,8 @@ def schema(dtype: str, *, dp_rank: int = 0, job: str = "synthetic") -> pa.Schema
               pa.field("input_ids", pa.list_(pa.int32())), pixel_field(dtype),
               pa.field("pixel_shape", pa.list_(pa.int32(), 3)), pa.field("text_tokens", pa.int32()),
               pa.field("image_tokens", pa.int32()), pa.field("cost", pa.float64()), pa.field("weight", pa.float32())]
-    md = {"mmfeed.schema_version": "1", "mmfeed.job": job, "mmfeed.epoch": "0",
-          "mmfeed.dp_rank": str(dp_rank), "mmfeed.mp_rank": "0", "mmfeed.modality": "all"}
+    md = {keys.META_SCHEMA_VERSION: keys.SCHEMA_VERSION, keys.META_JOB: job, keys.META_EPOCH: "0",
+          keys.META_DP_RANK: str(dp_rank), keys.META_MP_RANK: "0", keys.META_MODALITY: "all"}
     return pa.schema(fields, metadata=md)
 
 

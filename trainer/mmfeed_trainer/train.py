@@ -258,6 +258,7 @@ def run(cfg: TrainConfig) -> RunResult:
         check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
+                            vocab_size=mcfg.vocab_size,
                             depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                             check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()

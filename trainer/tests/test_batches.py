@@ -144,3 +144,35 @@ def test_record_pack_metadata_must_match_the_trainer():
     bad = rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.pack": b"yes"})
     with pytest.raises(batches.BatchError):
         batches.record_to_batch(bad, pack=True)
+
+
+def _with_tokenizer(rec, vocab, pad=None):
+    md = {**rec.schema.metadata, b"mmfeed.vocab_size": str(vocab).encode()}
+    if pad is not None:
+        md[b"mmfeed.pad_id"] = str(pad).encode()
+    return rec.replace_schema_metadata(md)
+
+
+def test_text_pads_with_the_tokenizer_pad_id_from_the_metadata():
+    rec = _with_tokenizer(record(), 50000, pad=7)
+    assert batches.tokenizer_meta(rec) == (50000, 7)
+    assert batches.tokenizer_meta(record()) == (None, None)
+    mb = batches.record_to_batch(rec, pad_id=0, vocab_size=50000)
+    ids = rec.column("input_ids").to_pylist()
+    for i, row in enumerate(ids):
+        assert mb["input_ids"][i, len(row):].eq(7).all()
+    no_pad = batches.record_to_batch(_with_tokenizer(record(), 50000), pad_id=3)
+    assert min(len(r) for r in ids) < no_pad["input_ids"].shape[1]  # the record has padding to check
+    for i, row in enumerate(ids):
+        assert no_pad["input_ids"][i, len(row):].eq(3).all()  # no mmfeed.pad_id: the model's pad
+
+
+def test_model_vocabulary_smaller_than_the_data_is_refused():
+    rec = _with_tokenizer(record(), 128256)
+    with pytest.raises(batches.BatchError, match=r"model's vocabulary \(30522 ids\) is smaller than the data's "
+                                                 r"tokenizer \(128256 ids"):
+        batches.record_to_batch(rec, vocab_size=30522)
+    batches.record_to_batch(rec, vocab_size=128256)
+    batches.record_to_batch(rec)  # no model vocabulary given: not checked
+    with pytest.raises(batches.BatchError, match="not an integer"):
+        batches.record_to_batch(rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.pad_id": b"x"}))

@@ -96,3 +96,18 @@ def test_bad_sets_raise_shard_error(corpus, tmp_path):
     (tmp_path / m["files"][0]["path"]).write_bytes(b"not arrow")
     with pytest.raises(ShardError, match=m["files"][0]["path"]):
         list(ShardSource(str(tmp_path), 0).steps({"epoch": 0, "next_step": 0}))
+
+
+def test_shards_carry_the_tokenizer_and_a_too_small_model_is_refused(corpus, tmp_path):
+    import os  # noqa: PLC0415
+    from mmfeed_trainer.batches import BatchError, tokenizer_meta  # noqa: PLC0415
+    shard(corpus, tmp_path / "bert", "--epochs", "1")
+    rec = next(iter(ShardSource(str(tmp_path / "bert"), 0).steps({}))).records[0]
+    assert tokenizer_meta(rec) == (30522, 0)  # bert-base-uncased's vocabulary and [PAD]
+    record_to_batch(rec, vocab_size=30522)
+    llama = os.path.join(os.environ["MMFEED_TOKENIZER_DIR"], "Meta-Llama-3-8B-Instruct.json")
+    shard(corpus, tmp_path / "llama", "--epochs", "1", "--tokenizer", llama)
+    rec = next(iter(ShardSource(str(tmp_path / "llama"), 0).steps({}))).records[0]
+    assert tokenizer_meta(rec) == (128256, None)  # Llama 3 has no pad token
+    with pytest.raises(BatchError, match="smaller than the data's tokenizer"):
+        record_to_batch(rec, vocab_size=30522)

@@ -1,0 +1,102 @@
+package serve
+
+import (
+	"context"
+	"time"
+)
+
+// progressMeter measures the trainers' rate through one epoch: the steps
+// every rank has finished (the least "next needed" position over the ranks)
+// since the meter first saw that epoch.
+type progressMeter struct {
+	epoch, step0 int
+	t0           time.Time
+	last         pos
+	started      bool
+}
+
+// progressLine is one progress log line's values.
+type progressLine struct {
+	Epoch, Done, Steps int
+	Rate               float64       // steps per second since the epoch was first seen
+	ETA                time.Duration // to the epoch's end at Rate; -1 while unknown
+}
+
+// update records that at now every rank has finished done steps of epoch of
+// steps in all. It returns the line to log and false when nothing moved since
+// the last line.
+func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressLine, bool) {
+	p := pos{epoch, done}
+	if m.started && p == m.last {
+		return progressLine{}, false
+	}
+	if !m.started || epoch != m.epoch {
+		m.epoch, m.step0, m.t0, m.started = epoch, done, now, true
+	}
+	m.last = p
+	line := progressLine{Epoch: epoch, Done: done, Steps: steps, ETA: -1}
+	if dt := now.Sub(m.t0).Seconds(); dt > 0 && done > m.step0 {
+		line.Rate = float64(done-m.step0) / dt
+		line.ETA = time.Duration(float64(max(steps-done, 0)) / line.Rate * float64(time.Second)).Round(time.Second)
+	}
+	return line, true
+}
+
+// trained returns the least position every rank's trainer still needs and
+// the step count of its epoch (0 when not planned yet); ok is false before
+// any rank registered.
+func (s *Service) trained() (p pos, steps int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range s.ranks {
+		if !r.known {
+			return pos{}, 0, false
+		}
+		if i == 0 || r.next.less(p) {
+			p = r.next
+		}
+	}
+	return p, s.infos[p.Epoch].Steps, true
+}
+
+// logProgress logs, every interval while trainers move, how far the slowest
+// rank is through its epoch, the rate and the ETA to the epoch's end.
+func (s *Service) logProgress(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var m progressMeter
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p, steps, ok := s.trained()
+			if !ok || steps == 0 {
+				continue
+			}
+			if l, moved := m.update(p.Epoch, p.Step, steps, now); moved {
+				s.log.Info("progress", l.attrs()...)
+			}
+		}
+	}
+}
+
+// attrs are the log attributes of l; rate and eta are left out while unknown.
+func (l progressLine) attrs() []any {
+	a := []any{"epoch", l.Epoch, "step", l.Done, "steps", l.Steps, "percent", 100 * l.Done / max(l.Steps, 1)}
+	if l.ETA >= 0 {
+		a = append(a, "steps_per_s", roundTo(l.Rate, 2), "eta", l.ETA)
+	}
+	return a
+}
+
+func roundTo(v float64, digits int) float64 {
+	f := 1.0
+	for range digits {
+		f *= 10
+	}
+	return float64(int64(v*f+0.5)) / f
+}
