@@ -91,6 +91,27 @@ def consumed(ids_dir: str) -> list[dict]:
     return rows
 
 
+
+def stop_serve(serve: subprocess.Popen) -> None:
+    """SIGTERM a running ``mmfeed serve``, killing it after 30 s."""
+    if serve.poll() is None:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+
+
+def check_epoch_once(ids_dir: str, corpus: list, dp: int, steps: int) -> None:
+    """From the ``--log-ids`` rows of epoch 0: every dp rank trained steps 0..steps-1 and every
+    corpus id was consumed exactly once."""
+    rows = [r for r in consumed(ids_dir) if r["epoch"] == 0]
+    for rank in range(dp):
+        assert [r["step"] for r in rows if r["dp_rank"] == rank] == list(range(steps)), f"dp rank {rank} steps"
+    got = Counter(i for r in rows for mb in r["ids"] for i in mb)
+    assert sorted(got) == sorted(corpus), "consumed ids differ from the corpus"
+    assert max(got.values()) == 1, f"consumed twice: {[i for i, n in got.items() if n > 1]}"
+
 def test_trainer_trains_an_epoch_from_serve(mmfeed, tmp_path):
     subprocess.run([BIN, "synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "4"],
                    check=True, capture_output=True, text=True, timeout=120)
@@ -107,19 +128,8 @@ def test_trainer_trains_an_epoch_from_serve(mmfeed, tmp_path):
         report = get_report(http_port)
         assert report is not None, "the service stopped before the report was read"
     finally:
-        if serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                serve.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-
-    rows = [r for r in consumed(str(tmp_path / "ids")) if r["epoch"] == 0]
-    for dp in range(DP):
-        assert [r["step"] for r in rows if r["dp_rank"] == dp] == list(range(STEPS)), f"dp rank {dp} steps"
-    got = Counter(i for r in rows for mb in r["ids"] for i in mb)
-    assert sorted(got) == sorted(corpus), "consumed ids differ from the corpus"
-    assert max(got.values()) == 1, f"consumed twice: {[i for i, n in got.items() if n > 1]}"
+        stop_serve(serve)
+    check_epoch_once(str(tmp_path / "ids"), corpus, DP, STEPS)
 
     live = report["live"]
     steps = {s["step"]: s for s in live["steps"] if s["epoch"] == 0}

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-from collections import Counter
 
 from _dist import free_port
 from test_stream import wait_for_port
-from test_train_serve import BIN, REPO, consumed, wait_for_plan
+from test_train_serve import BIN, REPO, check_epoch_once, stop_serve, wait_for_plan
 
 SAMPLES, GLOBAL_BATCH, DP = 96, 16, 2
 STEPS = SAMPLES // GLOBAL_BATCH
@@ -58,15 +56,5 @@ def test_packed_trainer_trains_an_epoch_from_serve_pack(mmfeed, tmp_path):
         trained = run_trainer(nats_port, str(tmp_path / "ids"), pack=True)
         assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-6000:]
     finally:
-        if serve.poll() is None:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                serve.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-    rows = [r for r in consumed(str(tmp_path / "ids")) if r["epoch"] == 0]
-    for dp in range(DP):
-        assert [r["step"] for r in rows if r["dp_rank"] == dp] == list(range(STEPS)), f"dp rank {dp} steps"
-    got = Counter(i for r in rows for mb in r["ids"] for i in mb)
-    assert sorted(got) == sorted(corpus), "consumed ids differ from the corpus"
-    assert max(got.values()) == 1
+        stop_serve(serve)
+    check_epoch_once(str(tmp_path / "ids"), corpus, DP, STEPS)
