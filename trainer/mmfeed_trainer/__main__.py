@@ -150,6 +150,7 @@ def _log_format(args: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Train, print rank 0's result line, and return the exit code (see cli for the process exit)."""
     rank = os.environ.get("RANK", "0")
     setup_logging(_log_format(sys.argv[1:] if argv is None else argv), rank)
     import torch.distributed as dist
@@ -168,5 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli() -> None:
+    """Process entry point: run main, then leave without interpreter teardown.
+
+    Once the process group is destroyed and the result printed, nothing is left to do; but
+    finalizing the interpreter can still abort the process (SIGABRT, "terminate called without an
+    active exception") when a torch C++ thread is joined against a half-torn-down interpreter, which
+    torchrun reports as a failed run although every step finished. os._exit after flushing skips
+    that teardown; errors before this point still surface as exceptions and exit codes.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()
