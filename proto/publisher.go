@@ -170,6 +170,7 @@ func (p *Publisher) sendAll(ctx context.Context, msgs []*nats.Msg, st *PublishSt
 			}
 			retry, err := p.await(ctx, f, st)
 			if err != nil {
+				p.settle(futs[i:])
 				return nil, err
 			}
 			if retry {
@@ -198,6 +199,26 @@ func (p *Publisher) await(ctx context.Context, f jetstream.PubAckFuture, st *Pub
 		return true, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
+	}
+}
+
+// settle waits (at most AckTimeout in all) until the stream has stored or
+// refused each chunk already sent, so that a canceled Publish leaves nothing
+// in flight: a caller that purges the subject next (a rewind) cannot have a
+// chunk of the old batch land after the purge.
+func (p *Publisher) settle(futs []jetstream.PubAckFuture) {
+	t := time.NewTimer(p.cfg.AckTimeout)
+	defer t.Stop()
+	for _, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+		case <-t.C:
+			return
+		}
 	}
 }
 
