@@ -39,7 +39,9 @@ def blocks(stage: nn.Module) -> list[nn.Module]:
     for name in ("vision", "text", "fusion"):
         part = getattr(stage, name, None)
         if part is not None:
-            out.extend(part.blocks)
+            # A pipeline stage keeps its share of a tower's blocks in a ModuleDict keyed by
+            # the block's index in the whole tower (``pipeline``).
+            out.extend(part.blocks.values() if isinstance(part.blocks, nn.ModuleDict) else part.blocks)
     return out
 
 

@@ -288,6 +288,14 @@ class VisionTower(nn.Module):
         with the patches and cu_seqlens_image in the first two places."""
         if image_grid is not None:
             return self.forward_packed(pixel_values, pixel_shape, image_grid)
+        x, mask = self.embed(pixel_values, pixel_shape)
+        for blk in self.blocks:
+            x = blk(x, mask)
+        return self.head(x, mask)
+
+    def embed(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded input of the first block: (B, 1 + N, D) [CLS] + patch tokens with their
+        position embeddings, and the (B, 1 + N) bool mask of real tokens."""
         b, c, hgt, wid = pixel_values.shape
         p, g = self.patch_size, self.max_grid
         gh, gw = max(hgt // p, 1), max(wid // p, 1)
@@ -311,8 +319,10 @@ class VisionTower(nn.Module):
         cls = (self.cls + self.pos[:1]).expand(b, 1, -1)
         x = torch.cat([cls, x], dim=1)
         mask = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=dev), valid], dim=1)
-        for blk in self.blocks:
-            x = blk(x, mask)
+        return x, mask
+
+    def head(self, x: torch.Tensor, mask: torch.Tensor) -> ImageFeatures:
+        """The features after the last block: final norm and the [CLS] embedding."""
         x = self.norm(x)
         return ImageFeatures(x, mask, F.normalize(self.proj(x[:, 0]), dim=-1))
 
@@ -331,6 +341,16 @@ class VisionTower(nn.Module):
                        image_grid: torch.Tensor) -> PackedImageFeatures:
         """patches (N, C·p·p) of every sample's own grid, row-major, concatenated;
         cu_seqlens (B + 1,) their offsets; image_grid (B, 2) each sample's rows x columns."""
+        x, cu = self.embed_packed(patches, cu_seqlens, image_grid)
+        seg = segment_ids(cu[1:] - cu[:-1])
+        for blk in self.blocks:
+            x = blk(x, seg)
+        return self.head_packed(x, cu)
+
+    def embed_packed(self, patches: torch.Tensor, cu_seqlens: torch.Tensor,
+                     image_grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed input of the first block: (M, D) per sample its [CLS] then its patches,
+        and the (B + 1,) offsets of the samples in it ([CLS] included)."""
         b = image_grid.shape[0]
         x = self.patch_embed(patches) + self.packed_pos(cu_seqlens, image_grid)
         counts = cu_seqlens[1:] - cu_seqlens[:-1] + 1  # with the [CLS] token
@@ -342,10 +362,10 @@ class VisionTower(nn.Module):
         is_patch = torch.ones(cu[-1], dtype=torch.bool, device=x.device)
         is_patch[cu[:-1]] = False
         order[is_patch] = b + torch.arange(x.shape[0], device=x.device)
-        x = torch.cat([cls, x])[order]
-        seg = segment_ids(counts)
-        for blk in self.blocks:
-            x = blk(x, seg)
+        return torch.cat([cls, x])[order], cu
+
+    def head_packed(self, x: torch.Tensor, cu: torch.Tensor) -> PackedImageFeatures:
+        """``head`` of packed tokens with offsets ``cu`` ([CLS] included)."""
         x = self.norm(x)
         return PackedImageFeatures(x, cu, F.normalize(self.proj(x[cu[:-1]]), dim=-1))
 
@@ -370,32 +390,44 @@ class TextTower(nn.Module):
         are packed (``forward_packed``)."""
         if input_ids.dim() == 1:
             return self.forward_packed(input_ids, lengths)
+        x, mask = self.embed(input_ids, lengths)
+        for blk in self.blocks:
+            x = blk(x, mask)
+        return self.head(x, lengths)
+
+    def embed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded input of the first block (B, L, D) and its (B, L) bool mask."""
         width = input_ids.shape[1]
         if width > self.max_len:
             raise ValueError(f"text: {width} tokens exceed max_text_len {self.max_len}")
         pos = torch.arange(width, device=input_ids.device)
         x = self.emb_norm(self.tok(input_ids) + self.pos(pos)[None])
-        mask = length_mask(lengths, width)
-        for blk in self.blocks:
-            x = blk(x, mask)
+        return x, length_mask(lengths, width)
+
+    def head(self, x: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
+        """The features after the last block, padded (B, L, D) or packed (T, D)."""
         x = self.norm(x)
-        return TextFeatures(x, lengths, F.normalize(self.proj(x[:, 0]), dim=-1))
+        first = x[:, 0] if x.dim() == 3 else x[cumsum0(lengths.clamp(min=1))[:-1]]
+        return TextFeatures(x, lengths, F.normalize(self.proj(first), dim=-1))
 
     def forward_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
         """input_ids (Σ max(length, 1),) the captions concatenated (an empty padding sample
         keeps one pad token, as in the padded path); lengths (B,) unpadded token counts.
         Returns TextFeatures whose ``hidden`` is packed: (Σ max(length, 1), Dt)."""
+        x, seg = self.embed_packed(input_ids, lengths)
+        for blk in self.blocks:
+            x = blk(x, seg)
+        return self.head(x, lengths)
+
+    def embed_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The packed input of the first block (T, D) and its (T,) segment ids."""
         counts = lengths.clamp(min=1)
         if counts.numel() and int(counts.max()) > self.max_len:
             raise ValueError(f"text: {int(counts.max())} tokens exceed max_text_len {self.max_len}")
         cu = cumsum0(counts)
         seg = segment_ids(counts)
         pos = torch.arange(seg.shape[0], device=seg.device) - cu[seg]
-        x = self.emb_norm(self.tok(input_ids) + self.pos(pos))
-        for blk in self.blocks:
-            x = blk(x, seg)
-        x = self.norm(x)
-        return TextFeatures(x, lengths, F.normalize(self.proj(x[cu[:-1]]), dim=-1))
+        return self.emb_norm(self.tok(input_ids) + self.pos(pos)), seg
 
 
 class Fusion(nn.Module):

@@ -1,4 +1,4 @@
-"""The 2-D (dp, mp) device mesh layout, validated against the world size."""
+"""The (dp, pp, mp) device mesh layout, validated against the world size."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ DP = "dp"
 """Mesh axis of data parallelism (ranks hold different samples; gradients are summed)."""
 MP = "mp"
 """Mesh axis of modality parallelism (mp rank 0: vision + fusion + losses, mp rank 1: text)."""
+PP = "pp"
+"""Mesh axis of pipeline parallelism (stage 0 embeds and receives the data, the last stage
+runs the fusion and the losses; ``pipeline``)."""
 
 ROLE_FULL = "full"
 ROLE_VISION = "vision"
@@ -19,18 +22,22 @@ ROLE_TEXT = "text"
 
 @dataclass(kw_only=True, slots=True)
 class ParallelDims:
-    """World layout: ``dp`` data-parallel replicas x ``mp`` modality-parallel ranks.
+    """World layout: ``dp`` data-parallel replicas x ``pp`` pipeline stages x ``mp``
+    modality-parallel ranks.
 
-    Global rank r sits at mesh coordinate (r // mp, r % mp): the mp ranks of one dp replica
-    are adjacent (same node with torchrun), so the feature exchange stays intra-node.
+    Global rank r sits at mesh coordinate (r // (pp·mp), (r // mp) % pp, r % mp): the stages
+    and mp ranks of one dp replica are adjacent (same node with torchrun), so the feature
+    exchange and the stage-to-stage sends stay intra-node.
     """
 
     dp: int = 1
     """Data-parallel degree (>= 1)."""
     mp: int = 1
     """Modality-parallel degree: 1 (whole model per rank) or 2 (vision | text)."""
+    pp: int = 1
+    """Pipeline stages (>= 1; > 1 needs mp = 1): each tower's blocks split over the stages."""
     world_size: int = 1
-    """Number of processes; must equal dp * mp."""
+    """Number of processes; must equal dp * pp * mp."""
     fsdp: bool = False
     """Shard parameters over dp with FSDP2 ``fully_shard`` instead of replicating them (DDP)."""
     mesh: object = field(default=None, repr=False)
@@ -45,20 +52,31 @@ class ParallelDims:
                              f"other; there is no third part to place, and tensor parallelism inside a "
                              f"tower (mp > 2) is not implemented. To fit a larger model use --fsdp "
                              f"(shard over dp), --ac full, --mixed-precision or --cpu-offload")
-        if self.dp * self.mp != self.world_size:
-            raise ValueError(f"parallel dims: dp ({self.dp}) * mp ({self.mp}) = {self.dp * self.mp} "
-                             f"!= world size {self.world_size}; launch dp*mp processes "
-                             f"(torchrun --nproc-per-node {self.dp * self.mp}) or change --dp/--mp")
+        if self.pp < 1:
+            raise ValueError(f"parallel dims: pp must be >= 1, got {self.pp}")
+        if self.pp > 1 and self.mp != 1:
+            raise ValueError(f"parallel dims: pp {self.pp} with mp {self.mp}: pipeline stages split each "
+                             f"tower's blocks over pp ranks and need mp = 1 (the modality split and the "
+                             f"stage split are two answers to the same memory problem; pick one)")
+        n = self.dp * self.pp * self.mp
+        if n != self.world_size:
+            raise ValueError(f"parallel dims: dp ({self.dp}) * pp ({self.pp}) * mp ({self.mp}) = {n} "
+                             f"!= world size {self.world_size}; launch dp*pp*mp processes "
+                             f"(torchrun --nproc-per-node {n}) or change --dp/--pp/--mp")
 
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
 
     def build_mesh(self, device_type: str):
-        """Create the (dp, mp) DeviceMesh over the initialised default process group."""
+        """Create the (dp, mp) DeviceMesh, or (dp, pp, mp) with pp > 1, over the initialised
+        default process group."""
         from torch.distributed.device_mesh import init_device_mesh
         if self.distributed and self.mesh is None:
-            self.mesh = init_device_mesh(device_type, (self.dp, self.mp), mesh_dim_names=(DP, MP))
+            if self.pp > 1:
+                self.mesh = init_device_mesh(device_type, (self.dp, self.pp, self.mp), mesh_dim_names=(DP, PP, MP))
+            else:
+                self.mesh = init_device_mesh(device_type, (self.dp, self.mp), mesh_dim_names=(DP, MP))
         return self.mesh
 
     def coords(self) -> tuple[int, int]:
@@ -66,7 +84,24 @@ class ParallelDims:
         if not self.distributed:
             return 0, 0
         rank = dist.get_rank()
-        return rank // self.mp, rank % self.mp
+        return rank // (self.pp * self.mp), rank % self.mp
+
+    @property
+    def pp_rank(self) -> int:
+        """This process's pipeline stage (0 without pp)."""
+        if not self.distributed:
+            return 0
+        return (dist.get_rank() // self.mp) % self.pp
+
+    @property
+    def first_stage(self) -> bool:
+        """Whether this rank is pipeline stage 0: the only one that receives data."""
+        return self.pp_rank == 0
+
+    @property
+    def last_stage(self) -> bool:
+        """Whether this rank is the last pipeline stage (fusion and losses)."""
+        return self.pp_rank == self.pp - 1
 
     @property
     def dp_rank(self) -> int:
@@ -86,7 +121,7 @@ class ParallelDims:
     @property
     def has_loss(self) -> bool:
         """Whether this rank computes the losses (it holds the fusion block)."""
-        return self.role != ROLE_TEXT
+        return self.role != ROLE_TEXT and self.last_stage
 
     def dp_group(self):
         """Process group over dp (ranks sharing this mp rank), or None without dp."""
@@ -99,6 +134,17 @@ class ParallelDims:
         if self.mesh is None or self.mp == 1:
             return None
         return self.mesh.get_group(MP)
+
+    def pp_group(self):
+        """Process group over pp (the stages of this dp replica), or None without pp."""
+        if self.mesh is None or self.pp == 1:
+            return None
+        return self.mesh.get_group(PP)
+
+    def stage_rank(self, stage: int) -> int:
+        """Global rank of pipeline stage ``stage`` of this dp replica (and mp rank)."""
+        dp_rank, mp_rank = self.coords()
+        return (dp_rank * self.pp + stage) * self.mp + mp_rank
 
     def dp_mesh(self):
         """1-D sub-mesh over dp (for FSDP2), or None without dp."""

@@ -81,13 +81,15 @@ def parity_worker(rank: int, world: int, scenarios: list[tuple], outdir: str) ->
         dist.barrier()
 
 
-def reference_run(dp: int, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], list[float], list[float]]:
-    """Single process, whole global batch of ``dp`` ranks per micro-batch."""
+def reference_run(dp: int, dtype: torch.dtype, scfg: synthetic.SynthConfig | None = None
+                  ) -> tuple[dict[str, torch.Tensor], list[float], list[float]]:
+    """Single process, whole global batch of ``dp`` ranks per micro-batch (``scfg``: the
+    synthetic data, default ``synth_cfg(dp)``)."""
     torch.manual_seed(SEED)
     model = MMModel(model_cfg()).to(dtype)
     ocfg = optim_cfg()
     opt, sched = optim.build_optimizer(model, ocfg)
-    scfg = synth_cfg(dp)
+    scfg = scfg or synth_cfg(dp)
     step_losses, norms = [], []
     for step in range(STEPS):
         per_rank = [synthetic.step_records(scfg, step, r) for r in range(dp)]

@@ -1,0 +1,453 @@
+"""Pipeline parallelism (``pp``): each tower's blocks split over stages, an explicit 1F1B or
+GPipe schedule over point-to-point sends that carry each micro-batch's shapes first.
+
+Why not ``torch.distributed.pipelining``: its stages agree on the shapes of what travels
+between them (they are inferred once, or given up front), while mmfeed micro-batches
+differ from one slot to the next in sample count, padded caption length and patch grid,
+and packed ones in token count. Padding every slot to the largest would throw away what
+the balancer planned. So every forward message here is a fixed-size header (micro-batch
+index, mode, then dtype and shape of each tensor) followed by the tensors; the backward
+message needs no header (a stage knows the shapes of what it sent).
+
+Layout (``PipelineStage``): stage 0 holds both towers' embeddings and its share of their
+blocks; middle stages hold blocks only; the last stage holds its blocks, the towers' final
+norms and projections, the fusion and the contrastive head, and computes the losses. The
+blocks of a tower of n blocks go to the stages in contiguous, near-equal runs
+(``split_blocks``). Parameter names stay those of ``MMModel`` (a stage keeps its blocks in
+a ModuleDict keyed by their index in the tower), so checkpoints and parity checks line up.
+
+One step (``train_step``): stage 0 takes the step's micro-batches (the only stage that
+receives data from the source), computes the global sample weight W and the per-micro-batch
+sample counts of every dp rank (collectives over its dp group, as without pp) and
+broadcasts (M, W, counts) over the pp group; every stage then runs the schedule's actions
+F i / B i (``schedule``). One mmfeed micro-batch fills one slot. The last stage's losses
+are divided by W, and its contrastive loss gathers embeddings over the dp group of the
+last stages; all dp replicas run the same schedule, so those collectives pair up.
+Gradients are summed over dp: FSDP2 (``fully_shard`` per block and on the stage; the
+gradient sync is enabled for the last backward only) or, for DDP semantics, one
+all-reduce of the flattened gradients after the schedule (DDP's reducer assumes the
+forward and backward of a micro-batch are adjacent, which 1F1B breaks). The gradient norm
+for clipping sums over dp shards (FSDP2) and the pp stages.
+
+Communication stays NCCL-safe: sends are deferred and posted in one ``batch_isend_irecv``
+group with the next receive of the stage (send forward + receive backward in the 1F1B
+steady state, as Megatron-LM pairs them), so two neighbours never both block in a send.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import blockwrap, losses, timing
+from .batches import is_packed
+from .model import MMModel, length_mask, segment_ids
+from .optim import clip_grad_norm
+from .parallel_dims import ParallelDims
+
+SCHEDULES = ("1f1b", "gpipe")
+
+PADDED_KEYS = ("vx", "vmask", "tx", "lengths", "weight", "neg_text", "neg_image")
+"""What a padded micro-batch carries between stages, in header order."""
+PACKED_KEYS = ("vx", "vcu", "tx", "lengths", "weight", "neg_text", "neg_image")
+"""Packed: the vision token offsets instead of the padded mask (text: lengths)."""
+GRAD_KEYS = ("vx", "tx")
+"""The activations whose gradients travel back."""
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.uint8,
+           torch.bool)
+_MAX_DIMS = 3
+_FIELD = 2 + _MAX_DIMS  # dtype code, ndim, dims
+
+
+def split_blocks(n: int, pp: int) -> list[range]:
+    """Contiguous near-equal runs of n block indices over pp stages (earlier stages get the
+    extra block). A stage may get none when n < pp."""
+    base, extra = divmod(n, pp)
+    out, start = [], 0
+    for s in range(pp):
+        size = base + (1 if s < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def schedule(kind: str, pp: int, stage: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The actions ("F" | "B", micro-batch) of ``stage`` in one step.
+
+    gpipe: every forward, then every backward (in micro-batch order). 1f1b: min(pp - stage
+    - 1, M) warm-up forwards, then alternately one forward and one backward, then the
+    remaining backwards: at most pp - stage micro-batches are in flight on a stage (GPipe
+    holds M), with the same bubble. The last action is always B of the last micro-batch."""
+    m = micro_batches
+    if kind == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    if kind != "1f1b":
+        raise ValueError(f"pipeline: schedule {kind!r}, want one of {SCHEDULES}")
+    warm = min(pp - stage - 1, m)
+    acts = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        acts += [("F", warm + i), ("B", i)]
+    return acts + [("B", i) for i in range(m - warm, m)]
+
+
+def _trim(tower: nn.Module, keep: range, *, first: bool, last: bool, embed: tuple[str, ...],
+          head: tuple[str, ...]) -> nn.Module:
+    """Drop from ``tower`` (in place) the blocks outside ``keep`` and, unless this is the
+    first (last) stage, its embedding (head) parts; the names of what stays are unchanged."""
+    tower.blocks = nn.ModuleDict({str(i): tower.blocks[i] for i in keep})
+    for name in (() if first else embed) + (() if last else head):
+        setattr(tower, name, None)
+    return tower
+
+
+class PipelineStage(nn.Module):
+    """Stage ``stage`` of ``pp`` of an ``MMModel`` (which it takes apart: build one model per
+    rank). ``forward`` takes a micro-batch (stage 0) or the previous stage's carry and returns
+    the carry for the next stage, or on the last stage the loss inputs."""
+
+    def __init__(self, model: MMModel, stage: int, pp: int):
+        super().__init__()
+        if pp < 2 or not 0 <= stage < pp:
+            raise ValueError(f"pipeline stage: stage {stage} of pp {pp} (pp must be >= 2)")
+        cfg = model.cfg
+        self.stage, self.pp = stage, pp
+        self.first, self.last = stage == 0, stage == pp - 1
+        self.vision = _trim(model.vision, split_blocks(cfg.vision_layers, pp)[stage], first=self.first,
+                            last=self.last, embed=("patch_embed", "cls", "pos"), head=("norm", "proj"))
+        self.text = _trim(model.text, split_blocks(cfg.text_layers, pp)[stage], first=self.first,
+                          last=self.last, embed=("tok", "pos", "emb_norm"), head=("norm", "proj"))
+        if self.last:
+            self.fusion = model.fusion
+            self.itc = model.itc
+
+    def forward(self, inp: dict) -> dict:
+        carry = self._embed(inp) if self.first else inp
+        packed = "vcu" in carry
+        if packed:
+            vkey = segment_ids(carry["vcu"][1:] - carry["vcu"][:-1])
+            tkey = segment_ids(carry["lengths"].clamp(min=1))
+        else:
+            vkey = carry["vmask"]
+            tkey = length_mask(carry["lengths"], carry["tx"].shape[1])
+        vx, tx = carry["vx"], carry["tx"]
+        for blk in self.vision.blocks.values():
+            vx = blk(vx, vkey)
+        for blk in self.text.blocks.values():
+            tx = blk(tx, tkey)
+        if not self.last:
+            return {**carry, "vx": vx, "tx": tx}
+        img = self.vision.head_packed(vx, carry["vcu"]) if packed else self.vision.head(vx, carry["vmask"])
+        txt = self.text.head(tx, carry["lengths"])
+        logits = self.fusion(img, txt, carry["neg_text"], carry["neg_image"])
+        return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
+
+    def _embed(self, mb: dict) -> dict:
+        meta = {"lengths": mb["lengths"], "weight": mb["weight"], "neg_text": mb["neg_text"],
+                "neg_image": mb["neg_image"]}
+        if is_packed(mb):
+            vx, vcu = self.vision.embed_packed(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
+            tx, _ = self.text.embed_packed(mb["input_ids"], mb["lengths"])
+            return {"vx": vx, "vcu": vcu, "tx": tx, **meta}
+        vx, vmask = self.vision.embed(mb["pixel_values"], mb["pixel_shape"])
+        tx, _ = self.text.embed(mb["input_ids"], mb["lengths"])
+        return {"vx": vx, "vmask": vmask, "tx": tx, **meta}
+
+
+# -- point-to-point messages ---------------------------------------------------------------
+
+class Link:
+    """The sends and receives of one stage with its neighbours (global ranks ``prev`` and
+    ``next``; None at the ends). Sends are queued and posted together with the next receive
+    (or by ``flush``), in one ``batch_isend_irecv`` group."""
+
+    def __init__(self, *, prev: int | None, next: int | None, device: torch.device, packed: bool):
+        self.prev, self.next, self.device = prev, next, device
+        self.keys = PACKED_KEYS if packed else PADDED_KEYS
+        self.packed = packed
+        self._pending: list[dist.P2POp] = []
+        self._keep: list[torch.Tensor] = []  # send buffers alive until their group completes
+
+    def send_forward(self, index: int, carry: dict) -> None:
+        header = torch.zeros(2 + _FIELD * len(self.keys), dtype=torch.int64)
+        header[0], header[1] = index, int(self.packed)
+        tensors = []
+        for k, key in enumerate(self.keys):
+            t = carry[key].detach()
+            if t.dim() > _MAX_DIMS:
+                raise ValueError(f"pipeline: {key} has {t.dim()} dims (> {_MAX_DIMS})")
+            at = 2 + k * _FIELD
+            header[at], header[at + 1] = _DTYPES.index(t.dtype), t.dim()
+            header[at + 2:at + 2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
+            tensors.append(_wire(t))
+        self._queue_send([header.to(self.device)] + tensors, self.next)
+
+    def recv_forward(self, index: int) -> dict:
+        """The carry of micro-batch ``index``; its activations are leaves that require grad."""
+        header = torch.empty(2 + _FIELD * len(self.keys), dtype=torch.int64, device=self.device)
+        self._exchange([dist.P2POp(dist.irecv, header, self.prev)])
+        header = header.cpu()
+        if int(header[0]) != index or bool(header[1]) != self.packed:
+            raise RuntimeError(f"pipeline: expected micro-batch {index} ({'packed' if self.packed else 'padded'}) "
+                               f"from stage rank {self.prev}, got {int(header[0])} "
+                               f"({'packed' if header[1] else 'padded'}): the stages run different schedules")
+        bufs = {}
+        for k, key in enumerate(self.keys):
+            at = 2 + k * _FIELD
+            dtype, ndim = _DTYPES[int(header[at])], int(header[at + 1])
+            shape = header[at + 2:at + 2 + ndim].tolist()
+            bufs[key] = (torch.empty(shape, dtype=torch.uint8 if dtype == torch.bool else dtype, device=self.device),
+                         dtype)
+        self._exchange([dist.P2POp(dist.irecv, b, self.prev) for b, _ in bufs.values()])
+        carry = {key: (b.bool() if dtype == torch.bool else b) for key, (b, dtype) in bufs.items()}
+        for key in GRAD_KEYS:
+            carry[key].requires_grad_(True)
+        return carry
+
+    def send_backward(self, grads: list[torch.Tensor]) -> None:
+        self._queue_send([g.contiguous() for g in grads], self.prev)
+
+    def recv_backward(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Gradients for the tensors ``like`` this stage sent forward."""
+        grads = [torch.empty_like(t, device=self.device) for t in like]
+        self._exchange([dist.P2POp(dist.irecv, g, self.next) for g in grads])
+        return grads
+
+    def flush(self) -> None:
+        """Post and wait for the queued sends (end of a step, or no receive follows)."""
+        if self._pending:
+            self._exchange([])
+
+    def _queue_send(self, tensors: list[torch.Tensor], peer: int | None) -> None:
+        if peer is None:
+            raise RuntimeError("pipeline: no stage to send to")
+        self._keep += tensors
+        self._pending += [dist.P2POp(dist.isend, t, peer) for t in tensors]
+
+    def _exchange(self, recvs: list[dist.P2POp]) -> None:
+        ops, self._pending = self._pending + recvs, []
+        if ops:
+            with timing.comm():
+                for work in dist.batch_isend_irecv(ops):
+                    work.wait()
+        self._keep = []
+
+
+def _wire(t: torch.Tensor) -> torch.Tensor:
+    return (t.to(torch.uint8) if t.dtype == torch.bool else t).contiguous()
+
+
+# -- the step ------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class StepPlan:
+    """What every stage learns from stage 0 at the start of a step."""
+
+    micro_batches: int
+    global_weight: torch.Tensor
+    sizes: list[list[int]]
+    """Per micro-batch, the sample count of every dp rank (the contrastive gather)."""
+
+
+def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, device: torch.device,
+                   dtype: torch.dtype = torch.float32) -> StepPlan | None:
+    """Stage 0 (which holds ``micro_batches``; None there means the end of the data) tells
+    the other stages of its dp replica the step's (M, W, per-rank sizes); None = stop.
+    Every stage calls it once per step; it is a collective over the pp group."""
+    group = dims.pp_group()
+    src = dims.stage_rank(0)
+    head = torch.zeros(2, dtype=torch.int64, device=device)
+    payload = None
+    if dims.first_stage:
+        from .step import _dp_sizes  # the same per-rank size table as without pp
+        if micro_batches:
+            local_w = torch.stack([mb["weight"].sum() for mb in micro_batches]).sum()
+            total_w = losses.global_weight(local_w, dims.dp_group())
+            sizes = _dp_sizes(micro_batches, dims, device)
+            head[0] = len(micro_batches)
+            head[1] = _DTYPES.index(total_w.dtype)
+            payload = torch.cat([total_w.reshape(1).double(),
+                                 torch.tensor(sizes, dtype=torch.float64, device=device).reshape(-1)])
+    if group is not None:
+        with timing.comm():
+            dist.broadcast(head, src=src, group=group)
+    m = int(head[0])
+    if m == 0:
+        return None
+    if payload is None:
+        payload = torch.empty(1 + m * dims.dp, dtype=torch.float64, device=device)
+    if group is not None:
+        with timing.comm():
+            dist.broadcast(payload, src=src, group=group)
+    total_w = payload[0].to(_DTYPES[int(head[1])])
+    sizes = [[int(v) for v in row] for row in payload[1:].view(m, dims.dp).round().long().tolist()]
+    return StepPlan(m, total_w, sizes)
+
+
+@dataclass(slots=True)
+class PipelineConfig:
+    schedule: str = "1f1b"
+    """1f1b or gpipe."""
+    pack: bool = False
+    """Packed micro-batches (what travels between stages differs)."""
+
+    def validate(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"pipeline: --pp-schedule {self.schedule!r}, want one of {SCHEDULES}")
+
+
+class Runner:
+    """Runs one step's schedule on this stage; holds the links to the neighbour stages."""
+
+    def __init__(self, module: nn.Module, *, dims: ParallelDims, cfg: PipelineConfig, device: torch.device):
+        cfg.validate()
+        self.module, self.dims, self.cfg, self.device = module, dims, cfg, device
+        s = dims.pp_rank
+        self.link = Link(prev=dims.stage_rank(s - 1) if s > 0 else None,
+                         next=dims.stage_rank(s + 1) if s < dims.pp - 1 else None, device=device, packed=cfg.pack)
+
+    def run(self, plan: StepPlan, micro_batches: list[dict] | None,
+            autocast: contextlib.AbstractContextManager | None = None) -> torch.Tensor | None:
+        """Forward and backward of every micro-batch; returns the loss share (last stage)."""
+        dims, link = self.dims, self.link
+        autocast = autocast or contextlib.nullcontext()
+        saved: dict[int, tuple] = {}
+        loss_sum = torch.zeros((), dtype=plan.global_weight.dtype, device=self.device)
+        acts = schedule(self.cfg.schedule, dims.pp, dims.pp_rank, plan.micro_batches)
+        for n, (kind, i) in enumerate(acts):
+            last_backward = n == len(acts) - 1
+            if kind == "F":
+                inp = micro_batches[i] if dims.first_stage else link.recv_forward(i)
+                with autocast, timing.forward():
+                    out = self.module(inp)
+                if dims.last_stage:
+                    loss = self._loss(out, inp, plan, i)
+                    saved[i] = (inp, loss)
+                    loss_sum += loss.detach()
+                else:
+                    link.send_forward(i, out)
+                    saved[i] = (inp, out)
+            else:
+                inp, out = saved.pop(i)
+                self._sync_grads(last_backward)
+                if dims.last_stage:
+                    out.backward()
+                else:
+                    sent = [out[k] for k in GRAD_KEYS]
+                    grads = link.recv_backward(sent)
+                    torch.autograd.backward(sent, grads)
+                if not dims.first_stage:
+                    link.send_backward([inp[k].grad for k in GRAD_KEYS])
+        link.flush()
+        self._reduce_ddp()
+        return loss_sum if dims.last_stage else None
+
+    def _loss(self, out: dict, carry: dict, plan: StepPlan, i: int) -> torch.Tensor:
+        dims = self.dims
+        itc = losses.itc_sum(out["img_emb"], out["txt_emb"], carry["weight"], out["logit_scale"],
+                             sizes=plan.sizes[i], rank=dims.dp_rank, group=dims.dp_group())
+        itm = losses.itm_sum(out["itm_logits"], carry["weight"], carry["neg_text"])
+        return (itc + itm) / plan.global_weight
+
+    def _sync_grads(self, enabled: bool) -> None:
+        """FSDP2: reduce-scatter only in the step's last backward (accumulate before)."""
+        if hasattr(self.module, "set_requires_gradient_sync"):
+            self.module.set_requires_gradient_sync(enabled)
+
+    def _reduce_ddp(self) -> None:
+        """DDP semantics without FSDP2: sum the gradients over dp in one flat all-reduce."""
+        group = self.dims.dp_group()
+        if group is None or self.dims.fsdp:
+            return
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        with timing.comm():
+            dist.all_reduce(flat, group=group)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: torch.device) -> nn.Module:
+    """This rank's ``PipelineStage`` on ``device``, with the per-block wrappers of ``cfg``
+    (a ``ParallelConfig``) and FSDP2 over dp when ``cfg.fsdp`` (else replicated: gradients
+    are all-reduced by ``Runner``)."""
+    if cfg.mixed_precision or cfg.cpu_offload:
+        raise ValueError("pipeline: --mixed-precision and --cpu-offload are not supported with --pp > 1 "
+                         "(supported: --fsdp or DDP over dp, --ac, --compile, --bf16)")
+    stage = PipelineStage(model, dims.pp_rank, dims.pp).to(device)
+    blockwrap.apply_ac(stage, cfg.ac)
+    if cfg.compile:
+        blockwrap.apply_compile(stage, backend=cfg.compile_backend)
+    if dims.dp > 1 and cfg.fsdp:
+        _apply_fsdp(stage, dims, cfg)
+    elif dims.dp > 1:
+        _broadcast_params(stage, dims)
+    return stage
+
+
+def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    mesh = dims.dp_mesh()
+    for block in blockwrap.blocks(stage):
+        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    for module in stage.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def _broadcast_params(stage: nn.Module, dims: ParallelDims) -> None:
+    """Start every dp replica of the stage from dp rank 0's parameters (as DDP does)."""
+    src = dims.stage_rank(dims.pp_rank) - dims.dp_rank * dims.pp * dims.mp
+    for p in stage.parameters():
+        dist.broadcast(p.data, src=src, group=dims.dp_group())
+
+
+@dataclass(slots=True)
+class PipelineStepStats:
+    loss: torch.Tensor | None
+    global_weight: torch.Tensor | None
+    grad_norm: torch.Tensor
+    samples: int
+    compute_seconds: float = 0.0
+
+
+def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[dict] | None, *,
+               max_grad_norm: float, autocast: contextlib.AbstractContextManager | None = None
+               ) -> PipelineStepStats | None:
+    """One pipelined step on this stage: the plan from stage 0, the schedule, clip over the
+    whole model (dp shards and pp stages), update. Returns None at the end of the data
+    (stage 0 passed None or an empty list)."""
+    dims, device = runner.dims, runner.device
+    dtype = micro_batches[0]["weight"].dtype if micro_batches else torch.float32
+    plan = broadcast_plan(micro_batches, dims=dims, device=device, dtype=dtype)
+    if plan is None:
+        return None
+    with timing.step_clock(device) as clock:
+        loss = runner.run(plan, micro_batches, autocast)
+    norm = clip_grad_norm(runner.module, max_grad_norm, sharded_group=dims.dp_group() if dims.fsdp else None,
+                          model_group=dims.pp_group(), comm_device=device)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    # Every stage reports the step loss (the log line comes from global rank 0, a first stage).
+    share = loss if loss is not None else torch.zeros((), dtype=plan.global_weight.dtype, device=device)
+    with timing.comm():
+        dist.broadcast(share, src=dims.stage_rank(dims.pp - 1), group=dims.pp_group())
+    live = sum(mb["num_live"] for mb in micro_batches) if micro_batches else 0
+    return PipelineStepStats(loss=share, global_weight=plan.global_weight, grad_norm=norm, samples=live,
+                             compute_seconds=clock.compute_seconds())
+
+
+def bubble_fraction(pp: int, micro_batches: int) -> float:
+    """Idle share of a stage in a step of equal micro-batches: (pp - 1) / (M + pp - 1)."""
+    return (pp - 1) / (micro_batches + pp - 1) if micro_batches > 0 else math.nan
