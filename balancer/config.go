@@ -183,6 +183,10 @@ type Config struct {
 	Pack bool `json:"pack,omitempty"`
 	// Placement selects the step cost: colocated or modality.
 	Placement Placement `json:"placement"`
+	// PP is the trainer's pipeline stages (0 or 1: none): above 1 the step
+	// cost is pipelined (PipelineStepCost) and mmfeed levels micro-batches
+	// within each rank too. Part of the world layout, so of the plan.
+	PP int `json:"pp,omitempty"`
 	// Sync says where the ranks wait for each other (the step cost every
 	// strategy is measured with, and what mmfeed minimises).
 	Sync Sync `json:"sync"`
@@ -255,7 +259,7 @@ func (c Config) partitionConfig() PartitionConfig {
 	return PartitionConfig{
 		DP: c.DP, MicroBatches: c.MicroBatches, Budget: c.Budget,
 		Placement: c.Placement, Sync: c.Sync, PaddingTarget: c.PaddingTarget, Model: c.model(),
-		Pack: c.Pack,
+		Pack: c.Pack, PP: c.PP,
 	}
 }
 

@@ -53,6 +53,10 @@ type PartitionConfig struct {
 	// of its samples' costs plus the model's MicroBatchOverhead, with no
 	// padding term, and the budget is checked with Budget.FitsPacked.
 	Pack bool `json:"pack,omitempty"`
+	// PP is the trainer's pipeline stages (0 or 1: none). Above 1 a rank's
+	// step costs (Σ micro-batch + (PP − 1) × costliest micro-batch) / PP
+	// (pipeline.go), and Partition also levels micro-batches within ranks.
+	PP int `json:"pp,omitempty"`
 }
 
 // DefaultPartitionConfig returns dp 8, 2 micro-batches, colocated, padding
@@ -76,6 +80,8 @@ func (c PartitionConfig) Validate() error {
 		return fmt.Errorf("balancer: padding target %v outside (0, 1]: %w", c.PaddingTarget, ErrInvalidConfig)
 	case c.Refinement != RefineLocalSearch && c.Refinement != RefineNone:
 		return fmt.Errorf("balancer: refinement %d: %w", c.Refinement, ErrInvalidConfig)
+	case c.PP < 0 || c.PP > MaxPP:
+		return fmt.Errorf("balancer: pp %d outside [0, %d]: %w", c.PP, MaxPP, ErrInvalidConfig)
 	case c.MaxMoves < 0:
 		return fmt.Errorf("balancer: max moves %d: %w", c.MaxMoves, ErrInvalidConfig)
 	}
@@ -193,7 +199,11 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	p.items, p.costs = items, costs
 	defer func() { p.items, p.costs = nil, nil }()
 	if p.cfg.Pack {
-		return p.partitionPacked()
+		a, err := p.partitionPacked()
+		if err != nil {
+			return a, err
+		}
+		return p.levelPipeline(a), nil
 	}
 	p.sortByLength()
 	cuts, err := p.initialCuts()
@@ -210,7 +220,7 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			}
 		}
 	}
-	return p.leveled(p.bestCandidate(best)), nil
+	return p.levelPipeline(p.leveled(p.bestCandidate(best))), nil
 }
 
 // leveled returns a with its positions levelled (levelPositions) when the

@@ -88,6 +88,7 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	pack := p.Config.Pack
 	var slot []float64 // per micro-batch position, the slowest rank's cost
 	var real Cost      // Σ over real entries
+	mbCost := make([][]float64, len(s.Ranks))
 	for r, rank := range s.Ranks {
 		var c Cost
 		for j, mb := range rank {
@@ -119,6 +120,7 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 				slot = append(slot, 0)
 			}
 			slot[j] = max(slot[j], pl.StepCost(mc))
+			mbCost[r] = append(mbCost[r], pl.StepCost(mc))
 		}
 		st.RankCost[r] = pl.StepCost(c)
 		st.MaxCost = max(st.MaxCost, st.RankCost[r])
@@ -131,21 +133,38 @@ func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 		}
 		st.MaxCost = max(st.MaxCost, synced)
 	}
+	pp := max(p.Config.PP, 1)
+	if pp > 1 { // pipelined: a replica's step is its micro-batches' flow through pp stages
+		sum = 0
+		for r, mbs := range mbCost {
+			st.RankCost[r] = PipelineRankCost(mbs, pp)
+			sum += st.RankCost[r]
+		}
+		st.MaxCost = PipelineStepCost(mbCost, pp, p.Config.Sync)
+	}
 	if len(s.Ranks) > 0 {
 		st.MeanCost = sum / float64(len(s.Ranks))
 	}
-	if dp := float64(len(s.Ranks)); dp > 0 {
-		st.IdealCost = (pl.StepCost(Cost{Vision: real.Vision, Text: real.Text}) + real.Fusion) / dp
+	if dp := float64(len(s.Ranks)); dp > 0 { // pp stages share a replica's work
+		st.IdealCost = (pl.StepCost(Cost{Vision: real.Vision, Text: real.Text}) + real.Fusion) / dp / float64(pp)
 	}
 	var overhead Cost
 	if pack {
 		overhead = m.MicroBatchOverhead
 	}
 	st.CostLowerBound = StepCostLowerBound(entries, len(s.Ranks), len(slot), pl, p.Config.Sync, overhead)
+	var maxEntry float64 // the costliest micro-batch costs at least this (pipeline bounds)
+	if pp > 1 {
+		for _, e := range entries {
+			maxEntry = max(maxEntry, pl.StepCost(e.Add(overhead)))
+		}
+		st.CostLowerBound = pipelineLowerBound(st.CostLowerBound, maxEntry, len(slot), pp, p.Config.Sync)
+	}
 	st.Imbalance, st.ImbalanceLowerBound = 1, 1
 	if st.MeanCost > 0 {
 		st.Imbalance = st.MaxCost / st.MeanCost
-		lb := RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement)
+		lb := pipelineLowerBound(RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement), maxEntry,
+			len(slot), pp, SyncStep)
 		if pack {
 			lb = st.CostLowerBound // the mean is the split's own: a bound on Imbalance
 		}
