@@ -15,12 +15,21 @@ const MaxControlBytes = 64 << 10
 type Layout struct {
 	DP, MP    int
 	Placement string // PlacementColocated | PlacementModality
+	// PP is the trainer's pipeline stages per dp rank (0 or 1: none); only
+	// stage 0 of each dp rank registers and receives data.
+	PP int
 }
+
+// Stages returns PP, 1 when unset.
+func (l Layout) Stages() int { return max(l.PP, 1) }
 
 // Validate checks dp ≥ 1, mp ≥ 1 and the placement (modality needs mp = 2).
 func (l Layout) Validate() error {
 	if l.DP < 1 || l.MP < 1 {
 		return fmt.Errorf("proto: layout dp=%d mp=%d: both must be ≥ 1: %w", l.DP, l.MP, ErrLayout)
+	}
+	if l.PP < 0 || (l.PP > 1 && l.MP != 1) {
+		return fmt.Errorf("proto: layout pp=%d mp=%d: pp must be ≥ 0, and pipeline stages need mp = 1: %w", l.PP, l.MP, ErrLayout)
 	}
 	_, err := ModalityFor(l.Placement, l.MP, 0)
 	return err
@@ -34,6 +43,9 @@ type Register struct {
 	MPRank int    `json:"mp_rank"`
 	DP     int    `json:"dp"`
 	MP     int    `json:"mp"`
+	// PP is the trainer's pipeline stages (0 or 1: none); a pipelined
+	// trainer registers from stage 0 only, which receives the data.
+	PP int `json:"pp,omitempty"`
 	// Placement is "colocated" or "modality".
 	Placement string `json:"placement"`
 	// Epoch and ResumeStep: the first (epoch, step) the rank still needs;
@@ -72,6 +84,7 @@ type RegisterReply struct {
 	Retry     bool   `json:"retry,omitempty"`
 	DP        int    `json:"dp,omitempty"`
 	MP        int    `json:"mp,omitempty"`
+	PP        int    `json:"pp,omitempty"`
 	Placement string `json:"placement,omitempty"`
 	// PlanHash identifies the plan (dataset, seed, epoch, layout, config); a
 	// rank that resumes compares it with the one it checkpointed.
@@ -147,6 +160,10 @@ func (r Register) ValidateAgainst(job string, l Layout) error {
 	if r.DP != l.DP || r.MP != l.MP {
 		return fmt.Errorf("proto: register: trainer layout dp=%d mp=%d (world %d) does not match job layout dp=%d mp=%d (world %d): %w",
 			r.DP, r.MP, r.DP*r.MP, l.DP, l.MP, l.DP*l.MP, ErrLayout)
+	}
+	if max(r.PP, 1) != l.Stages() {
+		return fmt.Errorf("proto: register: trainer pp=%d does not match the job's pp=%d (serve --pp): the plan levels micro-batches for the job's pipeline: %w",
+			max(r.PP, 1), l.Stages(), ErrLayout)
 	}
 	if r.Placement != l.Placement {
 		return fmt.Errorf("proto: register: trainer placement %q does not match job placement %q: %w", r.Placement, l.Placement, ErrLayout)

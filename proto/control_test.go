@@ -26,6 +26,10 @@ func TestRegisterValidateAgainst(t *testing.T) {
 		{"mp rank", func(r *Register) { r.MPRank = -1 }, job, ErrLayout, "mp_rank -1 out of range [0,2)"},
 		{"resume", func(r *Register) { r.ResumeStep = -3 }, job, ErrControl, "resume_step -3"},
 		{"bad job name", func(r *Register) { r.Job = "a b" }, job, ErrControl, "job name"},
+		{"pp missing", nil, Layout{DP: 2, MP: 2, Placement: PlacementModality, PP: 2}, ErrLayout, "trainer pp=1 does not match the job's pp=2"},
+		{"pp ok", func(r *Register) { r.MP, r.MPRank, r.PP, r.Placement = 1, 0, 4, PlacementColocated }, Layout{DP: 2, MP: 1, Placement: PlacementColocated, PP: 4}, nil, ""},
+		{"pp 1 is no pp", func(r *Register) { r.MP, r.MPRank, r.PP, r.Placement = 1, 0, 1, PlacementColocated }, Layout{DP: 2, MP: 1, Placement: PlacementColocated}, nil, ""},
+		{"pp needs mp 1", func(r *Register) { r.PP = 2 }, Layout{DP: 2, MP: 2, Placement: PlacementModality, PP: 2}, ErrLayout, "pipeline stages need mp = 1"},
 		{"modality needs mp 2", func(r *Register) { r.MP, r.MPRank = 3, 0 }, Layout{DP: 2, MP: 3, Placement: PlacementModality}, ErrLayout, "placement modality needs mp=2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

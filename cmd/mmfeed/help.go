@@ -15,7 +15,7 @@ var flagGroups = []struct {
 	names []string // exact names, or prefixes ending in "-"
 }{
 	{"Dataset", []string{"input", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "quarantine"}},
-	{"Plan", []string{"dp", "mp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
+	{"Plan", []string{"dp", "mp", "pp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
 	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "workers"}},
 	{"NATS", []string{"nats-", "nats", "data-dir", "stream-", "replicas", "max-ack-pending", "ack-wait"}},

@@ -232,7 +232,7 @@ func (n NATSConfig) validate() error {
 func (n NATSConfig) External() bool { return len(n.URLs) > 0 }
 
 func (c Config) layout() proto.Layout {
-	return proto.Layout{DP: c.Pipeline.Plan.DP, MP: c.MP, Placement: c.Pipeline.Plan.Placement.String()}
+	return proto.Layout{DP: c.Pipeline.Plan.DP, MP: c.MP, Placement: c.Pipeline.Plan.Placement.String(), PP: c.Pipeline.Plan.PP}
 }
 
 // ranks is dp × mp.

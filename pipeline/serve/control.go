@@ -134,7 +134,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		code := refusalCode(err)
 		return proto.RegisterReply{OK: false, Error: err.Error(), Code: code,
 			Retry: code == proto.RefusedNotReady || code == proto.RefusedFailed,
-			DP:    l.DP, MP: l.MP, Placement: l.Placement}
+			DP:    l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement}
 	}
 	var reg proto.Register
 	if err := proto.DecodeControl(data, &reg); err != nil {
@@ -168,7 +168,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
 	l := s.cfg.layout()
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
-		DP: l.DP, MP: l.MP, Placement: l.Placement,
+		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
 		Epoch: reg.Epoch, Pack: s.cfg.Pipeline.Plan.Pack, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
 	s.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)

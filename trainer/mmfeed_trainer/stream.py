@@ -188,6 +188,8 @@ class StreamSource(Source):
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}
+        if self.dims.pp > 1:  # a pipelined trainer registers from stage 0 only (``pipeline``)
+            body["pp"] = self.dims.pp
         msg = await self._nc.request(self._subject("register"), json.dumps(body).encode(),
                                      timeout=self.request_timeout_s)
         return body, json.loads(msg.data)
