@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
     p.add_argument("--mp", type=int, default=1, help="modality-parallel degree: 1 or 2 (vision | text)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages: each tower's blocks split over pp ranks (needs mp 1; mmfeed serve --pp too)")
+    p.add_argument("--pp-schedule", default="1f1b", choices=("1f1b", "gpipe"), help="pipeline schedule (with --pp > 1)")
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard over dp instead of DDP")
     mem = p.add_argument_group("memory and speed")
     mem.add_argument("--ac", default="none", choices=("none", "selective", "full"),
@@ -100,10 +103,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help="synthetic: cycle through this many generated steps (0: all new)")
     a = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    dp = a.dp if a.dp is not None else max(world // a.mp, 1)
+    dp = a.dp if a.dp is not None else max(world // (a.mp * a.pp), 1)
     grids = tuple(tuple(int(v) for v in g.split("x")) for g in a.synth_grids.split(","))
     return TrainConfig(
-        model=a.model, dp=dp, mp=a.mp, fsdp=a.fsdp, pack=a.pack, ac=a.ac, compile=a.compile,
+        model=a.model, dp=dp, mp=a.mp, pp=a.pp, pp_schedule=a.pp_schedule, fsdp=a.fsdp, pack=a.pack, ac=a.ac, compile=a.compile,
         compile_backend=a.compile_backend, mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload,
         init_vision=a.init_vision, init_text=a.init_text, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,

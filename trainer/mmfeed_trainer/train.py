@@ -41,6 +41,10 @@ class TrainConfig:
     """Model preset: tiny (CPU) or base (GPU)."""
     dp: int = 1
     mp: int = 1
+    pp: int = 1
+    """Pipeline stages (``pipeline``): > 1 splits each tower's blocks over pp ranks."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: 1f1b or gpipe."""
     fsdp: bool = False
     """Shard parameters over dp with FSDP2 instead of DDP."""
     pack: bool = False
@@ -103,7 +107,10 @@ class TrainConfig:
             raise ValueError("train: --ckpt-every must be >= 0 and --log-every > 0")
         config.model_config(self.model)
         self.optim.validate()
-        ParallelDims(dp=self.dp, mp=self.mp, world_size=self.dp * self.mp)  # the layout alone (mp, dp >= 1)
+        ParallelDims(dp=self.dp, mp=self.mp, pp=self.pp, world_size=self.dp * self.pp * self.mp)  # the layout alone
+        if self.pp > 1:
+            from .train_pipeline import validate_pipeline
+            validate_pipeline(self)
         ParallelConfig(fsdp=self.fsdp, ac=self.ac, mixed_precision=self.mixed_precision,
                        cpu_offload=self.cpu_offload).validate(self.dp)
         if self.fsdp and self.dp == 1:
@@ -224,6 +231,9 @@ def _peak_flops(cfg: TrainConfig, device: torch.device) -> float | None:
 def run(cfg: TrainConfig) -> RunResult:
     """Train per ``cfg`` in this process (one rank of a torchrun world); returns a summary."""
     cfg.validate()
+    if cfg.pp > 1:
+        from .train_pipeline import run_pipeline
+        return run_pipeline(cfg)
     world, device = _setup_distributed()
     peak_flops = _peak_flops(cfg, device)
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, world_size=world, fsdp=cfg.fsdp)

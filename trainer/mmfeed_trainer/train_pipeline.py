@@ -1,0 +1,120 @@
+"""The training loop under pipeline parallelism (``--pp > 1``): ``train.run`` hands over here.
+
+Stage 0 of each dp replica is the only rank with a data source: it registers with the
+service (``pp`` in its layout), prefetches, acknowledges and reports feedback. Every stage
+runs the same loop; ``pipeline.train_step`` tells the later stages how many micro-batches
+the step has, or that the data ended. Checkpointing and MFU are not wired for pp yet
+(``validate_pipeline`` refuses --ckpt-dir; MFU is left out of the summary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import config, pipeline
+from .model import MMModel
+from .optim import build_optimizer
+from .parallel_dims import ParallelDims
+from .parallelize import ParallelConfig
+from .prefetch import Prefetcher
+from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
+                    _maybe_fault, _Meter, _setup_distributed, check_pack, log)
+
+
+def validate_pipeline(cfg: TrainConfig) -> None:
+    """ValueError for what --pp > 1 does not support (yet), naming what it does."""
+    pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
+    unsupported = [flag for flag, on in (("--mixed-precision", cfg.mixed_precision), ("--cpu-offload", cfg.cpu_offload),
+                                         ("--ckpt-dir", cfg.ckpt_dir is not None)) if on]
+    if unsupported:
+        raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 yet (supported there: "
+                         f"--fsdp or DDP over dp, --ac, --compile, --bf16, --pack, --pp-schedule 1f1b|gpipe)")
+
+
+def run_pipeline(cfg: TrainConfig) -> RunResult:
+    """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""
+    world, device = _setup_distributed()
+    dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, pp=cfg.pp, world_size=world, fsdp=cfg.fsdp)
+    dims.build_mesh(device.type)
+    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
+    torch.manual_seed(cfg.seed)
+    with torch.device(device):
+        model = MMModel(mcfg)
+    _load_pretrained(model, cfg)
+    module = pipeline.parallelize_pipeline(
+        model, dims=dims, device=device,
+        cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend))
+    runner = pipeline.Runner(module, dims=dims, device=device,
+                             cfg=pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
+    optimizer, scheduler = build_optimizer(module, cfg.optim)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    source = prefetcher = None
+    if dims.first_stage:  # the only stage that receives data
+        source = _make_source(cfg, dims)
+        if hasattr(source, "register"):
+            reply = source.register({"epoch": 0, "next_step": 0})
+            check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
+        prefetcher = Prefetcher(source, position={"epoch": 0, "next_step": 0}, role=dims.role,
+                                pad_id=mcfg.pad_token_id, device=device, vocab_size=mcfg.vocab_size,
+                                depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
+                                check_pack=not cfg.synthetic)
+    losses, meter, all_meter = [], _Meter(), _Meter()
+    step = 0
+    try:
+        while step < cfg.steps:
+            _maybe_fault(step)
+            host, mbs, waited = None, None, 0.0
+            if prefetcher is not None:
+                try:
+                    host, waited = prefetcher.next()
+                    mbs = host.ready()
+                except StopIteration:
+                    mbs = []  # tells the other stages the data ended
+            t0 = time.perf_counter()
+            stats = pipeline.train_step(runner, optimizer, scheduler, mbs, max_grad_norm=cfg.optim.max_grad_norm,
+                                        autocast=autocast)
+            if stats is None:
+                log.info("end of data at step %d", step)
+                break
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            compute = time.perf_counter() - t0
+            if host is not None:
+                source.ack(host.data)
+                if cfg.log_ids:
+                    _log_ids(cfg.log_ids, dims, host)
+                source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
+                                samples=stats.samples)
+            meter.add(compute, waited, stats.samples, 0.0)
+            if step >= cfg.metrics_skip:
+                all_meter.add(compute, waited, stats.samples, 0.0)
+            step += 1
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                loss = _global_loss(stats, dims)
+                losses.append(loss)
+                _log_step(step, loss, stats, meter.summary(dims, device, None), scheduler)
+                meter.reset()
+    finally:
+        if prefetcher is not None:
+            prefetcher.close()
+    if cfg.save_params:
+        _save_stage_params(cfg.save_params, module, dims)
+    if source is not None:
+        source.close()
+    return RunResult(steps_done=step, final_step=step, losses=losses, metrics=all_meter.summary(dims, device, None))
+
+
+def _save_stage_params(directory: str, module, dims: ParallelDims) -> None:
+    from .checkpoint import full_model_state
+    state = full_model_state(module)
+    if dims.dp_rank == 0:
+        os.makedirs(directory, exist_ok=True)
+        torch.save(state, os.path.join(directory, f"params-pp{dims.pp_rank}.pt"))
+    if dist.is_initialized():
+        dist.barrier()
