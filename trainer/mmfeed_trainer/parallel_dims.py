@@ -60,9 +60,10 @@ class ParallelDims:
                              f"stage split are two answers to the same memory problem; pick one)")
         n = self.dp * self.pp * self.mp
         if n != self.world_size:
-            raise ValueError(f"parallel dims: dp ({self.dp}) * pp ({self.pp}) * mp ({self.mp}) = {n} "
-                             f"!= world size {self.world_size}; launch dp*pp*mp processes "
-                             f"(torchrun --nproc-per-node {n}) or change --dp/--pp/--mp")
+            pp = f" * pp ({self.pp})" if self.pp > 1 else ""
+            raise ValueError(f"parallel dims: dp ({self.dp}){pp} * mp ({self.mp}) = {n} "
+                             f"!= world size {self.world_size}; launch dp*{'pp*' if pp else ''}mp processes "
+                             f"(torchrun --nproc-per-node {n}) or change --dp/--mp{'/--pp' if pp else ''}")
 
     @property
     def distributed(self) -> bool:
