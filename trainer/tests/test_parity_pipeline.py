@@ -2,8 +2,9 @@
 and FSDP2 over dp, padded and packed micro-batches, updates the parameters like one process
 on the global batches (unequal per-rank sample counts, zero-weight samples, three
 micro-batches per step, active clipping, 3 AdamW steps): whole model within relative
-error 1e-5 (float32; packed: float64 against the padded reference within 1e-6, as
-``test_parity_packed_*``), losses and gradient norms (which span both stages) too."""
+error 1e-5 in float32, 1e-9 in float64 (packed: float64 against the padded reference
+within 1e-6, as ``test_parity_packed_*``), losses and gradient norms (which span both
+stages) too."""
 
 import pytest
 import torch
@@ -15,9 +16,12 @@ from mmfeed_trainer import pipeline
 
 DP, PP = 2, 2
 F32, F64 = torch.float32, torch.float64
-SCENARIOS = [("gpipe", False, F32, False), ("1f1b", False, F32, False), ("1f1b", True, F32, False),
+# float32 at the brief's bar (as test_parity_hybrid); float64 isolates the schedule's logic
+# from rounding (1e-9), and the packed run is held to test_parity_packed_*'s 1e-6.
+SCENARIOS = [("1f1b", False, F32, False), ("gpipe", False, F64, False), ("1f1b", True, F64, False),
              ("1f1b", False, F64, True)]
 TOLERANCE = {(F32, False): {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
+             (F64, False): {"global": 1e-9, "tensor": 1e-9, "scalar": 1e-9},
              (F64, True): {"global": 1e-6, "tensor": 1e-6, "scalar": 1e-6}}
 
 

@@ -10,6 +10,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+from mmfeed_trainer.parallel_dims import ParallelDims
+from mmfeed_trainer.stream import StreamError, StreamSource
+
 from _dist import free_port
 from test_stream import wait_for_port
 from test_train_serve import BIN, REPO, check_epoch_once, stop_serve, wait_for_plan
@@ -45,9 +49,12 @@ def test_pipeline_trainer_trains_an_epoch_from_serve(mmfeed, tmp_path):
     try:
         wait_for_port(nats_port, deadline_s=60)
         assert wait_for_plan(http_port, serve)["live"]["steps_per_epoch"] == STEPS
-        wrong = _train(nats_port, str(tmp_path / "wrong"), 1)
-        assert wrong.returncode != 0 and "does not match the job's pp=2" in wrong.stdout + wrong.stderr, \
-            wrong.stderr[-3000:]
+        unpipelined = StreamSource(url=f"nats://127.0.0.1:{nats_port}", job="pipe", dims=ParallelDims())
+        try:
+            with pytest.raises(StreamError, match="does not match the job's pp=2"):
+                unpipelined.register({"epoch": 0, "next_step": 0})
+        finally:
+            unpipelined.close()
         trained = _train(nats_port, str(tmp_path / "ids"), 2)
         assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-6000:]
     finally:
