@@ -13,6 +13,9 @@ from mmfeed_trainer.__main__ import main, parse_args
     (["--shards", "/nonexistent", "--steps", "1"], "rank-00000.arrow does not exist"),
     (["--synthetic", "--steps", "0"], "--steps must be > 0"),
     (["--synthetic", "--lr", "-1"], "lr must be > 0"),
+    (["--synthetic", "--pp", "2"], "dp (1) * pp (2) * mp (1) = 2 != world size 1"),
+    (["--synthetic", "--pp", "2", "--mp", "2"], "pipeline stages split each tower's blocks over pp ranks and need mp = 1"),
+    (["--synthetic", "--pp", "2", "--ckpt-dir", "ck"], "--ckpt-dir not supported with --pp > 1 yet"),
 ])
 def test_user_errors_exit_2_with_a_message(argv, message, capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
