@@ -37,7 +37,6 @@ steady state, as Megatron-LM pairs them), so two neighbours never both block in 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import torch
@@ -49,19 +48,10 @@ from .batches import is_packed
 from .model import MMModel, length_mask, segment_ids
 from .optim import clip_grad_norm
 from .parallel_dims import ParallelDims
+from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
 
 SCHEDULES = ("1f1b", "gpipe")
 
-PADDED_KEYS = ("vx", "vmask", "tx", "lengths", "weight", "neg_text", "neg_image")
-"""What a padded micro-batch carries between stages, in header order."""
-PACKED_KEYS = ("vx", "vcu", "tx", "lengths", "weight", "neg_text", "neg_image")
-"""Packed: the vision token offsets instead of the padded mask (text: lengths)."""
-GRAD_KEYS = ("vx", "tx")
-"""The activations whose gradients travel back."""
-_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.uint8,
-           torch.bool)
-_MAX_DIMS = 3
-_FIELD = 2 + _MAX_DIMS  # dtype code, ndim, dims
 
 
 def split_blocks(n: int, pp: int) -> list[range]:
@@ -158,89 +148,6 @@ class PipelineStage(nn.Module):
         return {"vx": vx, "vmask": vmask, "tx": tx, **meta}
 
 
-# -- point-to-point messages ---------------------------------------------------------------
-
-class Link:
-    """The sends and receives of one stage with its neighbours (global ranks ``prev`` and
-    ``next``; None at the ends). Sends are queued and posted together with the next receive
-    (or by ``flush``), in one ``batch_isend_irecv`` group."""
-
-    def __init__(self, *, prev: int | None, next: int | None, device: torch.device, packed: bool):
-        self.prev, self.next, self.device = prev, next, device
-        self.keys = PACKED_KEYS if packed else PADDED_KEYS
-        self.packed = packed
-        self._pending: list[dist.P2POp] = []
-        self._keep: list[torch.Tensor] = []  # send buffers alive until their group completes
-
-    def send_forward(self, index: int, carry: dict) -> None:
-        header = torch.zeros(2 + _FIELD * len(self.keys), dtype=torch.int64)
-        header[0], header[1] = index, int(self.packed)
-        tensors = []
-        for k, key in enumerate(self.keys):
-            t = carry[key].detach()
-            if t.dim() > _MAX_DIMS:
-                raise ValueError(f"pipeline: {key} has {t.dim()} dims (> {_MAX_DIMS})")
-            at = 2 + k * _FIELD
-            header[at], header[at + 1] = _DTYPES.index(t.dtype), t.dim()
-            header[at + 2:at + 2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
-            tensors.append(_wire(t))
-        self._queue_send([header.to(self.device)] + tensors, self.next)
-
-    def recv_forward(self, index: int) -> dict:
-        """The carry of micro-batch ``index``; its activations are leaves that require grad."""
-        header = torch.empty(2 + _FIELD * len(self.keys), dtype=torch.int64, device=self.device)
-        self._exchange([dist.P2POp(dist.irecv, header, self.prev)])
-        header = header.cpu()
-        if int(header[0]) != index or bool(header[1]) != self.packed:
-            raise RuntimeError(f"pipeline: expected micro-batch {index} ({'packed' if self.packed else 'padded'}) "
-                               f"from stage rank {self.prev}, got {int(header[0])} "
-                               f"({'packed' if header[1] else 'padded'}): the stages run different schedules")
-        bufs = {}
-        for k, key in enumerate(self.keys):
-            at = 2 + k * _FIELD
-            dtype, ndim = _DTYPES[int(header[at])], int(header[at + 1])
-            shape = header[at + 2:at + 2 + ndim].tolist()
-            bufs[key] = (torch.empty(shape, dtype=torch.uint8 if dtype == torch.bool else dtype, device=self.device),
-                         dtype)
-        self._exchange([dist.P2POp(dist.irecv, b, self.prev) for b, _ in bufs.values()])
-        carry = {key: (b.bool() if dtype == torch.bool else b) for key, (b, dtype) in bufs.items()}
-        for key in GRAD_KEYS:
-            carry[key].requires_grad_(True)
-        return carry
-
-    def send_backward(self, grads: list[torch.Tensor]) -> None:
-        self._queue_send([g.contiguous() for g in grads], self.prev)
-
-    def recv_backward(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Gradients for the tensors ``like`` this stage sent forward."""
-        grads = [torch.empty_like(t, device=self.device) for t in like]
-        self._exchange([dist.P2POp(dist.irecv, g, self.next) for g in grads])
-        return grads
-
-    def flush(self) -> None:
-        """Post and wait for the queued sends (end of a step, or no receive follows)."""
-        if self._pending:
-            self._exchange([])
-
-    def _queue_send(self, tensors: list[torch.Tensor], peer: int | None) -> None:
-        if peer is None:
-            raise RuntimeError("pipeline: no stage to send to")
-        self._keep += tensors
-        self._pending += [dist.P2POp(dist.isend, t, peer) for t in tensors]
-
-    def _exchange(self, recvs: list[dist.P2POp]) -> None:
-        ops, self._pending = self._pending + recvs, []
-        if ops:
-            with timing.comm():
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
-        self._keep = []
-
-
-def _wire(t: torch.Tensor) -> torch.Tensor:
-    return (t.to(torch.uint8) if t.dtype == torch.bool else t).contiguous()
-
-
 # -- the step ------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -253,8 +160,7 @@ class StepPlan:
     """Per micro-batch, the sample count of every dp rank (the contrastive gather)."""
 
 
-def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, device: torch.device,
-                   dtype: torch.dtype = torch.float32) -> StepPlan | None:
+def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, device: torch.device) -> StepPlan | None:
     """Stage 0 (which holds ``micro_batches``; None there means the end of the data) tells
     the other stages of its dp replica the step's (M, W, per-rank sizes); None = stop.
     Every stage calls it once per step; it is a collective over the pp group."""
@@ -269,7 +175,7 @@ def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, devi
             total_w = losses.global_weight(local_w, dims.dp_group())
             sizes = _dp_sizes(micro_batches, dims, device)
             head[0] = len(micro_batches)
-            head[1] = _DTYPES.index(total_w.dtype)
+            head[1] = WIRE_DTYPES.index(total_w.dtype)
             payload = torch.cat([total_w.reshape(1).double(),
                                  torch.tensor(sizes, dtype=torch.float64, device=device).reshape(-1)])
     if group is not None:
@@ -283,7 +189,7 @@ def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, devi
     if group is not None:
         with timing.comm():
             dist.broadcast(payload, src=src, group=group)
-    total_w = payload[0].to(_DTYPES[int(head[1])])
+    total_w = payload[0].to(WIRE_DTYPES[int(head[1])])
     sizes = [[int(v) for v in row] for row in payload[1:].view(m, dims.dp).round().long().tolist()]
     return StepPlan(m, total_w, sizes)
 
@@ -428,8 +334,7 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     whole model (dp shards and pp stages), update. Returns None at the end of the data
     (stage 0 passed None or an empty list)."""
     dims, device = runner.dims, runner.device
-    dtype = micro_batches[0]["weight"].dtype if micro_batches else torch.float32
-    plan = broadcast_plan(micro_batches, dims=dims, device=device, dtype=dtype)
+    plan = broadcast_plan(micro_batches, dims=dims, device=device)
     if plan is None:
         return None
     with timing.step_clock(device) as clock:
@@ -446,8 +351,3 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     live = sum(mb["num_live"] for mb in micro_batches) if micro_batches else 0
     return PipelineStepStats(loss=share, global_weight=plan.global_weight, grad_norm=norm, samples=live,
                              compute_seconds=clock.compute_seconds())
-
-
-def bubble_fraction(pp: int, micro_batches: int) -> float:
-    """Idle share of a stage in a step of equal micro-batches: (pp - 1) / (M + pp - 1)."""
-    return (pp - 1) / (micro_batches + pp - 1) if micro_batches > 0 else math.nan
