@@ -29,7 +29,8 @@ all-reduce of the flattened gradients after the schedule (DDP's reducer assumes 
 forward and backward of a micro-batch are adjacent, which 1F1B breaks). The gradient norm
 for clipping sums over dp shards (FSDP2) and the pp stages.
 
-Communication stays NCCL-safe: sends are deferred and posted in one ``batch_isend_irecv``
+Communication is laid out to stay NCCL-safe (only gloo on CPU is tested here; no multi-GPU
+machine was available): sends are deferred and posted in one ``batch_isend_irecv``
 group with the next receive of the stage (send forward + receive backward in the 1F1B
 steady state, as Megatron-LM pairs them), so two neighbours never both block in a send.
 """
