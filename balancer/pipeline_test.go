@@ -38,11 +38,24 @@ func pipelineCostOf(t *testing.T, p *Partitioner, items []Item, a Assignment) fl
 	t.Helper()
 	p.items = items
 	defer func() { p.items = nil }()
-	cost := make([]float64, len(a.Members))
-	for k, mb := range a.Members {
-		cost[k] = p.mbCost(mb)
+	slots := make([][]float64, a.DP)
+	for r := range slots {
+		for j := range a.MicroBatches {
+			var f Features
+			var s mbShape
+			for _, pos := range a.MicroBatch(r, j) {
+				it := items[pos]
+				s.add(it)
+				f = f.Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
+			}
+			if !p.cfg.Pack {
+				f = s.features()
+			}
+			slots[r] = append(slots[r], p.cfg.Placement.StepCost(p.model.MicroBatchCost(f, p.cfg.Pack)))
+		}
+		sortDesc(slots[r])
 	}
-	return p.pipelineCost(cost)
+	return PipelineStepCost(slots, p.cfg.pp(), p.cfg.Sync)
 }
 
 // TestPartitionPipelineLevels: under pp > 1 the partitioner's plan costs no
@@ -135,5 +148,26 @@ func TestPlanStatsPipelined(t *testing.T) {
 	cfg.PP = -1
 	if _, err := Build(items, cfg); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("pp -1: err %v, want ErrInvalidConfig", err)
+	}
+}
+
+// BenchmarkPartitionPipelined: Partition of 4,096 samples on 64 ranks × 4
+// micro-batches, pp 1 against pp 4 (the levelling pass's cost).
+func BenchmarkPartitionPipelined(b *testing.B) {
+	model, _ := NewCostModel(TinyShape())
+	items := genItems(4096, genDynamic, 1)
+	costs := model.Costs(items)
+	for _, pp := range []int{1, 4} {
+		b.Run(fmt.Sprintf("pp%d", pp), func(b *testing.B) {
+			p, err := NewPartitioner(PartitionConfig{DP: 64, MicroBatches: 4, PaddingTarget: 0.95, Model: model, PP: pp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range b.N {
+				if _, err := p.Partition(items, costs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
