@@ -18,10 +18,12 @@ type Report struct {
 	// Rejected counts the planner's rejections (included in Quarantined).
 	Rejected int `json:"rejected"`
 	// Dropped counts samples of a dropped tail.
-	Dropped      int    `json:"dropped"`
-	Steps        int    `json:"steps"`
-	DP           int    `json:"dp"`
-	MicroBatches int    `json:"micro_batches"`
+	Dropped      int `json:"dropped"`
+	Steps        int `json:"steps"`
+	DP           int `json:"dp"`
+	MicroBatches int `json:"micro_batches"`
+	// PP is the trainer's pipeline stages the step costs assume (omitted: none).
+	PP           int    `json:"pp,omitempty"`
 	GlobalBatch  int    `json:"global_batch,omitempty"`
 	GlobalTokens int    `json:"global_tokens,omitempty"`
 	Lookahead    int    `json:"lookahead"`
@@ -97,7 +99,7 @@ func NewReport(plans ...*Plan) (*Report, error) {
 	c := ref.Config
 	r := &Report{
 		Rejected: len(ref.Rejected), Quarantined: len(ref.Rejected), Dropped: len(ref.Dropped),
-		Steps: len(ref.Steps), DP: c.DP, MicroBatches: c.MicroBatches,
+		Steps: len(ref.Steps), DP: c.DP, MicroBatches: c.MicroBatches, PP: c.PP,
 		GlobalBatch: c.GlobalBatch, GlobalTokens: c.GlobalTokens, Lookahead: c.Lookahead,
 		Placement: c.Placement.String(), Sync: c.Sync.String(), Pack: c.Pack, Tail: c.Tail.String(), Epoch: c.Epoch,
 		Unit: c.model().Unit, Strategies: make(map[string]Summary, len(plans)),
@@ -139,6 +141,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	mode := "padded"
 	if r.Pack {
 		mode = "packed"
+	}
+	if r.PP > 1 {
+		mode += fmt.Sprintf(", pp %d", r.PP)
 	}
 	fmt.Fprintf(tw, "samples %d\tquarantined %d\tdropped %d\tsteps %d\tdp %d\tmicro-batches %d\tplacement %s\tsync %s\t%s\t\n",
 		r.Samples, r.Quarantined, r.Dropped, r.Steps, r.DP, r.MicroBatches, r.Placement, r.Sync, mode)
