@@ -39,7 +39,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&c.Loader.WDSTextKeys, "wds-text-keys", loader.DefaultWDSTextKeys, "WebDataset caption members in priority order: ext (whole member) or ext:field (JSON field, a.b nested)")
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
 	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
-	fs.IntVar(&c.Plan.PP, "pp", 1, "the trainer's pipeline stages per dp rank (trainer --pp): the plan levels micro-batches for the pipeline; only stage 0 of each dp rank receives data")
+	fs.IntVar(&c.Plan.PP, "pp", 0, "the trainer's pipeline stages per dp rank (trainer --pp; 0 or 1: none): the plan levels micro-batches for the pipeline; only stage 0 of each dp rank receives data")
 	fs.IntVar(&c.Plan.GlobalBatch, "global-batch", c.Plan.GlobalBatch, "samples per step, all ranks together")
 	fs.IntVar(&c.Plan.GlobalTokens, "global-tokens", 0, "tokens per step instead of --global-batch: text tokens, with --pack text + image tokens")
 	fs.IntVar(&c.Plan.Budget.MaxSamples, "mb-max-samples", 0, "micro-batch budget: most samples (0: none)")
@@ -77,6 +77,9 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	var err error
 	if c.Plan.Placement, err = balancer.ParsePlacement(j.placement); err != nil {
 		return c, err
+	}
+	if c.Plan.PP == 1 {
+		c.Plan.PP = 0 // one stage is no pipeline: the same plan (and plan hash) as without --pp
 	}
 	if c.Plan.Sync, err = balancer.ParseSync(j.sync); err != nil {
 		return c, err
