@@ -94,6 +94,13 @@ class ShardSet:
         except (OSError, pa.ArrowInvalid) as err:
             raise ShardError(f"shards: {self.location}: {name}: {err}") from err
 
+    def schema(self, file: int) -> pa.Schema:
+        """The schema (with its metadata) of a data file."""
+        r = self._readers.get(file)
+        if r is None:
+            r = self._readers[file] = self._open(self.files[file]["path"])
+        return r.schema
+
     def record(self, file: int, record: int) -> pa.RecordBatch:
         """One record batch of a data file (kept in a small LRU cache)."""
         key = (file, record)
