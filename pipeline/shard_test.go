@@ -96,7 +96,7 @@ func readRecords(t *testing.T, path string, mem memory.Allocator) []arrow.Record
 func TestShardEpochIndexes(t *testing.T) {
 	input := corpus(t, 200, "jsonl")
 	for _, tc := range []struct {
-		store, dtype, codec string
+		store, dtype, codec   string
 		partSteps, recordRows int
 	}{
 		{StoreTensor, proto.DTypeFloat16, CompressZstd, 0, 0},
