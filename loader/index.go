@@ -98,7 +98,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 		ix.Entries = append(ix.Entries, e)
 	}
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
-	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries)
+	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries, ix.opts.Remote)
 	return ix, nil
 }
 
@@ -194,6 +194,9 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	case refFile:
 		return readFileRange(ctx, e, 0, want, true)
 	case refTar:
+		if ix.opts.Remote != nil {
+			return readRemote(ctx, ix.opts.Remote, e, want)
+		}
 		return readFileRange(ctx, e, e.ref.off, want, false)
 	case refTarGz:
 		return ix.gz.read(ctx, e, want)

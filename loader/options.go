@@ -65,6 +65,10 @@ type Options struct {
 	// (one private folder, removed by Index.Close; the disk it takes is the
 	// inflated size of the shards read). Default: os.TempDir().
 	SpoolDir string
+	// Remote, when set, is the object store Open reads the dataset from (path
+	// is then a key, a prefix or a brace pattern of keys); only WebDataset
+	// shards are read this way (see Remote).
+	Remote Remote `json:"-"`
 	// OnReject receives every quarantined sample, from the goroutine that
 	// calls Next or Scan. Nil: rejects are only counted in Stats. Use
 	// (*QuarantineWriter).Func to write quarantine.jsonl.

@@ -21,6 +21,9 @@ func Open(path string, opts Options) (Source, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	if opts.Remote != nil {
+		return openRemote(context.Background(), opts.Remote, path, opts)
+	}
 	format, files, err := detect(path, opts.Format)
 	if err != nil {
 		return nil, err

@@ -62,6 +62,8 @@ type tarSource struct {
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
 	open    func(string) (io.ReadSeekCloser, error)
+	stream  func(string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
+	ctxr    *ctxStream                          // pr of a remote plain tar, else nil
 	keys    wdsKeys
 }
 
@@ -91,7 +93,7 @@ func (s *tarSource) closeShard() error {
 		return nil
 	}
 	err := s.pr.Close()
-	s.pr, s.gz, s.tr, s.pending, s.broken = nil, nil, nil, nil, ""
+	s.pr, s.gz, s.ctxr, s.tr, s.pending, s.broken = nil, nil, nil, nil, nil, ""
 	return err
 }
 
@@ -103,6 +105,9 @@ func (s *tarSource) openNext() error {
 	s.cur++
 	if s.cur >= len(s.shards) {
 		return io.EOF
+	}
+	if s.stream != nil {
+		return s.openStream()
 	}
 	f, err := s.open(s.shards[s.cur])
 	if err != nil {
@@ -124,9 +129,24 @@ func (s *tarSource) openNext() error {
 	return nil
 }
 
+// openStream starts reading a remote shard as a stream (size unknown).
+func (s *tarSource) openStream() error {
+	rc, err := s.stream(s.shards[s.cur])
+	if err != nil {
+		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	if isGzipShard(s.shards[s.cur]) {
+		return s.openGz(rc)
+	}
+	c := &ctxStream{r: rc, ctx: context.Background()}
+	s.pr, s.ctxr, s.size = c, c, -1
+	s.tr = tar.NewReader(c)
+	return nil
+}
+
 // openGz starts reading a .tar.gz shard; a stream that is not gzip is a
 // broken shard (one reject), not a failed source.
-func (s *tarSource) openGz(f io.ReadSeekCloser) error {
+func (s *tarSource) openGz(f io.ReadCloser) error {
 	gz, err := newGzStream(f)
 	if err != nil {
 		f.Close()
@@ -158,6 +178,9 @@ func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, er
 		}
 		if s.gz != nil {
 			s.gz.ctx = ctx
+		}
+		if s.ctxr != nil {
+			s.ctxr.ctx = ctx
 		}
 		g, ok := s.readGroup(ctx, withImage)
 		if err := ctx.Err(); err != nil { // a read cut short by ctx is no reject
@@ -274,7 +297,7 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 		if withImage {
 			return s.readData(ctx, g, hdr, &g.img)
 		}
-		if s.gz != nil { // a stream's member is known whole only once inflated
+		if s.size < 0 { // a stream's member is known whole only once read
 			return s.skipData(g, hdr)
 		}
 	case s.keys.text(ext):

@@ -94,11 +94,12 @@ func finishGz(g *gzStream) string {
 // and read by offset from there like a plain tar. Safe for concurrent use;
 // reads of one shard wait for its inflation. Close removes the folder.
 type gzSpools struct {
-	base string           // Options.SpoolDir
-	ends map[string]int64 // shard -> inflated bytes the index needs
-	mu   sync.Mutex
-	dir  string // created on first use
-	all  map[string]*gzSpool
+	base   string           // Options.SpoolDir
+	remote Remote           // Options.Remote: shards are its keys; nil: local files
+	ends   map[string]int64 // shard -> inflated bytes the index needs
+	mu     sync.Mutex
+	dir    string // created on first use
+	all    map[string]*gzSpool
 }
 
 type gzSpool struct {
@@ -107,14 +108,14 @@ type gzSpool struct {
 	n    int64  // bytes in it
 }
 
-func newGzSpools(base string, entries []Entry) *gzSpools {
+func newGzSpools(base string, entries []Entry, remote Remote) *gzSpools {
 	ends := map[string]int64{}
 	for _, e := range entries {
 		if e.ref.kind == refTarGz {
 			ends[e.ref.path] = max(ends[e.ref.path], e.ref.off+e.ImageSize)
 		}
 	}
-	return &gzSpools{base: base, ends: ends, all: map[string]*gzSpool{}}
+	return &gzSpools{base: base, remote: remote, ends: ends, all: map[string]*gzSpool{}}
 }
 
 // read returns want bytes of e's image from its shard's inflated copy.
@@ -154,7 +155,7 @@ func (g *gzSpools) spool(ctx context.Context, shard string) (string, error) {
 		return sp.path, nil
 	}
 	dst := filepath.Join(dir, strconv.Itoa(n)+".tar")
-	written, err := inflateTo(ctx, shard, dst, limit)
+	written, err := inflateTo(ctx, g.opener(), shard, dst, limit)
 	if err != nil {
 		os.Remove(dst)
 		return "", err // not kept: the next read tries again
@@ -166,8 +167,8 @@ func (g *gzSpools) spool(ctx context.Context, shard string) (string, error) {
 // inflateTo writes the first limit inflated bytes of the gzip file src to
 // dst. A stream that ends (or breaks) earlier leaves a shorter copy: reads
 // past its end fail with ErrStale, as for a plain tar that shrank.
-func inflateTo(ctx context.Context, src, dst string, limit int64) (int64, error) {
-	f, _, err := openRegular(src)
+func inflateTo(ctx context.Context, open func(context.Context, string) (io.ReadCloser, error), src, dst string, limit int64) (int64, error) {
+	f, err := open(ctx, src)
 	if err != nil {
 		return 0, err
 	}
@@ -190,6 +191,17 @@ func inflateTo(ctx context.Context, src, dst string, limit int64) (int64, error)
 
 func isGzipDataErr(err error) bool {
 	return errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || strings.Contains(err.Error(), "flate")
+}
+
+// opener opens a shard for inflating: a remote object or a local file.
+func (g *gzSpools) opener() func(context.Context, string) (io.ReadCloser, error) {
+	if g.remote != nil {
+		return g.remote.Open
+	}
+	return func(_ context.Context, p string) (io.ReadCloser, error) {
+		f, _, err := openRegular(p)
+		return f, err
+	}
 }
 
 // Close removes the inflated copies.

@@ -1,0 +1,132 @@
+package loader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// memRemote is an in-memory Remote that counts what it serves.
+type memRemote struct {
+	mu      sync.Mutex
+	objs    map[string][]byte
+	opens   int
+	ranges  int
+	maxRead int64 // largest ranged read
+}
+
+func (m *memRemote) List(_ context.Context, prefix string) ([]string, error) {
+	var out []string
+	for k := range m.objs {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func (m *memRemote) Open(_ context.Context, key string) (io.ReadCloser, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[key]
+	if !ok {
+		return nil, errors.New("no such key " + key)
+	}
+	m.opens++
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func (m *memRemote) ReadRange(_ context.Context, key string, off, n int64) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.objs[key]
+	if !ok {
+		return nil, errors.New("no such key " + key)
+	}
+	m.ranges++
+	m.maxRead = max(m.maxRead, n)
+	end := min(off+n, int64(len(b)))
+	return append([]byte(nil), b[min(off, end):end]...), nil
+}
+
+// TestRemoteShards reads WebDataset shards from a Remote: a key, a prefix, a
+// brace pattern; plain and gzip; each image re-read with one ranged read of
+// its own size (a .tar.gz shard through one inflated copy); a truncated
+// object quarantined as broken_tar.
+func TestRemoteShards(t *testing.T) {
+	shard := func(p string) []byte {
+		var ms []member
+		for k := range 3 {
+			key := p + string(rune('0'+k))
+			ms = append(ms, member{key + ".jpg", strings.Repeat(key, 100)}, member{key + ".txt", "caption " + key})
+		}
+		return tarBytes(t, ms)
+	}
+	r := &memRemote{objs: map[string][]byte{
+		"ds/a-000.tar":    shard("a"),
+		"ds/a-001.tar.gz": gzBytes(t, shard("b")),
+		"ds/readme.md":    []byte("not a shard"),
+		"other/c.tar":     shard("c"),
+		"cut/d.tar":       shard("d")[:2100],
+	}}
+	tests := []struct {
+		path, ids, broken string
+	}{
+		{"ds", "a0,a1,a2,b0,b1,b2", ""},
+		{"ds/", "a0,a1,a2,b0,b1,b2", ""},
+		{"ds/a-{000.tar,001.tar.gz}", "a0,a1,a2,b0,b1,b2", ""},
+		{"other/c.tar", "c0,c1,c2", ""},
+		{"cut/d.tar", "d0", "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			var rejects []Reject
+			ix, err := BuildIndex(context.Background(), tt.path, Options{Remote: r, SpoolDir: t.TempDir(),
+				OnReject: func(rj Reject) { rejects = append(rejects, rj) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ix.Close()
+			var got []string
+			for _, e := range ix.Entries {
+				got = append(got, e.ID)
+				img, err := ix.ReadImage(e)
+				if err != nil || string(img) != strings.Repeat(e.ID, 100) {
+					t.Errorf("%s: read %q, %v", e.ID, img, err)
+				}
+			}
+			if g := strings.Join(got, ","); g != tt.ids {
+				t.Errorf("ids %s, want %s", g, tt.ids)
+			}
+			if tt.broken != "" && !hasReject(rejects, ReasonBrokenTar, tt.broken) {
+				t.Errorf("no broken_tar reject with %q: %+v", tt.broken, rejects)
+			}
+		})
+	}
+	if r.maxRead > 200 {
+		t.Errorf("largest ranged read %d bytes, want one image (200)", r.maxRead)
+	}
+	if _, err := Open("ds/readme.md", Options{Remote: r}); !errors.Is(err, ErrNoData) {
+		t.Errorf("a non-shard key: got %v, want ErrNoData", err)
+	}
+	if _, err := Open("ds/x.tar", Options{Remote: r, Format: FormatJSONL}); !errors.Is(err, ErrUnknownFormat) {
+		t.Errorf("a manifest on a Remote: got %v, want ErrUnknownFormat", err)
+	}
+	src, err := Open("ds/a-{000..001}.tar", Options{Remote: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := Scan(context.Background(), src); err == nil || !strings.Contains(err.Error(), "ds/a-001.tar") {
+		t.Errorf("a missing shard key: got %v, want an error naming it", err)
+	}
+	if _, err := Open("nothing", Options{Remote: r}); !errors.Is(err, ErrNoData) {
+		t.Errorf("an empty prefix: got %v, want ErrNoData", err)
+	}
+}
