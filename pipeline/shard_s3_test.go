@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,5 +172,90 @@ func TestStageInputFromS3(t *testing.T) {
 	}
 	if plans[0] != plans[1] {
 		t.Errorf("plan of the staged copy %.12s differs from the original's %.12s", plans[1], plans[0])
+	}
+}
+
+// TestStreamInputFromS3 uploads WebDataset shards (and gzipped copies) to the fake S3
+// and shards them from there by prefix and by object: nothing is staged, and the plan
+// equals the local one.
+func TestStreamInputFromS3(t *testing.T) {
+	endpoint := fakeS3(t, "data")
+	q := fmt.Sprintf("?endpoint=%s&region=us-east-1&use_path_style=true&disable_https=true", endpoint)
+	local := corpus(t, 60, "wds")
+	ctx := context.Background()
+	st, err := OpenStore(ctx, "s3://data/wds"+q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	shards, _ := filepath.Glob(filepath.Join(local, "*.tar"))
+	if len(shards) == 0 {
+		t.Fatalf("no shards in %s", local)
+	}
+	for _, p := range shards {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteFile(ctx, filepath.Base(p), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteFile(ctx, "gz/"+filepath.Base(p)+".gz", func(w io.Writer) error {
+			zw := gzip.NewWriter(w)
+			if _, err := zw.Write(b); err != nil {
+				return err
+			}
+			return zw.Close()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := t.TempDir()
+	hashes := map[string]string{}
+	urls := []string{"s3://data/wds/gz" + q, "s3://data/wds/" + filepath.Base(shards[0]) + q, "s3://data/wds/gz/" + filepath.Base(shards[0]) + ".gz" + q}
+	for _, url := range urls {
+		in, err := OpenInput(ctx, url, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Remote == nil || in.Staged {
+			t.Fatalf("%s: got %+v, want a streamed input", url, in)
+		}
+		cfg := testConfig(in.Path)
+		cfg.Loader.Remote = in.Remote
+		sum, prep, err := runShard(t, cfg, t.TempDir(), DefaultShardOptions(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := prep.Plan(balancer.StrategyMmfeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes[url] = plan.Hash()
+		if sum.Rows == 0 {
+			t.Errorf("%s: no rows written", url)
+		}
+		mustOK(t, in.Close())
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+		t.Errorf("the input cache holds %d entries, want none (streamed)", len(entries))
+	}
+	prep, err := Prepare(ctx, testConfig(local), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	plan, err := prep.Plan(balancer.StrategyMmfeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range urls {
+		if len(shards) == 1 && hashes[url] != plan.Hash() {
+			t.Errorf("plan from %s %.12s, local %.12s", url, hashes[url], plan.Hash())
+		}
+	}
+	in, err := OpenInput(ctx, "s3://data/wds/nothing.jsonl"+q, cache)
+	if err == nil || in.Remote != nil {
+		t.Errorf("a manifest URL: got %+v, %v; want staging (which fails: no such object)", in, err)
 	}
 }
