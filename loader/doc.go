@@ -51,6 +51,12 @@
 //
 // Multi-file inputs are read in lexical path order.
 //
+// With Options.Remote set (see remote.go), PATH is an object key, a prefix or
+// a brace pattern of keys on object storage, and only WebDataset shards are
+// read: each shard is streamed from its first byte (members grouped as they
+// arrive, image data of a scan read and dropped, nothing staged on disk), and
+// Index re-reads an image with one ranged read of its size.
+//
 // # Hostile input
 //
 // Every source reads only regular files: a named pipe, device, socket or

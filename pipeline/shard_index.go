@@ -345,6 +345,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 func fingerprint(prep *Prepared, plan *balancer.Plan, o ShardOptions) string {
 	h := sha256.New()
 	c := prep.Config
+	o.RecordRows = o.recordRows() // 0 and 1 write the same files
 	json.NewEncoder(h).Encode(struct {
 		Plan      string
 		Seen      int64
