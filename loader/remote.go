@@ -64,29 +64,41 @@ func openRemote(ctx context.Context, r Remote, path string, opts Options) (Sourc
 		return nil, fmt.Errorf("%w: no .tar, .tar.gz or .tgz objects under %s", ErrNoData, path)
 	}
 	src := newTarSource(shards, opts)
-	src.stream = func(key string) (io.ReadCloser, error) { return r.Open(context.Background(), key) }
+	src.stream = r.Open
 	return src, nil
 }
 
 // ctxStream is an unseekable shard stream (a remote object) that counts its
-// offset and fails with the context's error once it is done.
+// offset. ctx is the current Next call's: once it is done, reads fail with
+// its error, and a read blocked on the network is aborted by cancelling the
+// stream (cancel ends the context the object was opened with).
 type ctxStream struct {
-	r   io.ReadCloser
-	pos int64
-	ctx context.Context
+	r      io.ReadCloser
+	pos    int64
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func (c *ctxStream) Read(b []byte) (int, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
+	stop := context.AfterFunc(c.ctx, c.cancel)
 	n, err := c.r.Read(b[:min(len(b), readChunk)])
+	stop()
 	c.pos += int64(n)
+	if err != nil && c.ctx.Err() != nil {
+		err = c.ctx.Err()
+	}
 	return n, err
 }
 
 func (c *ctxStream) offset() int64 { return c.pos }
-func (c *ctxStream) Close() error  { return c.r.Close() }
+
+func (c *ctxStream) Close() error {
+	c.cancel()
+	return c.r.Close()
+}
 
 // readRemote re-reads want bytes of e's image with one ranged read.
 func readRemote(ctx context.Context, r Remote, e Entry, want int64) ([]byte, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // memRemote is an in-memory Remote that counts what it serves.
@@ -128,5 +129,48 @@ func TestRemoteShards(t *testing.T) {
 	}
 	if _, err := Open("nothing", Options{Remote: r}); !errors.Is(err, ErrNoData) {
 		t.Errorf("an empty prefix: got %v, want ErrNoData", err)
+	}
+}
+
+// hangRemote serves objects whose bytes never arrive: a read blocks until the
+// context the object was opened with is done.
+type hangRemote struct{ memRemote }
+
+type hangReader struct{ ctx context.Context }
+
+func (h hangReader) Read([]byte) (int, error) { <-h.ctx.Done(); return 0, h.ctx.Err() }
+func (h hangReader) Close() error             { return nil }
+
+func (h *hangRemote) Open(ctx context.Context, _ string) (io.ReadCloser, error) {
+	return hangReader{ctx}, nil
+}
+
+// TestRemoteReadIsCancellable: a shard whose bytes stall does not hang Next:
+// the caller's deadline aborts the blocked read.
+func TestRemoteReadIsCancellable(t *testing.T) {
+	for _, key := range []string{"s.tar", "s.tar.gz"} {
+		t.Run(key, func(t *testing.T) {
+			var rejects []Reject
+			src, err := Open(key, Options{Remote: &hangRemote{}, OnReject: func(r Reject) { rejects = append(rejects, r) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { _, err := src.Next(ctx); done <- err }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Next: got %v, want context.DeadlineExceeded", err)
+				}
+				if len(rejects) != 0 {
+					t.Errorf("a cancelled read quarantined %+v, want nothing", rejects)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Next still blocked 10 s after its deadline")
+			}
+		})
 	}
 }

@@ -62,8 +62,8 @@ type tarSource struct {
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
 	open    func(string) (io.ReadSeekCloser, error)
-	stream  func(string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
-	ctxr    *ctxStream                          // pr of a remote plain tar, else nil
+	stream  func(context.Context, string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
+	ctxr    *ctxStream                                           // the open remote stream, else nil
 	keys    wdsKeys
 }
 
@@ -98,7 +98,7 @@ func (s *tarSource) closeShard() error {
 }
 
 // openNext opens the next shard; io.EOF when none is left.
-func (s *tarSource) openNext() error {
+func (s *tarSource) openNext(ctx context.Context) error {
 	if err := s.closeShard(); err != nil {
 		return fmt.Errorf("loader: close %s: %w", s.shards[s.cur], err)
 	}
@@ -107,7 +107,7 @@ func (s *tarSource) openNext() error {
 		return io.EOF
 	}
 	if s.stream != nil {
-		return s.openStream()
+		return s.openStream(ctx)
 	}
 	f, err := s.open(s.shards[s.cur])
 	if err != nil {
@@ -129,17 +129,28 @@ func (s *tarSource) openNext() error {
 	return nil
 }
 
-// openStream starts reading a remote shard as a stream (size unknown).
-func (s *tarSource) openStream() error {
-	rc, err := s.stream(s.shards[s.cur])
+// openStream starts reading a remote shard as a stream (size unknown). The
+// stream lives until the shard is closed; a done ctx of the Next call that
+// reads it aborts a blocked open or read.
+func (s *tarSource) openStream(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	rc, err := s.stream(sctx, s.shards[s.cur])
+	stop()
+	if err == nil && ctx.Err() != nil {
+		rc.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
+		cancel()
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}
+	c := &ctxStream{r: rc, ctx: ctx, cancel: cancel}
+	s.ctxr = c
 	if isGzipShard(s.shards[s.cur]) {
-		return s.openGz(rc)
+		return s.openGz(c)
 	}
-	c := &ctxStream{r: rc, ctx: context.Background()}
-	s.pr, s.ctxr, s.size = c, c, -1
+	s.pr, s.size = c, -1
 	s.tr = tar.NewReader(c)
 	return nil
 }
@@ -150,6 +161,9 @@ func (s *tarSource) openGz(f io.ReadCloser) error {
 	gz, err := newGzStream(f)
 	if err != nil {
 		f.Close()
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err // cut short by the caller: no reject
+		}
 		s.broken = "gzip: " + err.Error()
 		return nil
 	}
@@ -167,7 +181,7 @@ func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, er
 			return Entry{}, nil, err
 		}
 		if s.tr == nil && s.broken == "" {
-			if err := s.openNext(); err != nil {
+			if err := s.openNext(ctx); err != nil {
 				return Entry{}, nil, err
 			}
 		}
