@@ -37,7 +37,12 @@ func (in Input) Close() error {
 // they arrive and re-reads an image with one ranged read, so nothing is copied and
 // memory stays bounded. Other URLs (a JSONL manifest and its images, Parquet, an image
 // folder) are staged into cacheDir with StageInput; a plain path is returned as it is.
+// An http(s) URL must name shards (one, or a brace pattern): they are streamed with GET
+// and ranged GETs.
 func OpenInput(ctx context.Context, input, cacheDir string) (Input, error) {
+	if isHTTP(input) {
+		return openHTTPInput(input)
+	}
 	if !IsURL(input) || strings.HasPrefix(input, "file://") {
 		local, err := StageInput(ctx, input, cacheDir)
 		return Input{Path: local}, err

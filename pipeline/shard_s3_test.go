@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -257,5 +259,64 @@ func TestStreamInputFromS3(t *testing.T) {
 	in, err := OpenInput(ctx, "s3://data/wds/nothing.jsonl"+q, cache)
 	if err == nil || in.Remote != nil {
 		t.Errorf("a manifest URL: got %+v, %v; want staging (which fails: no such object)", in, err)
+	}
+}
+
+// TestStreamInputFromHTTP shards WebDataset shards served over HTTP (a brace pattern and
+// one gzipped shard), with ranged GETs for the images: the plan equals the local one.
+func TestStreamInputFromHTTP(t *testing.T) {
+	local := corpus(t, 60, "wds")
+	shard := filepath.Join(local, "shard-000000.tar")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(b)
+	zw.Close()
+	mustOK(t, os.WriteFile(shard+".gz", gz.Bytes(), 0o644))
+	var ranged atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			ranged.Add(1)
+		}
+		http.FileServer(http.Dir(local)).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	prep, err := Prepare(ctx, testConfig(shard), nil) // the .tar alone (the folder now holds its .tar.gz copy too)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	want, err := prep.Plan(balancer.StrategyMmfeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{srv.URL + "/shard-{000000..000000}.tar", srv.URL + "/shard-000000.tar.gz"} {
+		in, err := OpenInput(ctx, url, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(in.Path)
+		cfg.Loader.Remote = in.Remote
+		sum, p, err := runShard(t, cfg, t.TempDir(), DefaultShardOptions(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := p.Plan(balancer.StrategyMmfeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Hash() != want.Hash() || sum.Rows == 0 {
+			t.Errorf("%s: plan %.12s (%d rows), local %.12s", url, plan.Hash(), sum.Rows, want.Hash())
+		}
+	}
+	if ranged.Load() == 0 {
+		t.Error("no ranged GET: images were not re-read by range")
+	}
+	if _, err := OpenInput(ctx, srv.URL+"/manifest.jsonl", t.TempDir()); err == nil {
+		t.Error("an http manifest URL was accepted, want an error naming shards")
 	}
 }

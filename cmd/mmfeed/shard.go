@@ -28,7 +28,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.JPEGQuality, "jpeg-quality", o.JPEGQuality, "JPEG quality of --store jpeg, 1..100")
 	fs.StringVar(&o.Compression, "compression", o.Compression, "Arrow IPC buffer compression: zstd, lz4 or none")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
-	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) that is not WebDataset shards is copied before indexing (shards are streamed)")
+	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) that is not WebDataset shards is copied before indexing (shards, also https://, are streamed)")
 	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
