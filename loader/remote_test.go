@@ -174,3 +174,39 @@ func TestRemoteReadIsCancellable(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRemoteTar feeds arbitrary bytes as a remote (unseekable) shard.
+func FuzzRemoteTar(f *testing.F) {
+	f.Add(tarBytes(f, []member{{"1.jpg", "i"}, {"1.txt", "t"}, {"2.json", `{"caption":"c"}`}, {"2.png", "p"}}), false)
+	f.Add(tarBytes(f, []member{{"x.jpg", "i"}})[:700], false)
+	f.Add(gzBytes(f, tarBytes(f, []member{{"1.jpg", "i"}, {"1.txt", "t"}})), true)
+	f.Fuzz(func(t *testing.T, data []byte, gz bool) {
+		key := "f.tar"
+		if gz {
+			key = "f.tar.gz"
+		}
+		r := &memRemote{objs: map[string][]byte{key: data}}
+		src, err := Open(key, Options{Remote: r, MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		n := 0
+		for {
+			s, err := src.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if len(s.Image) == 0 || CheckCaption(s.Text) != "" {
+				t.Errorf("emitted a bad sample %+v", s)
+			}
+			n++
+		}
+		if st := src.Stats(); st.Seen != st.Emitted+st.Quarantined || st.Emitted != int64(n) {
+			t.Errorf("stats %+v, emitted %d", st, n)
+		}
+	})
+}
