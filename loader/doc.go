@@ -23,8 +23,11 @@
 //     image (.jpg .jpeg .png .webp) and a caption (.txt, or .json with a
 //     "caption" or "text" field, optionally "id"); Options.WDSImageKeys and
 //     WDSTextKeys change these extensions and fields. Shards are read as streams
-//     with archive/tar; compressed shards (.tar.gz) are refused with a hint
-//     to gunzip them (images are read back by offset). A brace pattern
+//     with archive/tar; gzip-compressed shards (.tar.gz, .tgz; concatenated
+//     gzip members too) through compress/gzip, with the same grouping, and
+//     offsets in the inflated tar (see wdsgz.go: Index re-reads them from
+//     one inflated copy per shard under Options.SpoolDir, removed by
+//     Index.Close). A brace pattern
 //     "data-{000000..000099}.tar" or "{a,b}/s.tar" names a list of files
 //     that must all exist.
 //   - Parquet: a .parquet file, a folder or a glob of them. The image column
@@ -48,6 +51,12 @@
 //
 // Multi-file inputs are read in lexical path order.
 //
+// With Options.Remote set (see remote.go), PATH is an object key, a prefix or
+// a brace pattern of keys on object storage, and only WebDataset shards are
+// read: each shard is streamed from its first byte (members grouped as they
+// arrive, image data of a scan read and dropped, nothing staged on disk), and
+// Index re-reads an image with one ranged read of its size.
+//
 // # Hostile input
 //
 // Every source reads only regular files: a named pipe, device, socket or
@@ -60,7 +69,12 @@
 // context between 1 MiB chunks. WebDataset member names that leave the
 // archive ("../x.jpg", "/etc/x.jpg") are quarantined as "escapes_root", and
 // a member cut short by the end of the shard as "broken_tar" while
-// indexing. The race between a directory check and a later open (a
+// indexing. In a .tar.gz shard, a truncated or corrupt stream is a
+// "broken_tar" of the sample it breaks (or of the shard, for a bad gzip
+// header or trailer checksum, the samples before it being kept); members
+// are checked against MaxImageBytes and MaxCaptionBytes before they are
+// inflated into memory, and skipping inflated data checks the context, so a
+// gzip bomb costs time that Ctrl-C ends, never memory. The race between a directory check and a later open (a
 // directory swapped for a link after the scan) is not defended against:
 // the final path component is, directories are checked once per scan.
 //

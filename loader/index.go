@@ -16,6 +16,7 @@ const (
 	refNone    refKind = iota // foreign source: cannot re-read
 	refFile                   // a whole file at path
 	refTar                    // size bytes at offset off of the tar at path
+	refTarGz                  // size bytes at offset off of the inflated .tar.gz at path
 	refParquet                // row row of row group rg of the Parquet file at path
 )
 
@@ -54,6 +55,7 @@ type Index struct {
 
 	opts Options
 	pq   *rowGroupCache
+	gz   *gzSpools
 }
 
 // Scan reads all entries of src into an Index. Built-in sources (from Open)
@@ -96,6 +98,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 		ix.Entries = append(ix.Entries, e)
 	}
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
+	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries, ix.opts.Remote)
 	return ix, nil
 }
 
@@ -191,7 +194,12 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	case refFile:
 		return readFileRange(ctx, e, 0, want, true)
 	case refTar:
+		if ix.opts.Remote != nil {
+			return readRemote(ctx, ix.opts.Remote, e, want)
+		}
 		return readFileRange(ctx, e, e.ref.off, want, false)
+	case refTarGz:
+		return ix.gz.read(ctx, e, want)
 	case refParquet:
 		img, err := ix.pq.image(ix.opts, e.ref)
 		if err != nil {
@@ -230,9 +238,13 @@ func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool
 	return buf, nil
 }
 
-// Close releases cached Parquet row groups. The index stays readable.
+// Close releases cached Parquet row groups and removes the inflated copies
+// of .tar.gz shards. The index stays readable (a later read inflates again).
 func (ix *Index) Close() error {
 	ix.pq.clear()
+	if ix.gz != nil {
+		return ix.gz.close()
+	}
 	return nil
 }
 

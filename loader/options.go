@@ -61,6 +61,14 @@ type Options struct {
 	// "txt" takes a whole member, "json:caption" a field of a JSON member
 	// (a dotted path for nested fields). Default DefaultWDSTextKeys.
 	WDSTextKeys string
+	// SpoolDir is where Index.ReadImage inflates .tar.gz shards it re-reads
+	// (one private folder, removed by Index.Close; the disk it takes is the
+	// inflated size of the shards read). Default: os.TempDir().
+	SpoolDir string
+	// Remote, when set, is the object store Open reads the dataset from (path
+	// is then a key, a prefix or a brace pattern of keys); only WebDataset
+	// shards are read this way (see Remote).
+	Remote Remote `json:"-"`
 	// OnReject receives every quarantined sample, from the goroutine that
 	// calls Next or Scan. Nil: rejects are only counted in Stats. Use
 	// (*QuarantineWriter).Func to write quarantine.jsonl.

@@ -21,6 +21,9 @@ func Open(path string, opts Options) (Source, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	if opts.Remote != nil {
+		return openRemote(context.Background(), opts.Remote, path, opts)
+	}
 	format, files, err := detect(path, opts.Format)
 	if err != nil {
 		return nil, err
@@ -55,10 +58,7 @@ func detect(path, forced string) (string, []string, error) {
 			format = formatOfExt(path)
 		}
 		if format == FormatAuto || format == FormatFolder {
-			if lower := strings.ToLower(path); strings.HasSuffix(lower, ".tar.gz") || strings.HasSuffix(lower, ".tgz") {
-				return "", nil, fmt.Errorf("%w: %s: compressed shards are not read (images are read back by offset): gunzip them to .tar", ErrUnknownFormat, path)
-			}
-			return "", nil, fmt.Errorf("%w: %s (want .jsonl, .tar or .parquet)", ErrUnknownFormat, path)
+			return "", nil, fmt.Errorf("%w: %s (want .jsonl, .tar, .tar.gz or .parquet)", ErrUnknownFormat, path)
 		}
 		return format, []string{path}, nil
 	}
@@ -138,7 +138,7 @@ func detectDir(dir, forced string) (string, []string, error) {
 	return FormatFolder, nil, nil
 }
 
-// listDataFiles walks dir and groups .tar and .parquet files by format, in
+// listDataFiles walks dir and groups .tar (.tar.gz, .tgz) and .parquet files by format, in
 // lexical order.
 func listDataFiles(dir string) (map[string][]string, error) {
 	out := map[string][]string{}
@@ -160,6 +160,9 @@ func listDataFiles(dir string) (map[string][]string, error) {
 }
 
 func formatOfExt(p string) string {
+	if isGzipShard(p) {
+		return FormatWDS
+	}
 	switch strings.ToLower(filepath.Ext(p)) {
 	case ".jsonl":
 		return FormatJSONL

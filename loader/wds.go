@@ -55,12 +55,15 @@ type tarSource struct {
 	base
 	shards  []string
 	cur     int // index of the open shard, len(shards) when done
-	pr      *posReader
-	size    int64 // of the open shard
+	pr      shardStream
+	gz      *gzStream // pr of a .tar.gz shard, else nil
+	size    int64     // of the open shard; -1 for a .tar.gz (unknown until inflated)
 	tr      *tar.Reader
 	pending *tar.Header // first member of the next group, data not yet read
 	broken  string      // tar error to report before moving to the next shard
 	open    func(string) (io.ReadSeekCloser, error)
+	stream  func(context.Context, string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
+	ctxr    *ctxStream                                           // the open remote stream, else nil
 	keys    wdsKeys
 }
 
@@ -89,13 +92,13 @@ func (s *tarSource) closeShard() error {
 	if s.pr == nil {
 		return nil
 	}
-	err := s.pr.f.Close()
-	s.pr, s.tr, s.pending, s.broken = nil, nil, nil, ""
+	err := s.pr.Close()
+	s.pr, s.gz, s.ctxr, s.tr, s.pending, s.broken = nil, nil, nil, nil, nil, ""
 	return err
 }
 
 // openNext opens the next shard; io.EOF when none is left.
-func (s *tarSource) openNext() error {
+func (s *tarSource) openNext(ctx context.Context) error {
 	if err := s.closeShard(); err != nil {
 		return fmt.Errorf("loader: close %s: %w", s.shards[s.cur], err)
 	}
@@ -103,9 +106,15 @@ func (s *tarSource) openNext() error {
 	if s.cur >= len(s.shards) {
 		return io.EOF
 	}
+	if s.stream != nil {
+		return s.openStream(ctx)
+	}
 	f, err := s.open(s.shards[s.cur])
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	if isGzipShard(s.shards[s.cur]) {
+		return s.openGz(f)
 	}
 	size, err := f.Seek(0, io.SeekEnd)
 	if err == nil {
@@ -120,6 +129,49 @@ func (s *tarSource) openNext() error {
 	return nil
 }
 
+// openStream starts reading a remote shard as a stream (size unknown). The
+// stream lives until the shard is closed; a done ctx of the Next call that
+// reads it aborts a blocked open or read.
+func (s *tarSource) openStream(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	rc, err := s.stream(sctx, s.shards[s.cur])
+	stop()
+	if err == nil && ctx.Err() != nil {
+		rc.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		cancel()
+		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
+	}
+	c := &ctxStream{r: rc, ctx: ctx, cancel: cancel}
+	s.ctxr = c
+	if isGzipShard(s.shards[s.cur]) {
+		return s.openGz(c)
+	}
+	s.pr, s.size = c, -1
+	s.tr = tar.NewReader(c)
+	return nil
+}
+
+// openGz starts reading a .tar.gz shard; a stream that is not gzip is a
+// broken shard (one reject), not a failed source.
+func (s *tarSource) openGz(f io.ReadCloser) error {
+	gz, err := newGzStream(f)
+	if err != nil {
+		f.Close()
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err // cut short by the caller: no reject
+		}
+		s.broken = "gzip: " + err.Error()
+		return nil
+	}
+	s.pr, s.gz, s.size = gz, gz, -1
+	s.tr = tar.NewReader(gz)
+	return nil
+}
+
 func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, error) {
 	if s.closed {
 		return Entry{}, nil, ErrClosed
@@ -128,15 +180,21 @@ func (s *tarSource) next(ctx context.Context, withImage bool) (Entry, []byte, er
 		if err := ctx.Err(); err != nil {
 			return Entry{}, nil, err
 		}
-		if s.tr == nil {
-			if err := s.openNext(); err != nil {
+		if s.tr == nil && s.broken == "" {
+			if err := s.openNext(ctx); err != nil {
 				return Entry{}, nil, err
 			}
 		}
 		if s.broken != "" {
 			s.reject("", s.shardLoc(""), ReasonBrokenTar, s.broken)
-			s.tr = nil
+			s.tr, s.broken = nil, ""
 			continue
+		}
+		if s.gz != nil {
+			s.gz.ctx = ctx
+		}
+		if s.ctxr != nil {
+			s.ctxr.ctx = ctx
 		}
 		g, ok := s.readGroup(ctx, withImage)
 		if err := ctx.Err(); err != nil { // a read cut short by ctx is no reject
@@ -171,9 +229,12 @@ func (s *tarSource) readGroup(ctx context.Context, withImage bool) (*tarGroup, b
 			hdr, err = s.tr.Next()
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
-					s.broken = fmt.Sprintf("at offset %d: %v", s.pr.pos, err)
+					s.broken = fmt.Sprintf("at offset %d: %v", s.pr.offset(), err)
 				} else {
 					s.tr = nil
+					if s.gz != nil {
+						s.broken = finishGz(s.gz)
+					}
 				}
 				return g, g != nil
 			}
@@ -237,18 +298,21 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 	}
 	switch {
 	case (s.keys.image(ext) || s.keys.image(last)) && !g.hasImage:
-		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.pos, hdr.Size
+		g.hasImage, g.imgName, g.imgOff, g.imgSize = true, path.Base(hdr.Name), s.pr.offset(), hdr.Size
 		if reason, detail := checkSize(hdr.Size, s.opts.MaxImageBytes); reason != "" {
 			g.setProblem(reason, detail)
 			return true
 		}
-		if s.pr.pos+hdr.Size > s.size { // cut short: found without reading the data
-			g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %d bytes at %d, shard ends at %d", hdr.Name, hdr.Size, s.pr.pos, s.size))
+		if s.size >= 0 && s.pr.offset()+hdr.Size > s.size { // cut short: found without reading the data
+			g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %d bytes at %d, shard ends at %d", hdr.Name, hdr.Size, s.pr.offset(), s.size))
 			g.reason = ReasonBrokenTar
 			return true
 		}
 		if withImage {
 			return s.readData(ctx, g, hdr, &g.img)
+		}
+		if s.size < 0 { // a stream's member is known whole only once read
+			return s.skipData(g, hdr)
 		}
 	case s.keys.text(ext):
 		if hdr.Size > s.opts.MaxCaptionBytes {
@@ -264,16 +328,32 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 	return true
 }
 
+// skipData inflates and drops a member's data, checking it is all there.
+func (s *tarSource) skipData(g *tarGroup, hdr *tar.Header) bool {
+	if _, err := io.CopyN(io.Discard, s.tr, hdr.Size); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return s.brokenRead(g, hdr, err)
+	}
+	return true
+}
+
 func (s *tarSource) readData(ctx context.Context, g *tarGroup, hdr *tar.Header, dst *[]byte) bool {
 	buf := make([]byte, hdr.Size)
 	if err := readFull(ctx, s.tr, buf); err != nil {
-		g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %v", hdr.Name, err))
-		g.reason = ReasonBrokenTar // a broken read wins over earlier problems
-		s.tr = nil                 // the stream cannot be trusted any more
-		return false
+		return s.brokenRead(g, hdr, err)
 	}
 	*dst = buf
 	return true
+}
+
+// brokenRead marks g broken by a failed member read and ends the shard.
+func (s *tarSource) brokenRead(g *tarGroup, hdr *tar.Header, err error) bool {
+	g.setProblem(ReasonBrokenTar, fmt.Sprintf("member %s: %v", hdr.Name, err))
+	g.reason = ReasonBrokenTar // a broken read wins over earlier problems
+	s.tr = nil                 // the stream cannot be trusted any more
+	return false
 }
 
 // addCaption takes the caption from a member with extension ext: its whole
@@ -334,5 +414,8 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 	}
 	e := Entry{ID: id, Location: g.loc, Text: g.text, ImageName: g.imgName, ImageSize: g.imgSize,
 		ref: imageRef{kind: refTar, path: s.shards[s.cur], off: g.imgOff}}
+	if s.gz != nil {
+		e.ref.kind = refTarGz
+	}
 	return e, g.img, true
 }

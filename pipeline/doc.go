@@ -13,8 +13,11 @@
 // later epochs use, one plan index per epoch and a manifest written last, into a Store (a
 // folder or an s3/gs/az/file URL through gocloud.dev/blob; objects appear only when complete).
 // A rerun with the same fingerprint keeps every part whose files still hash as recorded.
-// StageInput copies an input URL to a local cache; LoadCostModel reads the cost-model files
-// `serve` exports.
+// Data files hold one sample per record batch (ShardOptions.RecordRows), so a later epoch's
+// gather decompresses only the rows it reads. OpenInput streams WebDataset shards from an
+// input URL (a loader.Remote over the bucket: members as they arrive, images by ranged
+// reads) and stages other inputs with StageInput, which copies an input URL to a local
+// cache; LoadCostModel reads the cost-model files `serve` exports.
 //
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and

@@ -38,7 +38,16 @@ type ShardOptions struct {
 	// PartSteps splits the rank files every PartSteps steps of the first epoch, so that a
 	// crashed run redoes at most one part (0: one file per rank).
 	PartSteps int
+	// RecordRows is the most rows one record batch of a data file holds (0: 1). A
+	// micro-batch is stored as consecutive records of up to RecordRows rows, so a later
+	// epoch, which gathers rows through its index, decompresses only the records of the
+	// rows it reads: with one row per record no row is decompressed for nothing. Larger
+	// values trade that for fewer, better-compressed records.
+	RecordRows int
 }
+
+// recordRows is RecordRows with its default.
+func (o ShardOptions) recordRows() int { return max(o.RecordRows, 1) }
 
 // DefaultShardOptions: tensor, zstd, one epoch, one file per rank.
 func DefaultShardOptions() ShardOptions {
@@ -67,6 +76,9 @@ func (o ShardOptions) Validate(img string) error {
 	if o.Epochs < 1 || o.Epochs > 1<<16 {
 		return fmt.Errorf("pipeline: epochs %d not in [1,65536]", o.Epochs)
 	}
+	if o.RecordRows < 0 {
+		return fmt.Errorf("pipeline: record rows %d < 0", o.RecordRows)
+	}
 	if o.PartSteps < 0 {
 		return fmt.Errorf("pipeline: part steps %d < 0", o.PartSteps)
 	}
@@ -93,8 +105,9 @@ func RankFile(rank int) string { return fmt.Sprintf("rank-%05d.arrow", rank) }
 func PartRankFile(part, rank int) string { return fmt.Sprintf("part-%05d-rank-%05d.arrow", part, rank) }
 
 // WriteShards writes the plan's epoch into the local folder dir with the default
-// options, tensor store uncompressed: one rank-%05d.arrow per dp rank (the layout every
-// reader of older sets knows), plus shard.json and the epoch index. Summary paths
+// options, tensor store uncompressed: one rank-%05d.arrow per dp rank holding one record
+// per micro-batch (the layout every reader of older sets knows), plus shard.json and the
+// epoch index. Summary paths
 // include dir.
 func WriteShards(ctx context.Context, prep *Prepared, plan *balancer.Plan, dir string, progress func(done, total int)) (ShardSummary, error) {
 	st, err := OpenStore(ctx, dir)
@@ -104,6 +117,7 @@ func WriteShards(ctx context.Context, prep *Prepared, plan *balancer.Plan, dir s
 	defer st.Close()
 	o := DefaultShardOptions()
 	o.Compression = CompressNone
+	o.RecordRows = 1 << 30 // one record per micro-batch, as older readers group them
 	sum, err := Shard(ctx, prep, plan, st, o, progress)
 	for i, f := range sum.Files {
 		sum.Files[i] = filepath.Join(dir, f)

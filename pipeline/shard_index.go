@@ -138,17 +138,21 @@ type rowLoc struct{ file, record, row int32 }
 func (w *shardWriter) locations() map[int32]rowLoc {
 	loc := make(map[int32]rowLoc, len(w.prep.Features.Items))
 	real := make(map[int32]bool, len(w.prep.Features.Items))
+	per := w.o.recordRows()
+	next := make([]int, w.lay.files()) // the next record of each data file
 	for k, s := range w.plan.Steps {
 		p := w.lay.part(k)
 		for r, mbs := range s.Ranks {
-			for m, mb := range mbs {
+			f := w.lay.file(p, r)
+			for _, mb := range mbs {
 				for i, e := range mb {
 					if real[e.Item] || (e.Weight == 0 && hasKey(loc, e.Item)) {
 						continue
 					}
-					loc[e.Item] = rowLoc{int32(w.lay.file(p, r)), int32(w.lay.record(k, m)), int32(i)}
+					loc[e.Item] = rowLoc{int32(f), int32(next[f] + i/per), int32(i % per)}
 					real[e.Item] = e.Weight > 0
 				}
+				next[f] += recordsOf(len(mb), per)
 			}
 		}
 	}
@@ -180,7 +184,8 @@ func extraItems(epochs []epochPlan, loc map[int32]rowLoc) []int32 {
 	return out
 }
 
-// extraRecordRows is the number of samples per record batch of extra.arrow.
+// extraRecordRows is the number of samples per micro-batch written to extra.arrow
+// (stored as records of ShardOptions.RecordRows rows).
 const extraRecordRows = 64
 
 // writeExtra preprocesses the samples only later epochs use into extra.arrow.
@@ -207,7 +212,7 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pw := &partWriter{p: -1, alloc: w.mem, cancel: cancel}
+	pw := &partWriter{p: -1, rows: w.o.recordRows(), alloc: w.mem, cancel: cancel}
 	defer pw.abort()
 	if err := pw.add(pctx, w, w.meta, ShardFile{Path: extraFile, Rank: -1, Part: -1}); err != nil {
 		return err
@@ -235,8 +240,10 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 func (w *shardWriter) finish(ctx context.Context, epochs []epochPlan) (ShardSummary, error) {
 	sum := ShardSummary{Reused: w.reused}
 	loc := w.locations()
+	per := w.o.recordRows()
 	for i, it := range extraItems(epochs, loc) {
-		loc[it] = rowLoc{int32(w.lay.extraNumber()), int32(i / extraRecordRows), int32(i % extraRecordRows)}
+		j := i % extraRecordRows // extra.arrow holds micro-batches of extraRecordRows rows
+		loc[it] = rowLoc{int32(w.lay.extraNumber()), int32(i/extraRecordRows*recordsOf(extraRecordRows, per) + j/per), int32(j % per)}
 	}
 	files := w.files
 	if files[len(files)-1].Path == "" {
@@ -338,6 +345,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 func fingerprint(prep *Prepared, plan *balancer.Plan, o ShardOptions) string {
 	h := sha256.New()
 	c := prep.Config
+	o.RecordRows = o.recordRows() // 0 and 1 write the same files
 	json.NewEncoder(h).Encode(struct {
 		Plan      string
 		Seen      int64

@@ -82,7 +82,6 @@ func (l layout) partStart(p int) int  { return p * l.partSteps }
 func (l layout) partLen(p int) int    { return min(l.partSteps, l.steps-p*l.partSteps) }
 func (l layout) file(p, rank int) int { return p*l.dp + rank }
 func (l layout) extraNumber() int     { return l.files() }
-func (l layout) record(k, m int) int  { return (k-l.partStart(l.part(k)))*l.mbs + m }
 func (l layout) name(p, rank int) string {
 	if l.parts == 1 {
 		return RankFile(rank)
@@ -112,6 +111,7 @@ func (w *shardWriter) verifiedPart(ctx context.Context, name string) (partRecord
 // partWriter holds the open files of one part, one per rank.
 type partWriter struct {
 	p      int
+	rows   int // the most rows per record (ShardOptions.RecordRows)
 	alloc  memory.Allocator
 	cancel context.CancelFunc
 	out    []*StoreWriter
@@ -122,7 +122,7 @@ type partWriter struct {
 
 func (w *shardWriter) openPart(ctx context.Context, p int) (*partWriter, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	pw := &partWriter{p: p, alloc: w.mem, cancel: cancel}
+	pw := &partWriter{p: p, rows: w.o.recordRows(), alloc: w.mem, cancel: cancel}
 	for r := range w.lay.dp {
 		m := w.meta
 		m.DPRank = r
@@ -152,20 +152,27 @@ func (pw *partWriter) add(ctx context.Context, w *shardWriter, meta proto.BatchM
 	return nil
 }
 
-// write appends one micro-batch record to file i of the part.
+// write appends one micro-batch to file i of the part, as records of up to pw.rows rows.
 func (pw *partWriter) write(i int, meta proto.BatchMeta, rows []proto.Row) error {
-	rec, err := proto.BuildRecord(pw.alloc, meta, rows)
-	if err != nil {
-		return err
+	for lo := 0; lo < len(rows); lo += pw.rows {
+		chunk := rows[lo:min(lo+pw.rows, len(rows))]
+		rec, err := proto.BuildRecord(pw.alloc, meta, chunk)
+		if err != nil {
+			return err
+		}
+		err = pw.ipc[i].Write(rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+		pw.files[i].Records++
+		pw.files[i].Rows += len(chunk)
 	}
-	defer rec.Release()
-	if err := pw.ipc[i].Write(rec); err != nil {
-		return err
-	}
-	pw.files[i].Records++
-	pw.files[i].Rows += len(rows)
 	return nil
 }
+
+// recordsOf is how many records a micro-batch of n rows is stored as.
+func recordsOf(n, perRecord int) int { return (n + perRecord - 1) / perRecord }
 
 // abort discards the part's uncommitted files.
 func (pw *partWriter) abort() {

@@ -2,17 +2,20 @@ package pipeline
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -171,5 +174,149 @@ func TestStageInputFromS3(t *testing.T) {
 	}
 	if plans[0] != plans[1] {
 		t.Errorf("plan of the staged copy %.12s differs from the original's %.12s", plans[1], plans[0])
+	}
+}
+
+// TestStreamInputFromS3 uploads WebDataset shards (and gzipped copies) to the fake S3
+// and shards them from there by prefix and by object: nothing is staged, and the plan
+// equals the local one.
+func TestStreamInputFromS3(t *testing.T) {
+	endpoint := fakeS3(t, "data")
+	q := fmt.Sprintf("?endpoint=%s&region=us-east-1&use_path_style=true&disable_https=true", endpoint)
+	local := corpus(t, 60, "wds")
+	ctx := context.Background()
+	st, err := OpenStore(ctx, "s3://data/wds"+q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	shards, _ := filepath.Glob(filepath.Join(local, "*.tar"))
+	if len(shards) == 0 {
+		t.Fatalf("no shards in %s", local)
+	}
+	for _, p := range shards {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteFile(ctx, filepath.Base(p), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WriteFile(ctx, "gz/"+filepath.Base(p)+".gz", func(w io.Writer) error {
+			zw := gzip.NewWriter(w)
+			if _, err := zw.Write(b); err != nil {
+				return err
+			}
+			return zw.Close()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := t.TempDir()
+	hashes := map[string]string{}
+	urls := []string{"s3://data/wds/gz" + q, "s3://data/wds/" + filepath.Base(shards[0]) + q, "s3://data/wds/gz/" + filepath.Base(shards[0]) + ".gz" + q}
+	for _, url := range urls {
+		in, err := OpenInput(ctx, url, cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Remote == nil || in.Staged {
+			t.Fatalf("%s: got %+v, want a streamed input", url, in)
+		}
+		cfg := testConfig(in.Path)
+		cfg.Loader.Remote = in.Remote
+		sum, prep, err := runShard(t, cfg, t.TempDir(), DefaultShardOptions(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := prep.Plan(balancer.StrategyMmfeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes[url] = plan.Hash()
+		if sum.Rows == 0 {
+			t.Errorf("%s: no rows written", url)
+		}
+		mustOK(t, in.Close())
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 0 {
+		t.Errorf("the input cache holds %d entries, want none (streamed)", len(entries))
+	}
+	prep, err := Prepare(ctx, testConfig(local), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	plan, err := prep.Plan(balancer.StrategyMmfeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range urls {
+		if len(shards) == 1 && hashes[url] != plan.Hash() {
+			t.Errorf("plan from %s %.12s, local %.12s", url, hashes[url], plan.Hash())
+		}
+	}
+	in, err := OpenInput(ctx, "s3://data/wds/nothing.jsonl"+q, cache)
+	if err == nil || in.Remote != nil {
+		t.Errorf("a manifest URL: got %+v, %v; want staging (which fails: no such object)", in, err)
+	}
+}
+
+// TestStreamInputFromHTTP shards WebDataset shards served over HTTP (a brace pattern and
+// one gzipped shard), with ranged GETs for the images: the plan equals the local one.
+func TestStreamInputFromHTTP(t *testing.T) {
+	local := corpus(t, 60, "wds")
+	shard := filepath.Join(local, "shard-000000.tar")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(b)
+	zw.Close()
+	mustOK(t, os.WriteFile(shard+".gz", gz.Bytes(), 0o644))
+	var ranged atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			ranged.Add(1)
+		}
+		http.FileServer(http.Dir(local)).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	prep, err := Prepare(ctx, testConfig(shard), nil) // the .tar alone (the folder now holds its .tar.gz copy too)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Close()
+	want, err := prep.Plan(balancer.StrategyMmfeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{srv.URL + "/shard-{000000..000000}.tar", srv.URL + "/shard-000000.tar.gz"} {
+		in, err := OpenInput(ctx, url, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(in.Path)
+		cfg.Loader.Remote = in.Remote
+		sum, p, err := runShard(t, cfg, t.TempDir(), DefaultShardOptions(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := p.Plan(balancer.StrategyMmfeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.Hash() != want.Hash() || sum.Rows == 0 {
+			t.Errorf("%s: plan %.12s (%d rows), local %.12s", url, plan.Hash(), sum.Rows, want.Hash())
+		}
+	}
+	if ranged.Load() == 0 {
+		t.Error("no ranged GET: images were not re-read by range")
+	}
+	if _, err := OpenInput(ctx, srv.URL+"/manifest.jsonl", t.TempDir()); err == nil {
+		t.Error("an http manifest URL was accepted, want an error naming shards")
 	}
 }

@@ -92,22 +92,22 @@ func readRecords(t *testing.T, path string, mem memory.Allocator) []arrow.Record
 // TestShardEpochIndexes: whatever the store and codec, the samples are written once and
 // every epoch's index places each planned sample exactly once with weight 1, pointing at
 // a stored row of that sample; the ranks get equal steps and micro-batches; JPEG rows
-// decode to the planned shape.
+// decode to the planned shape; records hold at most RecordRows rows (default 1).
 func TestShardEpochIndexes(t *testing.T) {
 	input := corpus(t, 200, "jsonl")
 	for _, tc := range []struct {
-		store, dtype, codec string
-		partSteps           int
+		store, dtype, codec   string
+		partSteps, recordRows int
 	}{
-		{StoreTensor, proto.DTypeFloat16, CompressZstd, 0},
-		{StoreTensor, proto.DTypeUint8, CompressLZ4, 2},
-		{StoreJPEG, proto.DTypeUint8, CompressNone, 3},
+		{StoreTensor, proto.DTypeFloat16, CompressZstd, 0, 0},
+		{StoreTensor, proto.DTypeUint8, CompressLZ4, 2, 3},
+		{StoreJPEG, proto.DTypeUint8, CompressNone, 3, 1 << 20},
 	} {
 		t.Run(tc.store+"-"+tc.dtype+"-"+tc.codec, func(t *testing.T) {
 			cfg := testConfig(input)
 			cfg.Image.DType = tc.dtype
 			o := DefaultShardOptions()
-			o.Store, o.Compression, o.Epochs, o.PartSteps = tc.store, tc.codec, 3, tc.partSteps
+			o.Store, o.Compression, o.Epochs, o.PartSteps, o.RecordRows = tc.store, tc.codec, 3, tc.partSteps, tc.recordRows
 			dir := t.TempDir()
 			sum, prep, err := runShard(t, cfg, dir, o, 0)
 			if err != nil {
@@ -125,6 +125,9 @@ func TestShardEpochIndexes(t *testing.T) {
 				data[i] = readRecords(t, filepath.Join(dir, f.Path), mem)
 				for _, rec := range data[i] {
 					checkStoredRecord(t, rec, tc.store, stored)
+					if rows := int(rec.NumRows()); rows > max(tc.recordRows, 1) {
+						t.Errorf("%s: a record of %d rows, want at most %d", f.Path, rows, max(tc.recordRows, 1))
+					}
 				}
 			}
 			defer func() {

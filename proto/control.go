@@ -97,6 +97,11 @@ type RegisterReply struct {
 	// Pack says the plan is for packed micro-batches (--pack): the trainer
 	// must pack them too and refuses to run otherwise.
 	Pack bool `json:"pack,omitempty"`
+	// VocabSize is the vocabulary size of the tokenizer that made the
+	// batches' ids (the mmfeed.vocab_size schema metadata), 0 when unknown: a
+	// trainer sizes (or resizes) its text embedding from it before the first
+	// batch arrives.
+	VocabSize int `json:"vocab_size,omitempty"`
 	// Modality is the column set this rank receives ("all|vision|text").
 	Modality Modality `json:"modality,omitempty"`
 	// Stream and Consumer name the JetStream stream and this rank's durable

@@ -28,7 +28,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.JPEGQuality, "jpeg-quality", o.JPEGQuality, "JPEG quality of --store jpeg, 1..100")
 	fs.StringVar(&o.Compression, "compression", o.Compression, "Arrow IPC buffer compression: zstd, lz4 or none")
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
-	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) is copied before indexing")
+	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) that is not WebDataset shards is copied before indexing (shards, also https://, are streamed)")
 	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -49,12 +49,15 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
 	if pipeline.IsURL(cfg.Input) {
-		local, err := pipeline.StageInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
+		in, err := pipeline.OpenInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "staged %s in %s\n", cfg.Input, local)
-		cfg.Input = local
+		defer in.Close()
+		if in.Staged {
+			fmt.Fprintf(stderr, "staged %s in %s\n", cfg.Input, in.Path)
+		}
+		cfg.Input, cfg.Loader.Remote = in.Path, in.Remote
 	}
 	if err := o.Validate(cfg.Image.DType); err != nil {
 		return err

@@ -169,7 +169,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	l := s.cfg.layout()
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
-		Epoch: reg.Epoch, Pack: s.cfg.Pipeline.Plan.Pack, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
+		Epoch: reg.Epoch, Pack: s.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
 		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
 	s.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
 	return rep

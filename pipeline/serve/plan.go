@@ -83,6 +83,7 @@ func (ep *epochPlan) plan(stored *EpochInfo) error {
 	ep.base, ep.steps = base, base.Steps
 	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: len(base.Steps), MicroBatches: pc.MicroBatches, PlanHash: base.Hash(),
 		Segments: []Segment{{FromStep: 0, Model: base.Config.Model}}}
+	ep.info.VocabSize, _ = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if stored != nil {
 		if stored.PlanHash != ep.info.PlanHash || stored.Steps != ep.info.Steps {
 			return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",

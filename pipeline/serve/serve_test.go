@@ -236,6 +236,9 @@ func TestRegisterRefusesMismatch(t *testing.T) {
 				if !rep.OK || rep.Steps == 0 || rep.PlanHash == "" || rep.Consumer != "mmfeed_job-1_0_0" || rep.Modality != proto.ModalityAll {
 					t.Errorf("got %+v, want ok with steps, plan hash, consumer mmfeed_job-1_0_0, modality all", rep)
 				}
+				if rep.VocabSize != 30522 { // bert-base-uncased, the tests' tokenizer
+					t.Errorf("got vocab size %d in the register reply, want the tokenizer's 30522", rep.VocabSize)
+				}
 				return
 			}
 			if rep.OK || !strings.Contains(rep.Error, tc.want) {

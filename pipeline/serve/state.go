@@ -54,6 +54,9 @@ type EpochInfo struct {
 	Steps        int    `json:"steps"`
 	MicroBatches int    `json:"micro_batches"`
 	PlanHash     string `json:"plan_hash"`
+	// VocabSize is the tokenizer's vocabulary size (0: unknown), told to
+	// trainers in the register reply.
+	VocabSize int `json:"vocab_size,omitempty"`
 	// Segments lists the models in use, the first from step 0 (the base plan).
 	Segments []Segment `json:"segments"`
 }

@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                    help="HuggingFace ViT checkpoint (.safetensors file or directory) for the vision tower")
     p.add_argument("--init-text", metavar="PATH",
                    help="HuggingFace BERT checkpoint for the text tower (its blocks become post-norm, like BERT)")
+    p.add_argument("--resize-vocab", action="store_true",
+                   help="grow the text embedding to the data tokenizer's vocabulary when it is larger than the "
+                        "model's (from the batches' schema metadata; default: refuse such data)")
     p.add_argument("--pack", action="store_true",
                    help="pack micro-batches (no padding; attention within each sample); the service or "
                         "shards must be planned with mmfeed --pack too")
@@ -108,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     return TrainConfig(
         model=a.model, dp=dp, mp=a.mp, pp=a.pp, pp_schedule=a.pp_schedule, fsdp=a.fsdp, pack=a.pack, ac=a.ac, compile=a.compile,
         compile_backend=a.compile_backend, mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload,
-        init_vision=a.init_vision, init_text=a.init_text, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        init_vision=a.init_vision, init_text=a.init_text, resize_vocab=a.resize_vocab, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,

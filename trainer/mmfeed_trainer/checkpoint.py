@@ -86,11 +86,17 @@ def latest(ckpt_dir: str) -> str | None:
     return os.path.join(ckpt_dir, name)
 
 
+def extras(path: str) -> dict:
+    """This rank's extras of the checkpoint at ``path`` (``next_step``, ``stream``, ...), read
+    without the model: the data position is known before the model is built."""
+    with open(os.path.join(path, f"rank-{_rank():05d}.json")) as f:
+        return json.load(f)
+
+
 def load(path: str, *, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
          dims: ParallelDims) -> dict:
     """Restore this rank's state from ``path``; returns its extras (``next_step``, ``stream``)."""
-    with open(os.path.join(path, f"rank-{_rank():05d}.json")) as f:
-        extra = json.load(f)
+    extra = extras(path)
     layout = (extra["dp"], extra["mp"], extra["fsdp"])
     if layout != (dims.dp, dims.mp, dims.fsdp):
         raise ValueError(f"checkpoint {path} was written with dp, mp, fsdp = {layout}; "

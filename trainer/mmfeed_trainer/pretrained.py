@@ -150,6 +150,15 @@ def _vit_targets(model: MMModel, state: dict[str, torch.Tensor]) -> dict[str, tu
     return targets
 
 
+def _grown_rows(t: torch.Tensor, ours: torch.Tensor) -> torch.Tensor:
+    """A checkpoint's word embeddings in a model whose vocabulary was grown (``--resize-vocab``):
+    its rows first, the model's own initial rows after them. Any other shape is left to the
+    shape check."""
+    if t.dim() != 2 or t.shape[0] >= ours.shape[0] or t.shape[1] != ours.shape[1]:
+        return t
+    return torch.cat([t.to(ours.dtype), ours.detach()[t.shape[0]:].to(t.device)])
+
+
 def _bert_targets(model: MMModel, state: dict[str, torch.Tensor]) -> dict[str, tuple[str, Callable]]:
     cfg = model.cfg
     same = lambda t: t  # noqa: E731
@@ -162,7 +171,7 @@ def _bert_targets(model: MMModel, state: dict[str, torch.Tensor]) -> dict[str, t
         t = t[:cfg.max_text_len]
         return t + token_type[0] if token_type is not None else t
     targets.update({
-        "embeddings.word_embeddings.weight": ("text.tok.weight", same),
+        "embeddings.word_embeddings.weight": ("text.tok.weight", lambda t: _grown_rows(t, model.text.tok.weight)),
         "embeddings.position_embeddings.weight": ("text.pos.weight", positions),
         "embeddings.LayerNorm.weight": ("text.emb_norm.weight", same),
         "embeddings.LayerNorm.bias": ("text.emb_norm.bias", same),

@@ -94,6 +94,13 @@ class ShardSet:
         except (OSError, pa.ArrowInvalid) as err:
             raise ShardError(f"shards: {self.location}: {name}: {err}") from err
 
+    def schema(self, file: int) -> pa.Schema:
+        """The schema (with its metadata) of a data file."""
+        r = self._readers.get(file)
+        if r is None:
+            r = self._readers[file] = self._open(self.files[file]["path"])
+        return r.schema
+
     def record(self, file: int, record: int) -> pa.RecordBatch:
         """One record batch of a data file (kept in a small LRU cache)."""
         key = (file, record)
@@ -141,6 +148,12 @@ class ShardSet:
                 yield s, records
                 records = []
 
+    def _gather(self, files: list[int], recs: list[int], rows: list[int]) -> pa.RecordBatch:
+        """The rows at (file, record, row) positions, in order, as one record batch. Sets
+        written with one row per record (the default) decompress only the rows read."""
+        parts = [_row(self.record(f, r), i) for f, r, i in zip(files, recs, rows, strict=True)]
+        return pa.concat_batches(parts)
+
     def _micro_batch(self, ix: dict[str, np.ndarray], g: np.ndarray) -> pa.RecordBatch:
         files, recs, rows = ix["file"][g], ix["record"][g], ix["row"][g]
         first = self.record(int(files[0]), int(recs[0]))
@@ -148,11 +161,7 @@ class ShardSet:
                 and (rows == np.arange(len(g))).all():
             rb = first  # the record as written (the first epoch)
         else:
-            parts = [self.record(int(f), int(r)).slice(int(i), 1) for f, r, i in zip(files, recs, rows, strict=True)]
-            for p in parts:
-                if p.num_rows != 1:
-                    raise ShardError("shards: index row position past the end of its record")
-            rb = pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+            rb = self._gather(files.tolist(), recs.tolist(), rows.tolist())
         rb = _set(rb, "step", pa.array(ix["step"][g], pa.int32()))
         rb = _set(rb, "micro_batch", pa.array(ix["micro_batch"][g], pa.int32()))
         rb = _set(rb, "weight", pa.array(ix["weight"][g], pa.float32()))
@@ -160,6 +169,12 @@ class ShardSet:
         if self.store == "jpeg":
             rb = decode_jpeg_record(rb)
         return rb
+
+
+def _row(rec: pa.RecordBatch, i: int) -> pa.RecordBatch:
+    if not 0 <= i < rec.num_rows:
+        raise ShardError(f"shards: index row position {i} past the end of its record ({rec.num_rows} rows)")
+    return rec if rec.num_rows == 1 else rec.slice(i, 1)
 
 
 def _set(rb: pa.RecordBatch, name: str, arr: pa.Array) -> pa.RecordBatch:

@@ -51,6 +51,11 @@ class Source:
         """Where to resume after the last acknowledged step."""
         return dict(self._position)
 
+    def data_vocab(self) -> int | None:
+        """The vocabulary size of the tokenizer that made the data's ids (the
+        ``mmfeed.vocab_size`` schema metadata), known before the first step; None when unknown."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -108,6 +113,21 @@ class ShardSource(Source):
         if not os.path.exists(self.path):
             raise ValueError(f"shards: {self.path} does not exist (is --shards the mmfeed shard output "
                              f"directory, and does it have a file per dp rank?)")
+
+    def data_vocab(self) -> int | None:
+        """From the schema metadata of the first data file (every file carries the same)."""
+        if self.set is not None:
+            if not self.set.files:
+                return None
+            schema = self.set.schema(0)
+        else:
+            with pa.memory_map(self.path) as source:
+                schema = pa.ipc.open_file(source).schema
+        raw = (schema.metadata or {}).get(keys.META_VOCAB_SIZE.encode())
+        try:
+            return None if raw is None else int(raw)
+        except ValueError:
+            raise ValueError(f"shards: schema metadata {keys.META_VOCAB_SIZE}={raw!r} is not an integer") from None
 
     def _records(self) -> Iterator[pa.RecordBatch]:
         with pa.memory_map(self.path) as source:

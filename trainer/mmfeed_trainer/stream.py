@@ -452,6 +452,11 @@ class StreamSource(Source):
                                    "compute_seconds": max(compute_seconds, 0.0),
                                    "data_wait_seconds": max(data_wait_seconds, 0.0), "samples": samples})
 
+    def data_vocab(self) -> int | None:
+        """The tokenizer's vocabulary size from the register reply (None before ``register`` or
+        from a service that does not say)."""
+        return self.reply.get("vocab_size") or None
+
     def position(self) -> dict:
         pos = super().position()
         return {**pos, "plan_hash": self._epochs.get(pos["epoch"], {}).get("plan_hash", "")}

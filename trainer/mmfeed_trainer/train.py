@@ -4,6 +4,7 @@ report, checkpoint, resume. ``__main__.py`` parses flags into a ``TrainConfig``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import logging
@@ -93,6 +94,10 @@ class TrainConfig:
     """HuggingFace ViT safetensors checkpoint to initialise the vision tower from (``pretrained``)."""
     init_text: str | None = None
     """HuggingFace BERT safetensors checkpoint for the text tower (makes its blocks post-norm)."""
+    resize_vocab: bool = False
+    """Grow the text embedding to the data tokenizer's vocabulary (``mmfeed.vocab_size`` schema
+    metadata; the register reply on the stream) when it is larger than the model's; the new rows
+    are initialised like the others (after ``init_text``'s rows where a checkpoint is loaded)."""
     log_ids: str | None = None
     """Append the live sample ids of every consumed step to ``<dir>/ids-rank<R>.jsonl`` (one
     JSON line per step and rank: epoch, step, dp_rank, mp_rank, ids per micro-batch)."""
@@ -240,7 +245,22 @@ def run(cfg: TrainConfig) -> RunResult:
     dims.build_mesh(device.type)
     # Autocast is redundant under the FSDP2 bf16 policy: "auto" turns it off there.
     bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
+    start, position = 0, {"epoch": 0, "next_step": 0}
+    resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
+    source = _make_source(cfg, dims)
+    if resume:
+        start = checkpoint.extras(resume)["next_step"]
+        position = {"epoch": 0, "next_step": start, **(checkpoint.extras(resume).get("stream") or {})}
+    if hasattr(source, "register"):
+        reply = source.register(position)
+        saved_hash = position.get("plan_hash")
+        if saved_hash and saved_hash != reply.get("plan_hash"):
+            raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
+                             f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
+        check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
     mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
+    if cfg.resize_vocab:
+        mcfg = resized_vocab(mcfg, source.data_vocab())
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # init on the GPU directly (same seed, same values on every rank)
         model = MMModel(mcfg)
@@ -251,21 +271,9 @@ def run(cfg: TrainConfig) -> RunResult:
                                             exchange_dtype=torch.bfloat16 if bf16 or cfg.mixed_precision
                                             else torch.float32))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
-    start, position = 0, {"epoch": 0, "next_step": 0}
-    resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
-    source = _make_source(cfg, dims)
     if resume:
-        extra = checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
-        start = extra["next_step"]
-        position = {"epoch": 0, "next_step": start, **(extra.get("stream") or {})}
+        checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
         log.info("resumed from %s at step %d (data position %s)", resume, start, position)
-    if hasattr(source, "register"):
-        reply = source.register(position)
-        saved_hash = position.get("plan_hash")
-        if saved_hash and saved_hash != reply.get("plan_hash"):
-            raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
-                             f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
-        check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
                             vocab_size=mcfg.vocab_size,
@@ -321,6 +329,20 @@ def run(cfg: TrainConfig) -> RunResult:
     source.close()
     return RunResult(steps_done=step - start, final_step=step, losses=losses,
                      metrics=all_meter.summary(dims, device, peak_flops))
+
+
+def resized_vocab(mcfg: config.ModelConfig, data_vocab: int | None) -> config.ModelConfig:
+    """``mcfg`` with its vocabulary grown to the data tokenizer's ``data_vocab`` when that is
+    larger (``--resize-vocab``); unchanged when it fits or is unknown (with a warning then)."""
+    if data_vocab is None:
+        warnings.warn("train: --resize-vocab is ignored: the data does not say its tokenizer's vocabulary "
+                      "size (schema metadata mmfeed.vocab_size)", stacklevel=2)
+        return mcfg
+    if data_vocab <= mcfg.vocab_size:
+        return mcfg
+    log.info("text embedding resized from %d to the data tokenizer's %d ids (--resize-vocab)",
+             mcfg.vocab_size, data_vocab)
+    return dataclasses.replace(mcfg, vocab_size=data_vocab)
 
 
 def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:

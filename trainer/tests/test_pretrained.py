@@ -117,7 +117,7 @@ def bert_reference(s, ids, mask):
 
 def _model(**overrides):
     torch.manual_seed(2)
-    return MMModel(config.model_config("tiny", vocab_size=100, max_text_len=32, layer_norm_eps=EPS, **overrides))
+    return MMModel(config.model_config("tiny", **{"vocab_size": 100, "max_text_len": 32, "layer_norm_eps": EPS, **overrides}))
 
 
 def test_vit_checkpoint_reproduces_hf_vit(tmp_path):
@@ -221,3 +221,18 @@ def test_towers_match_transformers_when_installed(tmp_path):
     assert float((got_v - want_v).abs().max()) < 1e-5
     assert float((got_t[0] - want_t[0]).abs().max()) < 1e-5
     assert float((got_t[1, :7] - want_t[1, :7]).abs().max()) < 1e-5
+
+
+def test_bert_rows_fill_a_grown_vocabulary(tmp_path):
+    """--resize-vocab: the checkpoint's 100 rows come first, the model's own init after them."""
+    state = bert_state(vocab=100)
+    save_file(state, str(tmp_path / "bert.safetensors"))
+    model = _model(text_post_norm=True, vocab_size=130)
+    before = model.text.tok.weight.detach().clone()
+    pretrained.load_bert(model, str(tmp_path / "bert.safetensors"))
+    got = model.text.tok.weight.detach()
+    assert got.shape == (130, D)
+    assert torch.equal(got[:100], state["bert.embeddings.word_embeddings.weight"])
+    assert torch.equal(got[100:], before[100:])
+    with pytest.raises(ValueError, match="word_embeddings"):  # a smaller model still fails the shape check
+        pretrained.load_bert(_model(text_post_norm=True, vocab_size=90), str(tmp_path / "bert.safetensors"))

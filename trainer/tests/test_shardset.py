@@ -111,3 +111,23 @@ def test_shards_carry_the_tokenizer_and_a_too_small_model_is_refused(corpus, tmp
     assert tokenizer_meta(rec) == (128256, None)  # Llama 3 has no pad token
     with pytest.raises(BatchError, match="smaller than the data's tokenizer"):
         record_to_batch(rec, vocab_size=30522)
+
+
+def test_resize_vocab_trains_on_a_larger_tokenizer(corpus, tmp_path, monkeypatch):
+    """Llama 3 ids (128256) on the tiny model (30522): refused by default, trained with --resize-vocab."""
+    import os  # noqa: PLC0415
+    from mmfeed_trainer.batches import BatchError  # noqa: PLC0415
+    from mmfeed_trainer.train import TrainConfig, run  # noqa: PLC0415
+    llama = os.path.join(os.environ["MMFEED_TOKENIZER_DIR"], "Meta-Llama-3-8B-Instruct.json")
+    shard(corpus, tmp_path / "llama", "--epochs", "1", "--tokenizer", llama)
+    assert ShardSource(str(tmp_path / "llama"), 0).data_vocab() == 128256
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}.items():
+        monkeypatch.setenv(k, v)
+    cfg = dict(shards=str(tmp_path / "llama"), dp=1, steps=2, log_every=1, prefetch=1)
+    with pytest.raises(BatchError, match="smaller than the data's tokenizer"):
+        run(TrainConfig(**cfg))
+    res = run(TrainConfig(**cfg, resize_vocab=True, save_params=str(tmp_path / "params")))
+    assert res.steps_done == 2 and all(np.isfinite(res.losses))
+    import torch  # noqa: PLC0415
+    params = torch.load(tmp_path / "params" / "params-mp0.pt")
+    assert tuple(params["text.tok.weight"].shape)[0] == 128256

@@ -124,7 +124,7 @@ class FakeService:
             await msg.respond(json.dumps({
                 "ok": ok, "error": error, "plan_hash": f"plan{req['epoch']}", "steps": STEPS if ok else 0,
                 "micro_batches": MICRO if ok else 0, "epoch": req["epoch"], "modality": "all",
-                "stream": f"MMFEED_{JOB}",
+                "stream": f"MMFEED_{JOB}", "vocab_size": 128256,
                 "consumer": f"mmfeed_{JOB}_0_0", "subject": f"mmfeed.{JOB}.batch.0.0"}).encode())
         await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
         for kind in self.control:
@@ -169,8 +169,10 @@ def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url, svc)
     svc.publish(0, 0)
     svc.publish(1, 0, corrupt=True)  # fails the checksum -> resend, then the replay arrives
     src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30)
+    assert src.data_vocab() is None  # not registered yet
     reply = src.register({"epoch": 0, "next_step": 0})
     assert reply["steps"] == STEPS
+    assert src.data_vocab() == 128256  # the register reply's, for --resize-vocab
     it = src.steps({"epoch": 0, "next_step": 0})
     first = next(it)
     assert first.step == 0 and [r.column("micro_batch")[0].as_py() for r in first.records] == [0, 1]
