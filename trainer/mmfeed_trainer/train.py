@@ -63,6 +63,10 @@ class TrainConfig:
     """Checkpoint directory; the run resumes from its latest checkpoint when there is one."""
     ckpt_every: int = 0
     """Checkpoint every N steps (0: only at the end when ckpt_dir is set)."""
+    allow_resize: bool = False
+    """Resume a checkpoint written at another dp (or with the other FSDP/DDP choice): DCP
+    reshards model and optimizer; the service replans the rest of the epoch for the new dp
+    (``mmfeed serve --allow-resize``). Without it a layout change is refused."""
     log_every: int = 10
     bf16: bool | None = None
     """bf16 autocast; None = on when CUDA is available."""
@@ -149,6 +153,14 @@ def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
         return SyntheticSource(cfg.synth, dims.dp_rank)
     from .stream import StreamSource
     return StreamSource(url=cfg.nats, job=cfg.job, dims=dims)
+
+
+def _check_resizable(cfg: TrainConfig, path: str, saved_dp: int) -> None:
+    """ValueError when the data source cannot follow a dp change: shards are planned for one dp."""
+    if cfg.shards:
+        raise ValueError(f"train: checkpoint {path} was written at dp {saved_dp}, this run has dp {cfg.dp}: "
+                         f"shards are planned for one dp (mmfeed shard --dp); resume at another dp from "
+                         f"the service (mmfeed serve --allow-resize), or write shards for dp {cfg.dp}")
 
 
 def _maybe_fault(step: int) -> None:
@@ -245,9 +257,14 @@ def run(cfg: TrainConfig) -> RunResult:
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
-        extra = checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        extra = checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims,
+                                allow_resize=cfg.allow_resize)
         start = extra["next_step"]
         position = {"epoch": 0, "next_step": start, **(extra.get("stream") or {})}
+        if "resized_from" in extra:
+            _check_resizable(cfg, resume, extra["resized_from"])
+            log.info("resized: checkpoint dp %d, this run dp %d (model and optimizer resharded by DCP)",
+                     extra["resized_from"], dims.dp)
         log.info("resumed from %s at step %d (data position %s)", resume, start, position)
     if hasattr(source, "register"):
         reply = source.register(position)
