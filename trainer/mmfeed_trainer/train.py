@@ -326,8 +326,10 @@ def run(cfg: TrainConfig) -> RunResult:
     if cfg.save_params:
         _save_params(cfg.save_params, module, dims)
     source.close()
-    return RunResult(steps_done=step - start, final_step=step, losses=losses,
-                     metrics=all_meter.summary(dims, device, peak_flops))
+    metrics = all_meter.summary(dims, device, peak_flops)
+    if device.type == "cuda":
+        metrics["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return RunResult(steps_done=step - start, final_step=step, losses=losses, metrics=metrics)
 
 
 def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
