@@ -65,7 +65,7 @@ func (s *Service) checkResize(rec, stored JobRecord) (bool, error) {
 	}
 	s.resize = &pendingResize{oldDP: stored.DP, decided: make(chan struct{})}
 	s.log.Info("resize accepted: waiting for the first trainer rank of the new layout to name the resize point",
-		"job", stored.Job, "from_dp", stored.DP, "to_dp", rec.DP)
+		"from_dp", stored.DP, "to_dp", rec.DP)
 	return true, nil
 }
 
