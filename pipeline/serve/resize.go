@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +36,8 @@ type ResizeSegment struct {
 // pendingResize is a resize accepted at start and decided by the first
 // register of the new layout.
 type pendingResize struct {
+	// mu serialises decideResize: ranks register concurrently.
+	mu      sync.Mutex
 	oldDP   int
 	decided chan struct{} // closed once point is set
 	point   pos           // the resize point, normalised (after decided)
@@ -77,39 +81,42 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	if r == nil {
 		return nil
 	}
-	s.mu.Lock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if isDone(r.decided) {
 		point := r.point
-		s.mu.Unlock()
 		if (pos{epoch, step}).less(point) && !(pos{epoch, step} == pos{point.Epoch - 1, r.baseSteps()}) {
 			return fmt.Errorf("serve: register at epoch %d step %d: the job was resized to dp=%d at epoch %d step %d; earlier steps were planned for dp=%d: %w",
 				epoch, step, s.cfg.Pipeline.Plan.DP, point.Epoch, point.Step, r.oldDP, proto.ErrControl)
 		}
 		return nil
 	}
+	// Read what the decision needs, write the KV bucket, and only then change
+	// the service's state: a failed decision leaves nothing half done.
+	s.mu.Lock()
 	point := pos{epoch, step}
-	if info, ok := s.infos[epoch]; ok {
-		base := info
-		r.base = &base
-		if step >= info.Steps {
-			point = pos{epoch + 1, 0}
-		}
-	} else if step > 0 {
-		s.mu.Unlock()
-		return fmt.Errorf("serve: register at epoch %d step %d: the job has no record of epoch %d, so the samples its first %d steps held are unknown: %w",
-			epoch, step, epoch, step, ErrState)
-	}
-	r.point = point
-	// Epochs from the point's on are planned again (for the new dp): forget
-	// their old-dp infos, here and in the KV bucket.
+	info, planned := s.infos[epoch]
 	var stale []int
 	for e := range s.infos {
-		if e >= point.Epoch {
-			delete(s.infos, e)
+		if e >= epoch {
 			stale = append(stale, e)
 		}
 	}
 	s.mu.Unlock()
+	var base *EpochInfo
+	switch {
+	case planned:
+		base = &info
+		if step >= info.Steps {
+			point = pos{epoch + 1, 0}
+			stale = slices.DeleteFunc(stale, func(e int) bool { return e == epoch })
+		}
+	case step > 0:
+		return fmt.Errorf("serve: register at epoch %d step %d: the job has no record of epoch %d, so the samples its first %d steps held are unknown: %w",
+			epoch, step, epoch, step, ErrState)
+	}
+	// Epochs from the point's on are planned again (for the new dp): forget
+	// their old-dp infos, in the KV bucket and here.
 	for _, e := range stale {
 		if err := s.st.kv.Delete(ctx, kvEpochInfo+strconv.Itoa(e)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("serve: resize: %w", err)
@@ -123,9 +130,13 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 		return err
 	}
 	s.mu.Lock()
+	for _, e := range stale {
+		delete(s.infos, e)
+	}
 	for i := range s.ranks {
 		s.ranks[i].cursor, s.ranks[i].next = point, point
 	}
+	r.point, r.base = point, base
 	close(r.decided)
 	s.mu.Unlock()
 	s.log.Info("resized", "from_dp", r.oldDP, "to_dp", s.cfg.Pipeline.Plan.DP, "epoch", point.Epoch, "from_step", point.Step)

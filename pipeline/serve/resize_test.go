@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 // TestResizeReplays: an epoch planned at dp 2 and resized to dp 1 (or 4) from
@@ -93,4 +95,95 @@ func sorted(x []int32) []int32 {
 	y := slices.Clone(x)
 	slices.Sort(y)
 	return y
+}
+
+// TestResizeService trains part of an epoch at one dp, checkpoints a step
+// behind the acknowledgements, and resumes it with a service started at
+// another dp: refused without AllowResize; with it, the ranks of the new
+// layout (registering concurrently) get the rest of the epoch, and every
+// sample is applied once across the resize.
+func TestResizeService(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to int
+	}{{"2to1", 2, 1}, {"1to2", 1, 2}} {
+		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to) })
+	}
+}
+
+func testResizeService(t *testing.T, from, to int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	old := testConfig(t, corpus(t, 120), from, 1, "colocated")
+	old.Recalibrate = -1
+	old.QuarantineDir = t.TempDir()
+	old.Pipeline.Plan.GlobalBatch = 8
+	r := start(t, old)
+	var trs []*trainer
+	for dp := range from {
+		trs = append(trs, newTrainer(t, old, r.s.ClientURL(), dp, 0))
+	}
+	runAll(t, trs, func(tr *trainer) error { return tr.runEpoch(ctx, 0, 3) })
+	const ckpt = 2 // the trainers' checkpoint: a step behind what they acknowledged
+	for _, tr := range trs {
+		tr.crash()
+		tr.forget(0, ckpt)
+	}
+	if err := r.stop(t); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("service: %v", err)
+	}
+
+	cfg := old
+	cfg.Pipeline.Plan.DP = to
+	cfg.Logger = testLogger(t)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx); !errors.Is(err, ErrJobMismatch) {
+		t.Fatalf("dp %d -> %d without AllowResize: %v, want ErrJobMismatch", from, to, err)
+	}
+	cfg.AllowResize = true
+	r = start(t, cfg)
+	var next []*trainer
+	for dp := range to {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), dp, 0)
+		tr.applied[proto.BatchKey{Job: cfg.Job, Step: ckpt - 1, DPRank: -1}] = nil // resume at ckpt
+		next = append(next, tr)
+	}
+	runAll(t, next, func(tr *trainer) error { return tr.runEpoch(ctx, 0, -1) })
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	for _, tr := range next {
+		if tr.reply.DP != to {
+			t.Errorf("register reply dp %d, want %d", tr.reply.DP, to)
+		}
+		for k := range tr.applied {
+			if k.DPRank >= 0 && k.Step < ckpt {
+				t.Errorf("rank %d applied %v, before the resize point %d", tr.dp, k, ckpt)
+			}
+		}
+	}
+	info := storedInfo(t, r.s.ClientURL(), cfg)
+	if info.Resize == nil || info.Resize.FromStep != ckpt || info.Resize.DP != to || info.DP != from {
+		t.Errorf("stored epoch info dp %d resize %+v: want dp %d resized to %d from step %d", info.DP, info.Resize, from, to, ckpt)
+	}
+	realOnce(t, append(trs, next...), 0, shardExpectation(t, old, 0), len(quarantinedIDs(t, old.QuarantineDir, 0)))
+}
+
+// runAll runs fn for every trainer concurrently and fails on any error.
+func runAll(t *testing.T, trs []*trainer, fn func(*trainer) error) {
+	t.Helper()
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Go(func() { errs[i] = fn(tr) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
 }
