@@ -113,7 +113,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 		}
 	case step > 0:
 		return fmt.Errorf("serve: register at epoch %d step %d: the job has no record of epoch %d, so the samples its first %d steps held are unknown: %w",
-			epoch, step, epoch, step, ErrState)
+			epoch, step, epoch, step, proto.ErrControl)
 	}
 	// Epochs from the point's on are planned again (for the new dp): forget
 	// their old-dp infos, in the KV bucket and here.
