@@ -47,7 +47,7 @@ if [ -z "$PY" ]; then if [ -x .venv/bin/python ]; then PY=$PWD/.venv/bin/python;
 DATA="${GPU_CHECK_DATA:-gpu-check-data}"
 export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-prepare() {  # $1 folder, $2 samples: a corpus sharded for 8 dp ranks by two strategies (uint8)
+prepare() {  # $1 folder, $2 samples: a corpus sharded for 8 dp ranks by two strategies (JPEG store: decoded to uint8, small to carry)
   local dir=$1 n=$2 input="${GPU_CHECK_INPUT:-}"
   [ -x bin/mmfeed ] || { echo "gpu-check: bin/mmfeed missing (make build)" >&2; return 1; }
   if [ -z "$input" ]; then
@@ -56,12 +56,12 @@ prepare() {  # $1 folder, $2 samples: a corpus sharded for 8 dp ranks by two str
   fi
   for s in mmfeed random; do
     bin/mmfeed shard --input "$input" --dp 8 --global-batch 128 --micro-batches 2 --strategy "$s" \
-      --resize dynamic --max-pixels 65536 --dtype uint8 --seed 5 --out "$dir/plans/$s" >/dev/null
+      --resize dynamic --max-pixels 65536 --store jpeg --seed 5 --out "$dir/plans/$s" >/dev/null
   done
   rm -rf "$dir/corpus"
   du -sh "$dir"
 }
-if [ "$MODE" = prepare ]; then prepare "$DATA" 1024; exit 0; fi
+if [ "$MODE" = prepare ]; then prepare "$DATA" 768; exit 0; fi
 
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
