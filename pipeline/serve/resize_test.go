@@ -104,24 +104,28 @@ func sorted(x []int32) []int32 {
 // sample is applied once across the resize.
 func TestResizeService(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		from, to int
-	}{{"2to1", 2, 1}, {"1to2", 1, 2}} {
-		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to) })
+		name         string
+		from, to, mp int
+	}{{"2to1", 2, 1, 1}, {"1to2", 1, 2, 1}, {"4to2", 4, 2, 1}, {"2to1_mp2", 2, 1, 2}} {
+		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to, tc.mp) })
 	}
 }
 
-func testResizeService(t *testing.T, from, to int) {
+func testResizeService(t *testing.T, from, to, mp int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	old := testConfig(t, corpus(t, 120), from, 1, "colocated")
+	placement := "colocated"
+	if mp == 2 {
+		placement = "modality"
+	}
+	old := testConfig(t, corpus(t, 120), from, mp, placement)
 	old.Recalibrate = -1
 	old.QuarantineDir = t.TempDir()
 	old.Pipeline.Plan.GlobalBatch = 8
 	r := start(t, old)
 	var trs []*trainer
-	for dp := range from {
-		trs = append(trs, newTrainer(t, old, r.s.ClientURL(), dp, 0))
+	for rank := range from * mp {
+		trs = append(trs, newTrainer(t, old, r.s.ClientURL(), rank/mp, rank%mp))
 	}
 	runAll(t, trs, func(tr *trainer) error { return tr.runEpoch(ctx, 0, 3) })
 	const ckpt = 2 // the trainers' checkpoint: a step behind what they acknowledged
@@ -146,8 +150,8 @@ func testResizeService(t *testing.T, from, to int) {
 	cfg.AllowResize = true
 	r = start(t, cfg)
 	var next []*trainer
-	for dp := range to {
-		tr := newTrainer(t, cfg, r.s.ClientURL(), dp, 0)
+	for rank := range to * mp {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), rank/mp, rank%mp)
 		tr.applied[proto.BatchKey{Job: cfg.Job, Step: ckpt - 1, DPRank: -1}] = nil // resume at ckpt
 		next = append(next, tr)
 	}
