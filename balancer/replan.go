@@ -27,23 +27,7 @@ func (p *Plan) Replan(from int, model CostModel) (*Plan, error) {
 	if at >= len(p.Steps) {
 		return nil, fmt.Errorf("balancer: replan from step %d of %d: %w", from, len(p.Steps), ErrReplan)
 	}
-	var idx []int32
-	for _, s := range p.Steps[at:] {
-		for _, rank := range s.Ranks {
-			for _, mb := range rank {
-				for _, e := range mb {
-					if e.Weight > 0 {
-						idx = append(idx, e.Item)
-					}
-				}
-			}
-		}
-	}
-	slices.Sort(idx)
-	items := make([]Item, len(idx))
-	for i, k := range idx {
-		items[i] = p.items[k]
-	}
+	idx, items := p.liveItemsFrom(at)
 	c := p.Config
 	c.Model = model
 	np, err := Build(items, c)
@@ -55,21 +39,6 @@ func (p *Plan) Replan(from int, model CostModel) (*Plan, error) {
 			from, len(np.Steps), len(p.Steps)-at, len(np.Dropped), len(np.Rejected), ErrReplan)
 	}
 	q := *p
-	q.Steps = slices.Clone(p.Steps[:at])
-	for k, s := range np.Steps {
-		ns := Step{Index: p.Steps[at].Index + k, Ranks: make([][]MicroBatch, len(s.Ranks))}
-		for r, rank := range s.Ranks {
-			ns.Ranks[r] = make([]MicroBatch, len(rank))
-			for m, mb := range rank {
-				out := make(MicroBatch, len(mb))
-				for i, e := range mb {
-					e.Item = idx[e.Item]
-					out[i] = e
-				}
-				ns.Ranks[r][m] = out
-			}
-		}
-		q.Steps = append(q.Steps, ns)
-	}
+	q.Steps = append(slices.Clone(p.Steps[:at]), reindex(np.Steps, p.Steps[at].Index, idx)...)
 	return &q, nil
 }

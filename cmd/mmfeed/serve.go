@@ -46,6 +46,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Recalibrate, "recalibrate", c.Recalibrate, "refit the cost model from trainer feedback: 0 at epoch boundaries, K every K steps, -1 never")
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "live report address (\"\": none)")
 	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")
+	fs.BoolVar(&c.AllowResize, "allow-resize", false, "take over a job recorded at another --dp: the rest of the epoch, from the resuming trainers' position, is replanned for this dp (core data plane)")
 	noWait := fs.Bool("no-wait", false, "exit once everything is published instead of when every rank completed")
 	fs.DurationVar(&c.ProgressEvery, "progress-every", c.ProgressEvery, "log the trainers' progress through the epoch, with rate and ETA, this often (0: never)")
 	verbose := fs.Bool("v", false, "debug logging")

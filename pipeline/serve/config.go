@@ -81,6 +81,10 @@ type Config struct {
 	// published until every rank has completed the last step (true); false
 	// returns as soon as everything is published.
 	WaitForTrainers bool
+	// AllowResize lets this service take over a job recorded at another dp
+	// (elastic resume, resize.go): the rest of the epoch from the first
+	// register's position is replanned for this dp. Core data plane only.
+	AllowResize bool
 	// RegisterWait bounds how long a register for an epoch still being planned
 	// waits before it is answered with ErrNotReady (20 s).
 	RegisterWait time.Duration

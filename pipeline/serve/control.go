@@ -150,6 +150,9 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
+	if err := s.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
+		return fail(err)
+	}
 	info, err := s.waitEpoch(ctx, reg.Epoch)
 	if err != nil {
 		return fail(err)

@@ -72,6 +72,17 @@
 // republished from that step. A resend request rewinds the rank to the
 // failed batch's step the same way.
 //
+// # Elastic resume
+//
+// With AllowResize a service may take over a job recorded at another dp
+// (core data plane only; resize.go): nothing is published until the first
+// register of the new layout names the resize point (its epoch and resume
+// step: the trainers' checkpoint). That epoch's steps from the point on are
+// replanned for the new dp from the samples the old plan had there
+// (balancer.Plan.Resize), recorded in its EpochInfo.Resize so that a
+// restart replays it; later epochs are planned for the new dp; the job
+// record takes the new dp. Registers before the point are refused.
+//
 // # Calibration
 //
 // Feedback from every mp rank of a dp rank for a step makes one observation:

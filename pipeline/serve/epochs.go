@@ -62,6 +62,7 @@ func (s *Service) runPlanJob(ctx context.Context, e int, job *planJob) {
 	if known {
 		sp = &stored
 	}
+	sp = s.resizeInfo(e, sp)
 	t0 := time.Now()
 	ep, err := prepareEpochTo(ctx, s.cfg, e, sp, s.modelFor(), s.quarantine)
 	if err != nil {

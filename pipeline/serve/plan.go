@@ -21,6 +21,9 @@ type epochPlan struct {
 	prep  *pipeline.Prepared
 	qfile io.Closer
 	base  *balancer.Plan
+	// resized is the served plan after a resize (its Config has the new
+	// dp); nil without one.
+	resized *balancer.Plan
 	// steps are the served steps; entries index prep.Features.Items.
 	steps []balancer.Step
 	// feats[step][dp] is the rank's padded feature sum (padding entries included).
@@ -47,6 +50,9 @@ func prepareEpochTo(ctx context.Context, cfg Config, epoch int, stored *EpochInf
 	pc.Plan.Model = model
 	if stored != nil {
 		pc.Plan.Model = stored.Segments[0].Model
+		if stored.DP > 0 {
+			pc.Plan.DP = stored.DP // planned before a resize: replay at the dp it had
+		}
 	}
 	qw, qfile, err := openQuarantine(cfg.QuarantineDir, epoch)
 	if err != nil {
@@ -82,17 +88,15 @@ func (ep *epochPlan) plan(stored *EpochInfo) error {
 	}
 	ep.base, ep.steps = base, base.Steps
 	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: len(base.Steps), MicroBatches: pc.MicroBatches, PlanHash: base.Hash(),
-		Segments: []Segment{{FromStep: 0, Model: base.Config.Model}}}
+		Segments: []Segment{{FromStep: 0, Model: base.Config.Model}}, DP: pc.DP}
 	ep.info.VocabSize, _ = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if stored != nil {
-		if stored.PlanHash != ep.info.PlanHash || stored.Steps != ep.info.Steps {
+		if stored.PlanHash != ep.info.PlanHash || (stored.Steps != ep.info.Steps && stored.Resize == nil) {
 			return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",
 				pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, ErrJobMismatch)
 		}
-		for _, seg := range stored.Segments[1:] {
-			if !ep.replan(seg) {
-				return fmt.Errorf("serve: epoch %d: recorded recalibration at step %d does not replay: %w", pc.Epoch, seg.FromStep, ErrState)
-			}
+		if err := ep.replay(stored); err != nil {
+			return err
 		}
 	}
 	ep.feats = make([][]balancer.Features, len(ep.steps))
@@ -127,6 +131,60 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.
 	return r, nil
 }
 
+// replay replays stored's recalibration segments and its resize, in the
+// order they were recorded.
+func (ep *epochPlan) replay(stored *EpochInfo) error {
+	before := len(stored.Segments)
+	if stored.Resize != nil {
+		before = stored.Resize.Segments
+	}
+	for i, seg := range stored.Segments[1:] {
+		if i+1 == before {
+			if err := ep.resize(*stored.Resize); err != nil {
+				return err
+			}
+		}
+		if !ep.replan(seg) {
+			return fmt.Errorf("serve: epoch %d: recorded recalibration at step %d does not replay: %w", stored.Epoch, seg.FromStep, ErrState)
+		}
+	}
+	if stored.Resize != nil && before == len(stored.Segments) {
+		return ep.resize(*stored.Resize)
+	}
+	return nil
+}
+
+// resize replaces the steps from r.FromStep on with a plan of their real
+// samples for r.DP ranks (balancer.Plan.Resize) under the model in effect,
+// and records it.
+func (ep *epochPlan) resize(r ResizeSegment) error {
+	served := *ep.served()
+	served.Steps = ep.steps
+	_, seg := ep.segmentAt(r.FromStep)
+	served.Config.Model = seg.Model
+	p, err := served.Resize(r.FromStep, r.DP)
+	if err != nil {
+		return fmt.Errorf("serve: epoch %d: resize to dp %d from step %d: %w", ep.info.Epoch, r.DP, r.FromStep, err)
+	}
+	if len(p.Dropped) > len(served.Dropped) || len(p.Rejected) > len(served.Rejected) {
+		return fmt.Errorf("serve: epoch %d: resize to dp %d from step %d drops %d and rejects %d samples (use tail padding): %w",
+			ep.info.Epoch, r.DP, r.FromStep, len(p.Dropped)-len(served.Dropped), len(p.Rejected)-len(served.Rejected), ErrState)
+	}
+	ep.resized, ep.steps = p, p.Steps
+	ep.info.Steps = len(p.Steps)
+	ep.info.Resize = &r
+	return nil
+}
+
+// served returns the plan the served steps follow: the base plan, or the
+// resized one (whose configuration has the new dp).
+func (ep *epochPlan) served() *balancer.Plan {
+	if ep.resized != nil {
+		return ep.resized
+	}
+	return ep.base
+}
+
 // replan replaces the steps from seg.FromStep on with a plan of their real
 // samples under seg.Model (balancer.Plan.Replan), and records the segment.
 // It keeps the old steps and reports false when the new plan would not have
@@ -137,7 +195,7 @@ func (ep *epochPlan) replan(seg Segment) bool {
 	if from >= len(ep.steps) {
 		return false
 	}
-	served := *ep.base
+	served := *ep.served()
 	served.Steps = ep.steps
 	p, err := served.Replan(from, seg.Model)
 	if err != nil {
@@ -173,7 +231,7 @@ func (ep *epochPlan) segmentAt(step int) (int, Segment) {
 // planFrom returns the served steps from start on as a plan for the
 // Preprocessor, with the model in effect at start (the rows' cost column).
 func (ep *epochPlan) planFrom(start int) *balancer.Plan {
-	q := *ep.base
+	q := *ep.served()
 	q.Steps = ep.steps[start:]
 	_, seg := ep.segmentAt(start)
 	q.Config.Model = seg.Model

@@ -24,6 +24,9 @@ var errRewind = errors.New("rewind")
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
 func (s *Service) publishLoop(ctx context.Context) error {
 	defer s.ahead.Wait()
+	if err := s.awaitResize(ctx); err != nil {
+		return err
+	}
 	end := pos{s.cfg.lastEpoch() + 1, 0}
 	for {
 		if err := s.drainRewinds(ctx); err != nil {

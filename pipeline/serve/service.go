@@ -95,6 +95,8 @@ type Service struct {
 	live       *live
 	finished   bool
 	sinceCal   int // steps published since the last recalibration (publisher only)
+	// resize is a dp change accepted at start (resize.go); nil when none.
+	resize *pendingResize
 }
 
 // New validates cfg and returns a Service that has not started anything.
@@ -353,6 +355,10 @@ func (s *Service) checkJob(ctx context.Context) error {
 		return err
 	}
 	if ok {
+		pending, err := s.checkResize(rec, stored)
+		if err != nil || pending {
+			return err // a pending resize writes the record once it is decided
+		}
 		if err := rec.compatible(stored); err != nil {
 			return err
 		}

@@ -59,10 +59,21 @@ type EpochInfo struct {
 	VocabSize int `json:"vocab_size,omitempty"`
 	// Segments lists the models in use, the first from step 0 (the base plan).
 	Segments []Segment `json:"segments"`
+	// DP is the dp the base plan was built for (0 in records older than
+	// elastic resume: the job's dp).
+	DP int `json:"dp,omitempty"`
+	// Resize, when set, re-planned the epoch's rest for another dp (resize.go).
+	Resize *ResizeSegment `json:"resize,omitempty"`
 }
 
 func (c Config) jobRecord() (JobRecord, error) {
+	return c.jobRecordAt(c.Pipeline.Plan.DP)
+}
+
+// jobRecordAt is the job record of this configuration at dp ranks.
+func (c Config) jobRecordAt(dp int) (JobRecord, error) {
 	p := c.Pipeline
+	p.Plan.DP = dp
 	b, err := json.Marshal(struct {
 		Input     string
 		Plan      balancer.Config
@@ -176,6 +187,9 @@ func decodeStrict(b []byte, v any) error {
 func (e EpochInfo) validate() error {
 	if e.Steps < 0 || e.MicroBatches < 1 || len(e.Segments) == 0 || e.Segments[0].FromStep != 0 {
 		return fmt.Errorf("serve: epoch info %d: steps %d, micro-batches %d, %d segments: %w", e.Epoch, e.Steps, e.MicroBatches, len(e.Segments), ErrState)
+	}
+	if r := e.Resize; r != nil && (r.DP < 1 || r.FromStep < 0 || r.FromStep > e.Steps || r.Segments < 1 || r.Segments > len(e.Segments)) {
+		return fmt.Errorf("serve: epoch info %d: resize to dp %d from step %d after %d segments: %w", e.Epoch, r.DP, r.FromStep, r.Segments, ErrState)
 	}
 	for i, s := range e.Segments {
 		if err := s.Model.Validate(); err != nil {

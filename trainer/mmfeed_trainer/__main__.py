@@ -27,6 +27,12 @@ checkpointing, torch.compile per block, towers initialised from local HuggingFac
     torchrun --nproc-per-node 8 -m mmfeed_trainer --shards shards/ --dp 8 --fsdp --mixed-precision \\
         --ac full --compile --model base --init-vision vit-base-patch16-224/ --init-text bert-base-uncased/
 
+The 8-GPU streaming job above (4 dp x 2 mp), resumed on 4 GPUs (dp 2) after restarting the service with ``--dp 2 --allow-resize``:
+DCP reshards model and optimizer, the service replans the rest of the epoch for dp 2::
+
+    torchrun --nproc-per-node 4 -m mmfeed_trainer --nats nats://127.0.0.1:4222 --job demo \\
+        --dp 2 --mp 2 --model base --steps 10000 --lr 1e-4 --warmup 1000 --ckpt-dir ckpt/ --ckpt-every 500 --allow-resize
+
 Single process on synthetic data (smoke test)::
 
     python -m mmfeed_trainer --synthetic --steps 20
@@ -86,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--clip", type=float, default=1.0, help="max global grad norm (<= 0: off)")
     p.add_argument("--ckpt-dir", help="checkpoint directory; resumes from its latest checkpoint")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
+    p.add_argument("--allow-resize", action="store_true",
+                   help="resume a checkpoint written at another dp (or FSDP/DDP choice): DCP reshards it, the "
+                        "service (mmfeed serve --allow-resize) replans the rest of the epoch for this dp")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="log lines as text or as one JSON object each (time, level, rank, logger, msg)")
@@ -113,6 +122,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         compile_backend=a.compile_backend, mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload,
         init_vision=a.init_vision, init_text=a.init_text, resize_vocab=a.resize_vocab, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
+        allow_resize=a.allow_resize,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,
         save_params=a.save_params, log_ids=a.log_ids, metrics_skip=a.metrics_skip, peak_tflops=a.peak_tflops,
         optim=config.OptimConfig(lr=a.lr, warmup_steps=a.warmup, total_steps=max(a.steps, 1),

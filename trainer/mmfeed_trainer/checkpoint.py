@@ -9,7 +9,14 @@ Layout under ``ckpt_dir``::
 
 A checkpoint directory is complete once ``latest`` names it (atomic rename), so a rank killed
 mid-save leaves the previous checkpoint in force. Every rank must call ``save``/``load``.
-Resuming needs the same (dp, mp) layout and the same FSDP/DDP choice.
+
+Resuming needs the same (dp, mp) layout and the same FSDP/DDP choice, unless the resize is
+asked for (``allow_resize``, the trainer's ``--allow-resize``): then dp and the FSDP/DDP choice
+may differ and DCP reshards model and optimizer state (a DCP checkpoint stores every tensor by
+its global shape and FQN, so DDP replicas and FSDP2 shards load into any dp). mp must stay the
+same (the checkpoint holds one DCP directory per mp stage). The per-rank JSON read on a resize
+is that of dp rank 0 of this mp rank: its step, stream position and scheduler are the same on
+every dp rank.
 """
 
 from __future__ import annotations
@@ -86,21 +93,43 @@ def latest(ckpt_dir: str) -> str | None:
     return os.path.join(ckpt_dir, name)
 
 
-def extras(path: str) -> dict:
-    """This rank's extras of the checkpoint at ``path`` (``next_step``, ``stream``, ...), read
-    without the model: the data position is known before the model is built."""
-    with open(os.path.join(path, f"rank-{_rank():05d}.json")) as f:
-        return json.load(f)
+def layout(path: str) -> dict:
+    """The layout a checkpoint was written with: ``{"dp", "mp", "fsdp"}`` (global rank 0's JSON)."""
+    with open(os.path.join(path, f"rank-{0:05d}.json")) as f:
+        extra = json.load(f)
+    return {"dp": extra["dp"], "mp": extra["mp"], "fsdp": extra["fsdp"]}
+
+
+def extras(path: str, dims: ParallelDims, allow_resize: bool = False) -> dict:
+    """This rank's extras of the checkpoint at ``path`` (``next_step``, ``stream``, and
+    ``resized_from``: the checkpoint's dp when it differs from this run's), read without the
+    model: the data position is known before the model is built.
+
+    ValueError when the layout differs and ``allow_resize`` is off, or when mp differs."""
+    saved = layout(path)
+    here = {"dp": dims.dp, "mp": dims.mp, "fsdp": dims.fsdp}
+    if saved != here:
+        if not allow_resize or saved["mp"] != dims.mp:
+            hint = ("mp cannot change on resume (one DCP directory per mp stage)" if saved["mp"] != dims.mp
+                    else "pass --allow-resize to reshard model and optimizer onto this layout")
+            raise ValueError(f"checkpoint {path} was written with dp, mp, fsdp = "
+                             f"{(saved['dp'], saved['mp'], saved['fsdp'])}; this run has "
+                             f"{(dims.dp, dims.mp, dims.fsdp)}: {hint}")
+    own = os.path.join(path, f"rank-{_rank():05d}.json")
+    if saved["dp"] != dims.dp or not os.path.exists(own):
+        own = os.path.join(path, f"rank-{dims.mp_rank:05d}.json")  # dp rank 0 of this mp rank
+    with open(own) as f:
+        extra = json.load(f)
+    if saved["dp"] != dims.dp:
+        extra["resized_from"] = saved["dp"]
+    return extra
 
 
 def load(path: str, *, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
-         dims: ParallelDims) -> dict:
-    """Restore this rank's state from ``path``; returns its extras (``next_step``, ``stream``)."""
-    extra = extras(path)
-    layout = (extra["dp"], extra["mp"], extra["fsdp"])
-    if layout != (dims.dp, dims.mp, dims.fsdp):
-        raise ValueError(f"checkpoint {path} was written with dp, mp, fsdp = {layout}; "
-                         f"this run has {(dims.dp, dims.mp, dims.fsdp)}")
+         dims: ParallelDims, allow_resize: bool = False) -> dict:
+    """Restore this rank's state from ``path`` (resharded by DCP when the dp differs and
+    ``allow_resize`` is on); returns its extras (see ``extras``)."""
+    extra = extras(path, dims, allow_resize)
     msd, osd = get_state_dict(module, optimizer)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=os.path.join(path, f"mp{dims.mp_rank}"), **_dcp_kwargs(dims))

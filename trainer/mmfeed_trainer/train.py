@@ -68,6 +68,10 @@ class TrainConfig:
     """Checkpoint directory; the run resumes from its latest checkpoint when there is one."""
     ckpt_every: int = 0
     """Checkpoint every N steps (0: only at the end when ckpt_dir is set)."""
+    allow_resize: bool = False
+    """Resume a checkpoint written at another dp (or with the other FSDP/DDP choice): DCP
+    reshards model and optimizer; the service replans the rest of the epoch for the new dp
+    (``mmfeed serve --allow-resize``). Without it a layout change is refused."""
     log_every: int = 10
     bf16: bool | None = None
     """bf16 autocast; None = on when CUDA is available."""
@@ -163,6 +167,14 @@ def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     return StreamSource(url=cfg.nats, job=cfg.job, dims=dims)
 
 
+def _check_resizable(cfg: TrainConfig, path: str, saved_dp: int) -> None:
+    """ValueError when the data source cannot follow a dp change: shards are planned for one dp."""
+    if cfg.shards:
+        raise ValueError(f"train: checkpoint {path} was written at dp {saved_dp}, this run has dp {cfg.dp}: "
+                         f"shards are planned for one dp (mmfeed shard --dp); resume at another dp from "
+                         f"the service (mmfeed serve --allow-resize), or write shards for dp {cfg.dp}")
+
+
 def _maybe_fault(step: int) -> None:
     spec = os.environ.get(FAULT_ENV)
     if not spec:
@@ -249,8 +261,11 @@ def run(cfg: TrainConfig) -> RunResult:
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
-        start = checkpoint.extras(resume)["next_step"]
-        position = {"epoch": 0, "next_step": start, **(checkpoint.extras(resume).get("stream") or {})}
+        extra = checkpoint.extras(resume, dims, cfg.allow_resize)
+        start = extra["next_step"]
+        position = {"epoch": 0, "next_step": start, **(extra.get("stream") or {})}
+        if "resized_from" in extra:
+            _check_resizable(cfg, resume, extra["resized_from"])
     if hasattr(source, "register"):
         reply = source.register(position)
         saved_hash = position.get("plan_hash")
@@ -272,7 +287,11 @@ def run(cfg: TrainConfig) -> RunResult:
                                             else torch.float32))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
     if resume:
-        checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims,
+                        allow_resize=cfg.allow_resize)
+        if "resized_from" in extra:
+            log.info("resized: checkpoint dp %d, this run dp %d (model and optimizer resharded by DCP)",
+                     extra["resized_from"], dims.dp)
         log.info("resumed from %s at step %d (data position %s)", resume, start, position)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
@@ -327,8 +346,10 @@ def run(cfg: TrainConfig) -> RunResult:
     if cfg.save_params:
         _save_params(cfg.save_params, module, dims)
     source.close()
-    return RunResult(steps_done=step - start, final_step=step, losses=losses,
-                     metrics=all_meter.summary(dims, device, peak_flops))
+    metrics = all_meter.summary(dims, device, peak_flops)
+    if device.type == "cuda":
+        metrics["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return RunResult(steps_done=step - start, final_step=step, losses=losses, metrics=metrics)
 
 
 def resized_vocab(mcfg: config.ModelConfig, data_vocab: int | None) -> config.ModelConfig:

@@ -1,0 +1,193 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/proto"
+)
+
+// TestResizeReplays: an epoch planned at dp 2 and resized to dp 1 (or 4) from
+// step 2 replays to the same steps (a restarted service serves what the
+// trainers were served), keeps the steps before the resize, and holds the
+// base plan's real samples once each.
+func TestResizeReplays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	input := corpus(t, 96)
+	old := testConfig(t, input, 2, 1, "colocated")
+	base, err := prepareEpoch(ctx, old, 0, nil, old.Pipeline.Plan.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.close()
+	if base.info.DP != 2 {
+		t.Fatalf("epoch info dp %d, want 2", base.info.DP)
+	}
+	for _, dp := range []int{1, 4} {
+		cfg := testConfig(t, input, dp, 1, "colocated")
+		cfg.Pipeline.Plan.GlobalBatch = old.Pipeline.Plan.GlobalBatch // a resize keeps the global batch
+		stored := base.info
+		stored.Resize = &ResizeSegment{FromStep: 2, DP: dp, Segments: 1}
+		var got [][]int32
+		for range 2 {
+			ep, err := prepareEpoch(ctx, cfg, 0, &stored, cfg.Pipeline.Plan.Model)
+			if err != nil {
+				t.Fatalf("dp %d: %v", dp, err)
+			}
+			if ep.info.PlanHash != base.info.PlanHash || ep.info.DP != 2 || ep.info.Resize == nil {
+				t.Errorf("dp %d: info %+v: want the base plan's hash and dp 2 with the resize recorded", dp, ep.info)
+			}
+			for k, s := range ep.steps {
+				want := dp
+				if k < 2 {
+					want = 2
+					if !slices.EqualFunc(s.Ranks, base.steps[k].Ranks, func(a, b []balancer.MicroBatch) bool { return slices.EqualFunc(a, b, slices.Equal) }) {
+						t.Errorf("dp %d: step %d before the resize changed", dp, k)
+					}
+				}
+				if s.Index != k || len(s.Ranks) != want {
+					t.Fatalf("dp %d: step %d: index %d, %d ranks, want %d ranks", dp, k, s.Index, len(s.Ranks), want)
+				}
+			}
+			if ep.planFrom(2).Config.DP != dp {
+				t.Errorf("dp %d: planFrom(2) has dp %d", dp, ep.planFrom(2).Config.DP)
+			}
+			got = append(got, liveItems(ep.steps))
+			ep.close()
+		}
+		if !slices.Equal(got[0], got[1]) {
+			t.Errorf("dp %d: the resize does not replay identically", dp)
+		}
+		if want := liveItems(base.steps); !slices.Equal(sorted(got[0]), sorted(want)) {
+			t.Errorf("dp %d: %d real samples after the resize, the base plan has %d", dp, len(got[0]), len(want))
+		}
+	}
+	bad := base.info
+	bad.Resize = &ResizeSegment{FromStep: base.info.Steps + 1, DP: 1, Segments: 1}
+	if err := bad.validate(); !errors.Is(err, ErrState) {
+		t.Errorf("resize past the epoch's end validates: %v", err)
+	}
+}
+
+func liveItems(steps []balancer.Step) []int32 {
+	var out []int32
+	for _, s := range steps {
+		for _, rank := range s.Ranks {
+			for _, mb := range rank {
+				for _, e := range mb {
+					if e.Weight > 0 {
+						out = append(out, e.Item)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func sorted(x []int32) []int32 {
+	y := slices.Clone(x)
+	slices.Sort(y)
+	return y
+}
+
+// TestResizeService trains part of an epoch at one dp, checkpoints a step
+// behind the acknowledgements, and resumes it with a service started at
+// another dp: refused without AllowResize; with it, the ranks of the new
+// layout (registering concurrently) get the rest of the epoch, and every
+// sample is applied once across the resize.
+func TestResizeService(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		from, to, mp int
+	}{{"2to1", 2, 1, 1}, {"1to2", 1, 2, 1}, {"4to2", 4, 2, 1}, {"2to1_mp2", 2, 1, 2}} {
+		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to, tc.mp) })
+	}
+}
+
+func testResizeService(t *testing.T, from, to, mp int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	placement := "colocated"
+	if mp == 2 {
+		placement = "modality"
+	}
+	old := testConfig(t, corpus(t, 120), from, mp, placement)
+	old.Recalibrate = -1
+	old.QuarantineDir = t.TempDir()
+	old.Pipeline.Plan.GlobalBatch = 8
+	r := start(t, old)
+	var trs []*trainer
+	for rank := range from * mp {
+		trs = append(trs, newTrainer(t, old, r.s.ClientURL(), rank/mp, rank%mp))
+	}
+	runAll(t, trs, func(tr *trainer) error { return tr.runEpoch(ctx, 0, 3) })
+	const ckpt = 2 // the trainers' checkpoint: a step behind what they acknowledged
+	for _, tr := range trs {
+		tr.crash()
+		tr.forget(0, ckpt)
+	}
+	if err := r.stop(t); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("service: %v", err)
+	}
+
+	cfg := old
+	cfg.Pipeline.Plan.DP = to
+	cfg.Logger = testLogger(t)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(ctx); !errors.Is(err, ErrJobMismatch) {
+		t.Fatalf("dp %d -> %d without AllowResize: %v, want ErrJobMismatch", from, to, err)
+	}
+	cfg.AllowResize = true
+	r = start(t, cfg)
+	var next []*trainer
+	for rank := range to * mp {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), rank/mp, rank%mp)
+		tr.applied[proto.BatchKey{Job: cfg.Job, Step: ckpt - 1, DPRank: -1}] = nil // resume at ckpt
+		next = append(next, tr)
+	}
+	runAll(t, next, func(tr *trainer) error { return tr.runEpoch(ctx, 0, -1) })
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	for _, tr := range next {
+		if tr.reply.DP != to {
+			t.Errorf("register reply dp %d, want %d", tr.reply.DP, to)
+		}
+		for k := range tr.applied {
+			if k.DPRank >= 0 && k.Step < ckpt {
+				t.Errorf("rank %d applied %v, before the resize point %d", tr.dp, k, ckpt)
+			}
+		}
+	}
+	info := storedInfo(t, r.s.ClientURL(), cfg)
+	if info.Resize == nil || info.Resize.FromStep != ckpt || info.Resize.DP != to || info.DP != from {
+		t.Errorf("stored epoch info dp %d resize %+v: want dp %d resized to %d from step %d", info.DP, info.Resize, from, to, ckpt)
+	}
+	realOnce(t, append(trs, next...), 0, shardExpectation(t, old, 0), len(quarantinedIDs(t, old.QuarantineDir, 0)))
+}
+
+// runAll runs fn for every trainer concurrently and fails on any error.
+func runAll(t *testing.T, trs []*trainer, fn func(*trainer) error) {
+	t.Helper()
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Go(func() { errs[i] = fn(tr) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+}
