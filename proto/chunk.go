@@ -34,25 +34,39 @@ func Chunk(key BatchKey, gen int, payload []byte, chunkSize int) ([]*nats.Msg, e
 // ChunkSum is Chunk with the payload's CRC-32C computed by the caller (once
 // per payload, however often it is sent).
 func ChunkSum(key BatchKey, gen int, payload []byte, sum uint32, chunkSize int) ([]*nats.Msg, error) {
-	if err := key.Validate(); err != nil {
+	subj, n, err := chunkCount(key, gen, payload, chunkSize)
+	if err != nil {
 		return nil, err
-	}
-	subj, _ := key.Subject()
-	if chunkSize <= 0 || len(payload) == 0 || gen < 0 {
-		return nil, fmt.Errorf("proto: chunk %v: chunk size %d, payload %d bytes, gen %d: %w", key, chunkSize, len(payload), gen, ErrInvalidMeta)
-	}
-	n := (len(payload) + chunkSize - 1) / chunkSize
-	if n > 1<<31-1 {
-		return nil, fmt.Errorf("proto: chunk %v: %d chunks: %w", key, n, ErrTooLarge)
 	}
 	h := ChunkHeader{BatchKey: key, Gen: gen, Count: n, Size: int64(len(payload)), Checksum: sum}
 	msgs := make([]*nats.Msg, n)
 	for i := range n {
 		h.Index = i
-		end := min((i+1)*chunkSize, len(payload))
-		msgs[i] = &nats.Msg{Subject: subj, Header: h.Header(), Data: payload[i*chunkSize : end]}
+		msgs[i] = &nats.Msg{Subject: subj, Header: h.Header(), Data: chunkData(payload, i, chunkSize)}
 	}
 	return msgs, nil
+}
+
+// chunkCount checks the arguments of a chunking and returns the key's batch
+// subject and the number of chunks.
+func chunkCount(key BatchKey, gen int, payload []byte, chunkSize int) (string, int, error) {
+	if err := key.Validate(); err != nil {
+		return "", 0, err
+	}
+	subj, _ := key.Subject()
+	if chunkSize <= 0 || len(payload) == 0 || gen < 0 {
+		return "", 0, fmt.Errorf("proto: chunk %v: chunk size %d, payload %d bytes, gen %d: %w", key, chunkSize, len(payload), gen, ErrInvalidMeta)
+	}
+	n := (len(payload) + chunkSize - 1) / chunkSize
+	if n > 1<<31-1 {
+		return "", 0, fmt.Errorf("proto: chunk %v: %d chunks: %w", key, n, ErrTooLarge)
+	}
+	return subj, n, nil
+}
+
+// chunkData returns chunk i of payload: a slice of it, not a copy.
+func chunkData(payload []byte, i, chunkSize int) []byte {
+	return payload[i*chunkSize : min((i+1)*chunkSize, len(payload))]
 }
 
 // Reassemble strictly reassembles the messages of exactly one batch, in any
