@@ -48,15 +48,16 @@ def _zero_shift_tables(nbytes: int) -> np.ndarray:
     return _SHIFT_CACHE[nbytes]
 
 
-def _crc32c_numpy(data: bytes) -> int:
-    """CRC-32C with numpy: lanes of 1 KiB computed side by side, then combined (CRC is linear)."""
+def _crc32c_numpy(data: bytes, value: int = 0) -> int:
+    """CRC-32C with numpy: lanes of 1 KiB computed side by side, then combined (CRC is linear).
+    ``value`` is the CRC-32C of the bytes before ``data`` (to continue it)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     lanes = len(buf) // _LANE
-    crc = 0xFFFFFFFF
+    crc = value ^ 0xFFFFFFFF
     if lanes:
         block = buf[:lanes * _LANE].reshape(lanes, _LANE).astype(np.uint32)
         state = np.zeros(lanes, dtype=np.uint32)
-        state[0] = 0xFFFFFFFF
+        state[0] = crc
         for j in range(_LANE):
             state = _T[(state ^ block[:, j]) & 0xFF] ^ (state >> 8)
         shift = _zero_shift_tables(_LANE)
@@ -70,14 +71,16 @@ def _crc32c_numpy(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def crc32c(data: bytes) -> int:
-    """CRC-32C of ``data`` (check value of b"123456789": 0xE3069283).
+def crc32c(data, value: int = 0) -> int:
+    """CRC-32C of ``data`` (any bytes-like object; check value of b"123456789": 0xE3069283),
+    continuing ``value``, the CRC-32C of the bytes before it: ``crc32c(b, crc32c(a)) ==
+    crc32c(a + b)``.
 
     Uses the ``crc32c`` package (a dependency of mmfeed_trainer; hardware CRC, GB/s), else
     ``google_crc32c``'s C build; without either, a numpy table (~100 MB/s, a bottleneck for a
     GPU trainer), with a ``SlowPathWarning`` the first time it is chosen.
     """
-    return _impl(data)
+    return _impl(data, value)
 
 
 class SlowPathWarning(RuntimeWarning):
@@ -87,13 +90,13 @@ class SlowPathWarning(RuntimeWarning):
 def _pick_impl():
     try:
         import crc32c as _c  # type: ignore
-        return lambda d: _c.crc32c(d)
+        return lambda d, v=0: _c.crc32c(d, v)
     except ImportError:
         pass
     try:
         import google_crc32c  # type: ignore
         if getattr(google_crc32c, "implementation", "c") == "c":
-            return lambda d: google_crc32c.value(bytes(d))
+            return lambda d, v=0: google_crc32c.extend(v, bytes(d))
     except ImportError:
         pass
     warnings.warn("mmfeed_trainer.wire: the crc32c package is not installed; checksums use a numpy table "
@@ -201,8 +204,10 @@ def make_chunks(key: BatchKey, payload: bytes, chunk_size: int, gen: int = 0) ->
 @dataclass(slots=True)
 class Assembled:
     header: ChunkHeader
-    payload: bytes | None = None
-    """The verified payload; None for a failure or a late duplicate."""
+    payload: bytes | bytearray | None = None
+    """The verified payload; None for a failure or a late duplicate. A single-chunk batch's is the
+    chunk's bytes (no copy); a multi-chunk batch's is the ``bytearray`` the chunks were written
+    into."""
     tags: list = field(default_factory=list)
     error: str | None = None
     """Why the batch failed (terminate ``tags`` and ask for a resend)."""
@@ -212,15 +217,52 @@ class Assembled:
 
 @dataclass(slots=True)
 class _Pending:
+    """An incomplete batch. Every chunk but the last has ``chunk`` bytes (section 4), so chunk i
+    lands at offset i * chunk of one buffer as it arrives, and the CRC-32C runs over the chunks in
+    index order as far as they are contiguous: with in-order arrival the batch is verified when
+    its last chunk lands, and no chunk is copied twice."""
     header: ChunkHeader
     started: float
-    parts: dict = field(default_factory=dict)
+    chunk: int
+    have: set = field(default_factory=set)
+    buf: bytearray | None = None
+    view: memoryview | None = None
+    single: bytes | None = None
+    summed: int = 0
+    crc: int = 0
     tags: list = field(default_factory=list)
-    bytes: int = 0
+
+    def span(self, index: int) -> tuple[int, int]:
+        off = index * self.chunk
+        return off, min(self.chunk, self.header.size - off)
+
+    def region(self, index: int):
+        if self.single is not None:
+            return self.single
+        off, n = self.span(index)
+        return self.view[off:off + n]
+
+
+def _chunk_size(h: ChunkHeader, n: int) -> int:
+    """Data bytes of every chunk but the last, from one chunk of ``n`` bytes: a chunk before the
+    last has exactly that many; the last has what remains. Raises ValueError when no chunk size
+    cuts the payload into ``h.count`` chunks that way."""
+    if h.count == 1:
+        c = h.size
+    elif h.index == h.count - 1:
+        c = (h.size - n) // (h.count - 1)
+    else:
+        c = n
+    if c <= 0 or (h.count - 1) * c >= h.size or h.count * c < h.size:
+        raise ValueError(f"chunk {h.index}/{h.count}: {n} bytes do not cut a {h.size}-byte payload "
+                         f"into {h.count} chunks")
+    return c
 
 
 class Reassembler:
-    """Protocol section 4, receiver side."""
+    """Protocol section 4, receiver side. A multi-chunk batch is one ``bytearray`` of
+    ``Mmfeed-Size`` bytes, allocated at its first chunk; each chunk is written into it once (a
+    memoryview slice) and checksummed as soon as the chunks before it are there."""
 
     def __init__(self, *, max_batch_bytes: int = 1 << 30, max_pending: int = 8, timeout_s: float = 120.0,
                  remember: int = 4096):
@@ -232,7 +274,8 @@ class Reassembler:
         self._delivered: dict[BatchKey, None] = {}
 
     def add(self, headers: dict | None, data: bytes, tag=None, now: float | None = None) -> list[Assembled]:
-        """Feed one chunk; returns the batches decided by it (usually zero or one)."""
+        """Feed one chunk; returns the batches decided by it (usually zero or one). The chunk's
+        bytes are copied into the batch's buffer unless it is a whole batch on its own."""
         now = time.monotonic() if now is None else now
         h = parse_header(headers)
         if h.key in self._delivered:
@@ -243,24 +286,39 @@ class Reassembler:
         slot = (h.key, h.gen)
         p = self._pending.get(slot)
         if p is None:
+            if not data:
+                return out + [Assembled(h, tags=[tag], error=f"chunk {h.index} is empty")]
+            try:
+                chunk = _chunk_size(h, len(data))
+            except ValueError as err:
+                return out + [Assembled(h, tags=[tag], error=str(err))]
             if len(self._pending) >= self.max_pending:
                 oldest = min(self._pending, key=lambda s: self._pending[s].started)
                 out.append(self._fail(oldest, "chunk missing (too many newer batches)"))
-            p = self._pending[slot] = _Pending(h, now)
+            p = self._pending[slot] = _Pending(h, now, chunk)
         p.tags.append(tag)
         if (h.count, h.size, h.checksum) != (p.header.count, p.header.size, p.header.checksum):
             return out + [self._fail(slot, "inconsistent chunks")]
-        if not data:
-            return out + [self._fail(slot, f"chunk {h.index} is empty")]
-        if h.index in p.parts:
-            if p.parts[h.index] != data:
+        off, want = p.span(h.index)
+        if len(data) != want:
+            return out + [self._fail(slot, f"chunk {h.index}/{h.count}: {len(data)} bytes, want {want} (chunks of "
+                                           f"{p.chunk} bytes, payload {h.size}; truncated or mis-sized)")]
+        if h.index in p.have:
+            if p.region(h.index) != data:
                 return out + [self._fail(slot, f"duplicate chunk {h.index} with different bytes")]
             return out
-        p.parts[h.index] = bytes(data)
-        p.bytes += len(data)
-        if p.bytes > h.size:
-            return out + [self._fail(slot, f"chunks exceed the size {h.size}")]
-        if len(p.parts) == h.count:
+        p.have.add(h.index)
+        if h.count == 1:
+            p.single, p.crc, p.summed = data, crc32c(data), 1
+        else:
+            if p.buf is None:
+                p.buf = bytearray(h.size)
+                p.view = memoryview(p.buf)
+            p.view[off:off + want] = data
+            while p.summed in p.have:
+                p.crc = crc32c(p.region(p.summed), p.crc)
+                p.summed += 1
+        if len(p.have) == h.count:
             return out + [self._finish(slot)]
         return out
 
@@ -275,12 +333,12 @@ class Reassembler:
 
     def _finish(self, slot) -> Assembled:
         p = self._pending.pop(slot)
-        payload = b"".join(p.parts[i] for i in range(p.header.count))
-        if len(payload) != p.header.size:
+        payload = p.single if p.single is not None else p.buf
+        if p.summed != p.header.count or len(payload) != p.header.size:
             return Assembled(p.header, tags=p.tags, error=f"payload {len(payload)} bytes, header says {p.header.size}")
-        got = crc32c(payload)
-        if got != p.header.checksum:
-            return Assembled(p.header, tags=p.tags, error=f"crc32c mismatch ({got:08x} != {p.header.checksum:08x})")
+        if p.crc != p.header.checksum:
+            return Assembled(p.header, tags=p.tags, error=f"crc32c mismatch ({p.crc:08x} != {p.header.checksum:08x})")
+        p.view = None  # the payload's only reference is the one handed on
         self._delivered[p.header.key] = None
         while len(self._delivered) > self.remember:
             self._delivered.pop(next(iter(self._delivered)))
