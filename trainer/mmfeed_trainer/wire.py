@@ -204,10 +204,9 @@ def make_chunks(key: BatchKey, payload: bytes, chunk_size: int, gen: int = 0) ->
 @dataclass(slots=True)
 class Assembled:
     header: ChunkHeader
-    payload: bytes | bytearray | None = None
+    payload: bytes | None = None
     """The verified payload; None for a failure or a late duplicate. A single-chunk batch's is the
-    chunk's bytes (no copy); a multi-chunk batch's is the ``bytearray`` the chunks were written
-    into."""
+    chunk's bytes (no copy)."""
     tags: list = field(default_factory=list)
     error: str | None = None
     """Why the batch failed (terminate ``tags`` and ask for a resend)."""
@@ -217,17 +216,14 @@ class Assembled:
 
 @dataclass(slots=True)
 class _Pending:
-    """An incomplete batch. Every chunk but the last has ``chunk`` bytes (section 4), so chunk i
-    lands at offset i * chunk of one buffer as it arrives, and the CRC-32C runs over the chunks in
-    index order as far as they are contiguous: with in-order arrival the batch is verified when
-    its last chunk lands, and no chunk is copied twice."""
+    """An incomplete batch. Every chunk but the last has ``chunk`` bytes (section 4), so each
+    chunk's length is checked as it arrives, and the CRC-32C runs over the chunks in index order
+    as far as they are contiguous: with in-order arrival each chunk is checksummed when it lands
+    and the batch is verified with its last chunk; the chunks are then joined with one copy."""
     header: ChunkHeader
     started: float
     chunk: int
-    have: set = field(default_factory=set)
-    buf: bytearray | None = None
-    view: memoryview | None = None
-    single: bytes | None = None
+    parts: dict = field(default_factory=dict)
     summed: int = 0
     crc: int = 0
     tags: list = field(default_factory=list)
@@ -235,12 +231,6 @@ class _Pending:
     def span(self, index: int) -> tuple[int, int]:
         off = index * self.chunk
         return off, min(self.chunk, self.header.size - off)
-
-    def region(self, index: int):
-        if self.single is not None:
-            return self.single
-        off, n = self.span(index)
-        return self.view[off:off + n]
 
 
 def _chunk_size(h: ChunkHeader, n: int) -> int:
@@ -260,9 +250,11 @@ def _chunk_size(h: ChunkHeader, n: int) -> int:
 
 
 class Reassembler:
-    """Protocol section 4, receiver side. A multi-chunk batch is one ``bytearray`` of
-    ``Mmfeed-Size`` bytes, allocated at its first chunk; each chunk is written into it once (a
-    memoryview slice) and checksummed as soon as the chunks before it are there."""
+    """Protocol section 4, receiver side. A chunk is kept as received (no copy), its length
+    checked against the batch's chunk size at once and its CRC-32C folded in as soon as the
+    chunks before it are there; a complete multi-chunk batch is joined with one copy
+    (``b"".join``: measured faster in CPython than writing the chunks into a preallocated
+    ``bytearray``, which CPython zero-fills first)."""
 
     def __init__(self, *, max_batch_bytes: int = 1 << 30, max_pending: int = 8, timeout_s: float = 120.0,
                  remember: int = 4096):
@@ -274,8 +266,7 @@ class Reassembler:
         self._delivered: dict[BatchKey, None] = {}
 
     def add(self, headers: dict | None, data: bytes, tag=None, now: float | None = None) -> list[Assembled]:
-        """Feed one chunk; returns the batches decided by it (usually zero or one). The chunk's
-        bytes are copied into the batch's buffer unless it is a whole batch on its own."""
+        """Feed one chunk; returns the batches decided by it (usually zero or one)."""
         now = time.monotonic() if now is None else now
         h = parse_header(headers)
         if h.key in self._delivered:
@@ -299,26 +290,19 @@ class Reassembler:
         p.tags.append(tag)
         if (h.count, h.size, h.checksum) != (p.header.count, p.header.size, p.header.checksum):
             return out + [self._fail(slot, "inconsistent chunks")]
-        off, want = p.span(h.index)
+        _, want = p.span(h.index)
         if len(data) != want:
             return out + [self._fail(slot, f"chunk {h.index}/{h.count}: {len(data)} bytes, want {want} (chunks of "
                                            f"{p.chunk} bytes, payload {h.size}; truncated or mis-sized)")]
-        if h.index in p.have:
-            if p.region(h.index) != data:
+        if h.index in p.parts:
+            if p.parts[h.index] != data:
                 return out + [self._fail(slot, f"duplicate chunk {h.index} with different bytes")]
             return out
-        p.have.add(h.index)
-        if h.count == 1:
-            p.single, p.crc, p.summed = data, crc32c(data), 1
-        else:
-            if p.buf is None:
-                p.buf = bytearray(h.size)
-                p.view = memoryview(p.buf)
-            p.view[off:off + want] = data
-            while p.summed in p.have:
-                p.crc = crc32c(p.region(p.summed), p.crc)
-                p.summed += 1
-        if len(p.have) == h.count:
+        p.parts[h.index] = data if isinstance(data, bytes) else bytes(data)
+        while p.summed in p.parts:
+            p.crc = crc32c(p.parts[p.summed], p.crc)
+            p.summed += 1
+        if len(p.parts) == h.count:
             return out + [self._finish(slot)]
         return out
 
@@ -333,12 +317,12 @@ class Reassembler:
 
     def _finish(self, slot) -> Assembled:
         p = self._pending.pop(slot)
-        payload = p.single if p.single is not None else p.buf
+        parts = p.parts
+        payload = parts[0] if p.header.count == 1 else b"".join([parts[i] for i in range(p.header.count)])
         if p.summed != p.header.count or len(payload) != p.header.size:
             return Assembled(p.header, tags=p.tags, error=f"payload {len(payload)} bytes, header says {p.header.size}")
         if p.crc != p.header.checksum:
             return Assembled(p.header, tags=p.tags, error=f"crc32c mismatch ({p.crc:08x} != {p.header.checksum:08x})")
-        p.view = None  # the payload's only reference is the one handed on
         self._delivered[p.header.key] = None
         while len(self._delivered) > self.remember:
             self._delivered.pop(next(iter(self._delivered)))
