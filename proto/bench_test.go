@@ -450,7 +450,7 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, ch
 
 // benchWindow and benchWindowBytes are the Fetcher's window in benchCore
 // (DefaultFetcherConfig's).
-const benchWindow, benchWindowBytes = 4, 48 << 20
+const benchWindow, benchWindowBytes = 4, 32 << 20
 
 // offHeap returns a copy of p in memory mapped outside the Go heap (unmapped
 // when b ends). The benchmarks encode every batch of the run before the
