@@ -86,7 +86,7 @@ func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
 // the way: a lost request, a corrupted payload and a truncated chunk are
 // asked for again, chunks out of order and repeated are put together, and
 // every batch is acknowledged to the sender. A record still held when later
-// batches arrive keeps its bytes.
+// batches arrive keeps its bytes (its buffer is reused only once released).
 func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
 	s := startServer(t, 64<<10)
 	snc, _ := connect(t, s)

@@ -91,6 +91,8 @@ type Reassembler[T any] struct {
 	doneQ   []BatchKey
 	evicted []Expired[T]
 	held    int
+	// alloc returns the buffer of a multi-chunk batch (nil: make).
+	alloc func(n int) []byte
 }
 
 // NewReassembler returns an empty Reassembler.
@@ -204,7 +206,11 @@ func (r *Reassembler[T]) put(p *partial[T], h ChunkHeader, data []byte, tag T) e
 		return nil
 	}
 	if p.buf == nil {
-		p.buf = make([]byte, p.head.Size)
+		if r.alloc != nil {
+			p.buf = r.alloc(int(p.head.Size))
+		} else {
+			p.buf = make([]byte, p.head.Size)
+		}
 	}
 	if h.Index == p.summed {
 		p.sum = copySum(p.buf[off:], data, p.sum)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/nats-io/nats.go"
 )
 
@@ -175,5 +176,54 @@ func TestSendBatchMatchesChunk(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("chunk %d not received", i)
 		}
+	}
+}
+
+// The buffer a record was decoded from is given back exactly once, when
+// the last reference to the record is released, never earlier.
+func TestDecodeIPCReleasesPayloadOnce(t *testing.T) {
+	m := testMeta(ModalityAll, DTypeFloat16, []int{3, 8, 8})
+	payload := mustEncode(t, m, testRows(m, 4))
+	released := 0
+	rec, err := decodeIPC(memory.NewGoAllocator(), payload, func() { released++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Retain() // a second holder, as a trainer keeping the record past Batch.Release
+	rec.Release()
+	if released != 0 {
+		t.Fatalf("released %d times while the record is held", released)
+	}
+	rec.Release()
+	if released != 1 {
+		t.Fatalf("released %d times after the last release, want 1", released)
+	}
+	bad := bytes.Clone(payload)
+	bad = bad[:len(bad)-64] // a body shorter than its record batch says
+	calls := 0
+	if _, err := decodeIPC(memory.NewGoAllocator(), bad, func() { calls++ }); err == nil || calls > 1 {
+		t.Fatalf("truncated payload: %v, released %d times; want an error, at most one release", err, calls)
+	}
+}
+
+func TestBufPoolReusesSimilarSizes(t *testing.T) {
+	p := newBufPool(2)
+	a := p.get(1000)
+	p.put(a)
+	if b := p.get(900); len(b) != 900 || &b[0] != &a[0] {
+		t.Fatalf("a 1000-byte buffer was not reused for 900 bytes")
+	}
+	p.put(a)
+	if b := p.get(400); &b[0] == &a[0] {
+		t.Fatalf("a 1000-byte buffer was reused for 400 bytes (over twice the size)")
+	}
+	if b := p.get(2000); len(b) != 2000 || &b[0] == &a[0] {
+		t.Fatalf("a 1000-byte buffer was reused for 2000 bytes")
+	}
+	for range 3 {
+		p.put(make([]byte, 10))
+	}
+	if len(p.free) != 2 {
+		t.Fatalf("%d buffers kept, want at most 2", len(p.free))
 	}
 }
