@@ -7,7 +7,8 @@ import "sync"
 // already mapped and in use, instead of a fresh allocation the kernel has
 // to fault in and the garbage collector has to reclaim. A buffer comes back
 // when the last reference to the record decoded from it is released
-// (decodeIPCOwned), never earlier.
+// (decodeIPC's release), never earlier: arrow's contract that a released
+// record's memory may be reused, which Batch.Record documents.
 type bufPool struct {
 	mu   sync.Mutex
 	free [][]byte
