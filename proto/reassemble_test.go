@@ -227,3 +227,23 @@ func TestBufPoolReusesSimilarSizes(t *testing.T) {
 		t.Fatalf("%d buffers kept, want at most 2", len(p.free))
 	}
 }
+
+// ReadRows copies everything, sample ids included: what it returns
+// survives the record's memory being reused.
+func TestReadRowsCopiesIDs(t *testing.T) {
+	m := testMeta(ModalityAll, DTypeFloat16, []int{3, 8, 8})
+	payload := mustEncode(t, m, testRows(m, 4))
+	rec, err := DecodeIPC(memory.NewGoAllocator(), payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rows, err := ReadRows(rec)
+	rec.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(payload) // as the Fetcher's next batch overwrites a released buffer
+	if rows[3].ID != "sample-003" || len(rows[3].Pixels) == 0 || rows[3].Pixels[0] == 0 && rows[3].Pixels[1] == 0 && rows[3].Pixels[2] == 0 {
+		t.Fatalf("row 3 after the buffer was cleared: id %q, pixels %v", rows[3].ID, rows[3].Pixels[:4])
+	}
+}
