@@ -30,6 +30,7 @@ var sections = []section{
 	{"tokenize", benchTokenize},
 	{"imgproc", benchImgproc},
 	{"transport", benchTransport},
+	{"transport_py", benchTransportPy},
 	{"serve", benchServe},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},

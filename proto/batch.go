@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -283,6 +284,14 @@ func estimateSize(rec arrow.RecordBatch) int64 {
 // record is alive; mem serves only what decoding has to allocate. The caller
 // releases the record.
 func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error) {
+	return decodeIPC(mem, b, nil)
+}
+
+// decodeIPC is DecodeIPC; release, when not nil, is called once when nothing
+// decoded from b references it any more (the record and its arrays were
+// released, or decoding failed after reading the record batch), so b can be
+// reused.
+func decodeIPC(mem memory.Allocator, b []byte, release func()) (rec arrow.RecordBatch, err error) {
 	defer func() { // arrow's reader may still panic on malformed data
 		if p := recover(); p != nil {
 			if rec != nil {
@@ -295,7 +304,11 @@ func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error
 	if err != nil {
 		return nil, fmt.Errorf("proto: decode ipc: %w", err)
 	}
-	r, err := ipc.NewReaderFromMessageReader(&frameReader{frames: frames}, ipc.WithAllocator(mem))
+	fr := &frameReader{frames: frames}
+	if release != nil {
+		fr.owner = &payloadOwner{release: release}
+	}
+	r, err := ipc.NewReaderFromMessageReader(fr, ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, fmt.Errorf("proto: decode ipc: %w: %w", err, ErrSchema)
 	}
@@ -314,3 +327,20 @@ func DecodeIPC(mem memory.Allocator, b []byte) (rec arrow.RecordBatch, err error
 	}
 	return rec, nil
 }
+
+// payloadOwner is the allocator of a decoded payload's body buffer: arrow
+// calls Free when the buffer's last reference is released.
+type payloadOwner struct {
+	once    sync.Once
+	release func()
+}
+
+func (o *payloadOwner) Allocate(n int) []byte { return make([]byte, n) }
+
+func (o *payloadOwner) Reallocate(n int, b []byte) []byte {
+	out := make([]byte, n)
+	copy(out, b)
+	return out
+}
+
+func (o *payloadOwner) Free([]byte) { o.once.Do(o.release) }

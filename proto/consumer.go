@@ -16,7 +16,12 @@ import (
 type Batch struct {
 	Header ChunkHeader // batch key, generation, size, checksum (Index 0)
 	Meta   BatchMeta   // from the record's schema; Step, MicroBatch from the header
-	// Record is owned by the Batch; Release releases it.
+	// Record is owned by the Batch; Release releases it. On the core data
+	// plane the Fetcher reuses a multi-chunk batch's memory for a later
+	// batch once every reference to the record is released (arrow's
+	// reference counting: Retain keeps it): values read from it without a
+	// copy (String.Value, buffer bytes) are valid until then. ReadRows
+	// copies.
 	Record arrow.RecordBatch
 
 	c     *Consumer // JetStream data plane

@@ -80,6 +80,11 @@ type ipcFrame struct{ meta, body []byte }
 type frameReader struct {
 	frames [2]ipcFrame
 	next   int
+	// owner, when set, is told (Free) when nothing references the record
+	// batch's body any more: the reader and every array decoded from it
+	// were released.
+	owner memory.Allocator
+	msgs  []*ipc.Message // released with the reader, as arrow's own reader does
 }
 
 func (r *frameReader) Message() (*ipc.Message, error) {
@@ -88,11 +93,24 @@ func (r *frameReader) Message() (*ipc.Message, error) {
 	}
 	f := r.frames[r.next]
 	r.next++
-	return ipc.NewMessage(memory.NewBufferBytes(f.meta), memory.NewBufferBytes(f.body)), nil
+	body := memory.NewBufferBytes(f.body)
+	if r.owner != nil && r.next == len(r.frames) {
+		body = memory.NewBufferWithAllocator(f.body, r.owner)
+		defer body.Release() // the message holds it now; arrays decoded from it retain it
+	}
+	m := ipc.NewMessage(memory.NewBufferBytes(f.meta), body)
+	r.msgs = append(r.msgs, m)
+	return m, nil
 }
 
-func (r *frameReader) Retain()  {}
-func (r *frameReader) Release() {}
+func (r *frameReader) Retain() {}
+
+func (r *frameReader) Release() {
+	for _, m := range r.msgs {
+		m.Release()
+	}
+	r.msgs = nil
+}
 
 // checkMessage checks one Message flatbuffer and returns its body length.
 func checkMessage(buf []byte, wantType byte) (int64, error) {

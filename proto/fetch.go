@@ -97,18 +97,27 @@ func NewFetchRequest(k BatchKey) FetchRequest {
 
 // SendBatch publishes payload (whose CRC-32C is sum) as chunk messages of at
 // most chunkSize data bytes to subj (a fetch's reply inbox) on core NATS.
-// The messages alias payload (no copy before the connection's write buffer).
-// It returns the number of chunks sent.
+// Each chunk's data is a slice of payload (nats.go copies it once, into the
+// connection's write buffer), and the header set is built once per batch:
+// only the chunk index and message id change from chunk to chunk. It
+// returns the number of chunks sent.
 func SendBatch(nc *nats.Conn, subj string, key BatchKey, gen int, payload []byte, sum uint32, chunkSize int) (int, error) {
-	msgs, err := ChunkSum(key, gen, payload, sum, chunkSize)
+	_, n, err := chunkCount(key, gen, payload, chunkSize)
 	if err != nil {
 		return 0, err
 	}
-	for i, m := range msgs {
-		m.Subject = subj
-		if err := nc.PublishMsg(m); err != nil {
+	h := ChunkHeader{BatchKey: key, Gen: gen, Count: n, Size: int64(len(payload)), Checksum: sum}
+	hd := h.Header()
+	count := "/" + strconv.Itoa(n)
+	for i := range n {
+		if i > 0 { // PublishMsg encodes the headers before it returns
+			hd[HdrChunk] = []string{strconv.Itoa(i) + count}
+			hd[HdrMsgID] = []string{key.MsgID(i, gen)}
+		}
+		m := nats.Msg{Subject: subj, Header: hd, Data: chunkData(payload, i, chunkSize)}
+		if err := nc.PublishMsg(&m); err != nil {
 			return i, fmt.Errorf("proto: send %v chunk %d: %w", key, i, err)
 		}
 	}
-	return len(msgs), nil
+	return n, nil
 }

@@ -72,6 +72,7 @@ type Fetcher struct {
 	fetchSub string
 	ackSub   string
 	re       *Reassembler[struct{}]
+	bufs     *bufPool
 
 	mu     sync.Mutex
 	epochs map[int]epochShape
@@ -100,6 +101,8 @@ func NewFetcher(nc *nats.Conn, mem memory.Allocator, cfg FetcherConfig) (*Fetche
 	}
 	f := &Fetcher{cfg: cfg, nc: nc, mem: mem, re: re, inbox: nc.NewInbox(), ch: make(chan *nats.Msg, 4096),
 		epochs: map[int]epochShape{}, ready: map[BatchKey]*Assembled[struct{}]{}, reconn: nc.Stats().Reconnects}
+	f.bufs = newBufPool(2)
+	re.alloc = f.bufs.get
 	f.fetchSub, _ = FetchSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	f.ackSub, _ = AckSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	if f.sub, err = nc.ChanSubscribe(f.inbox, f.ch); err != nil {
@@ -288,7 +291,12 @@ func (f *Fetcher) deliver(a *Assembled[struct{}]) (*Batch, error) {
 		}
 	}
 	f.want, _ = f.after(f.want)
-	rec, err := DecodeIPC(f.mem, a.Payload)
+	var release func()
+	if a.Header.Count > 1 { // the payload is a buffer of the pool
+		payload := a.Payload
+		release = func() { f.bufs.put(payload) }
+	}
+	rec, err := decodeIPC(f.mem, a.Payload, release)
 	if err != nil {
 		return nil, &BatchError{Key: a.Header.BatchKey, Gen: a.Header.Gen, Err: err}
 	}

@@ -1,7 +1,9 @@
 package proto
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ type fakeSender struct {
 	payloads map[BatchKey][]byte
 	drop     map[BatchKey]bool // first request ignored
 	corrupt  map[BatchKey]bool // first answer's chunk 0 flipped
+	truncate map[BatchKey]bool // first answer's chunk 1 cut short
+	shuffle  map[BatchKey]bool // chunks sent last first, chunk 0 twice
 	asked    map[BatchKey]int
 	acked    []BatchKey
 }
@@ -43,10 +47,18 @@ func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
 			t.Error(err)
 			return
 		}
-		for i, c := range msgs {
+		if f.shuffle[k] {
+			slices.Reverse(msgs)
+			msgs = append(msgs, msgs[len(msgs)-1])
+		}
+		for _, c := range msgs {
 			c.Subject = m.Reply
-			if i == 0 && n == 1 && f.corrupt[k] {
+			h, _ := ParseChunkHeader(c.Header)
+			if h.Index == 0 && n == 1 && f.corrupt[k] {
 				c.Data = append([]byte{c.Data[0] ^ 0xff}, c.Data[1:]...)
+			}
+			if h.Index == 1 && n == 1 && f.truncate[k] {
+				c.Data = c.Data[:len(c.Data)-1]
 			}
 			if err := nc.PublishMsg(c); err != nil {
 				t.Error(err)
@@ -71,8 +83,10 @@ func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
 }
 
 // The Fetcher returns a rank's batches in plan order whatever goes wrong on
-// the way: a lost request and a corrupted payload are asked for again, and
-// every batch is acknowledged to the sender.
+// the way: a lost request, a corrupted payload and a truncated chunk are
+// asked for again, chunks out of order and repeated are put together, and
+// every batch is acknowledged to the sender. A record still held when later
+// batches arrive keeps its bytes (its buffer is reused only once released).
 func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
 	s := startServer(t, 64<<10)
 	snc, _ := connect(t, s)
@@ -89,6 +103,8 @@ func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
 	}
 	f.drop = map[BatchKey]bool{order[1]: true, order[6]: true}
 	f.corrupt = map[BatchKey]bool{order[3]: true}
+	f.truncate = map[BatchKey]bool{order[4]: true}
+	f.shuffle = map[BatchKey]bool{order[2]: true, order[5]: true}
 	chunk, err := ChunkSize(snc.MaxPayload())
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +124,7 @@ func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
 	fe.Start(0, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var held *Batch // released one batch late
 	for i, want := range order {
 		b, err := fe.Next(ctx)
 		if err != nil {
@@ -119,22 +136,37 @@ func TestFetcherAsksAgainAndKeepsPlanOrder(t *testing.T) {
 		if rows := b.Record.NumRows(); rows != 40 {
 			t.Errorf("batch %v: %d rows, want 40", want, rows)
 		}
-		b.Release()
+		if held != nil {
+			checkSameRecord(t, held, f.payloads[held.Header.BatchKey])
+			held.Release()
+		}
+		held = b
 		if err := b.Ack(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+	checkSameRecord(t, held, f.payloads[held.Header.BatchKey])
+	held.Release()
 	if _, err := fe.Next(ctx); err == nil {
 		t.Error("Next past the registered epochs: no error")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, k := range []BatchKey{order[1], order[3], order[6]} {
+	for _, k := range []BatchKey{order[1], order[3], order[4], order[6]} {
 		if f.asked[k] < 2 {
-			t.Errorf("%v asked for %d times, want ≥ 2 (lost or corrupt the first time)", k, f.asked[k])
+			t.Errorf("%v asked for %d times, want ≥ 2 (lost, corrupt or truncated the first time)", k, f.asked[k])
 		}
 	}
 	if len(f.acked) != len(order) || f.acked[len(order)-1] != order[len(order)-1] {
 		t.Errorf("acked %v, want every batch in order", f.acked)
+	}
+}
+
+// checkSameRecord checks that b's record still holds what payload encodes.
+func checkSameRecord(t *testing.T, b *Batch, payload []byte) {
+	t.Helper()
+	got, err := EncodeIPC(b.Record)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Errorf("batch %v: record re-encodes to %d bytes (%v), differing from the %d sent", b.Header.BatchKey, len(got), err, len(payload))
 	}
 }

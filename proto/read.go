@@ -2,6 +2,7 @@ package proto
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -111,7 +112,9 @@ func ReadRows(rec arrow.RecordBatch) (BatchMeta, []Row, error) {
 	cost := cols[ColCost].(*array.Float64)
 	weight := cols[ColWeight].(*array.Float32)
 	for i := range rows {
-		rows[i].ID, rows[i].Cost, rows[i].Weight = ids.Value(i), cost.Value(i), weight.Value(i)
+		// String.Value aliases the record's memory, which a Fetcher reuses
+		// once the record is released: copy it, as everything else here.
+		rows[i].ID, rows[i].Cost, rows[i].Weight = strings.Clone(ids.Value(i)), cost.Value(i), weight.Value(i)
 	}
 	if meta.Modality.hasText() {
 		ii := cols[ColInputIDs].(*array.List)

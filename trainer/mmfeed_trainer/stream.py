@@ -256,7 +256,7 @@ class StreamSource(Source):
 
     def _decode(self, res: Assembled) -> pa.RecordBatch:
         k = res.header.key
-        reader = pa.ipc.open_stream(res.payload)
+        reader = pa.ipc.open_stream(pa.py_buffer(res.payload))  # zero-copy over the reassembled buffer
         rec = reader.read_next_batch()
         md = {key.decode(): v.decode() for key, v in (rec.schema.metadata or {}).items()}
         if md.get(keys.META_SCHEMA_VERSION) != keys.SCHEMA_VERSION:

@@ -124,3 +124,48 @@ def test_random_header_garbage_raises_only_chunk_error():
             wire.Reassembler().add(h, data)
         except wire.ChunkError:
             pass
+
+
+@pytest.mark.parametrize("n", [0, 5, 1024, 5000])
+def test_crc32c_continues_a_prefix(n):
+    data = random.Random(n).randbytes(n + 3000)
+    for impl in (wire.crc32c, wire._crc32c_numpy):
+        assert impl(memoryview(data)[n:], impl(data[:n])) == impl(data) == slow_crc32c(data)
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 2, 0, 1]])
+def test_chunks_reassemble_in_any_order_checksummed_on_arrival(order):
+    payload = random.Random(4).randbytes(10000)
+    parts = chunks(payload)
+    r = wire.Reassembler()
+    got = []
+    for i in order:
+        got += r.add(parts[i][0], bytearray(parts[i][1]), tag=i)  # as received: a buffer of its own
+    assert len(got) == 1 and got[0].error is None and got[0].payload == payload
+    assert sorted(got[0].tags) == sorted(order)
+
+
+def test_a_single_chunk_batch_is_handed_on_without_a_copy():
+    payload = random.Random(5).randbytes(3000)
+    (h, d), = chunks(payload)
+    got = wire.Reassembler().add(h, d)
+    assert got[0].payload is d
+
+
+@pytest.mark.parametrize("edit,reason", [
+    (lambda p: [p[0], (p[1][0], p[1][1][:-1]), p[2]], "chunk 1/3: 4095 bytes, want 4096 (chunks of 4096 bytes, "
+                                                      "payload 10000; truncated or mis-sized)"),
+    (lambda p: [p[0], p[1], (p[2][0], p[2][1][:-1])], "chunk 2/3: 1807 bytes, want 1808"),
+    (lambda p: [p[0], p[1], (p[2][0], p[2][1] + b"x")], "chunk 2/3: 1809 bytes, want 1808"),
+    (lambda p: [(p[2][0], b"x" * 5000)] + p[:2], "chunk 2/3: 5000 bytes do not cut a 10000-byte payload into 3"),
+    (lambda p: [(p[1][0], b"x" * 2000)] + p[:1], "chunk 1/3: 2000 bytes do not cut"),
+    (lambda p: [p[1], p[2], (p[0][0], b"y" + p[0][1][1:])], "crc32c mismatch"),
+])
+def test_truncated_or_mis_sized_chunks_fail_clearly(edit, reason):
+    r = wire.Reassembler()
+    out = []
+    for i, (h, d) in enumerate(edit(chunks(random.Random(6).randbytes(10000)))):
+        out += r.add(h, d, tag=i)
+    failed = [a for a in out if a.error]
+    assert len(failed) == 1 and reason in failed[0].error, out
+    assert failed[0].payload is None and failed[0].tags
