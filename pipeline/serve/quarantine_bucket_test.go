@@ -17,9 +17,13 @@ func TestQuarantineBucketOneRecordPerSample(t *testing.T) {
 	cfg.Epochs, cfg.Recalibrate = 2, -1
 	cfg.QuarantineDir = t.TempDir()
 	r := start(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	tctx, tcancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer tcancel()
+	runTrainersConn(t, tctx, cfg, r.s.ClientURL(), []int{0, 1}, false)
+	// The bucket is read with its own deadline: two epochs on a loaded
+	// machine can take most of the trainers' time.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	runTrainersConn(t, ctx, cfg, r.s.ClientURL(), []int{0, 1}, false)
 	nc, err := nats.Connect(r.s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
