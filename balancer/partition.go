@@ -119,6 +119,9 @@ type Partitioner struct {
 	padded  int64
 	cap     int64
 	evals   int // exchanges padSearch evaluated
+	// itemCost caches the items' step costs for the packed partitioner
+	// (itemStepCosts); Partition resets it.
+	itemCost []float64
 }
 
 // group is one micro-batch under construction.
@@ -190,7 +193,7 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			return Assignment{}, err
 		}
 	}
-	p.items, p.costs = items, costs
+	p.items, p.costs, p.itemCost = items, costs, p.itemCost[:0]
 	defer func() { p.items, p.costs = nil, nil }()
 	if p.cfg.Pack {
 		return p.partitionPacked()
