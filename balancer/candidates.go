@@ -30,7 +30,7 @@ const rankCutLimit = 48
 // same items, each refined when the batch is small — the one with the least
 // maximum padded rank cost, then least total; ties keep cur. Every candidate
 // holds the budget and gives every rank MicroBatches non-empty micro-batches.
-func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
+func (p *Partitioner) bestCandidate(cur Assignment, alt alternatives) Assignment {
 	best := cur
 	bestMax, bestSum := p.score(cur.Members)
 	// Refine, on small batches, the more promising alternative too, unless
@@ -40,9 +40,9 @@ func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 		bestMax > (1+refineAltImbalance)*bestSum/float64(p.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	cands := [][][]int32{p.balanceFirst(), p.randomSplit()}
-	if p.cfg.Sync == SyncMicroBatch && p.cfg.MicroBatches > 1 {
-		cands = append(cands, p.positionsFirst(p.order), p.positionsFirst(p.byCostOrder()))
+	cands := [][][]int32{alt.balance, p.randomSplit()}
+	if p.positionsApply() {
+		cands = append(cands, alt.lengthPos, alt.costPos)
 	}
 	for _, alt := range cands {
 		if alt == nil {

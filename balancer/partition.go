@@ -114,11 +114,12 @@ type Partitioner struct {
 	rank    []Cost  // per-rank cost sums
 	step    []float64
 	byCost  []int32
-	slotMax []float64    // syncedCost scratch
-	sub     *Partitioner // positionsFirst's, created on first use
+	slotMax []float64         // syncedCost scratch
+	subs    [2][]*Partitioner // positionsFirst's (subPartitioners)
 	padded  int64
 	cap     int64
 	evals   int // exchanges padSearch evaluated
+	sequential bool // build every candidate on the calling goroutine (tests)
 	// itemCost caches the items' step costs for the packed partitioner
 	// (itemStepCosts); Partition resets it.
 	itemCost []float64
@@ -198,6 +199,9 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	if p.cfg.Pack {
 		return p.partitionPacked()
 	}
+	var alts pending
+	defer alts.wait() // before the items are let go
+	p.startIndependent(&alts)
 	p.sortByLength()
 	cuts, err := p.initialCuts()
 	if err != nil {
@@ -205,6 +209,7 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	}
 	g := p.chooseGrouping(cuts)
 	p.order = append(p.order[:0], g.order...)
+	p.startGrouped(&alts, g.order)
 	best, imb, hi := p.attempt(g.cuts)
 	if g.byLength && imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
 		if c := p.balancedCuts(k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
@@ -213,7 +218,7 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			}
 		}
 	}
-	return p.leveled(p.bestCandidate(best)), nil
+	return p.leveled(p.bestCandidate(best, alts.wait())), nil
 }
 
 // leveled returns a with its positions levelled (levelPositions) when the
