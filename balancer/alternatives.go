@@ -10,6 +10,9 @@ import "sync"
 // does not depend on the number of cores.
 const parallelMinItems = 1024
 
+// subDPLimit is dpGroupingLimit for positionsFirst's sub-partitioners.
+const subDPLimit = dpGroupingLimit / 8
+
 // alternatives are the candidates bestCandidate weighs against the refined
 // length-sorted grouping; nil where a candidate does not apply or breaks the
 // budget.
@@ -86,7 +89,7 @@ func (p *Partitioner) subPartitioners(i int) []*Partitioner {
 		if err != nil {
 			return nil
 		}
-		sub.sequential = p.sequential
+		sub.sequential, sub.dpLimit = p.sequential, subDPLimit
 		subs[j] = sub
 	}
 	p.subs[i] = subs

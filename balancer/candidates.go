@@ -197,9 +197,23 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 	load := make([]Cost, dp)
 	ranks := make([][]int32, dp)
 	deficit := dp * m
+	var least rankHeap // colocated: the ranks by (load, rank)
+	if pl == Colocated {
+		least = newRankHeap(dp)
+	}
 	for k, kp := range idx {
 		pos := kp.pos
 		left := n - k - 1 // items after this one
+		if least != nil && deficit <= left { // any rank may take it: the least loaded
+			r := least.top()
+			if len(ranks[r]) < m {
+				deficit--
+			}
+			ranks[r] = append(ranks[r], pos)
+			load[r].Vision += kp.cost
+			least.raise(kp.cost)
+			continue
+		}
 		best, bestC := -1, 0.0
 		for r := range dp {
 			if len(ranks[r]) >= m && deficit > left {
@@ -221,6 +235,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 		ranks[best] = append(ranks[best], pos)
 		if pl == Colocated {
 			load[best].Vision += kp.cost
+			least.set(best, load[best].Vision)
 		} else {
 			load[best] = load[best].Add(p.costs[pos])
 		}

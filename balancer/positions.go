@@ -90,17 +90,24 @@ func (p *Partitioner) positionChunks(order []int32) [][]int32 {
 // position): positionsFirst over it puts the costliest samples at the same
 // micro-batch position on every rank.
 func (p *Partitioner) byCostOrder() []int32 {
-	pl := p.cfg.Placement
-	out := make([]int32, len(p.items))
-	for i := range out {
-		out[i] = int32(i)
+	type keyed struct {
+		cost float64
+		pos  int32
 	}
-	slices.SortFunc(out, func(a, b int32) int {
-		if c := cmp.Compare(pl.StepCost(p.costs[a]), pl.StepCost(p.costs[b])); c != 0 {
-			return c
+	ks := make([]keyed, len(p.items))
+	for i, c := range p.costs {
+		ks[i] = keyed{p.cfg.Placement.StepCost(c), int32(i)}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		if x.cost != y.cost {
+			return cmp.Compare(x.cost, y.cost)
 		}
-		return cmp.Compare(a, b)
+		return cmp.Compare(x.pos, y.pos)
 	})
+	out := make([]int32, len(ks))
+	for i, k := range ks {
+		out[i] = k.pos
+	}
 	return out
 }
 
