@@ -203,7 +203,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 	}
 	for k, kp := range idx {
 		pos := kp.pos
-		left := n - k - 1 // items after this one
+		left := n - k - 1                    // items after this one
 		if least != nil && deficit <= left { // any rank may take it: the least loaded
 			r := least.top()
 			if len(ranks[r]) < m {
