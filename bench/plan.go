@@ -22,34 +22,39 @@ import (
 
 // benchPartition: milliseconds to plan one global batch, median of partitionRuns.
 // The size: 4,096 samples onto 64 ranks (2 micro-batches each), long-tailed
-// caption lengths and dynamic-resolution image tokens, padded and packed (--pack): on one
-// core like every section (partition_4096_on_64_ranks_ms), its CPU time, on every core
-// (the partitioner builds its candidates concurrently) and over the baseline sampler
-// (random) planning the same step in the same run. Then the real corpus at dp 8 × global
-// batch 128: milliseconds per planned step, mmfeed over random.
+// caption lengths and dynamic-resolution image tokens, padded and packed (--pack).
+// partition_*: Partitioner.Partition on one core like every section, its CPU time, and on
+// every core (the partitioner builds its candidates concurrently). plan_step_*: the whole
+// plan of that one step (balancer.Build) under mmfeed over the baseline sampler (random)
+// in the same run. Then the real corpus at dp 8 × global batch 128 (benchPartitionReal).
 func benchPartition(env *benchEnv) (map[string]float64, error) {
 	out := map[string]float64{}
 	items := partitionItems()
 	for _, pack := range []bool{false, true} {
-		key := "partition_4096_on_64_ranks"
+		suffix := ""
 		if pack {
-			key += "_packed"
+			suffix = "_packed"
 		}
+		one, err := timePartition(items, pack)
+		if err != nil {
+			return nil, err
+		}
+		runtime.GOMAXPROCS(runtime.NumCPU())
+		all, err := timePartition(items, pack)
+		runtime.GOMAXPROCS(1)
+		if err != nil {
+			return nil, err
+		}
+		key := "partition_4096_on_64_ranks" + suffix
+		out[key+"_ms"], out[key+"_cpu_ms"], out[key+"_all_cores_ms"] = one.wallMs, one.cpuMs, all.wallMs
 		cfg := balancer.DefaultConfig()
 		cfg.DP, cfg.MicroBatches, cfg.GlobalBatch, cfg.Pack = 64, 2, len(items), pack
 		mm, rnd, err := timeBuilds(items, cfg)
 		if err != nil {
 			return nil, err
 		}
-		out[key+"_ms"], out[key+"_cpu_ms"] = mm.wallMs, mm.cpuMs
-		out[key+"_random_ms"], out[key+"_over_random"] = rnd.wallMs, mm.wallMs/rnd.wallMs
-		runtime.GOMAXPROCS(runtime.NumCPU())
-		all, _, err := timeBuilds(items, cfg)
-		runtime.GOMAXPROCS(1)
-		if err != nil {
-			return nil, err
-		}
-		out[key+"_all_cores_ms"] = all.wallMs
+		key = "plan_step_4096_on_64_ranks" + suffix
+		out[key+"_ms"], out[key+"_random_ms"], out[key+"_over_random"] = mm.wallMs, rnd.wallMs, mm.wallMs/rnd.wallMs
 	}
 	real, err := benchPartitionReal(env)
 	if err != nil {
@@ -57,6 +62,30 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 	}
 	maps.Copy(out, real)
 	return out, nil
+}
+
+// timePartition times Partitioner.Partition of items on 64 ranks × 2 micro-batches.
+func timePartition(items []balancer.Item, pack bool) (planTiming, error) {
+	cfg := balancer.DefaultPartitionConfig()
+	cfg.DP, cfg.MicroBatches, cfg.Pack = 64, 2, pack
+	p, err := balancer.NewPartitioner(cfg)
+	if err != nil {
+		return planTiming{}, err
+	}
+	model, _ := balancer.NewCostModel(balancer.TinyShape())
+	costs := model.Costs(items)
+	var wall []float64
+	c0 := cpuTime()
+	for range partitionRuns {
+		t0 := time.Now()
+		if _, err := p.Partition(items, costs); err != nil {
+			return planTiming{}, err
+		}
+		wall = append(wall, float64(time.Since(t0).Microseconds())/1000)
+	}
+	cpu := float64((cpuTime() - c0).Microseconds()) / 1000 / partitionRuns
+	slices.Sort(wall)
+	return planTiming{wall[len(wall)/2], cpu}, nil
 }
 
 // partitionRuns is how many times each plan is timed (the median is reported).
