@@ -197,6 +197,15 @@ func (p *Partitioner) packOrder() []int32 {
 func (p *Partitioner) packLPT(order []int32) [][]int32 {
 	k := p.cfg.DP * p.cfg.MicroBatches
 	s := p.newPackScratch(make([][]int32, k))
+	if p.cfg.Budget.Unlimited() { // every bin fits: the cheapest, from a heap
+		least := newRankHeap(k)
+		for _, pos := range order {
+			b := least.top()
+			s.add(b, pos)
+			least.setTop(s.binC[b])
+		}
+		return s.byPosition()
+	}
 	for _, pos := range order {
 		it := p.items[pos]
 		best := -1

@@ -1,8 +1,8 @@
 package balancer
 
-// rankHeap is a binary min-heap of ranks ordered by (load, rank), for the
-// balance-first deal: top is the rank a linear scan for the least load
-// (ties to the lowest rank) would pick.
+// rankHeap is a binary min-heap of ranks (or bins) ordered by (load, index),
+// for the balance-first deal and the packed LPT: top is the one a linear scan
+// for the least load (ties to the lowest index) would pick.
 type rankHeap []rankLoad
 
 type rankLoad struct {
@@ -31,6 +31,12 @@ func (h rankHeap) top() int { return h[0].rank }
 // raise adds d ≥ 0 to the top rank's load.
 func (h rankHeap) raise(d float64) {
 	h[0].load += d
+	h.down(0)
+}
+
+// setTop gives the top rank the load v ≥ its current load.
+func (h rankHeap) setTop(v float64) {
+	h[0].load = v
 	h.down(0)
 }
 
