@@ -55,6 +55,7 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 		}
 		key = "plan_step_4096_on_64_ranks" + suffix
 		out[key+"_ms"], out[key+"_random_ms"], out[key+"_over_random"] = mm.wallMs, rnd.wallMs, mm.wallMs/rnd.wallMs
+		out[key+"_cpu_ms"] = mm.cpuMs
 	}
 	real, err := benchPartitionReal(env)
 	if err != nil {
@@ -162,6 +163,7 @@ func benchPartitionReal(env *benchEnv) (map[string]float64, error) {
 		}
 		steps := float64((len(items) + c.GlobalBatch - 1) / c.GlobalBatch)
 		out[key+"_ms"], out[key+"_random_ms"] = mm.wallMs/steps, rnd.wallMs/steps
+		out[key+"_cpu_ms"] = mm.cpuMs / steps
 		out[key+"_over_random"] = mm.wallMs / rnd.wallMs
 	}
 	return out, nil
