@@ -29,7 +29,7 @@ export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif 
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test test-cluster demo bench bench-e2e lint fuzz venv clean
+.PHONY: help build deps test test-cluster demo bench bench-e2e quality lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -87,6 +87,9 @@ bench: build venv ## side-by-side benchmarks against the peers; writes bench/res
 
 bench-e2e: build venv ## measured step time of the bundled trainer under each strategy (also in bench)
 	scripts/bench.sh -sections e2e
+
+quality: build venv ## accuracy study: tiny model under each strategy, held-out recall (also in bench)
+	scripts/bench.sh -sections quality
 
 lint: $(LIBTOK) ## go vet + gofmt check
 	$(GO) vet ./...

@@ -30,7 +30,7 @@ const rankCutLimit = 48
 // same items, each refined when the batch is small — the one with the least
 // maximum padded rank cost, then least total; ties keep cur. Every candidate
 // holds the budget and gives every rank MicroBatches non-empty micro-batches.
-func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
+func (p *Partitioner) bestCandidate(cur Assignment, alt alternatives) Assignment {
 	best := cur
 	bestMax, bestSum := p.score(cur.Members)
 	// Refine, on small batches, the more promising alternative too, unless
@@ -40,9 +40,9 @@ func (p *Partitioner) bestCandidate(cur Assignment) Assignment {
 		bestMax > (1+refineAltImbalance)*bestSum/float64(p.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	cands := [][][]int32{p.balanceFirst(), p.randomSplit()}
-	if p.cfg.Sync == SyncMicroBatch && p.cfg.MicroBatches > 1 {
-		cands = append(cands, p.positionsFirst(p.order), p.positionsFirst(p.byCostOrder()))
+	cands := [][][]int32{alt.balance, p.randomSplit()}
+	if p.positionsApply() {
+		cands = append(cands, alt.lengthPos, alt.costPos)
 	}
 	for _, alt := range cands {
 		if alt == nil {
@@ -197,9 +197,23 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 	load := make([]Cost, dp)
 	ranks := make([][]int32, dp)
 	deficit := dp * m
+	var least rankHeap // colocated: the ranks by (load, rank)
+	if pl == Colocated {
+		least = newRankHeap(dp)
+	}
 	for k, kp := range idx {
 		pos := kp.pos
-		left := n - k - 1 // items after this one
+		left := n - k - 1                    // items after this one
+		if least != nil && deficit <= left { // any rank may take it: the least loaded
+			r := least.top()
+			if len(ranks[r]) < m {
+				deficit--
+			}
+			ranks[r] = append(ranks[r], pos)
+			load[r].Vision += kp.cost
+			least.raise(kp.cost)
+			continue
+		}
 		best, bestC := -1, 0.0
 		for r := range dp {
 			if len(ranks[r]) >= m && deficit > left {
@@ -221,6 +235,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 		ranks[best] = append(ranks[best], pos)
 		if pl == Colocated {
 			load[best].Vision += kp.cost
+			least.set(best, load[best].Vision)
 		} else {
 			load[best] = load[best].Add(p.costs[pos])
 		}

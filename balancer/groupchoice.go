@@ -29,7 +29,7 @@ func (p *Partitioner) chooseGrouping(lengthCuts []int) grouping {
 	byLength := slices.Clone(p.order)
 	cands := []grouping{{order: byLength, cuts: lengthCuts, byLength: true}}
 	vary := p.imagesVary()
-	if !vary || k*len(p.items) <= dpGroupingLimit {
+	if !vary || k*len(p.items) <= p.dpLimit {
 		if c := p.minMaxCuts(k); c != nil && !slices.Equal(c, lengthCuts) {
 			cands = append(cands, grouping{order: byLength, cuts: c})
 		}

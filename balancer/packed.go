@@ -45,7 +45,13 @@ type packScratch struct {
 	load   []Cost
 	sumL   []int
 	sumP   []int
-	keyed  []int // sortedByCost's buffer
+	ic     []float64 // ic[pos]: item pos's step cost
+	binC   []float64 // binC[b]: bin b's step cost, kept with load
+	// sorted[b] holds bin b's member indexes sorted by their step cost and
+	// sortedC[b] those costs; valid while fresh[b] (add and apply clear it).
+	sorted  [][]int
+	sortedC [][]float64
+	fresh   []bool
 }
 
 // newPackScratch returns a scratch of bins (taken over, not copied) with
@@ -53,8 +59,10 @@ type packScratch struct {
 func (p *Partitioner) newPackScratch(bins [][]int32) *packScratch {
 	s := &packScratch{
 		dp: p.cfg.DP, m: p.cfg.MicroBatches, pl: p.cfg.Placement, sync: p.cfg.Sync, budget: p.cfg.Budget,
-		items: p.items, costs: p.costs, bins: bins,
+		items: p.items, costs: p.costs, bins: bins, ic: p.itemStepCosts(),
 		load: make([]Cost, len(bins)), sumL: make([]int, len(bins)), sumP: make([]int, len(bins)),
+		binC: make([]float64, len(bins)), sorted: make([][]int, len(bins)), sortedC: make([][]float64, len(bins)),
+		fresh: make([]bool, len(bins)),
 	}
 	for b := range bins {
 		s.recount(b)
@@ -69,11 +77,24 @@ func (s *packScratch) recount(b int) {
 		s.sumL[b] += s.items[pos].TextTokens
 		s.sumP[b] += s.items[pos].ImageTokens
 	}
+	s.binC[b], s.fresh[b] = s.pl.StepCost(s.load[b]), false
+}
+
+// itemStepCosts returns every item's step cost, computed once per Partition
+// call and shared by the packed candidates.
+func (p *Partitioner) itemStepCosts() []float64 {
+	if len(p.itemCost) != len(p.items) {
+		p.itemCost = slices.Grow(p.itemCost[:0], len(p.items))[:len(p.items)]
+		for i, c := range p.costs {
+			p.itemCost[i] = p.cfg.Placement.StepCost(c)
+		}
+	}
+	return p.itemCost
 }
 
 // cost is the step cost of bin b's micro-batch (without the overhead, which
 // every bin pays alike).
-func (s *packScratch) cost(b int) float64 { return s.pl.StepCost(s.load[b]) }
+func (s *packScratch) cost(b int) float64 { return s.binC[b] }
 
 // fits reports whether bin b stays within the budget and non-empty with
 // count entries, dl text and dp image tokens added.
@@ -176,6 +197,15 @@ func (p *Partitioner) packOrder() []int32 {
 func (p *Partitioner) packLPT(order []int32) [][]int32 {
 	k := p.cfg.DP * p.cfg.MicroBatches
 	s := p.newPackScratch(make([][]int32, k))
+	if p.cfg.Budget.Unlimited() { // every bin fits: the cheapest, from a heap
+		least := newRankHeap(k)
+		for _, pos := range order {
+			b := least.top()
+			s.add(b, pos)
+			least.setTop(s.binC[b])
+		}
+		return s.byPosition()
+	}
 	for _, pos := range order {
 		it := p.items[pos]
 		best := -1
@@ -276,6 +306,7 @@ func (s *packScratch) add(b int, pos int32) {
 	s.load[b] = s.load[b].Add(s.costs[pos])
 	s.sumL[b] += s.items[pos].TextTokens
 	s.sumP[b] += s.items[pos].ImageTokens
+	s.binC[b], s.fresh[b] = s.pl.StepCost(s.load[b]), false
 }
 
 // byPosition returns the bins regrouped so that the DP bins of similar cost
@@ -351,33 +382,39 @@ type packMove struct {
 	value float64 // the score of the pair (or the gain) it gives; lower is better
 }
 
-// sortedByCost fills s.keyed with bin b's member indexes sorted by the
-// members' step cost, for binary search.
-func (s *packScratch) sortedByCost(b int) []int {
-	s.keyed = s.keyed[:0]
-	for k := range s.bins[b] {
-		s.keyed = append(s.keyed, k)
+// sortedByCost returns bin b's member indexes sorted by the members' step
+// cost, and those costs, for binary search; cached until the bin changes.
+func (s *packScratch) sortedByCost(b int) ([]int, []float64) {
+	if s.fresh[b] {
+		return s.sorted[b], s.sortedC[b]
 	}
-	slices.SortFunc(s.keyed, func(x, y int) int {
-		return cmp.Compare(s.itemCost(s.bins[b][x]), s.itemCost(s.bins[b][y]))
+	keyed := s.sorted[b][:0]
+	for k := range s.bins[b] {
+		keyed = append(keyed, k)
+	}
+	members := s.bins[b]
+	slices.SortFunc(keyed, func(x, y int) int {
+		return cmp.Compare(s.ic[members[x]], s.ic[members[y]])
 	})
-	return s.keyed
+	cs := s.sortedC[b][:0]
+	for _, k := range keyed {
+		cs = append(cs, s.ic[members[k]])
+	}
+	s.sorted[b], s.sortedC[b], s.fresh[b] = keyed, cs, true
+	return keyed, cs
 }
 
-func (s *packScratch) itemCost(pos int32) float64 { return s.pl.StepCost(s.costs[pos]) }
+func (s *packScratch) itemCost(pos int32) float64 { return s.ic[pos] }
 
 // exchanges calls try with every move of a sample of a to b and, for each
 // sample x of a, the swaps with the two samples of b whose cost is nearest
 // below and above cost(x) − want (found by binary search): the candidates
 // that shift about want from a to b.
 func (s *packScratch) exchanges(a, b int, want float64, try func(i, k int, d Cost)) {
-	sorted := s.sortedByCost(b)
+	sorted, sortedC := s.sortedByCost(b)
 	for i, x := range s.bins[a] {
-		cx := s.itemCost(x)
 		try(i, -1, s.costs[x])
-		at, _ := slices.BinarySearchFunc(sorted, cx-want, func(k int, t float64) int {
-			return cmp.Compare(s.itemCost(s.bins[b][k]), t)
-		})
+		at, _ := slices.BinarySearch(sortedC, s.ic[x]-want)
 		for _, n := range [2]int{at - 1, at} {
 			if n >= 0 && n < len(sorted) {
 				k := sorted[n]
@@ -444,6 +481,7 @@ func (s *packScratch) refineAcross() {
 	if s.sync != SyncMicroBatch || s.m == 1 {
 		return
 	}
+	tops := make([]float64, s.m)
 	for range packTuning.passes * s.m {
 		improved := false
 		for ja := range s.m {
@@ -453,12 +491,15 @@ func (s *packScratch) refineAcross() {
 				continue
 			}
 			best, bestB := packMove{i: -1}, -1
+			for j := range s.m {
+				tops[j] = s.positionMax(j)
+			}
 			for b := range s.bins {
 				jb := b % s.m
 				if jb == ja {
 					continue
 				}
-				top := s.cost(s.argmax(jb))
+				top := tops[jb]
 				roomB := top - s.cost(b)
 				if roomB <= 0 {
 					continue

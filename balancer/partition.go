@@ -112,19 +112,24 @@ type Partitioner struct {
 	items []Item
 	costs []Cost
 
-	order   []int32 // positions sorted by (L, cost, position)
-	need    []int32 // need[i]: minimal micro-batches for order[i:]
-	groups  []group // slot r*M+m belongs to rank r
-	itemG   []int32 // position → group slot
-	slot    []int32 // position → index in its group's members
-	rank    []Cost  // per-rank cost sums
-	step    []float64
-	byCost  []int32
-	slotMax []float64    // syncedCost scratch
-	sub     *Partitioner // positionsFirst's, created on first use
-	padded  int64
-	cap     int64
-	evals   int // exchanges padSearch evaluated
+	order      []int32 // positions sorted by (L, cost, position)
+	need       []int32 // need[i]: minimal micro-batches for order[i:]
+	groups     []group // slot r*M+m belongs to rank r
+	itemG      []int32 // position → group slot
+	slot       []int32 // position → index in its group's members
+	rank       []Cost  // per-rank cost sums
+	step       []float64
+	byCost     []int32
+	slotMax    []float64         // syncedCost scratch
+	subs       [2][]*Partitioner // positionsFirst's (subPartitioners)
+	padded     int64
+	cap        int64
+	evals      int  // exchanges padSearch evaluated
+	sequential bool // build every candidate on the calling goroutine (tests)
+	dpLimit    int  // K·n up to which the grouping is exact (dpGroupingLimit)
+	// itemCost caches the items' step costs for the packed partitioner
+	// (itemStepCosts); Partition resets it.
+	itemCost []float64
 }
 
 // group is one micro-batch under construction.
@@ -147,7 +152,7 @@ func NewPartitioner(cfg PartitionConfig) (*Partitioner, error) {
 		return nil, err
 	}
 	m := cfg.model()
-	return &Partitioner{cfg: cfg, model: m, total: m.Coef[Vision].Add(m.Coef[Text]).Add(m.Coef[Fusion])}, nil
+	return &Partitioner{cfg: cfg, model: m, total: m.Coef[Vision].Add(m.Coef[Text]).Add(m.Coef[Fusion]), dpLimit: dpGroupingLimit}, nil
 }
 
 // padCost returns the padded cost of a micro-batch shape as the partitioner
@@ -196,7 +201,7 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			return Assignment{}, err
 		}
 	}
-	p.items, p.costs = items, costs
+	p.items, p.costs, p.itemCost = items, costs, p.itemCost[:0]
 	defer func() { p.items, p.costs = nil, nil }()
 	if p.cfg.Pack {
 		a, err := p.partitionPacked()
@@ -205,6 +210,9 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 		}
 		return p.levelPipeline(a), nil
 	}
+	var alts pending
+	defer alts.wait() // before the items are let go
+	p.startIndependent(&alts)
 	p.sortByLength()
 	cuts, err := p.initialCuts()
 	if err != nil {
@@ -212,15 +220,16 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	}
 	g := p.chooseGrouping(cuts)
 	p.order = append(p.order[:0], g.order...)
+	p.startGrouped(&alts, g.order)
 	best, imb, hi := p.attempt(g.cuts)
-	if g.byLength && imb > 1+retryImbalance && k*len(items) <= dpGroupingLimit {
+	if g.byLength && imb > 1+retryImbalance && k*len(items) <= p.dpLimit {
 		if c := p.balancedCuts(k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
 			if a, _, h := p.attempt(c); h < hi {
 				best = a
 			}
 		}
 	}
-	return p.levelPipeline(p.leveled(p.bestCandidate(best))), nil
+	return p.levelPipeline(p.leveled(p.bestCandidate(best, alts.wait()))), nil
 }
 
 // leveled returns a with its positions levelled (levelPositions) when the
@@ -261,20 +270,28 @@ func (p *Partitioner) attempt(cuts []int) (Assignment, float64, float64) {
 }
 
 func (p *Partitioner) sortByLength() {
-	n := len(p.items)
-	p.order = slices.Grow(p.order[:0], n)[:n]
-	for i := range p.order {
-		p.order[i] = int32(i)
+	type keyed struct {
+		l    int
+		cost float64
+		pos  int32
 	}
-	slices.SortFunc(p.order, func(a, b int32) int {
-		if c := cmp.Compare(p.items[a].TextTokens, p.items[b].TextTokens); c != 0 {
-			return c
+	ks := make([]keyed, len(p.items))
+	for i, it := range p.items {
+		ks[i] = keyed{it.TextTokens, p.costs[i].Total(), int32(i)}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		if x.l != y.l {
+			return cmp.Compare(x.l, y.l)
 		}
-		if c := cmp.Compare(p.costs[a].Total(), p.costs[b].Total()); c != 0 {
-			return c
+		if x.cost != y.cost {
+			return cmp.Compare(x.cost, y.cost)
 		}
-		return cmp.Compare(a, b)
+		return cmp.Compare(x.pos, y.pos)
 	})
+	p.order = slices.Grow(p.order[:0], len(ks))[:len(ks)]
+	for i, k := range ks {
+		p.order[i] = k.pos
+	}
 }
 
 // computeNeed fills need[i] with the minimal number of budget-feasible
@@ -312,7 +329,7 @@ func (p *Partitioner) initialCuts() ([]int, error) {
 		return nil, fmt.Errorf("balancer: %d items need at least %d micro-batches under budget %+v, have %d: %w",
 			n, p.need[0], p.cfg.Budget, k, ErrBudgetExceeded)
 	}
-	if k*n <= dpGroupingLimit {
+	if k*n <= p.dpLimit {
 		if c := p.newCutter().cuts(k, 0, 0); c != nil {
 			return c, nil
 		}

@@ -10,40 +10,50 @@ import (
 // the ranks, not only the ranks' totals. It cuts the grouping order (sorted by
 // length, or by image size) into MicroBatches contiguous chunks of about equal
 // unpadded cost, at least DP items each, and splits chunk j over the ranks as
-// a global batch of one micro-batch per rank (a sub-partitioner); rank r's
-// micro-batch j is its share of chunk j. A chunk spans a narrow length range,
-// so its micro-batches pad little. Nil when a chunk cannot be split within
-// the budget.
-func (p *Partitioner) positionsFirst(order []int32) [][]int32 {
+// a global batch of one micro-batch per rank (subs[j], a sub-partitioner;
+// the chunks concurrently on large batches); rank r's micro-batch j is its
+// share of chunk j. A chunk spans a narrow length range, so its
+// micro-batches pad little. Nil when a chunk cannot be split within the
+// budget.
+func (p *Partitioner) positionsFirst(order []int32, subs []*Partitioner) [][]int32 {
 	dp, m := p.cfg.DP, p.cfg.MicroBatches
-	sub, err := p.subPartitioner()
-	if err != nil {
+	if len(subs) != m {
 		return nil
 	}
 	out := make([][]int32, dp*m)
-	var items []Item
-	var costs []Cost
+	var w pending
+	failed := make([]bool, m)
 	for j, chunk := range p.positionChunks(order) {
-		items, costs = items[:0], costs[:0]
-		for _, pos := range chunk {
-			items, costs = append(items, p.items[pos]), append(costs, p.costs[pos])
-		}
-		a, err := sub.Partition(items, costs)
-		if err != nil {
-			return nil
-		}
-		for r := range dp {
-			mb := a.MicroBatch(r, 0)
-			for i, k := range mb {
-				mb[i] = chunk[k]
-			}
-			out[r*m+j] = mb
-		}
+		w.run(p.parallel(), func() { failed[j] = !p.splitChunk(subs[j], chunk, j, out) })
 	}
-	if !p.fits(out) {
+	w.wait()
+	if slices.Contains(failed, true) || !p.fits(out) {
 		return nil
 	}
 	return out
+}
+
+// splitChunk splits chunk over the ranks with sub and writes rank r's share
+// to out[r*M+j]; false when the budget cannot hold it.
+func (p *Partitioner) splitChunk(sub *Partitioner, chunk []int32, j int, out [][]int32) bool {
+	items := make([]Item, len(chunk))
+	costs := make([]Cost, len(chunk))
+	for i, pos := range chunk {
+		items[i], costs[i] = p.items[pos], p.costs[pos]
+	}
+	a, err := sub.Partition(items, costs)
+	if err != nil {
+		return false
+	}
+	m := p.cfg.MicroBatches
+	for r := range p.cfg.DP {
+		mb := a.MicroBatch(r, 0)
+		for i, k := range mb {
+			mb[i] = chunk[k]
+		}
+		out[r*m+j] = mb
+	}
+	return true
 }
 
 // positionChunks cuts order into MicroBatches contiguous chunks of about
@@ -76,36 +86,28 @@ func (p *Partitioner) positionChunks(order []int32) [][]int32 {
 	return out
 }
 
-// subPartitioner returns the partitioner positionsFirst splits a chunk with:
-// the same ranks, budget, placement and model, one micro-batch per rank.
-func (p *Partitioner) subPartitioner() (*Partitioner, error) {
-	if p.sub == nil {
-		cfg := p.cfg
-		cfg.MicroBatches, cfg.Sync = 1, SyncStep
-		sub, err := NewPartitioner(cfg)
-		if err != nil {
-			return nil, err
-		}
-		p.sub = sub
-	}
-	return p.sub, nil
-}
-
 // byCostOrder returns the positions sorted by unpadded step cost (ties by
 // position): positionsFirst over it puts the costliest samples at the same
 // micro-batch position on every rank.
 func (p *Partitioner) byCostOrder() []int32 {
-	pl := p.cfg.Placement
-	out := make([]int32, len(p.items))
-	for i := range out {
-		out[i] = int32(i)
+	type keyed struct {
+		cost float64
+		pos  int32
 	}
-	slices.SortFunc(out, func(a, b int32) int {
-		if c := cmp.Compare(pl.StepCost(p.costs[a]), pl.StepCost(p.costs[b])); c != 0 {
-			return c
+	ks := make([]keyed, len(p.items))
+	for i, c := range p.costs {
+		ks[i] = keyed{p.cfg.Placement.StepCost(c), int32(i)}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		if x.cost != y.cost {
+			return cmp.Compare(x.cost, y.cost)
 		}
-		return cmp.Compare(a, b)
+		return cmp.Compare(x.pos, y.pos)
 	})
+	out := make([]int32, len(ks))
+	for i, k := range ks {
+		out[i] = k.pos
+	}
 	return out
 }
 

@@ -106,6 +106,10 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 			out[k+"padding_eff"] = r.PaddingEff
 			out[k+"imb_predicted"] = r.ImbPredicted
 			out[k+"imb_measured"] = r.ImbMeasured
+			if r.ImbPredicted > 0 {
+				// The plan's predicted imbalance is the FLOP prior's (no calibration in this part).
+				out[k+"imb_measured_over_predicted"] = r.ImbMeasured / r.ImbPredicted
+			}
 			g.Runs = append(g.Runs, balancer.StepTimes{Strategy: s.String(), Seconds: r.StepSeconds,
 				IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured})
 		}
@@ -113,6 +117,9 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 		if packed := res[e2eVariant{balancer.StrategyMmfeed, true}.String()]; packed.StepMean > 0 {
 			ratio := rnd.StepMean / packed.StepMean
 			out["e2e_step_time_random_over_mmfeed_packed_"+c.label] = ratio
+			if packed.ImbPredicted > 0 {
+				out["e2e_packed_"+c.label+"_imb_measured_over_predicted"] = packed.ImbMeasured / packed.ImbPredicted
+			}
 			fmt.Printf("   step time random (padded) / mmfeed packed (%s): mean %.3f×\n", c.label, ratio)
 		}
 		if mm.StepMean > 0 {

@@ -37,6 +37,7 @@ var sections = []section{
 	{"report1m", benchReport1M},
 	{"e2e", benchE2E},
 	{"shard", benchShard},
+	{"quality", benchQuality},
 }
 
 type benchEnv struct {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
 
@@ -18,10 +20,79 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
-// benchPartition: milliseconds to partition one global batch of 4,096 samples onto 64
-// ranks (2 micro-batches each), median of 30, with long-tailed caption lengths and
-// dynamic-resolution image tokens: padded, and packed (--pack).
+// benchPartition: milliseconds to plan one global batch, median of partitionRuns.
+// The size: 4,096 samples onto 64 ranks (2 micro-batches each), long-tailed
+// caption lengths and dynamic-resolution image tokens, padded and packed (--pack).
+// partition_*: Partitioner.Partition on one core like every section, its CPU time, and on
+// every core (the partitioner builds its candidates concurrently). plan_step_*: the whole
+// plan of that one step (balancer.Build) under mmfeed over the baseline sampler (random)
+// in the same run. Then the real corpus at dp 8 × global batch 128 (benchPartitionReal).
 func benchPartition(env *benchEnv) (map[string]float64, error) {
+	out := map[string]float64{}
+	items := partitionItems()
+	for _, pack := range []bool{false, true} {
+		suffix := ""
+		if pack {
+			suffix = "_packed"
+		}
+		one, err := timePartition(items, pack)
+		if err != nil {
+			return nil, err
+		}
+		runtime.GOMAXPROCS(runtime.NumCPU())
+		all, err := timePartition(items, pack)
+		runtime.GOMAXPROCS(1)
+		if err != nil {
+			return nil, err
+		}
+		key := "partition_4096_on_64_ranks" + suffix
+		out[key+"_ms"], out[key+"_cpu_ms"], out[key+"_all_cores_ms"] = one.wallMs, one.cpuMs, all.wallMs
+		cfg := balancer.DefaultConfig()
+		cfg.DP, cfg.MicroBatches, cfg.GlobalBatch, cfg.Pack = 64, 2, len(items), pack
+		mm, rnd, err := timeBuilds(items, cfg)
+		if err != nil {
+			return nil, err
+		}
+		key = "plan_step_4096_on_64_ranks" + suffix
+		out[key+"_ms"], out[key+"_random_ms"], out[key+"_over_random"] = mm.wallMs, rnd.wallMs, mm.wallMs/rnd.wallMs
+		out[key+"_cpu_ms"] = mm.cpuMs
+	}
+	real, err := benchPartitionReal(env)
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(out, real)
+	return out, nil
+}
+
+// timePartition times Partitioner.Partition of items on 64 ranks × 2 micro-batches.
+func timePartition(items []balancer.Item, pack bool) (planTiming, error) {
+	cfg := balancer.DefaultPartitionConfig()
+	cfg.DP, cfg.MicroBatches, cfg.Pack = 64, 2, pack
+	p, err := balancer.NewPartitioner(cfg)
+	if err != nil {
+		return planTiming{}, err
+	}
+	model, _ := balancer.NewCostModel(balancer.TinyShape())
+	costs := model.Costs(items)
+	var wall []float64
+	c0 := cpuTime()
+	for range partitionRuns {
+		t0 := time.Now()
+		if _, err := p.Partition(items, costs); err != nil {
+			return planTiming{}, err
+		}
+		wall = append(wall, float64(time.Since(t0).Microseconds())/1000)
+	}
+	cpu := float64((cpuTime() - c0).Microseconds()) / 1000 / partitionRuns
+	slices.Sort(wall)
+	return planTiming{wall[len(wall)/2], cpu}, nil
+}
+
+// partitionRuns is how many times each plan is timed (the median is reported).
+const partitionRuns = 30
+
+func partitionItems() []balancer.Item {
 	rng := rand.New(rand.NewPCG(1, 2))
 	items := make([]balancer.Item, 4096)
 	for i := range items {
@@ -32,26 +103,68 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 			Complexity:  rng.Float64(),
 		}
 	}
-	model, _ := balancer.NewCostModel(balancer.TinyShape())
-	costs := model.Costs(items)
+	return items
+}
+
+// planTiming is the median wall time of a plan and its mean CPU time (every thread).
+type planTiming struct{ wallMs, cpuMs float64 }
+
+// timeBuilds plans items with cfg under mmfeed and under random, alternating, so that
+// both see the same machine load, and returns their timings.
+func timeBuilds(items []balancer.Item, cfg balancer.Config) (mm, rnd planTiming, err error) {
+	var wall [2][]float64
+	var cpu [2]time.Duration
+	for range partitionRuns {
+		for i, s := range []balancer.Strategy{balancer.StrategyMmfeed, balancer.StrategyRandom} {
+			c := cfg
+			c.Strategy = s
+			c0, t0 := cpuTime(), time.Now()
+			if _, err := balancer.Build(items, c); err != nil {
+				return mm, rnd, err
+			}
+			wall[i] = append(wall[i], float64(time.Since(t0).Microseconds())/1000)
+			cpu[i] += cpuTime() - c0
+		}
+	}
+	t := func(i int) planTiming {
+		slices.Sort(wall[i])
+		return planTiming{wall[i][len(wall[i])/2], float64(cpu[i].Microseconds()) / 1000 / partitionRuns}
+	}
+	return t(0), t(1), nil
+}
+
+// benchPartitionReal: the real corpus (or a generated one) planned at dp 8 × global
+// batch 128, 2 micro-batches per rank, padded and packed: milliseconds per step under
+// mmfeed and under random (the whole epoch's plan over its steps).
+func benchPartitionReal(env *benchEnv) (map[string]float64, error) {
+	input, label, err := benchInput(env, 4000)
+	if err != nil {
+		return nil, err
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.Input = input
+	prep, err := pipeline.Prepare(context.Background(), cfg, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	defer prep.Close()
+	items := prep.Features.Items
 	out := map[string]float64{}
-	for key, pack := range map[string]bool{"partition_4096_on_64_ranks_ms": false, "partition_4096_on_64_ranks_packed_ms": true} {
-		cfg := balancer.DefaultPartitionConfig()
-		cfg.DP, cfg.MicroBatches, cfg.Pack = 64, 2, pack
-		p, err := balancer.NewPartitioner(cfg)
+	for _, pack := range []bool{false, true} {
+		key := "plan_step_" + label
+		if pack {
+			key += "_packed"
+		}
+		c := cfg.Plan
+		c.DP, c.MicroBatches, c.GlobalBatch, c.Pack = 8, 2, 128, pack
+		mm, rnd, err := timeBuilds(items, c)
 		if err != nil {
 			return nil, err
 		}
-		var ms []float64
-		for range 30 {
-			start := time.Now()
-			if _, err := p.Partition(items, costs); err != nil {
-				return nil, err
-			}
-			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
-		}
-		slices.Sort(ms)
-		out[key] = ms[len(ms)/2]
+		steps := float64((len(items) + c.GlobalBatch - 1) / c.GlobalBatch)
+		out[key+"_ms"], out[key+"_random_ms"] = mm.wallMs/steps, rnd.wallMs/steps
+		out[key+"_cpu_ms"] = mm.cpuMs / steps
+		out[key+"_over_random"] = mm.wallMs / rnd.wallMs
 	}
 	return out, nil
 }
