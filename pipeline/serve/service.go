@@ -67,6 +67,8 @@ type Service struct {
 	streamSnap atomic.Pointer[streamSnapshot]
 	// quarantine records quarantined samples in the job's quarantine bucket.
 	quarantine *quarantineSink
+	// work is the planner role's work queue side (nil with role all).
+	work *workPlanner
 	// chunkSize is the data bytes per message on the core data plane.
 	chunkSize int
 
@@ -177,8 +179,20 @@ func (s *Service) Run(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 		}
 	}()
+	if s.cfg.Role == RolePlanner {
+		sub, err := s.setupWork(ctx)
+		if err != nil {
+			return err
+		}
+		subs = append(subs, sub)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })
+	if s.cfg.LocalWorkers > 0 {
+		g.Go(func() error {
+			return RunWorker(gctx, WorkerConfig{conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
+		})
+	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })

@@ -1,0 +1,105 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A planner and two workers in-process: worker A starts with the planner
+// and is killed in the middle of an item (it built the rows and dies before
+// sending them); worker B joins late, after A finished some items, and takes
+// over A's unfinished item when its ack deadline passes. Every rank gets
+// every micro-batch once, in plan order, with rows identical to what
+// `mmfeed shard` writes, and every sample is applied once, dropped or
+// quarantined.
+func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
+	input := corpus(t, 120)
+	cfg := testConfig(t, input, 2, 1, "colocated")
+	cfg.Role, cfg.WorkAckWait, cfg.WorkAhead = RolePlanner, 400*time.Millisecond, 3
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	r := start(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	var aDone atomic.Int32
+	var killedItem atomic.Value
+	bJoin := make(chan struct{})
+	const killAt = 5
+	startWorker := func(name string, hook func(*batchItem) error) chan error {
+		errc := make(chan error, 1)
+		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", name), beforeSend: hook}
+		go func() { errc <- RunWorker(ctx, wc) }()
+		return errc
+	}
+	aErr := startWorker("a", func(it *batchItem) error {
+		n := aDone.Add(1)
+		if n == 2 {
+			close(bJoin)
+		}
+		if n == killAt {
+			killedItem.Store(it.ID)
+			return errKilled
+		}
+		return nil
+	})
+	var bItems sync.Map
+	var bErr chan error
+	go func() {
+		<-bJoin
+		bErr = startWorker("b", func(it *batchItem) error { bItems.Store(it.ID, true); return nil })
+	}()
+
+	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+	if err := <-aErr; !errors.Is(err, errKilled) {
+		t.Fatalf("worker a: %v, want killed", err)
+	}
+	id, _ := killedItem.Load().(string)
+	if _, ok := bItems.Load(id); id == "" || !ok {
+		t.Errorf("worker b never took the item worker a died on (%q)", id)
+	}
+	quarantined := quarantinedInBucket(t, r.s.ClientURL(), cfg.Job)
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("planner: %v", err)
+	}
+	cancel()
+	if err := <-bErr; err != nil {
+		t.Errorf("worker b: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, quarantined)
+	if got, want := r.s.work.issued.Load(), int64(ex.steps*cfg.Pipeline.Plan.DP*cfg.Pipeline.Plan.MicroBatches); got != want {
+		t.Errorf("issued %d items, want one per (step, dp, micro-batch) = %d", got, want)
+	}
+}
+
+// quarantinedInBucket counts the job's quarantine records: the planner's
+// and the workers'.
+func quarantinedInBucket(t *testing.T, url, job string) int {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, QuarantineBucket(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Fatal(err)
+	}
+	return len(keys)
+}
