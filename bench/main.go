@@ -31,6 +31,7 @@ var sections = []section{
 	{"imgproc", benchImgproc},
 	{"transport", benchTransport},
 	{"serve", benchServe},
+	{"workers", benchWorkers},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},
