@@ -147,7 +147,7 @@ func DefaultConfig() Config {
 	pub.AckTimeout = 5 * time.Second
 	return Config{
 		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
-		NATS:      NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		NATS: NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
 		Role: RoleAll, WorkAckWait: 2 * time.Second, WorkAhead: 4,
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
