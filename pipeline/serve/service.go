@@ -180,11 +180,11 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	if s.cfg.Role == RolePlanner {
-		sub, err := s.setupWork(ctx)
+		wsubs, err := s.setupWork(ctx)
 		if err != nil {
 			return err
 		}
-		subs = append(subs, sub)
+		subs = append(subs, wsubs...)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })

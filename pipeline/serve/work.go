@@ -71,6 +71,7 @@ type workSample struct {
 // batchItem is one micro-batch of one dp rank to preprocess and encode, for
 // every mp rank of it.
 type batchItem struct {
+	Kind string `json:"kind"` // "batch"
 	// ID names the item's content (a hash of everything below): a result is
 	// accepted only for the item the planner waits for.
 	ID string `json:"id"`

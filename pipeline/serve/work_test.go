@@ -3,11 +3,14 @@ package serve
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -102,4 +105,64 @@ func quarantinedInBucket(t *testing.T, url, job string) int {
 		t.Fatal(err)
 	}
 	return len(keys)
+}
+
+// A planner with local workers computes the features once: a second job on
+// the same dataset and settings (after the first, on the same JetStream
+// store) takes them from the feature bucket, and delivers the same rows.
+func TestPlannerFeatureCacheAcrossJobs(t *testing.T) {
+	input := corpus(t, 80)
+	cfg := testConfig(t, input, 2, 1, "colocated")
+	cfg.Role, cfg.LocalWorkers, cfg.Recalibrate = RolePlanner, 2, -1
+	ex := shardExpectation(t, cfg, 0)
+	for i, job := range []string{"job-1", "job-2"} {
+		cfg.Job = job
+		r := start(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+		cancel()
+		if err := r.wait(t, 30*time.Second); err != nil {
+			t.Fatalf("%s: %v", job, err)
+		}
+		checkDelivery(t, cfg, trs, 0, ex)
+		hits, misses := r.s.work.featureHits.Load(), r.s.work.featureMisses.Load()
+		if want := [2]int64{int64(i), int64(1 - i)}; [2]int64{hits, misses} != want {
+			t.Errorf("%s: %d feature passes from the cache, %d from the workers; want %d, %d", job, hits, misses, want[0], want[1])
+		}
+	}
+}
+
+func TestDatasetFingerprintFollowsTheInput(t *testing.T) {
+	input := corpus(t, 20)
+	cfg := testConfig(t, input, 1, 1, "colocated").Pipeline
+	fp := func(c func(*pipeline.Config)) string {
+		pc := cfg
+		c(&pc)
+		s, err := datasetFingerprint(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	base := fp(func(*pipeline.Config) {})
+	if fp(func(*pipeline.Config) {}) != base {
+		t.Fatal("the fingerprint is not stable")
+	}
+	for name, edit := range map[string]func(*pipeline.Config){
+		"max length": func(c *pipeline.Config) { c.Tokenizer.MaxLength = 64 },
+		"image size": func(c *pipeline.Config) { c.Image.Size = 48 },
+		"manifest touched": func(c *pipeline.Config) {
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(c.Input, later, later); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		if fp(edit) == base {
+			t.Errorf("%s: the fingerprint did not change", name)
+		}
+	}
+	if _, err := datasetFingerprint(pipeline.Config{Input: filepath.Join(t.TempDir(), "none-*.tar")}); err == nil {
+		t.Error("an input without files has a fingerprint")
+	}
 }

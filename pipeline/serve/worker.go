@@ -198,6 +198,10 @@ var errKilled = errors.New("worker killed")
 // handle processes one queue message. Only a kill (tests) is returned:
 // every other failure is logged and the item left to another attempt.
 func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
+	var kind struct{ Kind string }
+	if json.Unmarshal(m.Data(), &kind) == nil && kind.Kind == "features" {
+		return w.handleFeatures(ctx, m)
+	}
 	var it batchItem
 	if err := json.Unmarshal(m.Data(), &it); err != nil || it.validate() != nil {
 		if err == nil {
@@ -410,4 +414,63 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 	w.log.Info("opened dataset", "job", job, "config", hash, "input", wc.Input, "entries", len(byID),
 		"seconds", time.Since(t0).Seconds())
 	return &workerDataset{prep: prep, pp: pp, byID: byID}, nil
+}
+
+// handleFeatures computes the features of a feature item's index range and
+// sends them to the planner.
+func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
+	var it featureItem
+	if err := json.Unmarshal(m.Data(), &it); err != nil || it.ID == "" || proto.ValidateJob(it.Job) != nil {
+		w.log.Warn("bad feature item: dropped", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return nil
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
+	err := w.features(ctx, &it)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
+		_ = m.NakWithDelay(2 * time.Second)
+		return nil
+	}
+	stop()
+	_ = m.Ack()
+	return nil
+}
+
+func (w *worker) features(ctx context.Context, it *featureItem) error {
+	ds, err := w.dataset(ctx, it.Job, it.Config)
+	if err != nil {
+		return err
+	}
+	ix := ds.prep.Index
+	if it.Lo < 0 || it.Hi > len(ix.Entries) || it.Lo >= it.Hi || ix.Entries[it.Lo].ID != it.FirstID || ix.Entries[it.Hi-1].ID != it.LastID {
+		return fmt.Errorf("serve: feature range [%d, %d) does not match this worker's index of %s (%d entries): %w",
+			it.Lo, it.Hi, ds.prep.Config.Input, len(ix.Entries), ErrJobMismatch)
+	}
+	feats, err := pipeline.FeaturesRange(ctx, ix, it.Lo, it.Hi, ds.prep.Tokenizer, ds.prep.Config.Image)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(feats)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(workFeaturesSubject(it.Job))
+	msg.Header.Set(hdrWorkItem, it.ID)
+	msg.Data = b
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := w.nc.RequestMsgWithContext(rctx, msg)
+	if err != nil {
+		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
+	}
+	if string(reply.Data) != "ok" {
+		return fmt.Errorf("serve: the planner answered %q for %s", reply.Data, it.ID)
+	}
+	return nil
 }

@@ -34,10 +34,12 @@ type workPlanner struct {
 	slots   map[workKey]*workSlot
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
+	feats   *featureResults
 	rate    float64 // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
 	tally   workTally
 
 	issued, results, duplicates atomic.Int64
+	featureHits, featureMisses  atomic.Int64 // feature passes from the cache, from the workers
 }
 
 // workSlot is one issued batch item and what came back of it.
@@ -63,7 +65,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 		return nil, err
 	}
 	return &workPlanner{job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm}, nil
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults()}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new
@@ -82,15 +84,21 @@ func (w *workPlanner) reset(ctx context.Context) error {
 	return nil
 }
 
-// subscribe installs the result handler: one subscription, so a worker's
-// done message is handled after its chunks.
-func (w *workPlanner) subscribe() (*nats.Subscription, error) {
+// subscribe installs the result handlers: one subscription for the batch
+// results, so a worker's done message is handled after its chunks, and one
+// for the feature results.
+func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
 	sub, err := w.nc.Subscribe(workResultSubject(w.job), w.handleResult)
 	if err != nil {
 		return nil, fmt.Errorf("serve: subscribe %s: %w", workResultSubject(w.job), err)
 	}
-	sub.SetPendingLimits(-1, 1<<30)
-	return sub, nil
+	_ = sub.SetPendingLimits(-1, 1<<30)
+	fsub, err := w.nc.Subscribe(workFeaturesSubject(w.job), w.feats.handle)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("serve: subscribe %s: %w", workFeaturesSubject(w.job), err)
+	}
+	return []*nats.Subscription{sub, fsub}, nil
 }
 
 func (w *workPlanner) handleResult(m *nats.Msg) {
@@ -249,7 +257,7 @@ func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, 
 }
 
 func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry) (*batchItem, float64, error) {
-	it := &batchItem{Config: w.config, Job: w.job, Epoch: ep.info.Epoch, Step: step, DP: dp, MicroBatch: mb,
+	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: ep.info.Epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]workSample, len(entries))}
 	f := ep.prep.Features
 	for i, e := range entries {
@@ -412,7 +420,7 @@ func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch,
 
 // setupWork creates the work queue and the job's work bucket (with the
 // preprocessing config and tokenizer), and subscribes to the results.
-func (s *Service) setupWork(ctx context.Context) (*nats.Subscription, error) {
+func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	wc, tok, err := newWorkConfig(s.cfg.Pipeline)
@@ -429,7 +437,8 @@ func (s *Service) setupWork(ctx context.Context) (*nats.Subscription, error) {
 	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
-	s.log.Info("planner: batch items go to the work queue", "stream", WorkStream, "config", hash,
+	s.cfg.Pipeline.Features = s.features
+	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,
 		"local_workers", s.cfg.LocalWorkers)
 	return s.work.subscribe()
 }
