@@ -79,8 +79,21 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, quarantined)
-	if got, want := r.s.work.issued.Load(), int64(ex.steps*cfg.Pipeline.Plan.DP*cfg.Pipeline.Plan.MicroBatches); got != want {
-		t.Errorf("issued %d items, want one per (step, dp, micro-batch) = %d", got, want)
+	want := float64(ex.steps * cfg.Pipeline.Plan.DP * cfg.Pipeline.Plan.MicroBatches)
+	mfs, err := r.s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "mmfeed_serve_work_items_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["issued"] != want || got["results"] != want {
+		t.Errorf("work items %v, want one issued and one result per (step, dp, micro-batch) = %v", got, want)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // workPlanner is the planner role's side of the work queue: it issues the
@@ -35,7 +36,8 @@ type workPlanner struct {
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
-	rate    float64 // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
+	timing  map[string]float64 // predicted units of the items filled and not yet timed, by id
+	rate    float64            // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
 	tally   workTally
 
 	issued, results, duplicates atomic.Int64
@@ -48,7 +50,6 @@ type workSlot struct {
 	payloads [][]byte // by mp rank
 	have     int
 	units    float64 // predicted CPU cost (workUnits)
-	done     bool    // the worker's done message was answered ok (its time observed)
 }
 
 // workTally compares predicted with measured item times over an epoch.
@@ -65,7 +66,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 		return nil, err
 	}
 	return &workPlanner{job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults()}, nil
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]float64{}}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new
@@ -73,6 +74,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 func (w *workPlanner) reset(ctx context.Context) error {
 	w.mu.Lock()
 	w.slots = map[workKey]*workSlot{}
+	w.timing = map[string]float64{}
 	w.mu.Unlock()
 	st, err := w.js.Stream(ctx, WorkStream)
 	if err != nil {
@@ -124,7 +126,9 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 	}
 	if sl.payloads[k.MPRank] == nil {
 		sl.payloads[k.MPRank] = a.Payload
-		if sl.have++; sl.have == w.mp { // the publisher may take it before the done message
+		if sl.have++; sl.have == w.mp { // the publisher may take it (and forget the slot) before the done message
+			w.results.Add(1)
+			w.timing[id] = sl.units
 			close(w.changed)
 			w.changed = make(chan struct{})
 		}
@@ -137,22 +141,18 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 // item's payloads (or no longer needs them), missing when chunks were lost.
 func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
-	answer := "ok"
+	answer := "ok" // held, or no longer wanted
 	w.mu.Lock()
-	for _, sl := range w.slots {
-		if sl.id != id {
-			continue
+	if units, ok := w.timing[id]; ok {
+		delete(w.timing, id)
+		w.observe(units, secs)
+	} else {
+		for _, sl := range w.slots {
+			if sl.id == id && sl.have < w.mp {
+				answer = "missing" // chunks were lost: the worker sends them again
+				break
+			}
 		}
-		if sl.have < w.mp {
-			answer = "missing"
-			break
-		}
-		if !sl.done {
-			sl.done = true
-			w.results.Add(1)
-			w.observe(sl.units, secs)
-		}
-		break
 	}
 	w.mu.Unlock()
 	_ = m.Respond([]byte(answer))
@@ -436,6 +436,13 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	}
 	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
+	}
+	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
+			Help: "Planner: batch items issued, answered by a worker, and duplicate results dropped.", ConstLabels: prometheus.Labels{"kind": kind}},
+			func() float64 { return float64(c.Load()) })); err != nil {
+			return nil, fmt.Errorf("serve: metrics: %w", err)
+		}
 	}
 	s.cfg.Pipeline.Features = s.features
 	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,
