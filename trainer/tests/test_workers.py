@@ -55,7 +55,7 @@ def test_planner_and_workers_deliver_every_sample_once(mmfeed, tmp_path):
         procs["planner"] = subprocess.Popen(
             [mmfeed, "serve", "--role", "planner", "--input", manifest, *PLAN, "--job", "workers",
              "--recalibrate", "-1", "--nats-listen", f"127.0.0.1:{port}", "--work-ack-wait", "500ms",
-             "--stream-max-bytes", "100000",  # backpressure: the planner keeps pace with the trainers
+             "--stream-max-bytes", "150000",  # backpressure (two steps): the planner keeps pace with the trainers
              "--data-dir", str(tmp_path / "planner"), "--http", ""],
             stdout=open(logs["planner"], "w"), stderr=subprocess.STDOUT)
         wait_for_port(port)
