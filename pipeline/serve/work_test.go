@@ -179,3 +179,77 @@ func TestDatasetFingerprintFollowsTheInput(t *testing.T) {
 		t.Error("an input without files has a fingerprint")
 	}
 }
+
+// A standby planner takes over mid-epoch from a leading planner while the
+// same two workers keep working: it takes the features from the cache,
+// issues the items again from each rank's position, and every sample is
+// still applied once, in plan order.
+func TestStandbyPlannerWithWorkers(t *testing.T) {
+	ns := externalServer(t, -1, t.TempDir())
+	defer ns.Shutdown()
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Role, cfg.WorkAckWait = RolePlanner, 400*time.Millisecond
+	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
+	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
+	leader := start(t, cfg)
+	standby, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serr := make(chan error, 1)
+	go func() { serr <- standby.Run(ctx) }()
+	werrs := make(chan error, 2)
+	for i := range 2 {
+		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", i)}
+		go func() { werrs <- RunWorker(ctx, wc) }()
+	}
+	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		tr.stepDelay = 40 * time.Millisecond
+		wg.Go(func() {
+			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the takeover
+			tr.crash()
+		})
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, leader.s, "mmfeed_serve_batches_total"); n < 8 {
+			return errorf("%v batches published", n)
+		}
+		return nil
+	})
+	if err := leader.stop(t); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	quarantined := quarantinedInBucket(t, ns.ClientURL(), cfg.Job)
+	select {
+	case err := <-serr:
+		if err != nil {
+			t.Fatalf("standby: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the standby did not finish")
+	}
+	cancel()
+	for range 2 {
+		if err := <-werrs; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}
+	if hits := standby.work.featureHits.Load(); hits != 1 {
+		t.Errorf("the standby took the features from the cache %d times, want 1", hits)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, quarantined)
+}
