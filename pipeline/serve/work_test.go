@@ -92,6 +92,7 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("work items %v", got)
 	if got["issued"] != want || got["results"] != want {
 		t.Errorf("work items %v, want one issued and one result per (step, dp, micro-batch) = %v", got, want)
 	}

@@ -218,6 +218,7 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 	payloads, took, err := w.build(ctx, &it)
 	if err != nil {
 		if ctx.Err() != nil {
+			_ = m.Nak() // stopping: the item goes to another worker at once
 			return ctx.Err()
 		}
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,

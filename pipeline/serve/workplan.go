@@ -37,10 +37,15 @@ type workPlanner struct {
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
 	timing  map[string]float64 // predicted units of the items filled and not yet timed, by id
-	rate    float64            // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
-	tally   workTally
+	// unitsSum and unitsN: the predicted units of the items issued (their mean
+	// tells heavy items).
+	unitsSum float64
+	unitsN   int
+	rate     float64 // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
+	tally    workTally
 
 	issued, results, duplicates atomic.Int64
+	early                       atomic.Int64 // heavy items issued ahead of their step's window
 	featureHits, featureMisses  atomic.Int64 // feature passes from the cache, from the workers
 }
 
@@ -227,22 +232,41 @@ func (w *workPlanner) deadline(units float64) (pred, dl time.Duration) {
 	return pred, min(max(4*pred+time.Second, 2*time.Second), 2*time.Minute)
 }
 
+// heavyFactor: an item predicted to cost more than this many times the
+// mean item is heavy, and is issued up to WorkAhead steps earlier than the
+// others, so that a few large images do not make their rank's batch late.
+const heavyFactor = 4
+
 // issueStep publishes the batch items of one step for the dp ranks that
-// need it (want), one per micro-batch.
-func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool) error {
+// need it (want), one per micro-batch, except those already issued; with
+// heavyOnly, only the heavy ones (heavyFactor).
+func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
 	for dp, mbs := range st.Ranks {
-		if !want(dp) {
+		if (heavyOnly && !w.detectsHeavy()) || !want(dp) {
 			continue
 		}
 		for mb, entries := range mbs {
-			it, units, err := w.item(s, ep, plan, st.Index, dp, mb, entries)
+			k := workKey{ep.info.Epoch, st.Index, dp, mb}
+			units := workUnits(ep, entries)
+			w.mu.Lock()
+			_, done := w.slots[k]
+			heavy := w.unitsN > 0 && units > heavyFactor*w.unitsSum/float64(w.unitsN)
+			w.mu.Unlock()
+			if done || (heavyOnly && !heavy) {
+				continue
+			}
+			it, err := w.item(s, ep, plan, st.Index, dp, mb, entries, units)
 			if err != nil {
 				return err
 			}
-			k := it.key()
 			w.mu.Lock()
 			w.slots[k] = &workSlot{id: it.ID, payloads: make([][]byte, w.mp), units: units}
+			w.unitsSum += units
+			w.unitsN++
 			w.mu.Unlock()
+			if heavyOnly {
+				w.early.Add(1)
+			}
 			b, err := json.Marshal(it)
 			if err != nil {
 				return fmt.Errorf("serve: work item: %w", err)
@@ -256,7 +280,14 @@ func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, 
 	return nil
 }
 
-func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry) (*batchItem, float64, error) {
+// detectsHeavy reports whether enough items were issued to tell heavy ones.
+func (w *workPlanner) detectsHeavy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unitsN >= 16
+}
+
+func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, units float64) (*batchItem, error) {
 	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: ep.info.Epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]workSample, len(entries))}
 	f := ep.prep.Features
@@ -268,15 +299,14 @@ func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step,
 	for mp := range w.mp {
 		meta, err := s.batchMeta(ep, step, dp*w.mp+mp)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		meta.MicroBatch = mb
 		it.Metas = append(it.Metas, meta)
 	}
-	units := workUnits(ep, entries)
 	pred, dl := w.deadline(units)
 	it.PredictedMS, it.DeadlineMS = pred.Milliseconds(), dl.Milliseconds()
-	return it, units, it.seal()
+	return it, it.seal()
 }
 
 // wait returns the payload of mp rank for the item at k once a worker has
@@ -351,7 +381,12 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	issued, t0 := 0, time.Now()
 	for k, st := range plan.Steps {
 		for ; issued < len(plan.Steps) && issued <= k+s.work.ahead; issued++ {
-			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[issued], want(plan.Steps[issued].Index)); err != nil {
+			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
+				return err
+			}
+		}
+		for j := issued; j < min(len(plan.Steps), issued+s.work.ahead); j++ { // heavy items start early
+			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
 				return err
 			}
 		}
@@ -437,9 +472,9 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
-	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates} {
+	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates, "early": &s.work.early} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
-			Help: "Planner: batch items issued, answered by a worker, and duplicate results dropped.", ConstLabels: prometheus.Labels{"kind": kind}},
+			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, and heavy items issued early.", ConstLabels: prometheus.Labels{"kind": kind}},
 			func() float64 { return float64(c.Load()) })); err != nil {
 			return nil, fmt.Errorf("serve: metrics: %w", err)
 		}
