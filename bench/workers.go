@@ -15,7 +15,9 @@ import (
 // (`bin/mmfeed serve --role worker --slots 1`, GOMAXPROCS=1 each), on the same input as
 // the serve section. On this 2-core machine the planner, the NATS server, the consumers
 // and the workers share both cores, so 2 workers cannot double 1: the efficiency key says
-// how far they get.
+// how far they get. The item-time keys compare the planner's predicted time of a batch
+// item (from its megapixels and bytes, scaled by the measured seconds per unit) with the
+// worker's measured time, with one worker.
 func benchWorkers(env *benchEnv) (map[string]float64, error) {
 	if _, err := os.Stat("bin/mmfeed"); err != nil {
 		return nil, fmt.Errorf("bin/mmfeed: %w (make build)", err)
@@ -30,7 +32,7 @@ func benchWorkers(env *benchEnv) (map[string]float64, error) {
 		cfg.Job = fmt.Sprintf("bench-workers-%d", n)
 		cfg.Pipeline.Input = input
 		cfg.Pipeline.Plan.DP, cfg.Pipeline.Plan.GlobalBatch = 2, 32
-		rate, st, err := serve.PlannerThroughput(context.Background(), cfg, func(url string) (func(), error) {
+		rate, st, times, err := serve.PlannerThroughput(context.Background(), cfg, func(url string) (func(), error) {
 			return startWorkerProcs(url, n)
 		})
 		if err != nil {
@@ -39,6 +41,13 @@ func benchWorkers(env *benchEnv) (map[string]float64, error) {
 		fmt.Printf("   %s corpus, %d samples, %d worker process(es) of 1 core on %d cores: %.0f samples/s\n",
 			label, st.Samples, n, runtime.NumCPU(), rate)
 		out[fmt.Sprintf("serve_workers_%d_samples_per_s", n)] = rate
+		fmt.Printf("   item times (%d items): predicted %.1f ms, measured %.1f ms, mean abs error %.1f ms\n",
+			times.Items, times.PredictedMS, times.MeasuredMS, times.AbsErrorMS)
+		if n == 1 { // one worker: the item times are not stretched by a second worker on the same cores
+			out["serve_workers_item_predicted_ms"] = times.PredictedMS
+			out["serve_workers_item_measured_ms"] = times.MeasuredMS
+			out["serve_workers_item_abs_error_ms"] = times.AbsErrorMS
+		}
 	}
 	out["serve_workers_2_efficiency"] = out["serve_workers_2_samples_per_s"] / (2 * out["serve_workers_1_samples_per_s"])
 	return out, nil

@@ -15,11 +15,11 @@ import (
 // the planner is ready it calls startWorkers with the server's URL (the
 // caller starts its worker processes there) and stops them at the end. It
 // returns the real samples per second from Run until every rank
-// acknowledged its last batch, and the service's stats.
-func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url string) (stop func(), err error)) (float64, Stats, error) {
+// acknowledged its last batch, and the service's stats and item times.
+func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url string) (stop func(), err error)) (float64, Stats, WorkTimes, error) {
 	dir, err := os.MkdirTemp("", "mmfeed-planner-")
 	if err != nil {
-		return 0, Stats{}, err
+		return 0, Stats{}, WorkTimes{}, err
 	}
 	defer os.RemoveAll(dir)
 	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = RolePlanner, 1, "", "", -1
@@ -27,7 +27,7 @@ func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url st
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
 	s, err := New(cfg)
 	if err != nil {
-		return 0, Stats{}, err
+		return 0, Stats{}, WorkTimes{}, err
 	}
 	t0 := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -37,13 +37,13 @@ func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url st
 	select {
 	case <-s.Ready():
 	case err := <-errc:
-		return 0, Stats{}, err
+		return 0, Stats{}, WorkTimes{}, err
 	}
 	stop, err := startWorkers(s.ClientURL())
 	if err != nil {
 		cancel()
 		<-errc
-		return 0, Stats{}, fmt.Errorf("serve: start workers: %w", err)
+		return 0, Stats{}, WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
 	}
 	defer stop()
 	var wg sync.WaitGroup
@@ -55,11 +55,11 @@ func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url st
 	if err := errors.Join(cerrs...); err != nil {
 		cancel()
 		<-errc
-		return 0, Stats{}, err
+		return 0, Stats{}, WorkTimes{}, err
 	}
 	if err := <-errc; err != nil {
-		return 0, Stats{}, err
+		return 0, Stats{}, WorkTimes{}, err
 	}
 	st := s.Stats()
-	return float64(st.Samples) / time.Since(t0).Seconds(), st, nil
+	return float64(st.Samples) / time.Since(t0).Seconds(), st, s.WorkTimes(), nil
 }

@@ -65,7 +65,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	}
 	before := w.issued.Load()
 	for _, st := range plan.Steps[window:] { // the early pass, with the mean as it was
-		w.unitsSum, w.unitsN = mean*float64(w.unitsN), w.unitsN
+		w.unitsSum = mean * float64(w.unitsN)
 		if err := w.issueStep(ctx, s, ep, plan, st, all, true); err != nil {
 			t.Fatal(err)
 		}

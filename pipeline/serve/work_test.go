@@ -92,7 +92,10 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("work items %v", got)
+	t.Logf("work items %v, times %+v", got, r.s.WorkTimes())
+	if wt := r.s.WorkTimes(); wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 {
+		t.Errorf("no predicted and measured item times: %+v", wt)
+	}
 	if got["issued"] != want || got["results"] != want {
 		t.Errorf("work items %v, want one issued and one result per (step, dp, micro-batch) = %v", got, want)
 	}

@@ -41,8 +41,9 @@ type workPlanner struct {
 	// tells heavy items).
 	unitsSum float64
 	unitsN   int
-	rate     float64 // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
-	tally    workTally
+	rate     float64   // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
+	tally    workTally // this epoch
+	total    workTally // the job
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
@@ -171,10 +172,8 @@ func (w *workPlanner) observe(units, secs float64) {
 	}
 	pred := w.rate * units
 	if w.rate > 0 {
-		w.tally.n++
-		w.tally.predicted += pred
-		w.tally.measured += secs
-		w.tally.absError += abs(pred - secs)
+		w.tally.add(pred, secs)
+		w.total.add(pred, secs)
 	}
 	r := secs / units
 	if w.rate == 0 {
@@ -182,6 +181,40 @@ func (w *workPlanner) observe(units, secs float64) {
 	} else {
 		w.rate = 0.9*w.rate + 0.1*r
 	}
+}
+
+func (t *workTally) add(pred, secs float64) {
+	t.n++
+	t.predicted += pred
+	t.measured += secs
+	t.absError += abs(pred - secs)
+}
+
+// WorkTimes compares the predicted with the measured time of batch items.
+type WorkTimes struct {
+	// Items is how many items were timed after the first (which has no
+	// prediction).
+	Items int `json:"items"`
+	// PredictedMS, MeasuredMS and AbsErrorMS are per-item means.
+	PredictedMS float64 `json:"predicted_ms"`
+	MeasuredMS  float64 `json:"measured_ms"`
+	AbsErrorMS  float64 `json:"abs_error_ms"`
+}
+
+// WorkTimes returns the planner's predicted against measured item times
+// over the job so far (zero with role all).
+func (s *Service) WorkTimes() WorkTimes {
+	if s.work == nil {
+		return WorkTimes{}
+	}
+	s.work.mu.Lock()
+	t := s.work.total
+	s.work.mu.Unlock()
+	if t.n == 0 {
+		return WorkTimes{}
+	}
+	n := float64(t.n)
+	return WorkTimes{Items: t.n, PredictedMS: 1e3 * t.predicted / n, MeasuredMS: 1e3 * t.measured / n, AbsErrorMS: 1e3 * t.absError / n}
 }
 
 func abs(x float64) float64 {
