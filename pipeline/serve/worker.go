@@ -65,7 +65,16 @@ type workerDataset struct {
 	prep *pipeline.Prepared
 	pp   *pipeline.Preprocessor
 	byID map[string]int
+	// users is how many items use it now, used when one last took it
+	// (guarded by worker.mu).
+	users int
+	used  time.Time
 }
+
+// maxDatasets is how many datasets a worker keeps open: beyond it, the
+// least recently used one that no item uses is closed (a worker serves
+// any number of jobs over its life).
+const maxDatasets = 4
 
 // RunWorker runs a preprocessing worker until ctx ends: it waits for the
 // work queue to exist (a planner creates it), then takes batch items of any
@@ -268,10 +277,11 @@ func (w *worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time)
 // build preprocesses the item's samples and encodes one payload per mp
 // rank; took is the time that took (opening the dataset left out).
 func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took time.Duration, err error) {
-	ds, err := w.dataset(ctx, it.Job, it.Config)
+	ds, release, err := w.dataset(ctx, it.Job, it.Config)
 	if err != nil {
 		return nil, 0, err
 	}
+	defer release()
 	t0 := time.Now()
 	rows := make([]proto.Row, len(it.Samples))
 	for i, s := range it.Samples {
@@ -337,13 +347,23 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 }
 
 // dataset returns the worker's dataset of a job's config, opening it (and
-// fetching the config and tokenizer) the first time.
-func (w *worker) dataset(ctx context.Context, job, hash string) (*workerDataset, error) {
+// fetching the config and tokenizer) the first time; the caller calls
+// release when its item is done with it.
+func (w *worker) dataset(ctx context.Context, job, hash string) (d *workerDataset, release func(), err error) {
 	k := job + "/" + hash
+	take := func(d *workerDataset) (*workerDataset, func(), error) { // w.mu held
+		d.users++
+		d.used = time.Now()
+		return d, func() {
+			w.mu.Lock()
+			d.users--
+			w.mu.Unlock()
+		}, nil
+	}
 	w.mu.Lock()
 	if d := w.datasets[k]; d != nil {
-		w.mu.Unlock()
-		return d, nil
+		defer w.mu.Unlock()
+		return take(d)
 	}
 	lk := w.opening[k]
 	if lk == nil {
@@ -354,19 +374,39 @@ func (w *worker) dataset(ctx context.Context, job, hash string) (*workerDataset,
 	lk.Lock() // one slot opens it, the others wait for it
 	defer lk.Unlock()
 	w.mu.Lock()
-	d := w.datasets[k]
-	w.mu.Unlock()
-	if d != nil {
-		return d, nil
+	if d := w.datasets[k]; d != nil {
+		defer w.mu.Unlock()
+		return take(d)
 	}
-	d, err := w.open(ctx, job, hash)
-	if err != nil {
-		return nil, err
+	w.mu.Unlock()
+	if d, err = w.open(ctx, job, hash); err != nil {
+		return nil, nil, err
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.datasets[k] = d
-	w.mu.Unlock()
-	return d, nil
+	w.evictLocked(k)
+	return take(d)
+}
+
+// evictLocked closes least recently used datasets nobody uses (keep
+// excepted) while there are more than maxDatasets. The caller holds w.mu.
+func (w *worker) evictLocked(keep string) {
+	for len(w.datasets) > maxDatasets {
+		victim := ""
+		for k, d := range w.datasets {
+			if k != keep && d.users == 0 && (victim == "" || d.used.Before(w.datasets[victim].used)) {
+				victim = k
+			}
+		}
+		if victim == "" {
+			return
+		}
+		_ = w.datasets[victim].prep.Close()
+		delete(w.datasets, victim)
+		delete(w.opening, victim)
+		w.log.Info("closed dataset", "key", victim)
+	}
 }
 
 func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, error) {
@@ -444,10 +484,11 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 }
 
 func (w *worker) features(ctx context.Context, it *featureItem) error {
-	ds, err := w.dataset(ctx, it.Job, it.Config)
+	ds, release, err := w.dataset(ctx, it.Job, it.Config)
 	if err != nil {
 		return err
 	}
+	defer release()
 	ix := ds.prep.Index
 	if it.Lo < 0 || it.Hi > len(ix.Entries) || it.Lo >= it.Hi || ix.Entries[it.Lo].ID != it.FirstID || ix.Entries[it.Hi-1].ID != it.LastID {
 		return fmt.Errorf("serve: feature range [%d, %d) does not match this worker's index of %s (%d entries): %w",
