@@ -257,3 +257,33 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, quarantined)
 }
+
+// The planner role on both data planes and with two mp ranks per dp rank
+// (modality placement: each worker result carries one batch per mp rank),
+// with local workers: every rank gets the rows `mmfeed shard` writes, in
+// its modality's columns.
+func TestPlannerLayouts(t *testing.T) {
+	for _, tc := range []struct {
+		name, plane, placement string
+		mp                     int
+	}{
+		{"jetstream", "jetstream", "colocated", 1},
+		{"modality", "core", "modality", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, corpus(t, 60), 2, tc.mp, tc.placement)
+			cfg.Role, cfg.LocalWorkers, cfg.Recalibrate, cfg.DataPlane = RolePlanner, 2, -1, tc.plane
+			r := start(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+			quarantined := quarantinedInBucket(t, r.s.ClientURL(), cfg.Job)
+			if err := r.wait(t, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			ex := shardExpectation(t, cfg, 0)
+			checkDelivery(t, cfg, trs, 0, ex)
+			realOnce(t, trs, 0, ex, quarantined)
+		})
+	}
+}
