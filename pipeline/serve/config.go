@@ -174,6 +174,8 @@ func (c Config) Validate() error {
 		return bad("role %q: want %s, %s or %s", c.Role, RoleAll, RolePlanner, RoleWorker)
 	case c.LocalWorkers < 0 || (c.LocalWorkers > 0 && c.Role != RolePlanner):
 		return bad("local workers %d: want 0, or > 0 with role planner", c.LocalWorkers)
+	case c.Role == RolePlanner && !c.NATS.External() && c.NATS.Listen == "" && c.LocalWorkers == 0:
+		return bad("a planner on an in-process-only embedded server without local workers: no worker can reach it (set a listen address, --nats URL or local workers)")
 	case c.Role == RolePlanner && (c.WorkAckWait < 100*time.Millisecond || c.WorkAhead < 1):
 		return bad("work ack wait %v (want ≥ 100ms), work ahead %d (want ≥ 1)", c.WorkAckWait, c.WorkAhead)
 	}
