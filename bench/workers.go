@@ -17,7 +17,8 @@ import (
 // and the workers share both cores, so 2 workers cannot double 1: the efficiency key says
 // how far they get. The item-time keys compare the planner's predicted time of a batch
 // item (from its megapixels and bytes, scaled by the measured seconds per unit) with the
-// worker's measured time, with one worker.
+// worker's measured time, with one worker. features_workers_<n>_entries_per_s is the
+// feature pass (feature items: token counts and image headers) by the same workers.
 func benchWorkers(env *benchEnv) (map[string]float64, error) {
 	if _, err := os.Stat("bin/mmfeed"); err != nil {
 		return nil, fmt.Errorf("bin/mmfeed: %w (make build)", err)
@@ -41,6 +42,10 @@ func benchWorkers(env *benchEnv) (map[string]float64, error) {
 		fmt.Printf("   %s corpus, %d samples, %d worker process(es) of 1 core on %d cores: %.0f samples/s\n",
 			label, st.Samples, n, runtime.NumCPU(), rate)
 		out[fmt.Sprintf("serve_workers_%d_samples_per_s", n)] = rate
+		if times.FeatureSeconds > 0 {
+			out[fmt.Sprintf("features_workers_%d_entries_per_s", n)] = float64(times.FeatureEntries) / times.FeatureSeconds
+			fmt.Printf("   feature pass: %d entries in %.2fs\n", times.FeatureEntries, times.FeatureSeconds)
+		}
 		fmt.Printf("   item times (%d items): predicted %.1f ms, measured %.1f ms, mean abs error %.1f ms\n",
 			times.Items, times.PredictedMS, times.MeasuredMS, times.AbsErrorMS)
 		if n == 1 { // one worker: the item times are not stretched by a second worker on the same cores

@@ -94,7 +94,7 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 		}
 	}
 	t.Logf("work items %v, times %+v", got, r.s.WorkTimes())
-	if wt := r.s.WorkTimes(); wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 {
+	if wt := r.s.WorkTimes(); wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 || wt.FeatureEntries == 0 || wt.FeatureSeconds <= 0 {
 		t.Errorf("no predicted and measured item times: %+v", wt)
 	}
 	if got["issued"] != want || got["results"] != want {

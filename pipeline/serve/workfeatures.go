@@ -113,8 +113,12 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 	if err != nil {
 		return nil, err
 	}
+	secs := time.Since(t0).Seconds()
 	s.log.Info("features from the workers", "entries", len(all), "items", (len(all)+featureRange-1)/featureRange,
-		"seconds", time.Since(t0).Seconds())
+		"seconds", secs)
+	s.work.mu.Lock()
+	s.work.featureEntries, s.work.featureSeconds = s.work.featureEntries+len(all), s.work.featureSeconds+secs
+	s.work.mu.Unlock()
 	if obj != nil {
 		b, err := json.Marshal(all)
 		if err == nil {

@@ -41,9 +41,12 @@ type workPlanner struct {
 	// tells heavy items).
 	unitsSum float64
 	unitsN   int
-	rate     float64   // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
-	tally    workTally // this epoch
-	total    workTally // the job
+	// featureEntries and featureSeconds: the feature passes the workers did.
+	featureEntries int
+	featureSeconds float64
+	rate           float64   // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
+	tally          workTally // this epoch
+	total          workTally // the job
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
@@ -190,8 +193,13 @@ func (t *workTally) add(pred, secs float64) {
 	t.absError += abs(pred - secs)
 }
 
-// WorkTimes compares the predicted with the measured time of batch items.
+// WorkTimes compares the predicted with the measured time of batch items,
+// and says how fast the workers computed features.
 type WorkTimes struct {
+	// FeatureEntries and FeatureSeconds: the entries of the feature passes
+	// the workers did (not those from the cache), and their wall time.
+	FeatureEntries int     `json:"feature_entries"`
+	FeatureSeconds float64 `json:"feature_seconds"`
 	// Items is how many items were timed after the first (which has no
 	// prediction).
 	Items int `json:"items"`
@@ -209,12 +217,13 @@ func (s *Service) WorkTimes() WorkTimes {
 	}
 	s.work.mu.Lock()
 	t := s.work.total
+	wt := WorkTimes{FeatureEntries: s.work.featureEntries, FeatureSeconds: s.work.featureSeconds}
 	s.work.mu.Unlock()
-	if t.n == 0 {
-		return WorkTimes{}
+	if t.n > 0 {
+		n := float64(t.n)
+		wt.Items, wt.PredictedMS, wt.MeasuredMS, wt.AbsErrorMS = t.n, 1e3*t.predicted/n, 1e3*t.measured/n, 1e3*t.absError/n
 	}
-	n := float64(t.n)
-	return WorkTimes{Items: t.n, PredictedMS: 1e3 * t.predicted / n, MeasuredMS: 1e3 * t.measured / n, AbsErrorMS: 1e3 * t.absError / n}
+	return wt
 }
 
 func abs(x float64) float64 {
