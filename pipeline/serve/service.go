@@ -170,21 +170,21 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
-	subs, err := s.subscribe()
-	if err != nil {
-		return err
+	var wsubs []*nats.Subscription
+	if s.cfg.Role == RolePlanner { // before a register can start planning
+		if wsubs, err = s.setupWork(ctx); err != nil {
+			return err
+		}
 	}
+	subs, err := s.subscribe()
+	subs = append(subs, wsubs...)
 	defer func() {
 		for _, sub := range subs {
 			_ = sub.Unsubscribe()
 		}
 	}()
-	if s.cfg.Role == RolePlanner {
-		wsubs, err := s.setupWork(ctx)
-		if err != nil {
-			return err
-		}
-		subs = append(subs, wsubs...)
+	if err != nil {
+		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })

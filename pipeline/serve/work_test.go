@@ -195,14 +195,17 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Role, cfg.WorkAckWait = RolePlanner, 400*time.Millisecond
 	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
+	cfg.Logger = testLogger(t).With("planner", "leader")
 	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
 	leader := start(t, cfg)
-	standby, err := New(cfg)
+	standbyCfg := cfg
+	standbyCfg.Logger = testLogger(t).With("planner", "standby")
+	standby, err := New(standbyCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	serr := make(chan error, 1)
 	go func() { serr <- standby.Run(ctx) }()
@@ -221,7 +224,7 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 			tr.crash()
 		})
 	}
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error { // generous: a loaded machine
 		if n := counter(t, leader.s, "mmfeed_serve_batches_total"); n < 8 {
 			return errorf("%v batches published", n)
 		}
