@@ -32,6 +32,7 @@ var sections = []section{
 	{"transport", benchTransport},
 	{"transport_py", benchTransportPy},
 	{"serve", benchServe},
+	{"workers", benchWorkers},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"report1m", benchReport1M},

@@ -30,6 +30,11 @@ type Config struct {
 	// entries done and their total (from several goroutines; at most every 64
 	// entries and at the end).
 	Progress func(done, total int)
+	// Features, when not nil, computes the features of the index's entries
+	// instead of the feature pass on Workers goroutines (a planner's feature
+	// items, a cache); Prepare orders them for the epoch and quarantines the
+	// rejects.
+	Features FeatureFunc
 	// MaxPixelsInFlight bounds the pixels (width × height from the image
 	// headers) the preprocessing workers decode at once, so decode memory is
 	// bounded per process, not only per image: many workers meeting many

@@ -40,7 +40,15 @@ func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, 
 		return nil, err
 	}
 	order := ix.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
-	f, err := extractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers(), cfg.Progress)
+	var f Features
+	if cfg.Features != nil {
+		var all []EntryFeatures
+		if all, err = cfg.Features(ctx, ix); err == nil {
+			f, err = assembleFeatures(ix, all, order, q)
+		}
+	} else {
+		f, err = extractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers(), cfg.Progress)
+	}
 	if err != nil {
 		tk.Close()
 		ix.Close()

@@ -127,19 +127,7 @@ func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer
 	f := pp.prep.Features
 	ent, it := f.Entries[e.Item], f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
-	row := proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
-	ids, img, err := pp.process(ctx, ent)
-	if err != nil {
-		if e.Weight > 0 && ctx.Err() == nil { // a padding copy's failure is its original's, quarantined once; a cancelled read is no failure
-			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})
-		}
-		return pp.zeroRow(row, ids)
-	}
-	row.InputIDs = ids
-	row.Pixels = img.Data
-	row.PixelShape = [3]int32{int32(img.Shape[0]), int32(img.Shape[1]), int32(img.Shape[2])}
-	row.ImageTokens = int32(img.Grid[0] * img.Grid[1])
-	return row
+	return pp.Row(ctx, ent, proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight})
 }
 
 // process tokenizes the caption and decodes, resizes and normalizes the image of ent.

@@ -28,7 +28,9 @@ var examples = map[string][]string{
 	"report": {"mmfeed report --input /tmp/corpus/manifest.jsonl --dp 8 --global-batch 128", "mmfeed report --input export.parquet --image-field image.bytes --text-field caption --dp 4 --json"},
 	"shard":  {"mmfeed shard --input captions.jsonl --root train2017 --image-field file_name --dp 2 --global-batch 32 --out /tmp/shards"},
 	"serve": {"mmfeed serve --input /tmp/corpus/manifest.jsonl --dp 2 --mp 2 --placement modality --global-batch 64 --job demo",
-		"MMFEED_GLOBAL_BATCH=64 mmfeed serve --config mmfeed.yaml --job demo --log-format json"},
+		"MMFEED_GLOBAL_BATCH=64 mmfeed serve --config mmfeed.yaml --job demo --log-format json",
+		"mmfeed serve --role planner --input /data/manifest.jsonl --dp 8 --global-batch 128 --job big --nats nats://n0:4222",
+		"mmfeed serve --role worker --nats nats://n0:4222   # any number, on any machine"},
 }
 
 // groupOf returns the flag's group and its rank there (the index of the

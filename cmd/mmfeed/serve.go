@@ -35,6 +35,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.NATS.TLSCA, "nats-tls-ca", "", "CA certificate to verify the external NATS servers")
 	fs.StringVar(&c.NATS.TLSCert, "nats-tls-cert", "", "client certificate for the external NATS servers")
 	fs.StringVar(&c.NATS.TLSKey, "nats-tls-key", "", "client key for the external NATS servers")
+	fs.StringVar(&c.Role, "role", c.Role, "all (plan and preprocess here), planner (plan here, preprocess on --role worker processes) or worker (preprocess any job's items; needs only --nats and its credentials)")
+	fs.IntVar(&c.LocalWorkers, "local-workers", 0, "with --role planner: also preprocess items here, this many at once (0: workers only)")
+	fs.DurationVar(&c.WorkAckWait, "work-ack-wait", c.WorkAckWait, "with --role planner: a dead worker's item goes to another worker after about this long")
+	slots := fs.Int("slots", 0, "with --role worker: items preprocessed at once, one core each (0: all cores)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "job leadership lease: a second service for the same job stands by and takes over within about this long of the leader's death")
 	fs.StringVar(&c.DataPlane, "data-plane", c.DataPlane, "how payloads travel: core (NATS, in memory, each rank asks for its batches) or jetstream (a stream, one durable consumer per rank)")
 	fs.Int64Var(&c.StreamMaxBytes, "stream-max-bytes", c.StreamMaxBytes, "bound on the batches held for the trainers (the outbox, or the stream with --data-plane jetstream): backpressure, bytes")
@@ -54,6 +58,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
+	if c.Role == serve.RoleWorker {
+		return runWorker(ctx, c, *urls, *slots, *logFormat, *verbose, stderr)
+	}
 	if c.Job == "" {
 		fmt.Fprintln(stderr, "serve: --job is required")
 		return errUsage
@@ -63,14 +70,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *urls != "" {
-		c.NATS.URLs = strings.Split(*urls, ",")
-		c.NATS.Listen = ""
-		if c.NATS.User != "" && c.NATS.Password == "" {
-			c.NATS.Password = os.Getenv("MMFEED_NATS_PASSWORD")
-		}
-		if c.NATS.Token == "" && c.NATS.User == "" && c.NATS.NKeySeedFile == "" && c.NATS.CredsFile == "" {
-			c.NATS.Token = os.Getenv("MMFEED_NATS_TOKEN")
-		}
+		setNATSURLs(&c.NATS, *urls)
 	}
 	c.NATS.MaxPayload = int32(min(*maxPayload, 1<<30))
 	c.QuarantineDir = c.NATS.DataDir
@@ -89,4 +89,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "published %d samples in %d batches (%.1f MB) in %.1fs (%.0f samples/s)\n",
 		st.Samples, st.Batches, float64(st.Bytes)/1e6, st.ElapsedSeconds, float64(st.Samples)/max(st.ElapsedSeconds, 1e-9))
 	return nil
+}
+
+// setNATSURLs selects an external deployment, with the password or token
+// from the environment when no flag gave one.
+func setNATSURLs(n *serve.NATSConfig, urls string) {
+	n.URLs = strings.Split(urls, ",")
+	n.Listen = ""
+	if n.User != "" && n.Password == "" {
+		n.Password = os.Getenv("MMFEED_NATS_PASSWORD")
+	}
+	if n.Token == "" && n.User == "" && n.NKeySeedFile == "" && n.CredsFile == "" {
+		n.Token = os.Getenv("MMFEED_NATS_TOKEN")
+	}
+}
+
+// runWorker is `serve --role worker`: only the NATS flags apply.
+func runWorker(ctx context.Context, c serve.Config, urls string, slots int, logFormat string, verbose bool, stderr io.Writer) error {
+	if urls == "" {
+		fmt.Fprintln(stderr, "serve: --role worker needs --nats URL (the planner's NATS deployment)")
+		return errUsage
+	}
+	setNATSURLs(&c.NATS, urls)
+	log, err := newLogger(stderr, logFormat, verbose)
+	if err != nil {
+		return err
+	}
+	return serve.RunWorker(ctx, serve.WorkerConfig{NATS: c.NATS, Slots: slots, Logger: log.With("role", "worker")})
 }

@@ -35,6 +35,24 @@ type Config struct {
 	// proto.DataPlaneJetStream: the job's JetStream stream, one durable
 	// consumer per rank).
 	DataPlane string
+	// Role is RoleAll (the default: plan and preprocess here) or
+	// RolePlanner (plan here, preprocess on workers: RunWorker). A worker is
+	// not a Service.
+	Role string
+	// LocalWorkers is how many items a planner preprocesses itself, as
+	// workers in its own process (0: none, every item goes to the
+	// RunWorker processes).
+	LocalWorkers int
+	// WorkAckWait is how long a worker may go without renewing an item
+	// before the queue redelivers it (2 s): a dead worker's items go to
+	// another worker after about this long. Workers renew every third of
+	// it, until the item's own deadline (4 × its predicted time + 1 s).
+	WorkAckWait time.Duration
+	// WorkAhead is how many steps past the one being published a planner
+	// issues items for (4): more keeps more workers busy, and holds more
+	// results in memory.
+	WorkAhead int
+
 	// LeaseTTL is how long the job's leadership lease lives without renewal
 	// (5 s): a second service started for the same job stands by and takes
 	// over within about this long after the leader dies (at once when it
@@ -133,7 +151,8 @@ func DefaultConfig() Config {
 	pub.AckTimeout = 5 * time.Second
 	return Config{
 		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
-		NATS:      NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		NATS: NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		Role: RoleAll, WorkAckWait: 2 * time.Second, WorkAhead: 4,
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
@@ -151,6 +170,18 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseTTL < 400*time.Millisecond {
 		return bad("lease TTL %v: want at least 400ms", c.LeaseTTL)
+	}
+	switch {
+	case c.Role == RoleWorker:
+		return bad("role worker runs RunWorker, not a Service")
+	case c.Role != RoleAll && c.Role != RolePlanner:
+		return bad("role %q: want %s, %s or %s", c.Role, RoleAll, RolePlanner, RoleWorker)
+	case c.LocalWorkers < 0 || (c.LocalWorkers > 0 && c.Role != RolePlanner):
+		return bad("local workers %d: want 0, or > 0 with role planner", c.LocalWorkers)
+	case c.Role == RolePlanner && !c.NATS.External() && c.NATS.Listen == "" && c.LocalWorkers == 0:
+		return bad("a planner on an in-process-only embedded server without local workers: no worker can reach it (set a listen address, --nats URL or local workers)")
+	case c.Role == RolePlanner && (c.WorkAckWait < 100*time.Millisecond || c.WorkAhead < 1):
+		return bad("work ack wait %v (want ≥ 100ms), work ahead %d (want ≥ 1)", c.WorkAckWait, c.WorkAhead)
 	}
 	if c.DataPlane != proto.DataPlaneCore && c.DataPlane != proto.DataPlaneJetStream {
 		return bad("data plane %q: want %s or %s", c.DataPlane, proto.DataPlaneCore, proto.DataPlaneJetStream)

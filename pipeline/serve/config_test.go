@@ -41,6 +41,13 @@ func TestConfigValidate(t *testing.T) {
 		{"external", func(c *Config) { c.NATS.URLs, c.NATS.User, c.NATS.Password = []string{"nats://x:4222"}, "u", "p" }, ""},
 		{"publisher", func(c *Config) { c.Publisher.Window = 0 }, "publisher config"},
 		{"register wait", func(c *Config) { c.RegisterWait = -time.Second }, "register wait"},
+		{"role", func(c *Config) { c.Role = "boss" }, `role "boss"`},
+		{"role worker", func(c *Config) { c.Role = RoleWorker }, "runs RunWorker"},
+		{"local workers without planner", func(c *Config) { c.LocalWorkers = 2 }, "local workers 2"},
+		{"planner unreachable", func(c *Config) { c.Role, c.NATS.Listen = RolePlanner, "" }, "no worker can reach"},
+		{"planner local", func(c *Config) { c.Role, c.NATS.Listen, c.LocalWorkers = RolePlanner, "", 1 }, ""},
+		{"planner listening", func(c *Config) { c.Role, c.NATS.Listen = RolePlanner, "127.0.0.1:0" }, ""},
+		{"work ack wait", func(c *Config) { c.Role, c.LocalWorkers, c.WorkAckWait = RolePlanner, 1, time.Millisecond }, "work ack wait"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

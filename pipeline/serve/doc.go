@@ -21,6 +21,26 @@
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
 // endpoints (/v1/report, /metrics, /healthz, /) and Stats.
 //
+// # Roles
+//
+// Config.Role RoleAll (the default) plans and preprocesses in the service.
+// RolePlanner plans and delivers exactly as RoleAll does, and leaves the
+// preprocessing to RunWorker processes (or Config.LocalWorkers slots of its
+// own), through the JetStream work-queue stream WorkStream: feature items
+// (ranges of the dataset index; the planner assembles their features and
+// caches them in FeatureBucket under the dataset's fingerprint) and batch
+// items (one dp rank's micro-batch, for every mp rank; issued WorkAhead
+// steps ahead, heavy ones earlier). A worker needs only the NATS
+// deployment: an item names the job's preprocessing config and tokenizer in
+// the job's WorkBucket by hash, and the dataset by path (readable from
+// every worker). A worker sends its encoded batches to the planner on core
+// NATS and acknowledges the item once the planner holds them; it renews
+// the item while it works, until the item's deadline (from its predicted
+// time), so a dead worker's item is redelivered after WorkAckWait. The
+// planner keeps one result per item (by content hash): duplicates are
+// dropped, and the payloads are byte-identical to RoleAll's. Work items and
+// their subjects: docs/protocol.md section 12.
+//
 // # Leadership
 //
 // One service serves a job: Run first takes the job's lease (a key with a

@@ -149,8 +149,15 @@ func (s *Service) run(ctx context.Context, start pos) error {
 	}
 	mem := memory.NewGoAllocator()
 	var err error
+	if s.work != nil {
+		err = s.work.reset(gctx)
+	}
 	for e, from := start.Epoch, start.Step; e <= s.cfg.lastEpoch() && err == nil; e, from = e+1, 0 {
-		err = s.runEpoch(ctx, gctx, mem, e, from, next, queues)
+		if s.work != nil {
+			err = s.runEpochRemote(ctx, gctx, e, from, next, queues)
+		} else {
+			err = s.runEpoch(ctx, gctx, mem, e, from, next, queues)
+		}
 	}
 	for _, q := range queues {
 		close(q)
@@ -194,6 +201,16 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
 func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
+	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
+		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
+	})
+}
+
+// queueStepWith is queueStep with the ranks' payloads made by enc (built
+// here, or delivered by workers), which queues rank r's micro-batches of
+// the step with generation gen.
+func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.StepBatch, next []pos,
+	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
 	here := pos{ep.info.Epoch, sb.Step}
 	var targets []int
 	gens := make([]int, len(next))
@@ -213,7 +230,7 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
 	var stepBytes atomic.Int64
 	for _, r := range targets {
-		g.Go(func() error { return s.encodeRank(gctx, mem, ep, sb, r, gens[r], queues[r], &stepBytes) })
+		g.Go(func() error { return enc(gctx, r, gens[r], &stepBytes) })
 	}
 	if err := g.Wait(); err != nil {
 		return err

@@ -67,6 +67,8 @@ type Service struct {
 	streamSnap atomic.Pointer[streamSnapshot]
 	// quarantine records quarantined samples in the job's quarantine bucket.
 	quarantine *quarantineSink
+	// work is the planner role's work queue side (nil with role all).
+	work *workPlanner
 	// chunkSize is the data bytes per message on the core data plane.
 	chunkSize int
 
@@ -170,17 +172,29 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
-	subs, err := s.subscribe()
-	if err != nil {
-		return err
+	var wsubs []*nats.Subscription
+	if s.cfg.Role == RolePlanner { // before a register can start planning
+		if wsubs, err = s.setupWork(ctx); err != nil {
+			return err
+		}
 	}
+	subs, err := s.subscribe()
+	subs = append(subs, wsubs...)
 	defer func() {
 		for _, sub := range subs {
 			_ = sub.Unsubscribe()
 		}
 	}()
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })
+	if s.cfg.LocalWorkers > 0 {
+		g.Go(func() error {
+			return RunWorker(gctx, WorkerConfig{conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
+		})
+	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })

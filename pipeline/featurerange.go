@@ -1,0 +1,86 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"image"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// EntryFeatures is one index entry's features, or why it is quarantined.
+type EntryFeatures struct {
+	Item   balancer.Item  `json:"item"`
+	Size   image.Point    `json:"size"`
+	Reject *loader.Reject `json:"reject,omitempty"`
+}
+
+// FeatureFunc computes the features of every entry of ix, in the index's
+// (source) order: Config.Features, for a job that computes them elsewhere
+// (a planner's workers) or caches them.
+type FeatureFunc func(ctx context.Context, ix *loader.Index) ([]EntryFeatures, error)
+
+// FeaturesRange computes the features of ix.Entries[lo:hi] on the calling
+// goroutine, counting tokens one chunk of captions at a time: what a
+// feature work item does.
+func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokenize.Tokenizer, img imgproc.Config) ([]EntryFeatures, error) {
+	if lo < 0 || hi > len(ix.Entries) || lo > hi {
+		return nil, fmt.Errorf("pipeline: feature range [%d, %d) of %d entries", lo, hi, len(ix.Entries))
+	}
+	out := make([]EntryFeatures, 0, hi-lo)
+	texts := make([]string, 0, featureChunk)
+	for c := lo; c < hi; c += featureChunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		end := min(hi, c+featureChunk)
+		texts = texts[:0]
+		for _, e := range ix.Entries[c:end] {
+			texts = append(texts, e.Text)
+		}
+		counts, errs, err := tk.CountBatch(texts)
+		for i := c; i < end; i++ {
+			cerr := err
+			if cerr == nil {
+				cerr = errs[i-c]
+			}
+			it, size, rej := featuresOf(ix, ix.Entries[i], counts, i-c, cerr, img)
+			out = append(out, EntryFeatures{Item: it, Size: size, Reject: rej})
+		}
+	}
+	return out, nil
+}
+
+// assembleFeatures orders all (the features of ix.Entries) as entries (an
+// epoch's order of them), quarantining the rejects.
+func assembleFeatures(ix *loader.Index, all []EntryFeatures, entries []loader.Entry, q *loader.QuarantineWriter) (Features, error) {
+	if len(all) != len(ix.Entries) {
+		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
+	}
+	pos := make(map[string]int, len(ix.Entries))
+	for i, e := range ix.Entries {
+		pos[e.ID] = i
+	}
+	var f Features
+	for _, e := range entries {
+		i, ok := pos[e.ID]
+		if !ok {
+			return Features{}, fmt.Errorf("pipeline: entry %q is not in the index", e.ID)
+		}
+		ef := all[i]
+		if ef.Reject != nil {
+			q.Write(*ef.Reject)
+			continue
+		}
+		if ef.Item.ID != e.ID {
+			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, e.ID)
+		}
+		f.Entries = append(f.Entries, e)
+		f.Items = append(f.Items, ef.Item)
+		f.Sizes = append(f.Sizes, ef.Size)
+	}
+	return f, q.Err()
+}

@@ -1,0 +1,65 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// PlannerThroughput serves cfg's first epoch with a planner (role planner,
+// embedded server listening on a free loopback port, memory stream, no
+// HTTP) to dp × mp in-process consumers that acknowledge every batch; once
+// the planner is ready it calls startWorkers with the server's URL (the
+// caller starts its worker processes there) and stops them at the end. It
+// returns the real samples per second from Run until every rank
+// acknowledged its last batch, and the service's stats and item times.
+func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url string) (stop func(), err error)) (float64, Stats, WorkTimes, error) {
+	dir, err := os.MkdirTemp("", "mmfeed-planner-")
+	if err != nil {
+		return 0, Stats{}, WorkTimes{}, err
+	}
+	defer os.RemoveAll(dir)
+	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = RolePlanner, 1, "", "", -1
+	cfg.NATS = NATSConfig{Listen: "127.0.0.1:0", DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
+	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
+	s, err := New(cfg)
+	if err != nil {
+		return 0, Stats{}, WorkTimes{}, err
+	}
+	t0 := time.Now()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(rctx) }()
+	select {
+	case <-s.Ready():
+	case err := <-errc:
+		return 0, Stats{}, WorkTimes{}, err
+	}
+	stop, err := startWorkers(s.ClientURL())
+	if err != nil {
+		cancel()
+		<-errc
+		return 0, Stats{}, WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
+	}
+	defer stop()
+	var wg sync.WaitGroup
+	cerrs := make([]error, cfg.ranks())
+	for r := range cfg.ranks() {
+		wg.Go(func() { cerrs[r] = drainRank(rctx, s, cfg, r/cfg.MP, r%cfg.MP) })
+	}
+	wg.Wait()
+	if err := errors.Join(cerrs...); err != nil {
+		cancel()
+		<-errc
+		return 0, Stats{}, WorkTimes{}, err
+	}
+	if err := <-errc; err != nil {
+		return 0, Stats{}, WorkTimes{}, err
+	}
+	st := s.Stats()
+	return float64(st.Samples) / time.Since(t0).Seconds(), st, s.WorkTimes(), nil
+}

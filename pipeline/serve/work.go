@@ -1,0 +1,247 @@
+package serve
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/mmfeed/mmfeed/tokenize"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Roles of `mmfeed serve`.
+const (
+	// RoleAll plans and preprocesses in one process (the default).
+	RoleAll = "all"
+	// RolePlanner plans, issues batch work items and delivers the workers'
+	// results to the trainers; it preprocesses nothing itself unless
+	// Config.LocalWorkers > 0.
+	RolePlanner = "planner"
+	// RoleWorker pulls work items of any job and preprocesses them
+	// (RunWorker); it needs only the NATS deployment.
+	RoleWorker = "worker"
+)
+
+// The work queue: one JetStream work-queue stream for every job's items,
+// one durable pull consumer that every worker shares.
+const (
+	// WorkStream is the work-queue stream of every job's work items.
+	WorkStream = "MMFEED_WORK"
+	// WorkConsumer is the workers' shared durable consumer of WorkStream.
+	WorkConsumer = "workers"
+	workPrefix   = "mmfeedwork"
+)
+
+// Headers of a worker's result messages.
+const (
+	hdrWorkItem    = "Mmfeed-Work-Item"    // the item's id (batchItem.ID)
+	hdrWorkDone    = "Mmfeed-Work-Done"    // on the done message: every payload was sent
+	hdrWorkSeconds = "Mmfeed-Work-Seconds" // on the done message: the worker's time for the item
+)
+
+// workItemsSubject is where a job's work items are published.
+func workItemsSubject(job string) string { return workPrefix + "." + job + ".items" }
+
+// workResultSubject is where workers send a job's results (core NATS).
+func workResultSubject(job string) string { return workPrefix + "." + job + ".result" }
+
+// WorkBucket is the object store of a job's preprocessing configs and
+// tokenizer files, which batch items name by hash.
+func WorkBucket(job string) string { return proto.BucketName(job) + "_work" }
+
+// workSample is one planned sample of a batch item: the row as the plan has
+// it (the worker adds token ids and the image tensor).
+type workSample struct {
+	ID          string  `json:"id"`
+	TextTokens  int32   `json:"tt"`
+	ImageTokens int32   `json:"it"`
+	Cost        float64 `json:"c"`
+	Weight      float32 `json:"w"`
+}
+
+// batchItem is one micro-batch of one dp rank to preprocess and encode, for
+// every mp rank of it.
+type batchItem struct {
+	Kind string `json:"kind"` // "batch"
+	// ID names the item's content (a hash of everything below): a result is
+	// accepted only for the item the planner waits for.
+	ID string `json:"id"`
+	// Config is the hash of the preprocessing config (workConfig), an
+	// object "config-<hash>" in the job's WorkBucket.
+	Config     string `json:"config"`
+	Job        string `json:"job"`
+	Epoch      int    `json:"epoch"`
+	Step       int    `json:"step"`
+	DP         int    `json:"dp"`
+	MicroBatch int    `json:"mb"`
+	// Metas are the batch metadata of each mp rank (MicroBatch set).
+	Metas   []proto.BatchMeta `json:"metas"`
+	Samples []workSample      `json:"samples"`
+	// PredictedMS is the planner's prediction of the item's time on one
+	// worker core (0: none yet); DeadlineMS is how long a worker keeps the
+	// item to itself (it renews its ack deadline until then; a worker that
+	// dies stops renewing and the item is redelivered).
+	PredictedMS int64 `json:"predicted_ms"`
+	DeadlineMS  int64 `json:"deadline_ms"`
+}
+
+func (it *batchItem) key() workKey { return workKey{it.Epoch, it.Step, it.DP, it.MicroBatch} }
+
+// seal sets ID from the content.
+func (it *batchItem) seal() error {
+	it.ID = ""
+	b, err := json.Marshal(it)
+	if err != nil {
+		return fmt.Errorf("serve: work item: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	it.ID = hex.EncodeToString(sum[:16])
+	return nil
+}
+
+// validate checks what a worker reads from the queue.
+func (it *batchItem) validate() error {
+	if err := proto.ValidateJob(it.Job); err != nil {
+		return err
+	}
+	switch {
+	case it.ID == "" || it.Config == "" || len(it.Metas) == 0 || len(it.Samples) == 0:
+		return fmt.Errorf("serve: work item without id, config, metas or samples: %w", proto.ErrControl)
+	case it.Epoch < 0 || it.Step < 0 || it.DP < 0 || it.MicroBatch < 0 || it.DeadlineMS < 0:
+		return fmt.Errorf("serve: work item %s: negative position or deadline: %w", it.ID, proto.ErrControl)
+	}
+	for mp, m := range it.Metas {
+		k := m.Key()
+		if k != (proto.BatchKey{Job: it.Job, Epoch: it.Epoch, Step: it.Step, MicroBatch: it.MicroBatch, DPRank: it.DP, MPRank: mp}) {
+			return fmt.Errorf("serve: work item %s: meta %d is for %v: %w", it.ID, mp, k, proto.ErrControl)
+		}
+	}
+	return nil
+}
+
+// workKey names a batch item's place: (epoch, step, dp, micro-batch).
+type workKey struct{ Epoch, Step, DP, MicroBatch int }
+
+// workLoader is loader.Options as JSON: its OnReject callback is hidden by
+// a shallower field that is always nil (omitted).
+type workLoader struct {
+	loader.Options
+	OnReject *struct{} `json:"OnReject,omitempty"`
+}
+
+// workConfig is everything a worker needs besides a batch item to build its
+// rows: the dataset and how to read it, the tokenizer (its file by hash) and
+// the image policy.
+type workConfig struct {
+	Input             string          `json:"input"`
+	Loader            workLoader      `json:"loader"`
+	Tokenizer         tokenize.Config `json:"tokenizer"`
+	TokenizerSHA      string          `json:"tokenizer_sha256"`
+	Image             imgproc.Config  `json:"image"`
+	MaxPixelsInFlight int64           `json:"max_pixels_in_flight"`
+}
+
+// newWorkConfig returns the job's preprocessing config and the bytes of its
+// tokenizer file.
+func newWorkConfig(pc pipeline.Config) (workConfig, []byte, error) {
+	path := pc.Tokenizer.Path
+	if path == "" {
+		p, err := tokenize.DefaultTokenizerPath()
+		if err != nil {
+			return workConfig{}, nil, err
+		}
+		path = p
+	}
+	tok, err := os.ReadFile(path)
+	if err != nil {
+		return workConfig{}, nil, fmt.Errorf("serve: tokenizer for the workers: %w", err)
+	}
+	sum := sha256.Sum256(tok)
+	tc := pc.Tokenizer
+	tc.Path = ""
+	return workConfig{Input: pc.Input, Loader: workLoader{Options: pc.Loader}, Tokenizer: tc,
+		TokenizerSHA: hex.EncodeToString(sum[:]), Image: pc.Image, MaxPixelsInFlight: pc.MaxPixelsInFlight}, tok, nil
+}
+
+// hash names the config.
+func (c workConfig) hash() (string, []byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", nil, fmt.Errorf("serve: work config: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), b, nil
+}
+
+// pipelineConfig is the config a worker opens the dataset with; tokenizer
+// is the path of the tokenizer file it fetched.
+func (c workConfig) pipelineConfig(tokenizer string) pipeline.Config {
+	pc := pipeline.DefaultConfig()
+	pc.Input, pc.Loader, pc.Tokenizer, pc.Image, pc.MaxPixelsInFlight = c.Input, c.Loader.Options, c.Tokenizer, c.Image, c.MaxPixelsInFlight
+	pc.Tokenizer.Path = tokenizer
+	pc.Workers = 1
+	return pc
+}
+
+// ensureWorkQueue creates (or updates) the work-queue stream and the
+// workers' consumer: ackWait is how long a worker may go without renewing
+// an item before it is redelivered.
+func ensureWorkQueue(ctx context.Context, js jetstream.JetStream, replicas int, ackWait time.Duration) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: WorkStream,
+		Description: "mmfeed work items of every job (batch items), taken by any worker",
+		Subjects:    []string{workPrefix + ".*.items"}, Retention: jetstream.WorkQueuePolicy,
+		Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("serve: work stream: %w", err)
+	}
+	_, err = st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: WorkConsumer,
+		Description: "mmfeed workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
+		MaxAckPending: 4096, MaxDeliver: -1, FilterSubject: workPrefix + ".*.items", Replicas: max(replicas, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("serve: work consumer: %w", err)
+	}
+	return st, nil
+}
+
+// ensureWorkBucket creates the job's object store and puts cfg and its
+// tokenizer file in it; it returns cfg's hash.
+func ensureWorkBucket(ctx context.Context, js jetstream.JetStream, job string, replicas int, cfg workConfig, tok []byte) (string, error) {
+	obj, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: WorkBucket(job),
+		Description: "mmfeed preprocessing configs and tokenizers of job " + job, Storage: jetstream.FileStorage,
+		Replicas: max(replicas, 1)})
+	if err != nil {
+		return "", fmt.Errorf("serve: work bucket: %w", err)
+	}
+	h, b, err := cfg.hash()
+	if err != nil {
+		return "", err
+	}
+	if err := putObjectOnce(ctx, obj, "tokenizer-"+cfg.TokenizerSHA, tok); err != nil {
+		return "", err
+	}
+	if err := putObjectOnce(ctx, obj, "config-"+h, b); err != nil {
+		return "", err
+	}
+	return h, nil
+}
+
+func putObjectOnce(ctx context.Context, obj jetstream.ObjectStore, name string, b []byte) error {
+	if _, err := obj.GetInfo(ctx, name); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("serve: work bucket %s: %w", name, err)
+	}
+	if _, err := obj.PutBytes(ctx, name, b); err != nil {
+		return fmt.Errorf("serve: work bucket put %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,518 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+)
+
+// WorkerConfig configures a preprocessing worker (RunWorker).
+type WorkerConfig struct {
+	// NATS is the deployment to connect to: its URLs and credentials (an
+	// embedded server is not started for a worker).
+	NATS NATSConfig
+	// Slots is how many items the worker preprocesses at once, one core
+	// each (0: GOMAXPROCS).
+	Slots int
+	// CacheDir holds the tokenizer files fetched from the jobs' work buckets
+	// ("": a temporary folder, removed at the end).
+	CacheDir string
+	// Logger receives the worker's log (nil: slog.Default()).
+	Logger *slog.Logger
+
+	// conn, when set, is used instead of connecting (local workers of a
+	// planner); the worker does not close it.
+	conn *nats.Conn
+	// beforeSend, when set (tests), is called with each item before its
+	// results are sent; an error ends the worker without acknowledging the
+	// item (a worker killed mid-item).
+	beforeSend func(*batchItem) error
+}
+
+// worker pulls batch items from the work queue and preprocesses them.
+type worker struct {
+	cfg      WorkerConfig
+	log      *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	ackWait  time.Duration
+	chunk    int
+	cacheDir string
+
+	mu       sync.Mutex
+	datasets map[string]*workerDataset // by job + config hash
+	opening  map[string]*sync.Mutex
+}
+
+// workerDataset is a dataset opened by a worker for one preprocessing config.
+type workerDataset struct {
+	prep *pipeline.Prepared
+	pp   *pipeline.Preprocessor
+	byID map[string]int
+	// users is how many items use it now, used when one last took it
+	// (guarded by worker.mu).
+	users int
+	used  time.Time
+}
+
+// maxDatasets is how many datasets a worker keeps open: beyond it, the
+// least recently used one that no item uses is closed (a worker serves
+// any number of jobs over its life).
+const maxDatasets = 4
+
+// RunWorker runs a preprocessing worker until ctx ends: it waits for the
+// work queue to exist (a planner creates it), then takes batch items of any
+// job, builds their rows with the job's preprocessing config (fetched once
+// per config from the job's work bucket; the dataset must be readable at the
+// path the planner names), encodes one record batch per mp rank and sends
+// them to the job's planner, and acknowledges the item once the planner has
+// them. While it works on an item it renews the item's ack deadline until
+// the item's own deadline; a worker that dies leaves the item to be
+// redelivered to another worker after the queue's ack wait.
+func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.conn == nil && !cfg.NATS.External() {
+		return fmt.Errorf("serve: a worker needs --nats URL: %w", ErrInvalidConfig)
+	}
+	if cfg.conn == nil {
+		if cfg.NATS.ReconnectWait <= 0 {
+			cfg.NATS.ReconnectWait = 250 * time.Millisecond
+		}
+		if err := cfg.NATS.validate(); err != nil {
+			return err
+		}
+	}
+	w := &worker{cfg: cfg, log: log, datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
+	if cfg.conn != nil {
+		w.nc = cfg.conn
+	} else {
+		nc, err := connect(cfg.NATS, nil, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w.nc = nc
+	}
+	defer w.close()
+	var err error
+	if w.js, err = jetstream.New(w.nc); err != nil {
+		return fmt.Errorf("serve: jetstream: %w", err)
+	}
+	if w.chunk, err = proto.ChunkSize(w.nc.MaxPayload()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if w.cacheDir = cfg.CacheDir; w.cacheDir == "" {
+		if w.cacheDir, err = os.MkdirTemp("", "mmfeed-worker-"); err != nil {
+			return fmt.Errorf("serve: worker cache: %w", err)
+		}
+		defer os.RemoveAll(w.cacheDir)
+	}
+	cons, err := w.waitForQueue(ctx)
+	if err != nil {
+		return err
+	}
+	slots := cfg.Slots
+	if slots <= 0 {
+		slots = runtime.GOMAXPROCS(0)
+	}
+	log.Info("worker ready", "slots", slots, "ack_wait", w.ackWait)
+	g, gctx := errgroup.WithContext(ctx)
+	for range slots {
+		g.Go(func() error { return w.loop(gctx, cons) })
+	}
+	err = g.Wait()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// waitForQueue returns the workers' consumer once a planner has created it.
+func (w *worker) waitForQueue(ctx context.Context) (jetstream.Consumer, error) {
+	logged := false
+	for {
+		cons, err := w.js.Consumer(ctx, WorkStream, WorkConsumer)
+		if err == nil {
+			w.ackWait = cons.CachedInfo().Config.AckWait
+			return cons, nil
+		}
+		if !logged {
+			w.log.Info("waiting for a planner to create the work queue", "err", err)
+			logged = true
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (w *worker) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, d := range w.datasets {
+		_ = d.prep.Close()
+		delete(w.datasets, k)
+	}
+}
+
+// loop takes one item at a time until ctx ends or the worker is killed.
+func (w *worker) loop(ctx context.Context, cons jetstream.Consumer) error {
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.log.Warn("work queue fetch", "err", err)
+			if err := sleepCtx(ctx, time.Second); err != nil {
+				return err
+			}
+			continue
+		}
+		for m := range batch.Messages() {
+			if err := w.handle(ctx, m); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// errKilled ends a worker without acknowledging its item (tests).
+var errKilled = errors.New("worker killed")
+
+// handle processes one queue message. Only a kill (tests) is returned:
+// every other failure is logged and the item left to another attempt.
+func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
+	var kind struct{ Kind string }
+	if json.Unmarshal(m.Data(), &kind) == nil && kind.Kind == "features" {
+		return w.handleFeatures(ctx, m)
+	}
+	var it batchItem
+	if err := json.Unmarshal(m.Data(), &it); err != nil || it.validate() != nil {
+		if err == nil {
+			err = it.validate()
+		}
+		w.log.Warn("bad work item: dropped", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return nil
+	}
+	t0 := time.Now()
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go w.renew(hctx, m, t0.Add(time.Duration(it.DeadlineMS)*time.Millisecond))
+	payloads, took, err := w.build(ctx, &it)
+	if err != nil {
+		if ctx.Err() != nil {
+			_ = m.Nak() // stopping: the item goes to another worker at once
+			return ctx.Err()
+		}
+		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
+			"dp", it.DP, "mb", it.MicroBatch, "err", err)
+		_ = m.NakWithDelay(2 * time.Second)
+		return nil
+	}
+	if w.cfg.beforeSend != nil {
+		if err := w.cfg.beforeSend(&it); err != nil {
+			return errKilled
+		}
+	}
+	if err := w.send(ctx, &it, payloads, took); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn("work result not taken: left for another attempt", "item", it.ID, "err", err)
+		_ = m.Nak()
+		return nil
+	}
+	stop()
+	if err := m.Ack(); err != nil {
+		w.log.Debug("work item ack", "item", it.ID, "err", err) // the planner has the result
+	}
+	return nil
+}
+
+// renew keeps the item to this worker (InProgress) every third of the ack
+// wait until its deadline: past it, the item is redelivered to another
+// worker too, and the first result wins.
+func (w *worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time) {
+	t := time.NewTicker(max(w.ackWait/3, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if now.After(deadline) {
+				return
+			}
+			_ = m.InProgress()
+		}
+	}
+}
+
+// build preprocesses the item's samples and encodes one payload per mp
+// rank; took is the time that took (opening the dataset left out).
+func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took time.Duration, err error) {
+	ds, release, err := w.dataset(ctx, it.Job, it.Config)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
+	t0 := time.Now()
+	rows := make([]proto.Row, len(it.Samples))
+	for i, s := range it.Samples {
+		j, ok := ds.byID[s.ID]
+		if !ok {
+			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
+				s.ID, ds.prep.Config.Input, ErrJobMismatch)
+		}
+		rows[i] = ds.pp.Row(ctx, ds.prep.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
+			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	mem := memory.NewGoAllocator()
+	out := make([][]byte, len(it.Metas))
+	for mp, meta := range it.Metas {
+		rec, err := proto.BuildRecord(mem, meta, rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+		}
+		out[mp], err = proto.EncodeIPC(rec)
+		rec.Release()
+		if err != nil {
+			return nil, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+		}
+	}
+	return out, time.Since(t0), nil
+}
+
+// send sends the payloads in chunks to the job's result subject, then asks
+// the planner (on the same subject, so after the chunks) whether it holds
+// them.
+func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, took time.Duration) error {
+	subj := workResultSubject(it.Job)
+	for mp, p := range payloads {
+		msgs, err := proto.ChunkSum(it.Metas[mp].Key(), 0, p, proto.Checksum(p), w.chunk)
+		if err != nil {
+			return err
+		}
+		for _, msg := range msgs {
+			msg.Subject = subj
+			msg.Header.Set(hdrWorkItem, it.ID)
+			if err := w.nc.PublishMsg(msg); err != nil {
+				return err
+			}
+		}
+	}
+	done := nats.NewMsg(subj)
+	done.Header.Set(hdrWorkDone, it.ID)
+	done.Header.Set(hdrWorkItem, it.ID)
+	done.Header.Set(hdrWorkSeconds, strconv.FormatFloat(took.Seconds(), 'f', 6, 64))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := w.nc.RequestMsgWithContext(rctx, done)
+	if err != nil {
+		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
+	}
+	if s := string(reply.Data); s != "ok" {
+		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
+	}
+	return nil
+}
+
+// dataset returns the worker's dataset of a job's config, opening it (and
+// fetching the config and tokenizer) the first time; the caller calls
+// release when its item is done with it.
+func (w *worker) dataset(ctx context.Context, job, hash string) (d *workerDataset, release func(), err error) {
+	k := job + "/" + hash
+	take := func(d *workerDataset) (*workerDataset, func(), error) { // w.mu held
+		d.users++
+		d.used = time.Now()
+		return d, func() {
+			w.mu.Lock()
+			d.users--
+			w.mu.Unlock()
+		}, nil
+	}
+	w.mu.Lock()
+	if d := w.datasets[k]; d != nil {
+		defer w.mu.Unlock()
+		return take(d)
+	}
+	lk := w.opening[k]
+	if lk == nil {
+		lk = &sync.Mutex{}
+		w.opening[k] = lk
+	}
+	w.mu.Unlock()
+	lk.Lock() // one slot opens it, the others wait for it
+	defer lk.Unlock()
+	w.mu.Lock()
+	if d := w.datasets[k]; d != nil {
+		defer w.mu.Unlock()
+		return take(d)
+	}
+	w.mu.Unlock()
+	if d, err = w.open(ctx, job, hash); err != nil {
+		return nil, nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.datasets[k] = d
+	w.evictLocked(k)
+	return take(d)
+}
+
+// evictLocked closes least recently used datasets nobody uses (keep
+// excepted) while there are more than maxDatasets. The caller holds w.mu.
+func (w *worker) evictLocked(keep string) {
+	for len(w.datasets) > maxDatasets {
+		victim := ""
+		for k, d := range w.datasets {
+			if k != keep && d.users == 0 && (victim == "" || d.used.Before(w.datasets[victim].used)) {
+				victim = k
+			}
+		}
+		if victim == "" {
+			return
+		}
+		_ = w.datasets[victim].prep.Close()
+		delete(w.datasets, victim)
+		delete(w.opening, victim)
+		w.log.Info("closed dataset", "key", victim)
+	}
+}
+
+func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, error) {
+	obj, err := w.js.ObjectStore(ctx, WorkBucket(job))
+	if err != nil {
+		return nil, fmt.Errorf("serve: work bucket of %s: %w", job, err)
+	}
+	b, err := obj.GetBytes(ctx, "config-"+hash)
+	if err != nil {
+		return nil, fmt.Errorf("serve: config %s of %s: %w", hash, job, err)
+	}
+	var wc workConfig
+	if err := json.Unmarshal(b, &wc); err != nil {
+		return nil, fmt.Errorf("serve: config %s of %s: %w", hash, job, err)
+	}
+	tokPath := filepath.Join(w.cacheDir, "tokenizer-"+wc.TokenizerSHA+".json")
+	if _, err := os.Stat(tokPath); err != nil {
+		tok, err := obj.GetBytes(ctx, "tokenizer-"+wc.TokenizerSHA)
+		if err != nil {
+			return nil, fmt.Errorf("serve: tokenizer of %s: %w", job, err)
+		}
+		if err := os.WriteFile(tokPath, tok, 0o644); err != nil {
+			return nil, fmt.Errorf("serve: tokenizer cache: %w", err)
+		}
+	}
+	var qw io.Writer // rejects found here go to the job's quarantine bucket, once per sample
+	if kv, err := w.js.KeyValue(ctx, QuarantineBucket(job)); err == nil {
+		qw = &quarantineSink{kv: kv, log: w.log}
+	} else {
+		w.log.Warn("quarantine bucket", "job", job, "err", err)
+	}
+	t0 := time.Now()
+	prep, err := pipeline.OpenDataset(ctx, wc.pipelineConfig(tokPath), qw)
+	if err != nil {
+		return nil, fmt.Errorf("serve: open dataset of %s: %w", job, err)
+	}
+	pp, err := pipeline.NewPreprocessor(prep)
+	if err != nil {
+		_ = prep.Close()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	byID := make(map[string]int, len(prep.Index.Entries))
+	for i, e := range prep.Index.Entries {
+		byID[e.ID] = i
+	}
+	w.log.Info("opened dataset", "job", job, "config", hash, "input", wc.Input, "entries", len(byID),
+		"seconds", time.Since(t0).Seconds())
+	return &workerDataset{prep: prep, pp: pp, byID: byID}, nil
+}
+
+// handleFeatures computes the features of a feature item's index range and
+// sends them to the planner.
+func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
+	var it featureItem
+	if err := json.Unmarshal(m.Data(), &it); err != nil || it.ID == "" || proto.ValidateJob(it.Job) != nil {
+		w.log.Warn("bad feature item: dropped", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return nil
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
+	err := w.features(ctx, &it)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
+		_ = m.NakWithDelay(2 * time.Second)
+		return nil
+	}
+	stop()
+	_ = m.Ack()
+	return nil
+}
+
+func (w *worker) features(ctx context.Context, it *featureItem) error {
+	ds, release, err := w.dataset(ctx, it.Job, it.Config)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ix := ds.prep.Index
+	if it.Lo < 0 || it.Hi > len(ix.Entries) || it.Lo >= it.Hi || ix.Entries[it.Lo].ID != it.FirstID || ix.Entries[it.Hi-1].ID != it.LastID {
+		return fmt.Errorf("serve: feature range [%d, %d) does not match this worker's index of %s (%d entries): %w",
+			it.Lo, it.Hi, ds.prep.Config.Input, len(ix.Entries), ErrJobMismatch)
+	}
+	feats, err := pipeline.FeaturesRange(ctx, ix, it.Lo, it.Hi, ds.prep.Tokenizer, ds.prep.Config.Image)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(feats)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(workFeaturesSubject(it.Job))
+	msg.Header.Set(hdrWorkItem, it.ID)
+	msg.Data = b
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	reply, err := w.nc.RequestMsgWithContext(rctx, msg)
+	if err != nil {
+		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
+	}
+	if string(reply.Data) != "ok" {
+		return fmt.Errorf("serve: the planner answered %q for %s", reply.Data, it.ID)
+	}
+	return nil
+}

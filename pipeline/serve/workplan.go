@@ -1,0 +1,528 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// workPlanner is the planner role's side of the work queue: it issues the
+// batch items of the steps ahead of the publisher, collects the workers'
+// results (reassembling their chunks) and hands each rank's payloads to the
+// publisher in plan order. It owns its lock and its result table.
+type workPlanner struct {
+	job    string
+	mp     int
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	log    *slog.Logger
+	config string // the preprocessing config's hash
+	ahead  int    // steps issued ahead of the one being published
+
+	mu      sync.Mutex
+	slots   map[workKey]*workSlot
+	changed chan struct{} // closed and replaced when a slot fills
+	asm     *proto.Reassembler[struct{}]
+	feats   *featureResults
+	timing  map[string]float64 // predicted units of the items filled and not yet timed, by id
+	// unitsSum and unitsN: the predicted units of the items issued (their mean
+	// tells heavy items).
+	unitsSum float64
+	unitsN   int
+	// featureEntries and featureSeconds: the feature passes the workers did.
+	featureEntries int
+	featureSeconds float64
+	rate           float64   // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
+	tally          workTally // this epoch
+	total          workTally // the job
+
+	issued, results, duplicates atomic.Int64
+	early                       atomic.Int64 // heavy items issued ahead of their step's window
+	featureHits, featureMisses  atomic.Int64 // feature passes from the cache, from the workers
+}
+
+// workSlot is one issued batch item and what came back of it.
+type workSlot struct {
+	id       string
+	payloads [][]byte // by mp rank
+	have     int
+	units    float64 // predicted CPU cost (workUnits)
+}
+
+// workTally compares predicted with measured item times over an epoch.
+type workTally struct {
+	n                             int
+	predicted, measured, absError float64
+}
+
+func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.Conn, config string, log *slog.Logger) (*workPlanner, error) {
+	cfg := proto.DefaultReassemblerConfig()
+	cfg.MaxPending, cfg.Remember = 1024, 0
+	asm, err := proto.NewReassembler[struct{}](cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &workPlanner{job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]float64{}}, nil
+}
+
+// reset forgets every slot and purges the job's items from the queue (a new
+// run: a rewind or a replan changes what is needed).
+func (w *workPlanner) reset(ctx context.Context) error {
+	w.mu.Lock()
+	w.slots = map[workKey]*workSlot{}
+	w.timing = map[string]float64{}
+	w.mu.Unlock()
+	st, err := w.js.Stream(ctx, WorkStream)
+	if err != nil {
+		return fmt.Errorf("serve: work stream: %w", err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(workItemsSubject(w.job))); err != nil {
+		return fmt.Errorf("serve: purge work items: %w", err)
+	}
+	return nil
+}
+
+// subscribe installs the result handlers: one subscription for the batch
+// results, so a worker's done message is handled after its chunks, and one
+// for the feature results.
+func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
+	sub, err := w.nc.Subscribe(workResultSubject(w.job), w.handleResult)
+	if err != nil {
+		return nil, fmt.Errorf("serve: subscribe %s: %w", workResultSubject(w.job), err)
+	}
+	_ = sub.SetPendingLimits(-1, 1<<30)
+	fsub, err := w.nc.Subscribe(workFeaturesSubject(w.job), w.feats.handle)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("serve: subscribe %s: %w", workFeaturesSubject(w.job), err)
+	}
+	return []*nats.Subscription{sub, fsub}, nil
+}
+
+func (w *workPlanner) handleResult(m *nats.Msg) {
+	id := m.Header.Get(hdrWorkItem)
+	if m.Header.Get(hdrWorkDone) != "" {
+		w.handleDone(m, id)
+		return
+	}
+	a, err := w.asm.Add(m.Header, m.Data, struct{}{})
+	if err != nil || a == nil || a.Payload == nil {
+		if err != nil {
+			w.log.Debug("work result chunk", "item", id, "err", err)
+		}
+		return
+	}
+	k := a.Header.BatchKey
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sl := w.slots[workKey{k.Epoch, k.Step, k.DPRank, k.MicroBatch}]
+	if sl == nil || sl.id != id || k.Job != w.job || k.MPRank < 0 || k.MPRank >= w.mp {
+		w.duplicates.Add(1)
+		return // an item no longer wanted, or a stale one
+	}
+	if sl.payloads[k.MPRank] == nil {
+		sl.payloads[k.MPRank] = a.Payload
+		if sl.have++; sl.have == w.mp { // the publisher may take it (and forget the slot) before the done message
+			w.results.Add(1)
+			w.timing[id] = sl.units
+			close(w.changed)
+			w.changed = make(chan struct{})
+		}
+	} else {
+		w.duplicates.Add(1) // a second worker's identical result
+	}
+}
+
+// handleDone answers a worker's done message: ok when the planner holds the
+// item's payloads (or no longer needs them), missing when chunks were lost.
+func (w *workPlanner) handleDone(m *nats.Msg, id string) {
+	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
+	answer := "ok" // held, or no longer wanted
+	w.mu.Lock()
+	if units, ok := w.timing[id]; ok {
+		delete(w.timing, id)
+		w.observe(units, secs)
+	} else {
+		for _, sl := range w.slots {
+			if sl.id == id && sl.have < w.mp {
+				answer = "missing" // chunks were lost: the worker sends them again
+				break
+			}
+		}
+	}
+	w.mu.Unlock()
+	_ = m.Respond([]byte(answer))
+}
+
+// observe records one item's measured time against its predicted cost.
+// The caller holds w.mu.
+func (w *workPlanner) observe(units, secs float64) {
+	if units <= 0 || secs <= 0 {
+		return
+	}
+	pred := w.rate * units
+	if w.rate > 0 {
+		w.tally.add(pred, secs)
+		w.total.add(pred, secs)
+	}
+	r := secs / units
+	if w.rate == 0 {
+		w.rate = r
+	} else {
+		w.rate = 0.9*w.rate + 0.1*r
+	}
+}
+
+func (t *workTally) add(pred, secs float64) {
+	t.n++
+	t.predicted += pred
+	t.measured += secs
+	t.absError += abs(pred - secs)
+}
+
+// WorkTimes compares the predicted with the measured time of batch items,
+// and says how fast the workers computed features.
+type WorkTimes struct {
+	// FeatureEntries and FeatureSeconds: the entries of the feature passes
+	// the workers did (not those from the cache), and their wall time.
+	FeatureEntries int     `json:"feature_entries"`
+	FeatureSeconds float64 `json:"feature_seconds"`
+	// Items is how many items were timed after the first (which has no
+	// prediction).
+	Items int `json:"items"`
+	// PredictedMS, MeasuredMS and AbsErrorMS are per-item means.
+	PredictedMS float64 `json:"predicted_ms"`
+	MeasuredMS  float64 `json:"measured_ms"`
+	AbsErrorMS  float64 `json:"abs_error_ms"`
+}
+
+// WorkTimes returns the planner's predicted against measured item times
+// over the job so far (zero with role all).
+func (s *Service) WorkTimes() WorkTimes {
+	if s.work == nil {
+		return WorkTimes{}
+	}
+	s.work.mu.Lock()
+	t := s.work.total
+	wt := WorkTimes{FeatureEntries: s.work.featureEntries, FeatureSeconds: s.work.featureSeconds}
+	s.work.mu.Unlock()
+	if t.n > 0 {
+		n := float64(t.n)
+		wt.Items, wt.PredictedMS, wt.MeasuredMS, wt.AbsErrorMS = t.n, 1e3*t.predicted/n, 1e3*t.measured/n, 1e3*t.absError/n
+	}
+	return wt
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// logTally logs the predicted against the measured item times of the epoch
+// and starts a new tally.
+func (w *workPlanner) logTally(epoch int) {
+	w.mu.Lock()
+	t := w.tally
+	w.tally = workTally{}
+	w.mu.Unlock()
+	if t.n == 0 {
+		return
+	}
+	w.log.Info("work items", "epoch", epoch, "items", t.n, "predicted_ms_mean", 1e3*t.predicted/float64(t.n),
+		"measured_ms_mean", 1e3*t.measured/float64(t.n), "abs_error_ms_mean", 1e3*t.absError/float64(t.n))
+}
+
+// workUnits is the predicted CPU cost of preprocessing some samples: the
+// megapixels to decode, the megabytes to read and a fixed part per sample
+// (tokenizing, resizing to the output size).
+func workUnits(ep *epochPlan, mb []balancer.Entry) float64 {
+	f := ep.prep.Features
+	u := 0.0
+	for _, e := range mb {
+		sz := f.Sizes[e.Item]
+		u += float64(sz.X)*float64(sz.Y)/1e6 + float64(f.Entries[e.Item].ImageSize)/1e6 + 0.05
+	}
+	return u
+}
+
+// deadline returns the item's predicted time and how long a worker keeps it
+// to itself: four times the prediction plus a second, at least 2 s, at most
+// 2 min; 10 s before anything was measured.
+func (w *workPlanner) deadline(units float64) (pred, dl time.Duration) {
+	w.mu.Lock()
+	rate := w.rate
+	w.mu.Unlock()
+	if rate == 0 {
+		return 0, 10 * time.Second
+	}
+	pred = time.Duration(rate * units * float64(time.Second))
+	return pred, min(max(4*pred+time.Second, 2*time.Second), 2*time.Minute)
+}
+
+// heavyFactor: an item predicted to cost more than this many times the
+// mean item is heavy, and is issued up to WorkAhead steps earlier than the
+// others, so that a few large images do not make their rank's batch late.
+const heavyFactor = 4
+
+// issueStep publishes the batch items of one step for the dp ranks that
+// need it (want), one per micro-batch, except those already issued; with
+// heavyOnly, only the heavy ones (heavyFactor).
+func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
+	for dp, mbs := range st.Ranks {
+		if (heavyOnly && !w.detectsHeavy()) || !want(dp) {
+			continue
+		}
+		for mb, entries := range mbs {
+			k := workKey{ep.info.Epoch, st.Index, dp, mb}
+			units := workUnits(ep, entries)
+			w.mu.Lock()
+			_, done := w.slots[k]
+			heavy := w.unitsN > 0 && units > heavyFactor*w.unitsSum/float64(w.unitsN)
+			w.mu.Unlock()
+			if done || (heavyOnly && !heavy) {
+				continue
+			}
+			it, err := w.item(s, ep, plan, st.Index, dp, mb, entries, units)
+			if err != nil {
+				return err
+			}
+			w.mu.Lock()
+			w.slots[k] = &workSlot{id: it.ID, payloads: make([][]byte, w.mp), units: units}
+			w.unitsSum += units
+			w.unitsN++
+			w.mu.Unlock()
+			if heavyOnly {
+				w.early.Add(1)
+			}
+			b, err := json.Marshal(it)
+			if err != nil {
+				return fmt.Errorf("serve: work item: %w", err)
+			}
+			if _, err := w.js.Publish(ctx, workItemsSubject(w.job), b); err != nil {
+				return fmt.Errorf("serve: issue work item %v: %w", k, err)
+			}
+			w.issued.Add(1)
+		}
+	}
+	return nil
+}
+
+// detectsHeavy reports whether enough items were issued to tell heavy ones.
+func (w *workPlanner) detectsHeavy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.unitsN >= 16
+}
+
+func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, units float64) (*batchItem, error) {
+	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: ep.info.Epoch, Step: step, DP: dp, MicroBatch: mb,
+		Samples: make([]workSample, len(entries))}
+	f := ep.prep.Features
+	for i, e := range entries {
+		item := f.Items[e.Item]
+		it.Samples[i] = workSample{ID: f.Entries[e.Item].ID, TextTokens: int32(item.TextTokens), ImageTokens: int32(item.ImageTokens),
+			Cost: plan.Config.Placement.StepCost(plan.Config.Model.Cost(item)), Weight: e.Weight}
+	}
+	for mp := range w.mp {
+		meta, err := s.batchMeta(ep, step, dp*w.mp+mp)
+		if err != nil {
+			return nil, err
+		}
+		meta.MicroBatch = mb
+		it.Metas = append(it.Metas, meta)
+	}
+	pred, dl := w.deadline(units)
+	it.PredictedMS, it.DeadlineMS = pred.Milliseconds(), dl.Milliseconds()
+	return it, it.seal()
+}
+
+// wait returns the payload of mp rank for the item at k once a worker has
+// delivered the item.
+func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, error) {
+	warn := time.NewTimer(30 * time.Second)
+	defer warn.Stop()
+	for {
+		w.mu.Lock()
+		sl := w.slots[k]
+		ch := w.changed
+		if sl == nil {
+			w.mu.Unlock()
+			return nil, fmt.Errorf("serve: work item %+v was never issued: %w", k, ErrState)
+		}
+		if sl.have == w.mp {
+			p := sl.payloads[mp]
+			w.mu.Unlock()
+			return p, nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-warn.C:
+			w.log.Warn("waiting for workers", "epoch", k.Epoch, "step", k.Step, "dp", k.DP, "mb", k.MicroBatch,
+				"issued", w.issued.Load(), "results", w.results.Load())
+			warn.Reset(30 * time.Second)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// forgetStep drops the slots of a step that was handed to the publishers.
+func (w *workPlanner) forgetStep(epoch, step int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k := range w.slots {
+		if k.Epoch == epoch && k.Step == step {
+			delete(w.slots, k)
+		}
+	}
+}
+
+// runEpochRemote is runEpoch for the planner role: the steps' rows are built
+// by workers. It issues the items of the next WorkAhead steps ahead of the
+// one it queues, and queues each rank's payloads in plan order as the
+// workers deliver them, whatever order they finish in.
+func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan outMsg) error {
+	ep, err := s.epoch(gctx, e)
+	if err != nil {
+		return err
+	}
+	if from >= ep.info.Steps {
+		return nil
+	}
+	defer s.work.logTally(e)
+	plan := ep.planFrom(from)
+	want := func(step int) func(int) bool {
+		here := pos{e, step}
+		return func(dp int) bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for mp := range s.cfg.MP {
+				if !here.less(s.norm(next[dp*s.cfg.MP+mp])) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	issued, t0 := 0, time.Now()
+	for k, st := range plan.Steps {
+		for ; issued < len(plan.Steps) && issued <= k+s.work.ahead; issued++ {
+			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
+				return err
+			}
+		}
+		for j := issued; j < min(len(plan.Steps), issued+s.work.ahead); j++ { // heavy items start early
+			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
+				return err
+			}
+		}
+		sb := plannedStep(ep, st)
+		wait := time.Now()
+		err := s.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
+			return s.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
+		})
+		s.met.stage(stagePreprocess, time.Since(wait))
+		s.work.forgetStep(e, st.Index)
+		if err != nil {
+			return err
+		}
+		if s.planAheadDue(ep, sb.Step, k+1, time.Since(t0)) {
+			s.planAhead(ctx, e+1)
+		}
+	}
+	return nil
+}
+
+// plannedStep is a step's rows as planned (ids and weights, no tensors):
+// what the live report counts.
+func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
+	f := ep.prep.Features
+	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
+	for r, mbs := range st.Ranks {
+		sb.Rows[r] = make([][]proto.Row, len(mbs))
+		for m, mb := range mbs {
+			rows := make([]proto.Row, len(mb))
+			for i, e := range mb {
+				rows[i] = proto.Row{ID: f.Entries[e.Item].ID, Weight: e.Weight}
+			}
+			sb.Rows[r][m] = rows
+		}
+	}
+	return sb
+}
+
+// deliverRank queues rank r's micro-batches of a step as the workers
+// deliver them.
+func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+	dp, mp := r/s.cfg.MP, r%s.cfg.MP
+	for mb, rows := range sb.Rows[dp] {
+		payload, err := s.work.wait(ctx, workKey{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
+		if err != nil {
+			return err
+		}
+		stepBytes.Add(int64(len(payload)))
+		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
+		m := outMsg{key: key, gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
+		if mp == 0 {
+			for i := range rows {
+				if rows[i].Weight > 0 {
+					m.samples++
+				}
+			}
+		}
+		select {
+		case q <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// setupWork creates the work queue and the job's work bucket (with the
+// preprocessing config and tokenizer), and subscribes to the results.
+func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	wc, tok, err := newWorkConfig(s.cfg.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ensureWorkQueue(ctx, s.js, s.cfg.Replicas, s.cfg.WorkAckWait); err != nil {
+		return nil, err
+	}
+	hash, err := ensureWorkBucket(ctx, s.js, s.cfg.Job, s.cfg.Replicas, wc, tok)
+	if err != nil {
+		return nil, err
+	}
+	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
+		return nil, err
+	}
+	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates, "early": &s.work.early} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
+			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, and heavy items issued early.", ConstLabels: prometheus.Labels{"kind": kind}},
+			func() float64 { return float64(c.Load()) })); err != nil {
+			return nil, fmt.Errorf("serve: metrics: %w", err)
+		}
+	}
+	s.cfg.Pipeline.Features = s.features
+	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,
+		"local_workers", s.cfg.LocalWorkers)
+	return s.work.subscribe()
+}
