@@ -70,6 +70,9 @@ type Config struct {
 	// HTTP is the live report's listen address ("": no HTTP server). The CLI
 	// default is 127.0.0.1:8080; a port of 0 picks a free one.
 	HTTP string
+	// Insecure allows NATS or HTTP to listen on a non-loopback address
+	// without authentication (false: refused with ErrInsecure).
+	Insecure bool
 	// HTTPToken, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint but /healthz.
 	HTTPToken string
@@ -108,6 +111,16 @@ type NATSConfig struct {
 	CredsFile      string
 	// TLSCA, TLSCert and TLSKey configure TLS to an external deployment.
 	TLSCA, TLSCert, TLSKey string
+
+	// ServerConfig is a NATS server configuration file the embedded server
+	// loads first (authorization users and permissions, accounts, TLS, ...;
+	// `mmfeed creds` writes one); the fields here override its listen
+	// address, JetStream store, max_payload and server logging.
+	ServerConfig string
+	// ServerTLSCert and ServerTLSKey make the embedded server require TLS;
+	// with ServerTLSCA it also requires client certificates signed by that
+	// CA (which then authenticate clients).
+	ServerTLSCert, ServerTLSKey, ServerTLSCA string
 
 	// Listen is the embedded server's client address ("127.0.0.1:4222" in the
 	// CLI). "" accepts in-process connections only; port 0 picks a free port.
@@ -179,8 +192,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if c.HTTP != "" {
-		if _, _, err := net.SplitHostPort(c.HTTP); err != nil {
+		host, _, err := net.SplitHostPort(c.HTTP)
+		if err != nil {
 			return bad("http address %q: %v", c.HTTP, err)
+		}
+		if !loopback(host) && c.HTTPToken == "" && !c.Insecure { // "" listens on every address
+			return fmt.Errorf("serve: http listens on %s without a token (--http-token, or --insecure): %w", c.HTTP, ErrInsecure)
 		}
 	}
 	return c.NATS.validate()
@@ -205,10 +222,16 @@ func (n NATSConfig) validate() error {
 		return bad("reconnect wait %v", n.ReconnectWait)
 	}
 	if n.External() {
+		if n.ServerConfig != "" || n.ServerTLSCert != "" {
+			return bad("server configuration and server TLS apply to the embedded server only")
+		}
 		return nil
 	}
 	if methods > 0 || n.TLSCA != "" || n.TLSCert != "" {
 		return bad("authentication and TLS options apply to an external deployment (--nats URL) only")
+	}
+	if (n.ServerTLSCert == "") != (n.ServerTLSKey == "") || n.ServerTLSCA != "" && n.ServerTLSCert == "" {
+		return bad("the embedded server's TLS needs a cert and a key (and a CA only with them)")
 	}
 	if n.DataDir == "" {
 		return bad("the embedded server needs a data dir")

@@ -242,8 +242,13 @@ var errFinished = errors.New("finished")
 
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
+	pass := ""
 	if !nc.External() {
-		ns, err := startEmbedded(nc)
+		var err error
+		if pass, err = randomSecret(); err != nil {
+			return err
+		}
+		ns, err := startEmbedded(nc, embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass})
 		if err != nil {
 			return err
 		}
@@ -254,7 +259,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 	} else {
 		s.clientURL = redact(joinURLs(nc.URLs))
 	}
-	conn, err := connect(nc, s.ns, s.log)
+	conn, err := connect(nc, s.ns, pass, s.log)
 	if err != nil {
 		s.stopNATS()
 		return err
