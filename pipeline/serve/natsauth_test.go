@@ -14,6 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// slowAuth gives a connection time for the server's bcrypt check of its
+// password on a loaded machine (nats.go's default is 2 s).
+var slowAuth = nats.Timeout(20 * time.Second)
+
 // writeAuth writes a job's identities as a NATS server configuration file
 // and returns them by user name.
 func writeAuth(t testing.TB, job string, dp, mp int) (string, map[string]Identity) {
@@ -90,7 +94,7 @@ func testRankPermissions(t *testing.T, plane string) {
 		nc.Close()
 		t.Fatal("anonymous connection accepted by a server with users")
 	}
-	watch, err := nats.Connect(url, nats.UserInfo(ServiceUser, ids[ServiceUser].Password))
+	watch, err := nats.Connect(url, nats.UserInfo(ServiceUser, ids[ServiceUser].Password), slowAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +115,7 @@ func testRankPermissions(t *testing.T, plane string) {
 	var v violations
 	inbox, _ := proto.InboxPrefix(cfg.Job, 0, 0)
 	r0 := ids[TrainerUser(0, 0)]
-	nc, err := nats.Connect(url, nats.UserInfo(r0.User, r0.Password), nats.CustomInboxPrefix(inbox), nats.ErrorHandler(v.handler))
+	nc, err := nats.Connect(url, nats.UserInfo(r0.User, r0.Password), slowAuth, nats.CustomInboxPrefix(inbox), nats.ErrorHandler(v.handler))
 	if err != nil {
 		t.Fatalf("rank 0 with its credential: %v", err)
 	}
@@ -163,7 +167,7 @@ func testRankPermissions(t *testing.T, plane string) {
 	defer cancel()
 	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
 		id := ids[TrainerUser(tr.dp, tr.mp)]
-		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password)}
+		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
 	})
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)

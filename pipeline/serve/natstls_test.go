@@ -28,7 +28,7 @@ func TestNATSTLS(t *testing.T) {
 		cfg.NATS.ServerConfig, cfg.NATS.ServerTLSCert, cfg.NATS.ServerTLSKey = conf, cert, key
 		r := start(t, cfg)
 		url := r.s.ClientURL()
-		svc := nats.UserInfo(ServiceUser, ids[ServiceUser].Password)
+		svc := nats.UserInfo(ServiceUser, ids[ServiceUser].Password), slowAuth
 		if nc, err := nats.Connect(url, svc); err == nil {
 			nc.Close()
 			t.Fatal("connected over TLS without trusting the CA")
@@ -44,7 +44,7 @@ func TestNATSTLS(t *testing.T) {
 		defer cancel()
 		trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
 			id := ids[TrainerUser(tr.dp, tr.mp)]
-			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), nats.RootCAs(ca)}
+			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth, nats.RootCAs(ca)}
 		})
 		if err := r.wait(t, 30*time.Second); err != nil {
 			t.Fatalf("service: %v", err)
