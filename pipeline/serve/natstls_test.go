@@ -28,12 +28,12 @@ func TestNATSTLS(t *testing.T) {
 		cfg.NATS.ServerConfig, cfg.NATS.ServerTLSCert, cfg.NATS.ServerTLSKey = conf, cert, key
 		r := start(t, cfg)
 		url := r.s.ClientURL()
-		svc := nats.UserInfo(ServiceUser, ids[ServiceUser].Password), slowAuth
-		if nc, err := nats.Connect(url, svc); err == nil {
+		svc := nats.UserInfo(ServiceUser, ids[ServiceUser].Password)
+		if nc, err := nats.Connect(url, svc, slowAuth); err == nil {
 			nc.Close()
 			t.Fatal("connected over TLS without trusting the CA")
 		}
-		if nc, err := nats.Connect(url, svc, nats.RootCAs(ca)); err != nil {
+		if nc, err := nats.Connect(url, svc, slowAuth, nats.RootCAs(ca)); err != nil {
 			t.Fatalf("connect trusting the CA: %v", err)
 		} else if !nc.TLSRequired() {
 			t.Error("connection does not require TLS")
