@@ -77,6 +77,17 @@ type Config struct {
 	// every endpoint but /healthz.
 	HTTPToken string
 
+	// AssetCheck is how often the job's JetStream assets (KV buckets, stream,
+	// consumers) are checked and recreated when lost (2 s; 0: never).
+	AssetCheck time.Duration
+	// StuckAfter is how long assets may stay unreachable, or one publish stay
+	// in flight while the stream has room, before the log escalates to
+	// errors and /healthz answers 503 for a stuck publish (30 s).
+	StuckAfter time.Duration
+	// GiveUpAfter ends the service with an error when the assets stay
+	// unreachable this long (10 min; 0: never).
+	GiveUpAfter time.Duration
+
 	// QuarantineDir receives quarantine-e<epoch>.jsonl files (appended); ""
 	// keeps counts only.
 	QuarantineDir string
@@ -146,7 +157,7 @@ func DefaultConfig() Config {
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
-		ProgressEvery: 10 * time.Second,
+		ProgressEvery: 10 * time.Second, AssetCheck: 2 * time.Second, StuckAfter: 30 * time.Second, GiveUpAfter: 10 * time.Minute,
 	}
 }
 
@@ -185,6 +196,8 @@ func (c Config) Validate() error {
 		return bad("register wait %v", c.RegisterWait)
 	case c.ProgressEvery < 0:
 		return bad("progress interval %v", c.ProgressEvery)
+	case c.AssetCheck < 0 || c.StuckAfter <= 0 || c.GiveUpAfter < 0:
+		return bad("asset check %v, stuck after %v, give up after %v", c.AssetCheck, c.StuckAfter, c.GiveUpAfter)
 	case c.HTTPToken != "" && c.HTTP == "":
 		return bad("an HTTP token without an HTTP address")
 	}

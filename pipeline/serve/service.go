@@ -53,6 +53,8 @@ type Service struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 	met *metrics
+	// health is what /healthz reports beyond the connection.
+	health health
 
 	ns     *server.Server
 	nc     *nats.Conn
@@ -180,6 +182,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ls.hold(gctx) })
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
+	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
 	}
