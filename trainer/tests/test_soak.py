@@ -10,7 +10,7 @@ the same data dir and ports; the trainers reconnect. Asserted, per epoch: each d
 are 0..n-1, every replay of a (epoch, rank, step) holds the same ids, and the ids of the epoch
 are the corpus, each once. The RSS of the service is sampled and stays under ``RSS_BOUND``.
 
-``make test`` runs the short version (one kill of each, 3 epochs); ``make soak`` runs
+``make test`` runs the short version (one kill of each, 2 epochs of 4 steps); ``make soak`` runs
 ``MMFEED_SOAK_SECONDS`` (default there 600) of kills over ``MMFEED_SOAK_EPOCHS`` epochs.
 """
 
@@ -31,8 +31,8 @@ from test_stream import wait_for_port
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
 SOAK_S = float(os.environ.get("MMFEED_SOAK_SECONDS", "0"))
-EPOCHS = int(os.environ.get("MMFEED_SOAK_EPOCHS", "3"))
-SAMPLES, GLOBAL_BATCH, DP = 96, 16, 2
+EPOCHS = int(os.environ.get("MMFEED_SOAK_EPOCHS", "2"))
+SAMPLES, GLOBAL_BATCH, DP = 64, 16, 2
 STEPS = SAMPLES // GLOBAL_BATCH
 RSS_BOUND = 1536 << 20
 LAYOUT = ["--dp", str(DP), "--global-batch", str(GLOBAL_BATCH), "--micro-batches", "2",
@@ -57,13 +57,49 @@ def start_trainer(nats_port, tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts each rank in a session of its own, so
+    killing torchrun's process group leaves the ranks running)."""
+    children = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children[ppid].append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children[todo.pop()]:
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def kill9(p: subprocess.Popen) -> None:
-    """SIGKILL the process group: torchrun and its ranks, or the service."""
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILL the process and everything below it (torchrun and its ranks, or the service),
+    and wait until they are gone."""
+    pids = descendants(p.pid)
+    for pid in [p.pid, *pids]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     p.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") and not zombie(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {pids} survived SIGKILL")
+        time.sleep(0.05)
+
+
+def zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def rows(ids_dir) -> list[dict]:
