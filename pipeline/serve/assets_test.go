@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -146,4 +147,36 @@ func TestHealthzUnavailable(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestHealthProblems: what /healthz reports beyond the connection, by state.
+func TestHealthProblems(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name    string
+		set     func(h *health)
+		room    bool
+		wantSub string // "" healthy
+	}{
+		{"idle", func(*health) {}, true, ""},
+		{"publishing briefly", func(h *health) { h.pubSince = now.Add(-time.Second) }, true, ""},
+		{"publish stuck", func(h *health) { h.pubSince = now.Add(-time.Minute) }, true, "a publish stuck for 1m0s"},
+		{"stream full: backpressure", func(h *health) { h.pubSince = now.Add(-time.Minute) }, false, ""},
+		{"assets unreachable", func(h *health) { h.checked(errors.New("timeout"), now.Add(-2*time.Second)) }, true,
+			"jetstream assets unreachable for 2s: timeout"},
+		{"assets back", func(h *health) {
+			h.checked(errors.New("timeout"), now.Add(-2*time.Second))
+			h.checked(nil, now)
+		}, true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var h health
+			tc.set(&h)
+			got := h.problems(now, 30*time.Second, tc.room)
+			if (tc.wantSub == "") != (got == "") || !strings.Contains(got, tc.wantSub) {
+				t.Errorf("got %q, want %q", got, tc.wantSub)
+			}
+		})
+	}
 }

@@ -10,7 +10,7 @@ the same data dir and ports; the trainers reconnect. Asserted, per epoch: each d
 are 0..n-1, every replay of a (epoch, rank, step) holds the same ids, and the ids of the epoch
 are the corpus, each once. The RSS of the service is sampled and stays under ``RSS_BOUND``.
 
-``make test`` runs the short version (one kill of each, 2 epochs of 4 steps); ``make soak`` runs
+``MMFEED_SOAK_DATA_PLANE=jetstream`` soaks the JetStream data plane. ``make test`` runs the short version (one kill of each, 2 epochs of 4 steps); ``make soak`` runs
 ``MMFEED_SOAK_SECONDS`` (default there 600) of kills over ``MMFEED_SOAK_EPOCHS`` epochs.
 """
 
@@ -34,14 +34,19 @@ SOAK_S = float(os.environ.get("MMFEED_SOAK_SECONDS", "0"))
 EPOCHS = int(os.environ.get("MMFEED_SOAK_EPOCHS", "2"))
 SAMPLES, GLOBAL_BATCH, DP = 64, 16, 2
 STEPS = SAMPLES // GLOBAL_BATCH
+PLANE = os.environ.get("MMFEED_SOAK_DATA_PLANE", "core")
 RSS_BOUND = 1536 << 20
+"""Bound on the service's RSS (its stream or outbox is bounded by --stream-max-bytes, 1 GiB
+by default, but the soak's corpus is small: measured 186 MiB on the short run)."""
+RANK_RSS_BOUND = 3 << 30
+"""Bound on each trainer rank's RSS (the tiny model on CPU)."""
 LAYOUT = ["--dp", str(DP), "--global-batch", str(GLOBAL_BATCH), "--micro-batches", "2",
           "--resize", "dynamic", "--max-pixels", "16384", "--seed", "3"]
 
 
 def start_serve(manifest, data_dir, nats_port):
     cmd = [BIN, "serve", "--input", manifest, *LAYOUT, "--job", "soak", "--data-dir", data_dir,
-           "--epochs", str(EPOCHS), "--recalibrate", "-1", "--nats-listen", f"127.0.0.1:{nats_port}", "--http", ""]
+           "--epochs", str(EPOCHS), "--recalibrate", "-1", "--data-plane", PLANE, "--nats-listen", f"127.0.0.1:{nats_port}", "--http", ""]
     log = open(os.path.join(data_dir + ".log"), "a")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -141,7 +146,7 @@ def test_soak_kill9_trainer_and_serve(mmfeed, tmp_path):
     data_dir, nats_port = str(tmp_path / "serve"), free_port()
     serve = start_serve(manifest, data_dir, nats_port)
     trainer = None
-    kills, peak = Counter(), 0
+    kills, peak, rank_peak = Counter(), 0, 0
     rng = random.Random(7)
     try:
         wait_for_port(nats_port, deadline_s=60)
@@ -156,6 +161,7 @@ def test_soak_kill9_trainer_and_serve(mmfeed, tmp_path):
                                  time.monotonic() + 300):
                 break
             peak = max(peak, rss(serve.pid))
+            rank_peak = max([rank_peak] + [rss(pid) for pid in descendants(trainer.pid)])
             if target == "trainer":
                 kill9(trainer)
                 trainer = start_trainer(nats_port, tmp_path)
@@ -165,6 +171,7 @@ def test_soak_kill9_trainer_and_serve(mmfeed, tmp_path):
             kills[target] += 1
         while trainer.poll() is None:
             peak = max(peak, rss(serve.pid))
+            rank_peak = max([rank_peak] + [rss(pid) for pid in descendants(trainer.pid)])
             time.sleep(0.5)
         assert trainer.wait(timeout=600) == 0, (tmp_path / "trainer.log").read_text()[-4000:]
         assert serve.wait(timeout=60) == 0, open(data_dir + ".log").read()[-4000:]
@@ -172,9 +179,11 @@ def test_soak_kill9_trainer_and_serve(mmfeed, tmp_path):
         for p in (trainer, serve):
             if p is not None and p.poll() is None:
                 kill9(p)
-    print(f"soak: {dict(kills)} kills over {EPOCHS} epochs, service peak RSS {peak >> 20} MiB")
+    print(f"soak: {dict(kills)} kills over {EPOCHS} epochs ({PLANE} data plane), peak RSS: service "
+          f"{peak >> 20} MiB, trainer rank {rank_peak >> 20} MiB")
     assert kills["trainer"] >= 1 and kills["serve"] >= 1, f"kills {dict(kills)}: the run ended before the faults"
     assert 0 < peak < RSS_BOUND, f"service RSS {peak >> 20} MiB"
+    assert 0 < rank_peak < RANK_RSS_BOUND, f"trainer rank RSS {rank_peak >> 20} MiB"
 
     steps = defaultdict(list)  # (epoch, dp rank, step) -> ids of each time it was consumed
     for r in rows(tmp_path / "ids"):
