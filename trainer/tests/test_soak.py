@@ -10,8 +10,9 @@ the same data dir and ports; the trainers reconnect. Asserted, per epoch: each d
 are 0..n-1, every replay of a (epoch, rank, step) holds the same ids, and the ids of the epoch
 are the corpus, each once. The RSS of the service is sampled and stays under ``RSS_BOUND``.
 
-``MMFEED_SOAK_DATA_PLANE=jetstream`` soaks the JetStream data plane. ``make test`` runs the short version (one kill of each, 2 epochs of 4 steps); ``make soak`` runs
-``MMFEED_SOAK_SECONDS`` (default there 600) of kills over ``MMFEED_SOAK_EPOCHS`` epochs.
+``make test`` runs the short version (one kill of each, 2 epochs of 4 steps); ``make soak`` runs
+``MMFEED_SOAK_SECONDS`` (default there 600) of kills over ``MMFEED_SOAK_EPOCHS`` epochs;
+``MMFEED_SOAK_DATA_PLANE=jetstream`` soaks the JetStream data plane.
 """
 
 from __future__ import annotations
