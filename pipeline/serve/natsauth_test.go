@@ -199,7 +199,7 @@ func TestEmbeddedListenNeedsAuth(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := NATSConfig{Listen: tc.listen, ServerConfig: tc.conf, DataDir: t.TempDir(), MaxPayload: 1 << 20}
-			_, err := embeddedOptions(nc, embeddedSecurity{insecure: tc.insecure})
+			_, err := embeddedOptions(nc, &embeddedSecurity{insecure: tc.insecure})
 			if !errors.Is(err, tc.want) {
 				t.Errorf("got %v, want %v", err, tc.want)
 			}
@@ -219,5 +219,72 @@ func TestEmbeddedListenNeedsAuth(t *testing.T) {
 
 			t.Errorf("http %q token %q insecure %v: got %v, want %v", tc.http, tc.token, tc.insecure, err, tc.want)
 		}
+	}
+}
+
+// TestEmbeddedAuthModes: whatever authentication the --nats-config file
+// sets up (a users list, a single user, a token, client certificates
+// only), the service's own in-process connection gets in, and a client
+// with the configured credentials too, and an anonymous one does not.
+func TestEmbeddedAuthModes(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteTLS(dir, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	users, ids := writeAuth(t, "job-1", 1, 1)
+	tests := []struct {
+		name, conf string
+		tlsCA      bool
+		client     []nats.Option
+	}{
+		{"users", "", false, []nats.Option{nats.UserInfo(TrainerUser(0, 0), ids[TrainerUser(0, 0)].Password), slowAuth}},
+		{"single user", `authorization { user: alice, password: wonderland }`, false, []nats.Option{nats.UserInfo("alice", "wonderland")}},
+		{"token", `authorization { token: "s3cret" }`, false, []nats.Option{nats.Token("s3cret")}},
+		{"client certificates", "", true, []nats.Option{nats.ClientCert(filepath.Join(dir, TLSClientCertFile), filepath.Join(dir, TLSClientKeyFile))}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := NATSConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxPayload: 1 << 20, ReconnectWait: time.Second}
+			switch {
+			case tc.name == "users":
+				cfg.ServerConfig = users
+			case tc.conf != "":
+				cfg.ServerConfig = filepath.Join(t.TempDir(), "nats.conf")
+				if err := os.WriteFile(cfg.ServerConfig, []byte(tc.conf), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.tlsCA {
+				cfg.ServerTLSCert, cfg.ServerTLSKey = filepath.Join(dir, TLSServerCertFile), filepath.Join(dir, TLSServerKeyFile)
+				cfg.ServerTLSCA = filepath.Join(dir, TLSCAFile)
+			}
+			sec := &embeddedSecurity{servicePass: "internal"}
+			s, err := startEmbedded(cfg, sec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Shutdown()
+			svc, err := connect(cfg, s, sec, testLogger(t))
+			if err != nil {
+				t.Fatalf("service connection: %v", err)
+			}
+			defer svc.Close()
+			if err := svc.Publish("mmfeed.job-1.ctl.done", nil); err != nil || svc.Flush() != nil {
+				t.Fatalf("service publish: %v", err)
+			}
+			var trust []nats.Option
+			if tc.tlsCA {
+				trust = append(trust, nats.RootCAs(filepath.Join(dir, TLSCAFile)))
+			}
+			if c, err := nats.Connect(s.ClientURL(), append(trust, tc.client...)...); err != nil {
+				t.Errorf("client with the configured credentials: %v", err)
+			} else {
+				c.Close()
+			}
+			if c, err := nats.Connect(s.ClientURL(), trust...); err == nil {
+				c.Close()
+				t.Error("anonymous client accepted")
+			}
+		})
 	}
 }

@@ -16,10 +16,13 @@ import (
 // embeddedSecurity is what the service adds to the embedded server's
 // options: whether a non-loopback listener without authentication is
 // allowed, and the password of the service's own in-process user, added
-// when the configuration authenticates clients.
+// when the configuration has users. embeddedOptions fills in how the
+// service then connects (token or user).
 type embeddedSecurity struct {
 	insecure    bool
 	servicePass string
+	token       string // the configured token: the service connects with it
+	asUser      bool   // the service connects as internalUser with servicePass
 }
 
 // internalUser is the service's own user on an embedded server that
@@ -34,7 +37,7 @@ const internalUser = "mmfeed-serve-internal"
 // TLS, ...) and the ServerTLS fields apply; a listener on a non-loopback
 // address without authentication is refused (ErrInsecure) unless
 // sec.insecure.
-func startEmbedded(cfg NATSConfig, sec embeddedSecurity) (*server.Server, error) {
+func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error) {
 	opts, err := embeddedOptions(cfg, sec)
 	if err != nil {
 		return nil, err
@@ -51,7 +54,7 @@ func startEmbedded(cfg NATSConfig, sec embeddedSecurity) (*server.Server, error)
 	return s, nil
 }
 
-func embeddedOptions(cfg NATSConfig, sec embeddedSecurity) (*server.Options, error) {
+func embeddedOptions(cfg NATSConfig, sec *embeddedSecurity) (*server.Options, error) {
 	opts := &server.Options{}
 	if cfg.ServerConfig != "" {
 		var err error
@@ -86,8 +89,19 @@ func embeddedOptions(cfg NATSConfig, sec embeddedSecurity) (*server.Options, err
 		opts.TLSConfig, opts.TLS, opts.TLSVerify, opts.TLSTimeout = tc, true, cfg.ServerTLSCA != "", 5
 	}
 	authed := authenticates(opts)
-	if authed && sec.servicePass != "" {
+	switch {
+	case len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0:
+		return nil, fmt.Errorf("serve: nats config %s: operator (JWT) mode needs an external deployment (--nats URL): %w",
+			cfg.ServerConfig, ErrInvalidConfig)
+	case opts.Authorization != "":
+		sec.token = opts.Authorization
+	case opts.Username != "": // a single user: one of the users, next to the service's
+		opts.Users = append(opts.Users, &server.User{Username: opts.Username, Password: opts.Password})
+		opts.Username, opts.Password = "", ""
+	}
+	if (len(opts.Users) > 0 || len(opts.Nkeys) > 0) && sec.servicePass != "" {
 		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: sec.servicePass, Permissions: allPermissions()})
+		sec.asUser = true
 	}
 	if !authed && !sec.insecure && cfg.Listen != "" && !loopback(opts.Host) {
 		return nil, fmt.Errorf("serve: nats listens on %s without authentication (--nats-config with users, or --insecure): %w", cfg.Listen, ErrInsecure)
@@ -113,9 +127,9 @@ func loopback(host string) bool {
 }
 
 // connect opens the service's connection: in-process to the embedded server
-// (as internalUser with servicePass when set), or to the external URLs with the configured authentication and TLS. It
+// (with the configured token, or as internalUser: sec), or to the external URLs with the configured authentication and TLS. It
 // reconnects forever; disconnects and reconnects are logged.
-func connect(cfg NATSConfig, embedded *server.Server, servicePass string, log *slog.Logger) (*nats.Conn, error) {
+func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("mmfeed-serve"), nats.MaxReconnects(-1), nats.ReconnectWait(cfg.ReconnectWait),
 		nats.RetryOnFailedConnect(false), nats.ReconnectBufSize(64 << 20),
@@ -129,8 +143,11 @@ func connect(cfg NATSConfig, embedded *server.Server, servicePass string, log *s
 	url := ""
 	if embedded != nil {
 		opts = append(opts, nats.InProcessServer(embedded))
-		if servicePass != "" {
-			opts = append(opts, nats.UserInfo(internalUser, servicePass))
+		switch {
+		case sec != nil && sec.token != "":
+			opts = append(opts, nats.Token(sec.token))
+		case sec != nil && sec.asUser:
+			opts = append(opts, nats.UserInfo(internalUser, sec.servicePass))
 		}
 	} else {
 		url = strings.Join(cfg.URLs, ",")

@@ -54,7 +54,7 @@ func TestNATSTLS(t *testing.T) {
 	t.Run("client certificates", func(t *testing.T) {
 		nc := NATSConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxPayload: 1 << 20,
 			ServerTLSCert: cert, ServerTLSKey: key, ServerTLSCA: ca}
-		s, err := startEmbedded(nc, embeddedSecurity{})
+		s, err := startEmbedded(nc, &embeddedSecurity{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -245,13 +245,14 @@ var errFinished = errors.New("finished")
 
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
-	pass := ""
+	var sec *embeddedSecurity
 	if !nc.External() {
-		var err error
-		if pass, err = randomSecret(); err != nil {
+		pass, err := randomSecret()
+		if err != nil {
 			return err
 		}
-		ns, err := startEmbedded(nc, embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass})
+		sec = &embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass}
+		ns, err := startEmbedded(nc, sec)
 		if err != nil {
 			return err
 		}
@@ -262,7 +263,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 	} else {
 		s.clientURL = redact(joinURLs(nc.URLs))
 	}
-	conn, err := connect(nc, s.ns, pass, s.log)
+	conn, err := connect(nc, s.ns, sec, s.log)
 	if err != nil {
 		s.stopNATS()
 		return err
