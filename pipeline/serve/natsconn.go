@@ -164,6 +164,12 @@ func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log
 	return nc, nil
 }
 
+// ClientOptions returns the nats.go options that authenticate to an
+// external deployment as cfg says (user/password, token, NKey seed or
+// credentials file; TLS CA and client certificate): what a tool like
+// `mmfeed inspect` adds to its connection.
+func ClientOptions(cfg NATSConfig) ([]nats.Option, error) { return authOptions(cfg) }
+
 func authOptions(cfg NATSConfig) ([]nats.Option, error) {
 	var opts []nats.Option
 	switch {
