@@ -28,3 +28,24 @@ func TestRankControlSubject(t *testing.T) {
 		t.Errorf("InboxPrefix: got %q, %v, want %q", got, err, want)
 	}
 }
+
+// FuzzParseRankControlSubject: any subject either fails with
+// ErrInvalidName or parses into parts that format back to the same subject.
+func FuzzParseRankControlSubject(f *testing.F) {
+	for _, s := range []string{"mmfeed.clip.ctl.done.3.1", "mmfeed.clip.ctl.register.0.0", "mmfeed.a.ctl.x.01.1", "mmfeed..ctl.done.1.1", "", "....."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subj string) {
+		job, kind, dp, mp, err := ParseRankControlSubject(subj)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidName) {
+				t.Fatalf("%q: error %v is not ErrInvalidName", subj, err)
+			}
+			return
+		}
+		back, err := RankControlSubject(job, kind, dp, mp)
+		if err != nil || back != subj {
+			t.Fatalf("%q parsed to %q %q %d %d, formats back to %q, %v", subj, job, kind, dp, mp, back, err)
+		}
+	})
+}
