@@ -52,6 +52,16 @@ func (h *health) publishing(on bool) {
 	}
 }
 
+// publishFor returns how long the publish in flight has lasted (0: none).
+func (h *health) publishFor(now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pubSince.IsZero() {
+		return 0
+	}
+	return now.Sub(h.pubSince)
+}
+
 // problems returns why the service is unhealthy ("" when healthy): assets
 // unreachable, or one publish in flight for longer than stuck while the
 // stream has room (a full stream is the trainers' backpressure, not a
@@ -96,6 +106,7 @@ func (s *Service) watchAssets(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.AssetCheck)
 	defer t.Stop()
+	stuck := 0 // checks in a row that found a publish stuck
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,6 +119,9 @@ func (s *Service) watchAssets(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err := s.watchPublish(&stuck); err != nil {
+			return err
+		}
 		n, lasted := s.health.checked(err, time.Now())
 		if err == nil {
 			continue
@@ -118,6 +132,38 @@ func (s *Service) watchAssets(ctx context.Context) error {
 			return fmt.Errorf("serve: jetstream assets unreachable for %s: %w", lasted.Round(time.Second), err)
 		}
 	}
+}
+
+// errPublishStuck: one publish has been in flight for longer than
+// StuckAfter while the stream had room (a retry loop inside the publisher
+// that does not clear: no stream responder, lost acks).
+var errPublishStuck = errors.New("a publish is stuck while the stream has room")
+
+// watchPublish escalates a stuck publish like an unreachable asset: logged
+// with backoff, a warning and then an error, and after GiveUpAfter the
+// service's end. n counts the checks in a row that found it stuck.
+func (s *Service) watchPublish(n *int) error {
+	d := s.health.publishFor(time.Now())
+	if d <= s.cfg.StuckAfter || !s.streamHasRoom() {
+		*n = 0
+		return nil
+	}
+	*n++
+	escalate(s.log, "publish stuck", *n, d, 2*s.cfg.StuckAfter, errPublishStuck)
+	if s.cfg.GiveUpAfter > 0 && d > s.cfg.GiveUpAfter {
+		return fmt.Errorf("serve: publish in flight for %s: %w", d.Round(time.Second), errPublishStuck)
+	}
+	return nil
+}
+
+// streamHasRoom reports whether the stream holds less than half its bound
+// (true on the core data plane or before the first poll): a publish that
+// waits on a fuller stream is backpressure, not a fault.
+func (s *Service) streamHasRoom() bool {
+	if snap := s.streamSnap.Load(); snap != nil {
+		return snap.bytes < uint64(s.cfg.StreamMaxBytes)/2
+	}
+	return true
 }
 
 // checkAssets recreates what is missing; it fails when an asset cannot be

@@ -180,3 +180,40 @@ func TestHealthProblems(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchPublish: a publish in flight past StuckAfter while the stream
+// has room is logged (a warning, then an error past twice StuckAfter) and
+// ends the service past GiveUpAfter; on a full stream it is backpressure.
+func TestWatchPublish(t *testing.T) {
+	var logs syncBuffer
+	s := &Service{cfg: Config{StuckAfter: time.Second, GiveUpAfter: 5 * time.Second, StreamMaxBytes: 1000},
+		log: slog.New(slog.NewTextHandler(&logs, nil))}
+	n := 0
+	set := func(ago time.Duration) {
+		s.health.mu.Lock()
+		s.health.pubSince = time.Now().Add(-ago)
+		s.health.mu.Unlock()
+	}
+	set(500 * time.Millisecond)
+	if err := s.watchPublish(&n); err != nil || n != 0 || logs.String() != "" {
+		t.Fatalf("a young publish: err %v, n %d, log %q", err, n, logs.String())
+	}
+	set(1500 * time.Millisecond)
+	if err := s.watchPublish(&n); err != nil || n != 1 || !strings.Contains(logs.String(), `level=WARN msg="publish stuck"`) {
+		t.Fatalf("stuck: err %v, n %d, log %q", err, n, logs.String())
+	}
+	set(3 * time.Second)
+	_ = s.watchPublish(&n) // n 2: logged (a power of two), as an error now
+	if !strings.Contains(logs.String(), `level=ERROR msg="publish stuck"`) {
+		t.Errorf("no error after twice StuckAfter: %q", logs.String())
+	}
+	s.streamSnap.Store(&streamSnapshot{bytes: 900})
+	if err := s.watchPublish(&n); err != nil || n != 0 {
+		t.Errorf("a full stream: err %v, n %d; want backpressure, not stuck", err, n)
+	}
+	s.streamSnap.Store(&streamSnapshot{bytes: 10})
+	set(6 * time.Second)
+	if err := s.watchPublish(&n); !errors.Is(err, errPublishStuck) {
+		t.Errorf("past GiveUpAfter: got %v, want errPublishStuck", err)
+	}
+}

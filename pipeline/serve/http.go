@@ -33,11 +33,7 @@ func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "nats not connected", http.StatusServiceUnavailable)
 		return
 	}
-	room := true
-	if snap := s.streamSnap.Load(); snap != nil {
-		room = snap.bytes < uint64(s.cfg.StreamMaxBytes)/2
-	}
-	if why := s.health.problems(time.Now(), s.cfg.StuckAfter, room); why != "" {
+	if why := s.health.problems(time.Now(), s.cfg.StuckAfter, s.streamHasRoom()); why != "" {
 		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
