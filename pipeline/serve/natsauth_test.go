@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -100,12 +101,17 @@ func testRankPermissions(t *testing.T, plane string) {
 	}
 	defer watch.Close()
 	seen := make(chan string, 64)
-	wsub, err := watch.Subscribe("mmfeed.job-1.>", func(m *nats.Msg) { seen <- m.Subject })
+	mine := func(m *nats.Msg) { // what this test publishes, not the service's own traffic
+		if bytes.Contains(m.Data, []byte(`"steps":99`)) {
+			seen <- m.Subject
+		}
+	}
+	wsub, err := watch.Subscribe("mmfeed.job-1.>", mine)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wsub.Unsubscribe()
-	watchJS, err := watch.Subscribe("$JS.API.STREAM.DELETE.>", func(m *nats.Msg) { seen <- m.Subject })
+	watchJS, err := watch.Subscribe("$JS.API.STREAM.DELETE.>", mine)
 	if err != nil {
 		t.Fatal(err)
 	}
