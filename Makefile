@@ -29,7 +29,7 @@ export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif 
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test test-cluster demo bench bench-e2e quality lint fuzz venv clean
+.PHONY: help build deps test test-cluster soak demo bench bench-e2e quality lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ test: build venv ## run every test: Go (with the Python peers required) and the 
 
 test-cluster: build venv ## the long scale-out test: 3 NATS servers, leader + standby services, trainers, kills
 	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py
+
+soak: build venv ## kill -9 the trainer and serve at random for SOAK_SECONDS (600) over 40 epochs; every sample once per epoch
+	MMFEED_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) MMFEED_SOAK_EPOCHS=$(or $(SOAK_EPOCHS),40) $(PY) -m pytest -q -s trainer/tests/test_soak.py
 
 demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank CPU trainer, balance report
 	scripts/demo.sh

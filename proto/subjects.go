@@ -95,6 +95,52 @@ func ControlSubject(job, kind string) (string, error) {
 	return SubjectPrefix + "." + job + ".ctl." + kind, nil
 }
 
+// RankControlSubject returns mmfeed.<job>.ctl.<kind>.<dp>.<mp>: the control
+// subject of rank (dp, mp). A service accepts a rank's control messages here
+// only when the rank in the payload equals the rank in the subject, so
+// subject permissions (docs/security.md) can confine a trainer's
+// credentials to its own rank. The job-wide ControlSubject stays accepted
+// for clients that predate rank subjects.
+func RankControlSubject(job, kind string, dp, mp int) (string, error) {
+	subj, err := ControlSubject(job, kind)
+	if err != nil {
+		return "", err
+	}
+	if dp < 0 || mp < 0 {
+		return "", fmt.Errorf("proto: rank dp=%d mp=%d negative: %w", dp, mp, ErrInvalidName)
+	}
+	return subj + "." + strconv.Itoa(dp) + "." + strconv.Itoa(mp), nil
+}
+
+// ParseRankControlSubject splits mmfeed.<job>.ctl.<kind>.<dp>.<mp>.
+func ParseRankControlSubject(subj string) (job, kind string, dp, mp int, err error) {
+	t := strings.Split(subj, ".")
+	if len(t) != 6 || t[0] != SubjectPrefix || t[2] != "ctl" {
+		return "", "", 0, 0, fmt.Errorf("proto: subject %q is not mmfeed.<job>.ctl.<kind>.<dp>.<mp>: %w", subj, ErrInvalidName)
+	}
+	if _, err := ControlSubject(t[1], t[3]); err != nil {
+		return "", "", 0, 0, err
+	}
+	dp, err1 := parseNonNeg(t[4])
+	mp, err2 := parseNonNeg(t[5])
+	if err1 != nil || err2 != nil {
+		return "", "", 0, 0, fmt.Errorf("proto: subject %q rank: %w", subj, ErrInvalidName)
+	}
+	return t[1], t[3], dp, mp, nil
+}
+
+// InboxPrefix returns _INBOX.mmfeed.<job>.<dp>.<mp>: the reply inbox prefix
+// of rank (dp, mp)'s connection (nats.go CustomInboxPrefix, nats-py
+// inbox_prefix), so that its credentials may subscribe to its own replies
+// only.
+func InboxPrefix(job string, dp, mp int) (string, error) {
+	subj, err := rankSubject(job, "x", dp, mp)
+	if err != nil {
+		return "", err
+	}
+	return "_INBOX." + strings.Replace(subj, ".x.", ".", 1), nil
+}
+
 // StreamName returns the JetStream stream of a job: MMFEED_<job> (the job
 // name verbatim, so distinct jobs never share a stream).
 func StreamName(job string) string { return "MMFEED_" + job }

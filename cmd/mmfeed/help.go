@@ -18,7 +18,7 @@ var flagGroups = []struct {
 	{"Plan", []string{"dp", "mp", "pp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
 	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "workers"}},
-	{"NATS", []string{"nats-", "nats", "data-dir", "stream-", "replicas", "max-ack-pending", "ack-wait"}},
+	{"NATS", []string{"nats-", "nats", "insecure", "tls-", "asset-check", "stuck-after", "give-up-after", "data-dir", "stream-", "replicas", "max-ack-pending", "ack-wait"}},
 	{"Output, logging and config", []string{"out", "json", "http", "http-token", "no-wait", "v", "log-format", "progress-every", "config"}},
 }
 
@@ -27,6 +27,7 @@ var examples = map[string][]string{
 	"synth":  {"mmfeed synth --out /tmp/corpus --samples 2000 --seed 7"},
 	"report": {"mmfeed report --input /tmp/corpus/manifest.jsonl --dp 8 --global-batch 128", "mmfeed report --input export.parquet --image-field image.bytes --text-field caption --dp 4 --json"},
 	"shard":  {"mmfeed shard --input captions.jsonl --root train2017 --image-field file_name --dp 2 --global-batch 32 --out /tmp/shards"},
+	"creds":  {"mmfeed creds --job demo --dp 2 --mp 2 --out /etc/mmfeed/demo --tls-hosts feeder.internal"},
 	"serve": {"mmfeed serve --input /tmp/corpus/manifest.jsonl --dp 2 --mp 2 --placement modality --global-batch 64 --job demo",
 		"MMFEED_GLOBAL_BATCH=64 mmfeed serve --config mmfeed.yaml --job demo --log-format json",
 		"mmfeed serve --role planner --input /data/manifest.jsonl --dp 8 --global-batch 128 --job big --nats nats://n0:4222",

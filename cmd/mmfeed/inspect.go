@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
@@ -30,6 +31,10 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	step := fs.Int("step", 0, "step")
 	out := fs.String("out", "", "file to write (required): the contact sheet")
 	format := fs.String("format", "png", "png or html")
+	var auth serve.NATSConfig
+	fs.StringVar(&auth.User, "nats-user", "", "NATS user (with --nats-password; a secured service: its service user, docs/security.md)")
+	fs.StringVar(&auth.Password, "nats-password", "", "NATS password (default $MMFEED_NATS_PASSWORD)")
+	fs.StringVar(&auth.TLSCA, "nats-tls-ca", "", "CA certificate of the NATS server")
 	tok := fs.String("tokenizer", "", "tokenizer.json the shards were tokenized with (default: bert-base-uncased from the build)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -49,7 +54,11 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	source := filepath.Base(filepath.Clean(*shards))
 	if *natsURL != "" {
 		source = "job " + *job
-		samples, err = streamStep(ctx, *natsURL, *job, *epoch, *step, *rank, tk)
+		var opts []nats.Option
+		if opts, err = serve.ClientOptions(auth); err != nil {
+			return err
+		}
+		samples, err = streamStep(ctx, *natsURL, *job, *epoch, *step, *rank, tk, opts...)
 	} else {
 		samples, err = pipeline.ReadRankStep(filepath.Join(*shards, pipeline.RankFile(*rank)), *step, tk)
 	}
@@ -78,8 +87,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // viewer fetches on the core data plane (pipeline.ReadServiceStep), and the
 // job's stream when no service answers them (a --data-plane jetstream job,
 // pipeline.ReadStreamStep).
-func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer) ([]pipeline.SheetSample, error) {
-	nc, err := nats.Connect(url, nats.Name("mmfeed inspect"), nats.Timeout(10*time.Second))
+func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer, opts ...nats.Option) ([]pipeline.SheetSample, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mmfeed inspect"), nats.Timeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}

@@ -6,6 +6,7 @@
 //	mmfeed shard   --input PATH --dp N --global-batch B --out DIR        preprocess and write per-rank Arrow files
 //	mmfeed serve   --input PATH --dp N --global-batch B --job NAME       stream batches over NATS
 //	mmfeed serve   --role worker --nats URL                              preprocess work items of a planner
+//	mmfeed creds   --job NAME --dp N [--mp M] --out DIR                  per-rank NATS credentials, a TLS CA
 //	mmfeed inspect --shards DIR --rank R --step S --out sheet.png        contact sheet of what a rank received
 //	mmfeed version
 //

@@ -99,7 +99,7 @@ func trueSeconds(tr *trainer, epoch, step int) float64 {
 // starting a bare JetStream server on the service's store.
 func storedInfo(t *testing.T, _ string, cfg Config) EpochInfo {
 	t.Helper()
-	ns, err := startEmbedded(NATSConfig{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20})
+	ns, err := startEmbedded(NATSConfig{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20}, &embeddedSecurity{})
 	if err != nil {
 		t.Fatal(err)
 	}

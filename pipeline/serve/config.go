@@ -88,9 +88,23 @@ type Config struct {
 	// HTTP is the live report's listen address ("": no HTTP server). The CLI
 	// default is 127.0.0.1:8080; a port of 0 picks a free one.
 	HTTP string
+	// Insecure allows NATS or HTTP to listen on a non-loopback address
+	// without authentication (false: refused with ErrInsecure).
+	Insecure bool
 	// HTTPToken, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint but /healthz.
 	HTTPToken string
+
+	// AssetCheck is how often the job's JetStream assets (KV buckets, stream,
+	// consumers) are checked and recreated when lost (2 s; 0: never).
+	AssetCheck time.Duration
+	// StuckAfter is how long assets may stay unreachable, or one publish stay
+	// in flight while the stream has room, before the log escalates to
+	// errors and /healthz answers 503 for a stuck publish (30 s).
+	StuckAfter time.Duration
+	// GiveUpAfter ends the service with an error when the assets stay
+	// unreachable this long (10 min; 0: never).
+	GiveUpAfter time.Duration
 
 	// QuarantineDir receives quarantine-e<epoch>.jsonl files (appended); ""
 	// keeps counts only.
@@ -131,6 +145,16 @@ type NATSConfig struct {
 	// TLSCA, TLSCert and TLSKey configure TLS to an external deployment.
 	TLSCA, TLSCert, TLSKey string
 
+	// ServerConfig is a NATS server configuration file the embedded server
+	// loads first (authorization users and permissions, accounts, TLS, ...;
+	// `mmfeed creds` writes one); the fields here override its listen
+	// address, JetStream store, max_payload and server logging.
+	ServerConfig string
+	// ServerTLSCert and ServerTLSKey make the embedded server require TLS;
+	// with ServerTLSCA it also requires client certificates signed by that
+	// CA (which then authenticate clients).
+	ServerTLSCert, ServerTLSKey, ServerTLSCA string
+
 	// Listen is the embedded server's client address ("127.0.0.1:4222" in the
 	// CLI). "" accepts in-process connections only; port 0 picks a free port.
 	Listen string
@@ -156,7 +180,7 @@ func DefaultConfig() Config {
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,
 		MinObservations: 16, WaitForTrainers: true, RegisterWait: 20 * time.Second,
-		ProgressEvery: 10 * time.Second,
+		ProgressEvery: 10 * time.Second, AssetCheck: 2 * time.Second, StuckAfter: 30 * time.Second, GiveUpAfter: 10 * time.Minute,
 	}
 }
 
@@ -207,6 +231,8 @@ func (c Config) Validate() error {
 		return bad("register wait %v", c.RegisterWait)
 	case c.ProgressEvery < 0:
 		return bad("progress interval %v", c.ProgressEvery)
+	case c.AssetCheck < 0 || c.StuckAfter <= 0 || c.GiveUpAfter < 0:
+		return bad("asset check %v, stuck after %v, give up after %v", c.AssetCheck, c.StuckAfter, c.GiveUpAfter)
 	case c.HTTPToken != "" && c.HTTP == "":
 		return bad("an HTTP token without an HTTP address")
 	}
@@ -214,8 +240,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if c.HTTP != "" {
-		if _, _, err := net.SplitHostPort(c.HTTP); err != nil {
+		host, _, err := net.SplitHostPort(c.HTTP)
+		if err != nil {
 			return bad("http address %q: %v", c.HTTP, err)
+		}
+		if !loopback(host) && c.HTTPToken == "" && !c.Insecure { // "" listens on every address
+			return fmt.Errorf("serve: http listens on %s without a token (--http-token, or --insecure): %w", c.HTTP, ErrInsecure)
 		}
 	}
 	return c.NATS.validate()
@@ -240,10 +270,16 @@ func (n NATSConfig) validate() error {
 		return bad("reconnect wait %v", n.ReconnectWait)
 	}
 	if n.External() {
+		if n.ServerConfig != "" || n.ServerTLSCert != "" {
+			return bad("server configuration and server TLS apply to the embedded server only")
+		}
 		return nil
 	}
 	if methods > 0 || n.TLSCA != "" || n.TLSCert != "" {
 		return bad("authentication and TLS options apply to an external deployment (--nats URL) only")
+	}
+	if (n.ServerTLSCert == "") != (n.ServerTLSKey == "") || n.ServerTLSCA != "" && n.ServerTLSCert == "" {
+		return bad("the embedded server's TLS needs a cert and a key (and a CA only with them)")
 	}
 	if n.DataDir == "" {
 		return bad("the embedded server needs a data dir")

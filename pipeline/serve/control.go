@@ -87,19 +87,49 @@ func (s *Service) subscribe() ([]*nats.Subscription, error) {
 		if err != nil {
 			return subs, err
 		}
-		sub, err := s.nc.Subscribe(subj, h)
-		if err != nil {
-			for _, x := range subs {
-				_ = x.Unsubscribe()
+		for _, sh := range []struct {
+			subj string
+			h    nats.MsgHandler
+		}{{subj, h}, {subj + ".*.*", s.rankChecked(kind, h)}} {
+			sub, err := s.nc.Subscribe(sh.subj, sh.h)
+			if err != nil {
+				for _, x := range subs {
+					_ = x.Unsubscribe()
+				}
+				return nil, fmt.Errorf("serve: subscribe %s: %w", sh.subj, err)
 			}
-			return nil, fmt.Errorf("serve: subscribe %s: %w", subj, err)
+			subs = append(subs, sub)
 		}
-		subs = append(subs, sub)
 	}
 	if err := s.nc.Flush(); err != nil {
 		return subs, fmt.Errorf("serve: subscribe: %w", err)
 	}
 	return subs, nil
+}
+
+// rankChecked wraps the handler of a rank control subject
+// (mmfeed.<job>.ctl.<kind>.<dp>.<mp>): a message whose payload names another
+// rank than its subject is refused, so that subject permissions confine a
+// credential to its own rank (docs/security.md).
+func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		_, _, dp, mp, err := proto.ParseRankControlSubject(m.Subject)
+		var r struct {
+			DP *int `json:"dp_rank"`
+			MP *int `json:"mp_rank"`
+		}
+		if err == nil {
+			err = json.Unmarshal(m.Data, &r)
+		}
+		if err == nil && (r.DP == nil || r.MP == nil || *r.DP != dp || *r.MP != mp) {
+			err = fmt.Errorf("serve: %s on %s names another rank: %w", kind, m.Subject, proto.ErrControl)
+		}
+		if err != nil {
+			s.badControl(kind, err)
+			return
+		}
+		h(m)
+	}
 }
 
 // handleRegister answers a trainer rank's Register: the layout must match;

@@ -16,6 +16,9 @@ var (
 	ErrNotReady = errors.New("epoch not planned yet")
 	// ErrEpochRange: a trainer asked for an epoch outside the job's epochs.
 	ErrEpochRange = errors.New("epoch outside the job")
+	// ErrInsecure: NATS or HTTP would listen on a non-loopback address
+	// without authentication, and Config.Insecure is not set.
+	ErrInsecure = errors.New("listening without authentication")
 	// ErrState: a value in the job's KV bucket is malformed.
 	ErrState = errors.New("malformed service state")
 )

@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,10 @@ func (s *Service) Handler() http.Handler {
 func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {
 	if s.nc == nil || !s.nc.IsConnected() {
 		http.Error(w, "nats not connected", http.StatusServiceUnavailable)
+		return
+	}
+	if why := s.health.problems(time.Now(), s.cfg.StuckAfter, s.streamHasRoom()); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

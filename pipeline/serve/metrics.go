@@ -32,6 +32,8 @@ type metrics struct {
 	stageSeconds                     *prometheus.CounterVec
 	imbalance                        prometheus.Histogram
 	control                          *prometheus.CounterVec
+	assetFailures                    prometheus.Counter
+	assetsRecreated                  *prometheus.CounterVec
 	dataWait, compute                *prometheus.CounterVec
 
 	nanos                           [numStages]atomic.Int64
@@ -62,12 +64,15 @@ func newMetrics(s *Service) *metrics {
 			Help: "Seconds trainer ranks reported blocked on the next batch."}, rankLabels),
 		compute: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "compute_seconds_total",
 			Help: "Seconds of forward+backward trainer ranks reported."}, rankLabels),
+		assetFailures: c("asset_check_failures_total", "Checks of the job's JetStream assets that could not reach them."),
+		assetsRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "assets_recreated_total",
+			Help: "JetStream assets found missing and recreated, by kind (kv, quarantine, stream, consumer)."}, []string{"asset"}),
 	}
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.chunks, m.retries, m.rewinds, m.recalibrations,
-		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, &stateCollector{m.s}} {
+		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, m.assetFailures, m.assetsRecreated, &stateCollector{m.s}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

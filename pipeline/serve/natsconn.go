@@ -13,27 +13,34 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// embeddedSecurity is what the service adds to the embedded server's
+// options: whether a non-loopback listener without authentication is
+// allowed, and the password of the service's own in-process user, added
+// when the configuration has users. embeddedOptions fills in how the
+// service then connects (token or user).
+type embeddedSecurity struct {
+	insecure    bool
+	servicePass string
+	token       string // the configured token: the service connects with it
+	asUser      bool   // the service connects as internalUser with servicePass
+}
+
+// internalUser is the service's own user on an embedded server that
+// authenticates clients (its password is random per start).
+const internalUser = "mmfeed-serve-internal"
+
 // startEmbedded starts the in-process JetStream server: file store under
 // DataDir, loopback or in-process only unless Listen names another host.
 // Its max_pending (what it queues for one client before dropping it as a
 // slow consumer) is at least 8 messages of max_payload, so that a trainer's
-// pull of a few chunks never exceeds it.
-func startEmbedded(cfg NATSConfig) (*server.Server, error) {
-	opts := &server.Options{
-		ServerName: "mmfeed", JetStream: true, StoreDir: filepath.Join(cfg.DataDir, "jetstream"),
-		NoSigs: true, NoLog: true, MaxPayload: cfg.MaxPayload, DontListen: cfg.Listen == "",
-		MaxPending: max(server.MAX_PENDING_SIZE, 8*int64(cfg.MaxPayload)), Host: "127.0.0.1", Port: -1,
-	}
-	if cfg.Listen != "" {
-		host, port, _ := net.SplitHostPort(cfg.Listen)
-		p, _ := strconv.Atoi(port)
-		if p == 0 {
-			p = -1 // nats-server: -1 is a random port
-		}
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		opts.Host, opts.Port = host, p
+// pull of a few chunks never exceeds it. ServerConfig (users, permissions,
+// TLS, ...) and the ServerTLS fields apply; a listener on a non-loopback
+// address without authentication is refused (ErrInsecure) unless
+// sec.insecure.
+func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error) {
+	opts, err := embeddedOptions(cfg, sec)
+	if err != nil {
+		return nil, err
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -47,10 +54,82 @@ func startEmbedded(cfg NATSConfig) (*server.Server, error) {
 	return s, nil
 }
 
-// connect opens the service's connection: in-process to the embedded server,
-// or to the external URLs with the configured authentication and TLS. It
+func embeddedOptions(cfg NATSConfig, sec *embeddedSecurity) (*server.Options, error) {
+	opts := &server.Options{}
+	if cfg.ServerConfig != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.ServerConfig); err != nil {
+			return nil, fmt.Errorf("serve: nats config %s: %w", cfg.ServerConfig, err)
+		}
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "mmfeed"
+	}
+	opts.JetStream, opts.StoreDir = true, filepath.Join(cfg.DataDir, "jetstream")
+	opts.NoSigs, opts.NoLog, opts.MaxPayload, opts.DontListen = true, true, cfg.MaxPayload, cfg.Listen == ""
+	opts.MaxPending = max(server.MAX_PENDING_SIZE, 8*int64(cfg.MaxPayload))
+	opts.Host, opts.Port = "127.0.0.1", -1
+	if cfg.Listen != "" {
+		host, port, _ := net.SplitHostPort(cfg.Listen)
+		p, _ := strconv.Atoi(port)
+		if p == 0 {
+			p = -1 // nats-server: -1 is a random port
+		}
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		opts.Host, opts.Port = host, p
+	}
+	if cfg.ServerTLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.ServerTLSCert, KeyFile: cfg.ServerTLSKey,
+			CaFile: cfg.ServerTLSCA, Verify: cfg.ServerTLSCA != ""})
+		if err != nil {
+			return nil, fmt.Errorf("serve: nats tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify, opts.TLSTimeout = tc, true, cfg.ServerTLSCA != "", 5
+	}
+	authed := authenticates(opts)
+	switch {
+	case len(opts.TrustedOperators) > 0 || len(opts.TrustedKeys) > 0:
+		return nil, fmt.Errorf("serve: nats config %s: operator (JWT) mode needs an external deployment (--nats URL): %w",
+			cfg.ServerConfig, ErrInvalidConfig)
+	case opts.Authorization != "":
+		sec.token = opts.Authorization
+	case opts.Username != "": // a single user: one of the users, next to the service's
+		opts.Users = append(opts.Users, &server.User{Username: opts.Username, Password: opts.Password})
+		opts.Username, opts.Password = "", ""
+	}
+	if (len(opts.Users) > 0 || len(opts.Nkeys) > 0) && sec.servicePass != "" {
+		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: sec.servicePass, Permissions: allPermissions()})
+		sec.asUser = true
+	}
+	if !authed && !sec.insecure && cfg.Listen != "" && !loopback(opts.Host) {
+		return nil, fmt.Errorf("serve: nats listens on %s without authentication (--nats-config with users, or --insecure): %w", cfg.Listen, ErrInsecure)
+	}
+	return opts, nil
+}
+
+// authenticates reports whether the server options require clients to
+// authenticate: users, nkeys, a token, trusted operators or verified client
+// certificates.
+func authenticates(o *server.Options) bool {
+	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.TLSVerify
+}
+
+// loopback reports whether host is a loopback name or address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// connect opens the service's connection: in-process to the embedded server
+// (with the configured token, or as internalUser: sec), or to the external URLs with the configured authentication and TLS. It
 // reconnects forever; disconnects and reconnects are logged.
-func connect(cfg NATSConfig, embedded *server.Server, log *slog.Logger) (*nats.Conn, error) {
+func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log *slog.Logger) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("mmfeed-serve"), nats.MaxReconnects(-1), nats.ReconnectWait(cfg.ReconnectWait),
 		nats.RetryOnFailedConnect(false), nats.ReconnectBufSize(64 << 20),
@@ -64,6 +143,12 @@ func connect(cfg NATSConfig, embedded *server.Server, log *slog.Logger) (*nats.C
 	url := ""
 	if embedded != nil {
 		opts = append(opts, nats.InProcessServer(embedded))
+		switch {
+		case sec != nil && sec.token != "":
+			opts = append(opts, nats.Token(sec.token))
+		case sec != nil && sec.asUser:
+			opts = append(opts, nats.UserInfo(internalUser, sec.servicePass))
+		}
 	} else {
 		url = strings.Join(cfg.URLs, ",")
 		auth, err := authOptions(cfg)
@@ -78,6 +163,12 @@ func connect(cfg NATSConfig, embedded *server.Server, log *slog.Logger) (*nats.C
 	}
 	return nc, nil
 }
+
+// ClientOptions returns the nats.go options that authenticate to an
+// external deployment as cfg says (user/password, token, NKey seed or
+// credentials file; TLS CA and client certificate): what a tool like
+// `mmfeed inspect` adds to its connection.
+func ClientOptions(cfg NATSConfig) ([]nats.Option, error) { return authOptions(cfg) }
 
 func authOptions(cfg NATSConfig) ([]nats.Option, error) {
 	var opts []nats.Option

@@ -402,7 +402,10 @@ func (s *Service) waitTurn(ctx context.Context, p pos) error {
 // retried inside proto.Publisher.
 func (s *Service) publish(ctx context.Context, key proto.BatchKey, gen int, payload []byte) error {
 	backoff := 100 * time.Millisecond
-	for {
+	s.health.publishing(true)
+	defer s.health.publishing(false)
+	start := time.Now()
+	for n := 1; ; n++ {
 		st, err := s.pub.Publish(ctx, key, gen, payload)
 		s.met.retries.Add(float64(st.Retries))
 		if err == nil {
@@ -416,7 +419,11 @@ func (s *Service) publish(ctx context.Context, key proto.BatchKey, gen int, payl
 		if permanent(err) {
 			return fmt.Errorf("serve: %w", err)
 		}
-		s.log.Warn("publish failed, retrying", "batch", key.String(), "err", err, "backoff", backoff)
+		s.met.retries.Inc()
+		escalate(s.log.With("batch", key.String()), "publish failed, retrying", n, time.Since(start), s.cfg.StuckAfter, err)
+		if s.cfg.GiveUpAfter > 0 && time.Since(start) > s.cfg.GiveUpAfter {
+			return fmt.Errorf("serve: publish %s failing for %s: %w", key, time.Since(start).Round(time.Second), err)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:

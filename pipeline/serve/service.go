@@ -53,6 +53,8 @@ type Service struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 	met *metrics
+	// health is what /healthz reports beyond the connection.
+	health health
 
 	ns     *server.Server
 	nc     *nats.Conn
@@ -196,6 +198,7 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
+	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
 	}
@@ -258,8 +261,14 @@ var errFinished = errors.New("finished")
 
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
+	var sec *embeddedSecurity
 	if !nc.External() {
-		ns, err := startEmbedded(nc)
+		pass, err := randomSecret()
+		if err != nil {
+			return err
+		}
+		sec = &embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass}
+		ns, err := startEmbedded(nc, sec)
 		if err != nil {
 			return err
 		}
@@ -270,7 +279,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 	} else {
 		s.clientURL = redact(joinURLs(nc.URLs))
 	}
-	conn, err := connect(nc, s.ns, s.log)
+	conn, err := connect(nc, s.ns, sec, s.log)
 	if err != nil {
 		s.stopNATS()
 		return err

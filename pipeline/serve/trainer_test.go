@@ -29,6 +29,8 @@ type trainer struct {
 
 	nc   *nats.Conn
 	cons batchSource
+	// natsOpts are added to the connection's options (credentials, TLS).
+	natsOpts []nats.Option
 
 	mu      sync.Mutex
 	applied map[proto.BatchKey][]proto.Row // the trainer's "checkpointed" batches
@@ -54,7 +56,9 @@ func newTrainer(t testing.TB, cfg Config, url string, dp, mp int) *trainer {
 }
 
 func (tr *trainer) connect(ctx context.Context) error {
-	nc, err := nats.Connect(tr.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	inbox, _ := proto.InboxPrefix(tr.job, tr.dp, tr.mp)
+	opts := append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond), nats.CustomInboxPrefix(inbox)}, tr.natsOpts...)
+	nc, err := nats.Connect(tr.url, opts...)
 	if err != nil {
 		return err
 	}
@@ -105,7 +109,7 @@ func (tr *trainer) register(ctx context.Context, epoch, resume int) (proto.Regis
 
 func registerWith(ctx context.Context, nc *nats.Conn, job string, reg proto.Register) (proto.RegisterReply, error) {
 	b, _ := json.Marshal(reg)
-	subj, _ := proto.ControlSubject(job, proto.CtlRegister)
+	subj, _ := proto.RankControlSubject(job, proto.CtlRegister, reg.DPRank, reg.MPRank)
 	msg, err := nc.RequestWithContext(ctx, subj, b)
 	if err != nil {
 		return proto.RegisterReply{}, err
@@ -272,7 +276,7 @@ func (tr *trainer) publish(kind string, v any) error {
 	if err != nil {
 		return err
 	}
-	subj, _ := proto.ControlSubject(tr.job, kind)
+	subj, _ := proto.RankControlSubject(tr.job, kind, tr.dp, tr.mp)
 	return tr.nc.Publish(subj, b)
 }
 

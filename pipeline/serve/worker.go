@@ -105,7 +105,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.conn != nil {
 		w.nc = cfg.conn
 	} else {
-		nc, err := connect(cfg.NATS, nil, log)
+		nc, err := connect(cfg.NATS, nil, nil, log)
 		if err != nil {
 			return err
 		}

@@ -46,7 +46,7 @@ import logging
 import os
 import sys
 
-from . import config, synthetic
+from . import config, natsauth, synthetic
 from .train import TrainConfig, run
 
 
@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     src.add_argument("--shards", help="folder or URL (s3://, gs://, file://) written by `mmfeed shard`: every epoch it planned")
     src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
     p.add_argument("--job", default="demo", help="job name on the service (default demo)")
+    natsauth.add_arguments(p)
     p.add_argument("--model", default="tiny",
                    help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")
     p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default world size / mp)")
@@ -121,6 +122,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         model=a.model, dp=dp, mp=a.mp, pp=a.pp, pp_schedule=a.pp_schedule, fsdp=a.fsdp, pack=a.pack, ac=a.ac, compile=a.compile,
         compile_backend=a.compile_backend, mixed_precision=a.mixed_precision, cpu_offload=a.cpu_offload,
         init_vision=a.init_vision, init_text=a.init_text, resize_vocab=a.resize_vocab, steps=a.steps, seed=a.seed, nats=a.nats, job=a.job,
+        nats_auth=natsauth.from_args(a),
         shards=a.shards, synthetic=a.synthetic, ckpt_dir=a.ckpt_dir, ckpt_every=a.ckpt_every,
         allow_resize=a.allow_resize,
         log_every=a.log_every, bf16={"auto": None, "on": True, "off": False}[a.bf16], prefetch=a.prefetch,

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from . import keys
+from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .sources import Source, StepData
 from .wire import Assembled, BatchKey, ChunkError, Reassembler
@@ -60,7 +61,8 @@ class StreamSource(Source):
                  idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
                  fetch_bytes: int = 32 << 20, placement: str | None = None, global_rank: int | None = None,
-                 wait_s: float = 600.0, fetch_window: int = 4, fetch_timeout_s: float = 10.0):
+                 wait_s: float = 600.0, fetch_window: int = 4, fetch_timeout_s: float = 10.0,
+                 auth: NatsAuth | None = None):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
         5-minute ack_wait), so a slow step or a long prefetch queue never triggers redelivery.
@@ -74,7 +76,8 @@ class StreamSource(Source):
         ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans.
         ``fetch_window`` (core data plane): batches asked for ahead, fewer when that many of the
         last batch's size would exceed ``fetch_bytes``. ``fetch_timeout_s``: a batch asked for
-        and not received within this is asked for again (and at once after a reconnect)."""
+        and not received within this is asked for again (and at once after a reconnect).
+        ``auth``: credentials and TLS (``natsauth.NatsAuth``; paths and user may hold {dp}, {mp})."""
         super().__init__()
         self.url, self.job, self.dims = url, job, dims
         self.dp_rank, self.mp_rank = ranks if ranks is not None else dims.coords()
@@ -82,6 +85,7 @@ class StreamSource(Source):
         self.fetch_bytes = fetch_bytes
         self.fetch_window = fetch_window
         self.fetch_timeout_s = fetch_timeout_s
+        self.auth = auth
         self._core = False
         self._inbox = None
         self._inbox_q: asyncio.Queue | None = None
@@ -112,7 +116,9 @@ class StreamSource(Source):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _subject(self, kind: str) -> str:
-        return f"mmfeed.{self.job}.ctl.{kind}"
+        """The rank's own control subject (docs/protocol.md section 2): credentials scoped to
+        this rank may publish only there."""
+        return f"mmfeed.{self.job}.ctl.{kind}.{self.dp_rank}.{self.mp_rank}"
 
     def _publish(self, kind: str, body: dict) -> None:
         self._call(self._nc.publish(self._subject(kind), json.dumps(body).encode()), timeout=self.request_timeout_s)
@@ -141,8 +147,12 @@ class StreamSource(Source):
             if reply is not None and reply.get("ok"):
                 break
             if reply is not None and not why:
+                ranks = (self.dp_rank, self.mp_rank)
                 if not adopted and self._adopt_layout(reply):
                     adopted = True
+                    if ranks != (self.dp_rank, self.mp_rank) and self._nc is not None:
+                        await self._nc.close()  # reconnect as the adopted rank (its credentials, its inbox)
+                        self._nc = None
                     continue
                 raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}) for epoch "
                                   f"{epoch}: {reply.get('error')}")
@@ -182,9 +192,11 @@ class StreamSource(Source):
 
             async def reconnected():
                 self._reconnects += 1
+            opts = self.auth.options(self.dp_rank, self.mp_rank) if self.auth else {}
             self._nc = await asyncio.wait_for(nats.connect(
                 self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5, reconnected_cb=reconnected), timeout=left)
+                reconnect_time_wait=0.5, reconnected_cb=reconnected,
+                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left)
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}

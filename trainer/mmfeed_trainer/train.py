@@ -21,6 +21,7 @@ import torch.distributed as dist
 from . import checkpoint, config
 from .synthetic import SynthConfig
 from .model import MMModel, flops_per_sample
+from .natsauth import NatsAuth
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims, backend_for
 from .parallelize import ParallelConfig, parallelize
@@ -59,6 +60,8 @@ class TrainConfig:
     """NATS URL of the service; the stream source."""
     job: str = "demo"
     """Job name on the service."""
+    nats_auth: NatsAuth | None = None
+    """Credentials and TLS for the NATS connection (``natsauth``; paths may hold {dp}, {mp})."""
     shards: str | None = None
     """Directory of ``mmfeed shard`` output; the shard source."""
     synthetic: bool = False
@@ -164,7 +167,7 @@ def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     if cfg.synthetic:
         return SyntheticSource(cfg.synth, dims.dp_rank)
     from .stream import StreamSource
-    return StreamSource(url=cfg.nats, job=cfg.job, dims=dims)
+    return StreamSource(url=cfg.nats, job=cfg.job, dims=dims, auth=cfg.nats_auth)
 
 
 def _check_resizable(cfg: TrainConfig, path: str, saved_dp: int) -> None:

@@ -126,11 +126,11 @@ class FakeService:
                 "micro_batches": MICRO if ok else 0, "epoch": req["epoch"], "modality": "all",
                 "stream": f"MMFEED_{JOB}", "vocab_size": 128256,
                 "consumer": f"mmfeed_{JOB}_0_0", "subject": f"mmfeed.{JOB}.batch.0.0"}).encode())
-        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
+        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register.*.*", cb=on_register)
         for kind in self.control:
             async def record(msg, kind=kind):
                 self.control[kind].append(json.loads(msg.data))
-            await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}", cb=record)
+            await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}.0.0", cb=record)
 
     def publish(self, step, mb, *, gen=0, corrupt=False, epoch=0, shape=None, chunk=4096):
         async def go():
@@ -352,7 +352,7 @@ class FakeCoreService:
             req = json.loads(msg.data)
             self.acks.append((req["epoch"], req["step"], req["micro_batch"]))
 
-        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register", cb=on_register)
+        await self.nc.subscribe(f"mmfeed.{JOB}.ctl.register.*.*", cb=on_register)
         await self.nc.subscribe(f"mmfeed.{JOB}.fetch.0.0", cb=on_fetch)
         await self.nc.subscribe(f"mmfeed.{JOB}.ack.0.0", cb=on_ack)
 

@@ -1,0 +1,290 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// health is what /healthz reports beyond the NATS connection: whether the
+// job's JetStream assets were reachable at the last check, and since when a
+// publish has been in flight. It owns its lock.
+type health struct {
+	mu         sync.Mutex
+	assetErr   error     // the last check's failure; nil: reachable
+	assetSince time.Time // the first failure of the current streak
+	fails      int       // failed checks in a row
+	pubSince   time.Time // start of the publish in flight; zero: none
+}
+
+// checked records one asset check and returns the failures in a row and
+// how long they have lasted.
+func (h *health) checked(err error, now time.Time) (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.assetErr, h.fails = nil, 0
+		return 0, 0
+	}
+	if h.fails == 0 {
+		h.assetSince = now
+	}
+	h.assetErr = err
+	h.fails++
+	return h.fails, now.Sub(h.assetSince)
+}
+
+// publishing marks the start (on) or the end of a publish.
+func (h *health) publishing(on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pubSince = time.Time{}
+	if on {
+		h.pubSince = time.Now()
+	}
+}
+
+// publishFor returns how long the publish in flight has lasted (0: none).
+func (h *health) publishFor(now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pubSince.IsZero() {
+		return 0
+	}
+	return now.Sub(h.pubSince)
+}
+
+// problems returns why the service is unhealthy ("" when healthy): assets
+// unreachable, or one publish in flight for longer than stuck while the
+// stream has room (a full stream is the trainers' backpressure, not a
+// fault).
+func (h *health) problems(now time.Time, stuck time.Duration, streamHasRoom bool) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var why []string
+	if h.assetErr != nil {
+		why = append(why, fmt.Sprintf("jetstream assets unreachable for %s: %v", now.Sub(h.assetSince).Round(time.Second), h.assetErr))
+	}
+	if !h.pubSince.IsZero() && now.Sub(h.pubSince) > stuck && streamHasRoom {
+		why = append(why, fmt.Sprintf("a publish stuck for %s", now.Sub(h.pubSince).Round(time.Second)))
+	}
+	return strings.Join(why, "; ")
+}
+
+// escalate logs the n-th failure in a row of what: at the 1st, 2nd, 4th,
+// 8th, ... (a log with backoff), as a warning until it has lasted for
+// longer than stuck, then as an error.
+func escalate(log *slog.Logger, what string, n int, lasted, stuck time.Duration, err error) {
+	if bits.OnesCount(uint(n)) != 1 {
+		return
+	}
+	level := slog.LevelWarn
+	if lasted > stuck {
+		level = slog.LevelError
+	}
+	log.Log(context.Background(), level, what, "failures", n, "for", lasted.Round(time.Millisecond), "err", err)
+}
+
+// watchAssets checks the job's JetStream assets every AssetCheck: the KV
+// bucket, the quarantine bucket and, on the JetStream data plane, the
+// stream and every rank's consumer. A lost asset is recreated (and its
+// state rewritten from memory; a lost stream rewinds every rank to its
+// first unacknowledged step, so no batch is lost). A check that fails is
+// logged with backoff, counted, reported by /healthz, and after GiveUpAfter
+// of failures in a row ends the service with an error.
+func (s *Service) watchAssets(ctx context.Context) error {
+	if s.cfg.AssetCheck <= 0 {
+		return nil
+	}
+	t := time.NewTicker(s.cfg.AssetCheck)
+	defer t.Stop()
+	stuck := 0 // checks in a row that found a publish stuck
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, min(max(2*s.cfg.AssetCheck, 500*time.Millisecond), 5*time.Second))
+		err := s.checkAssets(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := s.watchPublish(&stuck); err != nil {
+			return err
+		}
+		n, lasted := s.health.checked(err, time.Now())
+		if err == nil {
+			continue
+		}
+		s.met.assetFailures.Inc()
+		escalate(s.log, "jetstream assets unreachable", n, lasted, s.cfg.StuckAfter, err)
+		if s.cfg.GiveUpAfter > 0 && lasted > s.cfg.GiveUpAfter {
+			return fmt.Errorf("serve: jetstream assets unreachable for %s: %w", lasted.Round(time.Second), err)
+		}
+	}
+}
+
+// errPublishStuck: one publish has been in flight for longer than
+// StuckAfter while the stream had room (a retry loop inside the publisher
+// that does not clear: no stream responder, lost acks).
+var errPublishStuck = errors.New("a publish is stuck while the stream has room")
+
+// watchPublish escalates a stuck publish like an unreachable asset: logged
+// with backoff, a warning and then an error, and after GiveUpAfter the
+// service's end. n counts the checks in a row that found it stuck.
+func (s *Service) watchPublish(n *int) error {
+	d := s.health.publishFor(time.Now())
+	if d <= s.cfg.StuckAfter || !s.streamHasRoom() {
+		*n = 0
+		return nil
+	}
+	*n++
+	escalate(s.log, "publish stuck", *n, d, 2*s.cfg.StuckAfter, errPublishStuck)
+	if s.cfg.GiveUpAfter > 0 && d > s.cfg.GiveUpAfter {
+		return fmt.Errorf("serve: publish in flight for %s: %w", d.Round(time.Second), errPublishStuck)
+	}
+	return nil
+}
+
+// streamHasRoom reports whether the stream holds less than half its bound
+// (true on the core data plane or before the first poll): a publish that
+// waits on a fuller stream is backpressure, not a fault.
+func (s *Service) streamHasRoom() bool {
+	if snap := s.streamSnap.Load(); snap != nil {
+		return snap.bytes < uint64(s.cfg.StreamMaxBytes)/2
+	}
+	return true
+}
+
+// checkAssets recreates what is missing; it fails when an asset cannot be
+// read or recreated.
+func (s *Service) checkAssets(ctx context.Context) error {
+	c := s.cfg
+	if _, err := s.js.KeyValue(ctx, proto.BucketName(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err := s.recreateState(ctx); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("kv bucket: %w", err)
+	}
+	if _, err := s.js.KeyValue(ctx, QuarantineBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.lost("quarantine bucket")
+		if _, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
+			return fmt.Errorf("recreate quarantine bucket: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("quarantine bucket: %w", err)
+	}
+	if c.core() {
+		return nil
+	}
+	if _, err := s.js.Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
+		return s.recreateStream(ctx)
+	} else if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	for r := range c.ranks() {
+		name := proto.ConsumerName(c.Job, r/c.MP, r%c.MP)
+		if _, err := s.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			s.lost("consumer " + name)
+			if err := s.ensureConsumer(ctx, r); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return fmt.Errorf("consumer %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) lost(asset string) {
+	s.met.assetsRecreated.WithLabelValues(strings.Fields(asset)[0]).Inc()
+	s.log.Error("jetstream asset lost: recreating it", "asset", asset)
+}
+
+func (s *Service) ensureConsumer(ctx context.Context, r int) error {
+	cc := proto.DefaultConsumerConfig(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP)
+	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
+	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		return fmt.Errorf("recreate consumer: %w", err)
+	}
+	return nil
+}
+
+// recreateState recreates the job's KV bucket and writes back what the
+// service holds: the job record, the planned epochs, each rank's
+// generation and acknowledged step.
+func (s *Service) recreateState(ctx context.Context) error {
+	s.lost("kv bucket " + proto.BucketName(s.cfg.Job))
+	if _, err := proto.EnsureKV(ctx, s.js, s.cfg.Job, s.cfg.StreamMemory, s.cfg.Replicas); err != nil {
+		return fmt.Errorf("recreate kv bucket: %w", err)
+	}
+	if err := s.checkJob(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	infos := make(map[int]EpochInfo, len(s.infos))
+	for e, in := range s.infos {
+		infos[e] = in
+	}
+	ranks := append([]rankState(nil), s.ranks...)
+	prevs := make([]pos, len(ranks))
+	hasPrev := make([]bool, len(ranks))
+	for r, rs := range ranks {
+		prevs[r], hasPrev[r] = s.lastStepBefore(rs.next)
+	}
+	s.mu.Unlock()
+	for e, in := range infos {
+		if err := s.st.putJSON(ctx, kvEpochInfo+fmt.Sprint(e), in); err != nil {
+			return err
+		}
+	}
+	for r, rs := range ranks {
+		dp, mp := r/s.cfg.MP, r%s.cfg.MP
+		if err := s.st.putInt(ctx, kvRankGen(dp, mp), rs.gen); err != nil {
+			return err
+		}
+		if hasPrev[r] {
+			if err := proto.PutRankStep(ctx, s.st.kv, dp, mp, prevs[r].Epoch, prevs[r].Step); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recreateStream recreates the stream and the consumers, then rewinds every
+// rank to its first unacknowledged step: the batches the lost stream held
+// are published again (a new generation), so none is lost.
+func (s *Service) recreateStream(ctx context.Context) error {
+	s.lost("stream " + proto.StreamName(s.cfg.Job))
+	c := s.cfg
+	if _, err := proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
+		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas}); err != nil {
+		return fmt.Errorf("recreate stream: %w", err)
+	}
+	for r := range c.ranks() {
+		if err := s.ensureConsumer(ctx, r); err != nil {
+			return err
+		}
+	}
+	for r := range c.ranks() {
+		s.mu.Lock()
+		to := s.ranks[r].next
+		s.mu.Unlock()
+		if err := s.requestRewind(ctx, rewindReq{rank: r, to: to, reason: "stream recreated"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

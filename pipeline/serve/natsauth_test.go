@@ -1,0 +1,296 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+)
+
+// slowAuth gives a connection time for the server's bcrypt check of its
+// password on a loaded machine (nats.go's default is 2 s).
+var slowAuth = nats.Timeout(20 * time.Second)
+
+// writeAuth writes a job's identities as a NATS server configuration file
+// and returns them by user name.
+func writeAuth(t testing.TB, job string, dp, mp int) (string, map[string]Identity) {
+	t.Helper()
+	ids, err := JobIdentities(job, dp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf, err := AuthConfig(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byUser := map[string]Identity{}
+	for _, id := range ids {
+		byUser[id.User] = id
+	}
+	return path, byUser
+}
+
+// violations collects a connection's asynchronous permission errors.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.errs = append(v.errs, err.Error())
+}
+
+func (v *violations) has(subj string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, e := range v.errs {
+		if strings.Contains(e, "ermissions") && strings.Contains(e, `"`+subj+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNATSAuthRankPermissions: with `mmfeed creds` identities loaded into
+// the embedded server, rank 0's credential cannot publish rank 1's acks,
+// fetches or resends, the job-wide done, or any JetStream API beyond its own
+// consumer (stream delete, KV writes, rank 1's consumer), nor read other
+// inboxes or batch subjects; a rank-subject message naming another rank is
+// refused; anonymous connections are refused; and trainers holding only
+// their own rank's credentials still receive every batch exactly once.
+func TestNATSAuthRankPermissions(t *testing.T) {
+	old := doneAckWait
+	doneAckWait = 100 * time.Millisecond
+	t.Cleanup(func() { doneAckWait = old })
+	for _, plane := range []string{proto.DataPlaneCore, proto.DataPlaneJetStream} {
+		t.Run(plane, func(t *testing.T) { testRankPermissions(t, plane) })
+	}
+}
+
+func testRankPermissions(t *testing.T, plane string) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.DataPlane = plane
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	conf, ids := writeAuth(t, cfg.Job, 2, 1)
+	cfg.NATS.ServerConfig = conf
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+
+	if nc, err := nats.Connect(url); err == nil {
+		nc.Close()
+		t.Fatal("anonymous connection accepted by a server with users")
+	}
+	watch, err := nats.Connect(url, nats.UserInfo(ServiceUser, ids[ServiceUser].Password), slowAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	seen := make(chan string, 64)
+	mine := func(m *nats.Msg) { // what this test publishes, not the service's own traffic
+		if bytes.Contains(m.Data, []byte(`"steps":99`)) {
+			seen <- m.Subject
+		}
+	}
+	wsub, err := watch.Subscribe("mmfeed.job-1.>", mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wsub.Unsubscribe()
+	watchJS, err := watch.Subscribe("$JS.API.STREAM.DELETE.>", mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchJS.Unsubscribe()
+	_ = watch.Flush()
+
+	var v violations
+	inbox, _ := proto.InboxPrefix(cfg.Job, 0, 0)
+	r0 := ids[TrainerUser(0, 0)]
+	nc, err := nats.Connect(url, nats.UserInfo(r0.User, r0.Password), slowAuth, nats.CustomInboxPrefix(inbox), nats.ErrorHandler(v.handler))
+	if err != nil {
+		t.Fatalf("rank 0 with its credential: %v", err)
+	}
+	defer nc.Close()
+	forbidden := []string{
+		"mmfeed.job-1.ack.1.0", "mmfeed.job-1.fetch.1.0", "mmfeed.job-1.ctl.resend.1.0", "mmfeed.job-1.ctl.done.1.0",
+		"mmfeed.job-1.ctl.done", "mmfeed.job-1.ctl.resend", "mmfeed.job-1.ctl.register", "mmfeed.job-1.batch.0.0",
+		"$JS.API.STREAM.DELETE.MMFEED_job-1", "$JS.API.STREAM.PURGE.MMFEED_job-1", "$KV.mmfeed_job-1.rank.0.0",
+		"$JS.API.CONSUMER.MSG.NEXT.MMFEED_job-1.mmfeed_job-1_1_0", "$JS.API.CONSUMER.CREATE.MMFEED_job-1.mmfeed_job-1_0_0.mmfeed.job-1.batch.1.0",
+		"$JS.API.CONSUMER.DELETE.MMFEED_job-1.mmfeed_job-1_0_0",
+	}
+	for _, subj := range forbidden {
+		if err := nc.Publish(subj, []byte(`{"job":"job-1","epoch":0,"dp_rank":1,"mp_rank":0,"steps":99}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, subj := range []string{"_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.1.0.>"} {
+		if _, err := nc.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rank 0's own subject with a payload naming rank 1: delivered, then refused by the service.
+	b, _ := proto.EncodeControl(proto.Done{Job: cfg.Job, Epoch: 0, DPRank: 1, Steps: 99})
+	if err := nc.Publish("mmfeed.job-1.ctl.done.0.0", b); err != nil {
+		t.Fatal(err)
+	}
+	select { // one publisher's messages arrive in order: what passed would have arrived first
+	case got := <-seen:
+		if got != "mmfeed.job-1.ctl.done.0.0" {
+			t.Errorf("watcher saw %q from rank 0's credential before its own done", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0's own done subject never arrived")
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, subj := range append(forbidden, "_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.1.0.>") {
+			if !v.has(subj) {
+				return errorf("no permissions violation for %s (errors: %v)", subj, v.errs)
+			}
+		}
+		if n := labelled(t, r.s, "mmfeed_serve_control_messages_total", "refused"); n < 1 {
+			return errorf("the done naming rank 1 on rank 0's subject not refused")
+		}
+		return nil
+	})
+	nc.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
+		id := ids[TrainerUser(tr.dp, tr.mp)]
+		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+	})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// TestEmbeddedListenNeedsAuth: a non-loopback NATS listener or HTTP address
+// without authentication is refused unless Insecure; with users or a
+// token it is allowed.
+func TestEmbeddedListenNeedsAuth(t *testing.T) {
+	conf, _ := writeAuth(t, "job-1", 1, 1)
+	tests := []struct {
+		name     string
+		listen   string
+		conf     string
+		insecure bool
+		want     error
+	}{
+		{"loopback", "127.0.0.1:0", "", false, nil},
+		{"localhost", "localhost:0", "", false, nil},
+		{"in-process", "", "", false, nil},
+		{"every address", "0.0.0.0:0", "", false, ErrInsecure},
+		{"every address, insecure", "0.0.0.0:0", "", true, nil},
+		{"every address, users", "0.0.0.0:0", conf, false, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := NATSConfig{Listen: tc.listen, ServerConfig: tc.conf, DataDir: t.TempDir(), MaxPayload: 1 << 20}
+			_, err := embeddedOptions(nc, &embeddedSecurity{insecure: tc.insecure})
+			if !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		http, token string
+		insecure    bool
+		want        error
+	}{
+		{"127.0.0.1:0", "", false, nil}, {"[::1]:0", "", false, nil}, {":8080", "", false, ErrInsecure},
+		{"0.0.0.0:8080", "", false, ErrInsecure}, {"0.0.0.0:8080", "secret", false, nil}, {"0.0.0.0:8080", "", true, nil},
+	} {
+		c := testConfig(t, "unused", 1, 1, "colocated")
+		c.HTTP, c.HTTPToken, c.Insecure = tc.http, tc.token, tc.insecure
+		if err := c.Validate(); errors.Is(err, ErrInsecure) != (tc.want != nil) { // other fields may fail too
+
+			t.Errorf("http %q token %q insecure %v: got %v, want %v", tc.http, tc.token, tc.insecure, err, tc.want)
+		}
+	}
+}
+
+// TestEmbeddedAuthModes: whatever authentication the --nats-config file
+// sets up (a users list, a single user, a token, client certificates
+// only), the service's own in-process connection gets in, and a client
+// with the configured credentials too, and an anonymous one does not.
+func TestEmbeddedAuthModes(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteTLS(dir, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	users, ids := writeAuth(t, "job-1", 1, 1)
+	tests := []struct {
+		name, conf string
+		tlsCA      bool
+		client     []nats.Option
+	}{
+		{"users", "", false, []nats.Option{nats.UserInfo(TrainerUser(0, 0), ids[TrainerUser(0, 0)].Password), slowAuth}},
+		{"single user", `authorization { user: alice, password: wonderland }`, false, []nats.Option{nats.UserInfo("alice", "wonderland")}},
+		{"token", `authorization { token: "s3cret" }`, false, []nats.Option{nats.Token("s3cret")}},
+		{"client certificates", "", true, []nats.Option{nats.ClientCert(filepath.Join(dir, TLSClientCertFile), filepath.Join(dir, TLSClientKeyFile))}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := NATSConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxPayload: 1 << 20, ReconnectWait: time.Second}
+			switch {
+			case tc.name == "users":
+				cfg.ServerConfig = users
+			case tc.conf != "":
+				cfg.ServerConfig = filepath.Join(t.TempDir(), "nats.conf")
+				if err := os.WriteFile(cfg.ServerConfig, []byte(tc.conf), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.tlsCA {
+				cfg.ServerTLSCert, cfg.ServerTLSKey = filepath.Join(dir, TLSServerCertFile), filepath.Join(dir, TLSServerKeyFile)
+				cfg.ServerTLSCA = filepath.Join(dir, TLSCAFile)
+			}
+			sec := &embeddedSecurity{servicePass: "internal"}
+			s, err := startEmbedded(cfg, sec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Shutdown()
+			svc, err := connect(cfg, s, sec, testLogger(t))
+			if err != nil {
+				t.Fatalf("service connection: %v", err)
+			}
+			defer svc.Close()
+			if err := svc.Publish("mmfeed.job-1.ctl.done", nil); err != nil || svc.Flush() != nil {
+				t.Fatalf("service publish: %v", err)
+			}
+			var trust []nats.Option
+			if tc.tlsCA {
+				trust = append(trust, nats.RootCAs(filepath.Join(dir, TLSCAFile)))
+			}
+			if c, err := nats.Connect(s.ClientURL(), append(trust, tc.client...)...); err != nil {
+				t.Errorf("client with the configured credentials: %v", err)
+			} else {
+				c.Close()
+			}
+			if c, err := nats.Connect(s.ClientURL(), trust...); err == nil {
+				c.Close()
+				t.Error("anonymous client accepted")
+			}
+		})
+	}
+}
