@@ -118,6 +118,14 @@ type RegisterReply struct {
 	AckSubject   string `json:"ack_subject,omitempty"`
 }
 
+// ResendReply answers a resend sent as a request (the Python client's):
+// OK once the service has it, the rewind follows; otherwise Error says why
+// it was refused.
+type ResendReply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
 // Feedback is published by a trainer rank after each step on
 // mmfeed.<job>.ctl.feedback; the balancer calibrates its cost model from it.
 type Feedback struct {

@@ -522,8 +522,10 @@ func (s *Service) handleResend(m *nats.Msg) {
 	}
 	if err != nil {
 		s.badControl(proto.CtlResend, err)
+		answerResend(m, err)
 		return
 	}
+	answerResend(m, nil) // received: a client that asked (request-reply) stops retrying
 	if !s.gate.startResend(rank) { // the rewind in flight replays this step too
 		s.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
 		return
@@ -542,6 +544,21 @@ func (s *Service) handleResend(m *nats.Msg) {
 			s.log.Warn("resend", "err", err)
 		}
 	}()
+}
+
+// answerResend replies to a resend sent as a request: {"ok": true} once the
+// service has it (the rewind follows asynchronously), or the refusal. A
+// fire-and-forget resend (no reply subject) gets nothing.
+func answerResend(m *nats.Msg, refused error) {
+	if m.Reply == "" {
+		return
+	}
+	rep := proto.ResendReply{OK: refused == nil}
+	if refused != nil {
+		rep.Error = refused.Error()
+	}
+	b, _ := json.Marshal(rep)
+	_ = m.Respond(b)
 }
 
 // resendFrom returns where a resend of asked moves rank: its first
