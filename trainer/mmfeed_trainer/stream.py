@@ -43,6 +43,10 @@ log = logging.getLogger("mmfeed_trainer.stream")
 
 
 ROLES = {"all": ROLE_FULL, "vision": ROLE_VISION, "text": ROLE_TEXT}
+RESEND_ATTEMPTS = 5
+"""Resend requests before the client gives up (the service answers each; backoff 1, 2, 4, 8 s)."""
+DECODE_ATTEMPTS = 3
+"""Times one batch may fail to decode (after its checksum passed) before the client stops."""
 """The role whose columns ``batches.record_to_batch`` keeps, by the modality a rank receives."""
 
 
@@ -259,12 +263,42 @@ class StreamSource(Source):
         for m in tags:
             self._call(m.term())
 
-    def _resend(self, res: Assembled) -> None:
-        k = res.header.key
-        log.warning("batch %s failed (%s): requesting a resend", k, res.error)
-        self._term(res.tags)
-        self._publish("resend", {"job": self.job, "epoch": k.epoch, "step": k.step, "micro_batch": k.micro_batch,
-                                 "dp_rank": k.dp_rank, "mp_rank": k.mp_rank, "reason": res.error})
+    def _resend(self, key: BatchKey, tags: list, reason: str) -> None:
+        """Terminate a failed batch's chunks and ask the service to send it again, as a request
+        it answers, retried: a lost resend would leave the rank waiting for a batch nobody sends.
+        StreamError when the service never answers or refuses."""
+        log.warning("batch %s failed (%s): requesting a resend", key, reason)
+        self._term(tags)
+        body = json.dumps({"job": self.job, "epoch": key.epoch, "step": key.step, "micro_batch": key.micro_batch,
+                           "dp_rank": key.dp_rank, "mp_rank": key.mp_rank, "reason": reason}).encode()
+        for attempt in range(RESEND_ATTEMPTS):
+            try:
+                msg = self._call(self._nc.request(self._subject("resend"), body, timeout=self.request_timeout_s),
+                                 timeout=self.request_timeout_s + 5)
+            except Exception as err:  # nats timeout or no responders: the service may be restarting
+                log.warning("resend of %s unanswered (attempt %d of %d): %s", key, attempt + 1, RESEND_ATTEMPTS, err)
+                time.sleep(min(2.0 ** attempt, 10.0))
+                continue
+            reply = json.loads(msg.data)
+            if not reply.get("ok"):
+                raise StreamError(f"stream: resend of batch {key} refused: {reply.get('error', '')}")
+            return
+        raise StreamError(f"stream: resend of batch {key} unanswered after {RESEND_ATTEMPTS} attempts")
+
+    def _decoded(self, res: Assembled, reasm: Reassembler, failures: dict) -> pa.RecordBatch | None:
+        """``_decode``, or None after a decode failure (the caller asks for the batch again);
+        StreamError once the same batch failed ``DECODE_ATTEMPTS`` times (a batch that passed its
+        checksum and still cannot be read is not a transport fault)."""
+        try:
+            return self._decode(res)
+        except (StreamError, pa.ArrowException, ValueError, IndexError, KeyError) as err:
+            k = res.header.key
+            failures[k] = failures.get(k, 0) + 1
+            if failures[k] >= DECODE_ATTEMPTS:
+                raise StreamError(f"stream: batch {k} failed to decode {failures[k]} times: {err}") from err
+            res.error = f"decode: {err}"
+            reasm.forget(k)
+            return None
 
     def _decode(self, res: Assembled) -> pa.RecordBatch:
         k = res.header.key
@@ -286,6 +320,7 @@ class StreamSource(Source):
     def _batches(self) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
         """Verified (key, record, tags) in arrival order."""
         reasm = Reassembler()
+        failures: dict[BatchKey, int] = {}
         idle_since = time.monotonic()
         while True:
             msgs = self._call(self._fetch())
@@ -305,9 +340,11 @@ class StreamSource(Source):
                     for m in res.tags:
                         self._call(m.ack())
                 elif res.error:
-                    self._resend(res)
+                    self._resend(res.header.key, res.tags, res.error)
+                elif (rec := self._decoded(res, reasm, failures)) is None:
+                    self._resend(res.header.key, res.tags, res.error)
                 else:
-                    yield res.header.key, self._decode(res), res.tags
+                    yield res.header.key, rec, res.tags
 
     # -- core data plane --------------------------------------------------------------------
     def _in_plan(self, k: tuple[int, int, int]) -> bool:
@@ -347,6 +384,7 @@ class StreamSource(Source):
         (the consumer's flow control), again for any not received within ``fetch_timeout_s`` or
         after a reconnect; the service regenerates a batch it no longer holds."""
         reasm = Reassembler(max_pending=2 * self.fetch_window + 2)
+        failures: dict[BatchKey, int] = {}
         nxt, asked, last_size = start, {}, 0
         reconnects = self._reconnects
         idle_since = time.monotonic()
@@ -380,13 +418,14 @@ class StreamSource(Source):
                 k = (key.epoch, key.step, key.micro_batch)
                 if res.duplicate or k not in asked:
                     continue
-                if res.error:
+                rec = None if res.error else self._decoded(res, reasm, failures)
+                if rec is None:
                     log.warning("batch %s failed (%s): asking for it again", key, res.error)
                     asked[k] = 0.0
                     continue
                 del asked[k]
                 last_size = len(res.payload)
-                yield key, self._decode(res), [_CoreAck(self, k)]
+                yield key, rec, [_CoreAck(self, k)]
 
     async def _send_ack(self, k: tuple[int, int, int]) -> None:
         await self._nc.publish(self.reply["ack_subject"], json.dumps(self._request(k)).encode())

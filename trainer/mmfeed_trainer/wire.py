@@ -306,6 +306,11 @@ class Reassembler:
             return out + [self._finish(slot)]
         return out
 
+    def forget(self, key: BatchKey) -> None:
+        """Accept ``key`` again: the batch delivered under it could not be used (it failed to
+        decode), so its next generation is not a duplicate."""
+        self._delivered.pop(key, None)
+
     def expire(self, now: float) -> list[Assembled]:
         """Fail batches incomplete for longer than the timeout."""
         late = [s for s, p in self._pending.items() if now - p.started > self.timeout_s]

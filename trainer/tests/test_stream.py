@@ -20,10 +20,10 @@ import pyarrow as pa
 import pytest
 
 from _dist import free_port
-from mmfeed_trainer import synthetic, wire
+from mmfeed_trainer import stream, synthetic, wire
 from mmfeed_trainer.parallel_dims import ParallelDims
 from mmfeed_trainer.sources import StepData
-from mmfeed_trainer.stream import StreamSource, fetch_size
+from mmfeed_trainer.stream import StreamError, StreamSource, fetch_size
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "t1"
@@ -98,6 +98,7 @@ class FakeService:
         self.url = url
         self.control = {"feedback": [], "resend": [], "done": []}
         self.registers = []
+        self.answer = True
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.call(self._start())
@@ -130,12 +131,17 @@ class FakeService:
         for kind in self.control:
             async def record(msg, kind=kind):
                 self.control[kind].append(json.loads(msg.data))
+                if msg.reply and self.answer:  # the service answers a resend sent as a request
+                    await msg.respond(json.dumps({"ok": True}).encode())
             await self.nc.subscribe(f"mmfeed.{JOB}.ctl.{kind}.0.0", cb=record)
 
-    def publish(self, step, mb, *, gen=0, corrupt=False, epoch=0, shape=None, chunk=4096):
+    def publish(self, step, mb, *, gen=0, corrupt=False, garbage=False, epoch=0, shape=None, chunk=4096):
+        """Publish a micro-batch; ``corrupt`` breaks its checksum, ``garbage`` sends bytes that
+        pass the checksum but are not Arrow IPC."""
         async def go():
             key = wire.BatchKey(JOB, epoch, step, mb, 0, 0)
-            for h, d in wire.make_chunks(key, payload(step, mb, epoch, shape), chunk, gen):
+            body = b"not an arrow stream " * 50 if garbage else payload(step, mb, epoch, shape)
+            for h, d in wire.make_chunks(key, body, chunk, gen):
                 if corrupt and h["Mmfeed-Chunk"].startswith("0/"):
                     d = bytes([d[0] ^ 0xFF]) + d[1:]
                 await self.js.publish(f"mmfeed.{JOB}.batch.0.0", d, headers=h)
@@ -386,3 +392,35 @@ def test_core_data_plane_asks_again_and_acks_in_plan_order(nats_url):
         assert svc.acks == want
     finally:
         svc.close()
+
+
+def test_undecodable_batch_is_asked_for_again(nats_url, svc):
+    """A batch that passes its checksum but is not Arrow IPC is resent (request-reply), not a crash."""
+    svc.publish(0, 0)
+    svc.publish(0, 1, garbage=True)
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30)
+    src.register({"epoch": 0, "next_step": 0})
+    it = src.steps({"epoch": 0, "next_step": 0})
+    first = concurrent.futures.ThreadPoolExecutor(1).submit(next, it)
+    deadline = time.monotonic() + 10
+    while not svc.control["resend"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.control["resend"] and svc.control["resend"][0]["micro_batch"] == 1
+    assert svc.control["resend"][0]["reason"].startswith("decode:")
+    svc.publish(0, 1, gen=1)
+    step = first.result(timeout=30)
+    assert step.step == 0 and len(step.records) == 2
+    src.close()
+
+
+def test_unanswered_resend_is_a_clear_error(nats_url, svc, monkeypatch):
+    """A resend nobody answers is retried, then the rank stops with an error instead of waiting."""
+    monkeypatch.setattr(stream, "RESEND_ATTEMPTS", 2)
+    svc.answer = False
+    svc.publish(0, 0, corrupt=True)
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30, request_timeout_s=0.5)
+    src.register({"epoch": 0, "next_step": 0})
+    with pytest.raises(StreamError, match="unanswered after 2 attempts"):
+        next(src.steps({"epoch": 0, "next_step": 0}))
+    assert len(svc.control["resend"]) == 2
+    src.close()
