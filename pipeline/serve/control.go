@@ -525,7 +525,8 @@ func (s *Service) handleResend(m *nats.Msg) {
 		answerResend(m, err)
 		return
 	}
-	answerResend(m, nil) // received: a client that asked (request-reply) stops retrying
+	// Received: a client that asked (request-reply) stops retrying.
+	answerResend(m, nil)
 	if !s.gate.startResend(rank) { // the rewind in flight replays this step too
 		s.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
 		return
