@@ -75,8 +75,8 @@ func TrainerPermissions(job string, dp, mp int) (*server.Permissions, error) {
 //   - take items from the shared work queue: the workers consumer's info,
 //     pull (MSG.NEXT) and acknowledgements (ack, nak, in-progress, term);
 //   - read the job's work object store (WorkBucket: configs, tokenizer
-//     files): its stream info, its metadata by direct or stream get, and an
-//     ordered consumer of its chunks (create, flow control, delete);
+//     files): its stream info, its metadata by direct get, and an ordered
+//     consumer of its chunks (create, flow control, delete);
 //   - add quarantine records to the job's quarantine bucket (its stream info,
 //     its $KV subjects, direct gets for Create's check);
 //   - send the job's results (mmfeedwork.<job>.result and .features);
@@ -97,11 +97,11 @@ func WorkerPermissions(job string) *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
 			"$JS.API.CONSUMER.INFO." + queue, "$JS.API.CONSUMER.MSG.NEXT." + queue, "$JS.ACK." + queue + ".>",
-			"$JS.API.STREAM.INFO." + obj, "$JS.API.DIRECT.GET." + obj, "$JS.API.DIRECT.GET." + obj + ".>",
-			"$JS.API.STREAM.MSG.GET." + obj, "$JS.API.CONSUMER.CREATE." + obj, "$JS.API.CONSUMER.CREATE." + obj + ".>",
-			"$JS.API.CONSUMER.DELETE." + obj + ".>", "$JS.FC." + obj + ".>",
-			"$JS.API.STREAM.INFO." + kv, "$JS.API.DIRECT.GET." + kv, "$JS.API.DIRECT.GET." + kv + ".>",
-			"$JS.API.STREAM.MSG.GET." + kv, "$KV." + q + ".>",
+			// The work bucket: ObjectStore, GetInfo, and Get's ordered consumer (flow controlled, deleted when read).
+			"$JS.API.STREAM.INFO." + obj, "$JS.API.DIRECT.GET." + obj + ".>",
+			"$JS.API.CONSUMER.CREATE." + obj + ".>", "$JS.API.CONSUMER.DELETE." + obj + ".>", "$JS.FC." + obj + ".>",
+			// The quarantine bucket: KeyValue, and Create (its check of a deleted key reads it).
+			"$JS.API.STREAM.INFO." + kv, "$JS.API.DIRECT.GET." + kv + ".>", "$KV." + q + ".>",
 			workResultSubject(job), workFeaturesSubject(job),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInboxPrefix + ".>"}},

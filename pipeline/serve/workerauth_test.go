@@ -125,6 +125,20 @@ func testWorkerForbidden(t *testing.T, url string, wk Identity) {
 			t.Fatal(err)
 		}
 	}
+	// What the role needs works: its job's quarantine records, its work bucket.
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if q, err := js.KeyValue(ctx, QuarantineBucket("job-1")); err != nil {
+		t.Errorf("worker credential: quarantine bucket: %v", err)
+	} else if _, err := q.Create(ctx, "s.d29ya2VyLXRlc3Q", []byte(`{"id":"worker-test"}`)); err != nil {
+		t.Errorf("worker credential: quarantine record: %v", err)
+	} else if err := q.Delete(ctx, "s.d29ya2VyLXRlc3Q"); err != nil {
+		t.Error(err)
+	}
+	if _, err := js.ObjectStore(ctx, WorkBucket("job-1")); err != nil {
+		t.Errorf("worker credential: work bucket: %v", err)
+	}
 	subs := []string{"_INBOX.>", "_INBOX.mmfeed.job-1.0.0.>", "mmfeed.job-1.batch.>", workItemsSubject("job-1")}
 	for _, subj := range subs {
 		if _, err := nc.SubscribeSync(subj); err != nil {
