@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestWorkerCredentialLeastPrivilege: with `mmfeed creds` identities
-// loaded into a planner's embedded server, a worker holding ONLY the worker
+// TestWorkerCredentialLeastPrivilege: on a NATS server with the `mmfeed
+// creds` identities only, a planner connected as service, a worker holding ONLY the worker
 // credential preprocesses every item (features and batches) and two
 // trainers holding their rank credentials get every batch exactly once; an
 // item of another job, which the worker credential does not cover, is left
@@ -28,10 +28,18 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
 	cfg.Role, cfg.WorkAckWait, cfg.Recalibrate = RolePlanner, 2*time.Second, -1
 	conf, ids := writeAuth(t, cfg.Job, 2, 1)
-	cfg.NATS.ServerConfig = conf
-	r := start(t, cfg)
-	url := r.s.ClientURL()
+	// A NATS server with the `mmfeed creds` users only (what
+	// `nats-server -c auth.conf` runs); the planner connects as service.
+	ns, err := startEmbedded(NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
+		&embeddedSecurity{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	url := ns.ClientURL()
 	svc := ids[ServiceUser]
+	cfg.NATS = NATSConfig{URLs: []string{url}, User: svc.User, Password: svc.Password, ReconnectWait: 50 * time.Millisecond}
+	r := start(t, cfg)
 	asService := []nats.Option{nats.UserInfo(svc.User, svc.Password), slowAuth}
 	wk := ids[WorkerUser]
 
@@ -95,6 +103,9 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, quarantined)
+	if m, err := st.GetLastMsgForSubject(ctx, workItemsSubject("job-2")); err != nil || !bytes.Equal(m.Data, foreign) {
+		t.Errorf("job-2's item is gone from the work queue after the run (%v)", err)
+	}
 }
 
 // testWorkerForbidden checks that the worker credential is refused every
