@@ -29,8 +29,9 @@ const (
 	// ServiceUser runs `mmfeed serve` (every role: planner, worker, all):
 	// the whole account.
 	ServiceUser = "service"
-	// WorkerUser runs a preprocessing worker (`--role worker`): builds and
-	// publishes batches, reads the job's state, never speaks for a trainer.
+	// WorkerUser runs a preprocessing worker (`--role worker`): takes work
+	// items, reads the job's work bucket, sends the job's results to its
+	// planner, never speaks for a trainer (WorkerPermissions).
 	WorkerUser = "worker"
 )
 
@@ -68,23 +69,42 @@ func TrainerPermissions(job string, dp, mp int) (*server.Permissions, error) {
 	}, nil
 }
 
-// WorkerPermissions lets a preprocessing worker of job publish batches
-// and answer fetches (the replies go to the trainers' inboxes), take work
-// items, and read the job's KV bucket and stream; it cannot publish any
-// trainer's control, fetch or ack subject, nor manage streams, consumers or
-// buckets. Provisional until the worker role's subjects settle: it is
-// written for mmfeed.<job>.work.> as the work-item subjects.
+// WorkerPermissions lets a preprocessing worker (`mmfeed serve --role
+// worker`) of job do what RunWorker does for that job's items and nothing
+// else:
+//   - take items from the shared work queue: the workers consumer's info,
+//     pull (MSG.NEXT) and acknowledgements (ack, nak, in-progress, term);
+//   - read the job's work object store (WorkBucket: configs, tokenizer
+//     files): its stream info, its metadata by direct get, and an ordered
+//     consumer of its chunks (create, flow control, delete);
+//   - add quarantine records to the job's quarantine bucket (its stream info,
+//     its $KV subjects, direct gets for Create's check);
+//   - send the job's results (mmfeedwork.<job>.result and .features);
+//   - receive replies on WorkerInboxPrefix only.
+//
+// It cannot publish work items, any mmfeed.<job>.> subject (trainer
+// control, fetch, ack, batches), any other job's results or buckets, the
+// feature cache (the planner's), nor create, delete or purge streams,
+// buckets or the workers consumer. A worker takes items of every job from
+// the shared consumer; an item of a job its credential does not cover is
+// refused by the server and left in the queue for another worker
+// (worker.refusedJob, docs/security.md).
 func WorkerPermissions(job string) *server.Permissions {
-	p := proto.SubjectPrefix + "." + job + "."
-	bucket := "KV_" + proto.BucketName(job)
+	obj := "OBJ_" + WorkBucket(job)
+	q := QuarantineBucket(job)
+	kv := "KV_" + q
+	queue := WorkStream + "." + WorkConsumer
 	return &server.Permissions{
-		Publish: &server.SubjectPermission{
-			Allow: []string{p + ">", "_INBOX.>",
-				"$JS.API.INFO", "$JS.API.STREAM.INFO." + proto.StreamName(job), "$JS.API.STREAM.INFO." + bucket,
-				"$JS.API.DIRECT.GET." + bucket + ".>", "$JS.API.STREAM.MSG.GET." + bucket},
-			Deny: []string{p + "ctl.>", p + "ack.>", p + "fetch.>"},
-		},
-		Subscribe: &server.SubjectPermission{Allow: []string{p + "work.>", p + "fetch.>", "_INBOX.>"}},
+		Publish: &server.SubjectPermission{Allow: []string{
+			"$JS.API.CONSUMER.INFO." + queue, "$JS.API.CONSUMER.MSG.NEXT." + queue, "$JS.ACK." + queue + ".>",
+			// The work bucket: ObjectStore, GetInfo, and Get's ordered consumer (flow controlled, deleted when read).
+			"$JS.API.STREAM.INFO." + obj, "$JS.API.DIRECT.GET." + obj + ".>",
+			"$JS.API.CONSUMER.CREATE." + obj + ".>", "$JS.API.CONSUMER.DELETE." + obj + ".>", "$JS.FC." + obj + ".>",
+			// The quarantine bucket: KeyValue, and Create (its check of a deleted key reads it).
+			"$JS.API.STREAM.INFO." + kv, "$JS.API.DIRECT.GET." + kv + ".>", "$KV." + q + ".>",
+			workResultSubject(job), workFeaturesSubject(job),
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInboxPrefix + ".>"}},
 	}
 }
 

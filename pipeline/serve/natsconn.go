@@ -127,9 +127,10 @@ func loopback(host string) bool {
 }
 
 // connect opens the service's connection: in-process to the embedded server
-// (with the configured token, or as internalUser: sec), or to the external URLs with the configured authentication and TLS. It
-// reconnects forever; disconnects and reconnects are logged.
-func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log *slog.Logger) (*nats.Conn, error) {
+// (with the configured token, or as internalUser: sec), or to the external URLs with the configured authentication and TLS;
+// extra options come last. It reconnects forever; disconnects and
+// reconnects are logged.
+func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("mmfeed-serve"), nats.MaxReconnects(-1), nats.ReconnectWait(cfg.ReconnectWait),
 		nats.RetryOnFailedConnect(false), nats.ReconnectBufSize(64 << 20),
@@ -157,7 +158,7 @@ func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log
 		}
 		opts = append(opts, auth...)
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("serve: connect to nats %s: %w", redact(url), err)
 	}

@@ -55,6 +55,10 @@ type worker struct {
 	chunk    int
 	cacheDir string
 
+	// refused are the subjects the server refused this worker's own
+	// connection (a job-scoped credential).
+	refused refusals
+
 	mu       sync.Mutex
 	datasets map[string]*workerDataset // by job + config hash
 	opening  map[string]*sync.Mutex
@@ -105,7 +109,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.conn != nil {
 		w.nc = cfg.conn
 	} else {
-		nc, err := connect(cfg.NATS, nil, nil, log)
+		nc, err := connect(cfg.NATS, nil, nil, log, nats.CustomInboxPrefix(WorkerInboxPrefix),
+			nats.Timeout(10*time.Second), nats.ErrorHandler(w.refused.handler(log)))
 		if err != nil {
 			return err
 		}
@@ -220,6 +225,9 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		_ = m.Term()
 		return nil
 	}
+	if w.leaveRefused(m, it.Job, it.ID) {
+		return nil
+	}
 	t0 := time.Now()
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -229,6 +237,10 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		if ctx.Err() != nil {
 			_ = m.Nak() // stopping: the item goes to another worker at once
 			return ctx.Err()
+		}
+		if w.leaveRefused(m, it.Job, it.ID) {
+			w.log.Warn("the server refuses this worker's credential the job: its items are left to other workers", "job", it.Job, "err", err)
+			return nil
 		}
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
 			"dp", it.DP, "mb", it.MicroBatch, "err", err)
@@ -243,6 +255,10 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 	if err := w.send(ctx, &it, payloads, took); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if w.leaveRefused(m, it.Job, it.ID) {
+			w.log.Warn("the server refuses this worker's credential the job's results: its items are left to other workers", "job", it.Job, "err", err)
+			return nil
 		}
 		w.log.Warn("work result not taken: left for another attempt", "item", it.ID, "err", err)
 		_ = m.Nak()
@@ -410,7 +426,9 @@ func (w *worker) evictLocked(keep string) {
 }
 
 func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, error) {
-	obj, err := w.js.ObjectStore(ctx, WorkBucket(job))
+	octx, stop := w.refused.watch(ctx, workBucketInfo(job))
+	obj, err := w.js.ObjectStore(octx, WorkBucket(job))
+	stop()
 	if err != nil {
 		return nil, fmt.Errorf("serve: work bucket of %s: %w", job, err)
 	}
@@ -466,6 +484,9 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 		_ = m.Term()
 		return nil
 	}
+	if w.leaveRefused(m, it.Job, it.ID) {
+		return nil
+	}
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
@@ -473,6 +494,10 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if w.leaveRefused(m, it.Job, it.ID) {
+			w.log.Warn("the server refuses this worker's credential the job: its items are left to other workers", "job", it.Job, "err", err)
+			return nil
 		}
 		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
