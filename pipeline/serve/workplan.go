@@ -250,7 +250,9 @@ func (w *workPlanner) logTally(epoch int) {
 // workUnits is the predicted CPU cost of preprocessing some samples: the
 // megapixels to decode, the megabytes to read and a fixed part per sample
 // (tokenizing, resizing to the output size).
-func workUnits(ep *epochPlan, mb []balancer.Entry) float64 { return featureUnits(&ep.prep.Features, mb) }
+func workUnits(ep *epochPlan, mb []balancer.Entry) float64 {
+	return featureUnits(&ep.prep.Features, mb)
+}
 
 // featureUnits is workUnits of entries of f.
 func featureUnits(f *pipeline.Features, mb []balancer.Entry) float64 {
