@@ -123,7 +123,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.subs, err = sw.work.subscribe(); err != nil {
 		return nil, err
 	}
-	sw.log.Info("shard: batch items go to the work queue", "stream", WorkStream, "job", cfg.Job, "config", hash)
+	sw.log.Debug("shard: batch items go to the work queue", "stream", WorkStream, "job", cfg.Job, "config", hash)
 	return sw, nil
 }
 
