@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -21,7 +22,8 @@ import (
 // rows; worker b joins after a's second item and takes a's item over), and
 // ShardWorkers as the shard writer's step source. Every file the run writes
 // (data files, indexes, manifest, progress records) is byte-identical to a
-// local Shard of the same inputs, and the quarantine has the same samples.
+// local Shard of the same inputs, every row written (extra.arrow's too) was
+// built by the workers, and the quarantine has the same samples.
 func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	input := corpus(t, 120)
 	pc := testConfig(t, input, 2, 1, "colocated").Pipeline
@@ -30,7 +32,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	localDir, localQ := shardLocal(t, ctx, pc, o, nil)
+	localDir, localQ, _ := shardLocal(t, ctx, pc, o, nil)
 
 	ns := embeddedNATS(t)
 	var aDone atomic.Int32
@@ -65,7 +67,8 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 			bErr <- nil
 		}
 	}()
-	remoteDir, remoteQ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
+	fromWorkers := 0 // rows the workers built
+	remoteDir, remoteQ, written := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
 		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}},
 			AckWait: 400 * time.Millisecond, Logger: testLogger(t)}, prep)
 		if err != nil {
@@ -76,8 +79,20 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 				t.Errorf("close: %v", err)
 			}
 		})
-		return sw.Run
+		return func(ctx context.Context, plan *balancer.Plan, emit func(pipeline.StepBatch) error) error {
+			return sw.Run(ctx, plan, func(sb pipeline.StepBatch) error {
+				for _, mbs := range sb.Rows {
+					for _, rows := range mbs {
+						fromWorkers += len(rows)
+					}
+				}
+				return emit(sb)
+			})
+		}
 	})
+	if fromWorkers != written {
+		t.Errorf("the workers built %d rows, the files hold %d (extra.arrow included)", fromWorkers, written)
+	}
 	if err := <-aErr; !errors.Is(err, errKilled) {
 		t.Fatalf("worker a: %v, want killed", err)
 	}
@@ -115,7 +130,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 // the rows from src(prep) when src is not nil; it returns the folder and
 // the run's quarantine.
 func shardLocal(t *testing.T, ctx context.Context, pc pipeline.Config, o pipeline.ShardOptions,
-	src func(*pipeline.Prepared) pipeline.StepSource) (string, interface{ Total() int64 }) {
+	src func(*pipeline.Prepared) pipeline.StepSource) (string, interface{ Total() int64 }, int) {
 	t.Helper()
 	var q bytes.Buffer
 	prep, err := pipeline.Prepare(ctx, pc, &q)
@@ -144,7 +159,19 @@ func shardLocal(t *testing.T, ctx context.Context, pc pipeline.Config, o pipelin
 	if sum.Rows == 0 {
 		t.Fatal("no rows written")
 	}
-	return dir, prep.Quarantine
+	if len(sum.Epochs) < 2 || !hasExtra(sum.Files) {
+		t.Fatalf("no later epoch or no extra.arrow to test: %+v", sum)
+	}
+	return dir, prep.Quarantine, sum.Rows
+}
+
+func hasExtra(files []string) bool {
+	for _, f := range files {
+		if f == "extra.arrow" {
+			return true
+		}
+	}
+	return false
 }
 
 // readTree returns every file under dir by its relative path.
