@@ -41,8 +41,10 @@ func Shard(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Store, 
 // with weight 0).
 type StepSource func(ctx context.Context, plan *balancer.Plan, emit func(StepBatch) error) error
 
-// ShardFrom is Shard with the rows of the steps to write built by src (nil:
-// a Preprocessor of prep, in this process), for example by remote workers.
+// ShardFrom is Shard with every row written built by src (nil: a
+// Preprocessor of prep, in this process), for example by remote workers: the
+// first epoch's steps, then extra.arrow's records as a plan of one rank and
+// one micro-batch per record.
 // The files written depend only on the rows, so a src that keeps the
 // StepSource contract writes files identical to Shard's.
 func ShardFrom(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Store, o ShardOptions, src StepSource, progress func(done, total int)) (ShardSummary, error) {
