@@ -206,9 +206,13 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 		}
 		steps = append(steps, balancer.Step{Index: len(steps), Ranks: [][]balancer.MicroBatch{{mb}}})
 	}
-	pp, err := NewPreprocessor(w.prep)
-	if err != nil {
-		return err
+	src := w.src
+	if src == nil {
+		pp, err := NewPreprocessor(w.prep)
+		if err != nil {
+			return err
+		}
+		src = pp.Run
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -217,7 +221,7 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 	if err := pw.add(pctx, w, w.meta, ShardFile{Path: extraFile, Rank: -1, Part: -1}); err != nil {
 		return err
 	}
-	err = pp.Run(ctx, &balancer.Plan{Config: w.plan.Config, Steps: steps}, func(sb StepBatch) error {
+	err := src(ctx, &balancer.Plan{Config: w.plan.Config, Steps: steps}, func(sb StepBatch) error {
 		rows := sb.Rows[0][0]
 		if err := w.encodeRows(sb.Rows); err != nil {
 			return err

@@ -32,6 +32,22 @@ import (
 // keeps it instead of preprocessing its steps again. progress, when not nil, is called
 // after each written step of the first epoch.
 func Shard(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Store, o ShardOptions, progress func(done, total int)) (ShardSummary, error) {
+	return ShardFrom(ctx, prep, plan, st, o, nil, progress)
+}
+
+// StepSource builds the rows of a plan's steps and emits them in the plan's
+// step order, exactly as Preprocessor.Run does: every rank's micro-batches,
+// each row as Preprocessor.Row builds it (a sample that fails to decode kept
+// with weight 0).
+type StepSource func(ctx context.Context, plan *balancer.Plan, emit func(StepBatch) error) error
+
+// ShardFrom is Shard with every row written built by src (nil: a
+// Preprocessor of prep, in this process), for example by remote workers: the
+// first epoch's steps, then extra.arrow's records as a plan of one rank and
+// one micro-batch per record.
+// The files written depend only on the rows, so a src that keeps the
+// StepSource contract writes files identical to Shard's.
+func ShardFrom(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Store, o ShardOptions, src StepSource, progress func(done, total int)) (ShardSummary, error) {
 	var sum ShardSummary
 	if err := o.Validate(prep.Config.Image.DType); err != nil {
 		return sum, err
@@ -40,7 +56,7 @@ func Shard(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Store, 
 	if err != nil {
 		return sum, err
 	}
-	w := &shardWriter{prep: prep, plan: plan, st: st, o: o, lay: newLayout(plan, o.PartSteps), mem: memory.NewGoAllocator()}
+	w := &shardWriter{prep: prep, plan: plan, st: st, o: o, src: src, lay: newLayout(plan, o.PartSteps), mem: memory.NewGoAllocator()}
 	w.meta = w.batchMeta()
 	w.fingerprint = fingerprint(prep, plan, o)
 	if err := w.start(ctx); err != nil {
@@ -61,6 +77,7 @@ type shardWriter struct {
 	plan        *balancer.Plan
 	st          *Store
 	o           ShardOptions
+	src         StepSource // nil: a local Preprocessor
 	lay         layout
 	mem         memory.Allocator
 	meta        proto.BatchMeta
@@ -123,9 +140,13 @@ func (w *shardWriter) writeParts(ctx context.Context, progress func(done, total 
 	if len(todo) == 0 {
 		return nil
 	}
-	pp, err := NewPreprocessor(w.prep)
-	if err != nil {
-		return err
+	src := w.src
+	if src == nil {
+		pp, err := NewPreprocessor(w.prep)
+		if err != nil {
+			return err
+		}
+		src = pp.Run
 	}
 	sub := &balancer.Plan{Config: w.plan.Config, Steps: todo}
 	pos := make(map[int]int, len(w.plan.Steps)) // step index → position in the first epoch
@@ -134,10 +155,14 @@ func (w *shardWriter) writeParts(ctx context.Context, progress func(done, total 
 	}
 	var part *partWriter
 	defer func() { part.abort() }()
-	return pp.Run(ctx, sub, func(sb StepBatch) error {
-		k := pos[sb.Step]
+	return src(ctx, sub, func(sb StepBatch) error {
+		k, ok := pos[sb.Step]
+		if !ok || (part != nil && w.lay.part(k) != part.p) {
+			return fmt.Errorf("pipeline: step source emitted step %d out of the plan's order", sb.Step)
+		}
 		p := w.lay.part(k)
 		if part == nil {
+			var err error
 			if part, err = w.openPart(ctx, p); err != nil {
 				return err
 			}

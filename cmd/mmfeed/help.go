@@ -26,8 +26,9 @@ var flagGroups = []struct {
 var examples = map[string][]string{
 	"synth":  {"mmfeed synth --out /tmp/corpus --samples 2000 --seed 7"},
 	"report": {"mmfeed report --input /tmp/corpus/manifest.jsonl --dp 8 --global-batch 128", "mmfeed report --input export.parquet --image-field image.bytes --text-field caption --dp 4 --json"},
-	"shard":  {"mmfeed shard --input captions.jsonl --root train2017 --image-field file_name --dp 2 --global-batch 32 --out /tmp/shards"},
-	"creds":  {"mmfeed creds --job demo --dp 2 --mp 2 --out /etc/mmfeed/demo --tls-hosts feeder.internal"},
+	"shard": {"mmfeed shard --input captions.jsonl --root train2017 --image-field file_name --dp 2 --global-batch 32 --out /tmp/shards",
+		"mmfeed shard --input /shared/manifest.jsonl --dp 8 --global-batch 128 --out s3://bucket/shards --nats nats://n0:4222   # workers: serve --role worker"},
+	"creds": {"mmfeed creds --job demo --dp 2 --mp 2 --out /etc/mmfeed/demo --tls-hosts feeder.internal"},
 	"serve": {"mmfeed serve --input /tmp/corpus/manifest.jsonl --dp 2 --mp 2 --placement modality --global-batch 64 --job demo",
 		"MMFEED_GLOBAL_BATCH=64 mmfeed serve --config mmfeed.yaml --job demo --log-format json",
 		"mmfeed serve --role planner --input /data/manifest.jsonl --dp 8 --global-batch 128 --job big --nats nats://n0:4222",

@@ -30,6 +30,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
 	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) that is not WebDataset shards is copied before indexing (shards, also https://, are streamed)")
 	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
+	nf := bindShardNATSFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -48,6 +49,9 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
+	if err := nf.checkInput(&cfg); err != nil {
+		return err
+	}
 	if pipeline.IsURL(cfg.Input) {
 		in, err := pipeline.OpenInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
 		if err != nil {
@@ -82,7 +86,12 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := st.WriteFile(ctx, "plan.jsonl", plan.WriteJSONL); err != nil {
 		return err
 	}
-	sum, err := pipeline.Shard(ctx, prep, plan, st, o, progressBar(stderr, "preprocessing", "steps"))
+	src, closeSrc, err := nf.source(ctx, prep, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeSrc()
+	sum, err := pipeline.ShardFrom(ctx, prep, plan, st, o, src, progressBar(stderr, "preprocessing", "steps"))
 	if err != nil {
 		return err
 	}

@@ -251,7 +251,11 @@ func (w *workPlanner) logTally(epoch int) {
 // megapixels to decode, the megabytes to read and a fixed part per sample
 // (tokenizing, resizing to the output size).
 func workUnits(ep *epochPlan, mb []balancer.Entry) float64 {
-	f := ep.prep.Features
+	return featureUnits(&ep.prep.Features, mb)
+}
+
+// featureUnits is workUnits of entries of f.
+func featureUnits(f *pipeline.Features, mb []balancer.Entry) float64 {
 	u := 0.0
 	for _, e := range mb {
 		sz := f.Sizes[e.Item]
@@ -283,13 +287,34 @@ const heavyFactor = 4
 // need it (want), one per micro-batch, except those already issued; with
 // heavyOnly, only the heavy ones (heavyFactor).
 func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
+	return w.issueStepOf(ctx, s.itemSource(ep), plan, st, want, heavyOnly)
+}
+
+// itemSource is what batch items are made of: the features the plan's
+// entries index, the epoch, and each rank's batch metadata of a step (r is
+// dp*mp + mp rank).
+type itemSource struct {
+	feats *pipeline.Features
+	epoch int
+	meta  func(step, r int) (proto.BatchMeta, error)
+}
+
+// itemSource is the served epoch ep as an itemSource.
+func (s *Service) itemSource(ep *epochPlan) itemSource {
+	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch,
+		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
+}
+
+// issueStepOf is issueStep for any itemSource (the service's epochs, a
+// shard run's plan).
+func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
 	for dp, mbs := range st.Ranks {
 		if (heavyOnly && !w.detectsHeavy()) || !want(dp) {
 			continue
 		}
 		for mb, entries := range mbs {
-			k := workKey{ep.info.Epoch, st.Index, dp, mb}
-			units := workUnits(ep, entries)
+			k := workKey{src.epoch, st.Index, dp, mb}
+			units := featureUnits(src.feats, entries)
 			w.mu.Lock()
 			_, done := w.slots[k]
 			heavy := w.unitsN > 0 && units > heavyFactor*w.unitsSum/float64(w.unitsN)
@@ -297,7 +322,7 @@ func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, 
 			if done || (heavyOnly && !heavy) {
 				continue
 			}
-			it, err := w.item(s, ep, plan, st.Index, dp, mb, entries, units)
+			it, err := w.item(src, plan, st.Index, dp, mb, entries, units)
 			if err != nil {
 				return err
 			}
@@ -329,17 +354,17 @@ func (w *workPlanner) detectsHeavy() bool {
 	return w.unitsN >= 16
 }
 
-func (w *workPlanner) item(s *Service, ep *epochPlan, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, units float64) (*batchItem, error) {
-	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: ep.info.Epoch, Step: step, DP: dp, MicroBatch: mb,
+func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, units float64) (*batchItem, error) {
+	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]workSample, len(entries))}
-	f := ep.prep.Features
+	f := src.feats
 	for i, e := range entries {
 		item := f.Items[e.Item]
 		it.Samples[i] = workSample{ID: f.Entries[e.Item].ID, TextTokens: int32(item.TextTokens), ImageTokens: int32(item.ImageTokens),
 			Cost: plan.Config.Placement.StepCost(plan.Config.Model.Cost(item)), Weight: e.Weight}
 	}
 	for mp := range w.mp {
-		meta, err := s.batchMeta(ep, step, dp*w.mp+mp)
+		meta, err := src.meta(step, dp*w.mp+mp)
 		if err != nil {
 			return nil, err
 		}
