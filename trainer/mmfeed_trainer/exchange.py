@@ -11,7 +11,9 @@ fusion); the gradient of those features comes back in the backward pass:
     send, then the text tower backward)
 
 Both ranks run the same micro-batches in the same order, so the messages pair up. The
-payload travels in ``dtype`` (float32 on CPU, bfloat16 under CUDA autocast).
+payload travels in ``dtype`` (float32 on CPU, bfloat16 under CUDA autocast). Every blocking
+send and receive, forward and backward, is a comm span of the ``timing.StepClock`` the caller
+passes (None: not timed).
 """
 
 from __future__ import annotations
@@ -27,35 +29,36 @@ from .model import TextFeatures
 
 class _SendWithGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, payload: torch.Tensor, peer: int, group) -> torch.Tensor:
-        ctx.peer, ctx.group = peer, group
+    def forward(ctx, payload: torch.Tensor, peer: int, group, clock: timing.StepClock | None) -> torch.Tensor:
+        ctx.peer, ctx.group, ctx.clock = peer, group, clock
         ctx.shape, ctx.dtype = payload.shape, payload.dtype
-        with timing.comm():
+        with timing.comm(clock):
             dist.send(payload.contiguous(), dst=peer, group=group)
         return payload.new_zeros(())
 
     @staticmethod
     def backward(ctx, _grad: torch.Tensor):
         grad = torch.empty(ctx.shape, dtype=ctx.dtype, device=_grad.device)
-        with timing.comm():
+        with timing.comm(ctx.clock):
             dist.recv(grad, src=ctx.peer, group=ctx.group)
-        return grad, None, None
+        return grad, None, None, None
 
 
 class _RecvWithGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, anchor: torch.Tensor, numel: int, dtype: torch.dtype, peer: int, group) -> torch.Tensor:
-        ctx.peer, ctx.group = peer, group
+    def forward(ctx, anchor: torch.Tensor, numel: int, dtype: torch.dtype, peer: int, group,
+                clock: timing.StepClock | None) -> torch.Tensor:
+        ctx.peer, ctx.group, ctx.clock = peer, group, clock
         buf = torch.empty(numel, dtype=dtype, device=anchor.device)
-        with timing.comm():
+        with timing.comm(clock):
             dist.recv(buf, src=peer, group=group)
         return buf
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        with timing.comm():
+        with timing.comm(ctx.clock):
             dist.send(grad.contiguous(), dst=ctx.peer, group=ctx.group)
-        return None, None, None, None, None
+        return None, None, None, None, None, None
 
 
 class Exchange:
@@ -70,7 +73,7 @@ class Exchange:
         self.hidden_dim = hidden_dim
         self.embed_dim = embed_dim
 
-    def send_text(self, txt: TextFeatures) -> torch.Tensor:
+    def send_text(self, txt: TextFeatures, clock: timing.StepClock | None = None) -> torch.Tensor:
         """Send the features; returns a scalar whose ``backward()`` pulls their gradient.
         Packed features (``hidden`` of shape (tokens, D)) travel as they are, flagged in the
         header."""
@@ -79,15 +82,15 @@ class Exchange:
         length = txt.hidden.shape[0] if packed else txt.hidden.shape[1]
         header = torch.cat([torch.tensor([b, length, int(packed)], dtype=torch.int64, device=self.device),
                             txt.lengths.to(self.device, torch.int64)])
-        with timing.comm():
+        with timing.comm(clock):
             dist.send(header, dst=self.peer, group=self.group)
         payload = torch.cat([txt.hidden.reshape(-1), txt.emb.reshape(-1)]).to(self.dtype)
-        return _SendWithGrad.apply(payload, self.peer, self.group)
+        return _SendWithGrad.apply(payload, self.peer, self.group, clock)
 
-    def recv_text(self, batch_size: int) -> TextFeatures:
+    def recv_text(self, batch_size: int, clock: timing.StepClock | None = None) -> TextFeatures:
         """Receive the features of a micro-batch of ``batch_size`` samples, with gradient."""
         header = torch.empty(batch_size + 3, dtype=torch.int64, device=self.device)
-        with timing.comm():
+        with timing.comm(clock):
             dist.recv(header, src=self.peer, group=self.group)
         b, length, packed = (int(v) for v in header[:3].tolist())
         if b != batch_size:
@@ -96,7 +99,8 @@ class Exchange:
         shape = (length, self.hidden_dim) if packed else (b, length, self.hidden_dim)
         n_hidden = math.prod(shape)
         anchor = torch.empty(0, device=self.device, requires_grad=True)
-        buf = _RecvWithGrad.apply(anchor, n_hidden + b * self.embed_dim, self.dtype, self.peer, self.group)
+        buf = _RecvWithGrad.apply(anchor, n_hidden + b * self.embed_dim, self.dtype, self.peer, self.group,
+                                  clock)
         hidden = buf[:n_hidden].view(shape)
         emb = buf[n_hidden:].view(b, self.embed_dim).clone()  # not a view: it leaves the FSDP root
         return TextFeatures(hidden, header[3:], emb)

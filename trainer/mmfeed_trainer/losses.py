@@ -33,47 +33,50 @@ class GatherRows(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
-        ctx.group = group
+    def forward(ctx, x: torch.Tensor, group, clock: timing.StepClock | None = None) -> torch.Tensor:
+        ctx.group, ctx.clock = group, clock
         ctx.rank = dist.get_rank(group)
         ctx.rows = x.shape[0]
         parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-        with timing.comm():
+        with timing.comm(clock):
             dist.all_gather(parts, x.contiguous(), group=group)
         return torch.cat(parts)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         grad = grad.contiguous()
-        with timing.comm():
+        with timing.comm(ctx.clock):
             dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows], None
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows], None, None
 
 
-def gather_padded(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
-    """Concatenate every rank's rows (rank r holds sizes[r]) in rank order, with gradient."""
+def gather_padded(x: torch.Tensor, sizes: list[int], group, clock: timing.StepClock | None = None) -> torch.Tensor:
+    """Concatenate every rank's rows (rank r holds sizes[r]) in rank order, with gradient
+    (the gather and its backward are comm spans of ``clock``)."""
     if group is None or len(sizes) == 1:
         return x
     pad = max(sizes) - x.shape[0]
-    full = GatherRows.apply(F.pad(x, (0, 0) * (x.dim() - 1) + (0, pad)) if pad else x, group)
+    full = GatherRows.apply(F.pad(x, (0, 0) * (x.dim() - 1) + (0, pad)) if pad else x, group, clock)
     width = max(sizes)
     return torch.cat([full[r * width:r * width + n] for r, n in enumerate(sizes)])
 
 
 def itc_sum(img_emb: torch.Tensor, txt_emb: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
-            *, sizes: list[int] | None = None, rank: int = 0, group=None) -> torch.Tensor:
+            *, sizes: list[int] | None = None, rank: int = 0, group=None,
+            clock: timing.StepClock | None = None) -> torch.Tensor:
     """Weighted sum over this rank's samples of (CE image->text + CE text->image) / 2.
 
     Keys are the global batch (all dp ranks, gathered with gradient); ``sizes`` are the
-    per-rank row counts, ``rank`` this rank's index in them. Single process: leave defaults.
+    per-rank row counts, ``rank`` this rank's index in them; the gathers are comm spans of
+    ``clock`` (the step's ``timing.StepClock``). Single process: leave defaults.
     """
     sizes = sizes or [img_emb.shape[0]]
     offset = sum(sizes[:rank])
     dtype = torch.promote_types(_acc(img_emb).dtype, _acc(txt_emb).dtype)  # bf16 towers: fp32 logits
     img_emb, txt_emb = img_emb.to(dtype), txt_emb.to(dtype)
-    all_img = gather_padded(img_emb, sizes, group)
-    all_txt = gather_padded(txt_emb, sizes, group)
-    all_w = gather_padded(weight, sizes, group) if len(sizes) > 1 else weight
+    all_img = gather_padded(img_emb, sizes, group, clock)
+    all_txt = gather_padded(txt_emb, sizes, group, clock)
+    all_w = gather_padded(weight, sizes, group, clock) if len(sizes) > 1 else weight
     key_dead = all_w <= 0
     target = torch.arange(img_emb.shape[0], device=img_emb.device) + offset
     i2t = (scale * img_emb @ all_txt.t()).masked_fill(key_dead[None, :], _MASKED_LOGIT)
@@ -125,13 +128,13 @@ def itm_sum(logits: torch.Tensor, weight: torch.Tensor, neg_text: torch.Tensor) 
     return torch.where(weight > 0, per * weight, torch.zeros_like(per)).sum()
 
 
-def global_weight(local_weight_sum: torch.Tensor, group=None) -> torch.Tensor:
+def global_weight(local_weight_sum: torch.Tensor, group=None, clock: timing.StepClock | None = None) -> torch.Tensor:
     """Sum of the sample weights of the whole step over dp, on the device (async-safe).
 
     Returns 1 where the global sum is 0 (an all-padding step), so the loss is 0, not NaN.
     """
     total = _acc(local_weight_sum.detach().clone())
     if group is not None and dist.get_world_size(group) > 1:
-        with timing.comm():
+        with timing.comm(clock):
             dist.all_reduce(total, group=group)
     return torch.where(total > 0, total, torch.ones_like(total))

@@ -84,7 +84,9 @@ class Stage(nn.Module):
 
     Returns a dict: loss ranks get ``img_emb``, ``txt_emb``, ``itm_logits``, ``logit_scale``;
     the text rank (mp rank 1) gets ``token``, a scalar whose ``backward()`` runs its
-    backward pass once the vision rank sends the feature gradient.
+    backward pass once the vision rank sends the feature gradient. ``clock_slot`` holds the
+    current step's ``timing.StepClock`` (filled by ``step.train_step``) for the mp exchange and
+    the FSDP2 unshard hooks, which run inside ``forward``.
     """
 
     def __init__(self, model: MMModel, role: str, exchange: Exchange | None = None):
@@ -95,13 +97,14 @@ class Stage(nn.Module):
             raise ValueError(f"stage: role {role!r} needs an Exchange")
         self.role = role
         self.exchange = exchange
+        self.clock_slot = timing.ClockSlot()
         for name in ROLE_PARTS[role]:
             self.add_module(name, getattr(model, name))
 
     def forward(self, mb: dict) -> dict:
         packed = is_packed(mb)
         if self.role == ROLE_TEXT:
-            return {"token": self.exchange.send_text(self._text(mb, packed))}
+            return {"token": self.exchange.send_text(self._text(mb, packed), self.clock_slot.clock)}
         if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
             img = self.vision(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
         else:
@@ -109,7 +112,7 @@ class Stage(nn.Module):
         if self.role == ROLE_FULL:
             txt = self._text(mb, packed)
         else:
-            txt = self.exchange.recv_text(img.emb.shape[0])
+            txt = self.exchange.recv_text(img.emb.shape[0], self.clock_slot.clock)
         logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
@@ -156,7 +159,7 @@ def _apply_fsdp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig) -> nn.Mod
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
-            timing.bracket_forward_pre_hooks(module)  # all-gather waits are not compute
+            timing.bracket_forward_pre_hooks(module, stage.clock_slot)  # all-gather waits are not compute
     return stage
 
 

@@ -180,16 +180,14 @@ def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, devi
             payload = torch.cat([total_w.reshape(1).double(),
                                  torch.tensor(sizes, dtype=torch.float64, device=device).reshape(-1)])
     if group is not None:
-        with timing.comm():
-            dist.broadcast(head, src=src, group=group)
+        dist.broadcast(head, src=src, group=group)
     m = int(head[0])
     if m == 0:
         return None
     if payload is None:
         payload = torch.empty(1 + m * dims.dp, dtype=torch.float64, device=device)
     if group is not None:
-        with timing.comm():
-            dist.broadcast(payload, src=src, group=group)
+        dist.broadcast(payload, src=src, group=group)
     total_w = payload[0].to(WIRE_DTYPES[int(head[1])])
     sizes = [[int(v) for v in row] for row in payload[1:].view(m, dims.dp).round().long().tolist()]
     return StepPlan(m, total_w, sizes)
@@ -218,8 +216,10 @@ class Runner:
                          next=dims.stage_rank(s + 1) if s < dims.pp - 1 else None, device=device, packed=cfg.pack)
 
     def run(self, plan: StepPlan, micro_batches: list[dict] | None,
-            autocast: contextlib.AbstractContextManager | None = None) -> torch.Tensor | None:
-        """Forward and backward of every micro-batch; returns the loss share (last stage)."""
+            autocast: contextlib.AbstractContextManager | None = None,
+            clock: timing.StepClock | None = None) -> torch.Tensor | None:
+        """Forward and backward of every micro-batch; returns the loss share (last stage).
+        Forwards and waits for other ranks are marked on ``clock`` (None: not timed)."""
         dims, link = self.dims, self.link
         autocast = autocast or contextlib.nullcontext()
         saved: dict[int, tuple] = {}
@@ -228,11 +228,11 @@ class Runner:
         for n, (kind, i) in enumerate(acts):
             last_backward = n == len(acts) - 1
             if kind == "F":
-                inp = micro_batches[i] if dims.first_stage else link.recv_forward(i)
-                with autocast, timing.forward():
+                inp = micro_batches[i] if dims.first_stage else link.recv_forward(i, clock)
+                with autocast, timing.forward(clock):
                     out = self.module(inp)
                 if dims.last_stage:
-                    loss = self._loss(out, inp, plan, i)
+                    loss = self._loss(out, inp, plan, i, clock)
                     saved[i] = (inp, loss)
                     loss_sum += loss.detach()
                 else:
@@ -245,18 +245,18 @@ class Runner:
                     out.backward()
                 else:
                     sent = [out[k] for k in GRAD_KEYS]
-                    grads = link.recv_backward(sent)
+                    grads = link.recv_backward(sent, clock)
                     torch.autograd.backward(sent, grads)
                 if not dims.first_stage:
                     link.send_backward([inp[k].grad for k in GRAD_KEYS])
-        link.flush()
-        self._reduce_ddp()
+        link.flush(clock)
+        self._reduce_ddp(clock)
         return loss_sum if dims.last_stage else None
 
-    def _loss(self, out: dict, carry: dict, plan: StepPlan, i: int) -> torch.Tensor:
+    def _loss(self, out: dict, carry: dict, plan: StepPlan, i: int, clock: timing.StepClock | None) -> torch.Tensor:
         dims = self.dims
         itc = losses.itc_sum(out["img_emb"], out["txt_emb"], carry["weight"], out["logit_scale"],
-                             sizes=plan.sizes[i], rank=dims.dp_rank, group=dims.dp_group())
+                             sizes=plan.sizes[i], rank=dims.dp_rank, group=dims.dp_group(), clock=clock)
         itm = losses.itm_sum(out["itm_logits"], carry["weight"], carry["neg_text"])
         return (itc + itm) / plan.global_weight
 
@@ -265,7 +265,7 @@ class Runner:
         if hasattr(self.module, "set_requires_gradient_sync"):
             self.module.set_requires_gradient_sync(enabled)
 
-    def _reduce_ddp(self) -> None:
+    def _reduce_ddp(self, clock: timing.StepClock | None) -> None:
         """DDP semantics without FSDP2: sum the gradients over dp in one flat all-reduce."""
         group = self.dims.dp_group()
         if group is None or self.dims.fsdp:
@@ -274,7 +274,7 @@ class Runner:
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
-        with timing.comm():
+        with timing.comm(clock):
             dist.all_reduce(flat, group=group)
         offset = 0
         for g in grads:
@@ -338,8 +338,8 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     plan = broadcast_plan(micro_batches, dims=dims, device=device)
     if plan is None:
         return None
-    with timing.step_clock(device) as clock:
-        loss = runner.run(plan, micro_batches, autocast)
+    clock = timing.StepClock(device)
+    loss = runner.run(plan, micro_batches, autocast, clock)
     norm = clip_grad_norm(runner.module, max_grad_norm, sharded_group=dims.dp_group() if dims.fsdp else None,
                           model_group=dims.pp_group(), comm_device=device)
     optimizer.step()
@@ -347,8 +347,7 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     optimizer.zero_grad(set_to_none=True)
     # Every stage reports the step loss (the log line comes from global rank 0, a first stage).
     share = loss if loss is not None else torch.zeros((), dtype=plan.global_weight.dtype, device=device)
-    with timing.comm():
-        dist.broadcast(share, src=dims.stage_rank(dims.pp - 1), group=dims.pp_group())
+    dist.broadcast(share, src=dims.stage_rank(dims.pp - 1), group=dims.pp_group())
     live = sum(mb["num_live"] for mb in micro_batches) if micro_batches else 0
     return PipelineStepStats(loss=share, global_weight=plan.global_weight, grad_norm=norm, samples=live,
                              compute_seconds=clock.compute_seconds())

@@ -54,10 +54,11 @@ class Link:
             tensors.append(_wire(t))
         self._queue_send([header.to(self.device)] + tensors, self.next)
 
-    def recv_forward(self, index: int) -> dict:
-        """The carry of micro-batch ``index``; its activations are leaves that require grad."""
+    def recv_forward(self, index: int, clock: timing.StepClock | None = None) -> dict:
+        """The carry of micro-batch ``index``; its activations are leaves that require grad.
+        (Here and below, the waits are comm spans of ``clock``; None: not timed.)"""
         header = torch.empty(2 + _FIELD * len(self.keys), dtype=torch.int64, device=self.device)
-        self._exchange([dist.P2POp(dist.irecv, header, self.prev)])
+        self._exchange([dist.P2POp(dist.irecv, header, self.prev)], clock)
         header = header.cpu()
         if int(header[0]) != index or bool(header[1]) != self.packed:
             raise RuntimeError(f"pipeline: expected micro-batch {index} ({'packed' if self.packed else 'padded'}) "
@@ -70,7 +71,7 @@ class Link:
             shape = header[at + 2:at + 2 + ndim].tolist()
             bufs[key] = (torch.empty(shape, dtype=torch.uint8 if dtype == torch.bool else dtype, device=self.device),
                          dtype)
-        self._exchange([dist.P2POp(dist.irecv, b, self.prev) for b, _ in bufs.values()])
+        self._exchange([dist.P2POp(dist.irecv, b, self.prev) for b, _ in bufs.values()], clock)
         carry = {key: (b.bool() if dtype == torch.bool else b) for key, (b, dtype) in bufs.items()}
         for key in GRAD_KEYS:
             carry[key].requires_grad_(True)
@@ -79,16 +80,16 @@ class Link:
     def send_backward(self, grads: list[torch.Tensor]) -> None:
         self._queue_send([g.contiguous() for g in grads], self.prev)
 
-    def recv_backward(self, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    def recv_backward(self, like: list[torch.Tensor], clock: timing.StepClock | None = None) -> list[torch.Tensor]:
         """Gradients for the tensors ``like`` this stage sent forward."""
         grads = [torch.empty_like(t, device=self.device) for t in like]
-        self._exchange([dist.P2POp(dist.irecv, g, self.next) for g in grads])
+        self._exchange([dist.P2POp(dist.irecv, g, self.next) for g in grads], clock)
         return grads
 
-    def flush(self) -> None:
+    def flush(self, clock: timing.StepClock | None = None) -> None:
         """Post and wait for the queued sends (end of a step, or no receive follows)."""
         if self._pending:
-            self._exchange([])
+            self._exchange([], clock)
 
     def _queue_send(self, tensors: list[torch.Tensor], peer: int | None) -> None:
         if peer is None:
@@ -96,10 +97,10 @@ class Link:
         self._keep += tensors
         self._pending += [dist.P2POp(dist.isend, t, peer) for t in tensors]
 
-    def _exchange(self, recvs: list[dist.P2POp]) -> None:
+    def _exchange(self, recvs: list[dist.P2POp], clock: timing.StepClock | None) -> None:
         ops, self._pending = self._pending + recvs, []
         if ops:
-            with timing.comm():
+            with timing.comm(clock):
                 for work in dist.batch_isend_irecv(ops):
                     work.wait()
         self._keep = []

@@ -45,44 +45,46 @@ class StepStats:
     """Rank-local forward + backward time, without waits for other ranks (``timing``)."""
 
 
-def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.device) -> list[list[int]]:
+def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.device,
+              clock: timing.StepClock | None = None) -> list[list[int]]:
     """Per micro-batch, the sample count of every dp rank (one small all_gather per step)."""
     local = torch.tensor([mb["weight"].shape[0] for mb in micro_batches], dtype=torch.int64, device=device)
     group = dims.dp_group()
     if group is None:
         return [[int(n)] for n in local.tolist()]
     parts = [torch.empty_like(local) for _ in range(dims.dp)]
-    with timing.comm():
+    with timing.comm(clock):
         dist.all_gather(parts, local, group=group)
     table = torch.stack(parts).t().tolist()  # (micro-batch, dp rank)
     return [[int(n) for n in row] for row in table]
 
 
 def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: ParallelDims,
-                     device: torch.device, autocast: contextlib.AbstractContextManager | None = None
-                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Accumulate this rank's gradients for one step; returns (loss share, global weight)."""
+                     device: torch.device, autocast: contextlib.AbstractContextManager | None = None,
+                     clock: timing.StepClock | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Accumulate this rank's gradients for one step; returns (loss share, global weight).
+    Forwards and exchanges with other ranks are marked on ``clock`` (None: not timed)."""
     if not micro_batches:
         raise ValueError("step: no micro-batches")
     autocast = autocast or contextlib.nullcontext()
     if not dims.has_loss:
         for i, mb in enumerate(micro_batches):
             with grad_sync(module, i == len(micro_batches) - 1):
-                with autocast, timing.forward():
+                with autocast, timing.forward(clock):
                     out = module(mb)
                 out["token"].backward()
         return None, None
     dp_group = dims.dp_group()
     local_w = torch.stack([mb["weight"].sum() for mb in micro_batches]).sum()
-    total_w = losses.global_weight(local_w, dp_group)
-    sizes = _dp_sizes(micro_batches, dims, device)
+    total_w = losses.global_weight(local_w, dp_group, clock)
+    sizes = _dp_sizes(micro_batches, dims, device, clock)
     loss_sum = torch.zeros((), dtype=total_w.dtype, device=device)
     for i, mb in enumerate(micro_batches):
         with grad_sync(module, i == len(micro_batches) - 1):
-            with autocast, timing.forward():
+            with autocast, timing.forward(clock):
                 out = module(mb)
             itc = losses.itc_sum(out["img_emb"], out["txt_emb"], mb["weight"], out["logit_scale"],
-                                 sizes=sizes[i], rank=dims.dp_rank, group=dp_group)
+                                 sizes=sizes[i], rank=dims.dp_rank, group=dp_group, clock=clock)
             itm = losses.itm_sum(out["itm_logits"], mb["weight"], mb["neg_text"])
             loss = (itc + itm) / total_w
             loss.backward()
@@ -94,11 +96,13 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
                dims: ParallelDims, device: torch.device, max_grad_norm: float,
                autocast: contextlib.AbstractContextManager | None = None) -> StepStats:
     """forward_backward, clip over the whole model, optimizer and scheduler step, zero grads."""
-    with timing.step_clock(device, forward_only=dims.fsdp and dims.dp > 1) as clock:
+    clock = timing.StepClock(device, forward_only=dims.fsdp and dims.dp > 1)
+    with unwrap(module).clock_slot.timed(clock):
         hooks = [layer.register_full_backward_pre_hook(lambda *_: clock.mark_backward_done())
                  for layer in _first_layers(module)]
         try:
-            loss, total_w = forward_backward(module, micro_batches, dims=dims, device=device, autocast=autocast)
+            loss, total_w = forward_backward(module, micro_batches, dims=dims, device=device, autocast=autocast,
+                                             clock=clock)
         finally:
             for h in hooks:
                 h.remove()

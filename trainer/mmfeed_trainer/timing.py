@@ -18,8 +18,13 @@ Under FSDP2 the parameter all-gathers wait for peers in every layer, forward and
 forward ones are bracketed (``begin``/``end`` around FSDP's pre-forward hook), the backward
 ones cannot be, so with ``forward_only`` the clock reports 3 x the forward compute (backward
 = 2 x forward, the usual matmul FLOP ratio) from the forward windows ``forward()`` marks.
-One clock is active per process (the training thread's step; CUDA backward runs on autograd
-worker threads, so it is not thread-local); without one ``comm()`` is a no-op.
+There is no module-level clock: the step creates its ``StepClock`` and passes it to what it
+calls (losses, exchange, pipeline links; ``None`` = not timed, ``comm(None)`` is a no-op).
+Autograd functions keep the clock of the forward that built them, so their backward (on the
+autograd worker threads under CUDA) times into the same step. Hooks registered once at wrap
+time (FSDP2's unshard wait, ``bracket_forward_pre_hooks``) and the mp exchange inside a
+module's forward reach the step's clock through the ``ClockSlot`` the module holds, which
+``ClockSlot.timed`` fills for the duration of one step.
 """
 
 from __future__ import annotations
@@ -28,9 +33,6 @@ import contextlib
 import time
 
 import torch
-
-_active: StepClock | None = None
-
 
 class StepClock:
     """The timeline of one step; see the module doc."""
@@ -96,45 +98,43 @@ class StepClock:
         return self._compute_between(self.start, end)
 
 
-def active() -> StepClock | None:
-    return _active
+class ClockSlot:
+    """Where a module's long-lived hooks find the current step's clock (None between steps)."""
+
+    def __init__(self):
+        self.clock: StepClock | None = None
+
+    @contextlib.contextmanager
+    def timed(self, clock: StepClock | None):
+        """Hold ``clock`` for the duration of a step."""
+        previous, self.clock = self.clock, clock
+        try:
+            yield clock
+        finally:
+            self.clock = previous
 
 
-@contextlib.contextmanager
-def step_clock(device: torch.device, *, forward_only: bool = False):
-    """Make a new StepClock the active one for the duration of a step."""
-    global _active
-    clock = StepClock(device, forward_only=forward_only)
-    previous, _active = _active, clock
-    try:
-        yield clock
-    finally:
-        _active = previous
-
-
-def comm():
-    """Context around a blocking exchange with other ranks (no-op without an active clock)."""
-    clock = active()
+def comm(clock: StepClock | None):
+    """Context around a blocking exchange with other ranks (no-op without a clock)."""
     return clock.comm() if clock is not None else contextlib.nullcontext()
 
 
-def forward():
-    """Context around one micro-batch's forward (no-op without an active clock)."""
-    clock = active()
+def forward(clock: StepClock | None):
+    """Context around one micro-batch's forward (no-op without a clock)."""
     return clock.forward() if clock is not None else contextlib.nullcontext()
 
 
-def bracket_forward_pre_hooks(module: torch.nn.Module) -> None:
-    """Count the module's existing forward pre-hooks (FSDP2's unshard wait) as a comm span:
-    one prepended hook opens the span, one appended hook closes it."""
+def bracket_forward_pre_hooks(module: torch.nn.Module, slot: ClockSlot) -> None:
+    """Count the module's existing forward pre-hooks (FSDP2's unshard wait) as a comm span of
+    the clock in ``slot``: one prepended hook opens the span, one appended hook closes it."""
     def open_span(mod, _args):
-        clock = active()
-        mod._mmfeed_span = clock.begin() if clock is not None else None
+        clock = slot.clock
+        mod._mmfeed_span = (clock, clock.begin()) if clock is not None else None
 
     def close_span(mod, _args):
-        clock, begin = active(), getattr(mod, "_mmfeed_span", None)
-        if clock is not None and begin is not None:
-            clock.end(begin)
+        span = getattr(mod, "_mmfeed_span", None)
+        if span is not None:
+            span[0].end(span[1])
         mod._mmfeed_span = None
 
     module.register_forward_pre_hook(open_span, prepend=True)

@@ -24,21 +24,28 @@ def busy(seconds):
 
 
 def test_comm_spans_and_time_after_backward_are_excluded():
-    with timing.step_clock(CPU) as clock:
-        busy(0.02)
-        with timing.comm():
-            time.sleep(0.5)  # waiting for a straggler
-        busy(0.02)
-        clock.mark_backward_done()
-        time.sleep(0.5)  # gradient reduction wait
+    clock = timing.StepClock(CPU)
+    busy(0.02)
+    with timing.comm(clock):
+        time.sleep(0.5)  # waiting for a straggler
+    busy(0.02)
+    clock.mark_backward_done()
+    time.sleep(0.5)  # gradient reduction wait
     got = clock.compute_seconds()
     assert 0.035 < got < 0.4, f"compute {got:.3f} s, want about 0.04 s"
 
 
-def test_comm_without_an_active_clock_is_a_no_op():
-    with timing.comm():
+def test_comm_without_a_clock_is_a_no_op():
+    with timing.comm(None), timing.forward(None):
         pass
-    assert timing.active() is None
+
+
+def test_clock_slot_holds_the_step_clock_only_during_the_step():
+    slot = timing.ClockSlot()
+    clock = timing.StepClock(CPU)
+    with slot.timed(clock):
+        assert slot.clock is clock
+    assert slot.clock is None
 
 
 def test_train_step_reports_compute_within_wall_time():
