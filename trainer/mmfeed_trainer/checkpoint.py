@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from .parallel_dims import ParallelDims
 from .parallelize import unwrap
+from .position import Position
 
 LATEST = "latest"
 
@@ -56,13 +57,16 @@ def _dcp_kwargs(dims: ParallelDims) -> dict:
 
 
 def save(ckpt_dir: str, *, next_step: int, module: nn.Module, optimizer: torch.optim.Optimizer,
-         scheduler, dims: ParallelDims, stream_position: dict, keep: int = 2) -> str:
+         scheduler, dims: ParallelDims, stream_position: Position | dict, keep: int = 2) -> str:
     """Write the checkpoint of all ranks for resuming at ``next_step``; returns its directory.
-    Keeps the ``keep`` newest checkpoints."""
+    ``stream_position`` is stored in its dict form (``Position.to_dict``). Keeps the ``keep``
+    newest checkpoints."""
     path = _step_dir(ckpt_dir, next_step)
     msd, osd = get_state_dict(module, optimizer)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(path, f"mp{dims.mp_rank}"),
              **_dcp_kwargs(dims))
+    if isinstance(stream_position, Position):
+        stream_position = stream_position.to_dict()
     extra = {"next_step": next_step, "stream": stream_position, "scheduler": scheduler.state_dict(),
              "dp": dims.dp, "mp": dims.mp, "fsdp": dims.fsdp}
     _write_atomic(os.path.join(path, f"rank-{_rank():05d}.json"), json.dumps(extra))
@@ -98,6 +102,12 @@ def layout(path: str) -> dict:
     with open(os.path.join(path, f"rank-{0:05d}.json")) as f:
         extra = json.load(f)
     return {"dp": extra["dp"], "mp": extra["mp"], "fsdp": extra["fsdp"]}
+
+
+def resume_position(extra: dict) -> Position:
+    """The data position to resume at from a checkpoint's extras: the stored stream position
+    (``Position.from_dict``), its step defaulting to the checkpoint's ``next_step``."""
+    return Position.from_dict({"epoch": 0, "next_step": extra["next_step"], **(extra.get("stream") or {})})
 
 
 def extras(path: str, dims: ParallelDims, allow_resize: bool = False) -> dict:

@@ -55,12 +55,12 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .batches import record_to_batch, to_device
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+from .position import STATE_VERSION, Position  # noqa: F401 (STATE_VERSION: re-exported)
 from .sources import ShardSource
 from .stream import Stream
 
 log = logging.getLogger("mmfeed_trainer.data")
 
-STATE_VERSION = 1
 HF_KEYS = ("input_ids", "attention_mask", "pixel_values", "weight")
 """Tensor keys an item carries (those of the rank's modality)."""
 
@@ -130,40 +130,9 @@ def state_after(item: dict, plan_hash: str = "") -> dict:
     that fetch ahead of training (Lightning prefetches one batch), save this for the last
     *trained* item rather than the dataset's ``state_dict()``, which counts what was handed
     out."""
-    pos = _Position()
-    pos.plan_hash = plan_hash
+    pos = Position(plan_hash=plan_hash)
     pos.handed_out(item, item["micro_batches"])
     return pos.state()
-
-
-class _Position:
-    """The next micro-batch to hand out, in plan terms: (epoch, step, micro-batch) + plan hash."""
-
-    def __init__(self):
-        self.epoch, self.step, self.micro_batch, self.plan_hash = 0, 0, 0, ""
-
-    def state(self, **extra) -> dict:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "next_step": self.step,
-                "next_micro_batch": self.micro_batch, "plan_hash": self.plan_hash, **extra}
-
-    def load(self, state: dict) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"data: state version {state.get('version')!r}, want {STATE_VERSION}")
-        values = [state.get(k) for k in ("epoch", "next_step", "next_micro_batch")]
-        if not all(isinstance(v, int) and v >= 0 for v in values):
-            raise ValueError(f"data: state position {values} must be ints >= 0")
-        self.epoch, self.step, self.micro_batch = values
-        self.plan_hash = str(state.get("plan_hash", ""))
-
-    def handed_out(self, item: dict, micro_batches: int) -> None:
-        """Advance past ``item`` of a step of ``micro_batches``."""
-        self.epoch, self.step, self.micro_batch = item["epoch"], item["step"], item["micro_batch"] + 1
-        if self.micro_batch >= micro_batches:
-            self.step, self.micro_batch = self.step + 1, 0
-
-    def skips(self, item: dict) -> bool:
-        """True for an item at or before the position's step that was already handed out."""
-        return (item["epoch"], item["step"], item["micro_batch"]) < (self.epoch, self.step, self.micro_batch)
 
 
 def _no_workers(kind: str) -> None:
@@ -191,7 +160,7 @@ class StreamDataset(IterableDataset):
             raise ValueError(f"data: dp={dp} x mp={mp} != world size {self.world_size}")
         self.dp, self.mp, self.placement = dp, mp, placement
         self.device, self.normalize, self.pad_id, self.options = device, normalize, pad_id, options
-        self._pos = _Position()
+        self._pos = Position()
         self._ended = False
         """The last iteration read the job to its end: a new one yields nothing (the service
         may be gone) instead of waiting for it."""
@@ -206,7 +175,7 @@ class StreamDataset(IterableDataset):
         else:
             (dp_rank, mp_rank), dp, mp = divmod(self.rank, self.mp), self.dp, self.mp
         return Stream(self.url, self.job, dp_rank, mp_rank, dp=dp, mp=mp, pad_id=self.pad_id,
-                      position={"epoch": self._pos.epoch, "next_step": self._pos.step}, **opts)
+                      position=Position(self._pos.epoch, self._pos.next_step).to_dict(), **opts)
 
     def __iter__(self) -> Iterator[dict]:
         _no_workers("StreamDataset")
@@ -229,7 +198,7 @@ class StreamDataset(IterableDataset):
         if self._pos.plan_hash and got and got != self._pos.plan_hash and reply.get("epoch") == self._pos.epoch:
             log.warning("data: epoch %d's plan changed since the state was saved (plan %s, saved %s: another dp "
                         "size, dataset or configuration); continuing at global step %d", self._pos.epoch, got[:12],
-                        self._pos.plan_hash[:12], self._pos.step)
+                        self._pos.plan_hash[:12], self._pos.next_step)
         self._pos.plan_hash = got or self._pos.plan_hash
 
     def close(self) -> None:
@@ -247,7 +216,7 @@ class StreamDataset(IterableDataset):
         return state_after(item, self._pos.plan_hash)
 
     def load_state_dict(self, state: dict) -> None:
-        self._pos.load(state)
+        self._pos = Position.from_state(state)
         self._ended = False
 
 
@@ -275,14 +244,14 @@ class ShardDataset(IterableDataset):
         self.stored = self.source.epochs()
         self.epochs = len(self.stored) if epochs is None else epochs
         self.device, self.normalize, self.pad_id = device, normalize, pad_id
-        self._pos = _Position()
+        self._pos = Position()
 
     def __iter__(self) -> Iterator[dict]:
         _no_workers("ShardDataset")
         while self._pos.epoch < self.epochs:
             e = self._pos.epoch
             planned = e if e in self.stored else self.stored[e % len(self.stored)]
-            for data in self.source.steps({"epoch": planned, "next_step": self._pos.step}):
+            for data in self.source.steps(Position(planned, self._pos.next_step).to_dict()):
                 if data.epoch != planned:
                     break  # the source goes on into the next stored epoch: one at a time here
                 for rec in data.records:
@@ -293,7 +262,7 @@ class ShardDataset(IterableDataset):
                     self._pos.handed_out(mb, len(data.records))
                     yield hf_item(mb, micro_batches=len(data.records), device=self.device,
                                   normalize=self.normalize)
-            self._pos.epoch, self._pos.step, self._pos.micro_batch = self._pos.epoch + 1, 0, 0
+            self._pos = Position(self._pos.epoch + 1, plan_hash=self._pos.plan_hash)
 
     def state_dict(self) -> dict:
         return self._pos.state()
@@ -302,4 +271,4 @@ class ShardDataset(IterableDataset):
         return state_after(item)
 
     def load_state_dict(self, state: dict) -> None:
-        self._pos.load(state)
+        self._pos = Position.from_state(state)

@@ -1,9 +1,9 @@
 """Where a rank's micro-batches come from: shard files, synthetic, or the NATS stream.
 
 A source yields ``StepData`` -- all micro-batch records of one step for this rank, in
-micro-batch order -- from a position ``{"epoch": e, "next_step": s}`` on (resume).
-``ack(data)`` is called after the step's update has been applied and advances
-``position()``, which a checkpoint stores; ``feedback`` follows every step. Sources are used
+micro-batch order -- from a position ``{"epoch": e, "next_step": s}`` on (resume; the dict
+form of ``position.Position``). ``ack(data)`` is called after the step's update has been
+applied and advances ``position()`` (a ``Position``), which a checkpoint stores; ``feedback`` follows every step. Sources are used
 from one thread (the prefetcher's), except ``ack``, ``feedback``, ``position`` and ``close``,
 which the training thread calls.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from . import keys, synthetic
+from .position import Position
 from .shardset import MANIFEST, ShardSet
 
 START = {"epoch": 0, "next_step": 0}
@@ -36,20 +37,20 @@ class Source:
     """Base: tracks the position; no acknowledgement, no feedback."""
 
     def __init__(self):
-        self._position = dict(START)
+        self._position = Position.from_dict(START)
 
     def steps(self, position: dict) -> Iterator[StepData]:
         raise NotImplementedError
 
     def ack(self, data: StepData) -> None:
-        self._position = {"epoch": data.epoch, "next_step": data.step + 1}
+        self._position = Position(data.epoch, data.step + 1)
 
     def feedback(self, data: StepData, *, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
         pass
 
-    def position(self) -> dict:
-        """Where to resume after the last acknowledged step."""
-        return dict(self._position)
+    def position(self) -> Position:
+        """Where to resume after the last acknowledged step (a copy)."""
+        return Position(self._position.epoch, self._position.next_step)
 
     def data_vocab(self) -> int | None:
         """The vocabulary size of the tokenizer that made the data's ids (the

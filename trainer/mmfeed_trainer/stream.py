@@ -36,6 +36,7 @@ import pyarrow as pa
 from . import keys
 from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
+from .position import Position
 from .sources import Source, StepData
 from .wire import Assembled, BatchKey, ChunkError, Reassembler
 
@@ -508,9 +509,10 @@ class StreamSource(Source):
         from a service that does not say)."""
         return self.reply.get("vocab_size") or None
 
-    def position(self) -> dict:
+    def position(self) -> Position:
         pos = super().position()
-        return {**pos, "plan_hash": self._epochs.get(pos["epoch"], {}).get("plan_hash", "")}
+        pos.plan_hash = self._epochs.get(pos.epoch, {}).get("plan_hash", "")
+        return pos
 
     def close(self) -> None:
         """Flush acknowledgements and disconnect. A drain that cannot finish (a pull request

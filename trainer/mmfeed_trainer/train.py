@@ -25,6 +25,7 @@ from .natsauth import NatsAuth
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims, backend_for
 from .parallelize import ParallelConfig, parallelize
+from .position import Position
 from .prefetch import Prefetcher
 from .sources import ShardSource, Source, SyntheticSource
 from .step import train_step
@@ -260,18 +261,18 @@ def run(cfg: TrainConfig) -> RunResult:
     dims.build_mesh(device.type)
     # Autocast is redundant under the FSDP2 bf16 policy: "auto" turns it off there.
     bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
-    start, position = 0, {"epoch": 0, "next_step": 0}
+    start, position = 0, Position()
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
         extra = checkpoint.extras(resume, dims, cfg.allow_resize)
         start = extra["next_step"]
-        position = {"epoch": 0, "next_step": start, **(extra.get("stream") or {})}
+        position = checkpoint.resume_position(extra)
         if "resized_from" in extra:
             _check_resizable(cfg, resume, extra["resized_from"])
     if hasattr(source, "register"):
-        reply = source.register(position)
-        saved_hash = position.get("plan_hash")
+        reply = source.register(position.to_dict())
+        saved_hash = position.plan_hash
         if saved_hash and saved_hash != reply.get("plan_hash"):
             raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
                              f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
@@ -295,9 +296,9 @@ def run(cfg: TrainConfig) -> RunResult:
         if "resized_from" in extra:
             log.info("resized: checkpoint dp %d, this run dp %d (model and optimizer resharded by DCP)",
                      extra["resized_from"], dims.dp)
-        log.info("resumed from %s at step %d (data position %s)", resume, start, position)
+        log.info("resumed from %s at step %d (data position %s)", resume, start, position.to_dict())
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
-    prefetcher = Prefetcher(source, position=position, role=dims.role, pad_id=mcfg.pad_token_id, device=device,
+    prefetcher = Prefetcher(source, position=position.to_dict(), role=dims.role, pad_id=mcfg.pad_token_id, device=device,
                             vocab_size=mcfg.vocab_size,
                             depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                             check_pack=not cfg.synthetic)

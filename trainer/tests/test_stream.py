@@ -205,7 +205,7 @@ def test_stream_source_delivers_steps_in_order_and_acks_after_use(nats_url, svc)
     for s in (second, third):
         src.ack(s)
         src.feedback(s, compute_seconds=0.5, data_wait_seconds=0.01, samples=3)
-    assert src.position() == {"epoch": 0, "next_step": 3, "plan_hash": "plan0"}
+    assert src.position().to_dict() == {"epoch": 0, "next_step": 3, "plan_hash": "plan0"}
     for step in range(STEPS):  # epoch 1: the source registers for it after epoch 0
         for mb in range(MICRO):
             svc.publish(step, mb, epoch=1)
