@@ -3,7 +3,8 @@ while the current step computes; measure how long the training thread waits for 
 
 On CUDA the host tensors are pinned and copied on a separate stream (``non_blocking``), so the
 copy of step s+1 overlaps the compute of step s; ``HostStep.ready()`` makes the compute stream
-wait for that copy and tells the caching allocator the tensors are used there."""
+wait for that copy and tells the caching allocator the tensors are used there. Without a
+device (``device=None``) the steps stay host tensors (``stream.Stream`` builds on this)."""
 
 from __future__ import annotations
 
@@ -49,20 +50,24 @@ class Prefetcher:
     data; an exception in the thread is re-raised in the caller.
     """
 
-    def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device,
+    def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device | None,
                  depth: int = 2, pack: bool = False, patch_size: int = 16, check_pack: bool = True,
-                 vocab_size: int | None = None):
-        """pack: the device batches are packed (``batches.pack`` with ``patch_size``);
+                 vocab_size: int | None = None, epochs: int | None = None, name: str = "mmfeed-prefetch"):
+        """device: where the step's micro-batches go (None: they stay on the host, unpinned);
+        pack: the device batches are packed (``batches.pack`` with ``patch_size``);
         check_pack: every record's ``mmfeed.pack`` metadata must agree (BatchError);
         vocab_size: the model's vocabulary, at least every record's ``mmfeed.vocab_size``
-        (BatchError); records pad with their ``mmfeed.pad_id`` when they carry one."""
+        (BatchError); records pad with their ``mmfeed.pad_id`` when they carry one;
+        epochs: stop after this many epochs from the position's (None: the source's end)."""
         self._pack, self._patch, self._check, self._vocab = pack, patch_size, check_pack, vocab_size
+        steps = source.steps(position)
+        if epochs is not None:
+            steps = _first_epochs(steps, position.get("epoch", 0) + epochs)
         self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._device = device
-        self._copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self._thread = threading.Thread(target=self._run, args=(source.steps(position), role, pad_id),
-                                        name="mmfeed-prefetch", daemon=True)
+        self._copy_stream = torch.cuda.Stream(device) if device is not None and device.type == "cuda" else None
+        self._thread = threading.Thread(target=self._run, args=(steps, role, pad_id), name=name, daemon=True)
         self._thread.start()
 
     def _put(self, item) -> bool:
@@ -79,6 +84,8 @@ class Prefetcher:
         want = self._pack if self._check else None
         host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want,
                                         vocab_size=self._vocab) for r in data.records]
+        if self._device is None:
+            return HostStep(data, host, host)
         if not cuda:
             return HostStep(data, host, [self._packed(batches.to_device(mb, self._device)) for mb in host])
         with torch.cuda.stream(self._copy_stream):
@@ -112,6 +119,18 @@ class Prefetcher:
             raise item
         return item, waited
 
+    def stop(self) -> None:
+        """Stop prefetching without waiting for the thread (it ends at its next queue put)."""
+        self._stop.set()
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _first_epochs(steps: Iterator[StepData], end: int) -> Iterator[StepData]:
+    """``steps`` up to (without) the first step of epoch ``end``."""
+    for data in steps:
+        if data.epoch >= end:
+            return
+        yield data

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from . import keys
 from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .position import Position
+from .prefetch import Prefetcher
 from .sources import Source, StepData
 from .wire import Assembled, BatchKey, ChunkError, Reassembler
 
@@ -570,7 +570,7 @@ class Stream:
     ``placement`` (default: the service's) and the other ``options`` go to ``StreamSource``.
     ``mmfeed_trainer.data.StreamDataset`` wraps this class as a torch ``IterableDataset``.
 
-    A background thread prefetches ``prefetch`` steps ahead. A step's chunks are
+    A background thread (``prefetch.Prefetcher``, host tensors) prefetches ``prefetch`` steps ahead. A step's chunks are
     acknowledged when the iterator moves past its last micro-batch (the caller has taken
     them all), so a crash re-delivers only what was not handed out. Iteration ends after
     ``epochs`` epochs (default: every epoch the service plans). ``position`` resumes at
@@ -588,21 +588,21 @@ class Stream:
         self.role = ROLE_FULL  # set from the service's reply by __enter__
         self.position = dict(position or {"epoch": 0, "next_step": 0})
         self.epochs, self.pad_id = epochs, pad_id
-        self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, prefetch))
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._depth = max(1, prefetch)
+        self._prefetcher: Prefetcher | None = None
         self._last: StepData | None = None
         self._last_complete = False
         """Every micro-batch of ``_last`` was handed out (only then is it acknowledged)."""
 
     def __enter__(self) -> "Stream":
         """Register the rank and start prefetching (once; a second call does nothing)."""
-        if self._thread is not None:
+        if self._prefetcher is not None:
             return self
         self.source.register(self.position)
         self.role = ROLES[self.source.modality]
-        self._thread = threading.Thread(target=self._run, name="mmfeed-stream-prefetch", daemon=True)
-        self._thread.start()
+        self._prefetcher = Prefetcher(self.source, position=self.position, role=self.role, pad_id=self.pad_id,
+                                      device=None, depth=self._depth, check_pack=False, epochs=self.epochs,
+                                      name="mmfeed-stream-prefetch")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -618,37 +618,22 @@ class Stream:
         """This rank's (dp rank, mp rank)."""
         return self.source.dp_rank, self.source.mp_rank
 
-    def _run(self) -> None:
-        from .batches import record_to_batch
-        first = self.position.get("epoch", 0)
-        try:
-            for data in self.source.steps(self.position):
-                if self.epochs is not None and data.epoch >= first + self.epochs:
-                    break
-                batches = [record_to_batch(rec, role=self.role, pad_id=self.pad_id) for rec in data.records]
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put((data, batches), timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            self._queue.put(None)
-        except BaseException as err:  # surfaced to the iterating thread
-            self._queue.put(err)
-
     def __iter__(self) -> Iterator[dict]:
+        if self._prefetcher is None:
+            raise StreamError("stream: iterate inside `with Stream(...)` (it registers the rank)")
         while True:
-            item = self._queue.get()
-            self._ack_last()
-            if item is None:
+            try:
+                host, _ = self._prefetcher.next()
+            except StopIteration:
+                self._ack_last()
                 return
-            if isinstance(item, BaseException):
-                raise StreamError(f"stream: {item}") from item
-            data, batches = item
+            except Exception as err:  # raised in the prefetch thread
+                self._ack_last()
+                raise StreamError(f"stream: {err}") from err
+            self._ack_last()
+            data = host.data
             self._last, self._last_complete = data, False
-            for b in batches:
+            for b in host.micro_batches:
                 b.setdefault("epoch", data.epoch)
                 yield b
             self._last_complete = True
@@ -666,6 +651,7 @@ class Stream:
 
     def close(self) -> None:
         """Acknowledge the last step if it was handed out whole, stop prefetching, disconnect."""
-        self._stop.set()
+        if self._prefetcher is not None:
+            self._prefetcher.stop()
         self._ack_last()
         self.source.close()
