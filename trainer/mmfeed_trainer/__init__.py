@@ -17,10 +17,10 @@ produces host batches, the main thread trains.
 Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model),
 ``parallel_dims`` (mesh layout), ``parallelize`` (mp split + DDP/FSDP2), ``exchange``
 (differentiable p2p between mp ranks), ``losses``, ``step`` (one training step), ``optim``,
-``timing`` (rank-local compute time), ``batches`` (Arrow -> torch), ``sources`` (shards,
-synthetic), ``wire`` (chunk headers, reassembly, CRC-32C), ``stream`` (NATS client),
+``timing`` (rank-local compute time; the step passes its clock explicitly), ``batches``
+(Arrow -> torch), ``position`` (typed resume position), ``sources`` (shards, synthetic), ``wire`` (chunk headers, reassembly, CRC-32C), ``stream`` (NATS client),
 ``data`` (``StreamDataset``, ``ShardDataset``, ``weighted_loss``),
-``prefetch``, ``checkpoint``, ``synthetic``, ``train`` (the loop), ``__main__`` (CLI).
+``prefetch`` (the one prefetch thread, also under ``stream.Stream``), ``checkpoint``, ``synthetic``, ``train`` (the loop), ``__main__`` (CLI).
 """
 
 __version__ = "0.1.0"
