@@ -570,10 +570,10 @@ class Stream:
     ``placement`` (default: the service's) and the other ``options`` go to ``StreamSource``.
     ``mmfeed_trainer.data.StreamDataset`` wraps this class as a torch ``IterableDataset``.
 
-    A background thread (``prefetch.Prefetcher``, host tensors) prefetches ``prefetch`` steps ahead. A step's chunks are
-    acknowledged when the iterator moves past its last micro-batch (the caller has taken
-    them all), so a crash re-delivers only what was not handed out. Iteration ends after
-    ``epochs`` epochs (default: every epoch the service plans). ``position`` resumes at
+    A background thread (``prefetch.Prefetcher``, host tensors) prefetches ``prefetch`` steps
+    ahead. A step's chunks are acknowledged when the iterator moves past its last micro-batch
+    (the caller has taken them all), so a crash re-delivers only what was not handed out.
+    Iteration ends after ``epochs`` epochs (default: every epoch the service plans). ``position`` resumes at
     {"epoch": e, "next_step": s}; ``feedback(...)`` reports the measured times of the step
     last handed out, for the service's cost-model calibration.
     """
