@@ -1,0 +1,152 @@
+"""The planner/worker roles on a real 3-server NATS cluster, all real processes.
+
+Two ``mmfeed serve --role planner`` with the same ``--job`` (a leads; b stands by on the KV
+lease, ``--lease-ttl``), two ``--role worker`` on different servers, and two ``Stream``
+trainer ranks. Mid-epoch the leading planner is killed with SIGKILL, then one worker: the
+standby takes over within a few seconds (measured from the kill to its "took over the job"
+log line and to the next micro-batch a rank receives), and every sample of every epoch is
+delivered exactly once or quarantined, in plan order per rank (the ids of every
+micro-batch are those ``mmfeed shard`` plans), with equal step counts per rank.
+
+``MMFEED_CLUSTER_LONG=1`` (``make test-cluster``) runs two epochs of a larger corpus and
+also kills one NATS server once the standby leads.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from test_cluster import start_cluster, wait_for_jetstream
+from test_stream import nats_server_binary
+from test_workers import wait_for_log
+from mmfeed_trainer.stream import Stream
+
+LONG = bool(os.environ.get("MMFEED_CLUSTER_LONG"))
+SAMPLES = 480 if LONG else 160
+EPOCHS = 2 if LONG else 1
+LEASE_TTL_S = 3.0
+PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
+
+
+def planned(run, tmp_path, manifest):
+    """What ``mmfeed shard`` plans per epoch: ids per (epoch, step, rank, mb), quarantined, dropped."""
+    want, quarantined, dropped = defaultdict(list), {}, {}
+    for epoch in range(EPOCHS):
+        out = tmp_path / f"shards{epoch}"
+        run("shard", "--input", manifest, *PLAN, "--epoch", str(epoch), "--out", str(out))
+        for line in open(out / "plan.jsonl"):
+            p = json.loads(line)
+            if "step" in p:
+                want[(epoch, p["step"], p["rank"], p["micro_batch"])].append((p["id"], p["weight"]))
+        quarantined[epoch] = {json.loads(l)["id"] for l in open(out / "quarantine.jsonl")}
+        dropped[epoch] = {json.loads(l)["id"] for l in open(out / "plan.jsonl") if '"dropped"' in l}
+    return want, quarantined, dropped
+
+
+def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
+    binary = nats_server_binary()
+    if binary is None:
+        pytest.skip("no nats-server binary (set MMFEED_NATS_SERVER)")
+    run = lambda *a: subprocess.run([mmfeed, *a], check=True, capture_output=True, text=True, timeout=300)
+    run("synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "3", "--bad-fraction", "0.05")
+    manifest = str(tmp_path / "corpus" / "manifest.jsonl")
+    want, quarantined, dropped = planned(run, tmp_path, manifest)
+
+    servers, urls = start_cluster(tmp_path, binary)
+    logs = {n: tmp_path / f"{n}.log" for n in ("planner-a", "planner-b", "worker-a", "worker-b")}
+    procs = {}
+
+    def planner(name):
+        return subprocess.Popen(
+            [mmfeed, "serve", "--role", "planner", "--input", manifest, *PLAN, "--job", "roles",
+             "--epochs", str(EPOCHS), "--recalibrate", "-1", "--nats", ",".join(urls), "--replicas", "3",
+             "--lease-ttl", f"{LEASE_TTL_S}s", "--work-ack-wait", "1s",
+             "--stream-max-bytes", "150000",  # backpressure: the leader keeps pace with the trainers
+             "--data-dir", str(tmp_path / name), "--http", ""],
+            stdout=open(logs[name], "w"), stderr=subprocess.STDOUT)
+
+    def worker(name, url):
+        return subprocess.Popen([mmfeed, "serve", "--role", "worker", "--nats", url, "--slots", "1"],
+                                stdout=open(logs[name], "w"), stderr=subprocess.STDOUT)
+
+    got, errors, progress, arrivals = {}, [], [0, 0], [[], []]
+    try:
+        wait_for_jetstream(urls[0])
+        procs["planner-a"] = planner("planner-a")
+        wait_for_log(logs["planner-a"], "serving", procs["planner-a"])
+        procs["planner-b"] = planner("planner-b")
+        wait_for_log(logs["planner-b"], "standing by", procs["planner-b"])
+        procs["worker-a"] = worker("worker-a", ",".join(urls[1:] + urls[:1]))
+        procs["worker-b"] = worker("worker-b", ",".join(urls[2:] + urls[:2]))
+
+        def rank(dp):
+            try:
+                stream = Stream(urls[dp], "roles", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
+                                fetch_timeout_s=2.0)
+                with stream:
+                    for mb in stream:
+                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
+                        arrivals[dp].append(time.monotonic())
+                        progress[dp] += 1
+                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
+                        time.sleep(0.04)  # training
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=rank, args=(dp,), daemon=True) for dp in (0, 1)]
+        for t in threads:
+            t.start()
+        total = len(want) // 2
+
+        def wait_progress(n):
+            deadline = time.monotonic() + 60
+            while min(progress) < n and not errors:
+                assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
+                time.sleep(0.02)
+
+        wait_progress(total // (4 * EPOCHS))
+        delivered_at_kill = list(progress)
+        killed = time.monotonic()
+        procs["planner-a"].send_signal(signal.SIGKILL)  # the leader dies mid-epoch
+        procs["planner-a"].wait()
+        wait_for_log(logs["planner-b"], "took over the job", procs["planner-b"], deadline_s=30)
+        took_over_s = time.monotonic() - killed
+        procs["worker-a"].send_signal(signal.SIGKILL)  # and one worker, with items in hand
+        procs["worker-a"].wait()
+        wait_progress(max(delivered_at_kill) + 2)
+        resumed_s = min(a[p] for a, p in zip(arrivals, delivered_at_kill)) - killed
+        print(f"\ntakeover: lease taken {took_over_s:.1f} s and next micro-batch {resumed_s:.1f} s "
+              f"after the SIGKILL (lease TTL {LEASE_TTL_S} s)")
+        assert took_over_s < 2 * LEASE_TTL_S + 2, took_over_s
+        if LONG:
+            servers[2].send_signal(signal.SIGKILL)  # and one NATS server
+            servers[2].wait()
+        for t in threads:
+            t.join(timeout=240 if LONG else 90)
+        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
+            logs["planner-b"].read_text()[-3000:]
+        assert not errors, errors
+        assert procs["planner-b"].wait(timeout=60) == 0, logs["planner-b"].read_text()
+        assert "opened dataset" in logs["worker-b"].read_text()
+    finally:
+        for p in list(procs.values()) + servers:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
+    for key, rows in want.items():
+        assert [i for i, _ in got[key]] == [i for i, _ in rows], key
+    corpus = [json.loads(l).get("id") for l in open(manifest)]
+    for epoch in range(EPOCHS):
+        real = [i for (e, *_), rows in got.items() if e == epoch for i, w in rows if w > 0]
+        assert len(real) == len(set(real)), f"epoch {epoch}: a sample was delivered twice"
+        assert len(real) + len(quarantined[epoch]) + len(dropped[epoch]) == len(corpus), f"epoch {epoch}"
+        steps = {dp: {s for e, s, r, _ in got if e == epoch and r == dp} for dp in (0, 1)}
+        assert steps[0] == steps[1] and steps[0], f"epoch {epoch}: ranks got different steps"
