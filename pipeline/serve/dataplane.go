@@ -100,12 +100,16 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 	key := req.Key()
 	t := time.NewTimer(fetchWait)
 	defer t.Stop()
-	rewound := false
+	rewound, waiting := false, false
 	for {
 		it, changed := s.out.lookup(rank, key)
 		if it != nil {
 			s.send(m.Reply, it)
 			return
+		}
+		if !waiting {
+			waiting = true
+			defer s.out.want(rank, key)()
 		}
 		if !rewound && s.dropped(rank, key) {
 			rewound = true

@@ -27,10 +27,44 @@ type outbox struct {
 	bytes   int64
 	max     int64
 	changed chan struct{} // closed and replaced on every change
+	// wanted counts, per rank, the fetches waiting for a batch not held yet.
+	wanted []map[proto.BatchKey]int
 }
 
 func newOutbox(ranks int, maxBytes int64) *outbox {
-	return &outbox{ranks: make([][]*outItem, ranks), max: maxBytes, changed: make(chan struct{})}
+	o := &outbox{ranks: make([][]*outItem, ranks), max: maxBytes, changed: make(chan struct{}),
+		wanted: make([]map[proto.BatchKey]int, ranks)}
+	for r := range o.wanted {
+		o.wanted[r] = map[proto.BatchKey]int{}
+	}
+	return o
+}
+
+// want records that a fetch of rank waits for key until the returned func
+// is called: put admits key and the batches before it over the bound.
+func (o *outbox) want(rank int, key proto.BatchKey) (done func()) {
+	o.mu.Lock()
+	o.wanted[rank][key]++
+	o.notifyLocked()
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.wanted[rank][key]--; o.wanted[rank][key] <= 0 {
+			delete(o.wanted[rank], key)
+		}
+	}
+}
+
+// wantedLocked reports whether a fetch of rank waits for key or a later
+// batch: the publisher puts in plan order, so it must put key to get there.
+func (o *outbox) wantedLocked(rank int, key proto.BatchKey) bool {
+	for k := range o.wanted[rank] {
+		if !keyLess(k, key) {
+			return true
+		}
+	}
+	return false
 }
 
 func (o *outbox) notifyLocked() {
@@ -39,13 +73,16 @@ func (o *outbox) notifyLocked() {
 }
 
 // put adds a batch for rank. It waits while the outbox is over its bound,
-// unless the rank holds no batch its trainer has not fetched yet: a trainer
-// that waits for its next batch always gets it, so trainers that hold a step
-// while they wait for each other cannot stall the service.
+// unless the rank holds no batch its trainer has not fetched yet, or a fetch
+// of the rank waits for this batch or a later one: a trainer that waits for
+// its next batch always gets it, so trainers that hold a step while they
+// wait for each other cannot stall the service, and neither can batches a
+// trainer will never fetch (after a takeover the new leader rebuilds from
+// the last recorded position, and the trainer already has those batches).
 func (o *outbox) put(ctx context.Context, rank int, it *outItem) error {
 	for {
 		o.mu.Lock()
-		if o.bytes+int64(len(it.payload)) <= o.max || !o.unsentLocked(rank) {
+		if o.bytes+int64(len(it.payload)) <= o.max || !o.unsentLocked(rank) || o.wantedLocked(rank, it.key) {
 			o.ranks[rank] = append(o.ranks[rank], it)
 			o.bytes += int64(len(it.payload))
 			o.notifyLocked()
