@@ -13,15 +13,21 @@ func outKey(step, mb int) proto.BatchKey {
 }
 
 // put waits while the outbox is over its bound, unless the rank has nothing
-// its trainer has not fetched: a waiting trainer always gets its next batch.
+// its trainer has not fetched, or a fetch waits for the batch or a later one:
+// a waiting trainer always gets its next batch, also when the outbox holds
+// batches it will never fetch (a standby rebuilt them after a takeover).
 func TestOutboxBound(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		fetched bool // rank 0's held batch was fetched
+		fetched bool            // rank 0's held batch was fetched
+		want    *proto.BatchKey // a fetch of rank 0 waits for this batch
 		admit   bool
 	}{
-		{"unfetched batch held: wait", false, false},
-		{"everything held was fetched: admit", true, true},
+		{"unfetched batch held: wait", false, nil, false},
+		{"everything held was fetched: admit", true, nil, true},
+		{"unfetched batch held, a fetch waits for this one: admit", false, &proto.BatchKey{Job: "j", Step: 1}, true},
+		{"unfetched batch held, a fetch waits for a later one: admit", false, &proto.BatchKey{Job: "j", Step: 2, MicroBatch: 1}, true},
+		{"unfetched batch held, a fetch waits for an earlier one: wait", false, &proto.BatchKey{Job: "j", Step: 0, MicroBatch: 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := newOutbox(2, 100)
@@ -33,6 +39,9 @@ func TestOutboxBound(t *testing.T) {
 				if it, _ := o.lookup(0, outKey(0, 0)); it == nil {
 					t.Fatal("held batch not found")
 				}
+			}
+			if tc.want != nil {
+				defer o.want(0, *tc.want)()
 			}
 			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
