@@ -76,8 +76,8 @@ test: build venv ## run every test: Go (with the Python peers required) and the 
 	MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
 	@if [ -d trainer/tests ]; then $(PY) -m pytest -q trainer/tests; fi
 
-test-cluster: build venv ## the long scale-out test: 3 NATS servers, leader + standby services, trainers, kills
-	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py
+test-cluster: build venv ## the long scale-out tests: 3 NATS servers, leader + standby (role all; planner + workers), trainers, kills
+	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py trainer/tests/test_cluster_roles.py
 
 soak: build venv ## kill -9 the trainer and serve at random for SOAK_SECONDS (600) over 40 epochs; every sample once per epoch
 	MMFEED_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) MMFEED_SOAK_EPOCHS=$(or $(SOAK_EPOCHS),40) $(PY) -m pytest -q -s trainer/tests/test_soak.py
