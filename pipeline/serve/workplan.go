@@ -338,13 +338,34 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 			if err != nil {
 				return fmt.Errorf("serve: work item: %w", err)
 			}
-			if _, err := w.js.Publish(ctx, workItemsSubject(w.job), b); err != nil {
+			if err := w.publish(ctx, b); err != nil {
 				return fmt.Errorf("serve: issue work item %v: %w", k, err)
 			}
 			w.issued.Add(1)
 		}
 	}
 	return nil
+}
+
+// publishRetry bounds how long issuing an item is retried while the work
+// stream has no leader (a NATS server of the cluster died).
+const publishRetry = 30 * time.Second
+
+// publish puts an item on the work queue, retrying while the stream elects a
+// new leader. A retry may issue the item twice: workers then build it twice
+// and the planner keeps the first result (one result per item id).
+func (w *workPlanner) publish(ctx context.Context, b []byte) error {
+	deadline := time.Now().Add(publishRetry)
+	for {
+		_, err := w.js.Publish(ctx, workItemsSubject(w.job), b)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		w.log.Warn("work item not stored, retrying", "err", err)
+		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // detectsHeavy reports whether enough items were issued to tell heavy ones.
