@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -24,37 +23,24 @@ type Prepared struct {
 // Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features. Rejects
 // of every stage are written to quarantine as JSON lines. The caller closes the result.
 func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, error) {
-	if err := cfg.Validate(); err != nil {
+	p, err := OpenDataset(ctx, cfg, quarantine)
+	if err != nil {
 		return nil, err
 	}
-	q := loader.NewQuarantineWriter(quarantine)
-	opts := cfg.Loader
-	opts.OnReject = q.Func()
-	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
-	}
-	tk, err := tokenize.Open(cfg.Tokenizer)
-	if err != nil {
-		ix.Close()
-		return nil, err
-	}
-	order := ix.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
-	var f Features
+	order := p.Index.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
 	if cfg.Features != nil {
 		var all []EntryFeatures
-		if all, err = cfg.Features(ctx, ix); err == nil {
-			f, err = assembleFeatures(ix, all, order, q)
+		if all, err = cfg.Features(ctx, p.Index); err == nil {
+			p.Features, err = assembleFeatures(p.Index, all, order, p.Quarantine)
 		}
 	} else {
-		f, err = extractFeatures(ctx, ix, order, tk, cfg.Image, q, cfg.workers(), cfg.Progress)
+		p.Features, err = extractFeatures(ctx, p.Index, order, p.Tokenizer, cfg.Image, p.Quarantine, cfg.workers(), cfg.Progress)
 	}
 	if err != nil {
-		tk.Close()
-		ix.Close()
+		p.Close()
 		return nil, err
 	}
-	return &Prepared{Config: cfg, Index: ix, Features: f, Quarantine: q, Tokenizer: tk}, nil
+	return p, nil
 }
 
 // Close releases the tokenizer and the index.
