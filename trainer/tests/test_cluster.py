@@ -70,6 +70,21 @@ def wait_for_jetstream(url, deadline_s=30.0):
             time.sleep(0.3)
 
 
+def check_delivered_once(got, want, manifest, quarantined, dropped, epochs):
+    """Every (epoch, step, rank, micro-batch) as planned, in plan order, and every sample of each
+    epoch delivered once, quarantined or dropped; both ranks got the same steps."""
+    assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
+    for key, rows in want.items():
+        assert [i for i, _ in got[key]] == [i for i, _ in rows], key
+    corpus = [json.loads(l).get("id") for l in open(manifest)]
+    for epoch in range(epochs):
+        real = [i for (e, *_), rows in got.items() if e == epoch for i, w in rows if w > 0]
+        assert len(real) == len(set(real)), f"epoch {epoch}: a sample was delivered twice"
+        assert len(real) + len(quarantined[epoch]) + len(dropped[epoch]) == len(corpus), f"epoch {epoch}"
+        steps = {dp: {s for e, s, r, _ in got if e == epoch and r == dp} for dp in (0, 1)}
+        assert steps[0] == steps[1] and steps[0], f"epoch {epoch}: ranks got different steps"
+
+
 def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
     binary = nats_server_binary()
     if binary is None:
@@ -150,13 +165,4 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
                 p.kill()
                 p.wait()
 
-    assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
-    for key, rows in want.items():
-        assert [i for i, _ in got[key]] == [i for i, _ in rows], key
-    corpus = [json.loads(l).get("id") for l in open(manifest)]
-    for epoch in range(EPOCHS):
-        real = [i for (e, *_), rows in got.items() if e == epoch for i, w in rows if w > 0]
-        assert len(real) == len(set(real)), f"epoch {epoch}: a sample was delivered twice"
-        assert len(real) + len(quarantined[epoch]) + len(dropped[epoch]) == len(corpus), f"epoch {epoch}"
-        steps = {dp: {s for e, s, r, _ in got if e == epoch and r == dp} for dp in (0, 1)}
-        assert steps[0] == steps[1] and steps[0], f"epoch {epoch}: ranks got different steps"
+    check_delivered_once(got, want, manifest, quarantined, dropped, EPOCHS)

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import pytest
 
-from test_cluster import start_cluster, wait_for_jetstream
+from test_cluster import check_delivered_once, start_cluster, wait_for_jetstream
 from test_stream import nats_server_binary
 from test_workers import wait_for_log
 from mmfeed_trainer.stream import Stream
@@ -145,13 +145,4 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
                 p.kill()
                 p.wait()
 
-    assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
-    for key, rows in want.items():
-        assert [i for i, _ in got[key]] == [i for i, _ in rows], key
-    corpus = [json.loads(l).get("id") for l in open(manifest)]
-    for epoch in range(EPOCHS):
-        real = [i for (e, *_), rows in got.items() if e == epoch for i, w in rows if w > 0]
-        assert len(real) == len(set(real)), f"epoch {epoch}: a sample was delivered twice"
-        assert len(real) + len(quarantined[epoch]) + len(dropped[epoch]) == len(corpus), f"epoch {epoch}"
-        steps = {dp: {s for e, s, r, _ in got if e == epoch and r == dp} for dp in (0, 1)}
-        assert steps[0] == steps[1] and steps[0], f"epoch {epoch}: ranks got different steps"
+    check_delivered_once(got, want, manifest, quarantined, dropped, EPOCHS)
