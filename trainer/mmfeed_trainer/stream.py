@@ -24,10 +24,12 @@ submit coroutines to it, so the prefetch thread (``steps``) and the training thr
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -603,6 +605,7 @@ class Stream:
         self._prefetcher = Prefetcher(self.source, position=self.position, role=self.role, pad_id=self.pad_id,
                                       device=None, depth=self._depth, check_pack=False, epochs=self.epochs,
                                       name="mmfeed-stream-prefetch")
+        _open_streams.add(self)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -651,7 +654,27 @@ class Stream:
 
     def close(self) -> None:
         """Acknowledge the last step if it was handed out whole, stop prefetching, disconnect."""
+        _open_streams.discard(self)
         if self._prefetcher is not None:
             self._prefetcher.stop()
         self._ack_last()
         self.source.close()
+
+
+_open_streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
+"""Streams entered and not closed yet; closed at interpreter exit (``_close_open_streams``)."""
+
+
+@atexit.register
+def _close_open_streams() -> None:
+    """Close every stream still open when the interpreter exits (a loop that stopped early, as
+    Lightning does at ``max_steps``). Otherwise the daemon prefetch thread may still be converting
+    a step (torch, pyarrow) when finalization ends it, which aborts the process with "terminate
+    called without an active exception" although training finished."""
+    for st in list(_open_streams):
+        try:
+            st.close()
+        except Exception as err:  # exiting anyway: say why the acknowledgement may be missing
+            log.warning("stream: closing at exit: %r", err)
+        if st._prefetcher is not None:
+            st._prefetcher.close()  # let a conversion in progress finish (5 s at most)
