@@ -70,6 +70,21 @@ def wait_for_jetstream(url, deadline_s=30.0):
             time.sleep(0.3)
 
 
+def planned(run, tmp_path, manifest, plan, epochs):
+    """What ``mmfeed shard`` plans per epoch: ids per (epoch, step, rank, mb), quarantined, dropped."""
+    want, quarantined, dropped = defaultdict(list), {}, {}
+    for epoch in range(epochs):
+        out = tmp_path / f"shards{epoch}"
+        run("shard", "--input", manifest, *plan, "--epoch", str(epoch), "--out", str(out))
+        for line in open(out / "plan.jsonl"):
+            p = json.loads(line)
+            if "step" in p:
+                want[(epoch, p["step"], p["rank"], p["micro_batch"])].append((p["id"], p["weight"]))
+        quarantined[epoch] = {json.loads(l)["id"] for l in open(out / "quarantine.jsonl")}
+        dropped[epoch] = {json.loads(l)["id"] for l in open(out / "plan.jsonl") if '"dropped"' in l}
+    return want, quarantined, dropped
+
+
 def check_delivered_once(got, want, manifest, quarantined, dropped, epochs):
     """Every (epoch, step, rank, micro-batch) as planned, in plan order, and every sample of each
     epoch delivered once, quarantined or dropped; both ranks got the same steps."""
@@ -92,16 +107,7 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
     run = lambda *a: subprocess.run([mmfeed, *a], check=True, capture_output=True, text=True, timeout=300)
     run("synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "3", "--bad-fraction", "0.05")
     manifest = str(tmp_path / "corpus" / "manifest.jsonl")
-    want, quarantined, dropped = defaultdict(list), {}, {}
-    for epoch in range(EPOCHS):
-        out = tmp_path / f"shards{epoch}"
-        run("shard", "--input", manifest, *PLAN, "--epoch", str(epoch), "--out", str(out))
-        for line in open(out / "plan.jsonl"):
-            p = json.loads(line)
-            if "step" in p:
-                want[(epoch, p["step"], p["rank"], p["micro_batch"])].append((p["id"], p["weight"]))
-        quarantined[epoch] = {json.loads(l)["id"] for l in open(out / "quarantine.jsonl")}
-        dropped[epoch] = {json.loads(l)["id"] for l in open(out / "plan.jsonl") if '"dropped"' in l}
+    want, quarantined, dropped = planned(run, tmp_path, manifest, PLAN, EPOCHS)
 
     servers, urls = start_cluster(tmp_path, binary)
     services = []

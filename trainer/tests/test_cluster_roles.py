@@ -18,11 +18,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections import defaultdict
 
 import pytest
 
-from test_cluster import check_delivered_once, start_cluster, wait_for_jetstream
+from test_cluster import check_delivered_once, planned, start_cluster, wait_for_jetstream
 from test_stream import nats_server_binary
 from test_workers import wait_for_log
 from mmfeed_trainer.stream import Stream
@@ -34,21 +33,6 @@ LEASE_TTL_S = 3.0
 PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
 
 
-def planned(run, tmp_path, manifest):
-    """What ``mmfeed shard`` plans per epoch: ids per (epoch, step, rank, mb), quarantined, dropped."""
-    want, quarantined, dropped = defaultdict(list), {}, {}
-    for epoch in range(EPOCHS):
-        out = tmp_path / f"shards{epoch}"
-        run("shard", "--input", manifest, *PLAN, "--epoch", str(epoch), "--out", str(out))
-        for line in open(out / "plan.jsonl"):
-            p = json.loads(line)
-            if "step" in p:
-                want[(epoch, p["step"], p["rank"], p["micro_batch"])].append((p["id"], p["weight"]))
-        quarantined[epoch] = {json.loads(l)["id"] for l in open(out / "quarantine.jsonl")}
-        dropped[epoch] = {json.loads(l)["id"] for l in open(out / "plan.jsonl") if '"dropped"' in l}
-    return want, quarantined, dropped
-
-
 def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
     binary = nats_server_binary()
     if binary is None:
@@ -56,7 +40,7 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
     run = lambda *a: subprocess.run([mmfeed, *a], check=True, capture_output=True, text=True, timeout=300)
     run("synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "3", "--bad-fraction", "0.05")
     manifest = str(tmp_path / "corpus" / "manifest.jsonl")
-    want, quarantined, dropped = planned(run, tmp_path, manifest)
+    want, quarantined, dropped = planned(run, tmp_path, manifest, PLAN, EPOCHS)
 
     servers, urls = start_cluster(tmp_path, binary)
     logs = {n: tmp_path / f"{n}.log" for n in ("planner-a", "planner-b", "worker-a", "worker-b")}
