@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import pytest
 
-from _dist import free_port
+from _dist import free_ports
 from test_stream import nats_server_binary, wait_for_port
 from mmfeed_trainer.stream import Stream
 
@@ -29,21 +29,39 @@ PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-siz
 EPOCHS = 2
 
 
-def start_cluster(tmp_path, binary):
-    """Three nats-servers with JetStream, routed to each other on loopback ports."""
-    ports = [free_port() for _ in range(3)]
-    routes = [free_port() for _ in range(3)]
+def start_cluster(tmp_path, binary, attempts=3):
+    """Three nats-servers with JetStream, routed to each other on loopback ports.
+
+    A port chosen free can be taken by another process before the server binds it; a server that
+    exits at start is therefore retried with fresh ports instead of failing the test."""
+    for attempt in range(attempts):
+        procs, urls = _start_cluster_once(tmp_path / f"cluster{attempt}", binary)
+        if procs is not None:
+            return procs, urls
+    raise RuntimeError(f"no 3-server cluster after {attempts} attempts; logs in {tmp_path}")
+
+
+def _start_cluster_once(dir, binary):
+    dir.mkdir(parents=True)
+    found = free_ports(6)
+    ports, routes = found[:3], found[3:]
     procs = []
     for i in range(3):
         others = ", ".join(f"nats-route://127.0.0.1:{routes[j]}" for j in range(3) if j != i)
-        conf = tmp_path / f"n{i}.conf"
+        conf = dir / f"n{i}.conf"
         conf.write_text(f'server_name: n{i}\nlisten: "127.0.0.1:{ports[i]}"\n'
-                        f'jetstream {{ store_dir: "{tmp_path / f"js{i}"}" }}\n'
+                        f'jetstream {{ store_dir: "{dir / f"js{i}"}" }}\n'
                         f'cluster {{ name: mmfeed, listen: "127.0.0.1:{routes[i]}", routes: [{others}] }}\n')
         procs.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                      stderr=open(tmp_path / f"n{i}.log", "w")))
-    for p in ports:
-        wait_for_port(p)
+                                      stderr=open(dir / f"n{i}.log", "w")))
+    try:
+        for p, proc in zip(ports, procs):
+            wait_for_port(p, proc=proc)
+    except (TimeoutError, RuntimeError):
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        return None, None
     return procs, [f"nats://127.0.0.1:{p}" for p in ports]
 
 

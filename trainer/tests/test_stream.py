@@ -44,9 +44,12 @@ def nats_server_binary():
     return None
 
 
-def wait_for_port(port, deadline_s=20.0):
+def wait_for_port(port, deadline_s=20.0, proc=None):
+    """Until something listens on port; RuntimeError at once if proc (the server) has exited."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"nats-server for port {port} exited with {proc.returncode}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
