@@ -62,8 +62,11 @@ $(BIN): $(LIBTOK) $(GO_SOURCES) $(wildcard $(TURBO_H) $(LIBJPEG))
 
 venv: $(VENV)/.ok ## create the Python environment from requirements.txt (cached per content)
 
+# flock: checkouts that build at the same time (worktrees, CI beside a developer) share one
+# environment; the second waits for the first instead of deleting it mid-install.
 $(VENV)/.ok: requirements.txt
-	@if [ ! -f $(VENV_DIR)/.ok ]; then \
+	@mkdir -p $(CACHE) && exec 9>$(VENV_DIR).lock && flock 9 && \
+	if [ ! -f $(VENV_DIR)/.ok ]; then \
 	  echo "creating Python environment $(VENV_DIR)"; \
 	  rm -rf $(VENV_DIR) && python3 -m venv $(VENV_DIR) && \
 	  $(VENV_DIR)/bin/pip install -q --upgrade pip && \
