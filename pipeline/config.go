@@ -35,6 +35,10 @@ type Config struct {
 	// items, a cache); Prepare orders them for the epoch and quarantines the
 	// rejects.
 	Features FeatureFunc
+	// FeatureCache, when not nil, keeps the features of the whole index under
+	// the dataset's Fingerprint: Prepare reads them from it, or computes them
+	// (Features, or the feature pass) and stores them there.
+	FeatureCache FeatureCache
 	// MaxPixelsInFlight bounds the pixels (width × height from the image
 	// headers) the preprocessing workers decode at once, so decode memory is
 	// bounded per process, not only per image: many workers meeting many

@@ -39,15 +39,29 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 // extractFeatures is ExtractFeatures with a progress callback (Config.Progress).
 func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
 	img imgproc.Config, q *loader.QuarantineWriter, workers int, progress func(done, total int)) (Features, error) {
-	items := make([]balancer.Item, len(entries))
-	sizes := make([]image.Point, len(entries))
-	ok := make([]bool, len(entries))
-	var next, done atomic.Int64
-	tick := func() {
-		if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
-			progress(n, len(entries))
-		}
+	all, err := computeFeatures(ctx, ix, entries, tk, img, workers, progress)
+	if err != nil {
+		return Features{}, err
 	}
+	var f Features
+	for i, ef := range all {
+		if ef.Reject != nil {
+			q.Write(*ef.Reject)
+			continue
+		}
+		f.Entries = append(f.Entries, entries[i])
+		f.Items = append(f.Items, ef.Item)
+		f.Sizes = append(f.Sizes, ef.Size)
+	}
+	return f, q.Err()
+}
+
+// computeFeatures computes the features of entries (rejects included), in
+// their order, on workers goroutines, one chunk of captions at a time.
+func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
+	img imgproc.Config, workers int, progress func(done, total int)) ([]EntryFeatures, error) {
+	out := make([]EntryFeatures, len(entries))
+	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	chunks := (len(entries) + featureChunk - 1) / featureChunk
 	for range max(1, workers) {
@@ -71,29 +85,19 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 						cerr = errs[i-lo]
 					}
 					it, size, rej := featuresOf(ix, entries[i], counts, i-lo, cerr, img)
-					tick()
-					if rej != nil {
-						q.Write(*rej)
-						continue
+					out[i] = EntryFeatures{Item: it, Size: size, Reject: rej}
+					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
+						progress(n, len(entries))
 					}
-					items[i], sizes[i], ok[i] = it, size, true
 				}
 			}
 		})
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return Features{}, err
+		return nil, err
 	}
-	var f Features
-	for i, e := range entries {
-		if ok[i] {
-			f.Entries = append(f.Entries, e)
-			f.Items = append(f.Items, items[i])
-			f.Sizes = append(f.Sizes, sizes[i])
-		}
-	}
-	return f, q.Err()
+	return out, nil
 }
 
 // featureChunk is how many entries a feature worker takes at a time: their captions are

@@ -16,21 +16,34 @@ type Prepared struct {
 	Features   Features
 	Quarantine *loader.QuarantineWriter
 	Tokenizer  *tokenize.Tokenizer
+	// Fingerprint names the dataset and settings the features came from
+	// (Fingerprint), and FeaturesCached says they were read from
+	// Config.FeatureCache; FeatureCacheErr is why the cache could not be read
+	// or written (the features were computed then). All zero without a cache.
+	Fingerprint     string
+	FeaturesCached  bool
+	FeatureCacheErr error
 
 	plan *balancer.Plan // the configured strategy's plan, once built
 }
 
-// Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features. Rejects
-// of every stage are written to quarantine as JSON lines. The caller closes the result.
+// Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features (from
+// cfg.FeatureCache when it holds the dataset's Fingerprint). Rejects of every stage are
+// written to quarantine as JSON lines. The caller closes the result.
 func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, error) {
 	p, err := OpenDataset(ctx, cfg, quarantine)
 	if err != nil {
 		return nil, err
 	}
 	order := p.Index.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
-	if cfg.Features != nil {
+	if cfg.Features != nil || cfg.FeatureCache != nil {
 		var all []EntryFeatures
-		if all, err = cfg.Features(ctx, p.Index); err == nil {
+		if cfg.FeatureCache != nil {
+			all, p.FeatureCacheErr, err = p.cachedFeatures(ctx, cfg)
+		} else {
+			all, err = cfg.Features(ctx, p.Index)
+		}
+		if err == nil {
 			p.Features, err = assembleFeatures(p.Index, all, order, p.Quarantine)
 		}
 	} else {

@@ -1,0 +1,235 @@
+package pipeline
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// FeatureCache keeps the features of a whole index (EntryFeatures in index
+// order) under the dataset's fingerprint (Fingerprint), so that a restart or
+// a second job on the same data does not run the feature pass again.
+// Implementations: DirFeatureCache (a folder), and serve's JetStream object
+// store. Safe for concurrent use.
+type FeatureCache interface {
+	// Load returns the features stored under fingerprint; ok is false when
+	// there are none.
+	Load(ctx context.Context, fingerprint string) (all []EntryFeatures, ok bool, err error)
+	// Store keeps all under fingerprint.
+	Store(ctx context.Context, fingerprint string, all []EntryFeatures) error
+}
+
+// fingerprintVersion changes when EntryFeatures or their computation
+// change meaning, so that old cache entries are not read.
+const fingerprintVersion = "mmfeed-features-1"
+
+// Fingerprint names what the features of ix depend on, as a hex string:
+//   - the settings that change them: the tokenizer's settings and the
+//     SHA-256 of its file, the image config, the loader's options (not
+//     where it spools);
+//   - the index: every entry's id, location, caption and image size in
+//     bytes (the index scan stats every image a manifest names, so a
+//     replaced image of another size changes it at no extra cost);
+//   - for an input on the local file system: the size and modification time
+//     of each of its files (the manifest, the shards, a folder's files).
+//
+// Not covered: an image a manifest names replaced in place by one of
+// exactly the same byte size (touch the manifest to invalidate), and the
+// bytes of a remote input beyond what its index lists.
+func Fingerprint(cfg Config, ix *loader.Index) (string, error) {
+	tokPath := cfg.Tokenizer.Path
+	if tokPath == "" {
+		p, err := tokenize.DefaultTokenizerPath()
+		if err != nil {
+			return "", err
+		}
+		tokPath = p
+	}
+	tok, err := os.ReadFile(tokPath)
+	if err != nil {
+		return "", fmt.Errorf("pipeline: fingerprint: %w", err)
+	}
+	tokSum := sha256.Sum256(tok)
+	tc := cfg.Tokenizer
+	tc.Path, tc.Workers = "", 0
+	lo := cfg.Loader
+	lo.SpoolDir, lo.OnReject = "", nil
+	settings, err := json.Marshal(struct {
+		Version   string
+		Tokenizer tokenize.Config
+		TokSHA    string
+		Image     imgproc.Config
+		Loader    struct {
+			loader.Options
+			OnReject *struct{} `json:",omitempty"`
+		}
+	}{fingerprintVersion, tc, hex.EncodeToString(tokSum[:]), cfg.Image, struct {
+		loader.Options
+		OnReject *struct{} `json:",omitempty"`
+	}{Options: lo}})
+	if err != nil {
+		return "", fmt.Errorf("pipeline: fingerprint: %w", err)
+	}
+	h := sha256.New()
+	h.Write(settings)
+	var n [8]byte
+	field := func(s string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		io.WriteString(h, s)
+	}
+	for _, e := range ix.Entries {
+		field(e.ID)
+		field(e.Location)
+		field(e.Text)
+		binary.LittleEndian.PutUint64(n[:], uint64(e.ImageSize))
+		h.Write(n[:])
+	}
+	if cfg.Loader.Remote == nil {
+		files, err := localInputFiles(cfg.Input)
+		if err != nil {
+			return "", err
+		}
+		for _, f := range files {
+			st, err := os.Stat(f)
+			if err != nil {
+				return "", fmt.Errorf("pipeline: fingerprint: %w", err)
+			}
+			fmt.Fprintf(h, "\n%s %d %d", f, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// localInputFiles lists the files of a local input: itself, a folder's
+// files, or a glob's matches (none for a brace pattern: the index covers
+// it).
+func localInputFiles(input string) ([]string, error) {
+	st, err := os.Stat(input)
+	if err == nil && !st.IsDir() {
+		return []string{input}, nil
+	}
+	if err == nil {
+		var out []string
+		err := filepath.WalkDir(input, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() {
+				out = append(out, p)
+			}
+			return nil
+		})
+		return out, err
+	}
+	m, _ := filepath.Glob(input)
+	return m, nil
+}
+
+// DirFeatureCache is a FeatureCache in a folder: one gzipped JSON file
+// features-<fingerprint>.json.gz per fingerprint, written to a temporary
+// file and renamed, so concurrent jobs never read a partial file. The
+// folder is created on the first Store.
+type DirFeatureCache string
+
+func (d DirFeatureCache) path(fp string) string {
+	return filepath.Join(string(d), "features-"+fp+".json.gz")
+}
+
+// Load reads the fingerprint's file; a missing file is not an error, an
+// unreadable one is (delete it).
+func (d DirFeatureCache) Load(_ context.Context, fp string) ([]EntryFeatures, bool, error) {
+	f, err := os.Open(d.path(fp))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("pipeline: feature cache: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return nil, false, fmt.Errorf("pipeline: feature cache %s: %w", f.Name(), err)
+	}
+	var all []EntryFeatures
+	if err := json.NewDecoder(zr).Decode(&all); err != nil {
+		return nil, false, fmt.Errorf("pipeline: feature cache %s: %w", f.Name(), err)
+	}
+	return all, true, nil
+}
+
+// Store writes the fingerprint's file.
+func (d DirFeatureCache) Store(_ context.Context, fp string, all []EntryFeatures) error {
+	if err := os.MkdirAll(string(d), 0o755); err != nil {
+		return fmt.Errorf("pipeline: feature cache: %w", err)
+	}
+	tmp, err := os.CreateTemp(string(d), ".features-*.tmp")
+	if err != nil {
+		return fmt.Errorf("pipeline: feature cache: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	zw := gzip.NewWriter(tmp)
+	err = json.NewEncoder(zw).Encode(all)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), d.path(fp))
+	}
+	if err != nil {
+		return fmt.Errorf("pipeline: feature cache: %w", err)
+	}
+	return nil
+}
+
+// cachedFeatures returns the features of every entry of p.Index in index
+// order: from cfg.FeatureCache under the dataset's fingerprint, else from
+// cfg.Features or the feature pass on cfg.Workers goroutines, then stored in
+// the cache. A cache that cannot be read or written is skipped (the error
+// is returned in warn), never fatal.
+func (p *Prepared) cachedFeatures(ctx context.Context, cfg Config) (all []EntryFeatures, warn error, err error) {
+	fp, ferr := Fingerprint(cfg, p.Index)
+	if ferr == nil {
+		p.Fingerprint = fp
+		var ok bool
+		all, ok, ferr = cfg.FeatureCache.Load(ctx, fp)
+		if ferr == nil && ok && len(all) == len(p.Index.Entries) {
+			p.FeaturesCached = true
+			return all, nil, nil
+		}
+		if ferr == nil && ok {
+			ferr = fmt.Errorf("pipeline: cached features of %d entries for an index of %d", len(all), len(p.Index.Entries))
+		}
+	}
+	if cfg.Features != nil {
+		all, err = cfg.Features(ctx, p.Index)
+	} else {
+		all, err = computeFeatures(ctx, p.Index, p.Index.Entries, p.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+	}
+	if err != nil {
+		return nil, ferr, err
+	}
+	if p.Fingerprint != "" {
+		if serr := cfg.FeatureCache.Store(ctx, p.Fingerprint, all); serr != nil {
+			ferr = errors.Join(ferr, serr)
+		}
+	}
+	return all, ferr, nil
+}
