@@ -161,12 +161,8 @@ func (d DirFeatureCache) Load(_ context.Context, fp string) ([]EntryFeatures, bo
 		return nil, false, fmt.Errorf("pipeline: feature cache: %w", err)
 	}
 	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReader(f))
+	all, err := ReadFeatures(f)
 	if err != nil {
-		return nil, false, fmt.Errorf("pipeline: feature cache %s: %w", f.Name(), err)
-	}
-	var all []EntryFeatures
-	if err := json.NewDecoder(zr).Decode(&all); err != nil {
 		return nil, false, fmt.Errorf("pipeline: feature cache %s: %w", f.Name(), err)
 	}
 	return all, true, nil
@@ -182,11 +178,7 @@ func (d DirFeatureCache) Store(_ context.Context, fp string, all []EntryFeatures
 		return fmt.Errorf("pipeline: feature cache: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	zw := gzip.NewWriter(tmp)
-	err = json.NewEncoder(zw).Encode(all)
-	if cerr := zw.Close(); err == nil {
-		err = cerr
-	}
+	err = WriteFeatures(tmp, all)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -232,4 +224,31 @@ func (p *Prepared) cachedFeatures(ctx context.Context, cfg Config) (all []EntryF
 		}
 	}
 	return all, ferr, nil
+}
+
+// WriteFeatures writes all as gzipped JSON: the format of DirFeatureCache's
+// files, and of serve's cached objects.
+func WriteFeatures(w io.Writer, all []EntryFeatures) error {
+	zw := gzip.NewWriter(w)
+	err := json.NewEncoder(zw).Encode(all)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pipeline: write features: %w", err)
+	}
+	return nil
+}
+
+// ReadFeatures reads what WriteFeatures wrote.
+func ReadFeatures(r io.Reader) ([]EntryFeatures, error) {
+	zr, err := gzip.NewReader(bufio.NewReader(r))
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: read features: %w", err)
+	}
+	var all []EntryFeatures
+	if err := json.NewDecoder(zr).Decode(&all); err != nil {
+		return nil, fmt.Errorf("pipeline: read features: %w", err)
+	}
+	return all, nil
 }

@@ -171,6 +171,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil // stopped while standing by
 	}
 	defer ls.release()
+	if err := s.setupFeatureCache(); err != nil {
+		return err
+	}
 	if err := s.setup(ctx); err != nil {
 		return err
 	}

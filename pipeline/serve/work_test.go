@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -125,64 +122,53 @@ func quarantinedInBucket(t *testing.T, url, job string) int {
 	return len(keys)
 }
 
-// A planner with local workers computes the features once: a second job on
-// the same dataset and settings (after the first, on the same JetStream
-// store) takes them from the feature bucket, and delivers the same rows.
-func TestPlannerFeatureCacheAcrossJobs(t *testing.T) {
+// Every role computes the features once per dataset fingerprint: a second
+// job on the same dataset and settings (after the first, on the same
+// JetStream store) takes them from the feature bucket and delivers the same
+// rows; a job with another tokenizer setting computes them again.
+func TestFeatureCacheAcrossJobs(t *testing.T) {
 	input := corpus(t, 80)
-	cfg := testConfig(t, input, 2, 1, "colocated")
-	cfg.Role, cfg.LocalWorkers, cfg.Recalibrate = RolePlanner, 2, -1
-	ex := shardExpectation(t, cfg, 0)
-	for i, job := range []string{"job-1", "job-2"} {
-		cfg.Job = job
-		r := start(t, cfg)
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
-		cancel()
-		if err := r.wait(t, 30*time.Second); err != nil {
-			t.Fatalf("%s: %v", job, err)
-		}
-		checkDelivery(t, cfg, trs, 0, ex)
-		hits, misses := r.s.work.featureHits.Load(), r.s.work.featureMisses.Load()
-		if want := [2]int64{int64(i), int64(1 - i)}; [2]int64{hits, misses} != want {
-			t.Errorf("%s: %d feature passes from the cache, %d from the workers; want %d, %d", job, hits, misses, want[0], want[1])
-		}
+	for _, role := range []string{RolePlanner, RoleAll} {
+		t.Run(role, func(t *testing.T) {
+			cfg := testConfig(t, input, 2, 1, "colocated")
+			cfg.Role, cfg.Recalibrate = role, -1
+			if role == RolePlanner {
+				cfg.LocalWorkers = 2
+			}
+			ex := shardExpectation(t, cfg, 0)
+			for i, job := range []string{"job-1", "job-2", "job-3"} {
+				cfg.Job = job
+				if i == 2 {
+					cfg.Pipeline.Tokenizer.MaxLength = 24 // another fingerprint
+				}
+				r := start(t, cfg)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+				cancel()
+				if err := r.wait(t, 30*time.Second); err != nil {
+					t.Fatalf("%s: %v", job, err)
+				}
+				if i < 2 {
+					checkDelivery(t, cfg, trs, 0, ex)
+				}
+				cached := i == 1
+				hits, misses := r.s.featureCache().hits.Load(), r.s.featureCache().misses.Load()
+				if want := [2]int64{b2i(cached), b2i(!cached)}; [2]int64{hits, misses} != want {
+					t.Errorf("%s: %d feature passes from the cache, %d computed; want %d, %d", job, hits, misses, want[0], want[1])
+				}
+				if fe := r.s.WorkTimes().FeatureEntries; role == RolePlanner && (fe == 0) != cached {
+					t.Errorf("%s: the workers computed features of %d entries", job, fe)
+				}
+			}
+		})
 	}
 }
 
-func TestDatasetFingerprintFollowsTheInput(t *testing.T) {
-	input := corpus(t, 20)
-	cfg := testConfig(t, input, 1, 1, "colocated").Pipeline
-	fp := func(c func(*pipeline.Config)) string {
-		pc := cfg
-		c(&pc)
-		s, err := datasetFingerprint(pc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+func b2i(b bool) int64 {
+	if b {
+		return 1
 	}
-	base := fp(func(*pipeline.Config) {})
-	if fp(func(*pipeline.Config) {}) != base {
-		t.Fatal("the fingerprint is not stable")
-	}
-	for name, edit := range map[string]func(*pipeline.Config){
-		"max length": func(c *pipeline.Config) { c.Tokenizer.MaxLength = 64 },
-		"image size": func(c *pipeline.Config) { c.Image.Size = 48 },
-		"manifest touched": func(c *pipeline.Config) {
-			later := time.Now().Add(time.Hour)
-			if err := os.Chtimes(c.Input, later, later); err != nil {
-				t.Fatal(err)
-			}
-		},
-	} {
-		if fp(edit) == base {
-			t.Errorf("%s: the fingerprint did not change", name)
-		}
-	}
-	if _, err := datasetFingerprint(pipeline.Config{Input: filepath.Join(t.TempDir(), "none-*.tar")}); err == nil {
-		t.Error("an input without files has a fingerprint")
-	}
+	return 0
 }
 
 // A standby planner takes over mid-epoch from a leading planner while the
@@ -254,7 +240,7 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	}
-	if hits := standby.work.featureHits.Load(); hits != 1 {
+	if hits := standby.featureCache().hits.Load(); hits != 1 {
 		t.Errorf("the standby took the features from the cache %d times, want 1", hits)
 	}
 	ex := shardExpectation(t, cfg, 0)

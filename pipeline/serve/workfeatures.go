@@ -1,22 +1,23 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // FeatureBucket is the object store of cached features, shared by every
@@ -79,36 +80,100 @@ func (fr *featureResults) handle(m *nats.Msg) {
 	_ = m.Respond([]byte("ok"))
 }
 
-// features is the planner's pipeline.FeatureFunc: the features of the
-// dataset's fingerprint from the feature bucket, or else computed by the
-// workers (feature items) and stored there.
-func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
-	fp, err := datasetFingerprint(s.cfg.Pipeline)
+// objectFeatureCache is the service's pipeline.FeatureCache: one object
+// "features-<fingerprint>" (gzipped JSON) in FeatureBucket, shared by every
+// job and role on the deployment, so a restart, a standby planner or a
+// second job on the same data reads the features instead of computing them.
+type objectFeatureCache struct {
+	js       jetstream.JetStream
+	replicas int
+	log      *slog.Logger
+	// hits and misses count the Loads that found features and those that
+	// did not (the features were then computed).
+	hits, misses atomic.Int64
+}
+
+func (c *objectFeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore, error) {
+	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: FeatureBucket,
+		Description: "mmfeed features by dataset fingerprint", Storage: jetstream.FileStorage,
+		Replicas: max(c.replicas, 1)})
 	if err != nil {
-		s.log.Warn("no dataset fingerprint: features are not cached", "err", err)
+		return nil, fmt.Errorf("serve: feature bucket: %w", err)
 	}
-	var obj jetstream.ObjectStore
-	name := "features-" + fp
-	if fp != "" {
-		if obj, err = s.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: FeatureBucket,
-			Description: "mmfeed features by dataset fingerprint", Storage: jetstream.FileStorage,
-			Replicas: max(s.cfg.Replicas, 1)}); err != nil {
-			return nil, fmt.Errorf("serve: feature bucket: %w", err)
-		}
-		if b, err := obj.GetBytes(ctx, name); err == nil {
-			var all []pipeline.EntryFeatures
-			if err := json.Unmarshal(b, &all); err == nil && len(all) == len(ix.Entries) {
-				s.log.Info("features from the cache", "fingerprint", fp, "entries", len(all))
-				s.work.featureHits.Add(1)
-				return all, nil
-			}
-			s.log.Warn("cached features do not fit the index: recomputing", "fingerprint", fp)
-		} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return nil, fmt.Errorf("serve: cached features: %w", err)
+	return obj, nil
+}
+
+// Load reads the fingerprint's object.
+func (c *objectFeatureCache) Load(ctx context.Context, fp string) ([]pipeline.EntryFeatures, bool, error) {
+	obj, err := c.bucket(ctx)
+	if err != nil {
+		c.misses.Add(1)
+		return nil, false, err
+	}
+	r, err := obj.Get(ctx, "features-"+fp)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		c.misses.Add(1)
+		return nil, false, nil
+	}
+	if err != nil {
+		c.misses.Add(1)
+		return nil, false, fmt.Errorf("serve: cached features: %w", err)
+	}
+	defer r.Close()
+	all, err := pipeline.ReadFeatures(r)
+	if err != nil {
+		c.misses.Add(1)
+		return nil, false, fmt.Errorf("serve: cached features: %w", err)
+	}
+	c.hits.Add(1)
+	c.log.Info("features from the cache", "fingerprint", fp, "entries", len(all))
+	return all, true, nil
+}
+
+// Store puts the fingerprint's object.
+func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipeline.EntryFeatures) error {
+	obj, err := c.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := pipeline.WriteFeatures(&b, all); err != nil {
+		return err
+	}
+	if _, err := obj.PutBytes(ctx, "features-"+fp, b.Bytes()); err != nil {
+		return fmt.Errorf("serve: cache features: %w", err)
+	}
+	c.log.Info("features cached", "fingerprint", fp, "entries", len(all), "bytes", b.Len())
+	return nil
+}
+
+// setupFeatureCache makes every epoch's Prepare (every role) read and fill
+// the feature cache, and counts it on /metrics. Call it once, before the
+// first epoch is prepared.
+func (s *Service) setupFeatureCache() error {
+	c := &objectFeatureCache{js: s.js, replicas: s.cfg.Replicas, log: s.log}
+	for result, n := range map[string]*atomic.Int64{"hit": &c.hits, "miss": &c.misses} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_feature_cache_total",
+			Help: "Feature passes read from the feature cache (hit) and computed (miss), by dataset fingerprint.", ConstLabels: prometheus.Labels{"result": result}},
+			func() float64 { return float64(n.Load()) })); err != nil {
+			return fmt.Errorf("serve: metrics: %w", err)
 		}
 	}
+	s.cfg.Pipeline.FeatureCache = c
+	return nil
+}
+
+// featureCache is the service's feature cache (nil before
+// setupFeatureCache).
+func (s *Service) featureCache() *objectFeatureCache {
+	c, _ := s.cfg.Pipeline.FeatureCache.(*objectFeatureCache)
+	return c
+}
+
+// features is the planner's pipeline.FeatureFunc: the workers compute the
+// features (feature items); Prepare reads and fills the cache around it.
+func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	t0 := time.Now()
-	s.work.featureMisses.Add(1)
 	all, err := s.featurePass(ctx, ix)
 	if err != nil {
 		return nil, err
@@ -119,15 +184,6 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 	s.work.mu.Lock()
 	s.work.featureEntries, s.work.featureSeconds = s.work.featureEntries+len(all), s.work.featureSeconds+secs
 	s.work.mu.Unlock()
-	if obj != nil {
-		b, err := json.Marshal(all)
-		if err == nil {
-			_, err = obj.PutBytes(ctx, name, b)
-		}
-		if err != nil {
-			s.log.Warn("features not cached", "err", err)
-		}
-	}
 	return all, nil
 }
 
@@ -203,60 +259,3 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 	return all, nil
 }
 
-// datasetFingerprint names what the features depend on: the preprocessing
-// settings, the tokenizer file's hash, and the size and modification time
-// of the input's files (the manifest, the shards, or every file of a
-// folder; images a manifest names are not looked at: replace a manifest's
-// image in place and touch the manifest).
-func datasetFingerprint(pc pipeline.Config) (string, error) {
-	wc, _, err := newWorkConfig(pc)
-	if err != nil {
-		return "", err
-	}
-	wc.MaxPixelsInFlight = 0
-	h := sha256.New()
-	b, err := json.Marshal(wc)
-	if err != nil {
-		return "", err
-	}
-	h.Write(b)
-	files, err := inputFiles(pc.Input)
-	if err != nil {
-		return "", err
-	}
-	for _, f := range files {
-		st, err := os.Stat(f)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "\n%s %d %d", f, st.Size(), st.ModTime().UnixNano())
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
-}
-
-// inputFiles lists the files of an input: itself, a folder's files, or a
-// glob's matches.
-func inputFiles(input string) ([]string, error) {
-	st, err := os.Stat(input)
-	if err == nil && !st.IsDir() {
-		return []string{input}, nil
-	}
-	if err == nil {
-		var out []string
-		err := filepath.WalkDir(input, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() {
-				out = append(out, p)
-			}
-			return nil
-		})
-		return out, err
-	}
-	m, gerr := filepath.Glob(input)
-	if gerr != nil || len(m) == 0 {
-		return nil, fmt.Errorf("serve: input %s: no files to fingerprint", input)
-	}
-	return m, nil
-}

@@ -50,7 +50,6 @@ type workPlanner struct {
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
-	featureHits, featureMisses  atomic.Int64 // feature passes from the cache, from the workers
 }
 
 // workSlot is one issued batch item and what came back of it.
