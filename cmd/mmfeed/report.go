@@ -25,6 +25,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	quarantine := fs.String("quarantine", "", "write quarantined samples to this JSONL file")
 	htmlOut := fs.String("html", "", "also write the HTML report page to this file")
+	fcache := bindFeatureCache(fs)
 	simulate := fs.String("simulate-ranks", "", "also estimate the random/mmfeed step-time ratio at these dp sizes, e.g. 64,256,1024 (same samples per rank)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -34,6 +35,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
+	cfg.FeatureCache = featureCache(*fcache)
 	qw := io.Discard
 	if *quarantine != "" {
 		f, err := os.Create(*quarantine)
@@ -48,6 +50,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer prep.Close()
+	logFeatureCache(stderr, prep)
 	rep, err := prep.Report()
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Epochs, "epochs", o.Epochs, "epochs to plan from --epoch on; samples are written once, each epoch adds an index")
 	inputCache := fs.String("input-cache", defaultInputCache(), "where an --input URL (s3://, gs://, az://) that is not WebDataset shards is copied before indexing (shards, also https://, are streamed)")
 	fs.IntVar(&o.PartSteps, "part-steps", o.PartSteps, "start new rank files every K steps, so a crashed run redoes at most K steps (0: one file per rank)")
+	fcache := bindFeatureCache(fs)
 	nf := bindShardNATSFlags(fs)
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -49,6 +50,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
+	cfg.FeatureCache = featureCache(*fcache)
 	if err := nf.checkInput(&cfg); err != nil {
 		return err
 	}
@@ -79,6 +81,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer prep.Close()
+	logFeatureCache(stderr, prep)
 	plan, err := prep.Plan(cfg.Plan.Strategy)
 	if err != nil {
 		return err

@@ -258,4 +258,3 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 	}
 	return all, nil
 }
-
