@@ -35,7 +35,7 @@ type FeatureCache interface {
 
 // fingerprintVersion changes when EntryFeatures or their computation
 // change meaning, so that old cache entries are not read.
-const fingerprintVersion = "mmfeed-features-1"
+const fingerprintVersion = "mmfeed-features-2"
 
 // Fingerprint names what the features of ix depend on, as a hex string:
 //   - the settings that change them: the tokenizer's settings and the

@@ -15,6 +15,7 @@ import (
 type EntryFeatures struct {
 	Item   balancer.Item  `json:"item"`
 	Size   image.Point    `json:"size"`
+	Format string         `json:"format,omitempty"`
 	Reject *loader.Reject `json:"reject,omitempty"`
 }
 
@@ -47,8 +48,7 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 			if cerr == nil {
 				cerr = errs[i-c]
 			}
-			it, size, rej := featuresOf(ix, ix.Entries[i], counts, i-c, cerr, img)
-			out = append(out, EntryFeatures{Item: it, Size: size, Reject: rej})
+			out = append(out, featuresOf(ix, ix.Entries[i], counts, i-c, cerr, img))
 		}
 	}
 	return out, nil
@@ -81,6 +81,7 @@ func assembleFeatures(ix *loader.Index, all []EntryFeatures, entries []loader.En
 		f.Entries = append(f.Entries, e)
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
+		f.Formats = append(f.Formats, ef.Format)
 	}
 	return f, q.Err()
 }

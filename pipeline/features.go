@@ -25,6 +25,9 @@ type Features struct {
 	Items   []balancer.Item
 	// Sizes holds each image's display width and height (EXIF orientation applied).
 	Sizes []image.Point
+	// Formats holds each image's format (imgproc.Format*), sniffed from its
+	// header: with Sizes and the entry's ImageSize, what decoding it costs.
+	Formats []string
 }
 
 // ExtractFeatures computes text tokens (tokenize, truncated), image tokens (from the image
@@ -52,6 +55,7 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 		f.Entries = append(f.Entries, entries[i])
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
+		f.Formats = append(f.Formats, ef.Format)
 	}
 	return f, q.Err()
 }
@@ -84,8 +88,7 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 					if cerr == nil {
 						cerr = errs[i-lo]
 					}
-					it, size, rej := featuresOf(ix, entries[i], counts, i-lo, cerr, img)
-					out[i] = EntryFeatures{Item: it, Size: size, Reject: rej}
+					out[i] = featuresOf(ix, entries[i], counts, i-lo, cerr, img)
 					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
 						progress(n, len(entries))
 					}
@@ -104,10 +107,10 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 // counted in one batch.
 const featureChunk = 64
 
-// featuresOf builds one entry's item from its token count (counts[j], or countErr).
-func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr error, img imgproc.Config) (balancer.Item, image.Point, *loader.Reject) {
-	reject := func(reason string, err error) (balancer.Item, image.Point, *loader.Reject) {
-		return balancer.Item{}, image.Point{}, &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}
+// featuresOf builds one entry's features from its token count (counts[j], or countErr).
+func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr error, img imgproc.Config) EntryFeatures {
+	reject := func(reason string, err error) EntryFeatures {
+		return EntryFeatures{Reject: &loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: err.Error()}}
 	}
 	if countErr != nil {
 		return reject(reasonOf(countErr), countErr)
@@ -123,12 +126,12 @@ func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr 
 		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
 	}
 	h.FileBytes = int(e.ImageSize)
-	return balancer.Item{
+	return EntryFeatures{Item: balancer.Item{
 		ID:          e.ID,
 		TextTokens:  counts[j],
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
-	}, image.Pt(h.Width, h.Height), nil
+	}, Size: image.Pt(h.Width, h.Height), Format: h.Format}
 }
 
 // readHeader parses the image header from growing prefixes of the file.

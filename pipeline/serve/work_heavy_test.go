@@ -49,23 +49,23 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mean := w.unitsSum / float64(w.unitsN)
+	sum, n := w.costSum, w.costN
 	var heavy []workKey
 	for _, st := range plan.Steps[window:] {
 		for dp, mbs := range st.Ranks {
 			for mb, entries := range mbs {
-				if workUnits(ep, entries) > heavyFactor*mean {
+				if w.heavy(costOf(&ep.prep.Features, entries)) {
 					heavy = append(heavy, workKey{0, st.Index, dp, mb})
 				}
 			}
 		}
 	}
 	if len(heavy) == 0 {
-		t.Fatalf("no item past the window costs more than %d × the mean %.3f: the test would check nothing", heavyFactor, mean)
+		t.Fatalf("no item past the window costs more than %d × the mean: the test would check nothing", heavyFactor)
 	}
 	before := w.issued.Load()
 	for _, st := range plan.Steps[window:] { // the early pass, with the mean as it was
-		w.unitsSum = mean * float64(w.unitsN)
+		w.costSum, w.costN = sum, n
 		if err := w.issueStep(ctx, s, ep, plan, st, all, true); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,17 +83,26 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]float64{}
+	got, secs := map[string]float64{}, map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() == "mmfeed_serve_work_items_total" {
-			for _, m := range mf.GetMetric() {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "mmfeed_serve_work_items_total":
 				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			case "mmfeed_serve_work_item_seconds_total":
+				secs[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 			}
 		}
 	}
-	t.Logf("work items %v, times %+v", got, r.s.WorkTimes())
-	if wt := r.s.WorkTimes(); wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 || wt.FeatureEntries == 0 || wt.FeatureSeconds <= 0 {
+	wt := r.s.WorkTimes()
+	t.Logf("work items %v, times %+v, seconds %v", got, wt, secs)
+	if wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 || wt.FeatureEntries == 0 || wt.FeatureSeconds <= 0 || len(wt.CostMS) != costDims {
 		t.Errorf("no predicted and measured item times: %+v", wt)
+	}
+	timed := counter(t, r.s, "mmfeed_serve_work_items_timed_total")
+	if n := float64(wt.Items); timed != n || math.Abs(secs["measured"]/n*1e3-wt.MeasuredMS) > 1e-6 ||
+		math.Abs(secs["predicted"]/n*1e3-wt.PredictedMS) > 1e-6 || math.Abs(secs["abs_error"]/n*1e3-wt.AbsErrorMS) > 1e-6 {
+		t.Errorf("/metrics: %v items timed, seconds %v; WorkTimes %+v", timed, secs, wt)
 	}
 	if got["issued"] != want || got["results"] != want {
 		t.Errorf("work items %v, want one issued and one result per (step, dp, micro-batch) = %v", got, want)

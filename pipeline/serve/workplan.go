@@ -36,16 +36,16 @@ type workPlanner struct {
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
-	timing  map[string]float64 // predicted units of the items filled and not yet timed, by id
-	// unitsSum and unitsN: the predicted units of the items issued (their mean
-	// tells heavy items).
-	unitsSum float64
-	unitsN   int
+	timing  map[string]itemCost // costs of the items filled and not yet timed, by id
+	// costSum and costN: the costs of the items issued (the model's
+	// prediction of their mean tells heavy items).
+	costSum itemCost
+	costN   int
 	// featureEntries and featureSeconds: the feature passes the workers did.
 	featureEntries int
 	featureSeconds float64
-	rate           float64   // measured seconds per unit of predicted CPU cost (EWMA); 0: none yet
-	tally          workTally // this epoch
+	model          workCostModel // item seconds from item costs, fitted to the workers' times
+	tally          workTally     // this epoch
 	total          workTally // the job
 
 	issued, results, duplicates atomic.Int64
@@ -57,7 +57,7 @@ type workSlot struct {
 	id       string
 	payloads [][]byte // by mp rank
 	have     int
-	units    float64 // predicted CPU cost (workUnits)
+	cost     itemCost // what its CPU time depends on (costOf)
 }
 
 // workTally compares predicted with measured item times over an epoch.
@@ -74,7 +74,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 		return nil, err
 	}
 	return &workPlanner{job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]float64{}}, nil
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]itemCost{}}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new
@@ -82,7 +82,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 func (w *workPlanner) reset(ctx context.Context) error {
 	w.mu.Lock()
 	w.slots = map[workKey]*workSlot{}
-	w.timing = map[string]float64{}
+	w.timing = map[string]itemCost{}
 	w.mu.Unlock()
 	st, err := w.js.Stream(ctx, WorkStream)
 	if err != nil {
@@ -136,7 +136,7 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 		sl.payloads[k.MPRank] = a.Payload
 		if sl.have++; sl.have == w.mp { // the publisher may take it (and forget the slot) before the done message
 			w.results.Add(1)
-			w.timing[id] = sl.units
+			w.timing[id] = sl.cost
 			close(w.changed)
 			w.changed = make(chan struct{})
 		}
@@ -151,9 +151,9 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
 	answer := "ok" // held, or no longer wanted
 	w.mu.Lock()
-	if units, ok := w.timing[id]; ok {
+	if cost, ok := w.timing[id]; ok {
 		delete(w.timing, id)
-		w.observe(units, secs)
+		w.observe(cost, secs)
 	} else {
 		for _, sl := range w.slots {
 			if sl.id == id && sl.have < w.mp {
@@ -166,23 +166,19 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	_ = m.Respond([]byte(answer))
 }
 
-// observe records one item's measured time against its predicted cost.
-// The caller holds w.mu.
-func (w *workPlanner) observe(units, secs float64) {
-	if units <= 0 || secs <= 0 {
+// observe records one item's measured time against its prediction (made
+// before this item is fitted), and fits the cost model to it. The caller
+// holds w.mu.
+func (w *workPlanner) observe(cost itemCost, secs float64) {
+	if secs <= 0 {
 		return
 	}
-	pred := w.rate * units
-	if w.rate > 0 {
+	if w.model.fitted() {
+		pred := w.model.predict(cost)
 		w.tally.add(pred, secs)
 		w.total.add(pred, secs)
 	}
-	r := secs / units
-	if w.rate == 0 {
-		w.rate = r
-	} else {
-		w.rate = 0.9*w.rate + 0.1*r
-	}
+	w.model.observe(cost, secs)
 }
 
 func (t *workTally) add(pred, secs float64) {
@@ -206,6 +202,9 @@ type WorkTimes struct {
 	PredictedMS float64 `json:"predicted_ms"`
 	MeasuredMS  float64 `json:"measured_ms"`
 	AbsErrorMS  float64 `json:"abs_error_ms"`
+	// CostMS is the fitted cost model: milliseconds per unit of each
+	// dimension of an item's cost (costNames).
+	CostMS map[string]float64 `json:"cost_ms,omitempty"`
 }
 
 // WorkTimes returns the planner's predicted against measured item times
@@ -217,12 +216,59 @@ func (s *Service) WorkTimes() WorkTimes {
 	s.work.mu.Lock()
 	t := s.work.total
 	wt := WorkTimes{FeatureEntries: s.work.featureEntries, FeatureSeconds: s.work.featureSeconds}
+	if s.work.model.fitted() {
+		wt.CostMS = map[string]float64{}
+		for i, dim := range costNames {
+			wt.CostMS[dim] = 1e3 * s.work.model.coef[i]
+		}
+	}
 	s.work.mu.Unlock()
 	if t.n > 0 {
 		n := float64(t.n)
 		wt.Items, wt.PredictedMS, wt.MeasuredMS, wt.AbsErrorMS = t.n, 1e3*t.predicted/n, 1e3*t.measured/n, 1e3*t.absError/n
 	}
 	return wt
+}
+
+// registerTimes puts the predicted against measured item times on
+// /metrics: their sums over the timed items (the mean is sum / count), and
+// the fitted cost model's coefficients.
+func (w *workPlanner) registerTimes(reg prometheus.Registerer) error {
+	read := func(f func(t workTally) float64) func() float64 {
+		return func() float64 {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return f(w.total)
+		}
+	}
+	for kind, f := range map[string]func(workTally) float64{
+		"predicted": func(t workTally) float64 { return t.predicted },
+		"measured":  func(t workTally) float64 { return t.measured },
+		"abs_error": func(t workTally) float64 { return t.absError },
+	} {
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_item_seconds_total",
+			Help: "Planner: the predicted and measured worker seconds of the timed batch items, and their absolute difference, summed.", ConstLabels: prometheus.Labels{"kind": kind}},
+			read(f))); err != nil {
+			return fmt.Errorf("serve: metrics: %w", err)
+		}
+	}
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_timed_total",
+		Help: "Planner: batch items whose worker time was compared with the prediction."},
+		read(func(t workTally) float64 { return float64(t.n) }))); err != nil {
+		return fmt.Errorf("serve: metrics: %w", err)
+	}
+	for i, dim := range costNames {
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmfeed_serve_work_cost_seconds",
+			Help: "Planner: the fitted worker seconds per unit of a batch item's cost: per megapixel of JPEG or of other formats, per encoded megabyte, per sample.", ConstLabels: prometheus.Labels{"per": dim}},
+			func() float64 {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return w.model.coef[i]
+			})); err != nil {
+			return fmt.Errorf("serve: metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 func abs(x float64) float64 {
@@ -242,39 +288,45 @@ func (w *workPlanner) logTally(epoch int) {
 	if t.n == 0 {
 		return
 	}
+	w.mu.Lock()
+	coef := w.model.coef
+	w.mu.Unlock()
 	w.log.Info("work items", "epoch", epoch, "items", t.n, "predicted_ms_mean", 1e3*t.predicted/float64(t.n),
-		"measured_ms_mean", 1e3*t.measured/float64(t.n), "abs_error_ms_mean", 1e3*t.absError/float64(t.n))
-}
-
-// workUnits is the predicted CPU cost of preprocessing some samples: the
-// megapixels to decode, the megabytes to read and a fixed part per sample
-// (tokenizing, resizing to the output size).
-func workUnits(ep *epochPlan, mb []balancer.Entry) float64 {
-	return featureUnits(&ep.prep.Features, mb)
-}
-
-// featureUnits is workUnits of entries of f.
-func featureUnits(f *pipeline.Features, mb []balancer.Entry) float64 {
-	u := 0.0
-	for _, e := range mb {
-		sz := f.Sizes[e.Item]
-		u += float64(sz.X)*float64(sz.Y)/1e6 + float64(f.Entries[e.Item].ImageSize)/1e6 + 0.05
-	}
-	return u
+		"measured_ms_mean", 1e3*t.measured/float64(t.n), "abs_error_ms_mean", 1e3*t.absError/float64(t.n),
+		"ms_per_jpeg_mp", 1e3*coef[costJPEGMP], "ms_per_other_mp", 1e3*coef[costOtherMP],
+		"ms_per_mb", 1e3*coef[costMB], "ms_per_sample", 1e3*coef[costSamples])
 }
 
 // deadline returns the item's predicted time and how long a worker keeps it
 // to itself: four times the prediction plus a second, at least 2 s, at most
 // 2 min; 10 s before anything was measured.
-func (w *workPlanner) deadline(units float64) (pred, dl time.Duration) {
+func (w *workPlanner) deadline(cost itemCost) (pred, dl time.Duration) {
 	w.mu.Lock()
-	rate := w.rate
+	secs, fitted := w.model.predict(cost), w.model.fitted()
 	w.mu.Unlock()
-	if rate == 0 {
+	if !fitted {
 		return 0, 10 * time.Second
 	}
-	pred = time.Duration(rate * units * float64(time.Second))
+	pred = time.Duration(secs * float64(time.Second))
 	return pred, min(max(4*pred+time.Second, 2*time.Second), 2*time.Minute)
+}
+
+// heavy reports whether an item of this cost is predicted to take more
+// than heavyFactor times the mean issued item (by the fitted model, or the
+// prior before any measurement; the model is linear, so the mean item's
+// prediction is the prediction of the mean cost). The caller holds w.mu.
+func (w *workPlanner) heavy(cost itemCost) bool {
+	if w.costN == 0 {
+		return false
+	}
+	var mean itemCost
+	for i := range mean {
+		mean[i] = w.costSum[i] / float64(w.costN)
+	}
+	if w.model.fitted() {
+		return w.model.predict(cost) > heavyFactor*w.model.predict(mean)
+	}
+	return cost.units() > heavyFactor*mean.units()
 }
 
 // heavyFactor: an item predicted to cost more than this many times the
@@ -313,22 +365,24 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 		}
 		for mb, entries := range mbs {
 			k := workKey{src.epoch, st.Index, dp, mb}
-			units := featureUnits(src.feats, entries)
+			cost := costOf(src.feats, entries)
 			w.mu.Lock()
 			_, done := w.slots[k]
-			heavy := w.unitsN > 0 && units > heavyFactor*w.unitsSum/float64(w.unitsN)
+			heavy := w.heavy(cost)
 			w.mu.Unlock()
 			if done || (heavyOnly && !heavy) {
 				continue
 			}
-			it, err := w.item(src, plan, st.Index, dp, mb, entries, units)
+			it, err := w.item(src, plan, st.Index, dp, mb, entries, cost)
 			if err != nil {
 				return err
 			}
 			w.mu.Lock()
-			w.slots[k] = &workSlot{id: it.ID, payloads: make([][]byte, w.mp), units: units}
-			w.unitsSum += units
-			w.unitsN++
+			w.slots[k] = &workSlot{id: it.ID, payloads: make([][]byte, w.mp), cost: cost}
+			for i := range cost {
+				w.costSum[i] += cost[i]
+			}
+			w.costN++
 			w.mu.Unlock()
 			if heavyOnly {
 				w.early.Add(1)
@@ -371,10 +425,10 @@ func (w *workPlanner) publish(ctx context.Context, b []byte) error {
 func (w *workPlanner) detectsHeavy() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.unitsN >= 16
+	return w.costN >= 16
 }
 
-func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, units float64) (*batchItem, error) {
+func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost itemCost) (*batchItem, error) {
 	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]workSample, len(entries))}
 	f := src.feats
@@ -391,7 +445,7 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 		meta.MicroBatch = mb
 		it.Metas = append(it.Metas, meta)
 	}
-	pred, dl := w.deadline(units)
+	pred, dl := w.deadline(cost)
 	it.PredictedMS, it.DeadlineMS = pred.Milliseconds(), dl.Milliseconds()
 	return it, it.seal()
 }
@@ -565,6 +619,9 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 			func() float64 { return float64(c.Load()) })); err != nil {
 			return nil, fmt.Errorf("serve: metrics: %w", err)
 		}
+	}
+	if err := s.work.registerTimes(s.reg); err != nil {
+		return nil, err
 	}
 	s.cfg.Pipeline.Features = s.features
 	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,
