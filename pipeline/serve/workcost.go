@@ -67,12 +67,12 @@ func (x itemCost) units() float64 { return x.dot(costPrior) }
 // items never varied keeps the prior's proportions. Not safe for concurrent
 // use (workPlanner holds its lock).
 type workCostModel struct {
-	n        int
-	xtx      [costDims][costDims]float64
-	xty      itemCost
-	secs     float64 // sum of measured seconds (forgotten alike)
-	units    float64 // sum of prior units of the same items
-	coef     itemCost
+	n     int
+	xtx   [costDims][costDims]float64
+	xty   itemCost
+	secs  float64 // sum of measured seconds (forgotten alike)
+	units float64 // sum of prior units of the same items
+	coef  itemCost
 }
 
 // costForget is the forgetting factor per observed item: the fit remembers

@@ -46,7 +46,7 @@ type workPlanner struct {
 	featureSeconds float64
 	model          workCostModel // item seconds from item costs, fitted to the workers' times
 	tally          workTally     // this epoch
-	total          workTally // the job
+	total          workTally     // the job
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
