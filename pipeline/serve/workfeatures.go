@@ -208,7 +208,7 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 			if err != nil {
 				return err
 			}
-			if _, err := w.js.Publish(ctx, workItemsSubject(w.job), b); err != nil {
+			if err := w.publish(ctx, b); err != nil {
 				return fmt.Errorf("serve: issue feature item: %w", err)
 			}
 		}

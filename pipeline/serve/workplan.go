@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -48,6 +50,10 @@ type workPlanner struct {
 	tally          workTally     // this epoch
 	total          workTally     // the job
 
+	// nonce and pubSeq make each publish's message id (publish).
+	nonce  string
+	pubSeq atomic.Int64
+
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
 }
@@ -73,7 +79,9 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	if err != nil {
 		return nil, err
 	}
-	return &workPlanner{job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
 		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]itemCost{}}, nil
 }
 
@@ -405,12 +413,16 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 const publishRetry = 30 * time.Second
 
 // publish puts an item on the work queue, retrying while the stream elects a
-// new leader. A retry may issue the item twice: workers then build it twice
-// and the planner keeps the first result (one result per item id).
+// new leader. Every call has its own message id (this planner's nonce and a
+// sequence number), kept by its retries: a retry of a publish whose ack was
+// lost is dropped by the stream's duplicate window, so the queue holds the
+// item once; an item issued again later (after a reset, a takeover by
+// another planner, a feature item re-issued) has a new id and is stored.
 func (w *workPlanner) publish(ctx context.Context, b []byte) error {
+	id := w.nonce + "-" + strconv.FormatInt(w.pubSeq.Add(1), 10)
 	deadline := time.Now().Add(publishRetry)
 	for {
-		_, err := w.js.Publish(ctx, workItemsSubject(w.job), b)
+		_, err := w.js.Publish(ctx, workItemsSubject(w.job), b, jetstream.WithMsgID(id))
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
