@@ -350,9 +350,7 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 	done.Header.Set(hdrWorkDone, it.ID)
 	done.Header.Set(hdrWorkItem, it.ID)
 	done.Header.Set(hdrWorkSeconds, strconv.FormatFloat(took.Seconds(), 'f', 6, 64))
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	reply, err := w.nc.RequestMsgWithContext(rctx, done)
+	reply, err := w.askPlanner(ctx, done)
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
 	}
@@ -530,9 +528,7 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 	msg := nats.NewMsg(workFeaturesSubject(it.Job))
 	msg.Header.Set(hdrWorkItem, it.ID)
 	msg.Data = b
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	reply, err := w.nc.RequestMsgWithContext(rctx, msg)
+	reply, err := w.askPlanner(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
 	}
@@ -540,4 +536,36 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 		return fmt.Errorf("serve: the planner answered %q for %s", reply.Data, it.ID)
 	}
 	return nil
+}
+
+// The planner answers a worker's result request within milliseconds (after
+// the item's chunks, which are on the same subject); askAttempt bounds one
+// attempt, askAttempts the attempts.
+const (
+	askAttempt  = 2 * time.Second
+	askAttempts = 5
+)
+
+// askPlanner sends a result request to the job's planner and returns its
+// answer. No responders (no planner: the leader died and no standby leads
+// yet) fails at once, leaving the item to the queue. An attempt without an
+// answer is sent again: a planner killed after receiving the request never
+// answers it, and waiting out one long timeout would hold this slot while
+// the standby that took over waits for workers (the ~7 s extra takeover
+// delay test_cluster_roles.py measured); a slow planner answers the
+// retry, and answers to an attempt given up are dropped with its inbox. The
+// planner's handlers are idempotent (the first result of an item wins).
+func (w *worker) askPlanner(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	var err error
+	for range askAttempts {
+		rctx, cancel := context.WithTimeout(ctx, askAttempt)
+		var reply *nats.Msg
+		reply, err = w.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data})
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return reply, err
+		}
+		w.log.Debug("no answer from the planner: asking again", "subject", msg.Subject, "err", err)
+	}
+	return nil, err
 }
