@@ -183,6 +183,9 @@ func (d DirFeatureCache) Store(_ context.Context, fp string, all []EntryFeatures
 		err = cerr
 	}
 	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644) // as a plain file would be: another user's job may read it
+	}
+	if err == nil {
 		err = os.Rename(tmp.Name(), d.path(fp))
 	}
 	if err != nil {
