@@ -103,8 +103,14 @@ func (c *objectFeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore,
 	return obj, nil
 }
 
-// Load reads the fingerprint's object.
-func (c *objectFeatureCache) Load(ctx context.Context, fp string) ([]pipeline.EntryFeatures, bool, error) {
+// Load reads the fingerprint's object. A cache that cannot be read is
+// logged and skipped (Prepare computes the features).
+func (c *objectFeatureCache) Load(ctx context.Context, fp string) (all []pipeline.EntryFeatures, ok bool, err error) {
+	defer func() {
+		if err != nil {
+			c.log.Warn("feature cache not read: computing the features", "fingerprint", fp, "err", err)
+		}
+	}()
 	obj, err := c.bucket(ctx)
 	if err != nil {
 		c.misses.Add(1)
@@ -120,7 +126,7 @@ func (c *objectFeatureCache) Load(ctx context.Context, fp string) ([]pipeline.En
 		return nil, false, fmt.Errorf("serve: cached features: %w", err)
 	}
 	defer r.Close()
-	all, err := pipeline.ReadFeatures(r)
+	all, err = pipeline.ReadFeatures(r)
 	if err != nil {
 		c.misses.Add(1)
 		return nil, false, fmt.Errorf("serve: cached features: %w", err)
@@ -130,8 +136,13 @@ func (c *objectFeatureCache) Load(ctx context.Context, fp string) ([]pipeline.En
 	return all, true, nil
 }
 
-// Store puts the fingerprint's object.
-func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipeline.EntryFeatures) error {
+// Store puts the fingerprint's object; a failure is logged.
+func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipeline.EntryFeatures) (err error) {
+	defer func() {
+		if err != nil {
+			c.log.Warn("features not cached", "fingerprint", fp, "err", err)
+		}
+	}()
 	obj, err := c.bucket(ctx)
 	if err != nil {
 		return err
