@@ -19,6 +19,13 @@
 // reads) and stages other inputs with StageInput, which copies an input URL to a local
 // cache; LoadCostModel reads the cost-model files `serve` exports.
 //
+// Config.FeatureCache keeps the features of a whole index under the dataset's
+// Fingerprint (tokenizer settings and file hash, image config, loader options, every
+// entry's id, location, caption and image size, the local input files' size and mtime):
+// Prepare reads them from it instead of running the feature pass, or stores what it
+// computed. DirFeatureCache is one in a folder (`shard`, `report`); serve's is in the
+// JetStream object store.
+//
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
 // planned + quarantined + dropped-at-tail = samples seen.

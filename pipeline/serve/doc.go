@@ -27,10 +27,14 @@
 // RolePlanner plans and delivers exactly as RoleAll does, and leaves the
 // preprocessing to RunWorker processes (or Config.LocalWorkers slots of its
 // own), through the JetStream work-queue stream WorkStream: feature items
-// (ranges of the dataset index; the planner assembles their features and
-// caches them in FeatureBucket under the dataset's fingerprint) and batch
-// items (one dp rank's micro-batch, for every mp rank; issued WorkAhead
-// steps ahead, heavy ones earlier). A worker needs only the NATS
+// (ranges of the dataset index; the planner assembles their features) and
+// batch items (one dp rank's micro-batch, for every mp rank; issued
+// WorkAhead steps ahead, heavy ones earlier: their time is predicted from
+// megapixels by format, bytes and samples, fitted to the workers' times).
+// Each publish has its own message id, kept by its retries, so the queue
+// holds an item once across lost acks and stream leader elections. Every
+// role reads and fills the feature cache in FeatureBucket under the
+// dataset's fingerprint (pipeline.Fingerprint). A worker needs only the NATS
 // deployment: an item names the job's preprocessing config and tokenizer in
 // the job's WorkBucket by hash, and the dataset by path (readable from
 // every worker). A worker sends its encoded batches to the planner on core
