@@ -1,20 +1,26 @@
 """Elastic resume: a checkpoint written at one dp resumes at another (``--allow-resize``).
 
-* DCP resharding (gloo worlds of 1 and 2 processes): model parameters and AdamW state saved
-  under FSDP2 at dp 2 load at dp 1, and saved at dp 1 load into FSDP2 shards at dp 2, equal
-  to the saved ones bit for bit; without ``allow_resize`` the layout change is refused.
-* End to end against ``bin/mmfeed serve`` (``test_elastic_resume_serve_*``): train at dp 2,
-  kill a rank after the checkpoint of step 4 and one more step, restart the service with
-  ``--dp 1 --allow-resize`` over the same data dir and resume the trainer at dp 1 (and the
-  reverse, 1 -> 2 under FSDP2). The ids of the steps the checkpoint holds plus those trained
-  after the resize are the corpus, each once; the resumed run's losses stay below the
-  untrained model's (the model continues).
+* DCP resharding (``test_elastic_resume_dcp_reshards``, gloo worlds): model parameters and
+  AdamW state saved under FSDP2 at dp 2 load at dp 1, and saved at dp 1 load into FSDP2
+  shards at dp 2, equal to the saved ones bit for bit; without ``allow_resize`` the layout
+  change is refused. The same at dp 4 (FSDP2) -> 2 and dp 4 -> 8 (FSDP2) with
+  MMFEED_ELASTIC_LONG=1 (12 and 18 processes: minutes on a loaded 2-core machine).
+* End to end against ``bin/mmfeed serve`` (``test_elastic_resume_serve``): train at dp 4
+  under FSDP2 (once, the ``at_dp4`` fixture), kill rank 0 one step after the checkpoint of
+  step 4; each test copies the service's data dir and the checkpoints, checks that the
+  service refuses the new dp without ``--allow-resize``, restarts it with ``--dp N
+  --allow-resize`` and resumes the trainer at dp 2 (DDP) or dp 8 (FSDP2). The ids of the
+  steps the checkpoint holds plus those trained after the resize are the corpus, each once.
+  The run continues: its first step is the one after the checkpoint with the learning rate
+  the interrupted run had there, and its final checkpoint (written at the new dp) has AdamW
+  step counts that went on from the checkpoint's and parameters that moved on from them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -161,24 +167,42 @@ def _read_ckpt(ckpt: str, step: int, tmp) -> tuple[dict, dict]:
         return torch.load(out, weights_only=False), json.load(f)
 
 
-@pytest.mark.parametrize("old_dp,old_fsdp,new_dp,new_fsdp", [(4, True, 2, False), (4, False, 8, True)],
-                         ids=["4_fsdp2_to_2", "4_to_8_fsdp2"])
-def test_elastic_resume_serve(mmfeed, tmp_path, old_dp, old_fsdp, new_dp, new_fsdp):
-    subprocess.run([BIN, "synth", "--out", str(tmp_path / "corpus"), "--samples", str(SAMPLES), "--seed", "4"],
-                   check=True, capture_output=True, text=True, timeout=60)
-    manifest = str(tmp_path / "corpus" / "manifest.jsonl")
-    corpus = [json.loads(line)["id"] for line in open(manifest, encoding="utf-8")]
-    data, ckpt = str(tmp_path / "serve"), str(tmp_path / "ckpt")
+OLD_DP = 4
+"""The checkpoint's layout: dp 4 under FSDP2; both tests resume the same checkpoint."""
 
+
+@pytest.fixture(scope="module")
+def at_dp4(tmp_path_factory):
+    """Train at dp 4 (FSDP2) against ``bin/mmfeed serve`` and kill rank 0 one step after the
+    checkpoint of step 4: the corpus, the service's data dir and the checkpoints, which each
+    test copies (``resume_copy``) before resuming them at its own dp."""
+    if not os.access(BIN, os.X_OK):
+        (pytest.fail if os.environ.get("MMFEED_REQUIRE_PEERS") else pytest.skip)(f"{BIN} missing (make build)")
+    root = tmp_path_factory.mktemp("elastic_dp4")
+    subprocess.run([BIN, "synth", "--out", str(root / "corpus"), "--samples", str(SAMPLES), "--seed", "4"],
+                   check=True, capture_output=True, text=True, timeout=60)
+    manifest = str(root / "corpus" / "manifest.jsonl")
     port = free_port()
-    serve = _serve(manifest, data, port, old_dp)
+    serve = _serve(manifest, str(root / "serve"), port, OLD_DP)
     try:
         wait_for_port(port, deadline_s=60)
-        killed = _train(port, old_dp, str(tmp_path / "ids1"), ckpt, *(["--fsdp"] if old_fsdp else []), fault=f"rank=0,step={CKPT_STEP + 1}")
+        killed = _train(port, OLD_DP, str(root / "ids"), str(root / "ckpt"), "--fsdp",
+                        fault=f"rank=0,step={CKPT_STEP + 1}")
         assert killed.returncode != 0, "the faulty run should fail"
     finally:
         stop_serve(serve)
-    assert (tmp_path / "ckpt" / "latest").read_text() == f"step-{CKPT_STEP:08d}"
+    assert (root / "ckpt" / "latest").read_text() == f"step-{CKPT_STEP:08d}"
+    return {"root": root, "manifest": manifest, "log": killed.stderr,
+            "corpus": [json.loads(line)["id"] for line in open(manifest, encoding="utf-8")]}
+
+
+@pytest.mark.parametrize("new_dp,new_fsdp", [(2, False), (8, True)], ids=["4_fsdp2_to_2", "4_fsdp2_to_8_fsdp2"])
+def test_elastic_resume_serve(mmfeed, tmp_path, at_dp4, new_dp, new_fsdp):
+    old_dp, old_fsdp = OLD_DP, True
+    data, ckpt = str(tmp_path / "serve"), str(tmp_path / "ckpt")
+    shutil.copytree(at_dp4["root"] / "serve", data)
+    shutil.copytree(at_dp4["root"] / "ckpt", ckpt)
+    manifest, corpus, killed_log = at_dp4["manifest"], at_dp4["corpus"], at_dp4["log"]
 
     port = free_port()
     refused = _serve(manifest, data, port, new_dp)
@@ -197,7 +221,7 @@ def test_elastic_resume_serve(mmfeed, tmp_path, old_dp, old_fsdp, new_dp, new_fs
     assert "resized" in served and f"to_dp={new_dp}" in served, served[-3000:]
     assert f"resized: checkpoint dp {old_dp}, this run dp {new_dp}" in resumed.stderr
 
-    kept = [r for r in consumed(str(tmp_path / "ids1")) if r["step"] < CKPT_STEP]
+    kept = [r for r in consumed(str(at_dp4["root"] / "ids")) if r["step"] < CKPT_STEP]
     after = consumed(str(tmp_path / "ids2"))
     assert {r["dp_rank"] for r in after} == set(range(new_dp))
     assert min(r["step"] for r in after) == CKPT_STEP
@@ -210,7 +234,7 @@ def test_elastic_resume_serve(mmfeed, tmp_path, old_dp, old_fsdp, new_dp, new_fs
     # losses, and a final checkpoint, written at the new dp, whose AdamW moments have seen the
     # 4 steps before the resize and the ones after it (resharded, not reset), and whose
     # parameters moved on from the checkpoint's
-    before, after_log = _step_logs(killed.stderr), _step_logs(resumed.stderr)
+    before, after_log = _step_logs(killed_log), _step_logs(resumed.stderr)
     last = max(r["step"] for r in after) + 1  # the resumed run's final checkpoint
     assert sorted(after_log) == list(range(CKPT_STEP + 1, last + 1)), after_log
     assert after_log[CKPT_STEP + 1][1] == before[CKPT_STEP + 1][1], (before, after_log)
