@@ -32,7 +32,7 @@ def test_gpu_check_dry_run_on_cpu(mmfeed, tmp_path):
     env = {**os.environ, "GPU_CHECK_STEPS": "2", "GPU_CHECK_BATCH": "4", "MMFEED_PYTHON": sys.executable,
            "GPU_CHECK_DATA": str(tmp_path / "none")}
     out = subprocess.run(["bash", SCRIPT, "--dry-run", "--out", str(report)], capture_output=True,
-                         text=True, timeout=600, env=env, cwd=REPO)
+                         text=True, timeout=900, env=env, cwd=REPO)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     doc = json.loads(report.read_text())
     assert doc["mode"] == "dry" and doc["skipped"] == {}, doc["skipped"]
