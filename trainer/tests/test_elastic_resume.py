@@ -142,7 +142,7 @@ def _train(port: int, dp: int, ids: str, ckpt: str, *extra: str, fault: str | No
            "--model", "tiny", "--steps", "100", "--warmup", "1", "--lr", "3e-3", "--log-every", "1",
            "--log-ids", ids, "--ckpt-dir", ckpt, "--ckpt-every", str(CKPT_STEP), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **({"MMFEED_FAULT": fault} if fault else {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
 
 
 def _step_logs(log: str) -> dict[int, tuple[float, str]]:
