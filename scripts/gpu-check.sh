@@ -99,12 +99,12 @@ over_budget() {  # $1 stage: true (and recorded) when too little of the time bud
   fi
   return 1
 }
-bounded() {  # $1 stage, $2 seconds at most, rest: command; 0, or 1 after a failure; a stage
-  # stopped at the time budget is recorded under "skipped" and is no failure
+bounded() {  # $1 stage, $2 seconds at most, rest: command, its output to $LOGS/$1.out and .err;
+  # 0, 1 after a failure, 2 when stopped at the time budget (recorded under "skipped")
   local stage=$1 limit=$2 rc=0; shift 2
   [ "$(left)" -lt "$limit" ] && limit=$(left)
   [ "$limit" -ge 1 ] || limit=1
-  timeout --kill-after=5 "$limit" "$@" || rc=$?
+  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$stage.out" 2>"$LOGS/$stage.err" || rc=$?
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     SKIPPED[$stage]="stopped at the time budget after ${limit} s (${SECONDS} s of ${BUDGET} s spent)"
     echo "== $stage: ${SKIPPED[$stage]}"
@@ -119,8 +119,7 @@ trainer() {  # $1 stage, $2 processes, rest: flags; the run's JSON summary goes 
   if over_budget "$stage"; then return 0; fi
   echo; echo "== $stage: $n process(es), $*"
   local t0=$SECONDS
-  bounded "$stage" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" -m mmfeed_trainer "$@" \
-    >"$LOGS/$stage.out" 2>"$LOGS/$stage.err" || rc=$?
+  bounded "$stage" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" -m mmfeed_trainer "$@" || rc=$?
   [ "$rc" -eq 2 ] && return 0
   [ "$rc" -eq 0 ] || { tail -30 "$LOGS/$stage.err"; return 1; }
   grep '^{' "$LOGS/$stage.out" | tail -1 | tee "$LOGS/$stage.json"
@@ -150,7 +149,7 @@ emulate() {  # dp-8 plans (carried, or written here in a dry run), ranks in turn
   fi
   echo; echo "== emulate: dp-8 plans of $plans, ranks in turn on one device"
   bounded emulate 240 "$PY" scripts/gpu_emulate.py --plans "$plans" --model "$MODEL" --steps "$EMU_STEPS" \
-    --out "$LOGS/emulate.json" >"$LOGS/emulate.out" 2>"$LOGS/emulate.err" || rc=$?
+    --out "$LOGS/emulate.json" || rc=$?
   [ "$rc" -eq 2 ] && return 0
   [ "$rc" -eq 0 ] || { tail -30 "$LOGS/emulate.err"; return 1; }
   tail -1 "$LOGS/emulate.out"
