@@ -22,6 +22,14 @@ import (
 // are planned for the new dp from scratch. Steps keep their numbers: the
 // trainers' global position (epoch, next step) is valid on both sides of
 // the resize, and every sample of the epoch is trained once across it.
+// An epoch is resized once: a second resize inside an epoch already resized
+// is refused (ErrResizeTwice) before anything is written; at the epoch's end
+// (a register at its last step + 1) it resizes the next epoch.
+
+// ErrResizeTwice: a register of a new layout would resize an epoch that was
+// resized already (EpochInfo records one resize per epoch). Nothing is
+// changed; the job stays at the dp it was resized to.
+var ErrResizeTwice = errors.New("serve: a second resize within an epoch")
 
 // ResizeSegment records that an epoch's steps from FromStep on were planned
 // for DP ranks (the steps before it for EpochInfo.DP).
@@ -110,6 +118,9 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 		if step >= info.Steps {
 			point = pos{epoch + 1, 0}
 			stale = slices.DeleteFunc(stale, func(e int) bool { return e == epoch })
+		} else if r := info.Resize; r != nil {
+			return fmt.Errorf("%w: epoch %d was resized from dp=%d to dp=%d at step %d, and a resize to dp=%d at step %d would plan it a third time; one resize per epoch: resume at dp=%d until the epoch ends (register at step %d), then resize: %w",
+				ErrResizeTwice, epoch, info.DP, r.DP, r.FromStep, s.cfg.Pipeline.Plan.DP, step, r.DP, info.Steps, proto.ErrControl)
 		}
 	case step > 0:
 		return fmt.Errorf("serve: register at epoch %d step %d: the job has no record of epoch %d, so the samples its first %d steps held are unknown: %w",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestResizeService(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		from, to, mp int
-	}{{"2to1", 2, 1, 1}, {"1to2", 1, 2, 1}, {"4to2", 4, 2, 1}, {"2to1_mp2", 2, 1, 2}} {
+	}{{"2to1", 2, 1, 1}, {"1to2", 1, 2, 1}, {"4to2", 4, 2, 1}, {"4to8", 4, 8, 1}, {"2to1_mp2", 2, 1, 2}} {
 		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to, tc.mp) })
 	}
 }
@@ -121,7 +122,7 @@ func testResizeService(t *testing.T, from, to, mp int) {
 	old := testConfig(t, corpus(t, 120), from, mp, placement)
 	old.Recalibrate = -1
 	old.QuarantineDir = t.TempDir()
-	old.Pipeline.Plan.GlobalBatch = 8
+	old.Pipeline.Plan.GlobalBatch = max(8, 2*to) // micro-batches 2 of every new rank hold a sample
 	r := start(t, old)
 	var trs []*trainer
 	for rank := range from * mp {
@@ -190,4 +191,67 @@ func runAll(t *testing.T, trs []*trainer, fn func(*trainer) error) {
 			t.Fatalf("trainer %d: %v", i, err)
 		}
 	}
+}
+
+// TestResizeTwiceRefused: a job resized from dp 4 to dp 2 inside epoch 0 and
+// restarted at dp 8 inside the same epoch is refused at the first register
+// (ErrResizeTwice: the epoch records one resize) without writing anything:
+// the dp-2 trainers then finish the epoch under a service at dp 2, and every
+// sample is applied once across both restarts.
+func TestResizeTwiceRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	old := testConfig(t, corpus(t, 120), 4, 1, "colocated")
+	old.Recalibrate = -1
+	old.QuarantineDir = t.TempDir()
+	old.Pipeline.Plan.GlobalBatch = 16 // 8 ranks x 2 micro-batches
+	phase := func(cfg Config, dp, ckptBefore, stopAfter int) (*running, []*trainer) {
+		r := start(t, cfg)
+		var trs []*trainer
+		for rank := range dp {
+			tr := newTrainer(t, cfg, r.s.ClientURL(), rank, 0)
+			if ckptBefore > 0 {
+				tr.applied[proto.BatchKey{Job: cfg.Job, Step: ckptBefore - 1, DPRank: -1}] = nil
+			}
+			trs = append(trs, tr)
+		}
+		if stopAfter != 0 {
+			runAll(t, trs, func(tr *trainer) error { return tr.runEpoch(ctx, 0, stopAfter) })
+		}
+		return r, trs
+	}
+	crash := func(r *running, trs []*trainer, ckpt int) {
+		for _, tr := range trs {
+			tr.crash()
+			tr.forget(0, ckpt)
+		}
+		if err := r.stop(t); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("service: %v", err)
+		}
+	}
+	r, at4 := phase(old, 4, 0, 3)
+	crash(r, at4, 2)
+	at2cfg := old
+	at2cfg.Pipeline.Plan.DP, at2cfg.AllowResize = 2, true
+	r, at2 := phase(at2cfg, 2, 2, 2) // steps 2 and 3 at dp 2
+	crash(r, at2, 3)
+
+	at8cfg := at2cfg
+	at8cfg.Pipeline.Plan.DP = 8
+	r, at8 := phase(at8cfg, 8, 3, 0)
+	if err := at8[0].runEpoch(ctx, 0, -1); err == nil || !strings.Contains(err.Error(), ErrResizeTwice.Error()) {
+		t.Fatalf("register at dp 8 inside the resized epoch: %v, want %v", err, ErrResizeTwice)
+	}
+	crash(r, at8, 3)
+	if info := storedInfo(t, "", at8cfg); info.Resize == nil || info.Resize.DP != 2 || info.Resize.FromStep != 2 {
+		t.Fatalf("the refused resize changed the stored epoch info: %+v", info.Resize)
+	}
+
+	at2cfg.AllowResize = false // the job record still says dp 2: no resize
+	r, rest := phase(at2cfg, 2, 3, 0)
+	runAll(t, rest, func(tr *trainer) error { return tr.runEpoch(ctx, 0, -1) })
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	realOnce(t, slices.Concat(at4, at2, rest), 0, shardExpectation(t, old, 0), len(quarantinedIDs(t, old.QuarantineDir, 0)))
 }
