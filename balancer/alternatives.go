@@ -43,7 +43,8 @@ func (jb *job) positionsApply() bool {
 func (jb *job) parallel() bool { return !jb.sequential && len(jb.items) >= parallelMinItems }
 
 // startIndependent starts the candidates that do not depend on the grouping:
-// balanceFirst and positionsFirst over the cost order. They only read the
+// balanceFirst (below balanceFirstLimit items) and positionsFirst over the
+// cost order. They only read the
 // items, costs and configuration, so they run beside the refinement.
 func (jb *job) startIndependent(w *pending) {
 	par := jb.parallel()
@@ -51,7 +52,9 @@ func (jb *job) startIndependent(w *pending) {
 		subs := jb.subPartitioners()
 		w.run(par, func() { w.alts.costPos = jb.positionsFirst(jb.byCostOrder(), subs) })
 	}
-	w.run(par, func() { w.alts.balance = jb.balanceFirst() })
+	if len(jb.items) < balanceFirstLimit {
+		w.run(par, func() { w.alts.balance = jb.balanceFirst() })
+	}
 }
 
 // startGrouped starts positionsFirst over order (the chosen grouping's).

@@ -145,6 +145,7 @@ type padScratch struct {
 	rank    []Cost    // per-rank padded cost sums
 	step    []float64 // per-rank step costs (Placement.StepCost of rank)
 	slotMax []float64 // syncedCost's buffer
+	posTop  []top3    // levelPositions' per-position summary (syncedTops)
 }
 
 // group is one micro-batch under construction.

@@ -122,6 +122,7 @@ func (jb *job) levelPositions(sc *padScratch) {
 	cur := jb.syncedCost(sc)
 	for budget > 0 {
 		improved := false
+		jb.syncedTops(sc)
 		for _, pair := range jb.positionPairs(sc) {
 			var ok bool
 			if cur, ok = jb.levelPair(sc, pair[0], pair[1], cur, &budget); ok {
@@ -133,6 +134,46 @@ func (jb *job) levelPositions(sc *padScratch) {
 			return
 		}
 	}
+}
+
+// syncedTops fills sc.posTop: per position j, the three largest j-th
+// costliest micro-batch costs of the ranks (syncedCost's terms), so that
+// syncedCostWith can price a change of two ranks in O(M log M).
+func (jb *job) syncedTops(sc *padScratch) {
+	m, pl := jb.cfg.MicroBatches, jb.cfg.Placement
+	sc.posTop = slices.Grow(sc.posTop[:0], m)[:m]
+	clear(sc.posTop)
+	buf := make([]float64, m)
+	for r := range jb.cfg.DP {
+		for j := range m {
+			buf[j] = pl.StepCost(sc.groups[r*m+j].cost)
+		}
+		slices.Sort(buf)
+		for j := range m {
+			sc.posTop[j].add(buf[m-1-j], r)
+		}
+	}
+}
+
+// syncedCostWith returns syncedCost when only ranks ra ≠ rb changed since
+// syncedTops: their micro-batches at their current costs, every other
+// rank's from sc.posTop. It gives syncedCost's value to the last bit (the
+// same maxima, summed in the same order).
+func (jb *job) syncedCostWith(sc *padScratch, ra, rb int) float64 {
+	m, pl := jb.cfg.MicroBatches, jb.cfg.Placement
+	sc.slotMax = slices.Grow(sc.slotMax[:0], 2*m)[:2*m]
+	a, b := sc.slotMax[:m], sc.slotMax[m:]
+	for j := range m {
+		a[j] = pl.StepCost(sc.groups[ra*m+j].cost)
+		b[j] = pl.StepCost(sc.groups[rb*m+j].cost)
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	var s float64
+	for j := range m {
+		s += max(sc.posTop[j].without(ra, rb), a[m-1-j], b[m-1-j])
+	}
+	return s
 }
 
 // positionPairs returns, per position, the slots of its costliest and its
@@ -193,8 +234,9 @@ func (jb *job) levelPair(sc *padScratch, a, b int, cur float64, budget *int) (fl
 }
 
 // tryExchange moves member i of group a to group b (k < 0) or swaps it with
-// member k of b, and keeps it when the budget holds and syncedCost falls
-// below cur·(1 − minGain); otherwise it restores both groups.
+// member k of b (a and b of different ranks), and keeps it when the budget
+// holds and syncedCost falls below cur·(1 − minGain); otherwise it restores
+// both groups. sc.posTop must describe the groups before the exchange.
 func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *int) (float64, bool) {
 	*budget--
 	ga, gb := &sc.groups[a], &sc.groups[b]
@@ -208,7 +250,7 @@ func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *
 	jb.refresh(sc, a)
 	jb.refresh(sc, b)
 	if jb.fitsGroup(sc, a) && jb.fitsGroup(sc, b) {
-		if c := jb.syncedCost(sc); c < cur*(1-minGain) {
+		if c := jb.syncedCostWith(sc, a/jb.cfg.MicroBatches, b/jb.cfg.MicroBatches); c < cur*(1-minGain) {
 			m := jb.cfg.MicroBatches
 			jb.rankCost(sc, a/m)
 			jb.rankCost(sc, b/m)

@@ -33,6 +33,14 @@ const refineMargin = 0.25
 // (O(M·n²)); above it a rank is cut into equal counts.
 const rankCutLimit = 48
 
+// balanceFirstLimit is the batch size from which the balanceFirst candidate
+// is not built. It deals samples by unpadded cost, so its micro-batches mix
+// lengths and pad heavily; on 216 layouts of 1,024 and 4,096 samples (fixed,
+// dynamic and lumpy images; dp 8, 32, 64; 1, 2, 4 micro-batches; both syncs
+// and placements) and on their positionsFirst sub-batches it never won,
+// while it cost about 1 ms per call at 4,096 samples.
+const balanceFirstLimit = 1024
+
 // parallelMinItems is the batch size from which Partition builds its
 // alternative candidates (balanceFirst, positionsFirst) on other goroutines
 // while it refines the length-sorted grouping, and positionsFirst splits its
