@@ -61,9 +61,10 @@ func fingerprintCases() []fingerprintCase {
 }
 
 // TestPartitionFingerprints pins Partition's assignments over
-// fingerprintCases by their SHA-256 (testdata/partition_fingerprints.txt;
-// refresh with -update). A change is deliberate only when the plans it
-// changes are no worse (explain it in the commit).
+// fingerprintCases by their SHA-256 and step cost
+// (testdata/partition_fingerprints.txt; refresh with -update). A change is
+// deliberate only when the plans it changes are no worse (the step costs
+// show it; explain it in the commit).
 func TestPartitionFingerprints(t *testing.T) {
 	if testing.Short() {
 		t.Skip("partitions 4,096 items several times")
@@ -75,7 +76,8 @@ func TestPartitionFingerprints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := p.Partition(items, c.cfg.model().Costs(items))
+		costs := c.cfg.model().Costs(items)
+		a, err := p.Partition(items, costs)
 		if err != nil {
 			fmt.Fprintf(&b, "%s: %v\n", c, err)
 			continue
@@ -85,7 +87,7 @@ func TestPartitionFingerprints(t *testing.T) {
 			binary.Write(h, binary.LittleEndian, int32(len(mb)))
 			binary.Write(h, binary.LittleEndian, mb)
 		}
-		fmt.Fprintf(&b, "%s: %x\n", c, h.Sum(nil)[:8])
+		fmt.Fprintf(&b, "%s: %x step %.6g\n", c, h.Sum(nil)[:8], fingerprintStep(p, items, costs, a))
 	}
 	golden := filepath.Join("testdata", "partition_fingerprints.txt")
 	if *update {
@@ -106,4 +108,26 @@ func TestPartitionFingerprints(t *testing.T) {
 		}
 		t.Fatalf("partitions differ from %s (run with -update if intended)", golden)
 	}
+}
+
+// fingerprintStep returns the step cost Partition minimises for a: the
+// padded or packed objective under the configured sync and pipeline stages.
+func fingerprintStep(p *Partitioner, items []Item, costs []Cost, a Assignment) float64 {
+	slots := make([][]float64, a.DP)
+	for r := range slots {
+		for m := range a.MicroBatches {
+			var s mbShape
+			var c Cost
+			for _, pos := range a.MicroBatch(r, m) {
+				s.add(items[pos])
+				c = c.Add(costs[pos])
+			}
+			if !p.cfg.Pack {
+				c = p.model.CostOf(s.features())
+			}
+			slots[r] = append(slots[r], p.cfg.Placement.StepCost(c))
+		}
+		sortDesc(slots[r])
+	}
+	return PipelineStepCost(slots, p.cfg.pp(), p.cfg.Sync)
 }
