@@ -297,8 +297,10 @@ func (jb *job) leveled(sc *padScratch, a Assignment) Assignment {
 	return a
 }
 
-// attempt builds the groups cut at cuts, assigns them to ranks, refines, and
-// returns the assignment, its max / mean padded rank cost before the
+// attempt builds the groups cut at cuts, assigns them to ranks, refines them
+// with padSearch unless the ranks meet at every micro-batch (padSearch lowers
+// the largest rank total, which is not that step cost: levelPositions refines
+// the winner instead), and returns the assignment, its max / mean padded rank cost before the
 // refinement (so that whether Partition retries does not depend on the
 // refinement) and its max padded rank cost after it.
 func (jb *job) attempt(sc *padScratch, order []int32, cuts []int) (Assignment, float64, float64) {
@@ -309,7 +311,7 @@ func (jb *job) attempt(sc *padScratch, order []int32, cuts []int) (Assignment, f
 	if sum > 0 {
 		imb = hi / (sum / float64(len(sc.step)))
 	}
-	if jb.cfg.Refinement == RefineLocalSearch {
+	if jb.cfg.Refinement == RefineLocalSearch && !jb.positionsApply() {
 		jb.padSearch(sc)
 		hi, _ = jb.stepScore(sc)
 	}
