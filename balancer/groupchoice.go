@@ -1,7 +1,6 @@
 package balancer
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
@@ -74,30 +73,12 @@ func (jb *job) imagesVary() bool {
 
 // sortByImage returns the positions sorted by (P, L, cost, position).
 func (jb *job) sortByImage() []int32 {
-	type keyed struct {
-		pl   uint64 // P << 32 | L
-		cost float64
-		pos  int32
+	p := func(pos int) int { return jb.items[pos].ImageTokens }
+	l := func(pos int) int { return jb.items[pos].TextTokens }
+	if out := jb.ranked.sorted(p, l); out != nil {
+		return out
 	}
-	ks := make([]keyed, len(jb.items))
-	for i := range ks {
-		it := jb.items[i]
-		ks[i] = keyed{uint64(it.ImageTokens)<<32 | uint64(it.TextTokens), jb.costs[i].Total(), int32(i)}
-	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.pl != y.pl {
-			return cmp.Compare(x.pl, y.pl)
-		}
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
-	})
-	order := make([]int32, len(ks))
-	for i, k := range ks {
-		order[i] = k.pos
-	}
-	return order
+	return jb.sortBy(func(it Item) (int, int) { return it.ImageTokens, it.TextTokens })
 }
 
 // minMaxCuts cuts order into k contiguous budget-feasible groups whose

@@ -126,12 +126,23 @@ type job struct {
 	items    []Item
 	costs    []Cost
 	stepCost []float64 // stepCost[i]: Placement.StepCost(costs[i])
+	ranked   rankKeys  // the items ranked by (Cost.Total, position); padded only
 }
 
 func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 	jb := &job{Partitioner: p, items: items, costs: costs, stepCost: make([]float64, len(items))}
 	for i, c := range costs {
 		jb.stepCost[i] = p.cfg.Placement.StepCost(c)
+	}
+	if !p.cfg.Pack {
+		totals := jb.stepCost
+		if p.cfg.Placement != Colocated { // colocated, the step cost is the total
+			totals = make([]float64, len(costs))
+			for i, c := range costs {
+				totals[i] = c.Total()
+			}
+		}
+		jb.ranked = newRankKeys(totals)
 	}
 	return jb
 }
@@ -320,27 +331,31 @@ func (jb *job) attempt(sc *padScratch, order []int32, cuts []int) (Assignment, f
 
 // sortByLength returns the positions sorted by (L, cost, position).
 func (jb *job) sortByLength() []int32 {
+	l := func(pos int) int { return jb.items[pos].TextTokens }
+	if out := jb.ranked.sorted(l, func(int) int { return 0 }); out != nil {
+		return out
+	}
+	return jb.sortBy(func(it Item) (int, int) { return it.TextTokens, 0 })
+}
+
+// sortBy returns the positions sorted by (key(item), cost, position), by
+// comparison (the fallback of rankKeys.sorted).
+func (jb *job) sortBy(key func(Item) (int, int)) []int32 {
 	type keyed struct {
-		l    int
-		cost float64
-		pos  int32
+		a, b int
+		rank int32
 	}
 	ks := make([]keyed, len(jb.items))
 	for i, it := range jb.items {
-		ks[i] = keyed{it.TextTokens, jb.costs[i].Total(), int32(i)}
+		a, b := key(it)
+		ks[i] = keyed{a, b, jb.ranked.rank[i]}
 	}
 	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.l != y.l {
-			return cmp.Compare(x.l, y.l)
-		}
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
+		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b), cmp.Compare(x.rank, y.rank))
 	})
 	order := make([]int32, len(ks))
 	for i, k := range ks {
-		order[i] = k.pos
+		order[i] = jb.ranked.byCost[k.rank]
 	}
 	return order
 }

@@ -90,25 +90,10 @@ func (jb *job) positionChunks(order []int32) [][]int32 {
 // position): positionsFirst over it puts the costliest samples at the same
 // micro-batch position on every rank.
 func (jb *job) byCostOrder() []int32 {
-	type keyed struct {
-		cost float64
-		pos  int32
+	if jb.cfg.Placement == Colocated {
+		return slices.Clone(jb.ranked.byCost)
 	}
-	ks := make([]keyed, len(jb.items))
-	for i, c := range jb.costs {
-		ks[i] = keyed{jb.cfg.Placement.StepCost(c), int32(i)}
-	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
-	})
-	out := make([]int32, len(ks))
-	for i, k := range ks {
-		out[i] = k.pos
-	}
-	return out
+	return costOrder(jb.stepCost)
 }
 
 // levelPositions lowers syncedCost of the loaded groups by moving one sample,

@@ -1,0 +1,89 @@
+package balancer
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// The padded generators cut the items in three sorted orders: by cost, by
+// (L, cost) and by (P, L, cost), ties by position. One comparison sort ranks
+// the items by (cost, position); the other two orders then sort packed
+// integer keys (field << shift | cost rank), which is several times faster
+// than sorting structs with a comparator and gives the same order.
+
+// costOrder returns the positions sorted by (key[pos], pos).
+func costOrder(key []float64) []int32 {
+	type keyed struct {
+		k   uint64 // orderedBits(key)
+		pos int32
+	}
+	ks := make([]keyed, len(key))
+	for i, c := range key {
+		ks[i] = keyed{orderedBits(c), int32(i)}
+	}
+	slices.SortFunc(ks, func(x, y keyed) int {
+		if x.k != y.k {
+			return cmp.Compare(x.k, y.k)
+		}
+		return cmp.Compare(x.pos, y.pos)
+	})
+	out := make([]int32, len(ks))
+	for i, k := range ks {
+		out[i] = k.pos
+	}
+	return out
+}
+
+// orderedBits maps a float64 to a uint64 of the same order (−0 as +0; no
+// NaN among costs).
+func orderedBits(f float64) uint64 {
+	if f == 0 {
+		f = 0 // −0 sorts with +0, as cmp.Compare has it
+	}
+	b := math.Float64bits(f)
+	if b>>63 == 1 {
+		return ^b
+	}
+	return b | 1<<63
+}
+
+// rankKeys holds the items' cost ranks for the packed sort keys.
+type rankKeys struct {
+	byCost []int32 // positions by (cost, position)
+	rank   []int32 // rank[pos]: pos's index in byCost
+}
+
+func newRankKeys(key []float64) rankKeys {
+	byCost := costOrder(key)
+	rank := make([]int32, len(byCost))
+	for i, pos := range byCost {
+		rank[pos] = int32(i)
+	}
+	return rankKeys{byCost, rank}
+}
+
+// sorted returns the positions sorted by (major(pos), minor(pos), cost rank):
+// major and minor are token counts (at most MaxItemTokens = 2²⁰, 21 bits).
+// Nil when the keys do not fit in 64 bits (more than 2²² items, or token
+// counts outside [0, 2²¹)).
+func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
+	n := len(rk.rank)
+	if n > 1<<22 {
+		return nil
+	}
+	keys := make([]uint64, n)
+	for pos := range n {
+		a, b := major(pos), minor(pos)
+		if a < 0 || a >= 1<<21 || b < 0 || b >= 1<<21 {
+			return nil
+		}
+		keys[pos] = uint64(a)<<43 | uint64(b)<<22 | uint64(rk.rank[pos])
+	}
+	slices.Sort(keys)
+	out := make([]int32, n)
+	for i, k := range keys {
+		out[i] = rk.byCost[k&(1<<22-1)]
+	}
+	return out
+}
