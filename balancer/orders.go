@@ -1,36 +1,45 @@
 package balancer
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
 
 // The padded generators cut the items in three sorted orders: by cost, by
-// (L, cost) and by (P, L, cost), ties by position. One comparison sort ranks
-// the items by (cost, position); the other two orders then sort packed
-// integer keys (field << shift | cost rank), which is several times faster
-// than sorting structs with a comparator and gives the same order.
+// (L, cost) and by (P, L, cost), ties by position. One radix sort ranks the
+// items by (cost, position); the other two orders then sort packed integer
+// keys (field << shift | cost rank), which is several times faster than
+// sorting structs with a comparator and gives the same order.
 
-// costOrder returns the positions sorted by (key[pos], pos).
+// costOrder returns the positions sorted by (key[pos], pos): a stable LSD
+// radix sort of the keys' ordered bits (8 passes of 8 bits; stable, so
+// equal keys keep position order), without comparisons.
 func costOrder(key []float64) []int32 {
-	type keyed struct {
-		k   uint64 // orderedBits(key)
-		pos int32
-	}
-	ks := make([]keyed, len(key))
+	n := len(key)
+	k, k2 := make([]uint64, n), make([]uint64, n)
+	out, out2 := make([]int32, n), make([]int32, n)
 	for i, c := range key {
-		ks[i] = keyed{orderedBits(c), int32(i)}
+		k[i], out[i] = orderedBits(c), int32(i)
 	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.k != y.k {
-			return cmp.Compare(x.k, y.k)
+	var count [256]int
+	for shift := 0; shift < 64 && n > 0; shift += 8 {
+		clear(count[:])
+		for _, v := range k {
+			count[byte(v>>shift)]++
 		}
-		return cmp.Compare(x.pos, y.pos)
-	})
-	out := make([]int32, len(ks))
-	for i, k := range ks {
-		out[i] = k.pos
+		if count[byte(k[0]>>shift)] == n {
+			continue // every key has this digit
+		}
+		sum := 0
+		for d, c := range count {
+			count[d], sum = sum, sum+c
+		}
+		for i, v := range k {
+			d := byte(v >> shift)
+			k2[count[d]], out2[count[d]] = v, out[i]
+			count[d]++
+		}
+		k, k2, out, out2 = k2, k, out2, out
 	}
 	return out
 }

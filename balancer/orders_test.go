@@ -18,6 +18,8 @@ func TestSortedOrdersMatchComparison(t *testing.T) {
 	}{
 		{"distinct", 500, 128, nil},
 		{"tied costs", 500, 8, []float64{1, 2, 2, 3}},
+		{"one cost", 100, 8, []float64{7}},
+		{"one item", 1, 8, nil},
 		{"signed zero and negative", 300, 8, []float64{-1.5, -0.0, 0, 0.25}},
 		{"huge tokens", 200, 1 << 22, nil},
 	} {
