@@ -121,21 +121,25 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				if a == b {
 					base = base.Sub(hh.cost)
 				}
-				eval := func(ng, nh mbShape, xj int) {
-					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(nh.count, nh.maxL, nh.sumP) {
-						return
-					}
+				// first prices g's side (rank a) after the exchange; it
+				// reports false when the exchange cannot win (a gets heavier
+				// than it is, or than best).
+				first := func(ng mbShape) (Cost, float64, bool) {
 					*evals++
 					cg := cost(ng)
+					if a == b {
+						return cg, 0, true
+					}
+					na := pl.StepCost(base.Add(cg))
+					return cg, na, !(na > sc.step[a] || (best.ok && na > best.score))
+				}
+				// second prices h's side and keeps the exchange if it is the best.
+				second := func(cg Cost, na float64, nh mbShape, xj int) {
 					var score, total float64
 					if a == b {
 						score = pl.StepCost(base.Add(cg).Add(cost(nh)))
 						total = score
 					} else {
-						na := pl.StepCost(base.Add(cg))
-						if na > sc.step[a] || (best.ok && na > best.score) {
-							return // a gets heavier, or cannot beat best
-						}
 						nb := pl.StepCost(other.Add(cost(nh)))
 						score, total = max(na, nb), na+nb
 					}
@@ -147,7 +151,12 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 					}
 				}
 				if len(gg.members) > 1 {
-					eval(gw, hh.shape().with(it), -1)
+					nh := hh.shape().with(it)
+					if bud.Fits(gw.count, gw.maxL, gw.sumP) && bud.Fits(nh.count, nh.maxL, nh.sumP) {
+						if cg, na, ok := first(gw); ok {
+							second(cg, na, nh, -1)
+						}
+					}
 				}
 				if !swaps {
 					continue
@@ -158,7 +167,16 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 						(a != b || jt == it) {
 						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
-					eval(gw.with(jt), hh.without(jt).with(it), xj)
+					ng := gw.with(jt)
+					// h's budget fields after the swap, without its shape.
+					nhMaxL := max(hh.maxWithout(jt.TextTokens), it.TextTokens)
+					nhSumP := hh.sumP - jt.ImageTokens + it.ImageTokens
+					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(len(hh.members), nhMaxL, nhSumP) {
+						continue
+					}
+					if cg, na, ok := first(ng); ok {
+						second(cg, na, hh.without(jt).with(it), xj)
+					}
 				}
 			}
 		}
