@@ -1,31 +1,42 @@
 package balancer
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // The padded generators cut the items in three sorted orders: by cost, by
 // (L, cost) and by (P, L, cost), ties by position. One radix sort ranks the
-// items by (cost, position); the other two orders then sort packed integer
-// keys (field << shift | cost rank), which is several times faster than
-// sorting structs with a comparator and gives the same order.
+// items by (cost, position); the other two orders then radix-sort packed
+// integer keys (field << shift | cost rank), which is several times faster
+// than sorting structs with a comparator and gives the same order.
 
-// costOrder returns the positions sorted by (key[pos], pos): a stable LSD
-// radix sort of the keys' ordered bits (8 passes of 8 bits; stable, so
-// equal keys keep position order), without comparisons.
+// costOrder returns the positions sorted by (key[pos], pos).
 func costOrder(key []float64) []int32 {
-	n := len(key)
-	k, k2 := make([]uint64, n), make([]uint64, n)
-	out, out2 := make([]int32, n), make([]int32, n)
+	k := make([]uint64, len(key))
+	out := make([]int32, len(key))
 	for i, c := range key {
 		k[i], out[i] = orderedBits(c), int32(i)
 	}
+	radixSort(k, out)
+	return out
+}
+
+// radixSort sorts keys ascending, carrying vals (nil: none) along: a stable
+// LSD radix sort, 8 passes of 8 bits (skipping a digit every key shares), so
+// equal keys keep their order and nothing is compared.
+func radixSort(keys []uint64, vals []int32) {
+	n := len(keys)
+	if n < 2 {
+		return
+	}
+	k, k2 := keys, make([]uint64, n)
+	var v, v2 []int32
+	if vals != nil {
+		v, v2 = vals, make([]int32, n)
+	}
 	var count [256]int
-	for shift := 0; shift < 64 && n > 0; shift += 8 {
+	for shift := 0; shift < 64; shift += 8 {
 		clear(count[:])
-		for _, v := range k {
-			count[byte(v>>shift)]++
+		for _, x := range k {
+			count[byte(x>>shift)]++
 		}
 		if count[byte(k[0]>>shift)] == n {
 			continue // every key has this digit
@@ -34,14 +45,20 @@ func costOrder(key []float64) []int32 {
 		for d, c := range count {
 			count[d], sum = sum, sum+c
 		}
-		for i, v := range k {
-			d := byte(v >> shift)
-			k2[count[d]], out2[count[d]] = v, out[i]
+		for i, x := range k {
+			d := byte(x >> shift)
+			k2[count[d]] = x
+			if v != nil {
+				v2[count[d]] = v[i]
+			}
 			count[d]++
 		}
-		k, k2, out, out2 = k2, k, out2, out
+		k, k2, v, v2 = k2, k, v2, v
 	}
-	return out
+	if &k[0] != &keys[0] { // an odd number of passes: the result is in the spare
+		copy(keys, k)
+		copy(vals, v)
+	}
 }
 
 // orderedBits maps a float64 to a uint64 of the same order (−0 as +0; no
@@ -89,7 +106,7 @@ func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
 		}
 		keys[pos] = uint64(a)<<43 | uint64(b)<<22 | uint64(rk.rank[pos])
 	}
-	slices.Sort(keys)
+	radixSort(keys, nil)
 	out := make([]int32, n)
 	for i, k := range keys {
 		out[i] = rk.byCost[k&(1<<22-1)]
