@@ -1,6 +1,9 @@
 package balancer
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // The padded generators cut the items in three sorted orders: by cost, by
 // (L, cost) and by (P, L, cost), ties by position. One radix sort ranks the
@@ -90,26 +93,31 @@ func newRankKeys(key []float64) rankKeys {
 }
 
 // sorted returns the positions sorted by (major(pos), minor(pos), cost rank):
-// major and minor are token counts (at most MaxItemTokens = 2²⁰, 21 bits).
-// Nil when the keys do not fit in 64 bits (more than 2²² items, or token
-// counts outside [0, 2²¹)).
+// it radix-sorts keys major << (mb + rb) | minor << rb | rank, with as many
+// bits per field as its largest value needs (fewer bits, fewer passes). Nil
+// when the keys do not fit in 64 bits.
 func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
 	n := len(rk.rank)
-	if n > 1<<22 {
+	var hiA, hiB int
+	for pos := range n {
+		a, b := major(pos), minor(pos)
+		if a < 0 || b < 0 {
+			return nil
+		}
+		hiA, hiB = max(hiA, a), max(hiB, b)
+	}
+	rb, mb := bits.Len(uint(n)), bits.Len(uint(hiB))
+	if rb+mb+bits.Len(uint(hiA)) > 64 {
 		return nil
 	}
 	keys := make([]uint64, n)
 	for pos := range n {
-		a, b := major(pos), minor(pos)
-		if a < 0 || a >= 1<<21 || b < 0 || b >= 1<<21 {
-			return nil
-		}
-		keys[pos] = uint64(a)<<43 | uint64(b)<<22 | uint64(rk.rank[pos])
+		keys[pos] = uint64(major(pos))<<(mb+rb) | uint64(minor(pos))<<rb | uint64(rk.rank[pos])
 	}
 	radixSort(keys, nil)
 	out := make([]int32, n)
 	for i, k := range keys {
-		out[i] = rk.byCost[k&(1<<22-1)]
+		out[i] = rk.byCost[k&(1<<rb-1)]
 	}
 	return out
 }

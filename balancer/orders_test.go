@@ -22,6 +22,7 @@ func TestSortedOrdersMatchComparison(t *testing.T) {
 		{"one item", 1, 8, nil},
 		{"signed zero and negative", 300, 8, []float64{-1.5, -0.0, 0, 0.25}},
 		{"huge tokens", 200, 1 << 22, nil},
+		{"too many bits", 50, 1 << 30, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, uint64(tc.n)))
