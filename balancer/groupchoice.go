@@ -11,6 +11,9 @@ type grouping struct {
 	order    []int32
 	cuts     []int
 	byLength bool // order is the length-sorted one (balancedCuts may retry)
+	// loaded: chooseGrouping left this grouping's groups, dealt to the
+	// ranks, in its scratch (attempt need not build them again).
+	loaded bool
 }
 
 // chooseGrouping returns, of the length-sorted order cut at lengthCuts, the
@@ -47,6 +50,7 @@ func (jb *job) chooseGrouping(sc *padScratch, byLength []int32, lengthCuts []int
 			best, bestHi = i, hi
 		}
 	}
+	cands[best].loaded = best == len(cands)-1
 	return cands[best]
 }
 

@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -127,6 +128,9 @@ type job struct {
 	costs    []Cost
 	stepCost []float64 // stepCost[i]: Placement.StepCost(costs[i])
 	ranked   rankKeys  // the items ranked by (Cost.Total, position); padded only
+	// longFirst[pos] orders entries longest text first, ties by position
+	// (assignment); padded only.
+	longFirst []uint64
 }
 
 func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
@@ -143,6 +147,10 @@ func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 			}
 		}
 		jb.ranked = newRankKeys(totals)
+		jb.longFirst = make([]uint64, len(items))
+		for i, it := range items {
+			jb.longFirst[i] = uint64(math.MaxUint32-uint32(it.TextTokens))<<32 | uint64(i)
+		}
 	}
 	return jb
 }
@@ -276,17 +284,23 @@ func (jb *job) partitionPadded() (Assignment, error) {
 	return jb.leveled(sc, jb.bestCandidate(sc, best, alts.wait())), nil
 }
 
-// groupedCandidate builds grouping g's candidate and refines it (attempt);
+// groupedCandidate builds grouping g's candidate and refines it (refined);
 // when the grouping is the length-sorted one, the batch small and the
 // result more than retryImbalance from even, it also tries the length
 // order cut into groups of more equal cost (balancedCuts), keeping the
 // better.
 func (jb *job) groupedCandidate(sc *padScratch, g grouping) Assignment {
 	k := jb.cfg.DP * jb.cfg.MicroBatches
-	best, imb, hi := jb.attempt(sc, g.order, g.cuts)
+	if !g.loaded {
+		jb.buildGroups(sc, g.order, g.cuts)
+		jb.assignGroups(sc)
+	}
+	best, imb, hi := jb.refined(sc)
 	if g.byLength && imb > 1+retryImbalance && k*len(jb.items) <= jb.dpLimit {
 		if c := jb.balancedCuts(g.order, k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
-			if a, _, h := jb.attempt(sc, g.order, c); h < hi {
+			jb.buildGroups(sc, g.order, c)
+			jb.assignGroups(sc)
+			if a, _, h := jb.refined(sc); h < hi {
 				best = a
 			}
 		}
@@ -308,15 +322,13 @@ func (jb *job) leveled(sc *padScratch, a Assignment) Assignment {
 	return a
 }
 
-// attempt builds the groups cut at cuts, assigns them to ranks, refines them
-// with padSearch unless the ranks meet at every micro-batch (padSearch lowers
-// the largest rank total, which is not that step cost: levelPositions refines
-// the winner instead), and returns the assignment, its max / mean padded rank cost before the
-// refinement (so that whether Partition retries does not depend on the
-// refinement) and its max padded rank cost after it.
-func (jb *job) attempt(sc *padScratch, order []int32, cuts []int) (Assignment, float64, float64) {
-	jb.buildGroups(sc, order, cuts)
-	jb.assignGroups(sc)
+// refined refines the groups loaded in sc (built and dealt to the ranks)
+// with padSearch unless the ranks meet at every micro-batch (padSearch
+// lowers the largest rank total, which is not that step cost: levelPositions
+// refines the winner instead), and returns the assignment, its max / mean
+// padded rank cost before the refinement (so that whether Partition retries
+// does not depend on the refinement) and its max padded rank cost after it.
+func (jb *job) refined(sc *padScratch) (Assignment, float64, float64) {
 	hi, sum := jb.stepScore(sc)
 	imb := 1.0
 	if sum > 0 {
@@ -560,12 +572,7 @@ func (jb *job) assignment(sc *padScratch) Assignment {
 	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	a := Assignment{DP: dp, MicroBatches: m, Members: make([][]int32, dp*m)}
 	backing := make([]int32, 0, len(jb.items))
-	byLen := func(x, y int32) int {
-		if c := cmp.Compare(jb.items[y].TextTokens, jb.items[x].TextTokens); c != 0 {
-			return c
-		}
-		return cmp.Compare(x, y)
-	}
+	byLen := func(x, y int32) int { return cmp.Compare(jb.longFirst[x], jb.longFirst[y]) }
 	for r := range dp {
 		gs := sc.groups[r*m : (r+1)*m]
 		for i := range gs {
