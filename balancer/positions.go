@@ -218,39 +218,69 @@ func (jb *job) levelPair(sc *padScratch, a, b int, cur float64, budget *int) (fl
 	return cur, false
 }
 
-// tryExchange moves member i of group a to group b (k < 0) or swaps it with
-// member k of b (a and b of different ranks), and keeps it when the budget
-// holds and syncedCost falls below cur·(1 − minGain); otherwise it restores
-// both groups. sc.posTop must describe the groups before the exchange.
+// tryExchange prices moving member i of group a to group b (k < 0) or
+// swapping it with member k of b (a and b of different ranks), and makes
+// the exchange when the budget holds and syncedCost falls below
+// cur·(1 − minGain). sc.posTop must describe the groups before it. The
+// trial shapes are priced as refresh would compute them after the exchange
+// (the same complexity sums, in member order), so the decision is the one a
+// full recomputation gives.
 func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *int) (float64, bool) {
 	*budget--
 	ga, gb := &sc.groups[a], &sc.groups[b]
-	x := ga.members[i]
+	x := jb.items[ga.members[i]]
+	var na, nb mbShape
+	if k < 0 {
+		na = ga.without(x)
+		na.complexity = jb.cplxSum(ga.members, i, -1)
+		nb = gb.shape().with(x)
+	} else {
+		y := jb.items[gb.members[k]]
+		na, nb = ga.without(x).with(y), gb.without(y).with(x)
+		na.complexity = jb.cplxSum(ga.members, i, gb.members[k])
+		nb.complexity = jb.cplxSum(gb.members, k, ga.members[i])
+	}
+	bud := jb.cfg.Budget
+	if !bud.Fits(na.count, na.maxL, na.sumP) || !bud.Fits(nb.count, nb.maxL, nb.sumP) {
+		return cur, false
+	}
+	ca, cb := ga.cost, gb.cost
+	ga.cost, gb.cost = jb.padCost(na), jb.padCost(nb)
+	m := jb.cfg.MicroBatches
+	c := jb.syncedCostWith(sc, a/m, b/m)
+	ga.cost, gb.cost = ca, cb
+	if c >= cur*(1-minGain) {
+		return cur, false
+	}
+	xp := ga.members[i]
 	if k < 0 {
 		ga.members = slices.Delete(ga.members, i, i+1)
-		gb.members = append(gb.members, x)
+		gb.members = append(gb.members, xp)
 	} else {
-		ga.members[i], gb.members[k] = gb.members[k], x
+		ga.members[i], gb.members[k] = gb.members[k], xp
 	}
 	jb.refresh(sc, a)
 	jb.refresh(sc, b)
-	if jb.fitsGroup(sc, a) && jb.fitsGroup(sc, b) {
-		if c := jb.syncedCostWith(sc, a/jb.cfg.MicroBatches, b/jb.cfg.MicroBatches); c < cur*(1-minGain) {
-			m := jb.cfg.MicroBatches
-			jb.rankCost(sc, a/m)
-			jb.rankCost(sc, b/m)
-			return c, true
+	jb.rankCost(sc, a/m)
+	jb.rankCost(sc, b/m)
+	return c, true
+}
+
+// cplxSum returns Σ complexity over members in order, with member i
+// replaced by the item at position with (with < 0: left out), as refresh
+// would sum it after the exchange.
+func (jb *job) cplxSum(members []int32, i int, with int32) float64 {
+	var s float64
+	for j, pos := range members {
+		if j == i {
+			if with < 0 {
+				continue
+			}
+			pos = with
 		}
+		s += jb.items[pos].Complexity
 	}
-	if k < 0 { // undo in place: the members keep their order
-		gb.members = gb.members[:len(gb.members)-1]
-		ga.members = slices.Insert(ga.members, i, x)
-	} else {
-		ga.members[i], gb.members[k] = x, ga.members[i]
-	}
-	jb.refresh(sc, a)
-	jb.refresh(sc, b)
-	return cur, false
+	return s
 }
 
 // fitsGroup reports whether group g is within the budget.
