@@ -92,12 +92,12 @@ func (jb *job) sortByImage() []int32 {
 // until there are k. Nil when the budget leaves no packing in k groups.
 func (jb *job) minMaxCuts(order []int32, k int) []int {
 	n := len(order)
-	run := make([]Item, n) // the items in order, without the indirection
+	run := make([]runItem, n) // the items in order, without the indirection
 	var lo, sum float64
 	var all mbShape
 	for i, pos := range order {
 		it := jb.items[pos]
-		run[i] = it
+		run[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
 		var s mbShape
 		s.add(it)
 		all.add(it)
@@ -146,10 +146,17 @@ func (jb *job) minMaxCuts(order []int32, k int) []int {
 	return cuts
 }
 
+// runItem is what greedyCuts reads of an item, packed (no ID) for the
+// bisection's passes over the order.
+type runItem struct {
+	TextTokens, ImageTokens int
+	Complexity              float64
+}
+
 // greedyCuts packs run (the items in the order being cut) left to right into
 // groups of padded cost at most t within the budget, appending the cuts to
 // buf[:0]; nil when an item alone exceeds t or more than k groups are needed.
-func (jb *job) greedyCuts(run []Item, t float64, k int, buf []int) []int {
+func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
 	cuts := append(buf[:0], 0)
 	c := &jb.total
 	limited := !jb.cfg.Budget.Unlimited()
@@ -167,7 +174,7 @@ func (jb *job) greedyCuts(run []Item, t float64, k int, buf []int) []int {
 			cuts = append(cuts, i)
 			count, maxL, maxP, sumP, cplx = 0, 0, 0, 0, 0
 			var s mbShape
-			s.add(it)
+			s.add(Item{TextTokens: it.TextTokens, ImageTokens: it.ImageTokens, Complexity: it.Complexity})
 			if jb.fastTotal(s) > t {
 				return nil
 			}
