@@ -565,6 +565,21 @@ func (g *group) maxPWithout(ip int) int {
 	return g.maxP
 }
 
+// sortLongFirst sorts members longest text first, ties by position (by
+// their longFirst keys, compared as integers), using keys as scratch; it
+// returns keys for reuse.
+func (jb *job) sortLongFirst(members []int32, keys []uint64) []uint64 {
+	keys = keys[:0]
+	for _, pos := range members {
+		keys = append(keys, jb.longFirst[pos])
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		members[i] = int32(uint32(k))
+	}
+	return keys
+}
+
 // assignment copies the groups out, micro-batches of a rank ordered
 // costliest first (so that position j is alike on every rank, see
 // syncedCost), entries longest first (ties by position).
@@ -573,10 +588,11 @@ func (jb *job) assignment(sc *padScratch) Assignment {
 	a := Assignment{DP: dp, MicroBatches: m, Members: make([][]int32, dp*m)}
 	backing := make([]int32, 0, len(jb.items))
 	byLen := func(x, y int32) int { return cmp.Compare(jb.longFirst[x], jb.longFirst[y]) }
+	var keys []uint64
 	for r := range dp {
 		gs := sc.groups[r*m : (r+1)*m]
 		for i := range gs {
-			slices.SortFunc(gs[i].members, byLen)
+			keys = jb.sortLongFirst(gs[i].members, keys)
 		}
 		pl := jb.cfg.Placement
 		slices.SortFunc(gs, func(x, y group) int {
