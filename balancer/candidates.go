@@ -22,7 +22,10 @@ func (jb *job) bestCandidate(sc *padScratch, cur Assignment, alt alternatives) A
 		bestMax > (1+refineAltImbalance)*bestSum/float64(jb.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	cands := [][][]int32{alt.balance, jb.randomSplit()}
+	cands := [][][]int32{alt.balance}
+	if !jb.sub {
+		cands = append(cands, jb.randomSplit())
+	}
 	if jb.positionsApply() {
 		cands = append(cands, alt.lengthPos, alt.costPos)
 	}

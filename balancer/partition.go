@@ -117,6 +117,10 @@ type Partitioner struct {
 	dpLimit int
 	// sequential builds every candidate on the calling goroutine (tests).
 	sequential bool
+	// sub marks positionsFirst's sub-partitioners: their plans are only
+	// candidates of the caller's, which weighs the random split itself, so
+	// they skip it.
+	sub bool
 }
 
 // job is one Partition call's input, read-only once built: the items, their
