@@ -6,11 +6,14 @@ import (
 	"slices"
 )
 
-// bestCandidate returns, of cur (the length-sorted grouping, refined) and the
-// alternatives — balance-first (LPT by unpadded cost, then each rank cut into
-// micro-batches of least padded cost) and the random baseline's split of the
-// same items, each refined when the batch is small — the one with the least
-// maximum padded rank cost, then least total; ties keep cur. Every candidate
+// bestCandidate is the pipeline's pick: of cur (the grouping candidate) and
+// the alternatives — balance-first (LPT by unpadded cost, then each rank cut
+// into micro-batches of least padded cost; below balanceFirstLimit items),
+// the random baseline's split of the same items (not in positionsFirst's
+// sub-partitioners, whose plans are only candidates of their caller's) and
+// positionsFirst under SyncMicroBatch, the most promising refined when the
+// batch is small — it returns the one of least score (step cost, then
+// total); ties keep cur. Every candidate
 // holds the budget and gives every rank MicroBatches non-empty micro-batches.
 func (jb *job) bestCandidate(sc *padScratch, cur Assignment, alt alternatives) Assignment {
 	best := cur

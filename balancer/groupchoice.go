@@ -12,7 +12,7 @@ type grouping struct {
 	cuts     []int
 	byLength bool // order is the length-sorted one (balancedCuts may retry)
 	// loaded: chooseGrouping left this grouping's groups, dealt to the
-	// ranks, in its scratch (attempt need not build them again).
+	// ranks, in its scratch (groupedCandidate need not build them again).
 	loaded bool
 }
 
@@ -126,7 +126,7 @@ func (jb *job) minMaxCuts(order []int32, k int) []int {
 		} else {
 			lo = mid
 		}
-		if hi-lo <= 2e-3*hi {
+		if hi-lo <= minMaxTolerance*hi {
 			break
 		}
 	}

@@ -56,7 +56,7 @@ func (jb *job) balancedCuts(order []int32, k int, opt []int) []int {
 		return best
 	}
 	unit := float64(optPad) / float64(k) // one average group's padded tokens
-	lo, hi := -8.0, 12.0                 // log2 λ
+	lo, hi := lambdaLog2Min, lambdaLog2Max
 	for range lambdaSteps {
 		mid := (lo + hi) / 2
 		cuts := c.cuts(k, math.Exp2(mid)*unit, c.cs[len(c.l)]/float64(k))

@@ -57,7 +57,7 @@ func (jb *job) padSearch(sc *padScratch) {
 	dp := jb.cfg.DP
 	limit := jb.cfg.MaxMoves
 	if limit == 0 {
-		limit = 8 * len(jb.items)
+		limit = movesPerItem * len(jb.items)
 	}
 	ranks := make([]int32, dp)
 	evals := 0

@@ -19,7 +19,7 @@ func (jb *job) levelPipeline(a Assignment) Assignment {
 		return a
 	}
 	st := newPipeLevel(jb, a)
-	for range 4 * len(st.members) {
+	for range pipeMovesPerSlot * len(st.members) {
 		if !st.step() {
 			break
 		}

@@ -71,10 +71,25 @@ const closeEnough = 0.25
 // group costs; the rest is left to the refinement.
 const initialSlack = 0.5
 
+// lambdaLog2Min and lambdaLog2Max bound the bisection of log2 λ in
+// balancedCuts (λ in units of one average group's padded tokens).
+const (
+	lambdaLog2Min = -8.0
+	lambdaLog2Max = 12.0
+)
+
+// minMaxTolerance ends minMaxCuts' bisection once the threshold's bracket is
+// within this share of its upper end (0.2%).
+const minMaxTolerance = 2e-3
+
 // minMaxSteps bounds the bisection of minMaxCuts' threshold.
 const minMaxSteps = 24
 
 // ---- padSearch, the local search on the padded rank costs.
+
+// movesPerItem bounds padSearch's accepted moves per sample when
+// PartitionConfig.MaxMoves is 0.
+const movesPerItem = 8
 
 // minGain is the relative improvement below which a move is not worth making.
 const minGain = 1e-7
@@ -108,6 +123,9 @@ const settledImbalance = 5e-4
 const levelBudget = 32
 
 // ---- levelPipeline, the refinement under pipeline parallelism (PP > 1).
+
+// pipeMovesPerSlot bounds levelPipeline's moves per micro-batch.
+const pipeMovesPerSlot = 4
 
 // levelTargets is how many of the step's cheapest micro-batches (besides
 // the costliest one's own rank) a move may go to. All of them cost 4 ms per
