@@ -16,6 +16,15 @@ import (
 // total); ties keep cur. Every candidate
 // holds the budget and gives every rank MicroBatches non-empty micro-batches.
 func (jb *job) bestCandidate(sc *padScratch, cur Assignment, alt alternatives) Assignment {
+	var cands [][][]int32
+	for _, c := range [][][]int32{alt.balance, jb.randomSplitUnlessSub(), alt.lengthPos, alt.costPos} {
+		if c != nil {
+			cands = append(cands, c)
+		}
+	}
+	if len(cands) == 0 {
+		return cur
+	}
 	best := cur
 	bestMax, bestSum := jb.score(sc, cur.Members)
 	// Refine, on small batches, the more promising alternative too, unless
@@ -25,17 +34,7 @@ func (jb *job) bestCandidate(sc *padScratch, cur Assignment, alt alternatives) A
 		bestMax > (1+refineAltImbalance)*bestSum/float64(jb.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	cands := [][][]int32{alt.balance}
-	if !jb.sub {
-		cands = append(cands, jb.randomSplit())
-	}
-	if jb.positionsApply() {
-		cands = append(cands, alt.lengthPos, alt.costPos)
-	}
 	for _, alt := range cands {
-		if alt == nil {
-			continue
-		}
 		hi, sum := jb.score(sc, alt)
 		if hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
 			best, bestMax, bestSum = jb.assignment(sc), hi, sum
@@ -122,6 +121,16 @@ func (jb *job) load(sc *padScratch, members [][]int32) {
 	for r := range dp {
 		jb.rankCost(sc, r)
 	}
+}
+
+// randomSplitUnlessSub is randomSplit, or nil in positionsFirst's
+// sub-partitioners (their plans are only candidates of their caller's,
+// which weighs the random split itself).
+func (jb *job) randomSplitUnlessSub() [][]int32 {
+	if jb.sub {
+		return nil
+	}
+	return jb.randomSplit()
 }
 
 // randomSplit is the random baseline's split of the items in their given
