@@ -23,7 +23,7 @@ func costOrder(key []float64) []int32 {
 }
 
 // radixSort sorts keys ascending, carrying vals (nil: none) along: a stable
-// LSD radix sort, 8 passes of 8 bits (skipping a digit every key shares), so
+// LSD radix sort, passes of 11 bits (skipping a digit every key shares), so
 // equal keys keep their order and nothing is compared.
 func radixSort(keys []uint64, vals []int32) {
 	n := len(keys)
@@ -35,13 +35,14 @@ func radixSort(keys []uint64, vals []int32) {
 	if vals != nil {
 		v, v2 = vals, make([]int32, n)
 	}
-	var count [256]int
-	for shift := 0; shift < 64; shift += 8 {
+	const digit = 11 // bits per pass: 6 passes, 2,048 counters
+	var count [1 << digit]int
+	for shift := 0; shift < 64; shift += digit {
 		clear(count[:])
 		for _, x := range k {
-			count[byte(x>>shift)]++
+			count[x>>shift&(1<<digit-1)]++
 		}
-		if count[byte(k[0]>>shift)] == n {
+		if count[k[0]>>shift&(1<<digit-1)] == n {
 			continue // every key has this digit
 		}
 		sum := 0
@@ -49,7 +50,7 @@ func radixSort(keys []uint64, vals []int32) {
 			count[d], sum = sum, sum+c
 		}
 		for i, x := range k {
-			d := byte(x >> shift)
+			d := x >> shift & (1<<digit - 1)
 			k2[count[d]] = x
 			if v != nil {
 				v2[count[d]] = v[i]
