@@ -8,7 +8,7 @@ package balancer
 // alone, on any machine and any number of cores. docs/cost-model.md,
 // "Partitioner", describes the stages.
 
-// ---- The padded pipeline: which candidates are built, and which are refined.
+// ---- The padded pipeline: which candidates are built and refined.
 
 // retryImbalance is the max / mean − 1 (before refinement) above which the
 // length-sorted grouping candidate is retried with cuts that trade padding
@@ -52,7 +52,7 @@ const parallelMinItems = 1024
 // subDPLimit is dpGroupingLimit for positionsFirst's sub-partitioners.
 const subDPLimit = dpGroupingLimit / 8
 
-// ---- Grouping generators: the length- and image-sorted orders cut into DP × M groups.
+// ---- Grouping generators: sorted orders cut into DP × M groups.
 
 // dpGroupingLimit bounds K·n for the exact grouping by dynamic programming;
 // larger batches are dense enough in length that equal-cost cuts already pad
@@ -116,7 +116,7 @@ const (
 // to even is noise next to the cost model's error.
 const settledImbalance = 5e-4
 
-// ---- levelPositions, the refinement of micro-batch positions under SyncMicroBatch.
+// ---- levelPositions: micro-batch positions levelled under SyncMicroBatch.
 
 // levelBudget bounds levelPositions' exchange evaluations per sample (a
 // count, so the result stays deterministic).
@@ -133,7 +133,8 @@ const pipeMovesPerSlot = 4
 // the search is greedy); 32 gained 0.6%, 8 0.4%.
 const levelTargets = 64
 
-// ---- The lookahead redeal (redeal.go), which spreads a window's samples over its steps before they are partitioned.
+// ---- The lookahead redeal (redeal.go): a window's samples spread over its
+// steps before each step is partitioned.
 
 // repairTolerance is the virtual imbalance (max / mean − 1) of a window's
 // worst step below which the redeal stops repairing.
