@@ -6,51 +6,38 @@ import (
 	"slices"
 )
 
-// refineCandidatesLimit is the batch size up to which the alternative
-// candidates are refined by padSearch too; above it they are only evaluated
-// (large batches are dense enough that the length-sorted grouping wins).
-const refineCandidatesLimit = 256
-
-// refineAltImbalance is the max / mean − 1 of the refined first candidate
-// above which the alternatives are refined too.
-const refineAltImbalance = 1e-2
-
-// refineMargin: an alternative candidate is refined only when, unrefined,
-// its maximum padded rank cost is within this share of the best so far; a
-// local search rarely closes a wider gap.
-const refineMargin = 0.25
-
-// rankCutLimit bounds a rank's sample count for the exact cut program
-// (O(M·n²)); above it a rank is cut into equal counts.
-const rankCutLimit = 48
-
-// bestCandidate returns, of cur (the length-sorted grouping, refined) and the
-// alternatives — balance-first (LPT by unpadded cost, then each rank cut into
-// micro-batches of least padded cost) and the random baseline's split of the
-// same items, each refined when the batch is small — the one with the least
-// maximum padded rank cost, then least total; ties keep cur. Every candidate
+// bestCandidate is the pipeline's pick: of cur (the grouping candidate) and
+// the alternatives — balance-first (LPT by unpadded cost, then each rank cut
+// into micro-batches of least padded cost; below balanceFirstLimit items),
+// the random baseline's split of the same items (not in positionsFirst's
+// sub-partitioners, whose plans are only candidates of their caller's) and
+// positionsFirst under SyncMicroBatch, the most promising refined when the
+// batch is small — it returns the one of least score (step cost, then
+// total); ties keep cur. Every candidate
 // holds the budget and gives every rank MicroBatches non-empty micro-batches.
-func (p *Partitioner) bestCandidate(cur Assignment, alt alternatives) Assignment {
+func (jb *job) bestCandidate(sc *padScratch, cur Assignment, alt alternatives) Assignment {
+	var cands [][][]int32
+	for _, c := range [][][]int32{alt.balance, jb.randomSplitUnlessSub(), alt.lengthPos, alt.costPos} {
+		if c != nil {
+			cands = append(cands, c)
+		}
+	}
+	if len(cands) == 0 {
+		return cur
+	}
 	best := cur
-	bestMax, bestSum := p.score(cur.Members)
+	bestMax, bestSum := jb.score(sc, cur.Members)
 	// Refine, on small batches, the more promising alternative too, unless
 	// cur is already within refineAltImbalance of even (then an alternative
 	// only wins as is) or it is more than refineMargin behind.
-	refine := p.cfg.Refinement == RefineLocalSearch && len(p.items) <= refineCandidatesLimit &&
-		bestMax > (1+refineAltImbalance)*bestSum/float64(p.cfg.DP)
+	refine := jb.cfg.Refinement == RefineLocalSearch && len(jb.items) <= refineCandidatesLimit &&
+		bestMax > (1+refineAltImbalance)*bestSum/float64(jb.cfg.DP)
 	var alts [][][]int32
 	var his []float64
-	cands := [][][]int32{alt.balance, p.randomSplit()}
-	if p.positionsApply() {
-		cands = append(cands, alt.lengthPos, alt.costPos)
-	}
 	for _, alt := range cands {
-		if alt == nil {
-			continue
-		}
-		hi, sum := p.score(alt)
+		hi, sum := jb.score(sc, alt)
 		if hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
-			best, bestMax, bestSum = p.assignment(), hi, sum
+			best, bestMax, bestSum = jb.assignment(sc), hi, sum
 		}
 		alts, his = append(alts, alt), append(his, hi)
 	}
@@ -66,30 +53,30 @@ func (p *Partitioner) bestCandidate(cur Assignment, alt alternatives) Assignment
 	if his[k] >= bestMax*(1+refineMargin) {
 		return best
 	}
-	p.load(alts[k])
-	p.padSearch()
-	if hi, sum := p.stepScore(); hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
-		best = p.assignment()
+	jb.load(sc, alts[k])
+	jb.padSearch(sc)
+	if hi, sum := jb.stepScore(sc); hi < bestMax*(1-minGain) || (hi <= bestMax && sum < bestSum*(1-minGain)) {
+		best = jb.assignment(sc)
 	}
 	return best
 }
 
 // score loads members and returns the maximum and the sum of the padded
 // rank step costs.
-func (p *Partitioner) score(members [][]int32) (float64, float64) {
-	p.load(members)
-	return p.stepScore()
+func (jb *job) score(sc *padScratch, members [][]int32) (float64, float64) {
+	jb.load(sc, members)
+	return jb.stepScore(sc)
 }
 
 // stepScore returns the step cost the partitioner minimises (the largest
 // rank cost, or with SyncMicroBatch syncedCost when larger) and the sum of
 // the rank costs.
-func (p *Partitioner) stepScore() (hi, sum float64) {
-	for _, c := range p.step {
+func (jb *job) stepScore(sc *padScratch) (hi, sum float64) {
+	for _, c := range sc.step {
 		hi, sum = max(hi, c), sum+c
 	}
-	if p.cfg.Sync == SyncMicroBatch && p.cfg.MicroBatches > 1 {
-		hi = max(hi, p.syncedCost())
+	if jb.cfg.Sync == SyncMicroBatch && jb.cfg.MicroBatches > 1 {
+		hi = max(hi, jb.syncedCost(sc))
 	}
 	return hi, sum
 }
@@ -97,14 +84,14 @@ func (p *Partitioner) stepScore() (hi, sum float64) {
 // syncedCost returns the step cost when the ranks meet at every micro-batch
 // and each rank runs its micro-batches costliest first (as assignment orders
 // them): Σ over positions j of the largest j-th costliest micro-batch.
-func (p *Partitioner) syncedCost() float64 {
-	m, pl := p.cfg.MicroBatches, p.cfg.Placement
-	p.slotMax = slices.Grow(p.slotMax[:0], 2*m)[:2*m]
-	top, buf := p.slotMax[:m], p.slotMax[m:]
+func (jb *job) syncedCost(sc *padScratch) float64 {
+	m, pl := jb.cfg.MicroBatches, jb.cfg.Placement
+	sc.slotMax = slices.Grow(sc.slotMax[:0], 2*m)[:2*m]
+	top, buf := sc.slotMax[:m], sc.slotMax[m:]
 	clear(top)
-	for r := range p.cfg.DP {
+	for r := range jb.cfg.DP {
 		for j := range m {
-			buf[j] = pl.StepCost(p.groups[r*m+j].cost)
+			buf[j] = pl.StepCost(sc.groups[r*m+j].cost)
 		}
 		slices.Sort(buf)
 		for j := range m {
@@ -120,31 +107,41 @@ func (p *Partitioner) syncedCost() float64 {
 
 // load makes members (slot r*M+m) the current groups and computes the ranks'
 // padded costs.
-func (p *Partitioner) load(members [][]int32) {
-	dp := p.cfg.DP
+func (jb *job) load(sc *padScratch, members [][]int32) {
+	dp := jb.cfg.DP
 	k := len(members)
-	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	sc.groups = slices.Grow(sc.groups[:0], k)[:k]
 	for g := range k {
-		p.groups[g].members = append(p.groups[g].members[:0], members[g]...)
-		p.groups[g].contiguousID = int32(g)
-		p.refresh(g)
+		sc.groups[g].members = append(sc.groups[g].members[:0], members[g]...)
+		sc.groups[g].contiguousID = int32(g)
+		jb.refresh(sc, g)
 	}
-	p.rank = slices.Grow(p.rank[:0], dp)[:dp]
-	p.step = slices.Grow(p.step[:0], dp)[:dp]
+	sc.rank = slices.Grow(sc.rank[:0], dp)[:dp]
+	sc.step = slices.Grow(sc.step[:0], dp)[:dp]
 	for r := range dp {
-		p.rankCost(r)
+		jb.rankCost(sc, r)
 	}
+}
+
+// randomSplitUnlessSub is randomSplit, or nil in positionsFirst's
+// sub-partitioners (their plans are only candidates of their caller's,
+// which weighs the random split itself).
+func (jb *job) randomSplitUnlessSub() [][]int32 {
+	if jb.sub {
+		return nil
+	}
+	return jb.randomSplit()
 }
 
 // randomSplit is the random baseline's split of the items in their given
 // order: rank r takes positions r, r+DP, …, cut into consecutive micro-batches
 // of sizes differing by at most one. Nil when it breaks the budget.
-func (p *Partitioner) randomSplit() [][]int32 {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
+func (jb *job) randomSplit() [][]int32 {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	out := make([][]int32, dp*m)
 	for r := range dp {
 		var rank []int32
-		for k := r; k < len(p.items); k += dp {
+		for k := r; k < len(jb.items); k += dp {
 			rank = append(rank, int32(k))
 		}
 		for j, sz := 0, 0; j < m; j, rank = j+1, rank[sz:] {
@@ -152,20 +149,20 @@ func (p *Partitioner) randomSplit() [][]int32 {
 			out[r*m+j] = rank[:sz:sz]
 		}
 	}
-	if !p.fits(out) {
+	if !jb.fits(out) {
 		return nil
 	}
 	return out
 }
 
 // fits reports whether every micro-batch is non-empty and within budget.
-func (p *Partitioner) fits(members [][]int32) bool {
+func (jb *job) fits(members [][]int32) bool {
 	for _, mb := range members {
 		var s mbShape
 		for _, pos := range mb {
-			s.add(p.items[pos])
+			s.add(jb.items[pos])
 		}
-		if s.count == 0 || !p.cfg.Budget.Fits(s.count, s.maxL, s.sumP) {
+		if s.count == 0 || !jb.cfg.Budget.Fits(s.count, s.maxL, s.sumP) {
 			return false
 		}
 	}
@@ -176,17 +173,17 @@ func (p *Partitioner) fits(members [][]int32) bool {
 // step cost grows least, keeping enough items back that every rank gets
 // MicroBatches; then cuts every rank into micro-batches (rankCuts). Nil when
 // the budget cannot hold a rank's cut.
-func (p *Partitioner) balanceFirst() [][]int32 {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
-	pl := p.cfg.Placement
-	n := len(p.items)
+func (jb *job) balanceFirst() [][]int32 {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
+	pl := jb.cfg.Placement
+	n := len(jb.items)
 	type keyed struct {
 		cost float64
 		pos  int32
 	}
 	idx := make([]keyed, n)
 	for i := range idx {
-		idx[i] = keyed{pl.StepCost(p.costs[i]), int32(i)}
+		idx[i] = keyed{pl.StepCost(jb.costs[i]), int32(i)}
 	}
 	slices.SortFunc(idx, func(x, y keyed) int {
 		if x.cost != y.cost {
@@ -223,7 +220,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 			if pl == Colocated { // the step grows least on the least loaded rank
 				c = load[r].Vision
 			} else {
-				c = pl.StepCost(load[r].Add(p.costs[pos]))
+				c = pl.StepCost(load[r].Add(jb.costs[pos]))
 			}
 			if best < 0 || c < bestC {
 				best, bestC = r, c
@@ -237,13 +234,13 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 			load[best].Vision += kp.cost
 			least.set(best, load[best].Vision)
 		} else {
-			load[best] = load[best].Add(p.costs[pos])
+			load[best] = load[best].Add(jb.costs[pos])
 		}
 	}
 	out := make([][]int32, dp*m)
-	vary := p.imagesVary()
+	vary := jb.imagesVary()
 	for r, rank := range ranks {
-		cut := p.rankCuts(rank, vary)
+		cut := jb.rankCuts(rank, vary)
 		if cut == nil {
 			return nil
 		}
@@ -256,7 +253,7 @@ func (p *Partitioner) balanceFirst() [][]int32 {
 // into MicroBatches contiguous budget-feasible micro-batches of least summed
 // padded cost (exact program for up to rankCutLimit items, equal counts
 // above); it returns the better. Nil when neither order has a feasible cut.
-func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
+func (jb *job) rankCuts(rank []int32, vary bool) [][]int32 {
 	type keyed struct {
 		key uint64 // major << 21 | minor (tokens are at most MaxItemTokens = 2²⁰)
 		pos int32
@@ -270,7 +267,7 @@ func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
 			break // with one P the two orders agree
 		}
 		for i, pos := range rank {
-			it := p.items[pos]
+			it := jb.items[pos]
 			major, minor := it.TextTokens, it.ImageTokens
 			if o == 1 {
 				major, minor = minor, major
@@ -286,7 +283,7 @@ func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
 		for i, k := range ks {
 			s[i] = k.pos
 		}
-		cut, c := p.cutRank(s)
+		cut, c := jb.cutRank(s)
 		if cut != nil && c < bestC {
 			best, bestC = cut, c
 			s = make([]int32, len(rank)) // best holds subslices of s
@@ -297,8 +294,8 @@ func (p *Partitioner) rankCuts(rank []int32, vary bool) [][]int32 {
 
 // cutRank cuts the sorted items s into MicroBatches contiguous micro-batches
 // minimising Σ padded cost (Total), and returns them with that sum.
-func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
-	m, n := p.cfg.MicroBatches, len(s)
+func (jb *job) cutRank(s []int32) ([][]int32, float64) {
+	m, n := jb.cfg.MicroBatches, len(s)
 	if n > rankCutLimit {
 		out := make([][]int32, m)
 		var sum float64
@@ -307,12 +304,12 @@ func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
 			out[j], rest = rest[:sz:sz], rest[sz:]
 			var sh mbShape
 			for _, pos := range out[j] {
-				sh.add(p.items[pos])
+				sh.add(jb.items[pos])
 			}
-			if !p.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
+			if !jb.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
 				return nil, 0
 			}
-			sum += p.total.Dot(sh.features())
+			sum += jb.total.Dot(sh.features())
 		}
 		return out, sum
 	}
@@ -335,14 +332,14 @@ func (p *Partitioner) cutRank(s []int32) ([][]int32, float64) {
 		for i := lo; i <= n-(m-g); i++ {
 			var sh mbShape
 			for j := i - 1; j >= g-1; j-- {
-				sh.add(p.items[s[j]])
-				if !p.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
+				sh.add(jb.items[s[j]])
+				if !jb.cfg.Budget.Fits(sh.count, sh.maxL, sh.sumP) {
 					break // longer micro-batches only grow
 				}
 				if math.IsInf(prev[j], 1) {
 					continue
 				}
-				if v := prev[j] + p.total.Dot(sh.features()); v < cur[i] {
+				if v := prev[j] + jb.total.Dot(sh.features()); v < cur[i] {
 					cur[i], arg[g*(n+1)+i] = v, int32(j)
 				}
 			}

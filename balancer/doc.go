@@ -24,9 +24,7 @@
 // attention within each sample): a micro-batch costs the sum of its samples'
 // own costs plus [CostModel.MicroBatchOverhead] ([PackedFeatures]), budgets
 // count text + image tokens ([Budget.MaxTokens], GlobalTokens), and the
-// packed partitioner (packed.go: candidate generators, one scoring function,
-// refinement passes on an explicit scratch) balances equal sums almost
-// exactly. docs/cost-model.md derives the formulas. [Sync] says where the trainer's ranks wait for each
+// packed partitioner balances equal sums almost exactly. docs/cost-model.md derives the formulas. [Sync] says where the trainer's ranks wait for each
 // other: at every micro-batch ([SyncMicroBatch], the default: a step costs Σ
 // over micro-batch positions of the slowest rank's micro-batch there, every
 // rank running its micro-batches costliest first) or only at the gradient
@@ -43,8 +41,8 @@
 // the Plan type: [StrategyMmfeed] (cost-balanced: lookahead windows dealt
 // over steps × ranks so that every step can be split evenly, then a
 // partitioner per step that minimises the padded step cost under Sync over
-// several candidates, the random split among them; see docs/cost-model.md,
-// "Balancing"), [StrategyRandom]
+// several candidates, the random split among them; see "Partitioning" below
+// and docs/cost-model.md, "Balancing"), [StrategyRandom]
 // (DistributedSampler) and [StrategyLengthGrouped] (HuggingFace
 // LengthGroupedSampler). [Compare] runs all three on the same items and returns
 // a [Report] (JSON, [Report.WriteTable], [WriteHTML]). Step statistics carry
@@ -52,6 +50,30 @@
 // and packed) and the epoch efficiency (Σ ideal step cost / Σ step cost), so
 // a report tells a step the partitioner could not balance from one no
 // partition could.
+//
+// # Partitioning
+//
+// [Partitioner.Partition] splits one step's samples into DP × MicroBatches
+// micro-batches. It is a pipeline, padded (partition.go, partitionPadded) and
+// packed (packed.go, partitionPacked) alike:
+//
+//  1. candidate generators return assignments (slot r·M+m: rank r's
+//     micro-batch m): sorted orders cut into groups and dealt to the ranks
+//     (groupchoice.go, grouping.go), positions-first under SyncMicroBatch
+//     (positions.go, split by sub-partitioners), balance-first on small
+//     batches and the random baseline's split (candidates.go); packed, the
+//     level and LPT deals;
+//  2. one scoring function (score; packed, packScore) gives the step cost
+//     under Sync and picks the best;
+//  3. refinement passes (padSearch, levelPositions, levelPipeline; packed,
+//     refinePositions and refineAcross) improve an assignment held in an
+//     explicit scratch value (padScratch, packScratch, pipeLevel).
+//
+// A call's inputs live in a job (items, costs, their orders), read-only once
+// built; the Partitioner itself holds only its configuration. Every tuning
+// constant is in tuning.go with the reason for its value. Searches are
+// bounded by counts, never clocks, so a plan does not depend on the machine
+// or on how many candidates ran concurrently.
 //
 // # The report page
 //
@@ -69,6 +91,6 @@
 // Functions never modify the caller's items; a Plan keeps a reference to the
 // items slice it was built from, so the caller must not modify it afterwards.
 // Plans, Reports and CostModels are immutable after construction and safe for
-// concurrent readers. A [Partitioner] holds scratch buffers and is not safe for
-// concurrent use; use one per goroutine.
+// concurrent readers. A [Partitioner] keeps no state between calls (each
+// Partition call has its own scratch), so one may serve several goroutines.
 package balancer

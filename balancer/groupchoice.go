@@ -1,13 +1,9 @@
 package balancer
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
-
-// minMaxSteps bounds the bisection of minMaxCuts' threshold.
-const minMaxSteps = 24
 
 // grouping is a sorted order of the positions and its cut into DP × M
 // contiguous groups.
@@ -15,6 +11,9 @@ type grouping struct {
 	order    []int32
 	cuts     []int
 	byLength bool // order is the length-sorted one (balancedCuts may retry)
+	// loaded: chooseGrouping left this grouping's groups, dealt to the
+	// ranks, in its scratch (groupedCandidate need not build them again).
+	loaded bool
 }
 
 // chooseGrouping returns, of the length-sorted order cut at lengthCuts, the
@@ -23,21 +22,21 @@ type grouping struct {
 // whose groups, dealt to the ranks (assignGroups), give the least maximum
 // padded rank cost before refinement; ties keep the earlier. Under dynamic
 // resolution P usually dominates the padding, so the image-sorted groups win.
-// p.order must be length-sorted; it is left in an unspecified order.
-func (p *Partitioner) chooseGrouping(lengthCuts []int) grouping {
-	k := p.cfg.DP * p.cfg.MicroBatches
-	byLength := slices.Clone(p.order)
+// byLength is the length-sorted order (sortByLength). The candidates are
+// scored in sc.
+func (jb *job) chooseGrouping(sc *padScratch, byLength []int32, lengthCuts []int) grouping {
+	k := jb.cfg.DP * jb.cfg.MicroBatches
 	cands := []grouping{{order: byLength, cuts: lengthCuts, byLength: true}}
-	vary := p.imagesVary()
-	if !vary || k*len(p.items) <= p.dpLimit {
-		if c := p.minMaxCuts(k); c != nil && !slices.Equal(c, lengthCuts) {
+	vary := jb.imagesVary()
+	if !vary || k*len(jb.items) <= jb.dpLimit {
+		if c := jb.minMaxCuts(byLength, k); c != nil && !slices.Equal(c, lengthCuts) {
 			cands = append(cands, grouping{order: byLength, cuts: c})
 		}
 	}
 	if vary {
-		p.sortByImage()
-		if c := p.minMaxCuts(k); c != nil {
-			cands = append(cands, grouping{order: slices.Clone(p.order), cuts: c})
+		byImage := jb.sortByImage()
+		if c := jb.minMaxCuts(byImage, k); c != nil {
+			cands = append(cands, grouping{order: byImage, cuts: c})
 		}
 	}
 	if len(cands) == 1 {
@@ -45,92 +44,76 @@ func (p *Partitioner) chooseGrouping(lengthCuts []int) grouping {
 	}
 	best, bestHi := 0, math.Inf(1)
 	for i, g := range cands {
-		p.order = append(p.order[:0], g.order...)
-		p.buildGroups(g.cuts)
-		p.assignGroups()
-		if hi, _ := p.stepScore(); hi < bestHi*(1-minGain) {
+		jb.buildGroups(sc, g.order, g.cuts)
+		jb.assignGroups(sc)
+		if hi, _ := jb.stepScore(sc); hi < bestHi*(1-minGain) {
 			best, bestHi = i, hi
 		}
 	}
+	cands[best].loaded = best == len(cands)-1
 	return cands[best]
 }
 
-// buildGroups makes the groups the runs of p.order between cuts.
-func (p *Partitioner) buildGroups(cuts []int) {
+// buildGroups makes sc's groups the runs of order between cuts.
+func (jb *job) buildGroups(sc *padScratch, order []int32, cuts []int) {
 	k := len(cuts) - 1
-	p.groups = slices.Grow(p.groups[:0], k)[:k]
+	sc.groups = slices.Grow(sc.groups[:0], k)[:k]
 	for g := range k {
-		gr := &p.groups[g]
-		gr.members = append(gr.members[:0], p.order[cuts[g]:cuts[g+1]]...)
+		gr := &sc.groups[g]
+		gr.members = append(gr.members[:0], order[cuts[g]:cuts[g+1]]...)
 		gr.contiguousID = int32(g)
 	}
 }
 
 // imagesVary reports whether the items' image tokens differ.
-func (p *Partitioner) imagesVary() bool {
-	for _, it := range p.items {
-		if it.ImageTokens != p.items[0].ImageTokens {
+func (jb *job) imagesVary() bool {
+	for _, it := range jb.items {
+		if it.ImageTokens != jb.items[0].ImageTokens {
 			return true
 		}
 	}
 	return false
 }
 
-// sortByImage orders the positions by (P, L, cost, position).
-func (p *Partitioner) sortByImage() {
-	type keyed struct {
-		pl   uint64 // P << 32 | L
-		cost float64
-		pos  int32
+// sortByImage returns the positions sorted by (P, L, cost, position).
+func (jb *job) sortByImage() []int32 {
+	p := func(pos int) int { return jb.items[pos].ImageTokens }
+	l := func(pos int) int { return jb.items[pos].TextTokens }
+	if out := jb.ranked.sorted(p, l); out != nil {
+		return out
 	}
-	ks := make([]keyed, len(p.order))
-	for i := range ks {
-		it := p.items[i]
-		ks[i] = keyed{uint64(it.ImageTokens)<<32 | uint64(it.TextTokens), p.costs[i].Total(), int32(i)}
-	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.pl != y.pl {
-			return cmp.Compare(x.pl, y.pl)
-		}
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
-	})
-	for i, k := range ks {
-		p.order[i] = k.pos
-	}
+	return jb.sortBy(func(it Item) (int, int) { return it.ImageTokens, it.TextTokens })
 }
 
-// minMaxCuts cuts p.order into k contiguous budget-feasible groups whose
+// minMaxCuts cuts order into k contiguous budget-feasible groups whose
 // largest padded cost (total) is about least: it bisects the threshold T of
 // a greedy left-to-right packing (groups grow while their padded cost stays
 // within T; a longer run never costs less), then splits the largest groups
 // until there are k. Nil when the budget leaves no packing in k groups.
-func (p *Partitioner) minMaxCuts(k int) []int {
-	n := len(p.order)
-	run := make([]Item, n) // the items in order, without the indirection
+func (jb *job) minMaxCuts(order []int32, k int) []int {
+	n := len(order)
+	run := make([]runItem, n) // the items in order, without the indirection
 	var lo, sum float64
 	var all mbShape
-	for i, pos := range p.order {
-		it := p.items[pos]
-		run[i] = it
+	for i, pos := range order {
+		it := jb.items[pos]
+		run[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
 		var s mbShape
 		s.add(it)
 		all.add(it)
-		c := p.fastTotal(s)
+		c := jb.fastTotal(s)
 		lo, sum = max(lo, c), sum+c
 	}
-	lo = max(lo, sum/float64(k))     // no group of k does better
-	top := max(p.fastTotal(all), lo) // no contiguous group costs more
+	lo = max(lo, sum/float64(k))      // no group of k does better
+	top := max(jb.fastTotal(all), lo) // no contiguous group costs more
 	buf := make([]int, 0, k+1)
-	cuts := p.greedyCuts(run, math.Inf(1), k, nil)
+	cuts := jb.greedyCuts(run, math.Inf(1), k, nil)
 	if cuts == nil {
 		return nil
 	}
 	hi := top
 	for t := 2 * lo; t < top; t *= 2 { // gallop: the optimum is usually a few times lo
-		if c := p.greedyCuts(run, t, k, buf); c != nil {
+		if c := jb.greedyCuts(run, t, k, buf); c != nil {
 			cuts, hi = append(cuts[:0], c...), t
 			break
 		}
@@ -138,12 +121,12 @@ func (p *Partitioner) minMaxCuts(k int) []int {
 	}
 	for range minMaxSteps {
 		mid := (lo + hi) / 2
-		if c := p.greedyCuts(run, mid, k, buf); c != nil {
+		if c := jb.greedyCuts(run, mid, k, buf); c != nil {
 			cuts, hi = append(cuts[:0], c...), mid
 		} else {
 			lo = mid
 		}
-		if hi-lo <= 2e-3*hi {
+		if hi-lo <= minMaxTolerance*hi {
 			break
 		}
 	}
@@ -163,13 +146,20 @@ func (p *Partitioner) minMaxCuts(k int) []int {
 	return cuts
 }
 
-// greedyCuts packs run (the items in p.order's order) left to right into
+// runItem is what greedyCuts reads of an item, packed (no ID) for the
+// bisection's passes over the order.
+type runItem struct {
+	TextTokens, ImageTokens int
+	Complexity              float64
+}
+
+// greedyCuts packs run (the items in the order being cut) left to right into
 // groups of padded cost at most t within the budget, appending the cuts to
 // buf[:0]; nil when an item alone exceeds t or more than k groups are needed.
-func (p *Partitioner) greedyCuts(run []Item, t float64, k int, buf []int) []int {
+func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
 	cuts := append(buf[:0], 0)
-	c := &p.total
-	limited := !p.cfg.Budget.Unlimited()
+	c := &jb.total
+	limited := !jb.cfg.Budget.Unlimited()
 	count, maxL, maxP, sumP, cplx := 0, 0, 0, 0, 0.0
 	for i, it := range run {
 		nl, np := max(maxL, it.TextTokens), max(maxP, it.ImageTokens)
@@ -177,15 +167,15 @@ func (p *Partitioner) greedyCuts(run []Item, t float64, k int, buf []int) []int 
 		per := float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
 			float64(c[FeatLP]*(l*q)) + c[FeatOne]
 		cost := float64(count+1)*per + float64(c[FeatComplexity]*(cplx+it.Complexity))
-		if count > 0 && (cost > t || limited && !p.cfg.Budget.Fits(count+1, nl, sumP+it.ImageTokens)) {
+		if count > 0 && (cost > t || limited && !jb.cfg.Budget.Fits(count+1, nl, sumP+it.ImageTokens)) {
 			if len(cuts) == k {
 				return nil
 			}
 			cuts = append(cuts, i)
 			count, maxL, maxP, sumP, cplx = 0, 0, 0, 0, 0
 			var s mbShape
-			s.add(it)
-			if p.fastTotal(s) > t {
+			s.add(Item{TextTokens: it.TextTokens, ImageTokens: it.ImageTokens, Complexity: it.Complexity})
+			if jb.fastTotal(s) > t {
 				return nil
 			}
 			nl, np = it.TextTokens, it.ImageTokens

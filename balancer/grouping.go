@@ -5,23 +5,6 @@ import (
 	"slices"
 )
 
-// dpGroupingLimit bounds K·n for the exact grouping by dynamic programming;
-// larger batches are dense enough in length that equal-cost cuts already pad
-// little and balance well.
-const dpGroupingLimit = 1 << 17
-
-// lambdaSteps is the number of bisection steps of the balance weight λ.
-const lambdaSteps = 10
-
-// closeEnough ends the bisection once the grouping leaves at most this share
-// of its allowed padding slack unspent.
-const closeEnough = 0.25
-
-// initialSlack is the share of the padding slack (between the padding-optimal
-// grouping and the padding target) the initial grouping may spend on equal
-// group costs; the rest is left to the refinement.
-const initialSlack = 0.5
-
 // cutter holds what the grouping programs need of the length-sorted order.
 type cutter struct {
 	l   []int64   // L of order[i]
@@ -31,13 +14,13 @@ type cutter struct {
 	dp  dpState
 }
 
-func (p *Partitioner) newCutter() *cutter {
-	n := len(p.order)
-	c := &cutter{l: make([]int64, n), ps: make([]int, n+1), cs: make([]float64, n+1), bud: p.cfg.Budget}
-	for i, pos := range p.order {
-		c.l[i] = int64(p.items[pos].TextTokens)
-		c.ps[i+1] = c.ps[i] + p.items[pos].ImageTokens
-		c.cs[i+1] = c.cs[i] + p.costs[pos].Total()
+func (jb *job) newCutter(order []int32) *cutter {
+	n := len(order)
+	c := &cutter{l: make([]int64, n), ps: make([]int, n+1), cs: make([]float64, n+1), bud: jb.cfg.Budget}
+	for i, pos := range order {
+		c.l[i] = int64(jb.items[pos].TextTokens)
+		c.ps[i+1] = c.ps[i] + jb.items[pos].ImageTokens
+		c.cs[i+1] = c.cs[i] + jb.costs[pos].Total()
 	}
 	return c
 }
@@ -51,7 +34,7 @@ func (c *cutter) padded(cuts []int) int64 {
 	return s
 }
 
-// balancedCuts cuts the length-sorted order into k groups, trading padding for
+// balancedCuts cuts order (length-sorted) into k groups, trading padding for
 // equal group costs (equal group costs make the assignment of k = DP × M groups
 // to ranks, M each, balanced by construction). It first finds the
 // padding-optimal grouping; when that leaves slack below the padding cap real /
@@ -59,21 +42,21 @@ func (c *cutter) padded(cuts []int) int64 {
 // most balanced grouping that spends at most initialSlack of the slack
 // (stopping early once within closeEnough of it). It returns opt, the
 // padding-optimal cuts, when there is no slack or no λ fits.
-func (p *Partitioner) balancedCuts(k int, opt []int) []int {
-	c := p.newCutter()
+func (jb *job) balancedCuts(order []int32, k int, opt []int) []int {
+	c := jb.newCutter(order)
 	best := opt
 	var real int64
 	for _, l := range c.l {
 		real += l
 	}
 	optPad := c.padded(best)
-	limit := float64(real) / p.cfg.PaddingTarget
+	limit := float64(real) / jb.cfg.PaddingTarget
 	allowed := int64(float64(optPad) + initialSlack*(limit-float64(optPad)))
 	if allowed <= optPad {
 		return best
 	}
 	unit := float64(optPad) / float64(k) // one average group's padded tokens
-	lo, hi := -8.0, 12.0                 // log2 λ
+	lo, hi := lambdaLog2Min, lambdaLog2Max
 	for range lambdaSteps {
 		mid := (lo + hi) / 2
 		cuts := c.cuts(k, math.Exp2(mid)*unit, c.cs[len(c.l)]/float64(k))

@@ -18,19 +18,7 @@ import (
 //  3. refinement passes (refinePositions, refineAcross) improve it in place,
 //     with all their state in an explicit packScratch.
 //
-// The tuning constants are in packTuning.
-
-// packTuning holds every tuning constant of the packed partitioner.
-var packTuning = struct {
-	// minGain is the relative score gain below which a refinement move is
-	// not worth taking (it guards against cycling on float noise).
-	minGain float64
-	// passes bounds the refinement rounds over all positions.
-	passes int
-	// pairTolerance stops levelling a pair of bins once their costs differ
-	// by less than this fraction of the position's mean.
-	pairTolerance float64
-}{minGain: 1e-9, passes: 8, pairTolerance: 1e-4}
+// The tuning constants are in tuning.go.
 
 // packScratch is the refinement's state: the bins, their cost and budget
 // sums, and the step layout.
@@ -56,10 +44,10 @@ type packScratch struct {
 
 // newPackScratch returns a scratch of bins (taken over, not copied) with
 // their sums computed.
-func (p *Partitioner) newPackScratch(bins [][]int32) *packScratch {
+func (jb *job) newPackScratch(bins [][]int32) *packScratch {
 	s := &packScratch{
-		dp: p.cfg.DP, m: p.cfg.MicroBatches, pl: p.cfg.Placement, sync: p.cfg.Sync, budget: p.cfg.Budget,
-		items: p.items, costs: p.costs, bins: bins, ic: p.itemStepCosts(),
+		dp: jb.cfg.DP, m: jb.cfg.MicroBatches, pl: jb.cfg.Placement, sync: jb.cfg.Sync, budget: jb.cfg.Budget,
+		items: jb.items, costs: jb.costs, bins: bins, ic: jb.stepCost,
 		load: make([]Cost, len(bins)), sumL: make([]int, len(bins)), sumP: make([]int, len(bins)),
 		binC: make([]float64, len(bins)), sorted: make([][]int, len(bins)), sortedC: make([][]float64, len(bins)),
 		fresh: make([]bool, len(bins)),
@@ -78,18 +66,6 @@ func (s *packScratch) recount(b int) {
 		s.sumP[b] += s.items[pos].ImageTokens
 	}
 	s.binC[b], s.fresh[b] = s.pl.StepCost(s.load[b]), false
-}
-
-// itemStepCosts returns every item's step cost, computed once per Partition
-// call and shared by the packed candidates.
-func (p *Partitioner) itemStepCosts() []float64 {
-	if len(p.itemCost) != len(p.items) {
-		p.itemCost = slices.Grow(p.itemCost[:0], len(p.items))[:len(p.items)]
-		for i, c := range p.costs {
-			p.itemCost[i] = p.cfg.Placement.StepCost(c)
-		}
-	}
-	return p.itemCost
 }
 
 // cost is the step cost of bin b's micro-batch (without the overhead, which
@@ -138,51 +114,51 @@ func (s *packScratch) rankMax() float64 {
 }
 
 // partitionPacked is Partition under Config.Pack.
-func (p *Partitioner) partitionPacked() (Assignment, error) {
-	k := p.cfg.DP * p.cfg.MicroBatches
+func (jb *job) partitionPacked() (Assignment, error) {
+	k := jb.cfg.DP * jb.cfg.MicroBatches
 	var sumL, sumP int
-	for _, it := range p.items {
+	for _, it := range jb.items {
 		sumL += it.TextTokens
 		sumP += it.ImageTokens
 	}
-	if b := p.cfg.Budget; b.MaxTokens > 0 && sumL+sumP > k*b.MaxTokens {
+	if b := jb.cfg.Budget; b.MaxTokens > 0 && sumL+sumP > k*b.MaxTokens {
 		return Assignment{}, fmt.Errorf("balancer: %d tokens do not fit in %d packed micro-batches of %d: %w",
 			sumL+sumP, k, b.MaxTokens, ErrBudgetExceeded)
 	}
-	order := p.packOrder()
+	order := jb.packOrder()
 	var best *packScratch
 	bestScore := 0.0
-	for _, gen := range []func([]int32) [][]int32{p.packLevels, p.packLPT} {
+	for _, gen := range []func([]int32) [][]int32{jb.packLevels, jb.packLPT} {
 		bins := gen(order)
 		if bins == nil {
 			continue
 		}
-		s := p.newPackScratch(bins)
-		if p.cfg.Refinement == RefineLocalSearch {
+		s := jb.newPackScratch(bins)
+		if jb.cfg.Refinement == RefineLocalSearch {
 			s.refinePositions()
 			s.refineAcross()
 		}
-		if sc := s.packScore(); best == nil || sc < bestScore*(1-packTuning.minGain) {
+		if sc := s.packScore(); best == nil || sc < bestScore*(1-packMinGain) {
 			best, bestScore = s, sc
 		}
 	}
 	if best == nil {
 		return Assignment{}, fmt.Errorf("balancer: %d items do not fit in %d packed micro-batches under budget %+v: %w",
-			len(p.items), k, p.cfg.Budget, ErrBudgetExceeded)
+			len(jb.items), k, jb.cfg.Budget, ErrBudgetExceeded)
 	}
 	return best.assignment(), nil
 }
 
 // packOrder returns the positions sorted by step cost, costliest first (ties
 // by position, so the plan is deterministic).
-func (p *Partitioner) packOrder() []int32 {
-	pl := p.cfg.Placement
-	order := make([]int32, len(p.items))
+func (jb *job) packOrder() []int32 {
+	pl := jb.cfg.Placement
+	order := make([]int32, len(jb.items))
 	for i := range order {
 		order[i] = int32(i)
 	}
 	slices.SortFunc(order, func(a, b int32) int {
-		if c := cmp.Compare(pl.StepCost(p.costs[b]), pl.StepCost(p.costs[a])); c != 0 {
+		if c := cmp.Compare(pl.StepCost(jb.costs[b]), pl.StepCost(jb.costs[a])); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
@@ -194,10 +170,10 @@ func (p *Partitioner) packOrder() []int32 {
 // least (longest processing time first over all DP × MicroBatches bins),
 // then orders each position's bins by cost so that position j is alike on
 // every rank. Nil when some item fits in no bin.
-func (p *Partitioner) packLPT(order []int32) [][]int32 {
-	k := p.cfg.DP * p.cfg.MicroBatches
-	s := p.newPackScratch(make([][]int32, k))
-	if p.cfg.Budget.Unlimited() { // every bin fits: the cheapest, from a heap
+func (jb *job) packLPT(order []int32) [][]int32 {
+	k := jb.cfg.DP * jb.cfg.MicroBatches
+	s := jb.newPackScratch(make([][]int32, k))
+	if jb.cfg.Budget.Unlimited() { // every bin fits: the cheapest, from a heap
 		least := newRankHeap(k)
 		for _, pos := range order {
 			b := least.top()
@@ -207,7 +183,7 @@ func (p *Partitioner) packLPT(order []int32) [][]int32 {
 		return s.byPosition()
 	}
 	for _, pos := range order {
-		it := p.items[pos]
+		it := jb.items[pos]
 		best := -1
 		for b := range k {
 			if !s.fits(b, 1, it.TextTokens, it.ImageTokens) {
@@ -233,20 +209,20 @@ func (p *Partitioner) packLPT(order []int32) [][]int32 {
 // bin share thus sets its position's level, and the other ranks' bins at
 // that position are filled up to it instead of waiting. Nil when the budget
 // cannot be met this way.
-func (p *Partitioner) packLevels(order []int32) [][]int32 {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
-	pl := p.cfg.Placement
-	s := p.newPackScratch(make([][]int32, dp*m))
+func (jb *job) packLevels(order []int32) [][]int32 {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
+	pl := jb.cfg.Placement
+	s := jb.newPackScratch(make([][]int32, dp*m))
 	var remaining float64
 	for _, pos := range order {
-		remaining += pl.StepCost(p.costs[pos])
+		remaining += pl.StepCost(jb.costs[pos])
 	}
 	left := slices.Clone(order)
 	for j := range m {
 		if j == m-1 {
 			for _, pos := range left {
 				best := -1
-				it := p.items[pos]
+				it := jb.items[pos]
 				for r := range dp {
 					b := r*m + j
 					if s.fits(b, 1, it.TextTokens, it.ImageTokens) && (best < 0 || s.cost(b) < s.cost(best)) {
@@ -261,11 +237,11 @@ func (p *Partitioner) packLevels(order []int32) [][]int32 {
 			break
 		}
 		reserve := dp * (m - 1 - j) // samples the later positions need
-		level := max(pl.StepCost(p.costs[left[0]]), remaining/float64(m-j)/float64(dp))
+		level := max(pl.StepCost(jb.costs[left[0]]), remaining/float64(m-j)/float64(dp))
 		kept := left[:0:0]
 		for i, pos := range left {
-			it := p.items[pos]
-			c := pl.StepCost(p.costs[pos])
+			it := jb.items[pos]
+			c := pl.StepCost(jb.costs[pos])
 			best := -1
 			if len(left)-i > reserve-len(kept) || len(kept) >= reserve {
 				for r := range dp {
@@ -273,7 +249,7 @@ func (p *Partitioner) packLevels(order []int32) [][]int32 {
 					if !s.fits(b, 1, it.TextTokens, it.ImageTokens) {
 						continue
 					}
-					if len(s.bins[b]) > 0 && s.cost(b)+c > level*(1+packTuning.pairTolerance) {
+					if len(s.bins[b]) > 0 && s.cost(b)+c > level*(1+packPairTolerance) {
 						continue
 					}
 					if best < 0 || s.cost(b) < s.cost(best) {
@@ -345,7 +321,7 @@ func (s *packScratch) byPosition() [][]int32 {
 func (s *packScratch) refinePositions() {
 	for j := range s.m {
 		order := make([]int, s.dp)
-		for moves := 0; moves < packTuning.passes*len(s.items); moves++ {
+		for moves := 0; moves < packPasses*len(s.items); moves++ {
 			hi := s.argmax(j)
 			for r := range s.dp {
 				order[r] = r*s.m + j
@@ -455,10 +431,10 @@ func (s *packScratch) apply(a, b int, e packMove) {
 func (s *packScratch) levelPair(a, b int) bool {
 	ca, cb := s.cost(a), s.cost(b)
 	cur := max(ca, cb)
-	if ca-cb <= packTuning.pairTolerance*cur {
+	if ca-cb <= packPairTolerance*cur {
 		return false
 	}
-	best := packMove{i: -1, value: cur * (1 - packTuning.minGain)}
+	best := packMove{i: -1, value: cur * (1 - packMinGain)}
 	s.exchanges(a, b, (ca-cb)/2, func(i, k int, d Cost) {
 		v := max(s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d)))
 		if v < best.value && s.fitsExchange(a, b, i, k) {
@@ -482,7 +458,7 @@ func (s *packScratch) refineAcross() {
 		return
 	}
 	tops := make([]float64, s.m)
-	for range packTuning.passes * s.m {
+	for range packPasses * s.m {
 		improved := false
 		for ja := range s.m {
 			a := s.argmax(ja)
@@ -508,7 +484,7 @@ func (s *packScratch) refineAcross() {
 					na, nb := s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d))
 					drop := s.cost(a) - max(na, s.cost(a)-roomA)
 					rise := max(0, nb-top)
-					if g := drop - rise; g > best.value && g > s.cost(a)*packTuning.minGain && s.fitsExchange(a, b, i, k) {
+					if g := drop - rise; g > best.value && g > s.cost(a)*packMinGain && s.fitsExchange(a, b, i, k) {
 						best, bestB = packMove{i, k, g}, b
 					}
 				})

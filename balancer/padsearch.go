@@ -5,37 +5,12 @@ import (
 	"slices"
 )
 
-// minGain is the relative improvement below which a move is not worth making.
-const minGain = 1e-7
-
-// maxPartners bounds how many of the lightest ranks the refinement tries per
-// step before it stops: when the lightest ranks cannot take work from the
-// heaviest, heavier ones rarely can.
-const maxPartners = 16
-
-// maxSwapPartners bounds the partners the refinement tries swaps with (a swap
-// looks at every pair of samples of the two ranks).
-const maxSwapPartners = 4
-
-// padSearchEvals bounds the exchanges one padSearch evaluates (about 40 ns
-// each), so that a partition takes milliseconds however large the batch; the
-// count, not the clock, stops it, so the result stays deterministic. The
-// bound is evalsPerItem per item, at most padSearchEvals.
-const (
-	padSearchEvals = 1 << 15
-	evalsPerItem   = 128
-)
-
-// settledImbalance is the max / mean − 1 at which padSearch stops: closer
-// to even is noise next to the cost model's error.
-const settledImbalance = 5e-4
-
-func (p *Partitioner) meanStep() float64 {
+func (jb *job) meanStep(sc *padScratch) float64 {
 	var s float64
-	for _, c := range p.step {
+	for _, c := range sc.step {
 		s += c
 	}
-	return s / float64(len(p.step))
+	return s / float64(len(sc.step))
 }
 
 // exchange is a candidate refinement step from the most loaded rank a: move
@@ -78,32 +53,32 @@ func (g *group) without(it Item) mbShape {
 // the best move or swap of one sample between two of its micro-batches or
 // with a micro-batch of a lighter rank that lowers the ranks' maximum, keeping
 // every micro-batch non-empty and within budget.
-func (p *Partitioner) padSearch() {
-	dp := p.cfg.DP
-	limit := p.cfg.MaxMoves
+func (jb *job) padSearch(sc *padScratch) {
+	dp := jb.cfg.DP
+	limit := jb.cfg.MaxMoves
 	if limit == 0 {
-		limit = 8 * len(p.items)
+		limit = movesPerItem * len(jb.items)
 	}
 	ranks := make([]int32, dp)
-	p.evals = 0
-	budget := min(padSearchEvals, evalsPerItem*len(p.items))
-	for moves := 0; moves < limit && p.evals < budget; moves++ {
+	evals := 0
+	budget := min(padSearchEvals, evalsPerItem*len(jb.items))
+	for moves := 0; moves < limit && evals < budget; moves++ {
 		for r := range ranks {
 			ranks[r] = int32(r)
 		}
 		slices.SortFunc(ranks, func(x, y int32) int {
-			return cmp.Or(cmp.Compare(p.step[x], p.step[y]), cmp.Compare(x, y))
+			return cmp.Or(cmp.Compare(sc.step[x], sc.step[y]), cmp.Compare(x, y))
 		})
 		a := int(ranks[dp-1])
-		if p.step[a] <= (1+settledImbalance)*p.meanStep() {
+		if sc.step[a] <= (1+settledImbalance)*jb.meanStep(sc) {
 			return
 		}
-		e := p.bestPadExchange(a, a, true)
+		e := jb.bestPadExchange(sc, a, a, true, &evals)
 		for k, b := range ranks[:min(dp-1, maxPartners)] {
-			if p.step[b] >= p.step[a]*(1-minGain) {
+			if sc.step[b] >= sc.step[a]*(1-minGain) {
 				break
 			}
-			if o := p.bestPadExchange(a, int(b), k < maxSwapPartners); o.ok && o.better(e) {
+			if o := jb.bestPadExchange(sc, a, int(b), k < maxSwapPartners, &evals); o.ok && o.better(e) {
 				e = o
 				break
 			}
@@ -111,59 +86,64 @@ func (p *Partitioner) padSearch() {
 		if !e.ok {
 			return
 		}
-		p.applyPad(a, e)
+		jb.applyPad(sc, a, e)
 	}
 }
 
 // bestPadExchange returns the best improving move or swap between the groups
-// of rank a and those of rank b (b == a: within a).
-func (p *Partitioner) bestPadExchange(a, b int, swaps bool) exchange {
-	m := p.cfg.MicroBatches
-	pl := p.cfg.Placement
-	bud := p.cfg.Budget
-	bar := p.step[a] * (1 - minGain)
+// of rank a and those of rank b (b == a: within a), counting the exchanges it
+// evaluates in evals.
+func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int) exchange {
+	m := jb.cfg.MicroBatches
+	pl := jb.cfg.Placement
+	bud := jb.cfg.Budget
+	bar := sc.step[a] * (1 - minGain)
 	// An exchange that keeps the pair's maximum but lowers its total (less
 	// padding computed) is taken too: padding is the secondary objective.
-	totalBar := p.step[a] * (1 - minGain)
+	totalBar := sc.step[a] * (1 - minGain)
 	if a != b {
-		totalBar = (p.step[a] + p.step[b]) * (1 - minGain)
+		totalBar = (sc.step[a] + sc.step[b]) * (1 - minGain)
 	}
 	var best exchange
-	cost := p.padCost
+	cost := jb.padCost
 	for g := a * m; g < (a+1)*m; g++ {
-		gg := &p.groups[g]
+		gg := &sc.groups[g]
 		for xi, i := range gg.members {
-			it := p.items[i]
+			it := jb.items[i]
 			gw := gg.without(it)
 			for h := b * m; h < (b+1)*m; h++ {
 				if h == g {
 					continue
 				}
-				hh := &p.groups[h]
-				base := p.rank[a].Sub(gg.cost)
-				other := p.rank[b].Sub(hh.cost)
+				hh := &sc.groups[h]
+				base := sc.rank[a].Sub(gg.cost)
+				other := sc.rank[b].Sub(hh.cost)
 				if a == b {
 					base = base.Sub(hh.cost)
 				}
-				eval := func(ng, nh mbShape, xj int) {
-					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(nh.count, nh.maxL, nh.sumP) {
-						return
-					}
-					p.evals++
+				// first prices g's side (rank a) after the exchange; it
+				// reports false when the exchange cannot win (a gets heavier
+				// than it is, or than best).
+				first := func(ng mbShape) (Cost, float64, bool) {
+					*evals++
 					cg := cost(ng)
+					if a == b {
+						return cg, 0, true
+					}
+					na := pl.StepCost(base.Add(cg))
+					return cg, na, !(na > sc.step[a] || (best.ok && na > best.score))
+				}
+				// second prices h's side and keeps the exchange if it is the best.
+				second := func(cg Cost, na float64, nh mbShape, xj int) {
 					var score, total float64
 					if a == b {
 						score = pl.StepCost(base.Add(cg).Add(cost(nh)))
 						total = score
 					} else {
-						na := pl.StepCost(base.Add(cg))
-						if na > p.step[a] || (best.ok && na > best.score) {
-							return // a gets heavier, or cannot beat best
-						}
 						nb := pl.StepCost(other.Add(cost(nh)))
 						score, total = max(na, nb), na+nb
 					}
-					if score >= bar && (score > p.step[a] || total >= totalBar) {
+					if score >= bar && (score > sc.step[a] || total >= totalBar) {
 						return
 					}
 					if e := (exchange{g: g, h: h, xi: xi, xj: xj, score: score, total: total, ok: true}); e.better(best) {
@@ -171,18 +151,32 @@ func (p *Partitioner) bestPadExchange(a, b int, swaps bool) exchange {
 					}
 				}
 				if len(gg.members) > 1 {
-					eval(gw, hh.shape().with(it), -1)
+					nh := hh.shape().with(it)
+					if bud.Fits(gw.count, gw.maxL, gw.sumP) && bud.Fits(nh.count, nh.maxL, nh.sumP) {
+						if cg, na, ok := first(gw); ok {
+							second(cg, na, nh, -1)
+						}
+					}
 				}
 				if !swaps {
 					continue
 				}
 				for xj, j := range hh.members {
-					jt := p.items[j]
+					jt := jb.items[j]
 					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
 						(a != b || jt == it) {
 						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
-					eval(gw.with(jt), hh.without(jt).with(it), xj)
+					ng := gw.with(jt)
+					// h's budget fields after the swap, without its shape.
+					nhMaxL := max(hh.maxWithout(jt.TextTokens), it.TextTokens)
+					nhSumP := hh.sumP - jt.ImageTokens + it.ImageTokens
+					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(len(hh.members), nhMaxL, nhSumP) {
+						continue
+					}
+					if cg, na, ok := first(ng); ok {
+						second(cg, na, hh.without(jt).with(it), xj)
+					}
 				}
 			}
 		}
@@ -201,9 +195,9 @@ func (s mbShape) with(it Item) mbShape {
 }
 
 // applyPad performs exchange e and recomputes the touched groups and ranks.
-func (p *Partitioner) applyPad(a int, e exchange) {
-	m := p.cfg.MicroBatches
-	g, h := &p.groups[e.g], &p.groups[e.h]
+func (jb *job) applyPad(sc *padScratch, a int, e exchange) {
+	m := jb.cfg.MicroBatches
+	g, h := &sc.groups[e.g], &sc.groups[e.h]
 	i := g.members[e.xi]
 	if e.xj >= 0 {
 		g.members[e.xi], h.members[e.xj] = h.members[e.xj], i
@@ -211,21 +205,21 @@ func (p *Partitioner) applyPad(a int, e exchange) {
 		g.members = slices.Delete(g.members, e.xi, e.xi+1)
 		h.members = append(h.members, i)
 	}
-	p.refresh(e.g)
-	p.refresh(e.h)
-	p.rankCost(a)
+	jb.refresh(sc, e.g)
+	jb.refresh(sc, e.h)
+	jb.rankCost(sc, a)
 	if b := e.h / m; b != a {
-		p.rankCost(b)
+		jb.rankCost(sc, b)
 	}
 }
 
 // rankCost recomputes rank r's cost and step cost from its groups.
-func (p *Partitioner) rankCost(r int) {
-	m := p.cfg.MicroBatches
+func (jb *job) rankCost(sc *padScratch, r int) {
+	m := jb.cfg.MicroBatches
 	var c Cost
 	for g := r * m; g < (r+1)*m; g++ {
-		c = c.Add(p.groups[g].cost)
+		c = c.Add(sc.groups[g].cost)
 	}
-	p.rank[r] = c
-	p.step[r] = p.cfg.Placement.StepCost(c)
+	sc.rank[r] = c
+	sc.step[r] = jb.cfg.Placement.StepCost(c)
 }

@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -103,33 +104,71 @@ type Assignment struct {
 // MicroBatch returns the positions of rank r's micro-batch m.
 func (a Assignment) MicroBatch(r, m int) []int32 { return a.Members[r*a.MicroBatches+m] }
 
-// Partitioner splits global batches. It keeps scratch buffers between calls,
-// so it is not safe for concurrent use.
+// Partitioner splits global batches. It holds only its configuration and
+// what follows from it: every Partition call keeps its state in its own
+// values (job, padScratch, packScratch), so a Partitioner may be shared by
+// goroutines.
 type Partitioner struct {
 	cfg   PartitionConfig
 	model CostModel
 	total Features // Σ over components of model's coefficients
-	items []Item
-	costs []Cost
+	// dpLimit is the K·n up to which the grouping is exact
+	// (tuning.dpGroupingLimit; smaller for positionsFirst's sub-partitioners).
+	dpLimit int
+	// sequential builds every candidate on the calling goroutine (tests).
+	sequential bool
+	// sub marks positionsFirst's sub-partitioners: their plans are only
+	// candidates of the caller's, which weighs the random split itself, so
+	// they skip it.
+	sub bool
+}
 
-	order      []int32 // positions sorted by (L, cost, position)
-	need       []int32 // need[i]: minimal micro-batches for order[i:]
-	groups     []group // slot r*M+m belongs to rank r
-	itemG      []int32 // position → group slot
-	slot       []int32 // position → index in its group's members
-	rank       []Cost  // per-rank cost sums
-	step       []float64
-	byCost     []int32
-	slotMax    []float64         // syncedCost scratch
-	subs       [2][]*Partitioner // positionsFirst's (subPartitioners)
-	padded     int64
-	cap        int64
-	evals      int  // exchanges padSearch evaluated
-	sequential bool // build every candidate on the calling goroutine (tests)
-	dpLimit    int  // K·n up to which the grouping is exact (dpGroupingLimit)
-	// itemCost caches the items' step costs for the packed partitioner
-	// (itemStepCosts); Partition resets it.
-	itemCost []float64
+// job is one Partition call's input, read-only once built: the items, their
+// cost vectors and step costs. Candidate generators read it (some of them
+// concurrently); refinement passes change only the padScratch they are given.
+type job struct {
+	*Partitioner
+	items    []Item
+	costs    []Cost
+	stepCost []float64 // stepCost[i]: Placement.StepCost(costs[i])
+	ranked   rankKeys  // the items ranked by (Cost.Total, position); padded only
+	// longFirst[pos] orders entries longest text first, ties by position
+	// (assignment); padded only.
+	longFirst []uint64
+}
+
+func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
+	jb := &job{Partitioner: p, items: items, costs: costs, stepCost: make([]float64, len(items))}
+	for i, c := range costs {
+		jb.stepCost[i] = p.cfg.Placement.StepCost(c)
+	}
+	if !p.cfg.Pack {
+		totals := jb.stepCost
+		if p.cfg.Placement != Colocated { // colocated, the step cost is the total
+			totals = make([]float64, len(costs))
+			for i, c := range costs {
+				totals[i] = c.Total()
+			}
+		}
+		jb.ranked = newRankKeys(totals)
+		jb.longFirst = make([]uint64, len(items))
+		for i, it := range items {
+			jb.longFirst[i] = uint64(math.MaxUint32-uint32(it.TextTokens))<<32 | uint64(i)
+		}
+	}
+	return jb
+}
+
+// padScratch is the state the padded refinement passes and the scoring
+// function work on: one candidate loaded as groups (slot r*M+m belongs to
+// rank r) with their padded costs and the ranks' sums. Every pass takes it
+// explicitly and leaves in it the candidate it refined.
+type padScratch struct {
+	groups  []group
+	rank    []Cost    // per-rank padded cost sums
+	step    []float64 // per-rank step costs (Placement.StepCost of rank)
+	slotMax []float64 // syncedCost's buffer
+	posTop  []top3    // levelPositions' per-position summary (syncedTops)
 }
 
 // group is one micro-batch under construction.
@@ -179,12 +218,17 @@ func (c PartitionConfig) model() CostModel {
 func (p *Partitioner) Config() PartitionConfig { return p.cfg }
 
 // Partition splits items (with their cost vectors, costs[i] for items[i]) into
-// DP ranks × MicroBatches micro-batches, minimising the maximum padded rank
-// cost (Σ over the rank's micro-batches of their PaddedFeatures' cost) under
-// the budget. It builds several candidates (candidates.go) and keeps the best;
-// none is worse than the random baseline's split of the same items. It fails with
-// ErrTooFewItems when len(items) < DP × MicroBatches and with
-// ErrBudgetExceeded when the budget cannot hold the items.
+// DP ranks × MicroBatches micro-batches, minimising the step cost under the
+// budget: padded, the maximum padded rank cost (Σ over the rank's
+// micro-batches of their PaddedFeatures' cost; with SyncMicroBatch at least
+// Σ over positions of the costliest micro-batch there), packed (Config.Pack,
+// packed.go) the same over packed costs. It is a pipeline (doc.go,
+// "Partitioning"): candidate generators each return an assignment, one
+// scoring function picks the best, and refinement passes improve it with an
+// explicit scratch value. No candidate kept is worse than the random
+// baseline's split of the same items. It fails with ErrTooFewItems when
+// len(items) < DP × MicroBatches and with ErrBudgetExceeded when the budget
+// cannot hold the items.
 func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) {
 	k := p.cfg.DP * p.cfg.MicroBatches
 	if len(costs) != len(items) {
@@ -201,110 +245,147 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 			return Assignment{}, err
 		}
 	}
-	p.items, p.costs, p.itemCost = items, costs, p.itemCost[:0]
-	defer func() { p.items, p.costs = nil, nil }()
+	jb := p.newJob(items, costs)
+	var a Assignment
+	var err error
 	if p.cfg.Pack {
-		a, err := p.partitionPacked()
-		if err != nil {
-			return a, err
-		}
-		return p.levelPipeline(a), nil
+		a, err = jb.partitionPacked()
+	} else {
+		a, err = jb.partitionPadded()
 	}
-	var alts pending
-	defer alts.wait() // before the items are let go
-	p.startIndependent(&alts)
-	p.sortByLength()
-	cuts, err := p.initialCuts()
 	if err != nil {
 		return Assignment{}, err
 	}
-	g := p.chooseGrouping(cuts)
-	p.order = append(p.order[:0], g.order...)
-	p.startGrouped(&alts, g.order)
-	best, imb, hi := p.attempt(g.cuts)
-	if g.byLength && imb > 1+retryImbalance && k*len(items) <= p.dpLimit {
-		if c := p.balancedCuts(k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
-			if a, _, h := p.attempt(c); h < hi {
+	return jb.levelPipeline(a), nil
+}
+
+// partitionPadded is Partition's padded pipeline:
+//
+//  1. generators: the grouping candidate (the length- or image-sorted order
+//     cut into DP × M groups dealt to the ranks, groupedCandidate, refined
+//     at once by padSearch because it usually wins), and the alternatives
+//     balanceFirst, randomSplit and, under SyncMicroBatch, positionsFirst
+//     over the grouping's order and over the cost order (built concurrently
+//     on large batches, alternatives.go);
+//  2. pick: score ranks them all (bestCandidate), refining the most
+//     promising alternative too on small batches;
+//  3. refinement: levelPositions under SyncMicroBatch (leveled), then
+//     levelPipeline under PP > 1 (Partition).
+func (jb *job) partitionPadded() (Assignment, error) {
+	var alts pending
+	defer alts.wait()
+	jb.startIndependent(&alts)
+	byLength := jb.sortByLength()
+	need := jb.computeNeed(byLength)
+	cuts, err := jb.initialCuts(byLength, need)
+	if err != nil {
+		return Assignment{}, err
+	}
+	sc := &padScratch{}
+	g := jb.chooseGrouping(sc, byLength, cuts)
+	jb.startGrouped(&alts, g.order)
+	best := jb.groupedCandidate(sc, g)
+	return jb.leveled(sc, jb.bestCandidate(sc, best, alts.wait())), nil
+}
+
+// groupedCandidate builds grouping g's candidate and refines it (refined);
+// when the grouping is the length-sorted one, the batch small and the
+// result more than retryImbalance from even, it also tries the length
+// order cut into groups of more equal cost (balancedCuts), keeping the
+// better.
+func (jb *job) groupedCandidate(sc *padScratch, g grouping) Assignment {
+	k := jb.cfg.DP * jb.cfg.MicroBatches
+	if !g.loaded {
+		jb.buildGroups(sc, g.order, g.cuts)
+		jb.assignGroups(sc)
+	}
+	best, imb, hi := jb.refined(sc)
+	if g.byLength && imb > 1+retryImbalance && k*len(jb.items) <= jb.dpLimit {
+		if c := jb.balancedCuts(g.order, k, g.cuts); c != nil && !slices.Equal(c, g.cuts) {
+			jb.buildGroups(sc, g.order, c)
+			jb.assignGroups(sc)
+			if a, _, h := jb.refined(sc); h < hi {
 				best = a
 			}
 		}
 	}
-	return p.levelPipeline(p.leveled(p.bestCandidate(best, alts.wait()))), nil
+	return best
 }
 
 // leveled returns a with its positions levelled (levelPositions) when the
 // ranks meet at every micro-batch and that lowers the step cost.
-func (p *Partitioner) leveled(a Assignment) Assignment {
-	if p.cfg.Sync != SyncMicroBatch || p.cfg.MicroBatches == 1 || p.cfg.DP == 1 || p.cfg.Refinement != RefineLocalSearch {
+func (jb *job) leveled(sc *padScratch, a Assignment) Assignment {
+	if jb.cfg.Sync != SyncMicroBatch || jb.cfg.MicroBatches == 1 || jb.cfg.DP == 1 || jb.cfg.Refinement != RefineLocalSearch {
 		return a
 	}
-	before, _ := p.score(a.Members)
-	p.levelPositions()
-	if after, _ := p.stepScore(); after < before*(1-minGain) {
-		return p.assignment()
+	before, _ := jb.score(sc, a.Members)
+	jb.levelPositions(sc)
+	if after, _ := jb.stepScore(sc); after < before*(1-minGain) {
+		return jb.assignment(sc)
 	}
 	return a
 }
 
-// retryImbalance is the max / mean − 1 above which Partition retries with a
-// grouping that trades padding for equal group costs.
-const retryImbalance = 2e-3
-
-// attempt builds the groups cut at cuts, assigns them to ranks, refines, and
-// returns the assignment, its max / mean padded rank cost before the
-// refinement (so that whether Partition retries does not depend on the
-// refinement) and its max padded rank cost after it.
-func (p *Partitioner) attempt(cuts []int) (Assignment, float64, float64) {
-	p.buildGroups(cuts)
-	p.assignGroups()
-	hi, sum := p.stepScore()
+// refined refines the groups loaded in sc (built and dealt to the ranks)
+// with padSearch unless the ranks meet at every micro-batch (padSearch
+// lowers the largest rank total, which is not that step cost: levelPositions
+// refines the winner instead), and returns the assignment, its max / mean
+// padded rank cost before the refinement (so that whether Partition retries
+// does not depend on the refinement) and its max padded rank cost after it.
+func (jb *job) refined(sc *padScratch) (Assignment, float64, float64) {
+	hi, sum := jb.stepScore(sc)
 	imb := 1.0
 	if sum > 0 {
-		imb = hi / (sum / float64(len(p.step)))
+		imb = hi / (sum / float64(len(sc.step)))
 	}
-	if p.cfg.Refinement == RefineLocalSearch {
-		p.padSearch()
-		hi, _ = p.stepScore()
+	if jb.cfg.Refinement == RefineLocalSearch && !jb.positionsApply() {
+		jb.padSearch(sc)
+		hi, _ = jb.stepScore(sc)
 	}
-	return p.assignment(), imb, hi
+	return jb.assignment(sc), imb, hi
 }
 
-func (p *Partitioner) sortByLength() {
-	type keyed struct {
-		l    int
-		cost float64
-		pos  int32
+// sortByLength returns the positions sorted by (L, cost, position).
+func (jb *job) sortByLength() []int32 {
+	l := func(pos int) int { return jb.items[pos].TextTokens }
+	if out := jb.ranked.sorted(l, func(int) int { return 0 }); out != nil {
+		return out
 	}
-	ks := make([]keyed, len(p.items))
-	for i, it := range p.items {
-		ks[i] = keyed{it.TextTokens, p.costs[i].Total(), int32(i)}
+	return jb.sortBy(func(it Item) (int, int) { return it.TextTokens, 0 })
+}
+
+// sortBy returns the positions sorted by (key(item), cost, position), by
+// comparison (the fallback of rankKeys.sorted).
+func (jb *job) sortBy(key func(Item) (int, int)) []int32 {
+	type keyed struct {
+		a, b int
+		rank int32
+	}
+	ks := make([]keyed, len(jb.items))
+	for i, it := range jb.items {
+		a, b := key(it)
+		ks[i] = keyed{a, b, jb.ranked.rank[i]}
 	}
 	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.l != y.l {
-			return cmp.Compare(x.l, y.l)
-		}
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
+		return cmp.Or(cmp.Compare(x.a, y.a), cmp.Compare(x.b, y.b), cmp.Compare(x.rank, y.rank))
 	})
-	p.order = slices.Grow(p.order[:0], len(ks))[:len(ks)]
+	order := make([]int32, len(ks))
 	for i, k := range ks {
-		p.order[i] = k.pos
+		order[i] = jb.ranked.byCost[k.rank]
 	}
+	return order
 }
 
-// computeNeed fills need[i] with the minimal number of budget-feasible
+// computeNeed returns need, need[i] the minimal number of budget-feasible
 // contiguous micro-batches for order[i:], by greedy packing from the right
 // (optimal because a sub-interval of a feasible micro-batch is feasible).
-func (p *Partitioner) computeNeed() {
-	n := len(p.order)
-	p.need = slices.Grow(p.need[:0], n+1)[:n+1]
-	p.need[n] = 0
+func (jb *job) computeNeed(order []int32) []int32 {
+	n := len(order)
+	need := make([]int32, n+1)
 	g, count, maxL, sumP := int32(0), 0, 0, 0
 	for i := n - 1; i >= 0; i-- {
-		it := p.items[p.order[i]]
-		if count > 0 && !p.cfg.Budget.Fits(count+1, maxL, sumP+it.ImageTokens) {
+		it := jb.items[order[i]]
+		if count > 0 && !jb.cfg.Budget.Fits(count+1, maxL, sumP+it.ImageTokens) {
 			count = 0
 		}
 		if count == 0 {
@@ -313,28 +394,29 @@ func (p *Partitioner) computeNeed() {
 		}
 		count++
 		sumP += it.ImageTokens
-		p.need[i] = g
+		need[i] = g
 	}
+	return need
 }
 
 // initialCuts checks that the budget can hold the items in DP × MicroBatches
-// micro-batches and returns the first grouping of the length-sorted order:
+// micro-batches (need from computeNeed) and returns the first grouping of the
+// length-sorted order:
 // padding-optimal contiguous groups (by dynamic programming) when the batch is
 // small enough, else contiguous groups of about equal cost.
-func (p *Partitioner) initialCuts() ([]int, error) {
-	k := p.cfg.DP * p.cfg.MicroBatches
-	n := len(p.order)
-	p.computeNeed()
-	if int(p.need[0]) > k {
+func (jb *job) initialCuts(byLength, need []int32) ([]int, error) {
+	k := jb.cfg.DP * jb.cfg.MicroBatches
+	n := len(byLength)
+	if int(need[0]) > k {
 		return nil, fmt.Errorf("balancer: %d items need at least %d micro-batches under budget %+v, have %d: %w",
-			n, p.need[0], p.cfg.Budget, k, ErrBudgetExceeded)
+			n, need[0], jb.cfg.Budget, k, ErrBudgetExceeded)
 	}
-	if k*n <= p.dpLimit {
-		if c := p.newCutter().cuts(k, 0, 0); c != nil {
+	if k*n <= jb.dpLimit {
+		if c := jb.newCutter(byLength).cuts(k, 0, 0); c != nil {
 			return c, nil
 		}
 	}
-	return p.equalCostCuts(k), nil
+	return jb.equalCostCuts(byLength, need, k), nil
 }
 
 // validCuts reports whether cuts are strictly increasing from 0 to n.
@@ -354,11 +436,11 @@ func validCuts(cuts []int, n int) bool {
 // equal cost. Using need it never closes a group so early that the rest cannot
 // fit in the remaining groups, and never extends one beyond the budget unless
 // that is forced (then the budget holds by construction).
-func (p *Partitioner) equalCostCuts(k int) []int {
-	n := len(p.order)
+func (jb *job) equalCostCuts(order, need []int32, k int) []int {
+	n := len(order)
 	var remaining float64
-	for _, pos := range p.order {
-		remaining += p.costs[pos].Total()
+	for _, pos := range order {
+		remaining += jb.costs[pos].Total()
 	}
 	cuts := make([]int, k+1)
 	pos := 0
@@ -366,13 +448,13 @@ func (p *Partitioner) equalCostCuts(k int) []int {
 		target := remaining / float64(k-g)
 		acc, count, maxL, sumP := 0.0, 0, 0, 0
 		for pos < n-(k-1-g) {
-			it := p.items[p.order[pos]]
-			c := p.costs[p.order[pos]].Total()
-			if count > 0 && int(p.need[pos]) <= k-1-g {
+			it := jb.items[order[pos]]
+			c := jb.costs[order[pos]].Total()
+			if count > 0 && int(need[pos]) <= k-1-g {
 				if g < k-1 && acc+c/2 > target {
 					break
 				}
-				if !p.cfg.Budget.Fits(count+1, max(maxL, it.TextTokens), sumP+it.ImageTokens) {
+				if !jb.cfg.Budget.Fits(count+1, max(maxL, it.TextTokens), sumP+it.ImageTokens) {
 					break
 				}
 			}
@@ -390,76 +472,63 @@ func (p *Partitioner) equalCostCuts(k int) []int {
 
 // assignGroups gives every rank MicroBatches groups, largest group first to the
 // rank where it raises the step cost least (LPT with a cardinality limit), and
-// reorders p.groups so that rank r owns slots r*M … r*M+M-1.
-func (p *Partitioner) assignGroups() {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
+// reorders sc.groups so that rank r owns slots r*M … r*M+M-1.
+func (jb *job) assignGroups(sc *padScratch) {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	k := dp * m
-	for g := range p.groups {
-		p.refresh(g)
+	for g := range sc.groups {
+		jb.refresh(sc, g)
 	}
-	pl := p.cfg.Placement
-	p.byCost = slices.Grow(p.byCost[:0], k)[:k]
-	for i := range p.byCost {
-		p.byCost[i] = int32(i)
+	pl := jb.cfg.Placement
+	byCost := make([]int32, k)
+	for i := range byCost {
+		byCost[i] = int32(i)
 	}
-	slices.SortFunc(p.byCost, func(a, b int32) int {
-		if c := cmp.Compare(pl.StepCost(p.groups[b].cost), pl.StepCost(p.groups[a].cost)); c != 0 {
+	slices.SortFunc(byCost, func(a, b int32) int {
+		if c := cmp.Compare(pl.StepCost(sc.groups[b].cost), pl.StepCost(sc.groups[a].cost)); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	})
-	p.rank = slices.Grow(p.rank[:0], dp)[:dp]
-	p.step = slices.Grow(p.step[:0], dp)[:dp]
-	clear(p.rank)
-	clear(p.step)
+	sc.rank = slices.Grow(sc.rank[:0], dp)[:dp]
+	sc.step = slices.Grow(sc.step[:0], dp)[:dp]
+	clear(sc.rank)
+	clear(sc.step)
 	filled := make([]int, dp)
 	target := make([]int32, k) // original group → new slot
-	for _, g := range p.byCost {
+	for _, g := range byCost {
 		best, bestCost := -1, 0.0
 		for r := range dp {
 			if filled[r] == m {
 				continue
 			}
-			c := pl.StepCost(p.rank[r].Add(p.groups[g].cost))
+			c := pl.StepCost(sc.rank[r].Add(sc.groups[g].cost))
 			if best < 0 || c < bestCost {
 				best, bestCost = r, c
 			}
 		}
 		target[g] = int32(best*m + filled[best])
 		filled[best]++
-		p.rank[best] = p.rank[best].Add(p.groups[g].cost)
+		sc.rank[best] = sc.rank[best].Add(sc.groups[g].cost)
 	}
 	reordered := make([]group, k)
 	for g, s := range target {
-		reordered[s] = p.groups[g]
+		reordered[s] = sc.groups[g]
 	}
-	copy(p.groups, reordered)
-	n := len(p.items)
-	p.itemG = slices.Grow(p.itemG[:0], n)[:n]
-	p.slot = slices.Grow(p.slot[:0], n)[:n]
-	p.padded = 0
-	var real int64
-	for s := range p.groups {
-		for j, pos := range p.groups[s].members {
-			p.itemG[pos], p.slot[pos] = int32(s), int32(j)
-			real += int64(p.items[pos].TextTokens)
-		}
-		p.padded += p.groups[s].padded()
-	}
+	copy(sc.groups, reordered)
 	for r := range dp {
-		p.step[r] = pl.StepCost(p.rank[r])
+		sc.step[r] = pl.StepCost(sc.rank[r])
 	}
-	p.cap = max(p.padded, int64(float64(real)/p.cfg.PaddingTarget))
 }
 
 // refresh recomputes group g's statistics from its members.
-func (p *Partitioner) refresh(g int) {
-	gr := &p.groups[g]
+func (jb *job) refresh(sc *padScratch, g int) {
+	gr := &sc.groups[g]
 	gr.maxL, gr.atMax, gr.second, gr.sumP = 0, 0, 0, 0
 	gr.maxP, gr.atMaxP, gr.secondP, gr.cplx = 0, 0, 0, 0
 	gr.firstPos = -1
 	for _, pos := range gr.members {
-		it := p.items[pos]
+		it := jb.items[pos]
 		gr.maxL, gr.atMax, gr.second = top2(gr.maxL, gr.atMax, gr.second, it.TextTokens)
 		gr.maxP, gr.atMaxP, gr.secondP = top2(gr.maxP, gr.atMaxP, gr.secondP, it.ImageTokens)
 		gr.sumP += it.ImageTokens
@@ -468,7 +537,7 @@ func (p *Partitioner) refresh(g int) {
 			gr.firstPos = pos
 		}
 	}
-	gr.cost = p.padCost(gr.shape())
+	gr.cost = jb.padCost(gr.shape())
 }
 
 // top2 adds v to a running (largest, count at largest, second largest).
@@ -483,8 +552,6 @@ func top2(hi, at, second, v int) (int, int, int) {
 	}
 	return hi, at, second
 }
-
-func (g *group) padded() int64 { return int64(len(g.members)) * int64(g.maxL) }
 
 // maxWithout returns the group's longest L after removing one member of length l.
 func (g *group) maxWithout(l int) int {
@@ -502,25 +569,36 @@ func (g *group) maxPWithout(ip int) int {
 	return g.maxP
 }
 
+// sortLongFirst sorts members longest text first, ties by position (by
+// their longFirst keys, compared as integers), using keys as scratch; it
+// returns keys for reuse.
+func (jb *job) sortLongFirst(members []int32, keys []uint64) []uint64 {
+	keys = keys[:0]
+	for _, pos := range members {
+		keys = append(keys, jb.longFirst[pos])
+	}
+	slices.Sort(keys)
+	for i, k := range keys {
+		members[i] = int32(uint32(k))
+	}
+	return keys
+}
+
 // assignment copies the groups out, micro-batches of a rank ordered
 // costliest first (so that position j is alike on every rank, see
 // syncedCost), entries longest first (ties by position).
-func (p *Partitioner) assignment() Assignment {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
+func (jb *job) assignment(sc *padScratch) Assignment {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	a := Assignment{DP: dp, MicroBatches: m, Members: make([][]int32, dp*m)}
-	backing := make([]int32, 0, len(p.items))
-	byLen := func(x, y int32) int {
-		if c := cmp.Compare(p.items[y].TextTokens, p.items[x].TextTokens); c != 0 {
-			return c
-		}
-		return cmp.Compare(x, y)
-	}
+	backing := make([]int32, 0, len(jb.items))
+	byLen := func(x, y int32) int { return cmp.Compare(jb.longFirst[x], jb.longFirst[y]) }
+	var keys []uint64
 	for r := range dp {
-		gs := p.groups[r*m : (r+1)*m]
+		gs := sc.groups[r*m : (r+1)*m]
 		for i := range gs {
-			slices.SortFunc(gs[i].members, byLen)
+			keys = jb.sortLongFirst(gs[i].members, keys)
 		}
-		pl := p.cfg.Placement
+		pl := jb.cfg.Placement
 		slices.SortFunc(gs, func(x, y group) int {
 			if c := cmp.Compare(pl.StepCost(y.cost), pl.StepCost(x.cost)); c != 0 {
 				return c

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -217,6 +218,39 @@ func BenchmarkPartition(b *testing.B) {
 				}
 				b.ReportMetric(imb, "padded-max/mean")
 			})
+		}
+	}
+}
+
+// TestPartitionerSharedByGoroutines: a Partitioner keeps no state between
+// calls, so goroutines sharing one get the plans a lone caller gets (run
+// with -race to check the sharing too).
+func TestPartitionerSharedByGoroutines(t *testing.T) {
+	for _, pack := range []bool{false, true} {
+		cfg := DefaultPartitionConfig()
+		cfg.DP, cfg.MicroBatches, cfg.Pack = 4, 2, pack
+		p, err := NewPartitioner(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches := make([][]Item, 6)
+		want := make([]Assignment, len(batches))
+		for i := range batches {
+			batches[i] = genItems(64+16*i, genKind(i%3), uint64(i))
+			if want[i], err = p.Partition(batches[i], cfg.model().Costs(batches[i])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make([]Assignment, len(batches))
+		var wg sync.WaitGroup
+		for i := range batches {
+			wg.Go(func() { got[i], _ = p.Partition(batches[i], cfg.model().Costs(batches[i])) })
+		}
+		wg.Wait()
+		for i := range batches {
+			if !slices.EqualFunc(got[i].Members, want[i].Members, slices.Equal) {
+				t.Errorf("pack=%v batch %d: concurrent plan differs", pack, i)
+			}
 		}
 	}
 }

@@ -13,18 +13,18 @@ import (
 // go to the costliest micro-batch's own rank or to the levelTargets cheapest
 // micro-batches of the step, so a pass over 4,096 samples on 64 ranks × 4
 // stays within the partitioner's own time.
-func (p *Partitioner) levelPipeline(a Assignment) Assignment {
-	m := p.cfg.MicroBatches
-	if p.cfg.pp() <= 1 || m == 1 || p.cfg.Refinement != RefineLocalSearch {
+func (jb *job) levelPipeline(a Assignment) Assignment {
+	m := jb.cfg.MicroBatches
+	if jb.cfg.pp() <= 1 || m == 1 || jb.cfg.Refinement != RefineLocalSearch {
 		return a
 	}
-	st := newPipeLevel(p, a)
-	for range 4 * len(st.members) {
+	st := newPipeLevel(jb, a)
+	for range pipeMovesPerSlot * len(st.members) {
 		if !st.step() {
 			break
 		}
 	}
-	return p.ordered(st.members, st.cost)
+	return jb.ordered(st.members, st.cost)
 }
 
 // ranked is a value with the rank or slot it belongs to.
@@ -59,7 +59,7 @@ func (t *top3) without(a, b int) float64 {
 // costs, and per-rank and per-position summaries that price a move of one
 // entry between two micro-batches without recomputing the step.
 type pipeLevel struct {
-	p       *Partitioner
+	jb      *job
 	m, pp   int
 	members [][]int32
 	shape   []mbShape
@@ -74,9 +74,10 @@ type pipeLevel struct {
 	cur     float64
 }
 
-func newPipeLevel(p *Partitioner, a Assignment) *pipeLevel {
+func newPipeLevel(jb *job, a Assignment) *pipeLevel {
+	p := jb.Partitioner
 	k := len(a.Members)
-	st := &pipeLevel{p: p, m: p.cfg.MicroBatches, pp: p.cfg.pp(), members: make([][]int32, k),
+	st := &pipeLevel{jb: jb, m: p.cfg.MicroBatches, pp: p.cfg.pp(), members: make([][]int32, k),
 		shape: make([]mbShape, k), sumL: make([]int, k), feat: make([]Features, k), cost: make([]float64, k),
 		sorted: make([][]float64, p.cfg.DP), pos: make([]top3, p.cfg.MicroBatches),
 		bufA: make([]float64, p.cfg.MicroBatches), bufB: make([]float64, p.cfg.MicroBatches)}
@@ -92,7 +93,7 @@ func newPipeLevel(p *Partitioner, a Assignment) *pipeLevel {
 func (st *pipeLevel) rebuild(i int) {
 	st.shape[i], st.sumL[i], st.feat[i] = mbShape{}, 0, Features{}
 	for _, pos := range st.members[i] {
-		it := st.p.items[pos]
+		it := st.jb.items[pos]
 		st.shape[i].add(it)
 		st.sumL[i] += it.TextTokens
 		st.feat[i] = st.feat[i].Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
@@ -103,7 +104,7 @@ func (st *pipeLevel) rebuild(i int) {
 // price returns the step cost of a micro-batch of shape s (padded) or
 // features f (packed).
 func (st *pipeLevel) price(s mbShape, f Features) float64 {
-	p := st.p
+	p := st.jb
 	if !p.cfg.Pack {
 		f = s.features()
 	}
@@ -135,7 +136,7 @@ func (st *pipeLevel) eval(ra, rb int, newA, newB []float64) float64 {
 	if newB != nil {
 		worst = max(worst, PipelineRankCost(newB, st.pp))
 	}
-	if st.p.cfg.Sync != SyncMicroBatch {
+	if st.jb.cfg.Sync != SyncMicroBatch {
 		return worst
 	}
 	var sum, hi float64
@@ -170,7 +171,7 @@ func (st *pipeLevel) step() bool {
 	targets := st.targets(hi)
 	for i := range st.members[hi] {
 		cFrom := st.costWithout(hi, i)
-		item := st.p.items[st.members[hi][i]]
+		item := st.jb.items[st.members[hi][i]]
 		for _, k := range targets {
 			cTo, ok := st.costWith(k, item)
 			if !ok || cTo >= st.cost[hi] { // the step's costliest micro-batch would not shrink
@@ -193,12 +194,6 @@ func (st *pipeLevel) step() bool {
 	st.summarise()
 	return true
 }
-
-// levelTargets is how many of the step's cheapest micro-batches (besides
-// the costliest one's own rank) a move may go to. All of them cost 4 ms per
-// move at 64 ranks × 4 (4,096 samples) and gained less (1.7% against 2.1%:
-// the search is greedy); 32 gained 0.6%, 8 0.4%.
-const levelTargets = 64
 
 // targets returns the slots an entry of slot hi may move to: the other
 // micro-batches of its rank and the levelTargets cheapest of the step.
@@ -273,7 +268,7 @@ func (st *pipeLevel) costWithout(k, i int) float64 {
 		if j == i {
 			continue
 		}
-		it := st.p.items[pos]
+		it := st.jb.items[pos]
 		s.add(it)
 		f = f.Add(FeaturesOf(it.TextTokens, it.ImageTokens, it.Complexity))
 	}
@@ -285,8 +280,8 @@ func (st *pipeLevel) costWithout(k, i int) float64 {
 func (st *pipeLevel) costWith(k int, it Item) (float64, bool) {
 	s := st.shape[k]
 	s.add(it)
-	b := st.p.cfg.Budget
-	if st.p.cfg.Pack {
+	b := st.jb.cfg.Budget
+	if st.jb.cfg.Pack {
 		if !b.FitsPacked(s.count, st.sumL[k]+it.TextTokens, s.sumP) {
 			return 0, false
 		}

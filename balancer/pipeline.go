@@ -86,9 +86,9 @@ func pipelineLowerBound(lb, maxEntry float64, m, pp int, sync Sync) float64 {
 
 // ordered returns the assignment of members with each micro-batch longest
 // text first and each rank's micro-batches costliest first.
-func (p *Partitioner) ordered(members [][]int32, cost []float64) Assignment {
-	m := p.cfg.MicroBatches
-	for r := range p.cfg.DP {
+func (jb *job) ordered(members [][]int32, cost []float64) Assignment {
+	m := jb.cfg.MicroBatches
+	for r := range jb.cfg.DP {
 		idx := make([]int, m)
 		for j := range idx {
 			idx[j] = r*m + j
@@ -109,7 +109,7 @@ func (p *Partitioner) ordered(members [][]int32, cost []float64) Assignment {
 		copy(members[r*m:(r+1)*m], rank)
 	}
 	for _, mb := range members {
-		slices.SortStableFunc(mb, func(x, y int32) int { return p.items[y].TextTokens - p.items[x].TextTokens })
+		slices.SortStableFunc(mb, func(x, y int32) int { return jb.items[y].TextTokens - jb.items[x].TextTokens })
 	}
-	return Assignment{DP: p.cfg.DP, MicroBatches: m, Members: members}
+	return Assignment{DP: jb.cfg.DP, MicroBatches: m, Members: members}
 }

@@ -36,8 +36,6 @@ func TestPipelineStepCost(t *testing.T) {
 // micro-batches costliest first, as Assignment orders them).
 func pipelineCostOf(t *testing.T, p *Partitioner, items []Item, a Assignment) float64 {
 	t.Helper()
-	p.items = items
-	defer func() { p.items = nil }()
 	slots := make([][]float64, a.DP)
 	for r := range slots {
 		for j := range a.MicroBatches {

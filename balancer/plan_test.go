@@ -290,6 +290,9 @@ func TestPlanGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			sum := Summarize(p.Stats())
+			t.Logf("step cost sum %.6g, imbalance p50 %.4f max %.4f, padding efficiency %.4f",
+				sum.StepCostSum, sum.ImbalanceP50, sum.ImbalanceMax, sum.PaddingEfficiency)
 			var buf bytes.Buffer
 			if err := p.WriteJSONL(&buf); err != nil {
 				t.Fatal(err)

@@ -15,19 +15,19 @@ import (
 // share of chunk j. A chunk spans a narrow length range, so its
 // micro-batches pad little. Nil when a chunk cannot be split within the
 // budget.
-func (p *Partitioner) positionsFirst(order []int32, subs []*Partitioner) [][]int32 {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
+func (jb *job) positionsFirst(order []int32, subs []*Partitioner) [][]int32 {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	if len(subs) != m {
 		return nil
 	}
 	out := make([][]int32, dp*m)
 	var w pending
 	failed := make([]bool, m)
-	for j, chunk := range p.positionChunks(order) {
-		w.run(p.parallel(), func() { failed[j] = !p.splitChunk(subs[j], chunk, j, out) })
+	for j, chunk := range jb.positionChunks(order) {
+		w.run(jb.parallel(), func() { failed[j] = !jb.splitChunk(subs[j], chunk, j, out) })
 	}
 	w.wait()
-	if slices.Contains(failed, true) || !p.fits(out) {
+	if slices.Contains(failed, true) || !jb.fits(out) {
 		return nil
 	}
 	return out
@@ -35,18 +35,18 @@ func (p *Partitioner) positionsFirst(order []int32, subs []*Partitioner) [][]int
 
 // splitChunk splits chunk over the ranks with sub and writes rank r's share
 // to out[r*M+j]; false when the budget cannot hold it.
-func (p *Partitioner) splitChunk(sub *Partitioner, chunk []int32, j int, out [][]int32) bool {
+func (jb *job) splitChunk(sub *Partitioner, chunk []int32, j int, out [][]int32) bool {
 	items := make([]Item, len(chunk))
 	costs := make([]Cost, len(chunk))
 	for i, pos := range chunk {
-		items[i], costs[i] = p.items[pos], p.costs[pos]
+		items[i], costs[i] = jb.items[pos], jb.costs[pos]
 	}
 	a, err := sub.Partition(items, costs)
 	if err != nil {
 		return false
 	}
-	m := p.cfg.MicroBatches
-	for r := range p.cfg.DP {
+	m := jb.cfg.MicroBatches
+	for r := range jb.cfg.DP {
 		mb := a.MicroBatch(r, 0)
 		for i, k := range mb {
 			mb[i] = chunk[k]
@@ -58,13 +58,13 @@ func (p *Partitioner) splitChunk(sub *Partitioner, chunk []int32, j int, out [][
 
 // positionChunks cuts order into MicroBatches contiguous chunks of about
 // equal unpadded step cost, each with at least DP items.
-func (p *Partitioner) positionChunks(order []int32) [][]int32 {
-	dp, m := p.cfg.DP, p.cfg.MicroBatches
-	pl := p.cfg.Placement
+func (jb *job) positionChunks(order []int32) [][]int32 {
+	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
+	pl := jb.cfg.Placement
 	n := len(order)
 	var remaining float64
 	for _, pos := range order {
-		remaining += pl.StepCost(p.costs[pos])
+		remaining += pl.StepCost(jb.costs[pos])
 	}
 	out := make([][]int32, 0, m)
 	start := 0
@@ -72,7 +72,7 @@ func (p *Partitioner) positionChunks(order []int32) [][]int32 {
 		target := remaining / float64(m-j)
 		end, acc := start, 0.0
 		for end < n-dp*(m-1-j) {
-			c := pl.StepCost(p.costs[order[end]])
+			c := pl.StepCost(jb.costs[order[end]])
 			if j < m-1 && end-start >= dp && acc+c/2 > target {
 				break
 			}
@@ -89,31 +89,12 @@ func (p *Partitioner) positionChunks(order []int32) [][]int32 {
 // byCostOrder returns the positions sorted by unpadded step cost (ties by
 // position): positionsFirst over it puts the costliest samples at the same
 // micro-batch position on every rank.
-func (p *Partitioner) byCostOrder() []int32 {
-	type keyed struct {
-		cost float64
-		pos  int32
+func (jb *job) byCostOrder() []int32 {
+	if jb.cfg.Placement == Colocated {
+		return slices.Clone(jb.ranked.byCost)
 	}
-	ks := make([]keyed, len(p.items))
-	for i, c := range p.costs {
-		ks[i] = keyed{p.cfg.Placement.StepCost(c), int32(i)}
-	}
-	slices.SortFunc(ks, func(x, y keyed) int {
-		if x.cost != y.cost {
-			return cmp.Compare(x.cost, y.cost)
-		}
-		return cmp.Compare(x.pos, y.pos)
-	})
-	out := make([]int32, len(ks))
-	for i, k := range ks {
-		out[i] = k.pos
-	}
-	return out
+	return costOrder(jb.stepCost)
 }
-
-// levelBudget bounds levelPositions' exchange evaluations per sample (a
-// count, so the result stays deterministic).
-const levelBudget = 32
 
 // levelPositions lowers syncedCost of the loaded groups by moving one sample,
 // or swapping two, between the costliest and the cheapest micro-batches at
@@ -121,14 +102,15 @@ const levelBudget = 32
 // widest spread first; it takes the first exchange that lowers syncedCost
 // and starts over, until none does or the budget is spent. Budgets hold and
 // micro-batches stay non-empty.
-func (p *Partitioner) levelPositions() {
-	budget := levelBudget * len(p.items)
-	cur := p.syncedCost()
+func (jb *job) levelPositions(sc *padScratch) {
+	budget := levelBudget * len(jb.items)
+	cur := jb.syncedCost(sc)
 	for budget > 0 {
 		improved := false
-		for _, pair := range p.positionPairs() {
+		jb.syncedTops(sc)
+		for _, pair := range jb.positionPairs(sc) {
 			var ok bool
-			if cur, ok = p.levelPair(pair[0], pair[1], cur, &budget); ok {
+			if cur, ok = jb.levelPair(sc, pair[0], pair[1], cur, &budget); ok {
 				improved = true
 				break
 			}
@@ -139,10 +121,50 @@ func (p *Partitioner) levelPositions() {
 	}
 }
 
+// syncedTops fills sc.posTop: per position j, the three largest j-th
+// costliest micro-batch costs of the ranks (syncedCost's terms), so that
+// syncedCostWith can price a change of two ranks in O(M log M).
+func (jb *job) syncedTops(sc *padScratch) {
+	m, pl := jb.cfg.MicroBatches, jb.cfg.Placement
+	sc.posTop = slices.Grow(sc.posTop[:0], m)[:m]
+	clear(sc.posTop)
+	buf := make([]float64, m)
+	for r := range jb.cfg.DP {
+		for j := range m {
+			buf[j] = pl.StepCost(sc.groups[r*m+j].cost)
+		}
+		slices.Sort(buf)
+		for j := range m {
+			sc.posTop[j].add(buf[m-1-j], r)
+		}
+	}
+}
+
+// syncedCostWith returns syncedCost when only ranks ra ≠ rb changed since
+// syncedTops: their micro-batches at their current costs, every other
+// rank's from sc.posTop. It gives syncedCost's value to the last bit (the
+// same maxima, summed in the same order).
+func (jb *job) syncedCostWith(sc *padScratch, ra, rb int) float64 {
+	m, pl := jb.cfg.MicroBatches, jb.cfg.Placement
+	sc.slotMax = slices.Grow(sc.slotMax[:0], 2*m)[:2*m]
+	a, b := sc.slotMax[:m], sc.slotMax[m:]
+	for j := range m {
+		a[j] = pl.StepCost(sc.groups[ra*m+j].cost)
+		b[j] = pl.StepCost(sc.groups[rb*m+j].cost)
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	var s float64
+	for j := range m {
+		s += max(sc.posTop[j].without(ra, rb), a[m-1-j], b[m-1-j])
+	}
+	return s
+}
+
 // positionPairs returns, per position, the slots of its costliest and its
 // cheapest micro-batch, the widest spread first.
-func (p *Partitioner) positionPairs() [][2]int {
-	dp, m, pl := p.cfg.DP, p.cfg.MicroBatches, p.cfg.Placement
+func (jb *job) positionPairs(sc *padScratch) [][2]int {
+	dp, m, pl := jb.cfg.DP, jb.cfg.MicroBatches, jb.cfg.Placement
 	hi, lo := make([]int, m), make([]int, m)
 	idx := make([]int, m)
 	for r := range dp {
@@ -150,14 +172,14 @@ func (p *Partitioner) positionPairs() [][2]int {
 			idx[j] = r*m + j
 		}
 		slices.SortFunc(idx, func(a, b int) int {
-			return cmp.Compare(pl.StepCost(p.groups[b].cost), pl.StepCost(p.groups[a].cost))
+			return cmp.Compare(pl.StepCost(sc.groups[b].cost), pl.StepCost(sc.groups[a].cost))
 		})
 		for j, g := range idx {
-			c := pl.StepCost(p.groups[g].cost)
-			if r == 0 || c > pl.StepCost(p.groups[hi[j]].cost) {
+			c := pl.StepCost(sc.groups[g].cost)
+			if r == 0 || c > pl.StepCost(sc.groups[hi[j]].cost) {
 				hi[j] = g
 			}
-			if r == 0 || c < pl.StepCost(p.groups[lo[j]].cost) {
+			if r == 0 || c < pl.StepCost(sc.groups[lo[j]].cost) {
 				lo[j] = g
 			}
 		}
@@ -169,7 +191,7 @@ func (p *Partitioner) positionPairs() [][2]int {
 		}
 	}
 	spread := func(x [2]int) float64 {
-		return pl.StepCost(p.groups[x[0]].cost) - pl.StepCost(p.groups[x[1]].cost)
+		return pl.StepCost(sc.groups[x[0]].cost) - pl.StepCost(sc.groups[x[1]].cost)
 	}
 	slices.SortStableFunc(out, func(a, b [2]int) int { return cmp.Compare(spread(b), spread(a)) })
 	return out
@@ -178,14 +200,14 @@ func (p *Partitioner) positionPairs() [][2]int {
 // levelPair tries the moves of a sample of group a to group b and the swaps
 // of a sample of a with one of b, keeping the first that lowers syncedCost
 // below cur; it returns the new cost and whether it changed anything.
-func (p *Partitioner) levelPair(a, b int, cur float64, budget *int) (float64, bool) {
-	ga, gb := &p.groups[a], &p.groups[b]
+func (jb *job) levelPair(sc *padScratch, a, b int, cur float64, budget *int) (float64, bool) {
+	ga, gb := &sc.groups[a], &sc.groups[b]
 	for i := len(ga.members) - 1; i >= 0 && len(ga.members) > 1; i-- {
-		if c, ok := p.tryExchange(a, b, i, -1, cur, budget); ok {
+		if c, ok := jb.tryExchange(sc, a, b, i, -1, cur, budget); ok {
 			return c, true
 		}
 		for k := range gb.members {
-			if c, ok := p.tryExchange(a, b, i, k, cur, budget); ok {
+			if c, ok := jb.tryExchange(sc, a, b, i, k, cur, budget); ok {
 				return c, true
 			}
 			if *budget <= 0 {
@@ -196,42 +218,73 @@ func (p *Partitioner) levelPair(a, b int, cur float64, budget *int) (float64, bo
 	return cur, false
 }
 
-// tryExchange moves member i of group a to group b (k < 0) or swaps it with
-// member k of b, and keeps it when the budget holds and syncedCost falls
-// below cur·(1 − minGain); otherwise it restores both groups.
-func (p *Partitioner) tryExchange(a, b, i, k int, cur float64, budget *int) (float64, bool) {
+// tryExchange prices moving member i of group a to group b (k < 0) or
+// swapping it with member k of b (a and b of different ranks), and makes
+// the exchange when the budget holds and syncedCost falls below
+// cur·(1 − minGain). sc.posTop must describe the groups before it. The
+// trial shapes are priced as refresh would compute them after the exchange
+// (the same complexity sums, in member order), so the decision is the one a
+// full recomputation gives.
+func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *int) (float64, bool) {
 	*budget--
-	ga, gb := &p.groups[a], &p.groups[b]
-	x := ga.members[i]
+	ga, gb := &sc.groups[a], &sc.groups[b]
+	x := jb.items[ga.members[i]]
+	var na, nb mbShape
+	if k < 0 {
+		na = ga.without(x)
+		na.complexity = jb.cplxSum(ga.members, i, -1)
+		nb = gb.shape().with(x)
+	} else {
+		y := jb.items[gb.members[k]]
+		na, nb = ga.without(x).with(y), gb.without(y).with(x)
+		na.complexity = jb.cplxSum(ga.members, i, gb.members[k])
+		nb.complexity = jb.cplxSum(gb.members, k, ga.members[i])
+	}
+	bud := jb.cfg.Budget
+	if !bud.Fits(na.count, na.maxL, na.sumP) || !bud.Fits(nb.count, nb.maxL, nb.sumP) {
+		return cur, false
+	}
+	ca, cb := ga.cost, gb.cost
+	ga.cost, gb.cost = jb.padCost(na), jb.padCost(nb)
+	m := jb.cfg.MicroBatches
+	c := jb.syncedCostWith(sc, a/m, b/m)
+	ga.cost, gb.cost = ca, cb
+	if c >= cur*(1-minGain) {
+		return cur, false
+	}
+	xp := ga.members[i]
 	if k < 0 {
 		ga.members = slices.Delete(ga.members, i, i+1)
-		gb.members = append(gb.members, x)
+		gb.members = append(gb.members, xp)
 	} else {
-		ga.members[i], gb.members[k] = gb.members[k], x
+		ga.members[i], gb.members[k] = gb.members[k], xp
 	}
-	p.refresh(a)
-	p.refresh(b)
-	if p.fitsGroup(a) && p.fitsGroup(b) {
-		if c := p.syncedCost(); c < cur*(1-minGain) {
-			m := p.cfg.MicroBatches
-			p.rankCost(a / m)
-			p.rankCost(b / m)
-			return c, true
+	jb.refresh(sc, a)
+	jb.refresh(sc, b)
+	jb.rankCost(sc, a/m)
+	jb.rankCost(sc, b/m)
+	return c, true
+}
+
+// cplxSum returns Σ complexity over members in order, with member i
+// replaced by the item at position with (with < 0: left out), as refresh
+// would sum it after the exchange.
+func (jb *job) cplxSum(members []int32, i int, with int32) float64 {
+	var s float64
+	for j, pos := range members {
+		if j == i {
+			if with < 0 {
+				continue
+			}
+			pos = with
 		}
+		s += jb.items[pos].Complexity
 	}
-	if k < 0 { // undo in place: the members keep their order
-		gb.members = gb.members[:len(gb.members)-1]
-		ga.members = slices.Insert(ga.members, i, x)
-	} else {
-		ga.members[i], gb.members[k] = x, ga.members[i]
-	}
-	p.refresh(a)
-	p.refresh(b)
-	return cur, false
+	return s
 }
 
 // fitsGroup reports whether group g is within the budget.
-func (p *Partitioner) fitsGroup(g int) bool {
-	s := p.groups[g].shape()
-	return p.cfg.Budget.Fits(s.count, s.maxL, s.sumP)
+func (jb *job) fitsGroup(sc *padScratch, g int) bool {
+	s := sc.groups[g].shape()
+	return jb.cfg.Budget.Fits(s.count, s.maxL, s.sumP)
 }

@@ -5,14 +5,6 @@ import (
 	"slices"
 )
 
-// repairTolerance is the virtual imbalance (max / mean − 1) of a window's
-// worst step below which the redeal stops repairing.
-const repairTolerance = 1e-3
-
-// repairCandidates is how many cross-step swaps, closest to the wanted
-// transfer, the repair evaluates in full per round.
-const repairCandidates = 16
-
 // window is the redeal's state: the window's steps, each split into DP
 // virtual ranks (bins) that stand for the ranks the partitioner will form.
 type window struct {

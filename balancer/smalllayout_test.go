@@ -72,10 +72,7 @@ func TestPartitionNotWorseThanRandomSplit(t *testing.T) {
 
 // randomSplitOf returns randomSplit of items without the budget check.
 func (p *Partitioner) randomSplitOf(items []Item) [][]int32 {
-	p.items = items
-	defer func() { p.items = nil }()
-	saved := p.cfg.Budget
-	p.cfg.Budget = Budget{}
-	defer func() { p.cfg.Budget = saved }()
-	return p.randomSplit()
+	unlimited := *p
+	unlimited.cfg.Budget = Budget{}
+	return unlimited.newJob(items, unlimited.cfg.model().Costs(items)).randomSplit()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +25,8 @@ import (
 // The size: 4,096 samples onto 64 ranks (2 micro-batches each), long-tailed
 // caption lengths and dynamic-resolution image tokens, padded and packed (--pack).
 // partition_*: Partitioner.Partition on one core like every section, its CPU time, and on
-// every core (the partitioner builds its candidates concurrently). plan_step_*: the whole
+// every core (the partitioner builds its candidates concurrently), and the plan's
+// imbalance (partitionImbalance), so that a faster partitioner shows it plans as well. plan_step_*: the whole
 // plan of that one step (balancer.Build) under mmfeed over the baseline sampler (random)
 // in the same run. Then the real corpus at dp 8 × global batch 128 (benchPartitionReal).
 func benchPartition(env *benchEnv) (map[string]float64, error) {
@@ -47,6 +49,7 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 		}
 		key := "partition_4096_on_64_ranks" + suffix
 		out[key+"_ms"], out[key+"_cpu_ms"], out[key+"_all_cores_ms"] = one.wallMs, one.cpuMs, all.wallMs
+		out[key+"_imbalance"] = one.imbalance
 		cfg := balancer.DefaultConfig()
 		cfg.DP, cfg.MicroBatches, cfg.GlobalBatch, cfg.Pack = 64, 2, len(items), pack
 		mm, rnd, err := timeBuilds(items, cfg)
@@ -65,7 +68,8 @@ func benchPartition(env *benchEnv) (map[string]float64, error) {
 	return out, nil
 }
 
-// timePartition times Partitioner.Partition of items on 64 ranks × 2 micro-batches.
+// timePartition times Partitioner.Partition of items on 64 ranks × 2 micro-batches and
+// reports the plan's imbalance (partitionImbalance).
 func timePartition(items []balancer.Item, pack bool) (planTiming, error) {
 	cfg := balancer.DefaultPartitionConfig()
 	cfg.DP, cfg.MicroBatches, cfg.Pack = 64, 2, pack
@@ -76,17 +80,50 @@ func timePartition(items []balancer.Item, pack bool) (planTiming, error) {
 	model, _ := balancer.NewCostModel(balancer.TinyShape())
 	costs := model.Costs(items)
 	var wall []float64
+	var a balancer.Assignment
 	c0 := cpuTime()
 	for range partitionRuns {
 		t0 := time.Now()
-		if _, err := p.Partition(items, costs); err != nil {
+		if a, err = p.Partition(items, costs); err != nil {
 			return planTiming{}, err
 		}
 		wall = append(wall, float64(time.Since(t0).Microseconds())/1000)
 	}
 	cpu := float64((cpuTime() - c0).Microseconds()) / 1000 / partitionRuns
 	slices.Sort(wall)
-	return planTiming{wall[len(wall)/2], cpu}, nil
+	return planTiming{wall[len(wall)/2], cpu, partitionImbalance(cfg, model, items, costs, a)}, nil
+}
+
+// partitionImbalance is the step cost Partition minimises over the mean rank cost: each
+// micro-batch priced padded (or packed, with the per-micro-batch overhead), the step cost
+// under the configured sync (with micro-batch sync at least Σ over positions of the
+// costliest micro-batch there), the mean over ranks of their sums. 1 is even.
+func partitionImbalance(cfg balancer.PartitionConfig, model balancer.CostModel, items []balancer.Item,
+	costs []balancer.Cost, a balancer.Assignment) float64 {
+	slots := make([][]float64, a.DP)
+	var total float64
+	for r := range slots {
+		for m := range a.MicroBatches {
+			var f balancer.Features
+			var mb []balancer.Item
+			count, maxL, maxP, cplx := 0, 0, 0, 0.0
+			for _, pos := range a.MicroBatch(r, m) {
+				it := items[pos]
+				mb = append(mb, it)
+				count, maxL, maxP, cplx = count+1, max(maxL, it.TextTokens), max(maxP, it.ImageTokens), cplx+it.Complexity
+			}
+			if cfg.Pack {
+				f = balancer.PackedFeatures(mb)
+			} else {
+				f = balancer.PaddedFeatures(count, maxL, maxP, cplx)
+			}
+			c := cfg.Placement.StepCost(model.MicroBatchCost(f, cfg.Pack))
+			slots[r] = append(slots[r], c)
+			total += c
+		}
+		slices.SortFunc(slots[r], func(x, y float64) int { return cmp.Compare(y, x) })
+	}
+	return balancer.PipelineStepCost(slots, 1, cfg.Sync) / (total / float64(a.DP))
 }
 
 // partitionRuns is how many times each plan is timed (the median is reported).
@@ -106,8 +143,9 @@ func partitionItems() []balancer.Item {
 	return items
 }
 
-// planTiming is the median wall time of a plan and its mean CPU time (every thread).
-type planTiming struct{ wallMs, cpuMs float64 }
+// planTiming is the median wall time of a plan and its mean CPU time (every thread), and
+// for a partition its imbalance (partitionImbalance).
+type planTiming struct{ wallMs, cpuMs, imbalance float64 }
 
 // timeBuilds plans items with cfg under mmfeed and under random, alternating, so that
 // both see the same machine load, and returns their timings.
@@ -128,7 +166,7 @@ func timeBuilds(items []balancer.Item, cfg balancer.Config) (mm, rnd planTiming,
 	}
 	t := func(i int) planTiming {
 		slices.Sort(wall[i])
-		return planTiming{wall[i][len(wall[i])/2], float64(cpu[i].Microseconds()) / 1000 / partitionRuns}
+		return planTiming{wall[i][len(wall[i])/2], float64(cpu[i].Microseconds()) / 1000 / partitionRuns, 0}
 	}
 	return t(0), t(1), nil
 }
