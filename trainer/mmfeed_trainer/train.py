@@ -21,6 +21,7 @@ import torch.distributed as dist
 from . import checkpoint, config
 from .synthetic import SynthConfig
 from .model import MMModel, flops_per_sample
+from .batches import Batch
 from .natsauth import NatsAuth
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims, backend_for
@@ -224,13 +225,13 @@ class _Meter:
         return out
 
 
-def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[dict]) -> float:
+def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[Batch]) -> float:
     """Model FLOPs of the live samples (host tensors of a rank that sees both modalities)."""
     total = 0.0
     for mb in micro_batches:
-        live = (mb["weight"] > 0).tolist()
-        text = mb["lengths"].tolist() if "lengths" in mb else [0] * len(live)
-        shape = mb.get("pixel_shape")
+        live = (mb.weight > 0).tolist()
+        text = mb.lengths.tolist() if mb.lengths is not None else [0] * len(live)
+        shape = mb.pixel_shape
         grid = (shape[:, 1] // mcfg.patch_size * (shape[:, 2] // mcfg.patch_size)).tolist() if shape is not None \
             else [0] * len(live)
         total += sum(flops_per_sample(mcfg, t, g) for t, g, ok in zip(text, grid, live) if ok)
@@ -404,7 +405,7 @@ def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) ->
 def _log_ids(directory: str, dims: ParallelDims, host) -> None:
     """Append one JSON line with the live (weight > 0) ids of this rank's consumed step."""
     rank = dist.get_rank() if dist.is_initialized() else 0
-    ids = [[i for i, w in zip(mb["id"], mb["weight"].tolist()) if w > 0] for mb in host.host_batches]
+    ids = [[i for i, w in zip(mb.ids, mb.weight.tolist()) if w > 0] for mb in host.host_batches]
     line = {"epoch": host.data.epoch, "step": host.data.step, "dp_rank": dims.dp_rank,
             "mp_rank": dims.mp_rank, "ids": ids}
     os.makedirs(directory, exist_ok=True)
