@@ -26,6 +26,7 @@ from .natsauth import NatsAuth
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims, backend_for
 from .parallelize import ParallelConfig, parallelize
+from .pipeline_ckpt import refuse_pipelined
 from .position import Position
 from .prefetch import Prefetcher
 from .sources import ShardSource, Source, SyntheticSource
@@ -163,6 +164,19 @@ def check_pack(planned: bool, packing: bool, who: str) -> None:
                          f"this trainer runs {mode[packing]} ones: pass --pack to both or to neither")
 
 
+def register(source: Source, position: Position, resume: str | None, pack: bool) -> None:
+    """Register with the service (a source that has one) at ``position``; ValueError when the
+    service's plan is not the one the checkpoint ``resume`` was taken on, or its --pack differs."""
+    if not hasattr(source, "register"):
+        return
+    reply = source.register(position.to_dict())
+    saved_hash = position.plan_hash
+    if saved_hash and saved_hash != reply.get("plan_hash"):
+        raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
+                         f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
+    check_pack(bool(reply.get("pack", False)), pack, "the service")
+
+
 def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     if cfg.shards:
         return ShardSource(cfg.shards, dims.dp_rank)
@@ -266,18 +280,13 @@ def run(cfg: TrainConfig) -> RunResult:
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
+        refuse_pipelined(resume)
         extra = checkpoint.extras(resume, dims, cfg.allow_resize)
         start = extra["next_step"]
         position = checkpoint.resume_position(extra)
         if "resized_from" in extra:
             _check_resizable(cfg, resume, extra["resized_from"])
-    if hasattr(source, "register"):
-        reply = source.register(position.to_dict())
-        saved_hash = position.plan_hash
-        if saved_hash and saved_hash != reply.get("plan_hash"):
-            raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
-                             f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
-        check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
+    register(source, position, resume, cfg.pack)
     mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     if cfg.resize_vocab:
         mcfg = resized_vocab(mcfg, source.data_vocab())
