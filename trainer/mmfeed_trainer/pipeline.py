@@ -235,6 +235,9 @@ class Runner:
                     saved[i] = (inp, loss)
                     loss_sum += loss.detach()
                 else:
+                    # The sample weights bypass the stage: a mixed-precision stage casts its
+                    # floating inputs to bf16, which would round them.
+                    out["weight"] = inp.weight if dims.first_stage else inp["weight"]
                     link.send_forward(i, out)
                     saved[i] = (inp, out)
             else:
@@ -284,10 +287,9 @@ class Runner:
 def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: torch.device) -> nn.Module:
     """This rank's ``PipelineStage`` on ``device``, with the per-block wrappers of ``cfg``
     (a ``ParallelConfig``) and FSDP2 over dp when ``cfg.fsdp`` (else replicated: gradients
-    are all-reduced by ``Runner``)."""
-    if cfg.mixed_precision or cfg.cpu_offload:
-        raise ValueError("pipeline: --mixed-precision and --cpu-offload are not supported with --pp > 1 "
-                         "(supported: --fsdp or DDP over dp, --ac, --compile, --bf16)")
+    are all-reduced by ``Runner``), with its mixed-precision and CPU-offload policies as
+    without pp (``parallelize``): stage outputs, and so the activations sent on, are fp32."""
+    cfg.validate(dims.dp)
     stage = PipelineStage(model, dims.pp_rank, dims.pp).to(device)
     blockwrap.apply_ac(stage, cfg.ac)
     if cfg.compile:
@@ -301,10 +303,12 @@ def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: tor
 
 def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
+    from .parallelize import _fsdp_policies
     mesh = dims.dp_mesh()
     for block in blockwrap.blocks(stage):
-        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
-    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward,
+                    **_fsdp_policies(cfg, root=False))
+    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **_fsdp_policies(cfg, root=True))
     for module in stage.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

@@ -27,16 +27,15 @@ from .prefetch import Prefetcher
 from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
                     _maybe_fault, _Meter, _setup_distributed, log, register)
 
-SUPPORTED = ("--fsdp or DDP over dp, --ac none|selective|full, --compile, --bf16, --pack, "
-             "--pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
+SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offload), --ac none|selective|full, "
+             "--compile, --bf16, --pack, --pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
 """What --pp > 1 supports, for the errors that refuse the rest."""
 
 
 def validate_pipeline(cfg: TrainConfig) -> None:
     """ValueError for what --pp > 1 does not support (yet), naming what it does."""
     pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
-    unsupported = [flag for flag, on in (("--mixed-precision", cfg.mixed_precision), ("--cpu-offload", cfg.cpu_offload),
-                                         ("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
+    unsupported = [flag for flag, on in (("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
                    if on]
     if unsupported:
         raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 (supported there: {SUPPORTED})")
@@ -47,7 +46,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     world, device = _setup_distributed()
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, pp=cfg.pp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
-    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
     mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     torch.manual_seed(cfg.seed)
     with torch.device(device):
@@ -55,7 +54,8 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     _load_pretrained(model, cfg)
     module = pipeline.parallelize_pipeline(
         model, dims=dims, device=device,
-        cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend))
+        cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
+                           mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload))
     runner = pipeline.Runner(module, dims=dims, device=device,
                              cfg=pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
     optimizer, scheduler = build_optimizer(module, cfg.optim)

@@ -3,7 +3,7 @@ stage; a new job resumes from the middle checkpoint and ends with the parameters
 uninterrupted job, bit for bit (model, AdamW moments, scheduler and data position restored),
 with activation checkpointing on (selective, then full: recomputation changes no value). A
 checkpoint does not load into another layout, and what pp does not support is refused with
-what it does support."""
+what it does support (the FSDP2 policies under pp are covered by test_parity_pipeline_*)."""
 
 import json
 import os
@@ -67,8 +67,6 @@ def test_pipeline_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.parametrize("flags,named", [
-    (dict(mixed_precision=True, fsdp=True), "--mixed-precision"),
-    (dict(cpu_offload=True, fsdp=True), "--cpu-offload"),
     (dict(allow_resize=True), "--allow-resize"),
     (dict(resize_vocab=True), "--resize-vocab"),
 ])
@@ -79,6 +77,12 @@ def test_what_pp_does_not_support_is_refused_naming_what_it_does(flags, named):
     assert f"{named} not supported with --pp > 1" in str(err.value)
     assert "--ckpt-dir (save and resume in the same layout)" in str(err.value)
     assert "--ac none|selective|full" in str(err.value)
+
+
+def test_fsdp_policies_under_pp_need_fsdp():
+    TrainConfig(synthetic=True, dp=2, pp=2, fsdp=True, mixed_precision=True, cpu_offload=True).validate()
+    with pytest.raises(ValueError, match="FSDP2 policies: they need --fsdp with dp > 1"):
+        TrainConfig(synthetic=True, dp=2, pp=2, mixed_precision=True).validate()
 
 
 def test_pp_with_mp_and_mp_above_two_are_refused():
