@@ -140,10 +140,10 @@ def evaluate(params: str, eval_shards: str) -> dict:
     with torch.no_grad():
         for data in ShardSource(eval_shards, 0).steps(dict(START)):
             for rb in data.records:
-                b = batches.to_device(batches.record_to_batch(rb, pad_id=mcfg.pad_token_id), torch.device("cpu"))
-                live = b["weight"] > 0
-                imgs.append(model.vision(b["pixel_values"], b["pixel_shape"]).emb[live])
-                txts.append(model.text(b["input_ids"], b["lengths"]).emb[live])
+                b = batches.record_to_batch(rb, pad_id=mcfg.pad_token_id).to(torch.device("cpu"))
+                live = b.weight > 0
+                imgs.append(model.vision(b.pixel_values, b.pixel_shape).emb[live])
+                txts.append(model.text(b.input_ids, b.lengths).emb[live])
         img, txt = torch.cat(imgs), torch.cat(txts)
         sim = img @ txt.T
         target = torch.arange(len(img))

@@ -1,33 +1,39 @@
-"""Arrow record batch (one micro-batch, docs/protocol.md schema) -> torch tensors.
+"""Arrow record batch (one micro-batch, docs/protocol.md schema) -> a typed ``Batch`` of tensors.
 
-``record_to_batch(rb, role=...)`` returns host tensors (pinned on request):
+``Batch`` is what travels inside the trainer from decode to loss (the prefetcher, the step, the
+model, the losses, the pipeline stages). ``record_to_batch(rb, role=...)`` returns one of host
+tensors (pinned on request):
 
-* always: ``id`` (list[str]), ``step``, ``micro_batch`` (int), ``weight`` float32 (B,),
-  ``num_live`` (int, samples with weight > 0);
+* always: ``ids`` (list[str]), ``step``, ``micro_batch`` (int), ``weight`` float32 (B,),
+  ``num_live`` (int, samples with weight > 0), ``epoch`` (int, 0 unless the reader sets it);
 * text (roles full and text): ``input_ids`` int64 (B, L) right-padded with ``pad_id`` to the
   micro-batch's longest, ``attention_mask`` int64 (B, L), ``lengths`` int64 (B,);
 * vision (roles full and vision): ``pixel_values`` (B, C, H, W) zero-padded to the largest
-  image, still in the wire's compact dtype (uint8 / float16 / bfloat16 / float32), its
-  ``pixel_mean`` / ``pixel_std`` and ``pixel_shape`` int64 (B, 3); and the deterministic ITM
-  negatives ``neg_text`` / ``neg_image`` int64 (B,).
+  image, still in the wire's compact dtype (``pixel_dtype``: uint8 / float16 / bfloat16 /
+  float32), its ``pixel_mean`` / ``pixel_std`` and ``pixel_shape`` int64 (B, 3); and the
+  deterministic ITM negatives ``neg_text`` / ``neg_image`` int64 (B,).
+
+A field a role does not receive is None. ``Batch.to_dict()`` is the untyped form the stream
+client (``stream.Stream``) hands out and ``data`` turns into HF-style items: the same names,
+except that ``ids`` is keyed ``id``, and None fields left out.
 
 ``pack(batch, patch_size)`` turns a device batch into a packed one (``--pack``): no padding,
-per-sample boundaries instead. It replaces the padded keys and keeps the others:
+per-sample boundaries instead. It replaces the padded fields and keeps the others:
 
 * text: ``input_ids`` int64 (Σ max(length, 1),) the captions concatenated (an empty padding
   sample keeps one pad token, as the padded path does), ``cu_seqlens_text`` int64 (B + 1,)
-  their offsets, ``lengths`` as before (``attention_mask`` is dropped);
+  their offsets, ``lengths`` as before (``attention_mask`` becomes None);
 * vision: ``patches`` float (Σ rows·cols, C·p·p) every sample's own patch grid, row-major,
   concatenated, ``cu_seqlens_image`` int64 (B + 1,) their offsets, ``image_grid`` int64 (B, 2)
-  each sample's patch rows x columns (``pixel_values`` is dropped).
+  each sample's patch rows x columns (``pixel_values`` becomes None).
 
 The wire does not change: the per-sample tensors arrive with their shapes and are packed on
 the device.
 
-``to_device(batch, device)`` moves it and makes ``pixel_values`` a normalised float32
-tensor on the device: uint8 -> (x/255 - mean)/std with the mean/std of the field metadata,
-bfloat16 from its raw uint16 bits, float16/float32 as they are. Every wire dtype therefore
-gives the same tensor up to that dtype's rounding.
+``Batch.to(device)`` (and ``to_device(batch, device)``, which also takes the dict form) moves it
+and makes ``pixel_values`` a normalised float32 tensor on the device: uint8 -> (x/255 - mean)/std
+with the mean/std of the field metadata, bfloat16 from its raw uint16 bits, float16/float32 as
+they are. Every wire dtype therefore gives the same tensor up to that dtype's rounding.
 
 Bad input (missing column, wrong type, pixel count not C*H*W, unknown dtype) raises
 ``BatchError`` (a ValueError) naming the column or sample id.
@@ -35,7 +41,9 @@ Bad input (missing column, wrong type, pixel count not C*H*W, unknown dtype) rai
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +58,92 @@ WIRE_DTYPES = {"float16": pa.float16(), "float32": pa.float32(), "bfloat16": pa.
 
 class BatchError(ValueError):
     """A record batch that does not follow the wire schema."""
+
+
+_TENSOR_FIELDS = ("weight", "input_ids", "attention_mask", "lengths", "cu_seqlens_text", "pixel_values",
+                  "pixel_shape", "pixel_mean", "pixel_std", "patches", "cu_seqlens_image", "image_grid",
+                  "neg_text", "neg_image")
+PACKED_KEYS = ("cu_seqlens_text", "cu_seqlens_image", "image_grid")
+"""The fields a packed batch adds (``pack``); any of them set marks a batch as packed."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Batch:
+    """One micro-batch of a rank (module doc); a field its role does not receive is None."""
+
+    ids: list[str]
+    step: int
+    micro_batch: int
+    weight: torch.Tensor
+    num_live: int
+    epoch: int = 0
+    input_ids: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    """Padded text only."""
+    lengths: torch.Tensor | None = None
+    cu_seqlens_text: torch.Tensor | None = None
+    """Packed text only."""
+    pixel_values: torch.Tensor | None = None
+    """Padded vision only: wire dtype on the host, normalised float on the device."""
+    pixel_shape: torch.Tensor | None = None
+    pixel_mean: torch.Tensor | None = None
+    pixel_std: torch.Tensor | None = None
+    pixel_dtype: str | None = None
+    patches: torch.Tensor | None = None
+    """Packed vision only (with ``cu_seqlens_image`` and ``image_grid``)."""
+    cu_seqlens_image: torch.Tensor | None = None
+    image_grid: torch.Tensor | None = None
+    neg_text: torch.Tensor | None = None
+    neg_image: torch.Tensor | None = None
+
+    @property
+    def packed(self) -> bool:
+        return any(getattr(self, k) is not None for k in PACKED_KEYS)
+
+    @property
+    def size(self) -> int:
+        """Rows (samples, padding ones included)."""
+        return int(self.weight.shape[0])
+
+    @property
+    def slot(self) -> dict:
+        """``{"epoch", "step", "micro_batch"}``: where it is in the plan (``position.Position``)."""
+        return {"epoch": self.epoch, "step": self.step, "micro_batch": self.micro_batch}
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (getattr(self, k) for k in _TENSOR_FIELDS) if t is not None]
+
+    def replace(self, **changes) -> Batch:
+        return dataclasses.replace(self, **changes)
+
+    def map_tensors(self, fn) -> Batch:
+        """A copy with ``fn`` applied to every tensor field."""
+        return dataclasses.replace(self, **{k: fn(getattr(self, k)) for k in _TENSOR_FIELDS
+                                            if getattr(self, k) is not None})
+
+    def pin_memory(self) -> Batch:
+        """Host tensors in pinned memory (for asynchronous copies to CUDA)."""
+        return self.map_tensors(lambda t: t if t.is_pinned() else t.pin_memory())
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """On ``device``, with the pixels normalised to float32 there (module doc)."""
+        out = self.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
+        if out.pixel_values is not None:
+            out.pixel_values = _normalise(out.pixel_values, self.pixel_dtype, out.pixel_mean, out.pixel_std,
+                                          out.pixel_shape)
+        return out
+
+    def to_dict(self) -> dict:
+        """The untyped form: the documented key names (``ids`` as ``id``), None fields left out."""
+        out = {"id": self.ids, "epoch": self.epoch, "step": self.step, "micro_batch": self.micro_batch,
+               "num_live": self.num_live}
+        for name in ("weight", "input_ids", "attention_mask", "lengths", "cu_seqlens_text", "pixel_values",
+                     "pixel_shape", "pixel_mean", "pixel_std", "pixel_dtype", "patches", "cu_seqlens_image",
+                     "image_grid", "neg_text", "neg_image"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 _TYPE_CHECKS = {
@@ -182,7 +276,7 @@ def tokenizer_meta(rb: pa.RecordBatch) -> tuple[int | None, int | None]:
 
 
 def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 0, pin: bool = False,
-                    pack: bool | None = None, vocab_size: int | None = None) -> dict:
+                    pack: bool | None = None, vocab_size: int | None = None) -> Batch:
     """Convert one micro-batch record for a rank of ``role`` (host tensors). ``pack``: when
     not None, the record's ``mmfeed.pack`` schema metadata (planned for packed micro-batches)
     must say the same, else BatchError. ``input_ids`` are padded with the record's
@@ -209,33 +303,39 @@ def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 
     weight = torch.from_numpy(weight_col.cast(pa.float32()).fill_null(0).to_numpy(zero_copy_only=False).copy())
     if not torch.isfinite(weight).all() or (weight < 0).any():
         raise BatchError("batch: weights must be finite and >= 0")
-    out: dict = {"id": ids, "step": _int_scalar(rb, "step"), "micro_batch": _int_scalar(rb, "micro_batch"),
-                 "weight": weight, "num_live": int((weight > 0).sum())}
+    fields: dict = {}
     if role in (ROLE_FULL, ROLE_TEXT):
-        out.update(_text(rb, pad_id))
+        fields.update(_text(rb, pad_id))
     pin = pin and torch.cuda.is_available()
     if role in (ROLE_FULL, ROLE_VISION):
-        out.update(_vision(rb, ids, pin))
-        out["neg_text"], out["neg_image"] = itm_negatives(weight)
-    if pin:
-        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
-               for k, v in out.items()}
-    return out
+        fields.update(_vision(rb, ids, pin))
+        fields["neg_text"], fields["neg_image"] = itm_negatives(weight)
+    out = Batch(ids=ids, step=_int_scalar(rb, "step"), micro_batch=_int_scalar(rb, "micro_batch"), weight=weight,
+                num_live=int((weight > 0).sum()), **fields)
+    return out.pin_memory() if pin else out
 
 
-def to_device(batch: dict, device: torch.device, *, non_blocking: bool = False) -> dict:
-    """Move a host batch to ``device``; normalise the pixels there to float32."""
+def to_device(batch: Batch | dict, device: torch.device, *, non_blocking: bool = False) -> Batch | dict:
+    """Move a host batch to ``device``; normalise the pixels there to float32. Takes a ``Batch``
+    (``Batch.to``) or its dict form (``Batch.to_dict``, the stream's and ``data``'s items with
+    ``pixel_mean``/``pixel_std``/``pixel_shape``/``pixel_dtype``) and returns the same kind."""
+    if isinstance(batch, Batch):
+        return batch.to(device, non_blocking=non_blocking)
     out = {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
            for k, v in batch.items()}
     if "pixel_values" in out:
-        px = out["pixel_values"]
-        if batch["pixel_dtype"] == "uint8":
-            mean = out["pixel_mean"].view(1, -1, 1, 1)
-            std = out["pixel_std"].view(1, -1, 1, 1)
-            px = (px.float() / 255.0 - mean) / std
-            px = px * _valid_pixels(out["pixel_shape"], px.shape[2], px.shape[3])  # padding stays 0
-        out["pixel_values"] = px.float()
+        out["pixel_values"] = _normalise(out["pixel_values"], batch["pixel_dtype"], out["pixel_mean"],
+                                         out["pixel_std"], out["pixel_shape"])
     return out
+
+
+def _normalise(px: torch.Tensor, dtype: str | None, mean: torch.Tensor, std: torch.Tensor,
+               shape: torch.Tensor) -> torch.Tensor:
+    """Wire-dtype pixels (on the device) as normalised float32; uint8 padding stays 0."""
+    if dtype == "uint8":
+        px = (px.float() / 255.0 - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
+        px = px * _valid_pixels(shape, px.shape[2], px.shape[3])
+    return px.float()
 
 
 def _valid_pixels(shape: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -245,43 +345,39 @@ def _valid_pixels(shape: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return (rows & cols)[:, None].float()
 
 
-PACKED_KEYS = ("cu_seqlens_text", "cu_seqlens_image", "image_grid")
-"""The keys a packed batch adds (``pack``); their presence marks a batch as packed."""
-
-
-def is_packed(batch: dict) -> bool:
-    return any(k in batch for k in PACKED_KEYS)
+def is_packed(batch: Batch) -> bool:
+    return batch.packed
 
 
 def _offsets(counts: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(counts.to(torch.int64).cumsum(0), (1, 0))
 
 
-def pack(batch: dict, patch_size: int) -> dict:
-    """The packed form of a device batch (module docstring); a packed batch is returned as is."""
-    if is_packed(batch):
+def pack(batch: Batch, patch_size: int) -> Batch:
+    """The packed form of a device batch (module doc); a packed batch is returned as is."""
+    if batch.packed:
         return batch
-    out = {k: v for k, v in batch.items() if k not in ("input_ids", "attention_mask", "pixel_values")}
-    if "input_ids" in batch:
-        ids, counts = batch["input_ids"], batch["lengths"].clamp(min=1)
+    out = batch.replace(attention_mask=None, pixel_values=None)
+    if batch.input_ids is not None:
+        ids, counts = batch.input_ids, batch.lengths.clamp(min=1)
         keep = torch.arange(ids.shape[1], device=ids.device)[None, :] < counts[:, None]
-        out["input_ids"] = ids[keep]
-        out["cu_seqlens_text"] = _offsets(counts)
-    if "pixel_values" in batch:
-        px, p = batch["pixel_values"], patch_size
+        out.input_ids = ids[keep]
+        out.cu_seqlens_text = _offsets(counts)
+    if batch.pixel_values is not None:
+        px, p = batch.pixel_values, patch_size
         b, c, hgt, wid = px.shape
         if hgt < p or wid < p:
             px = torch.nn.functional.pad(px, (0, max(p - wid, 0), 0, max(p - hgt, 0)))
         gh, gw = max(hgt // p, 1), max(wid // p, 1)
         patches = px[:, :, :gh * p, :gw * p].reshape(b, c, gh, p, gw, p)
         patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(b, gh * gw, c * p * p)
-        grid = batch["pixel_shape"].to(px.device, torch.int64)[:, 1:] // p
+        grid = batch.pixel_shape.to(px.device, torch.int64)[:, 1:] // p
         rows = torch.arange(gh, device=px.device).repeat_interleave(gw)
         cols = torch.arange(gw, device=px.device).repeat(gh)
         valid = (rows[None, :] < grid[:, :1]) & (cols[None, :] < grid[:, 1:])
-        out["patches"] = patches[valid]
-        out["cu_seqlens_image"] = _offsets(grid.prod(dim=1))
-        out["image_grid"] = grid
+        out.patches = patches[valid]
+        out.cu_seqlens_image = _offsets(grid.prod(dim=1))
+        out.image_grid = grid
     return out
 
 

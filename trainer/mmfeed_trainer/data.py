@@ -53,7 +53,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .batches import record_to_batch, to_device
+from .batches import Batch, record_to_batch, to_device  # noqa: F401 (to_device: re-exported, module doc)
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 from .position import STATE_VERSION, Position  # noqa: F401 (STATE_VERSION: re-exported)
 from .sources import ShardSource
@@ -74,16 +74,17 @@ def env_rank(rank: int | None = None, world_size: int | None = None) -> tuple[in
     return rank, world
 
 
-def hf_item(batch: dict, *, micro_batches: int, device: torch.device | str | None = None,
+def hf_item(batch: Batch, *, micro_batches: int, device: torch.device | str | None = None,
             normalize: bool = True) -> dict:
-    """An HF-style dict from a ``batches.record_to_batch`` micro-batch (see the module doc)."""
-    if device is not None or (normalize and "pixel_values" in batch):
-        batch = to_device(batch, torch.device(device or "cpu"))
-    out = {k: batch[k] for k in HF_KEYS if k in batch}
-    if "pixel_values" in batch and not (device is not None or normalize):
-        out["pixel_mean"], out["pixel_std"] = batch["pixel_mean"], batch["pixel_std"]
-        out["pixel_shape"], out["pixel_dtype"] = batch["pixel_shape"], batch["pixel_dtype"]
-    out.update(ids=batch["id"], epoch=batch.get("epoch", 0), step=batch["step"], micro_batch=batch["micro_batch"],
+    """An HF-style dict from a typed micro-batch (``batches.Batch``; see the module doc): the
+    boundary where the trainer's typed batches become the documented dict items."""
+    if device is not None or (normalize and batch.pixel_values is not None):
+        batch = batch.to(torch.device(device or "cpu"))
+    out = {k: getattr(batch, k) for k in HF_KEYS if getattr(batch, k) is not None}
+    if batch.pixel_values is not None and not (device is not None or normalize):
+        out["pixel_mean"], out["pixel_std"] = batch.pixel_mean, batch.pixel_std
+        out["pixel_shape"], out["pixel_dtype"] = batch.pixel_shape, batch.pixel_dtype
+    out.update(ids=batch.ids, epoch=batch.epoch, step=batch.step, micro_batch=batch.micro_batch,
                micro_batches=micro_batches)
     return out
 
@@ -184,12 +185,12 @@ class StreamDataset(IterableDataset):
         stream = self.stream = self._open()
         with stream:
             self._check_plan(stream.source.reply)
-            for mb in stream:
-                if self._pos.skips(mb):
+            for mb in stream.batches():
+                if self._pos.skips(mb.slot):
                     continue  # handed out before the restart; the service redelivered its step
-                info = stream.source.epoch_info(mb["epoch"])
+                info = stream.source.epoch_info(mb.epoch)
                 self._pos.plan_hash = info.get("plan_hash", "")
-                self._pos.handed_out(mb, info["micro_batches"])
+                self._pos.handed_out(mb.slot, info["micro_batches"])
                 yield hf_item(mb, micro_batches=info["micro_batches"], device=self.device, normalize=self.normalize)
             self._ended = True
 
@@ -255,11 +256,10 @@ class ShardDataset(IterableDataset):
                 if data.epoch != planned:
                     break  # the source goes on into the next stored epoch: one at a time here
                 for rec in data.records:
-                    mb = record_to_batch(rec, role=self.role, pad_id=self.pad_id)
-                    mb["epoch"] = self._pos.epoch
-                    if self._pos.skips(mb):
+                    mb = record_to_batch(rec, role=self.role, pad_id=self.pad_id).replace(epoch=self._pos.epoch)
+                    if self._pos.skips(mb.slot):
                         continue
-                    self._pos.handed_out(mb, len(data.records))
+                    self._pos.handed_out(mb.slot, len(data.records))
                     yield hf_item(mb, micro_batches=len(data.records), device=self.device,
                                   normalize=self.normalize)
             self._pos = Position(self._pos.epoch + 1, plan_hash=self._pos.plan_hash)

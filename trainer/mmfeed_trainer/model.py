@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .batches import Batch
 from .config import ModelConfig
 
 
@@ -532,11 +533,11 @@ class MMModel(nn.Module):
         logits = self.fusion(img, txt, neg_text, neg_image)
         return ModelOutput(img.emb, txt.emb, logits, self.itc())
 
-    def forward_packed(self, mb: dict) -> ModelOutput:
+    def forward_packed(self, mb: Batch) -> ModelOutput:
         """The forward pass on a packed micro-batch (``batches.pack``)."""
-        img = self.vision(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
-        txt = self.text(mb["input_ids"], mb["lengths"])
-        logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
+        img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid)
+        txt = self.text(mb.input_ids, mb.lengths)
+        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image)
         return ModelOutput(img.emb, txt.emb, logits, self.itc())
 
 

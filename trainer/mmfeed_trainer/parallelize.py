@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import blockwrap, timing
-from .batches import is_packed
+from .batches import Batch
 from .exchange import Exchange
 from .model import MMModel
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
@@ -101,23 +101,23 @@ class Stage(nn.Module):
         for name in ROLE_PARTS[role]:
             self.add_module(name, getattr(model, name))
 
-    def forward(self, mb: dict) -> dict:
-        packed = is_packed(mb)
+    def forward(self, mb: Batch) -> dict:
+        packed = mb.packed
         if self.role == ROLE_TEXT:
             return {"token": self.exchange.send_text(self._text(mb, packed), self.clock_slot.clock)}
         if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
-            img = self.vision(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
+            img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid)
         else:
-            img = self.vision(mb["pixel_values"], mb["pixel_shape"])
+            img = self.vision(mb.pixel_values, mb.pixel_shape)
         if self.role == ROLE_FULL:
             txt = self._text(mb, packed)
         else:
             txt = self.exchange.recv_text(img.emb.shape[0], self.clock_slot.clock)
-        logits = self.fusion(img, txt, mb["neg_text"], mb["neg_image"])
+        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image)
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
-    def _text(self, mb: dict, packed: bool):
-        return self.text(mb["input_ids"], mb["lengths"])  # 1-D input_ids when packed
+    def _text(self, mb: Batch, packed: bool):
+        return self.text(mb.input_ids, mb.lengths)  # 1-D input_ids when packed
 
 
 def _sum_allreduce_hook(group, bucket):

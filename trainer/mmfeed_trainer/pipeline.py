@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import blockwrap, losses, timing
-from .batches import is_packed
+from .batches import Batch
 from .model import MMModel, length_mask, segment_ids
 from .optim import clip_grad_norm
 from .parallel_dims import ParallelDims
@@ -137,15 +137,14 @@ class PipelineStage(nn.Module):
         logits = self.fusion(img, txt, carry["neg_text"], carry["neg_image"])
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
-    def _embed(self, mb: dict) -> dict:
-        meta = {"lengths": mb["lengths"], "weight": mb["weight"], "neg_text": mb["neg_text"],
-                "neg_image": mb["neg_image"]}
-        if is_packed(mb):
-            vx, vcu = self.vision.embed_packed(mb["patches"], mb["cu_seqlens_image"], mb["image_grid"])
-            tx, _ = self.text.embed_packed(mb["input_ids"], mb["lengths"])
+    def _embed(self, mb: Batch) -> dict:
+        meta = {"lengths": mb.lengths, "weight": mb.weight, "neg_text": mb.neg_text, "neg_image": mb.neg_image}
+        if mb.packed:
+            vx, vcu = self.vision.embed_packed(mb.patches, mb.cu_seqlens_image, mb.image_grid)
+            tx, _ = self.text.embed_packed(mb.input_ids, mb.lengths)
             return {"vx": vx, "vcu": vcu, "tx": tx, **meta}
-        vx, vmask = self.vision.embed(mb["pixel_values"], mb["pixel_shape"])
-        tx, _ = self.text.embed(mb["input_ids"], mb["lengths"])
+        vx, vmask = self.vision.embed(mb.pixel_values, mb.pixel_shape)
+        tx, _ = self.text.embed(mb.input_ids, mb.lengths)
         return {"vx": vx, "vmask": vmask, "tx": tx, **meta}
 
 
@@ -161,7 +160,7 @@ class StepPlan:
     """Per micro-batch, the sample count of every dp rank (the contrastive gather)."""
 
 
-def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, device: torch.device) -> StepPlan | None:
+def broadcast_plan(micro_batches: list[Batch] | None, *, dims: ParallelDims, device: torch.device) -> StepPlan | None:
     """Stage 0 (which holds ``micro_batches``; None there means the end of the data) tells
     the other stages of its dp replica the step's (M, W, per-rank sizes); None = stop.
     Every stage calls it once per step; it is a collective over the pp group."""
@@ -172,7 +171,7 @@ def broadcast_plan(micro_batches: list[dict] | None, *, dims: ParallelDims, devi
     if dims.first_stage:
         from .step import _dp_sizes  # the same per-rank size table as without pp
         if micro_batches:
-            local_w = torch.stack([mb["weight"].sum() for mb in micro_batches]).sum()
+            local_w = torch.stack([mb.weight.sum() for mb in micro_batches]).sum()
             total_w = losses.global_weight(local_w, dims.dp_group())
             sizes = _dp_sizes(micro_batches, dims, device)
             head[0] = len(micro_batches)
@@ -215,7 +214,7 @@ class Runner:
         self.link = Link(prev=dims.stage_rank(s - 1) if s > 0 else None,
                          next=dims.stage_rank(s + 1) if s < dims.pp - 1 else None, device=device, packed=cfg.pack)
 
-    def run(self, plan: StepPlan, micro_batches: list[dict] | None,
+    def run(self, plan: StepPlan, micro_batches: list[Batch] | None,
             autocast: contextlib.AbstractContextManager | None = None,
             clock: timing.StepClock | None = None) -> torch.Tensor | None:
         """Forward and backward of every micro-batch; returns the loss share (last stage).
@@ -236,6 +235,9 @@ class Runner:
                     saved[i] = (inp, loss)
                     loss_sum += loss.detach()
                 else:
+                    # The sample weights bypass the stage: a mixed-precision stage casts its
+                    # floating inputs to bf16, which would round them.
+                    out["weight"] = inp.weight if dims.first_stage else inp["weight"]
                     link.send_forward(i, out)
                     saved[i] = (inp, out)
             else:
@@ -285,10 +287,9 @@ class Runner:
 def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: torch.device) -> nn.Module:
     """This rank's ``PipelineStage`` on ``device``, with the per-block wrappers of ``cfg``
     (a ``ParallelConfig``) and FSDP2 over dp when ``cfg.fsdp`` (else replicated: gradients
-    are all-reduced by ``Runner``)."""
-    if cfg.mixed_precision or cfg.cpu_offload:
-        raise ValueError("pipeline: --mixed-precision and --cpu-offload are not supported with --pp > 1 "
-                         "(supported: --fsdp or DDP over dp, --ac, --compile, --bf16)")
+    are all-reduced by ``Runner``), with its mixed-precision and CPU-offload policies as
+    without pp (``parallelize``): stage outputs, and so the activations sent on, are fp32."""
+    cfg.validate(dims.dp)
     stage = PipelineStage(model, dims.pp_rank, dims.pp).to(device)
     blockwrap.apply_ac(stage, cfg.ac)
     if cfg.compile:
@@ -302,10 +303,12 @@ def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: tor
 
 def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
+    from .parallelize import _fsdp_policies
     mesh = dims.dp_mesh()
     for block in blockwrap.blocks(stage):
-        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
-    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward,
+                    **_fsdp_policies(cfg, root=False))
+    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **_fsdp_policies(cfg, root=True))
     for module in stage.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -328,7 +331,7 @@ class PipelineStepStats:
     compute_seconds: float = 0.0
 
 
-def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[dict] | None, *,
+def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[Batch] | None, *,
                max_grad_norm: float, autocast: contextlib.AbstractContextManager | None = None
                ) -> PipelineStepStats | None:
     """One pipelined step on this stage: the plan from stage 0, the schedule, clip over the
@@ -348,6 +351,6 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     # Every stage reports the step loss (the log line comes from global rank 0, a first stage).
     share = loss if loss is not None else torch.zeros((), dtype=plan.global_weight.dtype, device=device)
     dist.broadcast(share, src=dims.stage_rank(dims.pp - 1), group=dims.pp_group())
-    live = sum(mb["num_live"] for mb in micro_batches) if micro_batches else 0
+    live = sum(mb.num_live for mb in micro_batches) if micro_batches else 0
     return PipelineStepStats(loss=share, global_weight=plan.global_weight, grad_norm=norm, samples=live,
                              compute_seconds=clock.compute_seconds())

@@ -25,20 +25,20 @@ _END = object()
 @dataclass(slots=True)
 class HostStep:
     data: StepData
-    host_batches: list[dict]
+    host_batches: list[batches.Batch]
     """Host tensors (pinned on CUDA); pixel values still in the wire dtype."""
-    micro_batches: list[dict]
+    micro_batches: list[batches.Batch]
     """On the device, pixels normalised: what the step consumes (after ``ready()``)."""
     copied: object = None
     """CUDA event recorded after the copies, or None."""
 
-    def ready(self) -> list[dict]:
+    def ready(self) -> list[batches.Batch]:
         if self.copied is not None:
             stream = torch.cuda.current_stream()
             stream.wait_event(self.copied)
             for mb in self.micro_batches:
-                for v in mb.values():
-                    if isinstance(v, torch.Tensor) and v.is_cuda:
+                for v in mb.tensors():
+                    if v.is_cuda:
                         v.record_stream(stream)
         return self.micro_batches
 
@@ -83,18 +83,18 @@ class Prefetcher:
         cuda = self._copy_stream is not None
         want = self._pack if self._check else None
         host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want,
-                                        vocab_size=self._vocab) for r in data.records]
+                                        vocab_size=self._vocab).replace(epoch=data.epoch) for r in data.records]
         if self._device is None:
             return HostStep(data, host, host)
         if not cuda:
-            return HostStep(data, host, [self._packed(batches.to_device(mb, self._device)) for mb in host])
+            return HostStep(data, host, [self._packed(mb.to(self._device)) for mb in host])
         with torch.cuda.stream(self._copy_stream):
-            dev = [self._packed(batches.to_device(mb, self._device, non_blocking=True)) for mb in host]
+            dev = [self._packed(mb.to(self._device, non_blocking=True)) for mb in host]
             event = torch.cuda.Event()
             event.record(self._copy_stream)
         return HostStep(data, host, dev, event)
 
-    def _packed(self, mb: dict) -> dict:
+    def _packed(self, mb: batches.Batch) -> batches.Batch:
         return batches.pack(mb, self._patch) if self._pack else mb
 
     def _run(self, steps: Iterator[StepData], role: str, pad_id: int) -> None:

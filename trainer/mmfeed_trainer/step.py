@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from . import losses, timing
+from .batches import Batch
 from .optim import clip_grad_norm
 from .parallel_dims import ParallelDims
 from .parallelize import grad_sync, unwrap
@@ -45,10 +46,10 @@ class StepStats:
     """Rank-local forward + backward time, without waits for other ranks (``timing``)."""
 
 
-def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.device,
+def _dp_sizes(micro_batches: list[Batch], dims: ParallelDims, device: torch.device,
               clock: timing.StepClock | None = None) -> list[list[int]]:
     """Per micro-batch, the sample count of every dp rank (one small all_gather per step)."""
-    local = torch.tensor([mb["weight"].shape[0] for mb in micro_batches], dtype=torch.int64, device=device)
+    local = torch.tensor([mb.size for mb in micro_batches], dtype=torch.int64, device=device)
     group = dims.dp_group()
     if group is None:
         return [[int(n)] for n in local.tolist()]
@@ -59,7 +60,7 @@ def _dp_sizes(micro_batches: list[dict], dims: ParallelDims, device: torch.devic
     return [[int(n) for n in row] for row in table]
 
 
-def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: ParallelDims,
+def forward_backward(module: nn.Module, micro_batches: list[Batch], *, dims: ParallelDims,
                      device: torch.device, autocast: contextlib.AbstractContextManager | None = None,
                      clock: timing.StepClock | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Accumulate this rank's gradients for one step; returns (loss share, global weight).
@@ -75,7 +76,7 @@ def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: Para
                 out["token"].backward()
         return None, None
     dp_group = dims.dp_group()
-    local_w = torch.stack([mb["weight"].sum() for mb in micro_batches]).sum()
+    local_w = torch.stack([mb.weight.sum() for mb in micro_batches]).sum()
     total_w = losses.global_weight(local_w, dp_group, clock)
     sizes = _dp_sizes(micro_batches, dims, device, clock)
     loss_sum = torch.zeros((), dtype=total_w.dtype, device=device)
@@ -83,16 +84,16 @@ def forward_backward(module: nn.Module, micro_batches: list[dict], *, dims: Para
         with grad_sync(module, i == len(micro_batches) - 1):
             with autocast, timing.forward(clock):
                 out = module(mb)
-            itc = losses.itc_sum(out["img_emb"], out["txt_emb"], mb["weight"], out["logit_scale"],
+            itc = losses.itc_sum(out["img_emb"], out["txt_emb"], mb.weight, out["logit_scale"],
                                  sizes=sizes[i], rank=dims.dp_rank, group=dp_group, clock=clock)
-            itm = losses.itm_sum(out["itm_logits"], mb["weight"], mb["neg_text"])
+            itm = losses.itm_sum(out["itm_logits"], mb.weight, mb.neg_text)
             loss = (itc + itm) / total_w
             loss.backward()
         loss_sum += loss.detach()
     return loss_sum, total_w
 
 
-def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[dict], *,
+def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[Batch], *,
                dims: ParallelDims, device: torch.device, max_grad_norm: float,
                autocast: contextlib.AbstractContextManager | None = None) -> StepStats:
     """forward_backward, clip over the whole model, optimizer and scheduler step, zero grads."""
@@ -112,6 +113,6 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    live = sum(mb["num_live"] for mb in micro_batches)
+    live = sum(mb.num_live for mb in micro_batches)
     return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live,
                      compute_seconds=clock.compute_seconds())

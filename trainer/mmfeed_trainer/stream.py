@@ -35,6 +35,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from . import keys
+from .batches import Batch
 from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .position import Position
@@ -561,7 +562,8 @@ class Stream:
             for mb in stream:
                 mb["step"], mb["micro_batch"], mb["id"], mb["weight"], mb["input_ids"], ...
 
-    Each item is the dict of ``batches.record_to_batch``: ``epoch``, ``step``,
+    Each item is the dict form of a ``batches.Batch`` (``Batch.to_dict``; ``batches()`` yields
+    the typed ones): ``epoch``, ``step``,
     ``micro_batch`` (ints), ``id`` (list of str), ``weight`` (float tensor), and the tensors
     this rank receives -- ``input_ids`` and ``attention_mask`` padded to the micro-batch's
     longest, and/or ``pixel_values`` in the wire's dtype (uint8 raw pixels, float16,
@@ -622,6 +624,12 @@ class Stream:
         return self.source.dp_rank, self.source.mp_rank
 
     def __iter__(self) -> Iterator[dict]:
+        """The micro-batches as dicts (``Batch.to_dict``: the class doc's keys)."""
+        for b in self.batches():
+            yield b.to_dict()
+
+    def batches(self) -> Iterator[Batch]:
+        """The micro-batches as typed ``batches.Batch`` (``epoch`` set), acknowledged as ``__iter__``."""
         if self._prefetcher is None:
             raise StreamError("stream: iterate inside `with Stream(...)` (it registers the rank)")
         while True:
@@ -636,9 +644,7 @@ class Stream:
             self._ack_last()
             data = host.data
             self._last, self._last_complete = data, False
-            for b in host.micro_batches:
-                b.setdefault("epoch", data.epoch)
-                yield b
+            yield from host.micro_batches
             self._last_complete = True
 
     def _ack_last(self) -> None:

@@ -21,10 +21,12 @@ import torch.distributed as dist
 from . import checkpoint, config
 from .synthetic import SynthConfig
 from .model import MMModel, flops_per_sample
+from .batches import Batch
 from .natsauth import NatsAuth
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims, backend_for
 from .parallelize import ParallelConfig, parallelize
+from .pipeline_ckpt import refuse_pipelined
 from .position import Position
 from .prefetch import Prefetcher
 from .sources import ShardSource, Source, SyntheticSource
@@ -162,6 +164,19 @@ def check_pack(planned: bool, packing: bool, who: str) -> None:
                          f"this trainer runs {mode[packing]} ones: pass --pack to both or to neither")
 
 
+def register(source: Source, position: Position, resume: str | None, pack: bool) -> None:
+    """Register with the service (a source that has one) at ``position``; ValueError when the
+    service's plan is not the one the checkpoint ``resume`` was taken on, or its --pack differs."""
+    if not hasattr(source, "register"):
+        return
+    reply = source.register(position.to_dict())
+    saved_hash = position.plan_hash
+    if saved_hash and saved_hash != reply.get("plan_hash"):
+        raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
+                         f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
+    check_pack(bool(reply.get("pack", False)), pack, "the service")
+
+
 def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     if cfg.shards:
         return ShardSource(cfg.shards, dims.dp_rank)
@@ -224,13 +239,13 @@ class _Meter:
         return out
 
 
-def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[dict]) -> float:
+def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[Batch]) -> float:
     """Model FLOPs of the live samples (host tensors of a rank that sees both modalities)."""
     total = 0.0
     for mb in micro_batches:
-        live = (mb["weight"] > 0).tolist()
-        text = mb["lengths"].tolist() if "lengths" in mb else [0] * len(live)
-        shape = mb.get("pixel_shape")
+        live = (mb.weight > 0).tolist()
+        text = mb.lengths.tolist() if mb.lengths is not None else [0] * len(live)
+        shape = mb.pixel_shape
         grid = (shape[:, 1] // mcfg.patch_size * (shape[:, 2] // mcfg.patch_size)).tolist() if shape is not None \
             else [0] * len(live)
         total += sum(flops_per_sample(mcfg, t, g) for t, g, ok in zip(text, grid, live) if ok)
@@ -265,18 +280,13 @@ def run(cfg: TrainConfig) -> RunResult:
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     source = _make_source(cfg, dims)
     if resume:
+        refuse_pipelined(resume)
         extra = checkpoint.extras(resume, dims, cfg.allow_resize)
         start = extra["next_step"]
         position = checkpoint.resume_position(extra)
         if "resized_from" in extra:
             _check_resizable(cfg, resume, extra["resized_from"])
-    if hasattr(source, "register"):
-        reply = source.register(position.to_dict())
-        saved_hash = position.plan_hash
-        if saved_hash and saved_hash != reply.get("plan_hash"):
-            raise ValueError(f"train: checkpoint {resume} was taken on plan {saved_hash}, the service now "
-                             f"serves plan {reply.get('plan_hash')}: same dataset, seed and layout needed")
-        check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
+    register(source, position, resume, cfg.pack)
     mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     if cfg.resize_vocab:
         mcfg = resized_vocab(mcfg, source.data_vocab())
@@ -404,7 +414,7 @@ def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) ->
 def _log_ids(directory: str, dims: ParallelDims, host) -> None:
     """Append one JSON line with the live (weight > 0) ids of this rank's consumed step."""
     rank = dist.get_rank() if dist.is_initialized() else 0
-    ids = [[i for i, w in zip(mb["id"], mb["weight"].tolist()) if w > 0] for mb in host.host_batches]
+    ids = [[i for i, w in zip(mb.ids, mb.weight.tolist()) if w > 0] for mb in host.host_batches]
     line = {"epoch": host.data.epoch, "step": host.data.step, "dp_rank": dims.dp_rank,
             "mp_rank": dims.mp_rank, "ids": ids}
     os.makedirs(directory, exist_ok=True)

@@ -3,8 +3,9 @@
 Stage 0 of each dp replica is the only rank with a data source: it registers with the
 service (``pp`` in its layout), prefetches, acknowledges and reports feedback. Every stage
 runs the same loop; ``pipeline.train_step`` tells the later stages how many micro-batches
-the step has, or that the data ended. Checkpointing and MFU are not wired for pp yet
-(``validate_pipeline`` refuses --ckpt-dir; MFU is left out of the summary).
+the step has, or that the data ended. ``--ckpt-dir`` saves every stage and resumes in the same
+layout (``pipeline_ckpt``; stage 0 keeps the data position). MFU is left out of the summary.
+What pp does not support is refused up front by ``validate_pipeline``, naming what it does.
 """
 
 from __future__ import annotations
@@ -16,24 +17,28 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import config, pipeline
+from . import checkpoint, config, pipeline, pipeline_ckpt
 from .model import MMModel
 from .optim import build_optimizer
 from .parallel_dims import ParallelDims
 from .parallelize import ParallelConfig
+from .position import Position
 from .prefetch import Prefetcher
 from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
-                    _maybe_fault, _Meter, _setup_distributed, check_pack, log)
+                    _maybe_fault, _Meter, _setup_distributed, log, register)
+
+SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offload), --ac none|selective|full, "
+             "--compile, --bf16, --pack, --pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
+"""What --pp > 1 supports, for the errors that refuse the rest."""
 
 
 def validate_pipeline(cfg: TrainConfig) -> None:
     """ValueError for what --pp > 1 does not support (yet), naming what it does."""
     pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
-    unsupported = [flag for flag, on in (("--mixed-precision", cfg.mixed_precision), ("--cpu-offload", cfg.cpu_offload),
-                                         ("--ckpt-dir", cfg.ckpt_dir is not None)) if on]
+    unsupported = [flag for flag, on in (("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
+                   if on]
     if unsupported:
-        raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 yet (supported there: "
-                         f"--fsdp or DDP over dp, --ac, --compile, --bf16, --pack, --pp-schedule 1f1b|gpipe)")
+        raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 (supported there: {SUPPORTED})")
 
 
 def run_pipeline(cfg: TrainConfig) -> RunResult:
@@ -41,7 +46,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     world, device = _setup_distributed()
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, pp=cfg.pp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
-    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"
+    bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
     mcfg = config.model_config(cfg.model, **({"text_post_norm": True} if cfg.init_text else {}))
     torch.manual_seed(cfg.seed)
     with torch.device(device):
@@ -49,23 +54,28 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     _load_pretrained(model, cfg)
     module = pipeline.parallelize_pipeline(
         model, dims=dims, device=device,
-        cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend))
+        cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
+                           mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload))
     runner = pipeline.Runner(module, dims=dims, device=device,
                              cfg=pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
+    start, position = 0, Position()
+    resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
+    if resume:
+        extra = pipeline_ckpt.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        start, position = extra["next_step"], checkpoint.resume_position(extra)
+        log.info("resumed from %s at step %d (data position %s)", resume, start, position.to_dict())
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     source = prefetcher = None
     if dims.first_stage:  # the only stage that receives data
         source = _make_source(cfg, dims)
-        if hasattr(source, "register"):
-            reply = source.register({"epoch": 0, "next_step": 0})
-            check_pack(bool(reply.get("pack", False)), cfg.pack, "the service")
-        prefetcher = Prefetcher(source, position={"epoch": 0, "next_step": 0}, role=dims.role,
+        register(source, position, resume, cfg.pack)
+        prefetcher = Prefetcher(source, position=position.to_dict(), role=dims.role,
                                 pad_id=mcfg.pad_token_id, device=device, vocab_size=mcfg.vocab_size,
                                 depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                                 check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()
-    step = 0
+    step = start
     try:
         while step < cfg.steps:
             _maybe_fault(step)
@@ -92,7 +102,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
                 source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
                                 samples=stats.samples)
             meter.add(compute, waited, stats.samples, 0.0)
-            if step >= cfg.metrics_skip:
+            if step - start >= cfg.metrics_skip:
                 all_meter.add(compute, waited, stats.samples, 0.0)
             step += 1
             if step % cfg.log_every == 0 or step == cfg.steps:
@@ -100,14 +110,24 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
                 losses.append(loss)
                 _log_step(step, loss, stats, meter.summary(dims, device, None), scheduler)
                 meter.reset()
+            if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
+                _save(cfg, step, module, optimizer, scheduler, dims, source)
     finally:
         if prefetcher is not None:
             prefetcher.close()
+    if cfg.ckpt_dir and step > start and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):
+        _save(cfg, step, module, optimizer, scheduler, dims, source)
     if cfg.save_params:
         _save_stage_params(cfg.save_params, module, dims)
     if source is not None:
         source.close()
-    return RunResult(steps_done=step, final_step=step, losses=losses, metrics=all_meter.summary(dims, device, None))
+    return RunResult(steps_done=step - start, final_step=step, losses=losses,
+                     metrics=all_meter.summary(dims, device, None))
+
+
+def _save(cfg: TrainConfig, step: int, module, optimizer, scheduler, dims: ParallelDims, source) -> None:
+    pipeline_ckpt.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer, scheduler=scheduler,
+                       dims=dims, stream_position=source.position() if source is not None else None)
 
 
 def _save_stage_params(directory: str, module, dims: ParallelDims) -> None:

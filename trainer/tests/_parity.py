@@ -43,11 +43,11 @@ def scenario_name(dp: int, mp: int, fsdp: bool, dtype: torch.dtype, pack: bool =
     return f"{'fsdp' if fsdp else 'ddp'}-dp{dp}-mp{mp}-{str(dtype).removeprefix('torch.')}{packed}"
 
 
-def _batch(record, role: str, dtype: torch.dtype, pack: bool = False) -> dict:
-    mb = batches.to_device(batches.record_to_batch(record, role=role), CPU)
-    if "pixel_values" in mb:
-        mb["pixel_values"] = mb["pixel_values"].to(dtype)
-    mb["weight"] = mb["weight"].to(dtype)
+def _batch(record, role: str, dtype: torch.dtype, pack: bool = False) -> batches.Batch:
+    mb = batches.record_to_batch(record, role=role).to(CPU)
+    if mb.pixel_values is not None:
+        mb.pixel_values = mb.pixel_values.to(dtype)
+    mb.weight = mb.weight.to(dtype)
     return batches.pack(mb, model_cfg().patch_size) if pack else mb
 
 
@@ -98,15 +98,15 @@ def reference_run(dp: int, dtype: torch.dtype, scfg: synthetic.SynthConfig | Non
             records = [per_rank[r][m] for r in range(dp)]
             mb = _batch(batches.concat_records(records), "full", dtype)
             segments = [rec.num_rows for rec in records]
-            mb["neg_text"], mb["neg_image"] = losses.itm_negatives(mb["weight"], segments)
+            mb.neg_text, mb.neg_image = losses.itm_negatives(mb.weight, segments)
             mbs.append(mb)
-        total_w = torch.stack([mb["weight"].sum() for mb in mbs]).sum()
+        total_w = torch.stack([mb.weight.sum() for mb in mbs]).sum()
         step_loss = 0.0
         for mb in mbs:
-            out = model(mb["pixel_values"], mb["pixel_shape"], mb["input_ids"], mb["lengths"],
-                        mb["neg_text"], mb["neg_image"])
-            loss = (losses.itc_sum(out.img_emb, out.txt_emb, mb["weight"], out.logit_scale)
-                    + losses.itm_sum(out.itm_logits, mb["weight"], mb["neg_text"])) / total_w
+            out = model(mb.pixel_values, mb.pixel_shape, mb.input_ids, mb.lengths,
+                        mb.neg_text, mb.neg_image)
+            loss = (losses.itc_sum(out.img_emb, out.txt_emb, mb.weight, out.logit_scale)
+                    + losses.itm_sum(out.itm_logits, mb.weight, mb.neg_text)) / total_w
             loss.backward()
             step_loss += float(loss.detach())
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg.max_grad_norm)))

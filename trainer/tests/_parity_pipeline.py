@@ -8,7 +8,7 @@ import dataclasses
 import os
 
 import torch
-from mmfeed_trainer import optim, pipeline, synthetic
+from mmfeed_trainer import blockwrap, optim, pipeline, synthetic
 from mmfeed_trainer.checkpoint import full_model_state
 from mmfeed_trainer.model import MMModel
 from mmfeed_trainer.parallel_dims import ParallelDims
@@ -18,25 +18,34 @@ import _parity
 
 MICRO_BATCHES = 3
 """Three slots: 1F1B on 2 stages then has a warm-up, a steady phase and a cool-down."""
+OPTIONS = {"": {}, "offload-acfull": {"cpu_offload": True, "ac": "full"}, "bf16-acsel": {"mixed_precision": True,
+                                                                                       "ac": "selective"}}
+"""A scenario's optional fifth element: ``ParallelConfig`` options on top of its fsdp."""
 
 
 def synth_cfg(dp: int) -> synthetic.SynthConfig:
     return dataclasses.replace(_parity.synth_cfg(dp), micro_batches=MICRO_BATCHES)
 
 
-def scenario_name(schedule: str, fsdp: bool, dtype: torch.dtype, pack: bool) -> str:
-    return f"{schedule}-{'fsdp' if fsdp else 'ddp'}-{str(dtype).removeprefix('torch.')}{'-packed' if pack else ''}"
+def scenario_name(schedule: str, fsdp: bool, dtype: torch.dtype, pack: bool, options: str = "") -> str:
+    return (f"{schedule}-{'fsdp' if fsdp else 'ddp'}-{str(dtype).removeprefix('torch.')}{'-packed' if pack else ''}"
+            f"{'-' + options if options else ''}")
 
 
 def worker(rank: int, world: int, dp: int, pp: int, scenarios: list[tuple], outdir: str) -> None:
-    """Train every scenario (schedule, fsdp, dtype, pack) on a dp x pp world."""
+    """Train every scenario (schedule, fsdp, dtype, pack[, options]) on a dp x pp world."""
     cpu = _parity.CPU
-    for schedule, fsdp, dtype, pack in scenarios:
+    for schedule, fsdp, dtype, pack, *rest in scenarios:
+        options = rest[0] if rest else ""
         dims = ParallelDims(dp=dp, pp=pp, world_size=world, fsdp=fsdp)
         dims.build_mesh("cpu")
         torch.manual_seed(_parity.SEED)
         model = MMModel(_parity.model_cfg()).to(dtype)
-        module = pipeline.parallelize_pipeline(model, dims=dims, cfg=ParallelConfig(fsdp=fsdp), device=cpu)
+        module = pipeline.parallelize_pipeline(model, dims=dims, cfg=ParallelConfig(fsdp=fsdp, **OPTIONS[options]),
+                                               device=cpu)
+        block_dtypes = []
+        for block in blockwrap.blocks(module):
+            block.register_forward_pre_hook(lambda _m, args: block_dtypes.append(str(args[0].dtype)))
         runner = pipeline.Runner(module, dims=dims, cfg=pipeline.PipelineConfig(schedule=schedule, pack=pack),
                                  device=cpu)
         ocfg = _parity.optim_cfg()
@@ -54,20 +63,27 @@ def worker(rank: int, world: int, dp: int, pp: int, scenarios: list[tuple], outd
             norms.append(float(stats.grad_norm))
         assert pipeline.train_step(runner, opt, sched, [] if dims.first_stage else None,
                                    max_grad_norm=ocfg.max_grad_norm) is None, "end of data must stop every stage"
+        param_dtypes = sorted({str(p.dtype) for p in module.parameters()})
         state = full_model_state(module)
         if dims.dp_rank == 0:
-            torch.save({"params": state, "losses": step_losses, "grad_norms": norms},
-                       os.path.join(outdir, f"{scenario_name(schedule, fsdp, dtype, pack)}-pp{dims.pp_rank}.pt"))
+            torch.save({"params": state, "losses": step_losses, "grad_norms": norms,
+                        "block_dtypes": sorted(set(block_dtypes)), "param_dtypes": param_dtypes},
+                       os.path.join(outdir, f"{scenario_name(schedule, fsdp, dtype, pack, options)}-pp{dims.pp_rank}.pt"))
         torch.distributed.barrier()
 
 
-def load_run(outdir: str, pp: int, schedule: str, fsdp: bool, dtype: torch.dtype, pack: bool):
+def load_run(outdir: str, pp: int, schedule: str, fsdp: bool, dtype: torch.dtype, pack: bool, options: str = "",
+             dtypes: dict | None = None):
     """The stages' parameters merged (each must hold a disjoint part), the losses of stage 0
-    and the grad norms of every stage."""
+    and the grad norms of every stage; ``dtypes`` (a dict) receives every stage's
+    ``block_dtypes`` (what the blocks computed in) and ``param_dtypes`` (the sharded parameters)."""
     params: dict[str, torch.Tensor] = {}
     step_losses, norms = None, []
     for s in range(pp):
-        saved = torch.load(os.path.join(outdir, f"{scenario_name(schedule, fsdp, dtype, pack)}-pp{s}.pt"))
+        saved = torch.load(os.path.join(outdir, f"{scenario_name(schedule, fsdp, dtype, pack, options)}-pp{s}.pt"))
+        if dtypes is not None:
+            for key in ("block_dtypes", "param_dtypes"):
+                dtypes[key] = sorted(set(dtypes.get(key, [])) | set(saved[key]))
         overlap = set(params) & set(saved["params"])
         assert not overlap, f"stages {s} and an earlier one both hold {sorted(overlap)[:3]}"
         params.update(saved["params"])

@@ -19,8 +19,8 @@ def record(dtype="float32", **kw):
 
 @pytest.mark.parametrize("dtype,atol", [("float16", 4e-3), ("bfloat16", 3e-2), ("uint8", 1e-5)])
 def test_every_wire_dtype_gives_the_same_pixels(dtype, atol):
-    want = batches.to_device(batches.record_to_batch(record("float32")), CPU)["pixel_values"]
-    got = batches.to_device(batches.record_to_batch(record(dtype)), CPU)["pixel_values"]
+    want = batches.to_device(batches.record_to_batch(record("float32")), CPU).pixel_values
+    got = batches.to_device(batches.record_to_batch(record(dtype)), CPU).pixel_values
     assert got.dtype == torch.float32
     assert got.shape == want.shape
     err = (got - want).abs().max().item()
@@ -40,12 +40,12 @@ def test_text_is_padded_to_the_longest_with_mask():
     mb = batches.record_to_batch(rb)
     ids = rb.column("input_ids").to_pylist()
     width = max(max(len(x) for x in ids), 1)
-    assert mb["input_ids"].shape == (len(ids), width)
+    assert mb.input_ids.shape == (len(ids), width)
     for i, row in enumerate(ids):
-        assert mb["input_ids"][i, :len(row)].tolist() == row
-        assert mb["input_ids"][i, len(row):].eq(0).all()
-        assert mb["attention_mask"][i].tolist() == [1] * len(row) + [0] * (width - len(row))
-        assert int(mb["lengths"][i]) == len(row)
+        assert mb.input_ids[i, :len(row)].tolist() == row
+        assert mb.input_ids[i, len(row):].eq(0).all()
+        assert mb.attention_mask[i].tolist() == [1] * len(row) + [0] * (width - len(row))
+        assert int(mb.lengths[i]) == len(row)
 
 
 def test_dynamic_resolution_pads_each_image_at_the_top_left():
@@ -55,9 +55,9 @@ def test_dynamic_resolution_pads_each_image_at_the_top_left():
     values = rb.column("pixel_values").to_pylist()
     h = max(s[1] for s in shapes)
     w = max(s[2] for s in shapes)
-    assert mb["pixel_values"].shape[2:] == (h, w)
+    assert mb.pixel_values.shape[2:] == (h, w)
     for i, (c, hi, wi) in enumerate(shapes):
-        got = mb["pixel_values"][i]
+        got = mb.pixel_values[i]
         want = torch.tensor(values[i], dtype=torch.float32).view(c, hi, wi)
         assert torch.equal(got[:, :hi, :wi], want)
         assert got[:, hi:, :].eq(0).all() and got[:, :, wi:].eq(0).all()
@@ -66,11 +66,11 @@ def test_dynamic_resolution_pads_each_image_at_the_top_left():
 def test_roles_take_only_their_modality():
     rb = record()
     text = batches.record_to_batch(rb.select(["id", "step", "micro_batch", "input_ids", "weight"]), role="text")
-    assert "input_ids" in text and "pixel_values" not in text
+    assert text.input_ids is not None and text.pixel_values is None
     vision = batches.record_to_batch(rb.drop_columns(["input_ids"]), role="vision")
-    assert "pixel_values" in vision and "input_ids" not in vision
-    assert vision["neg_text"].shape == vision["weight"].shape
-    assert text["step"] == vision["step"] == 3 and text["micro_batch"] == 1
+    assert vision.pixel_values is not None and vision.input_ids is None
+    assert vision.neg_text.shape == vision.weight.shape
+    assert text.step == vision.step == 3 and text.micro_batch == 1
 
 
 def _with_pixel_meta(rb, **changes):
@@ -160,11 +160,11 @@ def test_text_pads_with_the_tokenizer_pad_id_from_the_metadata():
     mb = batches.record_to_batch(rec, pad_id=0, vocab_size=50000)
     ids = rec.column("input_ids").to_pylist()
     for i, row in enumerate(ids):
-        assert mb["input_ids"][i, len(row):].eq(7).all()
+        assert mb.input_ids[i, len(row):].eq(7).all()
     no_pad = batches.record_to_batch(_with_tokenizer(record(), 50000), pad_id=3)
-    assert min(len(r) for r in ids) < no_pad["input_ids"].shape[1]  # the record has padding to check
+    assert min(len(r) for r in ids) < no_pad.input_ids.shape[1]  # the record has padding to check
     for i, row in enumerate(ids):
-        assert no_pad["input_ids"][i, len(row):].eq(3).all()  # no mmfeed.pad_id: the model's pad
+        assert no_pad.input_ids[i, len(row):].eq(3).all()  # no mmfeed.pad_id: the model's pad
 
 
 def test_model_vocabulary_smaller_than_the_data_is_refused():
@@ -176,3 +176,29 @@ def test_model_vocabulary_smaller_than_the_data_is_refused():
     batches.record_to_batch(rec)  # no model vocabulary given: not checked
     with pytest.raises(batches.BatchError, match="not an integer"):
         batches.record_to_batch(rec.replace_schema_metadata({**rec.schema.metadata, b"mmfeed.pad_id": b"x"}))
+
+
+def test_batch_dict_form_keeps_the_documented_keys():
+    """The typed batch becomes the untyped form of the stream client and ``data`` (same names,
+    ``ids`` keyed ``id``, fields a role does not receive left out) and back to the device alike."""
+    full = batches.record_to_batch(record("uint8"))
+    assert set(full.to_dict()) == {"id", "epoch", "step", "micro_batch", "num_live", "weight", "input_ids",
+                                   "attention_mask", "lengths", "pixel_values", "pixel_shape", "pixel_mean",
+                                   "pixel_std", "pixel_dtype", "neg_text", "neg_image"}
+    assert full.to_dict()["id"] == full.ids and full.to_dict()["pixel_dtype"] == "uint8"
+    text = batches.record_to_batch(record().drop_columns(["pixel_values", "pixel_shape"]), role="text")
+    assert "pixel_values" not in text.to_dict() and "neg_text" not in text.to_dict()
+    typed = full.to(CPU)
+    untyped = batches.to_device(full.to_dict(), CPU)
+    assert typed.pixel_values.dtype == torch.float32 and full.pixel_values.dtype == torch.uint8
+    assert torch.equal(typed.pixel_values, untyped["pixel_values"])
+    packed = batches.pack(typed, 16)
+    assert packed.packed and not typed.packed and packed.pixel_values is None
+    assert {"cu_seqlens_text", "cu_seqlens_image", "image_grid", "patches"} <= set(packed.to_dict())
+    assert full.slot == {"epoch": 0, "step": 3, "micro_batch": 1}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs CUDA")
+def test_batch_pin_memory_pins_every_tensor():
+    pinned = batches.record_to_batch(record("uint8")).pin_memory()
+    assert all(t.is_pinned() for t in pinned.tensors())

@@ -15,7 +15,7 @@ from mmfeed_trainer.__main__ import main, parse_args
     (["--synthetic", "--lr", "-1"], "lr must be > 0"),
     (["--synthetic", "--pp", "2"], "dp (1) * pp (2) * mp (1) = 2 != world size 1"),
     (["--synthetic", "--pp", "2", "--mp", "2"], "pipeline stages split each tower's blocks over pp ranks and need mp = 1"),
-    (["--synthetic", "--pp", "2", "--ckpt-dir", "ck"], "--ckpt-dir not supported with --pp > 1 yet"),
+    (["--synthetic", "--pp", "2", "--allow-resize"], "--allow-resize not supported with --pp > 1 (supported there:"),
 ])
 def test_user_errors_exit_2_with_a_message(argv, message, capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)

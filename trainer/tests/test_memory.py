@@ -43,8 +43,8 @@ def _grads(ac: str = "none", compile_backend: str | None = None, policy_calls: l
         return t
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = stage(mb)
-        loss = (losses.itc_sum(out["img_emb"], out["txt_emb"], mb["weight"], out["logit_scale"])
-                + losses.itm_sum(out["itm_logits"], mb["weight"], mb["neg_text"]))
+        loss = (losses.itc_sum(out["img_emb"], out["txt_emb"], mb.weight, out["logit_scale"])
+                + losses.itm_sum(out["itm_logits"], mb.weight, mb.neg_text))
     loss.backward()
     return {n: p.grad.clone() for n, p in stage.named_parameters() if p.grad is not None}, saved[0]
 

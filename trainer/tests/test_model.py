@@ -20,10 +20,10 @@ def batch(seed=0, **kw):
 
 
 def loss_of(model, mb):
-    out = model(mb["pixel_values"], mb["pixel_shape"], mb["input_ids"], mb["lengths"], mb["neg_text"], mb["neg_image"])
-    total = mb["weight"].sum()
-    return (losses.itc_sum(out.img_emb, out.txt_emb, mb["weight"], out.logit_scale)
-            + losses.itm_sum(out.itm_logits, mb["weight"], mb["neg_text"])) / total
+    out = model(mb.pixel_values, mb.pixel_shape, mb.input_ids, mb.lengths, mb.neg_text, mb.neg_image)
+    total = mb.weight.sum()
+    return (losses.itc_sum(out.img_emb, out.txt_emb, mb.weight, out.logit_scale)
+            + losses.itm_sum(out.itm_logits, mb.weight, mb.neg_text)) / total
 
 
 def test_image_embedding_does_not_depend_on_batch_padding():
@@ -52,13 +52,13 @@ def test_zero_weight_samples_change_neither_loss_nor_gradients():
     """Adding padding samples (with content) to a batch leaves loss and gradients unchanged."""
     mb = batch(seed=3, pad_prob=0.0)
     padded = batch(seed=3, pad_prob=0.0)
-    n = mb["weight"].shape[0]
+    n = mb.weight.shape[0]
     for key in ("pixel_values", "pixel_shape", "input_ids", "lengths", "weight"):
-        padded[key] = torch.cat([mb[key], mb[key][:2]])  # two copies of real samples ...
-    padded["weight"][n:] = 0  # ... as zero-weight padding
-    padded["neg_text"], padded["neg_image"] = losses.itm_negatives(padded["weight"])
+        setattr(padded, key, torch.cat([getattr(mb, key), getattr(mb, key)[:2]]))  # two copies of real samples ...
+    padded.weight[n:] = 0  # ... as zero-weight padding
+    padded.neg_text, padded.neg_image = losses.itm_negatives(padded.weight)
     for b in (mb, padded):  # float64: equality up to rounding, not up to float32 noise
-        b["pixel_values"], b["weight"] = b["pixel_values"].double(), b["weight"].double()
+        b.pixel_values, b.weight = b.pixel_values.double(), b.weight.double()
     model = tiny_model().double()
     want = loss_of(model, mb)
     want.backward()
@@ -73,13 +73,13 @@ def test_zero_weight_samples_change_neither_loss_nor_gradients():
 
 def test_all_padding_batch_gives_zero_loss_not_nan():
     mb = batch(seed=4)
-    mb["weight"] = torch.zeros_like(mb["weight"])
-    mb["neg_text"], mb["neg_image"] = losses.itm_negatives(mb["weight"])
+    mb.weight = torch.zeros_like(mb.weight)
+    mb.neg_text, mb.neg_image = losses.itm_negatives(mb.weight)
     model = tiny_model()
-    out = model(mb["pixel_values"], mb["pixel_shape"], mb["input_ids"], mb["lengths"], mb["neg_text"], mb["neg_image"])
-    total = losses.global_weight(mb["weight"].sum())
-    loss = (losses.itc_sum(out.img_emb, out.txt_emb, mb["weight"], out.logit_scale)
-            + losses.itm_sum(out.itm_logits, mb["weight"], mb["neg_text"])) / total
+    out = model(mb.pixel_values, mb.pixel_shape, mb.input_ids, mb.lengths, mb.neg_text, mb.neg_image)
+    total = losses.global_weight(mb.weight.sum())
+    loss = (losses.itc_sum(out.img_emb, out.txt_emb, mb.weight, out.logit_scale)
+            + losses.itm_sum(out.itm_logits, mb.weight, mb.neg_text)) / total
     loss.backward()
     assert loss.item() == 0.0
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -27,19 +27,19 @@ def rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _padded_out(model, mb):
-    return model(mb["pixel_values"], mb["pixel_shape"], mb["input_ids"], mb["lengths"], mb["neg_text"], mb["neg_image"])
+    return model(mb.pixel_values, mb.pixel_shape, mb.input_ids, mb.lengths, mb.neg_text, mb.neg_image)
 
 
 def _loss(out, mb):
-    return (losses.itc_sum(out.img_emb, out.txt_emb, mb["weight"], out.logit_scale)
-            + losses.itm_sum(out.itm_logits, mb["weight"], mb["neg_text"])) / mb["weight"].sum()
+    return (losses.itc_sum(out.img_emb, out.txt_emb, mb.weight, out.logit_scale)
+            + losses.itm_sum(out.itm_logits, mb.weight, mb.neg_text)) / mb.weight.sum()
 
 
 def _batch(grids, max_grid=32, seed=3):
     cfg = synthetic.SynthConfig(seed=seed, min_samples=6, max_samples=6, pad_prob=0.3, grids=grids, max_text=20)
     mb = batches.to_device(batches.record_to_batch(synthetic.micro_batch(cfg, 0, 0, 0)), CPU)
-    mb["lengths"][1] = 0  # an empty caption: the padded path keeps one pad token, so must packing
-    mb["pixel_values"], mb["weight"] = mb["pixel_values"].double(), mb["weight"].double()
+    mb.lengths[1] = 0  # an empty caption: the padded path keeps one pad token, so must packing
+    mb.pixel_values, mb.weight = mb.pixel_values.double(), mb.weight.double()
     return mb
 
 
@@ -55,7 +55,7 @@ def test_parity_packed_single_process(grids, max_grid):
     want_grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
     packed_mb = batches.pack(mb, model.cfg.patch_size)
-    assert "pixel_values" not in packed_mb and packed_mb["input_ids"].dim() == 1
+    assert packed_mb.pixel_values is None and packed_mb.attention_mask is None and packed_mb.input_ids.dim() == 1
     packed = model.forward_packed(packed_mb)
     loss = _loss(packed, mb)
     loss.backward()
@@ -73,18 +73,18 @@ def test_pack_layout():
     """cu_seqlens_text / cu_seqlens_image / image_grid describe the concatenated samples."""
     mb = _batch(((1, 2), (2, 1)))
     p = batches.pack(mb, 16)
-    counts = mb["lengths"].clamp(min=1)
-    assert p["cu_seqlens_text"].tolist() == [0, *counts.cumsum(0).tolist()]
-    assert p["input_ids"].shape == (int(counts.sum()),)
-    grid = mb["pixel_shape"][:, 1:] // 16
-    assert p["image_grid"].tolist() == grid.tolist()
-    assert p["cu_seqlens_image"].tolist() == [0, *grid.prod(1).cumsum(0).tolist()]
-    assert p["patches"].shape == (int(grid.prod(1).sum()), 3 * 16 * 16)
+    counts = mb.lengths.clamp(min=1)
+    assert p.cu_seqlens_text.tolist() == [0, *counts.cumsum(0).tolist()]
+    assert p.input_ids.shape == (int(counts.sum()),)
+    grid = mb.pixel_shape[:, 1:] // 16
+    assert p.image_grid.tolist() == grid.tolist()
+    assert p.cu_seqlens_image.tolist() == [0, *grid.prod(1).cumsum(0).tolist()]
+    assert p.patches.shape == (int(grid.prod(1).sum()), 3 * 16 * 16)
     # each sample's first patch is its top-left 16 x 16 pixels
     for i in range(len(grid)):
         if grid[i].prod():
-            first = p["patches"][p["cu_seqlens_image"][i]]
-            torch.testing.assert_close(first, mb["pixel_values"][i, :, :16, :16].reshape(-1))
+            first = p.patches[p.cu_seqlens_image[i]]
+            torch.testing.assert_close(first, mb.pixel_values[i, :, :16, :16].reshape(-1))
     assert batches.pack(p, 16) is p
 
 

@@ -20,6 +20,9 @@ F32, F64 = torch.float32, torch.float64
 # from rounding (1e-9), and the packed run is held to test_parity_packed_*'s 1e-6.
 SCENARIOS = [("1f1b", False, F32, False), ("gpipe", False, F64, False), ("1f1b", True, F64, False),
              ("1f1b", False, F64, True)]
+# The FSDP2 policies under pp (with activation checkpointing): CPU offload is exact (float32 at
+# the brief's bar); bf16 mixed precision is held to the bar of test_memory's non-pipelined run.
+POLICIES = [("1f1b", True, F32, False, "offload-acfull"), ("gpipe", True, F32, False, "bf16-acsel")]
 TOLERANCE = {(F32, False): {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
              (F64, False): {"global": 1e-9, "tensor": 1e-9, "scalar": 1e-9},
              (F64, True): {"global": 1e-6, "tensor": 1e-6, "scalar": 1e-6}}
@@ -28,7 +31,7 @@ TOLERANCE = {(F32, False): {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
 @pytest.fixture(scope="module")
 def world_runs(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("parity_pipeline")
-    run_world(pp_harness.worker, DP * PP, args=(DP, PP, SCENARIOS, str(outdir)), timeout=300)
+    run_world(pp_harness.worker, DP * PP, args=(DP, PP, SCENARIOS + POLICIES, str(outdir)), timeout=400)
     return outdir
 
 
@@ -53,6 +56,31 @@ def test_parity_pipeline_dp2_pp2(world_runs, references, schedule, fsdp, dtype, 
         assert norms == pytest.approx(want_norms, rel=tol["scalar"]), f"stage {stage}: grad norms {norms}"
     moved, _ = _parity.max_rel_error(want, _parity.reference_run_initial(dtype))
     assert moved > 1e-3, "parameters did not move: the test would pass without training"
+
+
+def test_parity_pipeline_dp2_pp2_cpu_offload_full_ac(world_runs, references):
+    dtypes = {}
+    got, got_losses, got_norms = pp_harness.load_run(str(world_runs), PP, *POLICIES[0], dtypes=dtypes)
+    want, want_losses, want_norms = references[F32]
+    assert sorted(got) == sorted(want)
+    err = _parity.global_rel_error(got, want)
+    assert err < 1e-5, f"whole model: relative error {err:.3g}"
+    assert got_losses == pytest.approx(want_losses, rel=1e-5)
+    for norms in got_norms:
+        assert norms == pytest.approx(want_norms, rel=1e-5)
+    assert dtypes["block_dtypes"] == ["torch.float32"]
+
+
+def test_parity_pipeline_dp2_pp2_mixed_precision_selective_ac(world_runs, references):
+    dtypes = {}
+    got, got_losses, _ = pp_harness.load_run(str(world_runs), PP, *POLICIES[1], dtypes=dtypes)
+    want, want_losses, _ = references[F32]
+    assert dtypes["block_dtypes"] == ["torch.bfloat16"], "blocks did not run in bf16"
+    assert dtypes["param_dtypes"] == ["torch.float32"], "sharded (master) parameters must stay fp32"
+    assert got_losses == pytest.approx(want_losses, rel=2e-2)
+    assert got_losses != pytest.approx(want_losses, rel=1e-6), "bf16 run equals fp32: policy not applied"
+    err = _parity.global_rel_error(got, want)
+    assert err < 1e-2, f"whole model relative error {err:.3g} vs the fp32 run"
 
 
 @pytest.mark.parametrize("pp,stage,m,want", [

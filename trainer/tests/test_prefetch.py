@@ -47,7 +47,7 @@ def test_host_only_steps_up_to_the_epoch_limit(position, epochs, want):
     for h in got:
         assert h.micro_batches is h.host_batches  # no device copy
         assert len(h.micro_batches) == len(h.data.records)
-        assert not h.micro_batches[0]["weight"].is_pinned()
+        assert not h.micro_batches[0].weight.is_pinned()
 
 
 def test_an_error_in_the_thread_is_raised_in_the_caller():

@@ -60,8 +60,8 @@ def test_source_follows_each_epoch_index(corpus, tmp_path, flags):
             for d in steps:
                 assert len(d.records) == 2 and [rb.column("micro_batch")[0].as_py() for rb in d.records] == [0, 1]
                 b = record_to_batch(d.records[0])
-                assert str(b["pixel_values"].dtype) == "torch.uint8"
-                assert tuple(b["pixel_values"].shape[1:]) == (3, 32, 32)
+                assert str(b.pixel_values.dtype) == "torch.uint8"
+                assert tuple(b.pixel_values.shape[1:]) == (3, 32, 32)
     # the epochs differ: a shuffled plan per epoch
     assert list(ss.index(0, 0)["id"]) != list(ss.index(1, 0)["id"])
 
