@@ -6,8 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // TestHTTPLimits: a client that sends half a request, or that keeps an idle
@@ -51,4 +57,35 @@ func TestHTTPLimits(t *testing.T) {
 	}
 	resp.Body.Close()
 	closedWithin("idle keep-alive", idle, 5*time.Second)
+}
+
+// TestRuntimeMetrics: /metrics carries the service's families and the Go
+// runtime's (go_goroutines, process_resident_memory_bytes) once each, also
+// when the caller's registry has its own Go collector.
+func TestRuntimeMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		withGo bool
+	}{{"service registry", false}, {"registry with a Go collector", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "mmfeed_test_total", Help: "a counter"})
+			reg.MustRegister(c)
+			if tc.withGo {
+				reg.MustRegister(collectors.NewGoCollector())
+			}
+			rec := httptest.NewRecorder()
+			promhttp.HandlerFor(withRuntimeMetrics(reg), promhttp.HandlerOpts{}).
+				ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			body := rec.Body.String()
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, body)
+			}
+			for _, want := range []string{"mmfeed_test_total 0", "go_goroutines ", "process_resident_memory_bytes "} {
+				if n := strings.Count(body, "\n"+want); n != 1 {
+					t.Errorf("%q appears %d times in\n%s", want, n, body)
+				}
+			}
+		})
+	}
 }
