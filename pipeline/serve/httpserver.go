@@ -1,6 +1,9 @@
 package serve
 
 import (
+	"crypto/tls"
+	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"sync"
@@ -29,6 +32,24 @@ var defaultHTTPLimits = httpLimits{readHeader: 10 * time.Second, read: 30 * time
 func newHTTPServer(h http.Handler, l httpLimits) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read,
 		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
+}
+
+// listenHTTP listens on cfg.HTTP: plain TCP, or TLS (1.2 at least) with
+// cfg.HTTPTLSCert and cfg.HTTPTLSKey, which are read once, here.
+func listenHTTP(cfg Config) (net.Listener, error) {
+	var tc *tls.Config
+	if cfg.HTTPTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("http tls: %w", err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil || tc == nil {
+		return ln, err
+	}
+	return tls.NewListener(ln, tc), nil
 }
 
 // runtimeRegistry holds the Go runtime and process collectors
