@@ -82,8 +82,9 @@ test: build venv ## run every test: Go (with the Python peers required) and the 
 test-cluster: build venv ## the long scale-out tests: 3 NATS servers, leader + standby (role all; planner + workers), trainers, kills
 	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py trainer/tests/test_cluster_roles.py
 
-soak: build venv ## kill -9 the trainer and serve at random for SOAK_SECONDS (600) over 40 epochs; every sample once per epoch
-	MMFEED_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) MMFEED_SOAK_EPOCHS=$(or $(SOAK_EPOCHS),40) $(PY) -m pytest -q -s trainer/tests/test_soak.py
+soak: build venv ## faults at random for SOAK_SECONDS (600) over SOAK_EPOCHS (40): kill -9 of trainer, serve, a worker; disconnects, pauses; SOAK_ROLE all or planner (both)
+	MMFEED_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) MMFEED_SOAK_EPOCHS=$(or $(SOAK_EPOCHS),40) $(if $(SOAK_ROLE),MMFEED_SOAK_ROLE=$(SOAK_ROLE)) \
+	  $(PY) -m pytest -q -s trainer/tests/test_soak.py
 
 demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank CPU trainer, balance report
 	scripts/demo.sh

@@ -28,6 +28,13 @@ var (
 	ErrView = errors.New("proto: viewer fetch refused")
 )
 
+// ViewSubject returns mmfeed.<job>.view.<dp>.<mp>: where a viewer asks for a
+// copy of rank (dp, mp)'s batches (ViewBatch). The service answers only
+// viewer fetches there, so a read-only credential that may publish there
+// cannot move, rewind or acknowledge the rank (the viewer of
+// docs/security.md).
+func ViewSubject(job string, dp, mp int) (string, error) { return rankSubject(job, "view", dp, mp) }
+
 // ViewError returns the error reply of a viewer fetch.
 func ViewError(subj, reason string, outside bool) *nats.Msg {
 	m := nats.NewMsg(subj)
@@ -39,12 +46,12 @@ func ViewError(subj, reason string, outside bool) *nats.Msg {
 }
 
 // ViewBatch asks the service for a copy of key's payload on the core data
-// plane (a FetchRequest with View set) and reassembles it. Nothing is taken
+// plane (a FetchRequest with View set, on ViewSubject) and reassembles it. Nothing is taken
 // from the rank: the service neither marks the batch sent nor waits for an
 // ack. It returns ErrOutsidePlan, ErrNoService, or ErrView with the
 // service's reason; ctx bounds the wait.
 func ViewBatch(ctx context.Context, nc *nats.Conn, key BatchKey, maxBatchBytes int64) ([]byte, error) {
-	subj, err := FetchSubject(key.Job, key.DPRank, key.MPRank)
+	subj, err := ViewSubject(key.Job, key.DPRank, key.MPRank)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ func TestViewBatch(t *testing.T) {
 		{"refused", func(m *nats.Msg) { _ = nc.PublishMsg(ViewError(m.Reply, "busy", false)) }, ErrView},
 		{"no service", nil, ErrNoService},
 	}
-	subj, _ := FetchSubject("v", 0, 0)
+	subj, _ := ViewSubject("v", 0, 0)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.answer != nil {

@@ -63,8 +63,8 @@ func runCreds(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := os.WriteFile(conf, text, 0o600); err != nil {
 		return fmt.Errorf("%w", err)
 	}
-	fmt.Fprintf(stdout, "wrote %s (users %s, %s and %d trainer ranks) and one <user>.pass each in %s\n",
-		authConfFile, serve.ServiceUser, serve.WorkerUser, *dp**mp, *out)
+	fmt.Fprintf(stdout, "wrote %s (users %s, %s, %s (read only) and %d trainer ranks) and one <user>.pass each in %s\n",
+		authConfFile, serve.ServiceUser, serve.WorkerUser, serve.ViewerUser, *dp**mp, *out)
 	if *tlsHosts != "" {
 		if err := serve.WriteTLS(*out, strings.Split(*tlsHosts, ","), *tlsValid); err != nil {
 			return err

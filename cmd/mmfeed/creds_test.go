@@ -40,7 +40,7 @@ func TestCreds(t *testing.T) {
 			t.Errorf("%s: password in auth.conf is not a bcrypt hash", u.Username)
 		}
 	}
-	if got, want := strings.Join(users, ","), "service,worker,trainer-0-0,trainer-0-1,trainer-1-0,trainer-1-1"; got != want {
+	if got, want := strings.Join(users, ","), "service,worker,viewer,trainer-0-0,trainer-0-1,trainer-1-0,trainer-1-1"; got != want {
 		t.Errorf("users: got %s, want %s", got, want)
 	}
 	for _, f := range []string{"ca.pem", "server-cert.pem", "server-key.pem", "client-cert.pem", "client-key.pem"} {

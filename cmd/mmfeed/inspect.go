@@ -32,7 +32,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	out := fs.String("out", "", "file to write (required): the contact sheet")
 	format := fs.String("format", "png", "png or html")
 	var auth serve.NATSConfig
-	fs.StringVar(&auth.User, "nats-user", "", "NATS user (with --nats-password; a secured service: its service user, docs/security.md)")
+	fs.StringVar(&auth.User, "nats-user", "", "NATS user (with --nats-password; a secured service: its viewer user from mmfeed creds, docs/security.md)")
 	fs.StringVar(&auth.Password, "nats-password", "", "NATS password (default $MMFEED_NATS_PASSWORD)")
 	fs.StringVar(&auth.TLSCA, "nats-tls-ca", "", "CA certificate of the NATS server")
 	tok := fs.String("tokenizer", "", "tokenizer.json the shards were tokenized with (default: bert-base-uncased from the build)")
@@ -88,7 +88,8 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // job's stream when no service answers them (a --data-plane jetstream job,
 // pipeline.ReadStreamStep).
 func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer, opts ...nats.Option) ([]pipeline.SheetSample, error) {
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mmfeed inspect"), nats.Timeout(10 * time.Second)}, opts...)...)
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mmfeed inspect"), nats.Timeout(10 * time.Second),
+		nats.CustomInboxPrefix(serve.ViewerInboxPrefix)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}

@@ -55,6 +55,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Recalibrate, "recalibrate", c.Recalibrate, "refit the cost model from trainer feedback: 0 at epoch boundaries, K every K steps, -1 never")
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "live report address (\"\": none)")
 	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")
+	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", "", "serve HTTPS with this certificate (PEM; with --http-tls-key; mmfeed creds --tls-hosts writes one)")
+	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", "", "key of --http-tls-cert (PEM)")
 	fs.BoolVar(&c.AllowResize, "allow-resize", false, "take over a job recorded at another --dp: the rest of the epoch, from the resuming trainers' position, is replanned for this dp (core data plane)")
 	fs.DurationVar(&c.AssetCheck, "asset-check", c.AssetCheck, "check the job's JetStream assets this often and recreate lost ones (0: never)")
 	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "unreachable assets or a publish stuck this long: errors in the log, 503 on /healthz")

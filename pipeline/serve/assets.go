@@ -94,7 +94,7 @@ func escalate(log *slog.Logger, what string, n int, lasted, stuck time.Duration,
 }
 
 // watchAssets checks the job's JetStream assets every AssetCheck: the KV
-// bucket, the quarantine bucket and, on the JetStream data plane, the
+// bucket, the quarantine bucket, the lease bucket and, on the JetStream data plane, the
 // stream and every rank's consumer. A lost asset is recreated (and its
 // state rewritten from memory; a lost stream rewinds every rank to its
 // first unacknowledged step, so no batch is lost). A check that fails is
@@ -185,6 +185,16 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("quarantine bucket: %w", err)
 	}
+	if _, err := s.js.KeyValue(ctx, LeaseBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Empty: the lease's next renewal finds its key gone and creates it
+		// again (lease.reclaim).
+		s.lost("lease bucket " + LeaseBucket(c.Job))
+		if _, err := s.js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(c.Job, c.LeaseTTL, c.Replicas)); err != nil {
+			return fmt.Errorf("recreate lease bucket: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("lease bucket: %w", err)
+	}
 	if c.core() {
 		return nil
 	}
@@ -205,6 +215,13 @@ func (s *Service) checkAssets(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// leaseKVConfig is the lease bucket's configuration (openLease creates the
+// bucket, checkAssets recreates it): one entry, which expires after the TTL.
+func leaseKVConfig(job string, ttl time.Duration, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: LeaseBucket(job), Description: "mmfeed leadership of job " + job,
+		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}
 }
 
 func (s *Service) lost(asset string) {

@@ -217,3 +217,57 @@ func TestWatchPublish(t *testing.T) {
 		t.Errorf("past GiveUpAfter: got %v, want errPublishStuck", err)
 	}
 }
+
+// TestLostLeaseBucketRecreated deletes the job's lease bucket under a
+// running service: the service recreates it, takes its leadership key
+// again and keeps serving (without the recreation its renewals fail and it
+// stops with ErrLeaseLost after 3/4 of the TTL); the trainers then get every
+// batch exactly once.
+func TestLostLeaseBucketRecreated(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	cfg.AssetCheck = 100 * time.Millisecond
+	cfg.LeaseTTL = 2 * time.Second
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	r := start(t, cfg)
+	_, js := testnats.Connect(t, r.s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := js.DeleteKeyValue(ctx, LeaseBucket(cfg.Job)); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if n := labelled(t, r.s, "mmfeed_serve_assets_recreated_total", "lease"); n < 1 {
+			return errorf("lease bucket not recreated")
+		}
+		return nil
+	})
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		kv, err := js.KeyValue(ctx, LeaseBucket(cfg.Job))
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Get(ctx, leaseKey); err != nil {
+			return errorf("lease key: %v", err)
+		}
+		return nil
+	})
+	// Two TTLs later the service still leads (a lost lease ends Run).
+	deadline := time.Now().Add(2 * cfg.LeaseTTL)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-r.errc:
+			t.Fatalf("service ended after its lease bucket was deleted: %v\n%s", err, logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}

@@ -94,6 +94,11 @@ type Config struct {
 	// HTTPToken, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint but /healthz.
 	HTTPToken string
+	// HTTPTLSCert and HTTPTLSKey, when set (both), serve HTTPS instead of
+	// HTTP (PEM files; TLS 1.2 at least). Without HTTPToken anyone who can
+	// reach the address still reads the report: TLS hides the token and the
+	// report on the wire, it does not authenticate the client.
+	HTTPTLSCert, HTTPTLSKey string
 
 	// AssetCheck is how often the job's JetStream assets (KV buckets, stream,
 	// consumers) are checked and recreated when lost (2 s; 0: never).
@@ -235,6 +240,8 @@ func (c Config) Validate() error {
 		return bad("asset check %v, stuck after %v, give up after %v", c.AssetCheck, c.StuckAfter, c.GiveUpAfter)
 	case c.HTTPToken != "" && c.HTTP == "":
 		return bad("an HTTP token without an HTTP address")
+	case (c.HTTPTLSCert == "") != (c.HTTPTLSKey == "") || c.HTTPTLSCert != "" && c.HTTP == "":
+		return bad("HTTP TLS needs a certificate, its key and an HTTP address")
 	}
 	if err := c.Publisher.Validate(); err != nil {
 		return fmt.Errorf("serve: %w", err)

@@ -55,6 +55,11 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 		}
 		subs = append(subs, sub)
 	}
+	vsubs, err := s.subscribeViews(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	subs = append(subs, vsubs...)
 	subj, err := proto.AckWildcard(s.cfg.Job)
 	if err != nil {
 		return fail(err)

@@ -21,7 +21,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
-	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(withRuntimeMetrics(s.reg), promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/report", s.auth(http.HandlerFunc(s.reportJSON)))
 	mux.Handle("GET /v1/cost-model", s.auth(http.HandlerFunc(s.costModelJSON)))
 	mux.Handle("GET /{$}", s.auth(balancer.LiveHandler(page.view)))

@@ -1,8 +1,17 @@
 package serve
 
 import (
+	"crypto/tls"
+	"fmt"
+	"net"
 	"net/http"
+	"sort"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // httpLimits bounds what one HTTP client can hold: a client that trickles its
@@ -23,4 +32,56 @@ var defaultHTTPLimits = httpLimits{readHeader: 10 * time.Second, read: 30 * time
 func newHTTPServer(h http.Handler, l httpLimits) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: l.readHeader, ReadTimeout: l.read,
 		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
+}
+
+// listenHTTP listens on cfg.HTTP: plain TCP, or TLS (1.2 at least) with
+// cfg.HTTPTLSCert and cfg.HTTPTLSKey, which are read once, here.
+func listenHTTP(cfg Config) (net.Listener, error) {
+	var tc *tls.Config
+	if cfg.HTTPTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("http tls: %w", err)
+		}
+		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	ln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil || tc == nil {
+		return ln, err
+	}
+	return tls.NewListener(ln, tc), nil
+}
+
+// runtimeRegistry holds the Go runtime and process collectors
+// (go_goroutines, go_memstats_*, process_resident_memory_bytes, ...), one per
+// process: the soak test reads go_goroutines from /metrics before and after
+// its load to find goroutines that outlive their requests.
+var runtimeRegistry = sync.OnceValue(func() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+})
+
+// withRuntimeMetrics returns a Gatherer of reg's families and the runtime
+// ones reg does not have already (a caller's registry may carry its own Go
+// collector).
+func withRuntimeMetrics(reg prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		own, err := reg.Gather()
+		if err != nil {
+			return own, err
+		}
+		rt, err := runtimeRegistry().Gather()
+		have := make(map[string]bool, len(own))
+		for _, f := range own {
+			have[f.GetName()] = true
+		}
+		for _, f := range rt {
+			if !have[f.GetName()] {
+				own = append(own, f)
+			}
+		}
+		sort.Slice(own, func(i, j int) bool { return own[i].GetName() < own[j].GetName() })
+		return own, err
+	})
 }

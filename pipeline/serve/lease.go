@@ -38,9 +38,7 @@ type lease struct {
 }
 
 func openLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: LeaseBucket(job), Description: "mmfeed leadership of job " + job,
-		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
+	kv, err := js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(job, ttl, replicas))
 	if err != nil {
 		return nil, fmt.Errorf("serve: lease bucket %s: %w", LeaseBucket(job), err)
 	}
@@ -95,6 +93,8 @@ func (l *lease) hold(ctx context.Context) error {
 			l.rev, renewed = rev, time.Now()
 		case ctx.Err() != nil:
 			return nil
+		case isWrongRevision(err) && l.reclaim(ctx, renewed):
+			renewed = time.Now()
 		case isWrongRevision(err):
 			return fmt.Errorf("serve: another service leads the job now: %w", ErrLeaseLost)
 		case time.Since(renewed) > 3*l.ttl/4:
@@ -103,6 +103,25 @@ func (l *lease) hold(ctx context.Context) error {
 			l.log.Warn("lease renewal failed, retrying", "err", err)
 		}
 	}
+}
+
+// reclaim creates the key again when it vanished while this service held
+// it: renewed less than 3/4 of the TTL ago, so it cannot have expired and
+// no standby can hold it; its bucket was deleted and recreated empty
+// (checkAssets). True when this service holds the lease again.
+func (l *lease) reclaim(ctx context.Context, renewed time.Time) bool {
+	if time.Since(renewed) > 3*l.ttl/4 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+	defer cancel()
+	rev, err := l.kv.Create(rctx, leaseKey, []byte(l.id))
+	if err != nil {
+		return false
+	}
+	l.rev = rev
+	l.log.Warn("the lease's key vanished with its bucket: took it again", "lease", l.id)
+	return true
 }
 
 func isWrongRevision(err error) bool {

@@ -33,7 +33,16 @@ const (
 	// items, reads the job's work bucket, sends the job's results to its
 	// planner, never speaks for a trainer (WorkerPermissions).
 	WorkerUser = "worker"
+	// ViewerUser reads a running job without taking part in it (`mmfeed
+	// inspect`, dashboards): viewer fetches, the job's stream and buckets,
+	// read only (ViewerPermissions).
+	ViewerUser = "viewer"
 )
+
+// ViewerInboxPrefix is the reply inbox prefix of a viewer's connection
+// (`mmfeed inspect` uses it with every credential): the viewer credential
+// may subscribe there only.
+const ViewerInboxPrefix = "_INBOX.mmfeedviewer"
 
 // TrainerUser names the identity of trainer rank (dp, mp).
 func TrainerUser(dp, mp int) string { return "trainer-" + strconv.Itoa(dp) + "-" + strconv.Itoa(mp) }
@@ -108,6 +117,30 @@ func WorkerPermissions(job string) *server.Permissions {
 	}
 }
 
+// ViewerPermissions lets a viewer of job read it and change nothing:
+//   - viewer fetches on every rank's view subject (proto.ViewSubject), which
+//     the service answers with a copy and nothing else (no rewind, no
+//     cursor, no ack awaited);
+//   - the job's stream (JetStream data plane) and its state and quarantine
+//     buckets: stream info and message gets (direct or through the API);
+//   - replies on ViewerInboxPrefix only.
+//
+// It cannot publish any control subject (register, feedback, done, resend),
+// fetch or ack subject, KV write, or any other JetStream API (consumers,
+// stream or bucket management, purges), nor read a trainer's inbox or the
+// batch subjects.
+func ViewerPermissions(job string) *server.Permissions {
+	pub := []string{proto.SubjectPrefix + "." + job + ".view.*.*"}
+	for _, st := range []string{proto.StreamName(job), "KV_" + proto.BucketName(job), "KV_" + QuarantineBucket(job)} {
+		pub = append(pub, "$JS.API.STREAM.INFO."+st, "$JS.API.STREAM.MSG.GET."+st, "$JS.API.DIRECT.GET."+st,
+			"$JS.API.DIRECT.GET."+st+".>")
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: []string{ViewerInboxPrefix + ".>"}},
+	}
+}
+
 // allPermissions is the service's: everything in the account.
 func allPermissions() *server.Permissions {
 	all := &server.SubjectPermission{Allow: []string{">"}}
@@ -115,7 +148,7 @@ func allPermissions() *server.Permissions {
 }
 
 // JobIdentities returns fresh identities for a job of dp × mp trainer
-// ranks: the service, the worker and one trainer per rank, each with a new
+// ranks: the service, the worker, the viewer and one trainer per rank, each with a new
 // random password.
 func JobIdentities(job string, dp, mp int) ([]Identity, error) {
 	if err := proto.ValidateJob(job); err != nil {
@@ -124,7 +157,8 @@ func JobIdentities(job string, dp, mp int) ([]Identity, error) {
 	if dp < 1 || mp < 1 || dp*mp > 1<<16 {
 		return nil, fmt.Errorf("serve: creds for dp %d × mp %d ranks: %w", dp, mp, ErrInvalidConfig)
 	}
-	ids := []Identity{{User: ServiceUser, Permissions: allPermissions()}, {User: WorkerUser, Permissions: WorkerPermissions(job)}}
+	ids := []Identity{{User: ServiceUser, Permissions: allPermissions()}, {User: WorkerUser, Permissions: WorkerPermissions(job)},
+		{User: ViewerUser, Permissions: ViewerPermissions(job)}}
 	for d := range dp {
 		for m := range mp {
 			p, err := TrainerPermissions(job, d, m)

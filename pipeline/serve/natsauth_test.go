@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // slowAuth gives a connection time for the server's bcrypt check of its
@@ -293,4 +295,106 @@ func TestEmbeddedAuthModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNATSAuthViewer: the viewer credential of `mmfeed creds` reads a
+// running job (a rank's step through viewer fetches on the core data plane,
+// the stream's info and the state bucket on both planes) and changes
+// nothing: every control, fetch and ack subject, KV write and JetStream
+// management API is refused by the server, a non-viewer fetch on a view
+// subject is refused by the service, and the trainers still apply every
+// batch once.
+func TestNATSAuthViewer(t *testing.T) {
+	old := doneAckWait
+	doneAckWait = 100 * time.Millisecond
+	t.Cleanup(func() { doneAckWait = old })
+	for _, plane := range []string{proto.DataPlaneCore, proto.DataPlaneJetStream} {
+		t.Run(plane, func(t *testing.T) { testViewer(t, plane) })
+	}
+}
+
+func testViewer(t *testing.T, plane string) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.DataPlane = plane
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	conf, ids := writeAuth(t, cfg.Job, 2, 1)
+	cfg.NATS.ServerConfig = conf
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+	var v violations
+	viewer := ids[ViewerUser]
+	nc, err := nats.Connect(url, nats.UserInfo(viewer.User, viewer.Password), slowAuth,
+		nats.CustomInboxPrefix(ViewerInboxPrefix), nats.ErrorHandler(v.handler))
+	if err != nil {
+		t.Fatalf("viewer with its credential: %v", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		kv, err := js.KeyValue(ctx, proto.BucketName(cfg.Job))
+		if err != nil {
+			return err
+		}
+		_, err = kv.Get(ctx, kvEpochInfo+"0")
+		return err
+	})
+	if plane == proto.DataPlaneCore {
+		samples, err := pipeline.ReadServiceStep(ctx, nc, cfg.Job, 0, 0, 1, nil)
+		if err != nil || len(samples) == 0 {
+			t.Fatalf("viewer fetch of dp rank 1 step 0: %d samples, %v", len(samples), err)
+		}
+		// A fetch that is not a viewer's, on the view subject: refused, nothing answered.
+		b, _ := proto.EncodeControl(proto.FetchRequest{Job: cfg.Job, DPRank: 1})
+		if _, err := nc.Request("mmfeed.job-1.view.1.0", b, time.Second); !errors.Is(err, nats.ErrTimeout) {
+			t.Errorf("a non-viewer fetch on the view subject: %v, want no answer", err)
+		}
+	} else if _, err := js.Stream(ctx, proto.StreamName(cfg.Job)); err != nil {
+		t.Errorf("viewer reading the stream's info: %v", err)
+	}
+	forbidden := []string{
+		"mmfeed.job-1.fetch.0.0", "mmfeed.job-1.ack.0.0", "mmfeed.job-1.ctl.resend.0.0", "mmfeed.job-1.ctl.done.0.0",
+		"mmfeed.job-1.ctl.register.0.0", "mmfeed.job-1.ctl.feedback.0.0", "mmfeed.job-1.ctl.done",
+		"$JS.API.STREAM.DELETE.MMFEED_job-1", "$JS.API.STREAM.PURGE.KV_mmfeed_job-1", "$KV.mmfeed_job-1.rank.0.0",
+		"$JS.API.CONSUMER.CREATE.MMFEED_job-1", "$JS.API.CONSUMER.MSG.NEXT.MMFEED_job-1.mmfeed_job-1_0_0",
+		"$JS.API.STREAM.MSG.DELETE.MMFEED_job-1",
+	}
+	for _, subj := range forbidden {
+		if err := nc.Publish(subj, []byte(`{"job":"job-1","epoch":0,"dp_rank":0,"mp_rank":0,"steps":99}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, subj := range []string{"_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.0.0.>"} {
+		if _, err := nc.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, subj := range append(forbidden, "_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.0.0.>") {
+			if !v.has(subj) {
+				return errorf("no permissions violation for %s (errors: %v)", subj, v.errs)
+			}
+		}
+		return nil
+	})
+	if plane == proto.DataPlaneCore {
+		if n := labelled(t, r.s, "mmfeed_serve_control_messages_total", "refused"); n < 1 {
+			t.Errorf("the non-viewer fetch on the view subject not refused")
+		}
+	}
+	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
+		id := ids[TrainerUser(tr.dp, tr.mp)]
+		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+	})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 }

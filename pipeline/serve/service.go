@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -213,7 +212,7 @@ func (s *Service) Run(ctx context.Context) error {
 		subs = append(subs, dsubs...)
 	}
 	if s.cfg.HTTP != "" {
-		ln, err := net.Listen("tcp", s.cfg.HTTP)
+		ln, err := listenHTTP(s.cfg)
 		if err != nil {
 			return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
 		}
