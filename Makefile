@@ -75,9 +75,12 @@ $(VENV)/.ok: requirements.txt
 	@ln -sfn $(VENV_DIR) $(VENV)
 	@test -f $(VENV)/.ok
 
+# Tests get a feature cache of their own, empty at each run, so that no run reads what an
+# earlier one (or the user's own jobs) left in ~/.cache/mmfeed/features.
 test: build venv ## run every test: Go (with the Python peers required) and the trainer's pytest
-	MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
-	@if [ -d trainer/tests ]; then $(PY) -m pytest -q trainer/tests; fi
+	@rm -rf $(BUILD)/test-feature-cache
+	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
+	@if [ -d trainer/tests ]; then MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(PY) -m pytest -q trainer/tests; fi
 
 test-cluster: build venv ## the long scale-out tests: 3 NATS servers, leader + standby (role all; planner + workers), trainers, kills
 	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py trainer/tests/test_cluster_roles.py
