@@ -20,13 +20,13 @@ func TestShapeCoefficients(t *testing.T) {
 		want  map[Component]map[Feature]float64 // FLOPs; unlisted entries are 0
 	}{
 		{"tiny", TinyShape(), map[Component]map[Feature]float64{
-			Vision: {FeatP: 884_736, FeatP2: 1_536, FeatComplexity: 0.02e9},
+			Vision: {FeatP: 884_736, FeatP2: 1_536},
 			Text:   {FeatL: 589_824, FeatL2: 1_536},
 			// 3 passes × 3 (training) × (1·(12+16)·64², 4·64, 4·64·64, 4·64)
 			Fusion: {FeatL: 1_032_192, FeatL2: 2_304, FeatP: 147_456, FeatLP: 2_304},
 		}},
 		{"base", BaseShape(), map[Component]map[Feature]float64{
-			Vision: {FeatP: 513_146_880, FeatP2: 110_592, FeatComplexity: 1e9},
+			Vision: {FeatP: 513_146_880, FeatP2: 110_592},
 			Text:   {FeatL: 509_607_936, FeatL2: 110_592},
 			Fusion: {FeatL: 891_813_888, FeatL2: 165_888, FeatP: 127_401_984, FeatLP: 165_888},
 		}},
@@ -67,14 +67,14 @@ func TestWorkedExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := m.Cost(Item{ID: "x", TextTokens: 32, ImageTokens: 196, Complexity: 0.5})
-	want := Cost{Vision: 0.242415232, Text: 0.020447232, Fusion: 0.078741504}
+	want := Cost{Vision: 0.232415232, Text: 0.020447232, Fusion: 0.078741504}
 	if !near(got.Vision, want.Vision) || !near(got.Text, want.Text) || !near(got.Fusion, want.Fusion) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
-	if got, want := Colocated.StepCost(got), 0.341603968; !near(got, want) {
+	if got, want := Colocated.StepCost(got), 0.331603968; !near(got, want) {
 		t.Errorf("colocated: got %v, want %v", got, want)
 	}
-	if got, want := Modality.StepCost(got), 0.321156736; !near(got, want) {
+	if got, want := Modality.StepCost(got), 0.311156736; !near(got, want) {
 		t.Errorf("modality: got %v, want %v", got, want)
 	}
 }
@@ -172,6 +172,7 @@ func TestValidateRejects(t *testing.T) {
 	cfgs := map[string]error{
 		"shape":      shape.Validate(),
 		"model":      CostModel{Coef: Coefficients{Vision: {FeatP: -1}}}.Validate(),
+		"complexity": CostModel{Coef: Coefficients{Vision: {FeatComplexity: 0.02}}}.Validate(),
 		"budget":     Budget{MaxSamples: -1}.Validate(),
 		"dp":         PartitionConfig{DP: 0, MicroBatches: 1, PaddingTarget: 1}.Validate(),
 		"padding":    PartitionConfig{DP: 1, MicroBatches: 1, PaddingTarget: 1.5}.Validate(),

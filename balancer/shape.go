@@ -47,10 +47,6 @@ type ModelShape struct {
 	MLPRatio float64 `json:"mlp_ratio"`
 	// EmbedDim is the trainer's shared contrastive embedding size.
 	EmbedDim int `json:"embed_dim,omitempty"`
-	// DecodeGFLOP is the loader-side decode work per unit of image complexity
-	// that a step waits for, in GFLOP-equivalents (a prior; calibration refits
-	// it). 0 means decoding is fully overlapped with compute.
-	DecodeGFLOP float64 `json:"decode_gflop"`
 }
 
 // TinyShape is the bundled trainer's CPU/CI model (presets/tiny.json): ViT
@@ -85,8 +81,6 @@ func (s ModelShape) Validate() error {
 		(s.TextHeads > 0 && s.TextHidden%s.TextHeads != 0) ||
 		(s.FusionHeads > 0 && s.FusionHidden%s.FusionHeads != 0):
 		return bad("heads (each must divide its hidden size)", [3]int{s.VisionHeads, s.TextHeads, s.FusionHeads})
-	case !(s.DecodeGFLOP >= 0) || s.DecodeGFLOP > 1e12:
-		return bad("decode gflop", s.DecodeGFLOP)
 	}
 	return nil
 }
@@ -124,7 +118,6 @@ func (s ModelShape) Coefficients() Coefficients {
 	patchEmbed := 2 * float64(s.ImageChannels*s.PatchSize*s.PatchSize) * dv
 	c[Vision][FeatP] = fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
 	c[Vision][FeatP2] = fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
-	c[Vision][FeatComplexity] = s.DecodeGFLOP
 
 	c[Text][FeatL] = fwdBwd * gflop * float64(s.TextLayers) * block(dt)
 	c[Text][FeatL2] = fwdBwd * gflop * float64(s.TextLayers) * 4 * dt
