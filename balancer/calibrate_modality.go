@@ -1,6 +1,10 @@
 package balancer
 
-import "math"
+import (
+	"cmp"
+	"math"
+	"slices"
+)
 
 // Under modality placement a rank-step takes max(Σ vision, Σ text) + Σ fusion
 // + overhead. Per observation one tower is the larger ("active"), so the step
@@ -28,6 +32,10 @@ import "math"
 // needs before the free fit is trusted over the restricted one.
 const minRegimeRows = 2
 
+// startQuantiles is how many steps the scan of starting thresholds takes
+// (startAssignments).
+const startQuantiles = 8
+
 // maxAlternations bounds the assign-and-refit rounds.
 const maxAlternations = 20
 
@@ -54,15 +62,22 @@ func gpuFeatures() []Feature {
 	return out
 }
 
-// restrictedColumns are the (component, feature) pairs the prior uses, and
-// each feature's owner.
+// restrictedColumns are, per GPU feature, a fusion column (shared by both
+// regimes) and a column for each tower that owns the feature or that the
+// prior prices it in; when both towers have one, they already span what a
+// fusion column would add, and it is left out (it would be collinear).
 func restrictedColumns(prior CostModel) []column {
 	var cols []column
-	for c := range NumComponents {
-		for _, f := range gpuFeatures() {
+	for _, f := range gpuFeatures() {
+		var towers []column
+		for _, c := range []Component{Vision, Text} {
 			if prior.Coef[c][f] > 0 || ownerOf[f] == c {
-				cols = append(cols, column{c, f})
+				towers = append(towers, column{c, f})
 			}
+		}
+		cols = append(cols, towers...)
+		if len(towers) < 2 {
+			cols = append(cols, column{Fusion, f})
 		}
 	}
 	return cols
@@ -89,26 +104,59 @@ type modalityFit struct {
 }
 
 func fitModality(prior CostModel, obs []Observation, overhead bool) (CostModel, float64) {
-	start := make([]bool, len(obs))
-	for i, o := range obs {
-		c := prior.CostOf(o.Features)
-		start[i] = c.Vision >= c.Text
+	restricted, free := restrictedColumns(prior), towerColumns()
+	best := modalityFit{sse: math.Inf(1)}
+	for _, start := range startAssignments(prior, obs) {
+		if r := alternate(restricted, obs, start, overhead); r.sse < best.sse {
+			best = r
+		}
 	}
-	best := alternate(restrictedColumns(prior), obs, start, overhead)
-	free := alternate(towerColumns(), obs, best.visionActive, overhead)
-	if thin := thinRegimes(free.visionActive, len(gpuFeatures())); len(thin) < 2 {
+	bestFree := alternate(free, obs, best.visionActive, overhead)
+	if thin := thinRegimes(bestFree.visionActive, len(gpuFeatures())); len(thin) < 2 {
 		for _, c := range thin {
-			free.model.Coef[c] = best.model.Coef[c].Add(best.model.Coef[Fusion])
+			bestFree.model.Coef[c] = best.model.Coef[c].Add(best.model.Coef[Fusion])
 		}
 		if len(thin) > 0 {
-			free.sse = sse(free.model, free.overhead, obs)
+			bestFree.sse = sse(bestFree.model, bestFree.overhead, obs)
 		}
-		if free.sse < best.sse {
-			best = free
+		if bestFree.sse < best.sse {
+			best = bestFree
 			best.model = splitFusion(best.model)
 		}
 	}
 	return best.model, best.overhead
+}
+
+// startAssignments are the alternations' starting points: the prior's own
+// choice of the larger tower, and startQuantiles thresholds on the prior's
+// text share T / (V + T) (the top fraction q text-active). A prior wrong by
+// a constant factor per tower still orders the observations by text share
+// correctly; it only misplaces the threshold, which the scan recovers.
+func startAssignments(prior CostModel, obs []Observation) [][]bool {
+	own := make([]bool, len(obs))
+	share := make([]float64, len(obs))
+	for i, o := range obs {
+		c := prior.CostOf(o.Features)
+		own[i] = c.Vision >= c.Text
+		if c.Vision+c.Text > 0 {
+			share[i] = c.Text / (c.Vision + c.Text)
+		}
+	}
+	order := make([]int, len(obs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(share[b], share[a]) })
+	starts := [][]bool{own}
+	for k := range startQuantiles + 1 {
+		s := make([]bool, len(obs))
+		textN := k * len(obs) / startQuantiles
+		for j, i := range order {
+			s[i] = j >= textN
+		}
+		starts = append(starts, s)
+	}
+	return starts
 }
 
 // thinRegimes returns the towers that are the larger on fewer than
@@ -187,23 +235,57 @@ func alternate(cols []column, obs []Observation, start []bool, overhead bool) mo
 
 // fitAssigned is the non-negative least-squares fit of cols with each
 // observation's active tower fixed: a vision column counts on the rows where
-// vision is active, a text column where text is, a fusion column on all.
+// vision is active, a text column where text is, a fusion column on all. It
+// builds the normal equations from the two regimes' feature moments, so a
+// fit costs one pass over the observations with 7×7 products.
 func fitAssigned(cols []column, obs []Observation, visionActive []bool, overhead bool) (CostModel, float64) {
-	rows := make([][]float64, len(obs))
-	y := make([]float64, len(obs))
+	const d = int(NumFeatures) + 1 // the features and the overhead's 1
+	var sv, st [d][d]float64       // Σ x̃x̃ᵀ over the vision-active and the text-active rows
+	var hv, ht [d]float64          // Σ x̃·seconds
+	var x [d]float64
 	for i, o := range obs {
-		row := make([]float64, len(cols)+1)
-		for k, col := range cols {
-			if col.c == Fusion || (col.c == Vision) == visionActive[i] {
-				row[k] = o.Features[col.f]
+		copy(x[:], o.Features[:])
+		x[FeatComplexity] = 0 // no GPU term (gpuFeature)
+		x[NumFeatures] = 0
+		if overhead {
+			x[NumFeatures] = 1
+		}
+		s, h := &st, &ht
+		if visionActive[i] {
+			s, h = &sv, &hv
+		}
+		for j, a := range x {
+			if a == 0 {
+				continue
+			}
+			h[j] += a * o.Seconds
+			for k, b := range x {
+				s[j][k] += a * b
 			}
 		}
-		if overhead {
-			row[len(cols)] = 1
-		}
-		rows[i], y[i] = row, o.Seconds
 	}
-	theta := nnlsScaled(rows, y)
+	all := append(cols, column{Fusion, NumFeatures}) // the overhead counts on every row
+	n := len(all)
+	g := make([][]float64, n)
+	h := make([]float64, n)
+	for j, cj := range all {
+		g[j] = make([]float64, n)
+		if cj.c != Text {
+			h[j] += hv[cj.f]
+		}
+		if cj.c != Vision {
+			h[j] += ht[cj.f]
+		}
+		for k, ck := range all {
+			if cj.c != Text && ck.c != Text {
+				g[j][k] += sv[cj.f][ck.f]
+			}
+			if cj.c != Vision && ck.c != Vision {
+				g[j][k] += st[cj.f][ck.f]
+			}
+		}
+	}
+	theta := nnlsGram(g, h)
 	var m CostModel
 	for k, col := range cols {
 		m.Coef[col.c][col.f] = theta[k]

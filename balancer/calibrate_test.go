@@ -163,3 +163,45 @@ func FuzzReadObservations(f *testing.F) {
 		}
 	})
 }
+
+// TestCalibrateModalitySplit: when each tower is the larger on part of the
+// rank-steps, noise-free observations identify every coefficient, and the
+// modality fit recovers the truth's vision / text / fusion split from a prior
+// that has no fusion at all and the wrong scales (the restricted fit alone,
+// or one alternation from the prior's choice, stops in a local optimum
+// there).
+func TestCalibrateModalitySplit(t *testing.T) {
+	base, _ := NewCostModel(BaseShape())
+	wrong := base
+	wrong.Coef[Vision] = wrong.Coef[Vision].Scale(5)
+	wrong.Coef[Fusion] = Features{}
+	wrong.Coef[Text][FeatL2] = 0
+	for _, textScale := range []float64{10, 20} { // vision the larger on 95% and 10% of the rank-steps
+		t.Run(fmt.Sprintf("text×%v", textScale), func(t *testing.T) {
+			truth := base
+			for c := range NumComponents {
+				truth.Coef[c] = truth.Coef[c].Scale(1 / (0.4 * 400e3))
+			}
+			truth.Coef[Text] = truth.Coef[Text].Scale(textScale)
+			truth.Coef[Fusion][FeatOne] = 1e-4
+			cal, err := Calibrate(wrong, observations(400, truth, Modality, 0, 0, 5), CalibrateConfig{Placement: Modality})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cal.Fit.MeanRelErr > 1e-6 {
+				t.Errorf("noise-free fit error %v, want ≈ 0", cal.Fit.MeanRelErr)
+			}
+			for f := range NumFeatures {
+				var scale float64
+				for c := range NumComponents {
+					scale = max(scale, truth.Coef[c][f])
+				}
+				for c := range NumComponents {
+					if got, want := cal.Model.Coef[c][f], truth.Coef[c][f]; math.Abs(got-want) > 1e-4*scale {
+						t.Errorf("%v %v: got %.6g, want %.6g", Component(c), Feature(f), got, want)
+					}
+				}
+			}
+		})
+	}
+}
