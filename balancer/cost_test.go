@@ -229,3 +229,66 @@ func TestFLOPsMatchTrainer(t *testing.T) {
 		}
 	}
 }
+
+// The same agreement for micro-batches, as the trainer computes them: padded,
+// every entry at the micro-batch's longest caption and largest image
+// (PaddedFeatures: n × the trainer's count at (L_max, P_max)); packed, each
+// sample on its own (PackedFeatures: Σ of the trainer's counts). Each
+// micro-batch pairs golden samples one of which has both maxima, so both
+// sides are sums of golden counts.
+func TestFLOPsMatchTrainerMicroBatches(t *testing.T) {
+	b, err := os.ReadFile("testdata/flops_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden []struct {
+		Preset      string  `json:"preset"`
+		TextTokens  int     `json:"text_tokens"`
+		ImageTokens int     `json:"image_tokens"`
+		FLOPs       float64 `json:"flops"`
+	}
+	if err := json.Unmarshal(b, &golden); err != nil {
+		t.Fatal(err)
+	}
+	type sample struct{ l, p int }
+	flops := map[string]map[sample]float64{}
+	for _, g := range golden {
+		if flops[g.Preset] == nil {
+			flops[g.Preset] = map[sample]float64{}
+		}
+		flops[g.Preset][sample{g.TextTokens, g.ImageTokens}] = g.FLOPs
+	}
+	mbs := [][]sample{{{32, 196}, {128, 1024}}, {{32, 196}, {32, 196}, {128, 1024}}}
+	for _, preset := range []string{"tiny", "base"} {
+		shape, err := Preset(preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := NewCostModel(shape)
+		for _, mb := range mbs {
+			var items []Item
+			var packed float64
+			maxL, maxP := 0, 0
+			for _, s := range mb {
+				items = append(items, Item{ID: "x", TextTokens: s.l, ImageTokens: s.p})
+				packed += flops[preset][s]
+				maxL, maxP = max(maxL, s.l), max(maxP, s.p)
+			}
+			padded := float64(len(mb)) * flops[preset][sample{maxL, maxP}]
+			if packed == 0 || padded == 0 {
+				t.Fatalf("%s %v: golden samples missing", preset, mb)
+			}
+			for _, tc := range []struct {
+				name      string
+				got, want float64
+			}{
+				{"packed", m.MicroBatchCost(PackedFeatures(items), true).Total() / gflop, packed},
+				{"padded", m.MicroBatchCost(PaddedFeatures(len(mb), maxL, maxP, 0), false).Total() / gflop, padded},
+			} {
+				if rel := math.Abs(tc.got-tc.want) / tc.want; rel > 0.02 {
+					t.Errorf("%s %s %v: Go %.4g FLOPs, trainer %.4g (%.2f%% apart)", preset, tc.name, mb, tc.got, tc.want, 100*rel)
+				}
+			}
+		}
+	}
+}
