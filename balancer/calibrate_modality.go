@@ -20,13 +20,14 @@ import (
 // dual-encoder architecture), the split is the truth's.
 //
 // The free fit determines a tower's coefficients only from the observations
-// where that tower is the larger. It starts from the assignment of a fit
-// restricted to the (component, feature) pairs the prior uses, which shares
-// each fusion coefficient between the regimes and so is determined even when
-// one regime has few or no observations; a regime the free fit sees on fewer
-// than minRegimeRows observations per coefficient takes its coefficients
-// from the restricted fit. Of the two fits, the one with the smaller squared
-// error is kept.
+// where that tower is the larger, and alternation stops in local optima. So a
+// restricted fit comes first (restrictedColumns: a fusion column per feature,
+// shared by both regimes, plus the owning tower's), which is determined even
+// when one regime has few or no observations; it alternates from several
+// starts (startAssignments) and the best one's assignment starts the free
+// fit. A regime the free fit sees on fewer than minRegimeRows observations
+// per coefficient takes its coefficients from the restricted fit. Of the two
+// fits, the one with the smaller squared error is kept.
 
 // minRegimeRows is how many observations per fitted coefficient each regime
 // needs before the free fit is trusted over the restricted one.
@@ -103,6 +104,7 @@ type modalityFit struct {
 	visionActive []bool
 }
 
+// fitModality returns the modality fit's model and overhead (file comment).
 func fitModality(prior CostModel, obs []Observation, overhead bool) (CostModel, float64) {
 	restricted, free := restrictedColumns(prior), towerColumns()
 	best := modalityFit{sse: math.Inf(1)}
