@@ -129,9 +129,10 @@ var ownerOf = [NumFeatures]Component{Text, Text, Vision, Vision, Fusion, Fusion,
 // Calibrate refits the prior's coefficients to measured rank-step times by
 // non-negative least squares (Lawson–Hanson). Colocated fits one coefficient
 // per feature and splits it over the components in the prior's proportions
-// (only the sum is observable). Modality fits one coefficient per
-// (component, feature) the prior uses, alternating between fixing which tower
-// is the larger per observation and refitting, until that no longer changes.
+// (only the sum is observable). Modality fits the two towers' step models,
+// alternating between fixing which tower is the larger per observation and
+// refitting (calibrate_modality.go). No coefficient of image complexity is
+// fitted in either: the GPU cost has none (gpuFeature).
 //
 // Calibrate is robust to a minority of poisoned observations: those whose
 // seconds per unit of prior cost are more than OutlierFactor away from the
