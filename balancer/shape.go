@@ -99,7 +99,8 @@ const fusionPasses = 3
 // Coefficients derives the cost model's coefficients (GFLOP per feature unit)
 // from transformer FLOPs; docs/cost-model.md has the derivation. It counts
 // what trainer/mmfeed_trainer/model.py's flops_per_sample counts (matmuls
-// only), except the [CLS] token the trainer prepends to the patches
+// only), including the [CLS] token the trainer prepends to the patches: the
+// vision tower and the fusion's keys and values see P + 1 image tokens
 // (testdata/flops_golden.json pins the agreement).
 //
 // Per block of hidden d and MLP ratio r on n tokens, the forward pass costs
@@ -115,9 +116,16 @@ func (s ModelShape) Coefficients() Coefficients {
 	dv, dt, df := float64(s.VisionHidden), float64(s.TextHidden), float64(s.FusionHidden)
 	block := func(d float64) float64 { return (8 + 4*r) * d * d }
 
+	// Per vision token (the trainer counts the patch embedding for the [CLS]
+	// token too) and per pair of vision tokens, on P + 1 tokens:
+	// perToken·(P+1) + perPair·(P+1)² = (perToken + 2·perPair)·P + perPair·P²
+	// + (perToken + perPair).
 	patchEmbed := 2 * float64(s.ImageChannels*s.PatchSize*s.PatchSize) * dv
-	c[Vision][FeatP] = fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
-	c[Vision][FeatP2] = fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
+	perToken := fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
+	perPair := fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
+	c[Vision][FeatP] = perToken + 2*perPair
+	c[Vision][FeatP2] = perPair
+	c[Vision][FeatOne] = perToken + perPair
 
 	c[Text][FeatL] = fwdBwd * gflop * float64(s.TextLayers) * block(dt)
 	c[Text][FeatL2] = fwdBwd * gflop * float64(s.TextLayers) * 4 * dt
@@ -129,10 +137,13 @@ func (s ModelShape) Coefficients() Coefficients {
 			l += 2 * dt * df // the input projection text → fusion
 		}
 		f := fwdBwd * gflop * fusionPasses
-		c[Fusion][FeatL] = f * l
+		// Keys and values and the cross-attention scores see P + 1 image
+		// tokens: the [CLS] token adds a per-sample and a per-text-token term.
+		c[Fusion][FeatL] = f * (l + lf*4*df)
 		c[Fusion][FeatL2] = f * lf * 4 * df
 		c[Fusion][FeatP] = f * lf * 4 * dv * df
 		c[Fusion][FeatLP] = f * lf * 4 * df
+		c[Fusion][FeatOne] = f * lf * 4 * dv * df
 	}
 	return c
 }
