@@ -122,15 +122,17 @@ func (c Calibration) Predict(f Features, pl Placement) float64 {
 }
 
 // ownerOf is the component that takes a feature's coefficient when the prior
-// has none for it.
-var ownerOf = [NumFeatures]Component{Text, Text, Vision, Vision, Fusion, Vision, Fusion}
+// has none for it. FeatComplexity has no owner: the GPU cost has no term for
+// it (see gpuFeature).
+var ownerOf = [NumFeatures]Component{Text, Text, Vision, Vision, Fusion, Fusion, Fusion}
 
 // Calibrate refits the prior's coefficients to measured rank-step times by
 // non-negative least squares (Lawson–Hanson). Colocated fits one coefficient
 // per feature and splits it over the components in the prior's proportions
-// (only the sum is observable). Modality fits one coefficient per
-// (component, feature) the prior uses, alternating between fixing which tower
-// is the larger per observation and refitting, until that no longer changes.
+// (only the sum is observable). Modality fits the two towers' step models,
+// alternating between fixing which tower is the larger per observation and
+// refitting (calibrate_modality.go). No coefficient of image complexity is
+// fitted in either: the GPU cost has none (gpuFeature).
 //
 // Calibrate is robust to a minority of poisoned observations: those whose
 // seconds per unit of prior cost are more than OutlierFactor away from the
@@ -173,92 +175,39 @@ func calibrate(prior CostModel, obs []Observation, cfg CalibrateConfig) (Calibra
 	return out, out.check()
 }
 
+// fitColocated fits one coefficient per GPU feature (only the sum of the
+// components is observable) and splits it over the components in the
+// prior's proportions, or gives it to ownerOf where the prior has none.
 func fitColocated(prior CostModel, obs []Observation, overhead bool) (CostModel, float64) {
-	n := int(NumFeatures)
-	cols := n
-	if overhead {
-		cols++
-	}
+	feats := gpuFeatures()
 	rows := make([][]float64, len(obs))
 	y := make([]float64, len(obs))
 	for i, o := range obs {
-		rows[i] = make([]float64, cols)
-		copy(rows[i], o.Features[:])
+		rows[i] = make([]float64, len(feats)+1)
+		for k, f := range feats {
+			rows[i][k] = o.Features[f]
+		}
 		if overhead {
-			rows[i][n] = 1
+			rows[i][len(feats)] = 1
 		}
 		y[i] = o.Seconds
 	}
 	theta := nnlsScaled(rows, y)
 	var m CostModel
-	for f := range NumFeatures {
+	for k, f := range feats {
 		var s float64
 		for c := range NumComponents {
 			s += prior.Coef[c][f]
 		}
 		if s == 0 {
-			m.Coef[ownerOf[f]][f] = theta[f]
+			m.Coef[ownerOf[f]][f] = theta[k]
 			continue
 		}
 		for c := range NumComponents {
-			m.Coef[c][f] = theta[f] * prior.Coef[c][f] / s
+			m.Coef[c][f] = theta[k] * prior.Coef[c][f] / s
 		}
 	}
-	if overhead {
-		return m, theta[n]
-	}
-	return m, 0
-}
-
-type column struct {
-	c Component
-	f Feature
-}
-
-func fitModality(prior CostModel, obs []Observation, overhead bool) (CostModel, float64) {
-	var cols []column
-	for c := range NumComponents {
-		for f := range NumFeatures {
-			if prior.Coef[c][f] > 0 || ownerOf[f] == c {
-				cols = append(cols, column{c, f})
-			}
-		}
-	}
-	model, oh := prior, 0.0
-	visionActive := make([]bool, len(obs))
-	for iter := 0; iter < 20; iter++ {
-		changed := iter == 0
-		for i, o := range obs {
-			c := model.CostOf(o.Features)
-			if v := c.Vision >= c.Text; v != visionActive[i] || iter == 0 {
-				visionActive[i], changed = v, true
-			}
-		}
-		if !changed {
-			break
-		}
-		rows := make([][]float64, len(obs))
-		y := make([]float64, len(obs))
-		for i, o := range obs {
-			row := make([]float64, len(cols)+1)
-			for k, col := range cols {
-				if col.c == Fusion || (col.c == Vision) == visionActive[i] {
-					row[k] = o.Features[col.f]
-				}
-			}
-			if overhead {
-				row[len(cols)] = 1
-			}
-			rows[i], y[i] = row, o.Seconds
-		}
-		theta := nnlsScaled(rows, y)
-		model = CostModel{}
-		for k, col := range cols {
-			model.Coef[col.c][col.f] = theta[k]
-		}
-		oh = theta[len(cols)]
-	}
-	return model, oh
+	return m, theta[len(feats)]
 }
 
 func priorFit(prior CostModel, obs []Observation, pl Placement) Fit {

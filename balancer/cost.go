@@ -15,7 +15,7 @@ const (
 	FeatP                         // P, image tokens
 	FeatP2                        // P²
 	FeatLP                        // L·P (cross-attention scores)
-	FeatComplexity                // image complexity (decode term)
+	FeatComplexity                // image complexity: no GPU cost term (gpuFeature)
 	FeatOne                       // 1 (per-sample overhead)
 	NumFeatures
 )
@@ -31,7 +31,11 @@ func (f Feature) String() string {
 }
 
 // Features is a feature vector [L, L², P, P², L·P, complexity, 1], or a vector
-// of coefficients over those features.
+// of coefficients over those features. Complexity rides along for the
+// loader's decode accounting (plans, observations and padded sums keep it),
+// but a CostModel's coefficient for it is always 0: at a fixed number of
+// image tokens the GPU computes the same whatever the pixels hold, so no
+// calibration could identify such a term (docs/cost-model.md).
 type Features [NumFeatures]float64
 
 // FeaturesOf returns the feature vector of one sample.
@@ -192,13 +196,19 @@ func NewCostModel(shape ModelShape) (CostModel, error) {
 	return CostModel{Coef: shape.Coefficients(), Unit: "GFLOP"}, nil
 }
 
-// Validate checks that every coefficient is finite and non-negative.
+// Validate checks that every coefficient is finite and non-negative, and
+// that none prices image complexity (the GPU cost has no such term; a model
+// file from before it was removed is refused rather than silently changed).
 func (m CostModel) Validate() error {
 	for c := range NumComponents {
 		for f := range NumFeatures {
 			v := m.Coef[c][f]
 			if !(v >= 0) || v > 1e300 {
 				return fmt.Errorf("balancer: cost model %v coefficient of %v = %v: %w", c, f, v, ErrInvalidConfig)
+			}
+			if !gpuFeature(f) && v != 0 {
+				return fmt.Errorf("balancer: cost model %v coefficient of %v = %v: image complexity is no GPU cost term (docs/cost-model.md): %w",
+					c, f, v, ErrInvalidConfig)
 			}
 		}
 	}

@@ -14,8 +14,9 @@ type Item struct {
 	// ImageTokens is P: image patches (fixed for square or shorter-side crops,
 	// variable for dynamic resolution).
 	ImageTokens int `json:"image_tokens"`
-	// Complexity is the image complexity estimate, roughly in [0,1]; it drives
-	// the loader-side decode term of the cost model.
+	// Complexity is the image complexity estimate, roughly in [0,1]: what
+	// decoding the image costs the loader's CPUs beyond its size. The GPU cost
+	// has no term for it (docs/cost-model.md, "Image complexity").
 	Complexity float64 `json:"complexity"`
 }
 

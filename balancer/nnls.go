@@ -7,31 +7,49 @@ import "math"
 // magnitude); all-zero columns get 0.
 func nnlsScaled(rows [][]float64, y []float64) []float64 {
 	n := len(rows[0])
-	norm := make([]float64, n)
-	for _, r := range rows {
-		for j, v := range r {
-			norm[j] += v * v
-		}
-	}
-	for j := range norm {
-		norm[j] = math.Sqrt(norm[j])
-	}
-	g := make([][]float64, n) // Gram matrix of the scaled columns
-	h := make([]float64, n)
+	g := make([][]float64, n) // Gram matrix AᵀA
+	h := make([]float64, n)   // Aᵀy
 	for j := range g {
 		g[j] = make([]float64, n)
 	}
 	for i, r := range rows {
-		for j := range n {
-			if norm[j] == 0 {
+		for j, a := range r {
+			if a == 0 {
 				continue
 			}
-			a := r[j] / norm[j]
 			h[j] += a * y[i]
+			for k, b := range r {
+				g[j][k] += a * b
+			}
+		}
+	}
+	return nnlsGram(g, h)
+}
+
+// nnlsGram is nnlsScaled given the Gram matrix G = AᵀA and h = Aᵀy (both are
+// modified): it scales the columns to unit norm, solves, and scales back.
+func nnlsGram(g [][]float64, h []float64) []float64 {
+	n := len(h)
+	norm := make([]float64, n)
+	for j := range norm {
+		norm[j] = math.Sqrt(math.Max(g[j][j], 0))
+	}
+	for j := range n {
+		if norm[j] == 0 {
+			h[j] = 0
 			for k := range n {
-				if norm[k] != 0 {
-					g[j][k] += a * r[k] / norm[k]
-				}
+				g[j][k], g[k][j] = 0, 0
+			}
+		}
+	}
+	for j := range n {
+		if norm[j] == 0 {
+			continue
+		}
+		h[j] /= norm[j]
+		for k := range n {
+			if norm[k] != 0 {
+				g[j][k] /= norm[j] * norm[k]
 			}
 		}
 	}

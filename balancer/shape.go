@@ -47,10 +47,6 @@ type ModelShape struct {
 	MLPRatio float64 `json:"mlp_ratio"`
 	// EmbedDim is the trainer's shared contrastive embedding size.
 	EmbedDim int `json:"embed_dim,omitempty"`
-	// DecodeGFLOP is the loader-side decode work per unit of image complexity
-	// that a step waits for, in GFLOP-equivalents (a prior; calibration refits
-	// it). 0 means decoding is fully overlapped with compute.
-	DecodeGFLOP float64 `json:"decode_gflop"`
 }
 
 // TinyShape is the bundled trainer's CPU/CI model (presets/tiny.json): ViT
@@ -85,8 +81,6 @@ func (s ModelShape) Validate() error {
 		(s.TextHeads > 0 && s.TextHidden%s.TextHeads != 0) ||
 		(s.FusionHeads > 0 && s.FusionHidden%s.FusionHeads != 0):
 		return bad("heads (each must divide its hidden size)", [3]int{s.VisionHeads, s.TextHeads, s.FusionHeads})
-	case !(s.DecodeGFLOP >= 0) || s.DecodeGFLOP > 1e12:
-		return bad("decode gflop", s.DecodeGFLOP)
 	}
 	return nil
 }
@@ -105,7 +99,8 @@ const fusionPasses = 3
 // Coefficients derives the cost model's coefficients (GFLOP per feature unit)
 // from transformer FLOPs; docs/cost-model.md has the derivation. It counts
 // what trainer/mmfeed_trainer/model.py's flops_per_sample counts (matmuls
-// only), except the [CLS] token the trainer prepends to the patches
+// only), including the [CLS] token the trainer prepends to the patches: the
+// vision tower and the fusion's keys and values see P + 1 image tokens
 // (testdata/flops_golden.json pins the agreement).
 //
 // Per block of hidden d and MLP ratio r on n tokens, the forward pass costs
@@ -121,10 +116,16 @@ func (s ModelShape) Coefficients() Coefficients {
 	dv, dt, df := float64(s.VisionHidden), float64(s.TextHidden), float64(s.FusionHidden)
 	block := func(d float64) float64 { return (8 + 4*r) * d * d }
 
+	// Per vision token (the trainer counts the patch embedding for the [CLS]
+	// token too) and per pair of vision tokens, on P + 1 tokens:
+	// perToken·(P+1) + perPair·(P+1)² = (perToken + 2·perPair)·P + perPair·P²
+	// + (perToken + perPair).
 	patchEmbed := 2 * float64(s.ImageChannels*s.PatchSize*s.PatchSize) * dv
-	c[Vision][FeatP] = fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
-	c[Vision][FeatP2] = fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
-	c[Vision][FeatComplexity] = s.DecodeGFLOP
+	perToken := fwdBwd * gflop * (patchEmbed + float64(s.VisionLayers)*block(dv))
+	perPair := fwdBwd * gflop * float64(s.VisionLayers) * 4 * dv
+	c[Vision][FeatP] = perToken + 2*perPair
+	c[Vision][FeatP2] = perPair
+	c[Vision][FeatOne] = perToken + perPair
 
 	c[Text][FeatL] = fwdBwd * gflop * float64(s.TextLayers) * block(dt)
 	c[Text][FeatL2] = fwdBwd * gflop * float64(s.TextLayers) * 4 * dt
@@ -136,10 +137,13 @@ func (s ModelShape) Coefficients() Coefficients {
 			l += 2 * dt * df // the input projection text → fusion
 		}
 		f := fwdBwd * gflop * fusionPasses
-		c[Fusion][FeatL] = f * l
+		// Keys and values and the cross-attention scores see P + 1 image
+		// tokens: the [CLS] token adds a per-sample and a per-text-token term.
+		c[Fusion][FeatL] = f * (l + lf*4*df)
 		c[Fusion][FeatL2] = f * lf * 4 * df
 		c[Fusion][FeatP] = f * lf * 4 * dv * df
 		c[Fusion][FeatLP] = f * lf * 4 * df
+		c[Fusion][FeatOne] = f * lf * 4 * dv * df
 	}
 	return c
 }

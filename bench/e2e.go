@@ -107,8 +107,13 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 			out[k+"imb_predicted"] = r.ImbPredicted
 			out[k+"imb_measured"] = r.ImbMeasured
 			if r.ImbPredicted > 0 {
-				// The plan's predicted imbalance is the FLOP prior's (no calibration in this part).
+				// The plan's predicted imbalance is the FLOP prior's.
 				out[k+"imb_measured_over_predicted"] = r.ImbMeasured / r.ImbPredicted
+			}
+			if r.ImbCalibratedRatio > 0 {
+				// After calibration (calibratedImbalance: refit on the other round's rank-steps).
+				out[k+"imb_measured_over_calibrated"] = r.ImbCalibratedRatio
+				out[k+"calib_fit_mean_rel_err"] = r.CalibFitErr
 			}
 			g.Runs = append(g.Runs, balancer.StepTimes{Strategy: s.String(), Seconds: r.StepSeconds,
 				IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured})
@@ -118,7 +123,13 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 			ratio := rnd.StepMean / packed.StepMean
 			out["e2e_step_time_random_over_mmfeed_packed_"+c.label] = ratio
 			if packed.ImbPredicted > 0 {
-				out["e2e_packed_"+c.label+"_imb_measured_over_predicted"] = packed.ImbMeasured / packed.ImbPredicted
+				out["e2e_packed_"+c.label+"_imb_measured_over_prior"] = packed.ImbMeasured / packed.ImbPredicted
+			}
+			if packed.ImbCalibratedRatio > 0 {
+				// The key: measured over predicted imbalance after calibration.
+				out["e2e_packed_"+c.label+"_imb_measured_over_predicted"] = packed.ImbCalibratedRatio
+				fmt.Printf("   packed (%s): measured / predicted imbalance after calibration %.4f (fit error %.1f%%), FLOP prior %.4f\n",
+					c.label, packed.ImbCalibratedRatio, 100*packed.CalibFitErr, packed.ImbMeasured/packed.ImbPredicted)
 			}
 			fmt.Printf("   step time random (padded) / mmfeed packed (%s): mean %.3f×\n", c.label, ratio)
 		}
@@ -177,18 +188,20 @@ func e2eCases(env *benchEnv, st e2eSettings) ([]e2eCase, error) {
 func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult, error) {
 	dirs := map[string]string{}
 	reports := map[string]balancer.Summary{}
+	feats := map[string]e2ePlanFeatures{}
 	for _, s := range e2eStrategies {
 		dir := filepath.Join(env.tmp, "e2e-shards-"+c.label+"-"+s.String())
 		cst := st
 		cst.MaxPixels = c.maxPixels
-		rep, err := writeE2EShards(c.manifest, dir, s, cst)
+		rep, pf, err := writeE2EShards(c.manifest, dir, s, cst)
 		if err != nil {
 			return nil, err
 		}
-		dirs[s.String()], reports[s.String()] = dir, rep.Strategies[s.strategy.String()]
+		dirs[s.String()], reports[s.String()], feats[s.String()] = dir, rep.Strategies[s.strategy.String()], pf
 	}
 	syscall.Sync() // write the shards back now, not while the first strategy trains
 	logs := map[string][]e2eRow{}
+	rounds := map[string][][]e2eRow{} // per strategy, per round
 	for round := range st.Rounds {
 		order := slices.Clone(e2eStrategies)
 		if round%2 == 1 {
@@ -204,13 +217,22 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 			if err != nil {
 				return nil, fmt.Errorf("%s round %d: %w", s, round, err)
 			}
-			logs[s.String()] = append(logs[s.String()], dropWarmup(steps, st.Warmup)...)
+			kept := dropWarmup(steps, st.Warmup)
+			logs[s.String()] = append(logs[s.String()], kept...)
+			rounds[s.String()] = append(rounds[s.String()], kept)
 		}
+	}
+	prior, err := balancer.NewCostModel(balancer.TinyShape())
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]e2eResult{}
 	for name, steps := range logs {
 		r := summarizeE2E(steps)
 		r.PaddingEff, r.ImbPredicted = reports[name].PaddingEfficiency, reports[name].ImbalanceMean
+		if r.ImbCalibratedRatio, r.CalibFitErr, err = calibratedImbalance(prior, feats[name], rounds[name]); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
 		out[name] = r
 	}
 	return out, nil
@@ -234,24 +256,27 @@ func e2eConfig(manifest string, s e2eVariant, st e2eSettings) (pipeline.Config, 
 	return cfg, cfg.Validate()
 }
 
-func writeE2EShards(manifest, dir string, s e2eVariant, st e2eSettings) (*balancer.Report, error) {
+// writeE2EShards writes the shards of one variant and returns the plan's report and its
+// rank features (for calibratedImbalance).
+func writeE2EShards(manifest, dir string, s e2eVariant, st e2eSettings) (*balancer.Report, e2ePlanFeatures, error) {
 	cfg, err := e2eConfig(manifest, s, st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prep, err := pipeline.Prepare(context.Background(), cfg, io.Discard)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer prep.Close()
 	plan, err := prep.Plan(s.strategy)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := pipeline.WriteShards(context.Background(), prep, plan, dir, nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return prep.Report()
+	rep, err := prep.Report()
+	return rep, planFeatures(plan), err
 }
 
 // trainE2E runs the trainer (torchrun, dp ranks, scripts/e2e_rank.py pinning each rank to

@@ -38,6 +38,9 @@ type e2eResult struct {
 	DataWaitFraction           float64 // Σ data wait / Σ (wall + data wait)
 	ImbMeasured                float64 // mean over steps of max/mean rank compute
 	PaddingEff, ImbPredicted   float64 // from the plan's report (whole epoch)
+	// ImbCalibratedRatio is measured over predicted imbalance after calibration, and
+	// CalibFitErr the calibrated fit's mean relative error (calibratedImbalance).
+	ImbCalibratedRatio, CalibFitErr float64
 }
 
 // readRankLogs reads rank-<r>.jsonl for r < dp and aligns them by (epoch, step); steps

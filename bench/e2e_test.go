@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/balancer"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -161,5 +163,51 @@ func TestEpochImbalance(t *testing.T) {
 	want := map[int]float64{0: 1.25, 1: 1.5}
 	if len(got) != len(want) || math.Abs(got[0]-want[0]) > 1e-12 || math.Abs(got[1]-want[1]) > 1e-12 {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestCalibratedImbalance: rank compute times that follow a model far from the FLOP
+// prior (text 20× dearer, a fixed overhead) are predicted after calibration, out of
+// sample, so measured over predicted imbalance is 1; with the prior it is not.
+func TestCalibratedImbalance(t *testing.T) {
+	prior, err := balancer.NewCostModel(balancer.TinyShape())
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := prior
+	truth.Coef[balancer.Text] = truth.Coef[balancer.Text].Scale(20)
+	feats := e2ePlanFeatures{}
+	var round []e2eRow
+	for step := range 20 {
+		var row e2eRow
+		for r := range 2 {
+			l, p := 10+37*((step*3+r*7)%11), 64+200*((step*5+r*3)%7)
+			f := balancer.FeaturesOf(l, p, 0.5).Add(balancer.FeaturesOf(3*l/2, p/2, 0.2))
+			feats[step] = append(feats[step], f)
+			row = append(row, e2eStep{Step: step, ComputeS: 1e-3*truth.CostOf(f).Total() + 0.01})
+		}
+		round = append(round, row)
+	}
+	ratio, fitErr, err := calibratedImbalance(prior, feats, [][]e2eRow{round, round})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(ratio-1) > 1e-3 || fitErr > 1e-3 {
+		t.Errorf("calibrated: measured / predicted %v, fit error %v; want 1 and 0", ratio, fitErr)
+	}
+	var meas, pred float64
+	for _, row := range round {
+		f := feats[row[0].Step]
+		meas += maxOverMean([]float64{row[0].ComputeS, row[1].ComputeS})
+		pred += maxOverMean([]float64{prior.CostOf(f[0]).Total(), prior.CostOf(f[1]).Total()})
+	}
+	if math.Abs(meas/pred-1) < 0.01 {
+		t.Fatalf("the prior already predicts the imbalance (%v): the test cannot tell calibration happened", meas/pred)
+	}
+	if r, _, _ := calibratedImbalance(prior, feats, [][]e2eRow{round}); r != 0 {
+		t.Errorf("one round: got %v, want 0 (no out-of-sample fit)", r)
+	}
+	if _, _, err := calibratedImbalance(prior, e2ePlanFeatures{}, [][]e2eRow{round, round}); err == nil {
+		t.Error("steps without plan features: no error")
 	}
 }

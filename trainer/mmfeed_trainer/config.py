@@ -75,8 +75,8 @@ class ModelConfig:
 PRESET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
 """The model presets, one JSON file each, in the schema the Go service reads too
 (balancer/presets holds a generated copy; a Go test fails when they drift)."""
-SCHEMA_ONLY = ("name", "description", "decode_gflop")
-"""Schema keys that are no ModelConfig field: labels, and the service's decode-cost prior."""
+SCHEMA_ONLY = ("name", "description")
+"""Schema keys that are no ModelConfig field: labels."""
 
 
 def load_model_file(path: str) -> ModelConfig:
