@@ -55,10 +55,12 @@ func (g *controlGate) endResend(rank int) {
 func (s *Service) goRegister(m *nats.Msg) {
 	select {
 	case s.gate.registers <- struct{}{}:
-		go func() {
+		if !s.tasks.start(func(ctx context.Context) {
 			defer func() { <-s.gate.registers }()
-			s.handleRegister(m)
-		}()
+			s.handleRegister(ctx, m)
+		}) {
+			<-s.gate.registers // the service is stopping: the trainer registers again
+		}
 	default:
 		s.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
 		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
@@ -137,8 +139,8 @@ func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 // and subject. A rank that needs a step the stream no longer holds (its
 // checkpoint is older than its last ack) is republished from there with a
 // new generation before the reply.
-func (s *Service) handleRegister(m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RegisterWait+30*time.Second)
+func (s *Service) handleRegister(ctx context.Context, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RegisterWait+30*time.Second)
 	defer cancel()
 	reply := s.register(ctx, m.Data, replyPrefix(m.Reply))
 	b, err := json.Marshal(reply)
@@ -422,7 +424,7 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 		s.cal.add(fb, f)
 	}
 	s.live.measured(fb)
-	s.advanceAcked(rank, pos{fb.Epoch, fb.Step + 1}, 0)
+	s.advanceAcked(s.tasks.context(), rank, pos{fb.Epoch, fb.Step + 1}, 0)
 }
 
 // unacked returns the first step rank has not acknowledged: the step of the
@@ -451,14 +453,14 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 // end the job. When want is ahead, it polls for up to wait for the
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
-func (s *Service) advanceAcked(rank int, want pos, wait time.Duration) {
+func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
 	s.mu.Lock()
 	ahead := s.ranks[rank].next.less(s.norm(want))
 	s.mu.Unlock()
 	if !ahead {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(wait)
 	for {
@@ -503,7 +505,7 @@ func (s *Service) handleDone(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
 	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	go s.advanceAcked(rank, pos{d.Epoch + 1, 0}, doneAckWait)
+	s.tasks.start(func(ctx context.Context) { s.advanceAcked(ctx, rank, pos{d.Epoch + 1, 0}, doneAckWait) })
 }
 
 // doneAckWait bounds how long a done waits for the rank's last
@@ -533,9 +535,9 @@ func (s *Service) handleResend(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
 	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
-	go func() {
+	started := s.tasks.start(func(ctx context.Context) {
 		defer s.gate.endResend(rank)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
 		if err == nil {
@@ -544,7 +546,10 @@ func (s *Service) handleResend(m *nats.Msg) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("resend", "err", err)
 		}
-	}()
+	})
+	if !started {
+		s.gate.endResend(rank)
+	}
 }
 
 // answerResend replies to a resend sent as a request: {"ok": true} once the

@@ -42,10 +42,12 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
 			select {
 			case slots <- struct{}{}:
-				go func() {
+				if !s.tasks.start(func(context.Context) {
 					defer func() { <-slots }()
 					s.handleFetch(ctx, r, m)
-				}()
+				}) {
+					<-slots
+				}
 			default:
 				s.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}

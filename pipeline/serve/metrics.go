@@ -196,7 +196,7 @@ type consumerSnapshot struct {
 }
 
 // streamPoll is how often pollStream reads the stream and consumer state.
-const streamPoll = 2 * time.Second
+var streamPoll = 2 * time.Second // a variable so tests can lengthen it
 
 // pollStream keeps s.streamSnap current until ctx ends (JetStream data plane
 // only), so that a Prometheus scrape makes no JetStream request.

@@ -516,3 +516,10 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	s.log.Info("rewind", "dp", dp, "mp", mp, "epoch", req.to.Epoch, "step", req.to.Step, "generation", gen, "reason", req.reason)
 	return nil
 }
+
+// finishedPublishing reports whether every batch of the job was published.
+func (s *Service) finishedPublishing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
+}

@@ -63,6 +63,7 @@ type Service struct {
 	st     state
 	pub    *proto.Publisher // JetStream data plane
 	gate   *controlGate     // bounds the control handlers' goroutines (control.go)
+	tasks  tasks            // the goroutines started for a message (tasks.go)
 	out    *outbox          // core data plane
 	views  chan struct{}    // viewer fetches in flight (core data plane)
 	// streamSnap is the last polled stream state (JetStream data plane).
@@ -159,10 +160,13 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // the first part to fail (or ctx) stops the others.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.closePlans()
+	s.tasks.open(ctx)
 	if err := s.startNATS(ctx); err != nil {
+		s.tasks.close()
 		return err
 	}
 	defer s.stopNATS()
+	defer s.tasks.close() // after the handlers are unsubscribed, before NATS stops
 	ls, err := openLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
 	if err != nil {
 		return err

@@ -28,10 +28,12 @@ func (s *Service) startView(ctx context.Context, rank int, reply string, key pro
 		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
 		return
 	}
-	go func() {
+	if !s.tasks.start(func(context.Context) {
 		defer func() { <-s.views }()
 		s.view(ctx, rank, reply, key)
-	}()
+	}) {
+		<-s.views
+	}
 }
 
 // view sends a copy of key's batch to reply: the outbox's copy while the
