@@ -185,7 +185,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	if err := s.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
-	info, err := s.waitEpoch(ctx, reg.Epoch)
+	info, err := s.epochs.waitInfo(ctx, reg.Epoch, s.cfg.RegisterWait)
 	if err != nil {
 		return fail(err)
 	}
@@ -193,7 +193,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
 	rank := reg.DPRank*s.cfg.MP + reg.MPRank
-	need := s.normLocked(pos{reg.Epoch, reg.ResumeStep})
+	need := s.epochs.norm(pos{reg.Epoch, reg.ResumeStep})
 	if err := s.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
@@ -226,39 +226,12 @@ func refusalCode(err error) string {
 	return proto.RefusedFailed
 }
 
-// waitEpoch returns the info of epoch e, waiting up to RegisterWait while the
-// publisher plans it.
-func (s *Service) waitEpoch(ctx context.Context, e int) (EpochInfo, error) {
-	t := time.NewTimer(s.cfg.RegisterWait)
-	defer t.Stop()
-	for {
-		s.mu.Lock()
-		info, ok := s.infos[e]
-		planned := s.planned
-		s.mu.Unlock()
-		if ok {
-			return info, nil
-		}
-		select {
-		case <-planned:
-		case <-t.C:
-			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
-		case <-ctx.Done():
-			return EpochInfo{}, ctx.Err()
-		}
-	}
-}
-
 // resumeRank sets where rank's trainer continues. When the stream no longer
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
 func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
 	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	s.mu.Lock()
-	same := conn != "" && s.ranks[rank].conn == conn
-	s.ranks[rank].conn = conn
-	s.mu.Unlock()
-	if !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
+	if same := s.ranks.swapConn(rank, conn); !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
 		if err := s.resetConsumer(ctx, dp, mp); err != nil {
 			return err
 		}
@@ -266,9 +239,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	// The cursor first: what is published after this is still stored when
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
-	s.mu.Lock()
-	avail := s.ranks[rank].cursor
-	s.mu.Unlock()
+	avail := s.ranks.get(rank).cursor
 	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return err
@@ -340,52 +311,16 @@ func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
 }
 
 // setNext records the first step rank's trainer still needs (in memory and
-// as the KV rank step); with force it may move backwards (a register).
+// as the KV rank step; with force it may move backwards: a register) and
+// wakes the publisher when it moved.
 func (s *Service) setNext(ctx context.Context, rank int, next pos, force bool) {
-	s.mu.Lock()
-	rs := &s.ranks[rank]
-	next = s.norm(next)
-	if !force && !rs.next.less(next) {
-		s.mu.Unlock()
-		return
-	}
-	rs.next, rs.known = next, true
-	prev, hasPrev := s.lastStepBefore(next)
-	s.mu.Unlock()
-	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	var err error
-	if hasPrev {
-		err = proto.PutRankStep(kctx, s.st.kv, dp, mp, prev.Epoch, prev.Step)
-	} else {
-		err = s.st.delete(kctx, proto.KVRankStep(dp, mp))
-	}
+	moved, err := s.ranks.setNext(ctx, rank, next, force)
 	if err != nil {
-		s.log.Warn("kv rank step", "dp", dp, "mp", mp, "err", err)
+		s.log.Warn("kv rank step", "dp", rank/s.cfg.MP, "mp", rank%s.cfg.MP, "err", err)
 	}
-	select {
-	case s.progress <- struct{}{}:
-	default:
+	if moved {
+		s.publisher.poke()
 	}
-}
-
-// lastStepBefore returns the step before p (the last completed one when p is
-// the next needed). Caller holds s.mu.
-func (s *Service) lastStepBefore(p pos) (pos, bool) {
-	if p.Step > 0 {
-		return pos{p.Epoch, p.Step - 1}, true
-	}
-	if info, ok := s.infos[p.Epoch-1]; ok && info.Steps > 0 {
-		return pos{p.Epoch - 1, info.Steps - 1}, true
-	}
-	return pos{}, false
-}
-
-func (s *Service) normLocked(p pos) pos {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.norm(p)
 }
 
 // checkRank validates a control message's job and ranks.
@@ -414,13 +349,7 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
 	s.met.feedback(fb)
-	s.mu.Lock()
-	ep := s.plans[fb.Epoch]
-	s.mu.Unlock()
-	if ep != nil && fb.Step < len(ep.feats) {
-		s.mu.Lock()
-		f := ep.feats[fb.Step][fb.DPRank]
-		s.mu.Unlock()
+	if f, ok := s.epochs.features(fb.Epoch, fb.Step, fb.DPRank); ok {
 		s.cal.add(fb, f)
 	}
 	s.live.measured(fb)
@@ -434,9 +363,7 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 // first: what is published after that is still stored when the stream is
 // looked at.
 func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
-	s.mu.Lock()
-	bound := s.ranks[rank].cursor
-	s.mu.Unlock()
+	bound := s.ranks.get(rank).cursor
 	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
@@ -444,7 +371,7 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 	if stored {
 		bound = pos{h.Epoch, h.Step}
 	}
-	return s.normLocked(bound), nil
+	return s.epochs.norm(bound), nil
 }
 
 // advanceAcked moves rank's next needed step forward to want, but never past
@@ -454,9 +381,7 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
 func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	s.mu.Lock()
-	ahead := s.ranks[rank].next.less(s.norm(want))
-	s.mu.Unlock()
+	ahead := s.ranks.get(rank).next.less(s.epochs.norm(want))
 	if !ahead {
 		return
 	}
@@ -469,7 +394,7 @@ func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 			s.log.Warn("acknowledged position", "rank", rank, "err", err)
 			return
 		}
-		want = s.normLocked(want)
+		want = s.epochs.norm(want)
 		if !bound.less(want) {
 			s.setNext(ctx, rank, want, false)
 			return

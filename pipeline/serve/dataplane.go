@@ -134,9 +134,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 
 // dropped reports whether key was built for rank and is no longer held.
 func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	s.mu.Lock()
-	built := (pos{key.Epoch, key.Step}).less(s.ranks[rank].cursor)
-	s.mu.Unlock()
+	built := (pos{key.Epoch, key.Step}).less(s.ranks.get(rank).cursor)
 	if !built {
 		return false
 	}

@@ -69,9 +69,7 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 // held in memory (the epoch being published or the one before). Samples that
 // fail to decode are not quarantined again (the publisher did that).
 func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	s.mu.Lock()
-	ep := s.plans[key.Epoch]
-	s.mu.Unlock()
+	ep := s.epochs.plan(key.Epoch)
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
 	}
@@ -100,10 +98,7 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	if err != nil {
 		return nil, errors.Is(err, proto.ErrOutsidePlan), err
 	}
-	s.mu.Lock()
-	released := s.plans[key.Epoch] != ep // closed while it was read: the rows may be wrong
-	s.mu.Unlock()
-	if released {
+	if s.epochs.plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
 		return nil, false, fmt.Errorf("epoch %d was released while the batch was built", key.Epoch)
 	}
 	meta, err := s.batchMeta(ep, key.Step, rank)
