@@ -175,6 +175,18 @@ func (b *epochBook) started(e int) bool {
 	return b.jobs[e] != nil || b.plans[e] != nil
 }
 
+// planFrom returns ep's served steps from start on as a plan for the
+// Preprocessor (epochPlan.planFrom), read under the lock a recalibration
+// replaces them under; ok is false when start is outside the n steps.
+func (b *epochBook) planFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if start < 0 || start >= len(ep.steps) {
+		return nil, len(ep.steps), false
+	}
+	return ep.planFrom(start), len(ep.steps), true
+}
+
 // prepared returns epoch e's plan, preparing it unless that is done or
 // under way; concurrent callers share one preparation. A preparation that
 // failed is tried again.

@@ -73,11 +73,11 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
 	}
-	if key.Step < 0 || key.Step >= len(ep.steps) {
-		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, len(ep.steps))
+	plan, n, ok := s.epochs.planFrom(ep, key.Step)
+	if !ok {
+		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, n)
 	}
 	dp := rank / s.cfg.MP
-	plan := ep.planFrom(key.Step)
 	one := balancer.Step{Index: key.Step, Ranks: make([][]balancer.MicroBatch, len(plan.Steps[0].Ranks))}
 	one.Ranks[dp] = plan.Steps[0].Ranks[dp]
 	plan.Steps = []balancer.Step{one}
