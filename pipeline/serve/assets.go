@@ -249,18 +249,13 @@ func (s *Service) recreateState(ctx context.Context) error {
 	if err := s.checkJob(ctx); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	infos := make(map[int]EpochInfo, len(s.infos))
-	for e, in := range s.infos {
-		infos[e] = in
-	}
-	ranks := append([]rankState(nil), s.ranks...)
+	infos := s.epochs.allInfos()
+	ranks := s.ranks.all()
 	prevs := make([]pos, len(ranks))
 	hasPrev := make([]bool, len(ranks))
 	for r, rs := range ranks {
-		prevs[r], hasPrev[r] = s.lastStepBefore(rs.next)
+		prevs[r], hasPrev[r] = s.epochs.stepBefore(rs.next)
 	}
-	s.mu.Unlock()
 	for e, in := range infos {
 		if err := s.st.putJSON(ctx, kvEpochInfo+fmt.Sprint(e), in); err != nil {
 			return err
@@ -296,9 +291,7 @@ func (s *Service) recreateStream(ctx context.Context) error {
 		}
 	}
 	for r := range c.ranks() {
-		s.mu.Lock()
-		to := s.ranks[r].next
-		s.mu.Unlock()
+		to := s.ranks.get(r).next
 		if err := s.requestRewind(ctx, rewindReq{rank: r, to: to, reason: "stream recreated"}); err != nil {
 			return err
 		}

@@ -203,21 +203,22 @@ func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
-	s.sinceCal++
-	if s.sinceCal < s.cfg.Recalibrate {
+	s.publisher.sinceCal++
+	if s.publisher.sinceCal < s.cfg.Recalibrate {
 		return false
 	}
-	s.sinceCal = 0
+	s.publisher.sinceCal = 0
 	cal, ok := s.cal.fit()
 	if !ok {
 		return false
 	}
 	e := ep.info.Epoch
-	s.mu.Lock()
+	// The book's lock guards ep's steps, feats and info against readers.
+	s.epochs.mu.Lock()
 	from := step + 1 // after every step queued or published
 	for _, q := range queued {
 		if q.Epoch > e {
-			s.mu.Unlock()
+			s.epochs.mu.Unlock()
 			return false
 		}
 		if q.Epoch == e {
@@ -228,24 +229,22 @@ func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
 	fit := cal.Fit
 	replanned := ep.replan(Segment{FromStep: from, Model: cal.Model, Fit: &fit})
 	info := ep.info
-	s.mu.Unlock()
+	s.epochs.mu.Unlock()
 	if !replanned {
 		s.log.Info("recalibration kept the plan (the replan would change the step count)", "epoch", e, "from_step", from)
 		return false
 	}
 	if err := s.st.putJSON(context.Background(), kvEpochInfo+strconv.Itoa(e), info); err != nil {
-		s.mu.Lock()
+		s.epochs.mu.Lock()
 		ep.steps, ep.info = oldSteps, oldInfo
 		for k := from; k < len(oldSteps); k++ {
 			ep.feats[k] = ep.stepFeatures(oldSteps[k])
 		}
-		s.mu.Unlock()
+		s.epochs.mu.Unlock()
 		s.log.Warn("recalibration not recorded, plan kept", "err", err)
 		return false
 	}
-	s.mu.Lock()
-	s.infos[e] = info
-	s.mu.Unlock()
+	s.epochs.setInfo(e, info)
 	s.met.recalibrations.Inc()
 	s.log.Info("recalibrated", "epoch", e, "from_step", from, "r2", fit.R2, "mean_rel_err", fit.MeanRelErr, "observations", fit.N)
 	return true

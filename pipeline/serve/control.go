@@ -55,10 +55,12 @@ func (g *controlGate) endResend(rank int) {
 func (s *Service) goRegister(m *nats.Msg) {
 	select {
 	case s.gate.registers <- struct{}{}:
-		go func() {
+		if !s.tasks.start(func(ctx context.Context) {
 			defer func() { <-s.gate.registers }()
-			s.handleRegister(m)
-		}()
+			s.handleRegister(ctx, m)
+		}) {
+			<-s.gate.registers // the service is stopping: the trainer registers again
+		}
 	default:
 		s.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
 		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
@@ -137,8 +139,8 @@ func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 // and subject. A rank that needs a step the stream no longer holds (its
 // checkpoint is older than its last ack) is republished from there with a
 // new generation before the reply.
-func (s *Service) handleRegister(m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RegisterWait+30*time.Second)
+func (s *Service) handleRegister(ctx context.Context, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RegisterWait+30*time.Second)
 	defer cancel()
 	reply := s.register(ctx, m.Data, replyPrefix(m.Reply))
 	b, err := json.Marshal(reply)
@@ -183,7 +185,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	if err := s.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
-	info, err := s.waitEpoch(ctx, reg.Epoch)
+	info, err := s.epochs.waitInfo(ctx, reg.Epoch, s.cfg.RegisterWait)
 	if err != nil {
 		return fail(err)
 	}
@@ -191,7 +193,7 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
 	rank := reg.DPRank*s.cfg.MP + reg.MPRank
-	need := s.normLocked(pos{reg.Epoch, reg.ResumeStep})
+	need := s.epochs.norm(pos{reg.Epoch, reg.ResumeStep})
 	if err := s.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
@@ -224,39 +226,12 @@ func refusalCode(err error) string {
 	return proto.RefusedFailed
 }
 
-// waitEpoch returns the info of epoch e, waiting up to RegisterWait while the
-// publisher plans it.
-func (s *Service) waitEpoch(ctx context.Context, e int) (EpochInfo, error) {
-	t := time.NewTimer(s.cfg.RegisterWait)
-	defer t.Stop()
-	for {
-		s.mu.Lock()
-		info, ok := s.infos[e]
-		planned := s.planned
-		s.mu.Unlock()
-		if ok {
-			return info, nil
-		}
-		select {
-		case <-planned:
-		case <-t.C:
-			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
-		case <-ctx.Done():
-			return EpochInfo{}, ctx.Err()
-		}
-	}
-}
-
 // resumeRank sets where rank's trainer continues. When the stream no longer
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
 func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
 	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	s.mu.Lock()
-	same := conn != "" && s.ranks[rank].conn == conn
-	s.ranks[rank].conn = conn
-	s.mu.Unlock()
-	if !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
+	if same := s.ranks.swapConn(rank, conn); !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
 		if err := s.resetConsumer(ctx, dp, mp); err != nil {
 			return err
 		}
@@ -264,9 +239,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	// The cursor first: what is published after this is still stored when
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
-	s.mu.Lock()
-	avail := s.ranks[rank].cursor
-	s.mu.Unlock()
+	avail := s.ranks.get(rank).cursor
 	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return err
@@ -338,52 +311,16 @@ func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
 }
 
 // setNext records the first step rank's trainer still needs (in memory and
-// as the KV rank step); with force it may move backwards (a register).
+// as the KV rank step; with force it may move backwards: a register) and
+// wakes the publisher when it moved.
 func (s *Service) setNext(ctx context.Context, rank int, next pos, force bool) {
-	s.mu.Lock()
-	rs := &s.ranks[rank]
-	next = s.norm(next)
-	if !force && !rs.next.less(next) {
-		s.mu.Unlock()
-		return
-	}
-	rs.next, rs.known = next, true
-	prev, hasPrev := s.lastStepBefore(next)
-	s.mu.Unlock()
-	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	var err error
-	if hasPrev {
-		err = proto.PutRankStep(kctx, s.st.kv, dp, mp, prev.Epoch, prev.Step)
-	} else {
-		err = s.st.delete(kctx, proto.KVRankStep(dp, mp))
-	}
+	moved, err := s.ranks.setNext(ctx, rank, next, force)
 	if err != nil {
-		s.log.Warn("kv rank step", "dp", dp, "mp", mp, "err", err)
+		s.log.Warn("kv rank step", "dp", rank/s.cfg.MP, "mp", rank%s.cfg.MP, "err", err)
 	}
-	select {
-	case s.progress <- struct{}{}:
-	default:
+	if moved {
+		s.publisher.poke()
 	}
-}
-
-// lastStepBefore returns the step before p (the last completed one when p is
-// the next needed). Caller holds s.mu.
-func (s *Service) lastStepBefore(p pos) (pos, bool) {
-	if p.Step > 0 {
-		return pos{p.Epoch, p.Step - 1}, true
-	}
-	if info, ok := s.infos[p.Epoch-1]; ok && info.Steps > 0 {
-		return pos{p.Epoch - 1, info.Steps - 1}, true
-	}
-	return pos{}, false
-}
-
-func (s *Service) normLocked(p pos) pos {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.norm(p)
 }
 
 // checkRank validates a control message's job and ranks.
@@ -412,17 +349,11 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
 	s.met.feedback(fb)
-	s.mu.Lock()
-	ep := s.plans[fb.Epoch]
-	s.mu.Unlock()
-	if ep != nil && fb.Step < len(ep.feats) {
-		s.mu.Lock()
-		f := ep.feats[fb.Step][fb.DPRank]
-		s.mu.Unlock()
+	if f, ok := s.epochs.features(fb.Epoch, fb.Step, fb.DPRank); ok {
 		s.cal.add(fb, f)
 	}
 	s.live.measured(fb)
-	s.advanceAcked(rank, pos{fb.Epoch, fb.Step + 1}, 0)
+	s.advanceAcked(s.tasks.context(), rank, pos{fb.Epoch, fb.Step + 1}, 0)
 }
 
 // unacked returns the first step rank has not acknowledged: the step of the
@@ -432,9 +363,7 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 // first: what is published after that is still stored when the stream is
 // looked at.
 func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
-	s.mu.Lock()
-	bound := s.ranks[rank].cursor
-	s.mu.Unlock()
+	bound := s.ranks.get(rank).cursor
 	h, stored, err := s.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
@@ -442,7 +371,7 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 	if stored {
 		bound = pos{h.Epoch, h.Step}
 	}
-	return s.normLocked(bound), nil
+	return s.epochs.norm(bound), nil
 }
 
 // advanceAcked moves rank's next needed step forward to want, but never past
@@ -451,14 +380,12 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 // end the job. When want is ahead, it polls for up to wait for the
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
-func (s *Service) advanceAcked(rank int, want pos, wait time.Duration) {
-	s.mu.Lock()
-	ahead := s.ranks[rank].next.less(s.norm(want))
-	s.mu.Unlock()
+func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
+	ahead := s.ranks.get(rank).next.less(s.epochs.norm(want))
 	if !ahead {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait+10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(wait)
 	for {
@@ -467,7 +394,7 @@ func (s *Service) advanceAcked(rank int, want pos, wait time.Duration) {
 			s.log.Warn("acknowledged position", "rank", rank, "err", err)
 			return
 		}
-		want = s.normLocked(want)
+		want = s.epochs.norm(want)
 		if !bound.less(want) {
 			s.setNext(ctx, rank, want, false)
 			return
@@ -503,7 +430,7 @@ func (s *Service) handleDone(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
 	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	go s.advanceAcked(rank, pos{d.Epoch + 1, 0}, doneAckWait)
+	s.tasks.start(func(ctx context.Context) { s.advanceAcked(ctx, rank, pos{d.Epoch + 1, 0}, doneAckWait) })
 }
 
 // doneAckWait bounds how long a done waits for the rank's last
@@ -533,9 +460,9 @@ func (s *Service) handleResend(m *nats.Msg) {
 	}
 	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
 	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
-	go func() {
+	started := s.tasks.start(func(ctx context.Context) {
 		defer s.gate.endResend(rank)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
 		if err == nil {
@@ -544,7 +471,10 @@ func (s *Service) handleResend(m *nats.Msg) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("resend", "err", err)
 		}
-	}()
+	})
+	if !started {
+		s.gate.endResend(rank)
+	}
 }
 
 // answerResend replies to a resend sent as a request: {"ok": true} once the

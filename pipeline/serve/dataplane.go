@@ -42,10 +42,12 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
 			select {
 			case slots <- struct{}{}:
-				go func() {
+				if !s.tasks.start(func(context.Context) {
 					defer func() { <-slots }()
 					s.handleFetch(ctx, r, m)
-				}()
+				}) {
+					<-slots
+				}
 			default:
 				s.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}
@@ -137,9 +139,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 
 // dropped reports whether key was built for rank and is no longer held.
 func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	s.mu.Lock()
-	built := (pos{key.Epoch, key.Step}).less(s.ranks[rank].cursor)
-	s.mu.Unlock()
+	built := (pos{key.Epoch, key.Step}).less(s.ranks.get(rank).cursor)
 	if !built {
 		return false
 	}

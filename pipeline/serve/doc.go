@@ -119,11 +119,44 @@
 //
 // # Ownership and concurrency
 //
-// A Service is created by New and run once by Run, which supervises the
-// embedded server, the publisher, the control handlers and the HTTP server
-// together (errgroup) and drains them when ctx ends (SIGINT/SIGTERM in the
-// command) or one fails. Ready, ClientURL, HTTPAddr, Stats, Handler and
-// Registry are safe for concurrent use. The Service owns its NATS
-// connection, embedded server and prepared epochs and releases them when Run
-// returns.
+// A Service is created by New and run once by Run. Run takes the job's
+// lease, sets up the connection and the JetStream assets, installs the
+// control handlers, then supervises its parts in one errgroup with Run's
+// context: the lease renewal, the publisher, the progress log, the asset
+// watch, the stream poll, the HTTP server (and the local workers). The first
+// part to fail, ctx (SIGINT/SIGTERM in the command) or the publisher's end
+// stops them all. Ready, ClientURL, HTTPAddr, Stats, Handler and Registry
+// are safe for concurrent use. The Service owns its NATS connection,
+// embedded server and prepared epochs and releases them when Run returns.
+//
+// The Service composes parts that each own their state under their own
+// lock, with the invariants documented on the type:
+//
+//   - rankTable (ranks.go): every rank's publish cursor, next needed step,
+//     generation and connection, and their KV records (rank.<dp>.<mp>.step,
+//     .gen). A generation is recorded before it is used; a cursor moves
+//     forward only when the step's last micro-batch was handed over.
+//   - epochBook (epochs.go): the epochs' infos (KV epoch.<e>), the plans
+//     held in memory (the active epoch, the one before, and the next one
+//     while it is planned ahead), one shared preparation per epoch, and the
+//     plan-ahead goroutines, which the publisher waits for.
+//   - publisher (publisher.go): the rewinds queued for the publish loop
+//     (publish.go), its wake-ups, the cancel of the run in progress and
+//     whether everything is published. Only the loop applies rewinds.
+//   - controlGate (control.go) and tasks (tasks.go): the control handlers'
+//     bounds, and every goroutine started for a message (a register, done,
+//     resend, fetch or viewer fetch). Tasks run with Run's context and Run
+//     waits for them before it returns: no goroutine of the service
+//     outlives Run.
+//   - calibrator (calibrate.go), live (live.go), health (assets.go): the
+//     cost-model observations, the live report and /healthz's state.
+//
+// Lock order: rankTable before epochBook (positions are normalised with
+// the epochs' step counts); every other part's lock is a leaf. A Prometheus
+// scrape reads memory only (positions, the outbox, the stream state
+// pollStream keeps): it makes no NATS or JetStream request.
+//
+// Re-planning is the balancer's: a recalibration replans the rest of an
+// epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the
+// service records the segments and replays them after a restart.
 package serve

@@ -2,10 +2,14 @@ package serve
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -18,23 +22,181 @@ type planJob struct {
 	seconds float64 // how long preparing took
 }
 
-// prepared returns epoch e's plan, preparing it (and recording its info in
-// the KV bucket) unless that is done or under way; concurrent callers share
-// one preparation. A preparation that failed is tried again.
-func (s *Service) prepared(ctx context.Context, e int) (*epochPlan, error) {
-	s.mu.Lock()
-	if ep := s.plans[e]; ep != nil {
-		s.mu.Unlock()
-		return ep, nil
+// prepareFunc prepares epoch e and records its info in the KV bucket;
+// stored is the info recorded before (nil: none).
+type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error)
+
+// epochBook owns the job's epochs: their infos (what a register reply
+// needs, as recorded in the KV bucket), their plans held in memory, the
+// preparations started, and the epoch being published.
+//
+// Invariants, under mu:
+//   - a plan is prepared once: concurrent callers of prepared share one
+//     planJob (a failed one is tried again);
+//   - plans[e] set implies infos[e] set; planned is closed (and replaced)
+//     whenever infos gains an epoch;
+//   - plans before active-1 are closed and dropped (active-1 stays for late
+//     feedback and viewers);
+//   - mu also guards the parts of a held plan the publisher changes
+//     (steps, feats, info: a recalibration), against readers elsewhere.
+//
+// Goroutines it starts (planning ahead, recording the active epoch) are
+// counted in ahead; the publisher waits for them before it returns. mu is
+// a leaf: nothing is called with it held that takes another lock.
+type epochBook struct {
+	mu      sync.Mutex
+	infos   map[int]EpochInfo
+	plans   map[int]*epochPlan
+	jobs    map[int]*planJob // preparations started, by epoch
+	active  int              // the epoch being published (-1 before the first)
+	planned chan struct{}
+	ahead   sync.WaitGroup
+	prepare prepareFunc
+}
+
+func newEpochBook(prepare prepareFunc) *epochBook {
+	return &epochBook{infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, jobs: map[int]*planJob{}, active: -1,
+		planned: make(chan struct{}), prepare: prepare}
+}
+
+// info returns epoch e's info, if it is planned.
+func (b *epochBook) info(e int) (EpochInfo, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info, ok := b.infos[e]
+	return info, ok
+}
+
+// setInfo records epoch e's info (restore, a recalibration).
+func (b *epochBook) setInfo(e int, info EpochInfo) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.infos[e] = info
+}
+
+// allInfos returns a copy of every epoch's info.
+func (b *epochBook) allInfos() map[int]EpochInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[int]EpochInfo, len(b.infos))
+	for e, in := range b.infos {
+		out[e] = in
 	}
-	job := s.planJobs[e]
-	if job == nil || (job.err != nil && isDone(job.done)) {
-		job = &planJob{done: make(chan struct{})}
-		s.planJobs[e] = job
-		s.mu.Unlock()
-		s.runPlanJob(ctx, e, job)
-	} else {
-		s.mu.Unlock()
+	return out
+}
+
+// forget drops the infos of epochs es (a resize plans them again).
+func (b *epochBook) forget(es []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range es {
+		delete(b.infos, e)
+	}
+}
+
+// steps returns epoch e's step count (0 while it is not planned).
+func (b *epochBook) steps(e int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.infos[e].Steps
+}
+
+// norm maps (e, steps of e) to (e+1, 0).
+func (b *epochBook) norm(p pos) pos {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if info, ok := b.infos[p.Epoch]; ok && p.Step >= info.Steps {
+		return pos{p.Epoch + 1, 0}
+	}
+	return p
+}
+
+// stepBefore returns the step before p (the last completed one when p is
+// the next needed).
+func (b *epochBook) stepBefore(p pos) (pos, bool) {
+	if p.Step > 0 {
+		return pos{p.Epoch, p.Step - 1}, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if info, ok := b.infos[p.Epoch-1]; ok && info.Steps > 0 {
+		return pos{p.Epoch - 1, info.Steps - 1}, true
+	}
+	return pos{}, false
+}
+
+// waitInfo returns the info of epoch e, waiting up to wait while it is
+// planned.
+func (b *epochBook) waitInfo(ctx context.Context, e int, wait time.Duration) (EpochInfo, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		info, ok := b.infos[e]
+		planned := b.planned
+		b.mu.Unlock()
+		if ok {
+			return info, nil
+		}
+		select {
+		case <-planned:
+		case <-t.C:
+			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
+		case <-ctx.Done():
+			return EpochInfo{}, ctx.Err()
+		}
+	}
+}
+
+// plan returns epoch e's plan when it is held in memory.
+func (b *epochBook) plan(e int) *epochPlan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.plans[e]
+}
+
+// features returns dp rank's feature sum of step of epoch e, when e's plan
+// is held.
+func (b *epochBook) features(e, step, dp int) (balancer.Features, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ep := b.plans[e]
+	if ep == nil || step < 0 || step >= len(ep.feats) || dp < 0 || dp >= len(ep.feats[step]) {
+		return balancer.Features{}, false
+	}
+	return ep.feats[step][dp], true
+}
+
+// started reports whether epoch e's preparation started (or its plan is
+// held).
+func (b *epochBook) started(e int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.jobs[e] != nil || b.plans[e] != nil
+}
+
+// planFrom returns ep's served steps from start on as a plan for the
+// Preprocessor (epochPlan.planFrom), read under the lock a recalibration
+// replaces them under; ok is false when start is outside the n steps.
+func (b *epochBook) planFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if start < 0 || start >= len(ep.steps) {
+		return nil, len(ep.steps), false
+	}
+	return ep.planFrom(start), len(ep.steps), true
+}
+
+// prepared returns epoch e's plan, preparing it unless that is done or
+// under way; concurrent callers share one preparation. A preparation that
+// failed is tried again.
+func (b *epochBook) prepared(ctx context.Context, e int) (*epochPlan, error) {
+	job, run := b.job(e)
+	if job == nil {
+		return b.plan(e), nil
+	}
+	if run {
+		b.run(ctx, e, job)
 	}
 	select {
 	case <-job.done:
@@ -42,6 +204,23 @@ func (s *Service) prepared(ctx context.Context, e int) (*epochPlan, error) {
 		return nil, ctx.Err()
 	}
 	return job.ep, job.err
+}
+
+// job returns epoch e's preparation (nil: the plan is held) and whether the
+// caller must run it (it was registered just now).
+func (b *epochBook) job(e int) (*planJob, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.plans[e] != nil {
+		return nil, false
+	}
+	job := b.jobs[e]
+	if job == nil || (job.err != nil && isDone(job.done)) {
+		job = &planJob{done: make(chan struct{})}
+		b.jobs[e] = job
+		return job, true
+	}
+	return job, false
 }
 
 func isDone(ch chan struct{}) bool {
@@ -53,72 +232,44 @@ func isDone(ch chan struct{}) bool {
 	}
 }
 
-func (s *Service) runPlanJob(ctx context.Context, e int, job *planJob) {
+func (b *epochBook) run(ctx context.Context, e int, job *planJob) {
 	defer close(job.done)
-	s.mu.Lock()
-	stored, known := s.infos[e]
-	s.mu.Unlock()
-	var sp *EpochInfo
-	if known {
-		sp = &stored
+	var stored *EpochInfo
+	if info, known := b.info(e); known {
+		stored = &info
 	}
-	sp = s.resizeInfo(e, sp)
 	t0 := time.Now()
-	ep, err := prepareEpochTo(ctx, s.cfg, e, sp, s.modelFor(), s.quarantine)
+	ep, err := b.prepare(ctx, e, stored)
 	if err != nil {
 		job.err = err
 		return
 	}
 	job.seconds = time.Since(t0).Seconds()
-	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
-		"quarantined", ep.prep.Quarantine.Total(), "seconds", job.seconds)
-	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
-		ep.close()
-		job.err = err
-		return
-	}
-	s.mu.Lock()
-	s.plans[e], s.infos[e] = ep, ep.info
-	close(s.planned)
-	s.planned = make(chan struct{})
-	s.mu.Unlock()
+	b.mu.Lock()
+	b.plans[e], b.infos[e] = ep, ep.info
+	close(b.planned)
+	b.planned = make(chan struct{})
+	b.mu.Unlock()
 	job.ep = ep
 }
 
-// epoch returns the plan of epoch e and makes it the one being published:
-// recorded as the KV epoch (in the background), shown by the live report;
-// plans before e-1 are released (the previous epoch stays for late
-// feedback).
-func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
-	ep, err := s.prepared(ctx, e)
-	if err != nil {
-		return nil, err
+// activate makes e the epoch being published and releases the plans
+// before e-1. It reports whether e was not active already.
+func (b *epochBook) activate(e int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.active == e {
+		return false
 	}
-	s.mu.Lock()
-	active := s.active == e
-	s.mu.Unlock()
-	if active {
-		return ep, nil
-	}
-	s.ahead.Add(1)
-	go func() { // informational (restore reads epoch.<e>): off the boundary's path
-		defer s.ahead.Done()
-		if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil && ctx.Err() == nil {
-			s.log.Warn("kv", "err", err)
-		}
-	}()
-	s.mu.Lock()
-	for old, p := range s.plans {
+	for old, p := range b.plans {
 		if old < e-1 {
 			p.close()
-			delete(s.plans, old)
-			delete(s.planJobs, old)
+			delete(b.plans, old)
+			delete(b.jobs, old)
 		}
 	}
-	s.active = e
-	s.mu.Unlock()
-	s.live.setEpoch(ep)
-	return ep, nil
+	b.active = e
+	return true
 }
 
 // planAheadDue reports whether to start planning the epoch after ep once
@@ -128,16 +279,17 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
 // preprocessing for the cores, and is slower than planning alone: twice was
 // too little on this machine). Later is better for calibration (the next
 // epoch's model sees more feedback), earlier closes the gap at the boundary.
-func (s *Service) planAheadDue(ep *epochPlan, step, stepsDone int, elapsed time.Duration) bool {
+// last is the job's last epoch.
+func (b *epochBook) planAheadDue(ep *epochPlan, last, step, stepsDone int, elapsed time.Duration) bool {
 	e := ep.info.Epoch
-	if e >= s.cfg.lastEpoch() || stepsDone == 0 {
+	if e >= last || stepsDone == 0 {
 		return false
 	}
-	s.mu.Lock()
-	_, started := s.planJobs[e+1]
-	_, known := s.plans[e+1]
-	job := s.planJobs[e]
-	s.mu.Unlock()
+	b.mu.Lock()
+	_, started := b.jobs[e+1]
+	_, known := b.plans[e+1]
+	job := b.jobs[e]
+	b.mu.Unlock()
 	if started || known {
 		return false
 	}
@@ -150,15 +302,77 @@ func (s *Service) planAheadDue(ep *epochPlan, step, stepsDone int, elapsed time.
 	return ep.info.Steps-(step+1) <= ahead
 }
 
-// planAhead prepares epoch e in the background, tracked by s.ahead (the
-// publisher waits for it before it returns). An error is kept for the
-// publisher, which meets it when it reaches e.
-func (s *Service) planAhead(ctx context.Context, e int) {
-	s.ahead.Add(1)
-	go func() {
-		defer s.ahead.Done()
-		if _, err := s.prepared(ctx, e); err != nil && ctx.Err() == nil {
-			s.log.Warn("planning ahead", "epoch", e, "err", err)
+// planAhead prepares epoch e in the background; the preparation is
+// registered before planAhead returns. An error is kept for the publisher,
+// which meets it when it reaches e.
+func (b *epochBook) planAhead(ctx context.Context, e int, log *slog.Logger) {
+	job, run := b.job(e)
+	if !run {
+		return
+	}
+	b.background(func() {
+		b.run(ctx, e, job)
+		if job.err != nil && ctx.Err() == nil {
+			log.Warn("planning ahead", "epoch", e, "err", job.err)
 		}
+	})
+}
+
+// background runs f on a goroutine counted in ahead.
+func (b *epochBook) background(f func()) {
+	b.ahead.Add(1)
+	go func() {
+		defer b.ahead.Done()
+		f()
 	}()
+}
+
+// closeAll releases every plan held.
+func (b *epochBook) closeAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for e, ep := range b.plans {
+		ep.close()
+		delete(b.plans, e)
+	}
+}
+
+// planEpoch prepares epoch e for the book (its prepareFunc): replaying
+// stored (or the resize decided for it), with the model the next epoch
+// starts with, and records its info in the KV bucket.
+func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error) {
+	stored = s.resizeInfo(e, stored)
+	t0 := time.Now()
+	ep, err := prepareEpochTo(ctx, s.cfg, e, stored, s.modelFor(), s.quarantine)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
+		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds())
+	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
+		ep.close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+// epoch returns the plan of epoch e and makes it the one being published:
+// recorded as the KV epoch (in the background), shown by the live report;
+// plans before e-1 are released (the previous epoch stays for late
+// feedback).
+func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
+	ep, err := s.epochs.prepared(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	if !s.epochs.activate(e) {
+		return ep, nil
+	}
+	s.epochs.background(func() { // informational (restore reads epoch.<e>): off the boundary's path
+		if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil && ctx.Err() == nil {
+			s.log.Warn("kv", "err", err)
+		}
+	})
+	s.live.setEpoch(ep)
+	return ep, nil
 }

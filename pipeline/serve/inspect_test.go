@@ -121,9 +121,7 @@ func TestInspectCore(t *testing.T) {
 		}
 	}
 	checkDelivery(t, cfg, trs, 0, ex)
-	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	for i, rs := range r.s.ranks {
+	for i, rs := range r.s.ranks.all() {
 		if rs.gen != 0 {
 			t.Errorf("rank %d at generation %d: a viewer rewound it", i, rs.gen)
 		}

@@ -229,14 +229,12 @@ func (s *Service) snapshot() *LiveReport {
 		lv.Steps[i] = c
 	}
 	l.mu.Unlock()
-	s.mu.Lock()
-	lv.Finished = s.finished
-	for r, rs := range s.ranks {
+	lv.Finished = s.finishedPublishing()
+	for r, rs := range s.ranks.all() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
 		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.next.Epoch, NextStep: rs.next.Step,
 			PublishedEpoch: rs.cursor.Epoch, PublishedStep: rs.cursor.Step, Generation: rs.gen})
 	}
-	s.mu.Unlock()
 	st := s.Stats()
 	lv.Throughput = Rates{Stats: st}
 	if st.ElapsedSeconds > 0 {

@@ -172,13 +172,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.ackPending), l...)
 		}
 	}
-	s.mu.Lock()
-	for r, rs := range s.ranks {
+	for r, rs := range s.ranks.all() {
 		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
 		ch <- prometheus.MustNewConstMetric(descNextStep, prometheus.GaugeValue, float64(rs.next.Step), l...)
 		ch <- prometheus.MustNewConstMetric(descNextEpoch, prometheus.GaugeValue, float64(rs.next.Epoch), l...)
 	}
-	s.mu.Unlock()
 	for reason, n := range s.live.quarantined() {
 		ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.CounterValue, float64(n), reason)
 	}
@@ -196,7 +194,7 @@ type consumerSnapshot struct {
 }
 
 // streamPoll is how often pollStream reads the stream and consumer state.
-const streamPoll = 2 * time.Second
+var streamPoll = 2 * time.Second // a variable so tests can lengthen it
 
 // pollStream keeps s.streamSnap current until ctx ends (JetStream data plane
 // only), so that a Prometheus scrape makes no JetStream request.

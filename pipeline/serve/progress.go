@@ -46,17 +46,10 @@ func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressL
 // the step count of its epoch (0 when not planned yet); ok is false before
 // any rank registered.
 func (s *Service) trained() (p pos, steps int, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, r := range s.ranks {
-		if !r.known {
-			return pos{}, 0, false
-		}
-		if i == 0 || r.next.less(p) {
-			p = r.next
-		}
+	if p, ok = s.ranks.trained(); !ok {
+		return pos{}, 0, false
 	}
-	return p, s.infos[p.Epoch].Steps, true
+	return p, s.epochs.steps(p.Epoch), true
 }
 
 // logProgress logs, every interval while trainers move, how far the slowest

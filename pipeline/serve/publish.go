@@ -23,7 +23,7 @@ var errRewind = errors.New("rewind")
 // it applies rewinds (trainer restarts, resends); after the last epoch it
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
 func (s *Service) publishLoop(ctx context.Context) error {
-	defer s.ahead.Wait()
+	defer s.epochs.ahead.Wait()
 	if err := s.awaitResize(ctx); err != nil {
 		return err
 	}
@@ -32,15 +32,15 @@ func (s *Service) publishLoop(ctx context.Context) error {
 		if err := s.drainRewinds(ctx); err != nil {
 			return err
 		}
-		start := s.minCursor()
+		start := s.ranks.minCursor()
 		if !start.less(end) {
 			if s.markFinished(ctx) {
 				return nil
 			}
 			select {
-			case req := <-s.rewindCh:
+			case req := <-s.publisher.rewinds:
 				s.applyRewind(ctx, req)
-			case <-s.progress:
+			case <-s.publisher.wake:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -49,7 +49,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 		err := s.run(ctx, start)
 		switch {
 		case err == nil:
-			s.advanceEpoch(start.Epoch)
+			s.ranks.normalize() // cursors at the end of start's epoch move to the next one's start
 		case errors.Is(err, errRewind) || (errors.Is(err, context.Canceled) && ctx.Err() == nil):
 		default:
 			return err
@@ -60,16 +60,8 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // markFinished records that everything is published and reports whether the
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
-	s.mu.Lock()
-	first := !s.finished
-	s.finished = true
-	allDone := true
-	for _, r := range s.ranks {
-		if r.next.less(pos{s.cfg.lastEpoch() + 1, 0}) {
-			allDone = false
-		}
-	}
-	s.mu.Unlock()
+	first := s.publisher.finish()
+	allDone := s.ranks.allNeed(pos{s.cfg.lastEpoch() + 1, 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
 		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
@@ -77,29 +69,6 @@ func (s *Service) markFinished(ctx context.Context) bool {
 		}
 	}
 	return allDone || !s.cfg.WaitForTrainers
-}
-
-func (s *Service) minCursor() pos {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.ranks[0].cursor
-	for _, r := range s.ranks[1:] {
-		if r.cursor.less(m) {
-			m = r.cursor
-		}
-	}
-	return m
-}
-
-// advanceEpoch moves cursors at the end of epoch e to (e+1, 0).
-func (s *Service) advanceEpoch(e int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range s.ranks {
-		s.ranks[i].cursor = s.norm(s.ranks[i].cursor)
-		s.ranks[i].next = s.norm(s.ranks[i].next)
-	}
-	_ = e
 }
 
 // outMsg is one encoded micro-batch on its way to a rank's publisher.
@@ -125,22 +94,15 @@ const stepQueue = 2
 func (s *Service) run(ctx context.Context, start pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.mu.Lock()
-	if len(s.rewindCh) > 0 {
-		s.mu.Unlock()
+	if !s.publisher.startRun(cancel) {
 		return errRewind
 	}
-	s.runCancel = cancel
-	next := make([]pos, len(s.ranks)) // the next step to queue, per rank
-	for r, rs := range s.ranks {
+	defer s.publisher.endRun()
+	ranks := s.ranks.all()
+	next := make([]pos, len(ranks)) // the next step to queue, per rank
+	for r, rs := range ranks {
 		next[r] = rs.cursor
 	}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.runCancel = nil
-		s.mu.Unlock()
-	}()
 	g, gctx := errgroup.WithContext(rctx)
 	queues := make([]chan outMsg, len(next))
 	for r := range queues {
@@ -190,8 +152,8 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 		s.met.stage(stagePreprocess, time.Since(wait))
 		err := s.queueStep(gctx, mem, ep, sb, next, queues)
 		wait = time.Now()
-		if done++; err == nil && s.planAheadDue(ep, sb.Step, done, time.Since(t0)) {
-			s.planAhead(ctx, e+1)
+		if done++; err == nil && s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
+			s.epochs.planAhead(ctx, e+1, s.log)
 		}
 		return err
 	})
@@ -212,16 +174,8 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.StepBatch, next []pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
 	here := pos{ep.info.Epoch, sb.Step}
-	var targets []int
 	gens := make([]int, len(next))
-	s.mu.Lock()
-	for r := range next {
-		if next[r] = s.norm(next[r]); next[r] == here {
-			targets = append(targets, r)
-			gens[r] = s.ranks[r].gen
-		}
-	}
-	s.mu.Unlock()
+	targets := s.ranks.targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
 		s.live.published(ep, sb)
 		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
@@ -250,11 +204,11 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.
 // that hold a step while they wait for each other leave room for the next
 // one only then (waitTurn).
 func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
-	if ranks == 0 || s.warnedRoom.Load() {
+	if ranks == 0 || s.publisher.warnedRoom.Load() {
 		return
 	}
-	full := bytes * int64(len(s.ranks)) / int64(ranks)
-	if 2*full > s.cfg.StreamMaxBytes && s.warnedRoom.CompareAndSwap(false, true) {
+	full := bytes * int64(s.ranks.len()) / int64(ranks)
+	if 2*full > s.cfg.StreamMaxBytes && s.publisher.warnedRoom.CompareAndSwap(false, true) {
 		s.log.Warn("the stream holds fewer than two steps: the service cannot publish ahead of trainers that hold a step while they wait for each other, and a step larger than the stream stalls them until ack_wait; raise --stream-max-bytes",
 			"step", step, "step_bytes", full, "stream_max_bytes", s.cfg.StreamMaxBytes)
 	}
@@ -338,7 +292,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 	for m := range q {
 		t0 := time.Now()
 		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
-			if err := s.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
+			if err := s.ranks.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
 				return err
 			}
 		}
@@ -353,48 +307,15 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 			s.met.stage(stagePublish, time.Since(t0))
 		}
 		s.met.published(len(m.payload), m.samples)
-		if s.built != nil {
-			s.built(m.key)
+		if built := s.publisher.built; built != nil {
+			built(m.key)
 		}
 		if !m.last {
 			continue
 		}
-		s.mu.Lock()
-		if rs := &s.ranks[r]; s.norm(rs.cursor) == (pos{m.key.Epoch, m.key.Step}) && rs.gen == m.gen {
-			rs.cursor = s.norm(pos{m.key.Epoch, m.key.Step + 1})
-			close(s.published)
-			s.published = make(chan struct{})
-		}
-		s.mu.Unlock()
+		s.ranks.stepPublished(r, pos{m.key.Epoch, m.key.Step}, m.gen)
 	}
 	return nil
-}
-
-// waitTurn blocks until every rank's cursor is at p or past it. The ranks
-// share the stream's byte bound: were one rank's publisher free to run steps
-// ahead, its batches (held unacknowledged by a trainer that waits for the
-// others at a collective) could fill the stream while another rank's batch
-// of an earlier step waits for room, and no trainer could move until
-// JetStream redelivered after ack_wait. Publishing in step order keeps the
-// stream to the steps the trainers need next.
-func (s *Service) waitTurn(ctx context.Context, p pos) error {
-	for {
-		s.mu.Lock()
-		behind := false
-		for _, rs := range s.ranks {
-			behind = behind || rs.cursor.less(p)
-		}
-		moved := s.published
-		s.mu.Unlock()
-		if !behind {
-			return nil
-		}
-		select {
-		case <-moved:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // publish sends one payload, retrying transient failures (a lost connection)
@@ -447,27 +368,13 @@ func permanent(err error) bool {
 // requestRewind queues a rewind and stops the current run so the publisher
 // applies it at once.
 func (s *Service) requestRewind(ctx context.Context, req rewindReq) error {
-	select {
-	case s.rewindCh <- req:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	s.mu.Lock()
-	if s.runCancel != nil {
-		s.runCancel()
-	}
-	s.mu.Unlock()
-	select { // wake a publisher that waits for the trainers
-	case s.progress <- struct{}{}:
-	default:
-	}
-	return nil
+	return s.publisher.request(ctx, req)
 }
 
 func (s *Service) drainRewinds(ctx context.Context) error {
 	for {
 		select {
-		case req := <-s.rewindCh:
+		case req := <-s.publisher.rewinds:
 			s.applyRewind(ctx, req)
 		default:
 			return ctx.Err()
@@ -489,9 +396,7 @@ func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
 }
 
 func (s *Service) rewind(ctx context.Context, req rewindReq) error {
-	s.mu.Lock()
-	rs := s.ranks[req.rank]
-	s.mu.Unlock()
+	rs := s.ranks.get(req.rank)
 	if rs.cursor.less(req.to) {
 		return nil // nothing published from there yet (at the cursor, a step may be part published)
 	}
@@ -505,14 +410,13 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 		return fmt.Errorf("serve: purge %s: %w", subj, err)
 	}
 	gen := rs.gen + 1
-	if err := s.st.putInt(kctx, kvRankGen(dp, mp), gen); err != nil {
+	if err := s.ranks.rewound(kctx, req.rank, gen, req.to); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.ranks[req.rank].gen = gen
-	s.ranks[req.rank].cursor = req.to
-	s.mu.Unlock()
 	s.met.rewinds.Inc()
 	s.log.Info("rewind", "dp", dp, "mp", mp, "epoch", req.to.Epoch, "step", req.to.Step, "generation", gen, "reason", req.reason)
 	return nil
 }
+
+// finishedPublishing reports whether every batch of the job was published.
+func (s *Service) finishedPublishing() bool { return s.publisher.isFinished() }

@@ -19,9 +19,18 @@ func TestQuarantineBucketOneRecordPerSample(t *testing.T) {
 	r := start(t, cfg)
 	tctx, tcancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer tcancel()
-	runTrainersConn(t, tctx, cfg, r.s.ClientURL(), []int{0, 1}, false)
-	// The bucket is read with its own deadline: two epochs on a loaded
-	// machine can take most of the trainers' time.
+	// The trainers take epoch 0 only: the service then waits for epoch 1's
+	// (had they taken both, it would end the job and shut its embedded
+	// server down while the bucket is read). Epoch 1 is planned meanwhile,
+	// which records its quarantine.
+	runTrainersConn(t, tctx, cfg, r.s.ClientURL(), []int{0}, false)
+	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if _, ok := r.s.epochs.info(1); !ok {
+			return errorf("epoch 1 not planned")
+		}
+		return nil
+	})
+	// The bucket is read with its own deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc, err := nats.Connect(r.s.ClientURL())

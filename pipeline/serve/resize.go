@@ -101,16 +101,15 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	}
 	// Read what the decision needs, write the KV bucket, and only then change
 	// the service's state: a failed decision leaves nothing half done.
-	s.mu.Lock()
 	point := pos{epoch, step}
-	info, planned := s.infos[epoch]
+	infos := s.epochs.allInfos()
+	info, planned := infos[epoch]
 	var stale []int
-	for e := range s.infos {
+	for e := range infos {
 		if e >= epoch {
 			stale = append(stale, e)
 		}
 	}
-	s.mu.Unlock()
 	var base *EpochInfo
 	switch {
 	case planned:
@@ -140,16 +139,10 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	if err := s.st.putJSON(ctx, proto.KVConfig, rec); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	for _, e := range stale {
-		delete(s.infos, e)
-	}
-	for i := range s.ranks {
-		s.ranks[i].cursor, s.ranks[i].next = point, point
-	}
+	s.epochs.forget(stale)
+	s.ranks.resetAll(point)
 	r.point, r.base = point, base
 	close(r.decided)
-	s.mu.Unlock()
 	s.log.Info("resized", "from_dp", r.oldDP, "to_dp", s.cfg.Pipeline.Plan.DP, "epoch", point.Epoch, "from_step", point.Step)
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,87 +18,47 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// pos is a position in the job: (epoch, step). (e, steps of e) and (e+1, 0)
-// name the same place; norm makes them equal.
-type pos struct{ Epoch, Step int }
-
-func (p pos) less(q pos) bool {
-	return p.Epoch < q.Epoch || (p.Epoch == q.Epoch && p.Step < q.Step)
-}
-
-// rankState is what the service knows of one (dp, mp) rank.
-type rankState struct {
-	cursor pos    // the next step to publish to the rank
-	next   pos    // the first step the rank's trainer still needs
-	gen    int    // the replay generation of the rank's publishes
-	known  bool   // the trainer registered or reported since the service started
-	conn   string // the reply inbox prefix of the rank's last register
-}
-
-// rewindReq asks the publisher to publish rank's batches again from to, with
-// a new generation.
-type rewindReq struct {
-	rank   int
-	to     pos
-	reason string
-	done   chan error // nil: nobody waits
-}
-
 // Service is one running `mmfeed serve`. Create it with New, then call Run
-// once.
+// once. It composes parts that each own their state and lock (doc.go,
+// "Ownership and concurrency"); the fields outside them are set before Run
+// starts its goroutines (New, startNATS, setup) and only read after.
 type Service struct {
 	cfg Config
 	log *slog.Logger
 	reg *prometheus.Registry
 	met *metrics
-	// health is what /healthz reports beyond the connection.
-	health health
 
-	ns     *server.Server
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	st     state
-	pub    *proto.Publisher // JetStream data plane
-	gate   *controlGate     // bounds the control handlers' goroutines (control.go)
-	out    *outbox          // core data plane
-	views  chan struct{}    // viewer fetches in flight (core data plane)
+	// The parts.
+	ranks     *rankTable   // the ranks' positions and their KV records (ranks.go)
+	epochs    *epochBook   // the epochs' infos, plans and preparations (epochs.go)
+	publisher *publisher   // the publish loop's shared state (publisher.go)
+	gate      *controlGate // bounds the control handlers' goroutines (control.go)
+	tasks     tasks        // the goroutines started for a message (tasks.go)
+	cal       *calibrator  // trainer feedback to cost models (calibrate.go)
+	live      *live        // the live report (live.go)
+	health    health       // what /healthz reports beyond the connection
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
-	// quarantine records quarantined samples in the job's quarantine bucket.
-	quarantine *quarantineSink
+	// resize is a dp change accepted at start (resize.go); nil when none.
+	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *workPlanner
-	// chunkSize is the data bytes per message on the core data plane.
-	chunkSize int
+
+	// Connections and JetStream assets, set up before Run starts its parts.
+	ns         *server.Server
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	stream     jetstream.Stream
+	st         state
+	pub        *proto.Publisher // JetStream data plane
+	out        *outbox          // core data plane
+	views      chan struct{}    // viewer fetches in flight (core data plane)
+	quarantine *quarantineSink  // quarantined samples to the job's quarantine bucket
+	chunkSize  int              // data bytes per message on the core data plane
 
 	ready     chan struct{}
 	clientURL string
 	httpAddr  string
-
-	rewindCh chan rewindReq
-	progress chan struct{}
-
-	mu       sync.Mutex
-	ranks    []rankState
-	infos    map[int]EpochInfo
-	plans    map[int]*epochPlan
-	planJobs map[int]*planJob // preparations started, by epoch
-	active   int              // the epoch being published (-1 before the first)
-	ahead    sync.WaitGroup   // planAhead goroutines
-	// built, when set (tests), is called after each batch is handed to the
-	// data plane.
-	built      func(proto.BatchKey)
-	planned    chan struct{} // closed (and replaced) whenever infos grows
-	published  chan struct{} // closed (and replaced) whenever a rank's cursor moves on
-	warnedRoom atomic.Bool   // checkStreamRoom warned
-	runCancel  context.CancelFunc
-	cal        *calibrator
-	live       *live
-	finished   bool
-	sinceCal   int // steps published since the last recalibration (publisher only)
-	// resize is a dp change accepted at start (resize.go); nil when none.
-	resize *pendingResize
 }
 
 // New validates cfg and returns a Service that has not started anything.
@@ -116,10 +75,9 @@ func New(cfg Config) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}),
-		rewindCh: make(chan rewindReq, 64), progress: make(chan struct{}, 1),
-		ranks: make([]rankState, cfg.ranks()), infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, planJobs: map[int]*planJob{}, active: -1,
-		planned: make(chan struct{}), published: make(chan struct{}), live: newLive(cfg)}
+	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
+	s.epochs = newEpochBook(s.planEpoch)
+	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.cal = newCalibrator(cfg)
 	s.cal.onFit = s.writeCostModel
 	s.met = newMetrics(s)
@@ -157,11 +115,14 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // Run starts the parts, supervises them together and drains on the way out:
 // the first part to fail (or ctx) stops the others.
 func (s *Service) Run(ctx context.Context) error {
-	defer s.closePlans()
+	defer s.epochs.closeAll()
+	s.tasks.open(ctx)
 	if err := s.startNATS(ctx); err != nil {
+		s.tasks.close()
 		return err
 	}
 	defer s.stopNATS()
+	defer s.tasks.close() // after the handlers are unsubscribed, before NATS stops
 	ls, err := openLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
 	if err != nil {
 		return err
@@ -310,15 +271,6 @@ func (s *Service) stopNATS() {
 	}
 }
 
-func (s *Service) closePlans() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for e, ep := range s.plans {
-		ep.close()
-		delete(s.plans, e)
-	}
-}
-
 // setup creates the KV bucket and, on the JetStream data plane, the stream
 // and every rank's consumer (on the core data plane, the outbox), checks the
 // job record and restores the ranks' positions.
@@ -408,26 +360,16 @@ func (s *Service) restore(ctx context.Context) error {
 		if err := info.validate(); err != nil {
 			return err
 		}
-		s.infos[e] = info
+		s.epochs.setInfo(e, info)
 	}
-	for r := range s.ranks {
+	for r := range s.ranks.len() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
-		rs := rankState{cursor: first, next: first}
-		gen, _, err := s.st.getInt(ctx, kvRankGen(dp, mp))
+		rs, err := s.ranks.load(ctx, r, first)
 		if err != nil {
 			return err
 		}
-		rs.gen = gen
-		e, st, ok, err := proto.GetRankStep(ctx, s.st.kv, dp, mp)
-		if err != nil {
-			return err
-		}
-		if ok {
-			rs.next = s.norm(pos{e, st + 1})
-		}
-		rs.cursor = rs.next
 		if s.cfg.core() { // nothing outlives the service on the core data plane
-			s.ranks[r] = rs
+			s.ranks.set(r, rs)
 			continue
 		}
 		if last, ok, err := s.lastStored(ctx, dp, mp); err != nil {
@@ -435,7 +377,7 @@ func (s *Service) restore(ctx context.Context) error {
 		} else if ok && rs.cursor.less(last) {
 			rs.cursor = last
 		}
-		s.ranks[r] = rs
+		s.ranks.set(r, rs)
 	}
 	return nil
 }
@@ -456,7 +398,7 @@ func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error)
 		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
 	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.norm(pos{h.Epoch, h.Step + 1}), true, nil
+		return s.epochs.norm(pos{h.Epoch, h.Step + 1}), true, nil
 	}
 	return pos{h.Epoch, h.Step}, true, nil
 }
@@ -474,14 +416,6 @@ func (s *Service) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHea
 	}
 	h, err = proto.ParseChunkHeader(m.Header)
 	return h, err == nil, nil
-}
-
-// norm maps (e, steps of e) to (e+1, 0). The caller holds s.mu or owns s.
-func (s *Service) norm(p pos) pos {
-	if info, ok := s.infos[p.Epoch]; ok && p.Step >= info.Steps {
-		return pos{p.Epoch + 1, 0}
-	}
-	return p
 }
 
 // modelFor returns the model the next epoch starts with: the latest

@@ -28,10 +28,12 @@ func (s *Service) startView(ctx context.Context, rank int, reply string, key pro
 		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
 		return
 	}
-	go func() {
+	if !s.tasks.start(func(context.Context) {
 		defer func() { <-s.views }()
 		s.view(ctx, rank, reply, key)
-	}()
+	}) {
+		<-s.views
+	}
 }
 
 // view sends a copy of key's batch to reply: the outbox's copy while the
@@ -67,17 +69,15 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 // held in memory (the epoch being published or the one before). Samples that
 // fail to decode are not quarantined again (the publisher did that).
 func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	s.mu.Lock()
-	ep := s.plans[key.Epoch]
-	s.mu.Unlock()
+	ep := s.epochs.plan(key.Epoch)
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
 	}
-	if key.Step < 0 || key.Step >= len(ep.steps) {
-		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, len(ep.steps))
+	plan, n, ok := s.epochs.planFrom(ep, key.Step)
+	if !ok {
+		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, n)
 	}
 	dp := rank / s.cfg.MP
-	plan := ep.planFrom(key.Step)
 	one := balancer.Step{Index: key.Step, Ranks: make([][]balancer.MicroBatch, len(plan.Steps[0].Ranks))}
 	one.Ranks[dp] = plan.Steps[0].Ranks[dp]
 	plan.Steps = []balancer.Step{one}
@@ -98,10 +98,7 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	if err != nil {
 		return nil, errors.Is(err, proto.ErrOutsidePlan), err
 	}
-	s.mu.Lock()
-	released := s.plans[key.Epoch] != ep // closed while it was read: the rows may be wrong
-	s.mu.Unlock()
-	if released {
+	if s.epochs.plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
 		return nil, false, fmt.Errorf("epoch %d was released while the batch was built", key.Epoch)
 	}
 	meta, err := s.batchMeta(ep, key.Step, rank)

@@ -521,10 +521,8 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	want := func(step int) func(int) bool {
 		here := pos{e, step}
 		return func(dp int) bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
 			for mp := range s.cfg.MP {
-				if !here.less(s.norm(next[dp*s.cfg.MP+mp])) {
+				if !here.less(s.epochs.norm(next[dp*s.cfg.MP+mp])) {
 					return true
 				}
 			}
@@ -553,8 +551,8 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		if err != nil {
 			return err
 		}
-		if s.planAheadDue(ep, sb.Step, k+1, time.Since(t0)) {
-			s.planAhead(ctx, e+1)
+		if s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
+			s.epochs.planAhead(ctx, e+1, s.log)
 		}
 	}
 	return nil
