@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections import defaultdict
 
@@ -21,7 +20,7 @@ import pytest
 
 from _dist import free_ports
 from test_stream import nats_server_binary, wait_for_port
-from mmfeed_trainer.stream import Stream
+from _ranks import StreamRanks
 
 LONG = bool(os.environ.get("MMFEED_CLUSTER_LONG"))
 SAMPLES = 640 if LONG else 160
@@ -144,44 +143,16 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
                     assert services[0].poll() is None, (tmp_path / "serve-a.log").read_text()
                     assert time.monotonic() < deadline, "service a did not start"
                     time.sleep(0.1)
-        got, errors, progress = {}, [], [0, 0]
-
-        def rank(dp):
-            try:
-                stream = Stream(urls[dp], "cluster", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
-                                fetch_timeout_s=2.0)
-                with stream:
-                    for mb in stream:
-                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
-                        progress[dp] += 1
-                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
-                        time.sleep(0.03)  # training
-            except BaseException as err:
-                errors.append(err)
-
-        threads = [threading.Thread(target=rank, args=(dp,)) for dp in (0, 1)]
-        for t in threads:
-            t.start()
+        ranks = StreamRanks(urls[:2], "cluster").start()
         total = len(want) // 2
-
-        def wait_progress(fraction):
-            deadline = time.monotonic() + 120
-            while min(progress) < fraction * total and not errors:
-                assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
-                time.sleep(0.05)
-
-        wait_progress(0.25)
+        ranks.wait_progress(total // 4, total, deadline_s=120)
         services[0].send_signal(signal.SIGKILL)  # the leader dies mid-epoch
         services[0].wait()
-        wait_progress(0.6)
+        ranks.wait_progress(int(0.6 * total), total, deadline_s=120)
         assert "took over the job" in (tmp_path / "serve-b.log").read_text()
         servers[2].send_signal(signal.SIGKILL)  # and one NATS server
         servers[2].wait()
-        for t in threads:
-            t.join(timeout=180)
-        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
-            (tmp_path / "serve-b.log").read_text()[-3000:]
-        assert not errors, errors
+        ranks.join(180, total, (tmp_path / "serve-b.log").read_text)
         assert services[1].wait(timeout=60) == 0, (tmp_path / "serve-b.log").read_text()
     finally:
         for p in services + servers:
@@ -189,4 +160,4 @@ def test_cluster_survives_a_killed_leader_and_server(mmfeed, tmp_path):
                 p.kill()
                 p.wait()
 
-    check_delivered_once(got, want, manifest, quarantined, dropped, EPOCHS)
+    check_delivered_once(ranks.got, want, manifest, quarantined, dropped, EPOCHS)

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from test_cluster import check_delivered_once, planned, start_cluster, wait_for_jetstream
 from test_stream import nats_server_binary
 from test_workers import wait_for_log
-from mmfeed_trainer.stream import Stream
+from _ranks import StreamRanks
 
 LONG = bool(os.environ.get("MMFEED_CLUSTER_LONG"))
 SAMPLES = 480 if LONG else 160
@@ -59,7 +58,6 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
         return subprocess.Popen([mmfeed, "serve", "--role", "worker", "--nats", url, "--slots", "1"],
                                 stdout=open(logs[name], "w"), stderr=subprocess.STDOUT)
 
-    got, errors, progress, arrivals = {}, [], [0, 0], [[], []]
     try:
         wait_for_jetstream(urls[0])
         procs["planner-a"] = planner("planner-a")
@@ -69,33 +67,11 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
         procs["worker-a"] = worker("worker-a", ",".join(urls[1:] + urls[:1]))
         procs["worker-b"] = worker("worker-b", ",".join(urls[2:] + urls[:2]))
 
-        def rank(dp):
-            try:
-                stream = Stream(urls[dp], "roles", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
-                                fetch_timeout_s=2.0)
-                with stream:
-                    for mb in stream:
-                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
-                        arrivals[dp].append(time.monotonic())
-                        progress[dp] += 1
-                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
-                        time.sleep(0.04)  # training
-            except BaseException as err:
-                errors.append(err)
-
-        threads = [threading.Thread(target=rank, args=(dp,), daemon=True) for dp in (0, 1)]
-        for t in threads:
-            t.start()
+        ranks = StreamRanks(urls[:2], "roles", train_s=0.04).start()
         total = len(want) // 2
+        ranks.wait_progress(total // (4 * EPOCHS), total)
+        delivered_at_kill = list(ranks.progress)
 
-        def wait_progress(n):
-            deadline = time.monotonic() + 60
-            while min(progress) < n and not errors:
-                assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
-                time.sleep(0.02)
-
-        wait_progress(total // (4 * EPOCHS))
-        delivered_at_kill = list(progress)
         killed = time.monotonic()
         procs["planner-a"].send_signal(signal.SIGKILL)  # the leader dies mid-epoch
         procs["planner-a"].wait()
@@ -104,23 +80,19 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
         took_over_s = took_over - killed
         procs["worker-a"].send_signal(signal.SIGKILL)  # and one worker, with items in hand
         procs["worker-a"].wait()
-        wait_progress(max(delivered_at_kill) + 2)
+        ranks.wait_progress(max(delivered_at_kill) + 2, total)
         deadline = time.monotonic() + 60  # both ranks receive a batch the standby built
-        while not all(a and a[-1] > took_over for a in arrivals) and not errors:
-            assert time.monotonic() < deadline, f"no batch from the standby: {progress} of {total}"
+        while not all(a and a[-1] > took_over for a in ranks.arrivals) and not ranks.errors:
+            assert time.monotonic() < deadline, f"no batch from the standby: {ranks.progress} of {total}"
             time.sleep(0.02)
-        resumed_s = max(next(t for t in a if t > took_over) for a in arrivals) - killed
+        resumed_s = max(next(t for t in a if t > took_over) for a in ranks.arrivals) - killed
         print(f"\ntakeover: lease taken {took_over_s:.1f} s and next micro-batch {resumed_s:.1f} s "
               f"after the SIGKILL (lease TTL {LEASE_TTL_S} s)")
         assert took_over_s < 2 * LEASE_TTL_S + 2, took_over_s
         if LONG:
             servers[2].send_signal(signal.SIGKILL)  # and one NATS server
             servers[2].wait()
-        for t in threads:
-            t.join(timeout=240 if LONG else 90)
-        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
-            logs["planner-b"].read_text()[-3000:]
-        assert not errors, errors
+        ranks.join(240 if LONG else 90, total, logs["planner-b"].read_text)
         assert procs["planner-b"].wait(timeout=60) == 0, logs["planner-b"].read_text()
         assert "opened dataset" in logs["worker-b"].read_text()
     finally:
@@ -129,4 +101,4 @@ def test_standby_planner_and_workers_on_a_cluster(mmfeed, tmp_path):
                 p.kill()
                 p.wait()
 
-    check_delivered_once(got, want, manifest, quarantined, dropped, EPOCHS)
+    check_delivered_once(ranks.got, want, manifest, quarantined, dropped, EPOCHS)

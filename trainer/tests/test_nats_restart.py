@@ -9,7 +9,6 @@ the file-stored stream, which the restarted server recovers).
 
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from _dist import free_port
 from test_cluster import check_delivered_once, planned
 from test_stream import nats_server_binary, wait_for_port
-from mmfeed_trainer.stream import Stream
+from _ranks import StreamRanks
 
 SAMPLES, EPOCHS = 120, 2
 PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
@@ -70,37 +69,14 @@ def test_nats_server_restart_mid_epoch(mmfeed, tmp_path, plane):
             assert serve.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the service did not start"
             time.sleep(0.1)
-        got, errors, progress = {}, [], [0, 0]
-
-        def rank(dp):
-            try:
-                with Stream(nats.url, "restart", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
-                            fetch_timeout_s=2.0) as stream:
-                    for mb in stream:
-                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
-                        progress[dp] += 1
-                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
-                        time.sleep(0.03)  # training
-            except BaseException as err:
-                errors.append(err)
-
-        threads = [threading.Thread(target=rank, args=(dp,)) for dp in (0, 1)]
-        for t in threads:
-            t.start()
+        ranks = StreamRanks(nats.url, "restart").start()
         total = len(want) // 2
-        deadline = time.monotonic() + 120
-        while min(progress) < total // 4 and not errors:  # a quarter in: mid-epoch 0
-            assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
-            time.sleep(0.02)
-        at = list(progress)
+        ranks.wait_progress(total // 4, total, deadline_s=120)  # a quarter in: mid-epoch 0
+        at = list(ranks.progress)
         nats.kill()
         time.sleep(DOWN_S)
         nats.start()
-        for t in threads:
-            t.join(timeout=180)
-        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
-            log.read_text()[-3000:]
-        assert not errors, errors
+        ranks.join(180, total, log.read_text)
         assert serve.wait(timeout=60) == 0, log.read_text()[-4000:]
         assert max(at) < total, f"the server restarted after the trainers' end ({at} of {total})"
     finally:
@@ -109,4 +85,4 @@ def test_nats_server_restart_mid_epoch(mmfeed, tmp_path, plane):
             serve.wait()
         nats.kill()
     print(f"nats restart ({plane}): killed at micro-batches {at} of {total} per rank, down {DOWN_S} s")
-    check_delivered_once(got, want, manifest, quarantined, dropped, EPOCHS)
+    check_delivered_once(ranks.got, want, manifest, quarantined, dropped, EPOCHS)

@@ -11,13 +11,12 @@ dropped).
 import json
 import signal
 import subprocess
-import threading
 import time
 from collections import defaultdict
 
 from _dist import free_port
 from test_stream import wait_for_port
-from mmfeed_trainer.stream import Stream
+from _ranks import StreamRanks
 
 SAMPLES = 160
 PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5"]
@@ -61,42 +60,15 @@ def test_planner_and_workers_deliver_every_sample_once(mmfeed, tmp_path):
         wait_for_port(port)
         wait_for_log(logs["planner"], "serving", procs["planner"])
         procs["a"] = worker("a")
-        got, errors, progress = {}, [], [0, 0]
-
-        def rank(dp):
-            try:
-                with Stream(url, "workers", dp_rank=dp, mp_rank=0, dp=2, request_timeout_s=5.0,
-                            fetch_timeout_s=2.0) as stream:
-                    for mb in stream:
-                        got[(mb["epoch"], mb["step"], dp, mb["micro_batch"])] = list(zip(mb["id"], mb["weight"].tolist()))
-                        progress[dp] += 1
-                        stream.feedback(compute_seconds=0.01, samples=len(mb["id"]))
-                        time.sleep(0.04)  # training
-            except BaseException as err:
-                errors.append(err)
-
-        threads = [threading.Thread(target=rank, args=(dp,)) for dp in (0, 1)]
-        for t in threads:
-            t.start()
+        ranks = StreamRanks(url, "workers", train_s=0.04).start()
         total = len(want) // 2
-
-        def wait_progress(n):
-            deadline = time.monotonic() + 60
-            while min(progress) < n and not errors:
-                assert time.monotonic() < deadline, f"no progress: {progress} of {total}"
-                time.sleep(0.02)
-
-        wait_progress(2)
+        ranks.wait_progress(2, total)
         procs["b"] = worker("b")  # joins late
         wait_for_log(logs["b"], "worker ready", procs["b"])
-        wait_progress(total // 3)
+        ranks.wait_progress(total // 3, total)
         procs["a"].send_signal(signal.SIGKILL)  # leaves early, mid-epoch
         procs["a"].wait()
-        for t in threads:
-            t.join(timeout=60)
-        assert not any(t.is_alive() for t in threads), f"trainers stuck at {progress} of {total}: " + \
-            logs["planner"].read_text()[-3000:]
-        assert not errors, errors
+        ranks.join(60, total, logs["planner"].read_text)
         assert procs["planner"].wait(timeout=30) == 0, logs["planner"].read_text()
         assert "opened dataset" in logs["b"].read_text()
     finally:
@@ -105,6 +77,7 @@ def test_planner_and_workers_deliver_every_sample_once(mmfeed, tmp_path):
                 p.kill()
                 p.wait()
 
+    got = ranks.got
     assert sorted(got) == sorted(want), "streamed (epoch, step, rank, micro-batch) differ from the plan"
     for key, rows in want.items():
         assert [i for i, _ in got[key]] == [i for i, _ in rows], key
