@@ -521,6 +521,8 @@ class StreamSource(Source):
         """Flush acknowledgements and disconnect. A drain that cannot finish (a pull request
         still parked on the server when training stops early) falls back to a plain close:
         whatever was not acknowledged is redelivered to the next incarnation, nothing is lost."""
+        if self._loop.is_closed():
+            return
         self._keeper.cancel()
         if self._nc is not None:
             try:
@@ -532,8 +534,25 @@ class StreamSource(Source):
                 except Exception:
                     pass
             self._nc = None
+        try:  # a drain cut short leaves nats-py tasks parked in the loop
+            self._call(_cancel_pending(), timeout=5.0)
+        except Exception:
+            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            # Closed here, not left to the garbage collector: destroying a loop with pending
+            # tasks logs from whatever code the collector interrupts (once inside ast.parse,
+            # which CPython 3.11 then failed with "AST constructor recursion depth mismatch").
+            self._loop.close()
+
+
+async def _cancel_pending() -> None:
+    """Cancel every task of the running loop but the caller's, and wait for them to end."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class _CoreAck:

@@ -234,6 +234,17 @@ def test_refused_registration_is_an_error(nats_url, svc):
     src.close()
 
 
+def test_close_leaves_no_task_for_the_garbage_collector(nats_url):
+    """A drain cut short (a server restart) left nats-py tasks in a stopped loop; destroying them
+    later, inside whatever code the collector interrupted, once failed an unrelated ast.parse."""
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims())
+    parked = asyncio.run_coroutine_threadsafe(asyncio.sleep(3600), src._loop)
+    src.close()
+    assert src._loop.is_closed()
+    assert parked.cancelled()
+    src.close()  # a second close (the exit hook after the with block) does nothing
+
+
 def test_held_steps_get_in_progress_until_acked():
     """+WPI for chunks of steps handed out but not acknowledged (no server needed)."""
     class Msg:
