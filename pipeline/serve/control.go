@@ -5,14 +5,59 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
+
+// control answers the trainers' control messages on mmfeed.<job>.ctl.*:
+// register (where a rank starts, waiting for its epoch's plan or a rewind),
+// feedback (measured steps: metrics, the live report, calibration), done and
+// resend. It acts through the parts it is given and never ends a job or
+// drops a batch on a message alone: a rank's position only moves forward to
+// what the rank acknowledged (the data plane's first held batch, or the
+// publish cursor), and a resend only moves a rank back to what it has not
+// acknowledged. Every goroutine it starts runs under tasks (Run's context),
+// bounded by gate. Its handlers are safe for concurrent use; its state is
+// the gate's, everything else is owned by the parts (doc.go, "Ownership
+// and concurrency").
+type control struct {
+	cfg    Config
+	log    *slog.Logger
+	met    *metrics
+	ranks  *rankTable
+	epochs *epochBook
+	cal    *calibrator
+	live   *live
+	tasks  *tasks
+	gate   *controlGate
+	poke   func() // wakes the publisher when a rank's next step moved
+	data   delivery
+}
+
+// delivery is what control asks of the data plane (core outbox or
+// JetStream stream) and of the resize decision: the Service implements it.
+type delivery interface {
+	// firstHeld is the first chunk the data plane still holds for rank.
+	firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error)
+	// requestRewind republishes a rank from a step with the next generation.
+	requestRewind(ctx context.Context, req rewindReq) error
+	// dataPlaneReply fills the data plane's part of a register reply.
+	dataPlaneReply(rep *proto.RegisterReply, dp, mp int)
+	// resetConsumer redelivers a JetStream consumer's unacknowledged chunks.
+	resetConsumer(ctx context.Context, dp, mp int) error
+	// decideResize accepts or refuses a dp change when a rank registers.
+	decideResize(ctx context.Context, epoch, step int) error
+}
+
+func newControl(s *Service) *control {
+	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
+		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, data: s}
+}
 
 // controlGate bounds what a flood of control messages can start: registers
 // waiting at once (each may wait for a plan or a rewind) and resends in
@@ -52,48 +97,47 @@ func (g *controlGate) endResend(rank int) {
 
 // goRegister handles a register on its own goroutine when fewer than the
 // bound wait already, else refuses it at once.
-func (s *Service) goRegister(m *nats.Msg) {
+func (c *control) goRegister(m *nats.Msg) {
 	select {
-	case s.gate.registers <- struct{}{}:
-		if !s.tasks.start(func(ctx context.Context) {
-			defer func() { <-s.gate.registers }()
-			s.handleRegister(ctx, m)
+	case c.gate.registers <- struct{}{}:
+		if !c.tasks.start(func(ctx context.Context) {
+			defer func() { <-c.gate.registers }()
+			c.handleRegister(ctx, m)
 		}) {
-			<-s.gate.registers // the service is stopping: the trainer registers again
+			<-c.gate.registers // the service is stopping: the trainer registers again
 		}
 	default:
-		s.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
+		c.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
 		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
-			Error: fmt.Sprintf("serve: register: %d registers already waiting, register again later", cap(s.gate.registers))})
+			Error: fmt.Sprintf("serve: register: %d registers already waiting, register again later", cap(c.gate.registers))})
 		if err == nil {
 			err = m.Respond(b)
 		}
 		if err != nil {
-			s.log.Warn("register reply", "err", err)
+			c.log.Warn("register reply", "err", err)
 		}
 	}
 }
 
-// subscribe installs the control handlers on mmfeed.<job>.ctl.*.
-func (s *Service) subscribe() ([]*nats.Subscription, error) {
-	s.gate = newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP)
+// subscribe installs the control handlers on mmfeed.<job>.ctl.* of nc.
+func (c *control) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 	handlers := map[string]nats.MsgHandler{
-		proto.CtlRegister: s.goRegister, // may wait for a plan or a rewind
-		proto.CtlFeedback: s.handleFeedback,
-		proto.CtlDone:     s.handleDone,
-		proto.CtlResend:   s.handleResend,
+		proto.CtlRegister: c.goRegister, // may wait for a plan or a rewind
+		proto.CtlFeedback: c.handleFeedback,
+		proto.CtlDone:     c.handleDone,
+		proto.CtlResend:   c.handleResend,
 	}
 	var subs []*nats.Subscription
 	for kind, h := range handlers {
-		subj, err := proto.ControlSubject(s.cfg.Job, kind)
+		subj, err := proto.ControlSubject(c.cfg.Job, kind)
 		if err != nil {
 			return subs, err
 		}
 		for _, sh := range []struct {
 			subj string
 			h    nats.MsgHandler
-		}{{subj, h}, {subj + ".*.*", s.rankChecked(kind, h)}} {
-			sub, err := s.nc.Subscribe(sh.subj, sh.h)
+		}{{subj, h}, {subj + ".*.*", c.rankChecked(kind, h)}} {
+			sub, err := nc.Subscribe(sh.subj, sh.h)
 			if err != nil {
 				for _, x := range subs {
 					_ = x.Unsubscribe()
@@ -103,7 +147,7 @@ func (s *Service) subscribe() ([]*nats.Subscription, error) {
 			subs = append(subs, sub)
 		}
 	}
-	if err := s.nc.Flush(); err != nil {
+	if err := nc.Flush(); err != nil {
 		return subs, fmt.Errorf("serve: subscribe: %w", err)
 	}
 	return subs, nil
@@ -113,7 +157,7 @@ func (s *Service) subscribe() ([]*nats.Subscription, error) {
 // (mmfeed.<job>.ctl.<kind>.<dp>.<mp>): a message whose payload names another
 // rank than its subject is refused, so that subject permissions confine a
 // credential to its own rank (docs/security.md).
-func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
+func (c *control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		_, _, dp, mp, err := proto.ParseRankControlSubject(m.Subject)
 		var r struct {
@@ -127,7 +171,7 @@ func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 			err = fmt.Errorf("serve: %s on %s names another rank: %w", kind, m.Subject, proto.ErrControl)
 		}
 		if err != nil {
-			s.badControl(kind, err)
+			c.badControl(kind, err)
 			return
 		}
 		h(m)
@@ -139,30 +183,30 @@ func (s *Service) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 // and subject. A rank that needs a step the stream no longer holds (its
 // checkpoint is older than its last ack) is republished from there with a
 // new generation before the reply.
-func (s *Service) handleRegister(ctx context.Context, m *nats.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RegisterWait+30*time.Second)
+func (c *control) handleRegister(ctx context.Context, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RegisterWait+30*time.Second)
 	defer cancel()
-	reply := s.register(ctx, m.Data, replyPrefix(m.Reply))
+	reply := c.register(ctx, m.Data, replyPrefix(m.Reply))
 	b, err := json.Marshal(reply)
 	if err == nil {
 		err = m.Respond(b)
 	}
 	if err != nil {
-		s.log.Warn("register reply", "err", err)
+		c.log.Warn("register reply", "err", err)
 	}
 }
 
 // register handles one Register; conn identifies the requester's connection
 // (its reply inbox prefix).
-func (s *Service) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
+func (c *control) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
 	fail := func(err error) proto.RegisterReply {
-		s.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
+		c.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
 		if errors.Is(err, ErrEpochRange) {
-			s.log.Info("register refused", "err", err) // how a client learns the job has no more epochs
+			c.log.Info("register refused", "err", err) // how a client learns the job has no more epochs
 		} else {
-			s.log.Warn("register refused", "err", err)
+			c.log.Warn("register refused", "err", err)
 		}
-		l := s.cfg.layout()
+		l := c.cfg.layout()
 		code := refusalCode(err)
 		return proto.RegisterReply{OK: false, Error: err.Error(), Code: code,
 			Retry: code == proto.RefusedNotReady || code == proto.RefusedFailed,
@@ -172,41 +216,41 @@ func (s *Service) register(ctx context.Context, data []byte, conn string) proto.
 	if err := proto.DecodeControl(data, &reg); err != nil {
 		return fail(err)
 	}
-	if err := reg.ValidateAgainst(s.cfg.Job, s.cfg.layout()); err != nil {
+	if err := reg.ValidateAgainst(c.cfg.Job, c.cfg.layout()); err != nil {
 		return fail(err)
 	}
-	first, last := s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
+	first, last := c.cfg.Pipeline.Plan.Epoch, c.cfg.lastEpoch()
 	if reg.Epoch < first {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, proto.ErrControl))
 	}
 	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
-	if err := s.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
+	if err := c.data.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
-	info, err := s.epochs.waitInfo(ctx, reg.Epoch, s.cfg.RegisterWait)
+	info, err := c.epochs.waitInfo(ctx, reg.Epoch, c.cfg.RegisterWait)
 	if err != nil {
 		return fail(err)
 	}
 	if reg.ResumeStep > info.Steps {
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
-	rank := reg.DPRank*s.cfg.MP + reg.MPRank
-	need := s.epochs.norm(pos{reg.Epoch, reg.ResumeStep})
-	if err := s.resumeRank(ctx, rank, need, conn); err != nil {
+	rank := reg.DPRank*c.cfg.MP + reg.MPRank
+	need := c.epochs.norm(pos{reg.Epoch, reg.ResumeStep})
+	if err := c.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
 	mod, _ := proto.ModalityFor(reg.Placement, reg.MP, reg.MPRank)
-	subj, _ := proto.BatchSubject(s.cfg.Job, reg.DPRank, reg.MPRank)
-	s.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
-	s.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
-	l := s.cfg.layout()
+	subj, _ := proto.BatchSubject(c.cfg.Job, reg.DPRank, reg.MPRank)
+	c.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
+	c.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
+	l := c.cfg.layout()
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
-		Epoch: reg.Epoch, Pack: s.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(s.cfg.Job),
-		Consumer: proto.ConsumerName(s.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
-	s.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
+		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
+		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+	c.data.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
 
@@ -229,18 +273,18 @@ func refusalCode(err error) string {
 // resumeRank sets where rank's trainer continues. When the stream no longer
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
-func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
-	dp, mp := rank/s.cfg.MP, rank%s.cfg.MP
-	if same := s.ranks.swapConn(rank, conn); !same && !s.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
-		if err := s.resetConsumer(ctx, dp, mp); err != nil {
+func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
+	dp, mp := rank/c.cfg.MP, rank%c.cfg.MP
+	if same := c.ranks.swapConn(rank, conn); !same && !c.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
+		if err := c.data.resetConsumer(ctx, dp, mp); err != nil {
 			return err
 		}
 	}
 	// The cursor first: what is published after this is still stored when
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
-	avail := s.ranks.get(rank).cursor
-	h, stored, err := s.firstHeld(ctx, rank)
+	avail := c.ranks.get(rank).cursor
+	h, stored, err := c.data.firstHeld(ctx, rank)
 	if err != nil {
 		return err
 	}
@@ -252,7 +296,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	}
 	if need.less(avail) {
 		done := make(chan error, 1)
-		if err := s.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
+		if err := c.data.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
 			return err
 		}
 		select {
@@ -264,7 +308,7 @@ func (s *Service) resumeRank(ctx context.Context, rank int, need pos, conn strin
 			return ctx.Err()
 		}
 	}
-	s.setNext(ctx, rank, need, true)
+	c.setNext(ctx, rank, need, true)
 	return nil
 }
 
@@ -279,81 +323,50 @@ func replyPrefix(reply string) string {
 	return ""
 }
 
-// resetConsumer recreates a rank's durable consumer when an earlier
-// incarnation of the trainer left chunks delivered and unacknowledged: the new
-// consumer delivers everything still stored, in order, at once, instead of
-// after AckWait. Work-queue retention keeps unacknowledged chunks in the
-// stream while no consumer exists.
-func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
-	name := proto.ConsumerName(s.cfg.Job, dp, mp)
-	cons, err := s.stream.Consumer(ctx, name)
-	if err == nil {
-		var ci *jetstream.ConsumerInfo
-		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
-			return nil
-		}
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("serve: consumer %s: %w", name, err)
-	}
-	if err == nil {
-		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
-		}
-		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
-	}
-	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
-	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
-	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	return nil
-}
-
 // setNext records the first step rank's trainer still needs (in memory and
 // as the KV rank step; with force it may move backwards: a register) and
 // wakes the publisher when it moved.
-func (s *Service) setNext(ctx context.Context, rank int, next pos, force bool) {
-	moved, err := s.ranks.setNext(ctx, rank, next, force)
+func (c *control) setNext(ctx context.Context, rank int, next pos, force bool) {
+	moved, err := c.ranks.setNext(ctx, rank, next, force)
 	if err != nil {
-		s.log.Warn("kv rank step", "dp", rank/s.cfg.MP, "mp", rank%s.cfg.MP, "err", err)
+		c.log.Warn("kv rank step", "dp", rank/c.cfg.MP, "mp", rank%c.cfg.MP, "err", err)
 	}
 	if moved {
-		s.publisher.poke()
+		c.poke()
 	}
 }
 
 // checkRank validates a control message's job and ranks.
-func (s *Service) checkRank(job string, dp, mp int) (int, error) {
-	if job != s.cfg.Job {
-		return 0, fmt.Errorf("serve: control message for job %q, this service runs %q: %w", job, s.cfg.Job, proto.ErrControl)
+func (c *control) checkRank(job string, dp, mp int) (int, error) {
+	if job != c.cfg.Job {
+		return 0, fmt.Errorf("serve: control message for job %q, this service runs %q: %w", job, c.cfg.Job, proto.ErrControl)
 	}
-	if dp >= s.cfg.Pipeline.Plan.DP || mp >= s.cfg.MP {
-		return 0, fmt.Errorf("serve: control message for rank dp=%d mp=%d outside dp=%d mp=%d: %w", dp, mp, s.cfg.Pipeline.Plan.DP, s.cfg.MP, proto.ErrLayout)
+	if dp >= c.cfg.Pipeline.Plan.DP || mp >= c.cfg.MP {
+		return 0, fmt.Errorf("serve: control message for rank dp=%d mp=%d outside dp=%d mp=%d: %w", dp, mp, c.cfg.Pipeline.Plan.DP, c.cfg.MP, proto.ErrLayout)
 	}
-	return dp*s.cfg.MP + mp, nil
+	return dp*c.cfg.MP + mp, nil
 }
 
 // handleFeedback records a rank's measured step: its position, the
 // Prometheus timings, the live report and a calibration observation.
-func (s *Service) handleFeedback(m *nats.Msg) {
+func (c *control) handleFeedback(m *nats.Msg) {
 	var fb proto.Feedback
 	err := proto.DecodeControl(m.Data, &fb)
 	rank := 0
 	if err == nil {
-		rank, err = s.checkRank(fb.Job, fb.DPRank, fb.MPRank)
+		rank, err = c.checkRank(fb.Job, fb.DPRank, fb.MPRank)
 	}
 	if err != nil {
-		s.badControl(proto.CtlFeedback, err)
+		c.badControl(proto.CtlFeedback, err)
 		return
 	}
-	s.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
-	s.met.feedback(fb)
-	if f, ok := s.epochs.features(fb.Epoch, fb.Step, fb.DPRank); ok {
-		s.cal.add(fb, f)
+	c.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
+	c.met.feedback(fb)
+	if f, ok := c.epochs.features(fb.Epoch, fb.Step, fb.DPRank); ok {
+		c.cal.add(fb, f)
 	}
-	s.live.measured(fb)
-	s.advanceAcked(s.tasks.context(), rank, pos{fb.Epoch, fb.Step + 1}, 0)
+	c.live.measured(fb)
+	c.advanceAcked(c.tasks.context(), rank, pos{fb.Epoch, fb.Step + 1}, 0)
 }
 
 // unacked returns the first step rank has not acknowledged: the step of the
@@ -362,16 +375,16 @@ func (s *Service) handleFeedback(m *nats.Msg) {
 // (everything before it was published and acknowledged). The cursor is read
 // first: what is published after that is still stored when the stream is
 // looked at.
-func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
-	bound := s.ranks.get(rank).cursor
-	h, stored, err := s.firstHeld(ctx, rank)
+func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
+	bound := c.ranks.get(rank).cursor
+	h, stored, err := c.data.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
 	}
 	if stored {
 		bound = pos{h.Epoch, h.Step}
 	}
-	return s.epochs.norm(bound), nil
+	return c.epochs.norm(bound), nil
 }
 
 // advanceAcked moves rank's next needed step forward to want, but never past
@@ -380,8 +393,8 @@ func (s *Service) unacked(ctx context.Context, rank int) (pos, error) {
 // end the job. When want is ahead, it polls for up to wait for the
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
-func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	ahead := s.ranks.get(rank).next.less(s.epochs.norm(want))
+func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
+	ahead := c.ranks.get(rank).next.less(c.epochs.norm(want))
 	if !ahead {
 		return
 	}
@@ -389,23 +402,23 @@ func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 	defer cancel()
 	deadline := time.Now().Add(wait)
 	for {
-		bound, err := s.unacked(ctx, rank)
+		bound, err := c.unacked(ctx, rank)
 		if err != nil {
-			s.log.Warn("acknowledged position", "rank", rank, "err", err)
+			c.log.Warn("acknowledged position", "rank", rank, "err", err)
 			return
 		}
-		want = s.epochs.norm(want)
+		want = c.epochs.norm(want)
 		if !bound.less(want) {
-			s.setNext(ctx, rank, want, false)
+			c.setNext(ctx, rank, want, false)
 			return
 		}
 		if time.Now().After(deadline) {
 			if wait > 0 {
-				s.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
-				s.log.Warn("rank reports past what it acknowledged; kept at its first unacknowledged step",
+				c.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
+				c.log.Warn("rank reports past what it acknowledged; kept at its first unacknowledged step",
 					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
 			}
-			s.setNext(ctx, rank, bound, false)
+			c.setNext(ctx, rank, bound, false)
 			return
 		}
 		select {
@@ -417,20 +430,20 @@ func (s *Service) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 }
 
 // handleDone records that a rank completed an epoch.
-func (s *Service) handleDone(m *nats.Msg) {
+func (c *control) handleDone(m *nats.Msg) {
 	var d proto.Done
 	err := proto.DecodeControl(m.Data, &d)
 	rank := 0
 	if err == nil {
-		rank, err = s.checkRank(d.Job, d.DPRank, d.MPRank)
+		rank, err = c.checkRank(d.Job, d.DPRank, d.MPRank)
 	}
 	if err != nil {
-		s.badControl(proto.CtlDone, err)
+		c.badControl(proto.CtlDone, err)
 		return
 	}
-	s.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
-	s.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	s.tasks.start(func(ctx context.Context) { s.advanceAcked(ctx, rank, pos{d.Epoch + 1, 0}, doneAckWait) })
+	c.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
+	c.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
+	c.tasks.start(func(ctx context.Context) { c.advanceAcked(ctx, rank, pos{d.Epoch + 1, 0}, doneAckWait) })
 }
 
 // doneAckWait bounds how long a done waits for the rank's last
@@ -440,40 +453,40 @@ var doneAckWait = 10 * time.Second // a variable so tests can shorten it
 
 // handleResend republishes a rank from the failed batch's step with a new
 // generation.
-func (s *Service) handleResend(m *nats.Msg) {
+func (c *control) handleResend(m *nats.Msg) {
 	var r proto.Resend
 	err := proto.DecodeControl(m.Data, &r)
 	rank := 0
 	if err == nil {
-		rank, err = s.checkRank(r.Job, r.DPRank, r.MPRank)
+		rank, err = c.checkRank(r.Job, r.DPRank, r.MPRank)
 	}
 	if err != nil {
-		s.badControl(proto.CtlResend, err)
+		c.badControl(proto.CtlResend, err)
 		answerResend(m, err)
 		return
 	}
 	// Received: a client that asked (request-reply) stops retrying.
 	answerResend(m, nil)
-	if !s.gate.startResend(rank) { // the rewind in flight replays this step too
-		s.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
+	if !c.gate.startResend(rank) { // the rewind in flight replays this step too
+		c.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
 		return
 	}
-	s.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
-	s.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
-	started := s.tasks.start(func(ctx context.Context) {
-		defer s.gate.endResend(rank)
+	c.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
+	c.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
+	started := c.tasks.start(func(ctx context.Context) {
+		defer c.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		to, err := s.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
+		to, err := c.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
 		if err == nil {
-			err = s.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
+			err = c.data.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn("resend", "err", err)
+			c.log.Warn("resend", "err", err)
 		}
 	})
 	if !started {
-		s.gate.endResend(rank)
+		c.gate.endResend(rank)
 	}
 }
 
@@ -497,8 +510,8 @@ func answerResend(m *nats.Msg, refused error) {
 // later would drop stored, unacknowledged batches (a forged resend for step 7
 // purged steps 0–6 for good); a resend of a step the rank already
 // acknowledged is refused (it would deliver those batches twice).
-func (s *Service) resendFrom(ctx context.Context, rank int, asked pos) (pos, error) {
-	bound, err := s.unacked(ctx, rank)
+func (c *control) resendFrom(ctx context.Context, rank int, asked pos) (pos, error) {
+	bound, err := c.unacked(ctx, rank)
 	if err != nil {
 		return pos{}, err
 	}
@@ -509,7 +522,7 @@ func (s *Service) resendFrom(ctx context.Context, rank int, asked pos) (pos, err
 	return bound, nil
 }
 
-func (s *Service) badControl(kind string, err error) {
-	s.met.control.WithLabelValues(kind, "refused").Inc()
-	s.log.Warn("bad control message", "kind", kind, "err", err)
+func (c *control) badControl(kind string, err error) {
+	c.met.control.WithLabelValues(kind, "refused").Inc()
+	c.log.Warn("bad control message", "kind", kind, "err", err)
 }

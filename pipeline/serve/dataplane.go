@@ -2,11 +2,13 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // fetchWait bounds how long a fetch waits for its batch to be built; the
@@ -49,7 +51,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 					<-slots
 				}
 			default:
-				s.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
+				s.ctl.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}
 		})
 		if err != nil {
@@ -89,7 +91,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && r != rank {
+		if r, err = s.ctl.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && r != rank {
 			err = fmt.Errorf("serve: fetch for rank dp=%d mp=%d on another rank's subject: %w", req.DPRank, req.MPRank, proto.ErrControl)
 		}
 	}
@@ -101,7 +103,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 		err = fmt.Errorf("serve: fetch of %v: no reply subject or epoch outside the job: %w", req.Key(), proto.ErrControl)
 	}
 	if err != nil {
-		s.badControl("fetch", err)
+		s.ctl.badControl("fetch", err)
 		return
 	}
 	key := req.Key()
@@ -166,7 +168,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	err := proto.DecodeControl(m.Data, &a)
 	rank := 0
 	if err == nil {
-		rank, err = s.checkRank(a.Job, a.DPRank, a.MPRank)
+		rank, err = s.ctl.checkRank(a.Job, a.DPRank, a.MPRank)
 	}
 	if err == nil {
 		if want, _ := proto.AckSubject(a.Job, a.DPRank, a.MPRank); want != m.Subject {
@@ -174,7 +176,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		}
 	}
 	if err != nil {
-		s.badControl("ack", err)
+		s.ctl.badControl("ack", err)
 		return
 	}
 	s.out.ack(rank, a.Key())
@@ -186,7 +188,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		_ = m.Respond(nil)
 	}
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
-		s.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
+		s.ctl.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
 	}
 }
 
@@ -207,4 +209,35 @@ func (s *Service) dataPlaneReply(rep *proto.RegisterReply, dp, mp int) {
 		rep.FetchSubject, _ = proto.FetchSubject(s.cfg.Job, dp, mp)
 		rep.AckSubject, _ = proto.AckSubject(s.cfg.Job, dp, mp)
 	}
+}
+
+// resetConsumer recreates a rank's durable consumer when an earlier
+// incarnation of the trainer left chunks delivered and unacknowledged: the new
+// consumer delivers everything still stored, in order, at once, instead of
+// after AckWait. Work-queue retention keeps unacknowledged chunks in the
+// stream while no consumer exists.
+func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
+	name := proto.ConsumerName(s.cfg.Job, dp, mp)
+	cons, err := s.stream.Consumer(ctx, name)
+	if err == nil {
+		var ci *jetstream.ConsumerInfo
+		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
+			return nil
+		}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("serve: consumer %s: %w", name, err)
+	}
+	if err == nil {
+		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
+		}
+		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
+	}
+	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
+	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
+	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
 }

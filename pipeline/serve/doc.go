@@ -143,10 +143,16 @@
 //   - publisher (publisher.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
-//   - controlGate (control.go) and tasks (tasks.go): the control handlers'
-//     bounds, and every goroutine started for a message (a register, done,
-//     resend, fetch or viewer fetch). Tasks run with Run's context and Run
-//     waits for them before it returns: no goroutine of the service
+//   - control (control.go): the trainers' control messages (register,
+//     feedback, done, resend; the data plane's acks and fetches are checked
+//     by it too). It holds only its gate (registers waiting, resends in
+//     flight) and acts through the other parts and, for what depends on the
+//     data plane or a resize, through the delivery interface the Service
+//     implements. A message moves a rank forward only to what it
+//     acknowledged and back only to what it has not.
+//   - tasks (tasks.go): every goroutine started for a message (a register,
+//     done, resend, fetch or viewer fetch). Tasks run with Run's context
+//     and Run waits for them before it returns: no goroutine of the service
 //     outlives Run.
 //   - calibrator (calibrate.go), live (live.go), health (assets.go): the
 //     cost-model observations, the live report and /healthz's state.

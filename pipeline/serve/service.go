@@ -29,14 +29,14 @@ type Service struct {
 	met *metrics
 
 	// The parts.
-	ranks     *rankTable   // the ranks' positions and their KV records (ranks.go)
-	epochs    *epochBook   // the epochs' infos, plans and preparations (epochs.go)
-	publisher *publisher   // the publish loop's shared state (publisher.go)
-	gate      *controlGate // bounds the control handlers' goroutines (control.go)
-	tasks     tasks        // the goroutines started for a message (tasks.go)
-	cal       *calibrator  // trainer feedback to cost models (calibrate.go)
-	live      *live        // the live report (live.go)
-	health    health       // what /healthz reports beyond the connection
+	ranks     *rankTable  // the ranks' positions and their KV records (ranks.go)
+	epochs    *epochBook  // the epochs' infos, plans and preparations (epochs.go)
+	publisher *publisher  // the publish loop's shared state (publisher.go)
+	ctl       *control    // the trainers' control messages (control.go)
+	tasks     tasks       // the goroutines started for a message (tasks.go)
+	cal       *calibrator // trainer feedback to cost models (calibrate.go)
+	live      *live       // the live report (live.go)
+	health    health      // what /healthz reports beyond the connection
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
 	// resize is a dp change accepted at start (resize.go); nil when none.
@@ -84,6 +84,7 @@ func New(cfg Config) (*Service, error) {
 	if err := s.met.register(reg); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
+	s.ctl = newControl(s)
 	return s, nil
 }
 
@@ -143,7 +144,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	subs, err := s.subscribe()
+	subs, err := s.ctl.subscribe(s.nc)
 	subs = append(subs, wsubs...)
 	defer func() {
 		for _, sub := range subs {

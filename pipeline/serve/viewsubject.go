@@ -42,12 +42,12 @@ func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
+		if r, err = s.ctl.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
 			err = fmt.Errorf("serve: %s: not a viewer fetch of this subject's rank with a reply: %w", m.Subject, proto.ErrControl)
 		}
 	}
 	if err != nil {
-		s.badControl("view", err)
+		s.ctl.badControl("view", err)
 		return
 	}
 	s.startView(ctx, rank, m.Reply, req.Key())

@@ -1,0 +1,114 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// fakeDelivery is a data plane that holds rank 0's batches from held on.
+type fakeDelivery struct {
+	held    pos
+	holding bool
+	rewinds []rewindReq
+}
+
+func (f *fakeDelivery) firstHeld(context.Context, int) (proto.ChunkHeader, bool, error) {
+	return proto.ChunkHeader{BatchKey: proto.BatchKey{Epoch: f.held.Epoch, Step: f.held.Step}}, f.holding, nil
+}
+
+func (f *fakeDelivery) requestRewind(_ context.Context, req rewindReq) error {
+	f.rewinds = append(f.rewinds, req)
+	return nil
+}
+
+func (f *fakeDelivery) dataPlaneReply(*proto.RegisterReply, int, int) {}
+func (f *fakeDelivery) resetConsumer(context.Context, int, int) error { return nil }
+func (f *fakeDelivery) decideResize(context.Context, int, int) error  { return nil }
+
+// newTestControl is control over one epoch of steps steps, two ranks, no
+// NATS: what it decides comes from its parts and the fake data plane.
+func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Job = "ctl"
+	cfg.Pipeline.Plan.DP = 2
+	epochs := newEpochBook(nil)
+	epochs.setInfo(0, EpochInfo{Steps: steps})
+	ranks := newRankTable(2, 1, epochs, &state{})
+	for r := range 2 {
+		ranks.set(r, rankState{cursor: cursor, next: pos{0, 0}})
+	}
+	s := &Service{cfg: cfg, log: slog.New(slog.DiscardHandler), epochs: epochs, ranks: ranks, publisher: newPublisher()}
+	s.met = newMetrics(s)
+	if err := s.met.register(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	c := newControl(s)
+	c.data = d
+	return c
+}
+
+// TestResendMovesOnlyToUnacknowledged: a resend moves a rank back to its
+// first unacknowledged step (what the data plane still holds, else the
+// publish cursor) whatever step it names, and a resend of an acknowledged
+// step is refused, so a forged resend can neither drop held batches nor
+// deliver acknowledged ones twice.
+func TestResendMovesOnlyToUnacknowledged(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		held    pos
+		holding bool
+		cursor  pos
+		asked   pos
+		want    pos
+		refused bool
+	}{
+		{name: "held from step 3, asked 7", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 7}, want: pos{0, 3}},
+		{name: "held from step 3, asked 3", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 3}, want: pos{0, 3}},
+		{name: "held from step 3, asked 2 (acknowledged)", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 2}, refused: true},
+		{name: "nothing held: the cursor bounds it", cursor: pos{0, 5}, asked: pos{0, 6}, want: pos{0, 5}},
+		{name: "nothing held, asked before the cursor", cursor: pos{0, 5}, asked: pos{0, 4}, refused: true},
+		{name: "end of the epoch normalised", cursor: pos{0, 10}, asked: pos{1, 0}, want: pos{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fakeDelivery{held: tc.held, holding: tc.holding}
+			c := newTestControl(t, 10, tc.cursor, d)
+			got, err := c.resendFrom(context.Background(), 0, tc.asked)
+			if tc.refused {
+				if !errors.Is(err, proto.ErrControl) {
+					t.Fatalf("resendFrom(%v) = %v, %v; want refused with ErrControl", tc.asked, got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("resendFrom(%v) = %v, %v; want %v", tc.asked, got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckRank refuses another job's messages and ranks outside the layout.
+func TestCheckRank(t *testing.T) {
+	c := newTestControl(t, 10, pos{}, &fakeDelivery{})
+	for _, tc := range []struct {
+		job    string
+		dp, mp int
+		rank   int
+		err    error
+	}{
+		{"ctl", 1, 0, 1, nil},
+		{"other", 0, 0, 0, proto.ErrControl},
+		{"ctl", 2, 0, 0, proto.ErrLayout},
+		{"ctl", 0, 1, 0, proto.ErrLayout},
+	} {
+		r, err := c.checkRank(tc.job, tc.dp, tc.mp)
+		if !errors.Is(err, tc.err) || (tc.err == nil && r != tc.rank) {
+			t.Errorf("checkRank(%q, %d, %d) = %d, %v; want %d, %v", tc.job, tc.dp, tc.mp, r, err, tc.rank, tc.err)
+		}
+	}
+}
