@@ -42,7 +42,8 @@ func (b *Batch) Release() {
 // Ack acknowledges every chunk of the batch (and any redelivered copies the
 // Consumer has seen since), waiting for the server to confirm the last one.
 // Acknowledged chunks are removed from the stream (work-queue retention); on
-// the core data plane the service drops the batches up to this one.
+// the core data plane the service drops the batches up to this one, and Ack
+// waits for its answer, sending the ack again until one comes or ctx ends.
 // Ack the batch once its step has been applied, not before: unacked batches
 // are redelivered after AckWait or a restart.
 func (b *Batch) Ack(ctx context.Context) error {

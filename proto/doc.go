@@ -21,6 +21,9 @@
 //     applied batches with an AckRequest. Fetcher is the Go client: it asks a
 //     window of batches ahead (the consumer's flow control), asks again for
 //     a batch lost or corrupted on the way, and returns batches in plan order.
+//   - RegisterRank sends a rank's Register and returns the service's reply;
+//     it sends the register again when it or its reply is lost (a reconnect,
+//     no service subscribed yet, an unanswered attempt).
 //   - JetStream data plane: Publisher publishes the chunks of a batch to
 //     JetStream with Nats-Msg-Id dedupe and retries on stream-full rejections
 //     (backpressure) until its context ends; Consumer.Next returns whole

@@ -313,13 +313,14 @@ func (f *Fetcher) deliver(a *Assembled[struct{}]) (*Batch, error) {
 }
 
 // ack tells the service every batch up to k is applied and waits for its
-// answer.
+// answer. An ack is idempotent: it is sent again when the connection
+// reconnects before the answer came, or after Timeout (requestAgain).
 func (f *Fetcher) ack(ctx context.Context, k BatchKey) error {
 	b, err := json.Marshal(AckRequest(NewFetchRequest(k)))
 	if err != nil {
 		return err
 	}
-	if _, err := f.nc.RequestWithContext(ctx, f.ackSub, b); err != nil {
+	if _, err := requestAgain(ctx, f.nc, f.ackSub, b, f.cfg.Timeout); err != nil {
 		return fmt.Errorf("proto: ack %v: %w", k, err)
 	}
 	return nil

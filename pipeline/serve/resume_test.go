@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"github.com/mmfeed/mmfeed/internal/testnats"
-	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -151,12 +150,6 @@ func externalServer(t testing.TB, port int, dir string) *server.Server {
 // mid-epoch and comes back on the same port and store: the service and the
 // trainers reconnect and finish with every batch exactly once.
 func TestExternalNATSOutage(t *testing.T) {
-	if os.Getenv("MMFEED_FLAKY") == "" {
-		// About 1 run in 10 since 2026-12-01, a trainer waits out its 60 s
-		// for one micro-batch after the restart (trainer 0, step 9 mb 0);
-		// the cause is not found yet. Run with MMFEED_FLAKY=1.
-		t.Skip("flaky since 2026-12-01: a micro-batch is not re-sent after the restart in ~1 run of 10 (MMFEED_FLAKY=1 runs it)")
-	}
 	port, dir := freePort(t), t.TempDir()
 	ns := externalServer(t, port, dir)
 	defer func() { ns.Shutdown() }()

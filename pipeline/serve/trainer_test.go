@@ -101,12 +101,17 @@ func (tr *trainer) crash() {
 	tr.nc, tr.cons = nil, nil
 }
 
+// register registers the trainer's rank, again when the request or its
+// reply is lost (proto.RegisterRank).
 func (tr *trainer) register(ctx context.Context, epoch, resume int) (proto.RegisterReply, error) {
 	reg := proto.Register{Job: tr.job, DPRank: tr.dp, MPRank: tr.mp, DP: tr.layout.DP, MP: tr.layout.MP,
 		Placement: tr.layout.Placement, Epoch: epoch, ResumeStep: resume}
-	return registerWith(ctx, tr.nc, tr.job, reg)
+	return proto.RegisterRank(ctx, tr.nc, reg, 0)
 }
 
+// registerWith sends reg once on the register subject of job and reg's
+// ranks: a crafted register (another job, a rank out of range) whose answer
+// a test checks.
 func registerWith(ctx context.Context, nc *nats.Conn, job string, reg proto.Register) (proto.RegisterReply, error) {
 	b, _ := json.Marshal(reg)
 	subj, _ := proto.RankControlSubject(job, proto.CtlRegister, reg.DPRank, reg.MPRank)
