@@ -56,6 +56,13 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 	v.errs = append(v.errs, err.Error())
 }
 
+// String lists the errors collected so far.
+func (v *violations) String() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return strings.Join(v.errs, "; ")
+}
+
 func (v *violations) has(subj string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -161,7 +168,7 @@ func testRankPermissions(t *testing.T, plane string) {
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		for _, subj := range append(forbidden, "_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.1.0.>") {
 			if !v.has(subj) {
-				return errorf("no permissions violation for %s (errors: %v)", subj, v.errs)
+				return errorf("no permissions violation for %s (errors: %s)", subj, v.String())
 			}
 		}
 		if n := labelled(t, r.s, "mmfeed_serve_control_messages_total", "refused"); n < 1 {
@@ -377,7 +384,7 @@ func testViewer(t *testing.T, plane string) {
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		for _, subj := range append(forbidden, "_INBOX.>", "mmfeed.job-1.batch.>", "_INBOX.mmfeed.job-1.0.0.>") {
 			if !v.has(subj) {
-				return errorf("no permissions violation for %s (errors: %v)", subj, v.errs)
+				return errorf("no permissions violation for %s (errors: %s)", subj, v.String())
 			}
 		}
 		return nil

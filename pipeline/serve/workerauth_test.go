@@ -159,7 +159,7 @@ func testWorkerForbidden(t *testing.T, url string, wk Identity) {
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		for _, subj := range append(forbidden, subs...) {
 			if !v.has(subj) {
-				return errorf("no permissions violation for %s (errors: %v)", subj, v.errs)
+				return errorf("no permissions violation for %s (errors: %s)", subj, v.String())
 			}
 		}
 		return nil
