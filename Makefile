@@ -29,7 +29,7 @@ export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif 
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test test-cluster soak demo bench bench-e2e quality lint fuzz venv clean
+.PHONY: help build deps test race test-cluster soak demo bench bench-e2e quality lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -81,6 +81,11 @@ test: build venv ## run every test: Go (with the Python peers required) and the 
 	@rm -rf $(BUILD)/test-feature-cache
 	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
 	@if [ -d trainer/tests ]; then MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(PY) -m pytest -q trainer/tests; fi
+
+RACE_PKGS ?= ./proto/ ./balancer/ ./pipeline/serve/
+race: build venv ## the concurrent packages' tests under the race detector (RACE_PKGS; serve alone takes 15-30 min on 2 cores)
+	@rm -rf $(BUILD)/test-feature-cache
+	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(GO) test -race -count=1 -timeout 90m $(RACE_PKGS)
 
 test-cluster: build venv ## the long scale-out tests: 3 NATS servers, leader + standby (role all; planner + workers), trainers, kills
 	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py trainer/tests/test_cluster_roles.py
