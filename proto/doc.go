@@ -20,7 +20,8 @@
 //     (chunks on core NATS to the request's inbox); the rank acknowledges
 //     applied batches with an AckRequest. Fetcher is the Go client: it asks a
 //     window of batches ahead (the consumer's flow control), asks again for
-//     a batch lost or corrupted on the way, and returns batches in plan order.
+//     a batch lost or corrupted on the way (at once after a reconnect), and
+//     returns batches in plan order.
 //   - RegisterRank sends a rank's Register and returns the service's reply;
 //     it sends the register again when it or its reply is lost (a reconnect,
 //     no service subscribed yet, an unanswered attempt).

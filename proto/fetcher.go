@@ -27,7 +27,9 @@ type FetcherConfig struct {
 	// Timeout is how long a requested batch may take to arrive before it is
 	// asked for again (a lost request or payload; the service regenerates a
 	// payload it no longer holds). After a reconnect every batch in flight is
-	// asked for again at once.
+	// asked for again at once, and after a fetch nobody received (the
+	// server's no-responders status: the service is starting or not
+	// reconnected yet) after a pause of 100 ms doubling to 2 s.
 	Timeout time.Duration
 	// MaxBatchBytes bounds one reassembled payload.
 	MaxBatchBytes int64
@@ -83,7 +85,23 @@ type Fetcher struct {
 	ready    map[BatchKey]*Assembled[struct{}]
 	lastSize int
 	reconn   uint64 // the connection's reconnect count when last checked
+	// reconnected wakes Next when the connection reconnects (stopWatch ends
+	// the watch).
+	reconnected <-chan nats.Status
+	stopWatch   func()
+	// pause is how long after a no-responders status the batches in
+	// flight are asked for again (0: none since the last chunk); paused is
+	// when the pause in progress ends.
+	pause  time.Duration
+	paused time.Time
 }
+
+// noRespondersPause and noRespondersMax: the first and the longest pause
+// before asking again after a fetch nobody received.
+const (
+	noRespondersPause = 100 * time.Millisecond
+	noRespondersMax   = 2 * time.Second
+)
 
 // NewFetcher subscribes to a fresh inbox on nc. Call AddEpoch for every
 // epoch the rank registered for and Start before Next. Records are allocated
@@ -101,11 +119,13 @@ func NewFetcher(nc *nats.Conn, mem memory.Allocator, cfg FetcherConfig) (*Fetche
 	}
 	f := &Fetcher{cfg: cfg, nc: nc, mem: mem, re: re, inbox: nc.NewInbox(), ch: make(chan *nats.Msg, 4096),
 		epochs: map[int]epochShape{}, ready: map[BatchKey]*Assembled[struct{}]{}, reconn: nc.Stats().Reconnects}
+	f.reconnected, f.stopWatch = watchReconnects(nc)
 	f.bufs = newBufPool(2)
 	re.alloc = f.bufs.get
 	f.fetchSub, _ = FetchSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	f.ackSub, _ = AckSubject(cfg.Job, cfg.DPRank, cfg.MPRank)
 	if f.sub, err = nc.ChanSubscribe(f.inbox, f.ch); err != nil {
+		f.stopWatch()
 		return nil, fmt.Errorf("proto: fetcher subscribe: %w", err)
 	}
 	// The window bounds what is in flight; let the client buffer it all.
@@ -131,7 +151,10 @@ func (f *Fetcher) Start(epoch, step int) {
 
 // Close unsubscribes. Batches not acknowledged are sent again to whoever
 // asks for them.
-func (f *Fetcher) Close() { _ = f.sub.Unsubscribe() }
+func (f *Fetcher) Close() {
+	f.stopWatch()
+	_ = f.sub.Unsubscribe()
+}
 
 // after returns the key after k in plan order; ok is false when k is the
 // last batch of the epochs known so far.
@@ -239,7 +262,9 @@ func (f *Fetcher) Next(ctx context.Context) (*Batch, error) {
 		select {
 		case m := <-f.ch:
 			t.Stop()
-			f.take(m)
+			f.take(m, time.Now())
+		case <-f.reconnected: // retry asks for every batch in flight again
+			t.Stop()
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
@@ -249,8 +274,14 @@ func (f *Fetcher) Next(ctx context.Context) (*Batch, error) {
 }
 
 // take adds one chunk; a completed batch of the window goes to ready, a
-// failed one is asked for again at once.
-func (f *Fetcher) take(m *nats.Msg) {
+// failed one is asked for again at once. A no-responders status makes every
+// batch in flight due after a pause.
+func (f *Fetcher) take(m *nats.Msg, now time.Time) {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		f.noResponders(now)
+		return
+	}
+	f.pause = 0
 	a, err := f.re.Add(m.Header, m.Data, struct{}{})
 	for _, e := range f.re.Evicted() {
 		f.reask(e.Header.BatchKey)
@@ -263,6 +294,29 @@ func (f *Fetcher) take(m *nats.Msg) {
 	case f.isAsked(a.Header.BatchKey):
 		f.ready[a.Header.BatchKey] = a
 		f.lastSize = len(a.Payload)
+	}
+}
+
+// noResponders handles the server's answer to a fetch that nobody
+// subscribed to: the service is starting, or has not reconnected yet after
+// an outage the rank's connection came back from first. The fetch was
+// dropped, so every batch in flight is asked for again after a pause
+// (noRespondersPause, doubled after each pause that ended with another
+// no-responders, up to noRespondersMax) instead of after Timeout.
+func (f *Fetcher) noResponders(now time.Time) {
+	if f.pause == 0 {
+		f.pause = noRespondersPause
+	} else if !now.Before(f.paused) { // a fetch asked again after the last pause was not received either
+		f.pause = min(2*f.pause, noRespondersMax)
+	}
+	if !now.Before(f.paused) {
+		f.paused = now.Add(f.pause)
+	}
+	due := f.paused.Add(-f.cfg.Timeout) // sent as if it timed out at paused
+	for i := range f.asked {
+		if f.asked[i].sent.After(due) {
+			f.asked[i].sent = due
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package proto
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -26,9 +27,11 @@ type fakeSender struct {
 	acked    []BatchKey
 }
 
-func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
+// serve subscribes to the rank's fetch and ack subjects on nc and returns
+// the subscriptions.
+func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) []*nats.Subscription {
 	subj, _ := FetchSubject("job-1", 1, 0)
-	if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+	fsub, err := nc.Subscribe(subj, func(m *nats.Msg) {
 		var req FetchRequest
 		if err := DecodeControl(m.Data, &req); err != nil {
 			t.Errorf("fetch: %v", err)
@@ -64,11 +67,12 @@ func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
 				t.Error(err)
 			}
 		}
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	acks, _ := AckSubject("job-1", 1, 0)
-	if _, err := nc.Subscribe(acks, func(m *nats.Msg) {
+	asub, err := nc.Subscribe(acks, func(m *nats.Msg) {
 		var a AckRequest
 		if err := DecodeControl(m.Data, &a); err != nil {
 			t.Errorf("ack: %v", err)
@@ -77,9 +81,14 @@ func (f *fakeSender) serve(t *testing.T, nc *nats.Conn, chunk int) {
 		f.acked = append(f.acked, a.Key())
 		f.mu.Unlock()
 		_ = m.Respond(nil)
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return []*nats.Subscription{fsub, asub}
 }
 
 // The Fetcher returns a rank's batches in plan order whatever goes wrong on
@@ -168,5 +177,78 @@ func checkSameRecord(t *testing.T, b *Batch, payload []byte) {
 	got, err := EncodeIPC(b.Record)
 	if err != nil || !bytes.Equal(got, payload) {
 		t.Errorf("batch %v: record re-encodes to %d bytes (%v), differing from the %d sent", b.Header.BatchKey, len(got), err, len(payload))
+	}
+}
+
+// After a reconnect the Fetcher asks again at once for the batches in
+// flight (their fetches or payloads may have left with the old connection),
+// not after its Timeout: the service got the fetch and its answer was lost
+// in the outage; or the service is not back yet when the rank is (its
+// subscription is gone), so the fetch asked again at the reconnect gets the
+// server's no responders, and the Fetcher asks again after a short pause.
+func TestFetcherAsksAgainAfterReconnect(t *testing.T) {
+	for _, serviceBack := range []time.Duration{0, time.Second} {
+		name := "service reconnects"
+		if serviceBack > 0 {
+			name = "service back after the rank"
+		}
+		t.Run(name, func(t *testing.T) {
+			o := newOutage(t)
+			svc, rank := o.connect(), o.connect()
+			m := testMeta(ModalityAll, DTypeUint8, []int{3, 8, 8})
+			m.Epoch, m.Step, m.MicroBatch = 0, 0, 0
+			k := m.Key()
+			f := &fakeSender{payloads: map[BatchKey][]byte{k: mustEncode(t, m, testRows(m, 4))},
+				drop: map[BatchKey]bool{k: true}, asked: map[BatchKey]int{}}
+			subs := f.serve(t, svc, 64<<10)
+			cfg := DefaultFetcherConfig("job-1", 1, 0)
+			cfg.Window, cfg.Timeout = 1, time.Minute // far beyond the test's context
+			fe, err := NewFetcher(rank, nil, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fe.Close()
+			fe.AddEpoch(0, 1, 1)
+			fe.Start(0, 0)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			type result struct {
+				b   *Batch
+				err error
+			}
+			done := make(chan result, 1)
+			t0 := time.Now()
+			go func() {
+				b, err := fe.Next(ctx)
+				done <- result{b, err}
+			}()
+			checkFor(t, 5*time.Second, 10*time.Millisecond, func() error { // the first fetch arrived and was dropped
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if f.asked[k] == 0 {
+					return errors.New("no fetch yet")
+				}
+				return nil
+			})
+			if serviceBack > 0 {
+				for _, s := range subs {
+					_ = s.Unsubscribe()
+				}
+			}
+			o.restart()
+			if serviceBack > 0 {
+				time.Sleep(serviceBack)
+				f.serve(t, svc, 64<<10)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("after %v: %v", time.Since(t0).Round(time.Millisecond), r.err)
+			}
+			defer r.b.Release()
+			if r.b.Header.BatchKey != k {
+				t.Errorf("got %v, want %v", r.b.Header.BatchKey, k)
+			}
+			t.Logf("answered %v after the first fetch", time.Since(t0).Round(time.Millisecond))
+		})
 	}
 }

@@ -81,8 +81,8 @@ func requestAgain(ctx context.Context, nc *nats.Conn, subj string, data []byte, 
 // requestOnce sends one request and waits up to attempt for its reply; it
 // gives up early with errReconnected when nc reconnects meanwhile.
 func requestOnce(ctx context.Context, nc *nats.Conn, subj string, data []byte, attempt time.Duration) (*nats.Msg, error) {
-	reconnected := nc.StatusChanged(nats.CONNECTED) // before the request, so no reconnect after it is missed
-	defer nc.RemoveStatusListener(reconnected)
+	reconnected, stop := watchReconnects(nc) // before the request, so no reconnect after it is missed
+	defer stop()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -101,4 +101,14 @@ func requestOnce(ctx context.Context, nc *nats.Conn, subj string, data []byte, a
 		return nil, errReconnected
 	}
 	return m, err
+}
+
+// watchReconnects returns a channel that receives a value each time nc
+// reconnects (a request or a reply in flight may have been lost with the
+// old connection) and the func that stops the watch and closes the
+// channel. Watch before sending what a reconnect may lose, so that no
+// reconnect after the send is missed.
+func watchReconnects(nc *nats.Conn) (<-chan nats.Status, func()) {
+	ch := nc.StatusChanged(nats.CONNECTED)
+	return ch, func() { nc.RemoveStatusListener(ch) }
 }

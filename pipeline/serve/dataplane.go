@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -15,17 +16,21 @@ import (
 // rank asks again after its own timeout.
 const fetchWait = 2 * time.Minute
 
-// fetchesInFlight bounds the fetches of one rank answered at once. A fetch
-// beyond it is dropped; the rank asks again after its timeout.
+// fetchesInFlight bounds the batches of one rank that fetches wait for (or
+// are being answered) at once. A fetch for another batch beyond it is
+// dropped; the rank asks again after its timeout.
 const fetchesInFlight = 32
 
 // subscribeData installs the core data plane's handlers: one fetch
-// subscription per rank and one ack subscription for all ranks. Each fetch
-// is answered on its own goroutine (at most fetchesInFlight per rank), so a
-// fetch that waits for its batch never holds up the rank's other fetches:
-// after a reconnect a rank asks again for batches the service holds while an
-// older fetch still waits for a batch that cannot be built until those are
-// acknowledged. ctx ends the waits.
+// subscription per rank and one ack subscription for all ranks. Each batch
+// a rank asks for is answered on its own goroutine (at most fetchesInFlight
+// per rank), so a fetch that waits for its batch never holds up the rank's
+// other fetches: after a reconnect a rank asks again for batches the
+// service holds while an older fetch still waits for a batch that cannot be
+// built until those are acknowledged. A fetch for a batch that an earlier
+// fetch of the rank still waits for joins that wait (fetchWaits): the
+// batch is sent once, so a rank that keeps asking while it starves neither
+// fills its slots nor gets copies. ctx ends the waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	fail := func(err error) ([]*nats.Subscription, error) {
@@ -41,16 +46,35 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 			return fail(err)
 		}
 		slots := make(chan struct{}, fetchesInFlight)
+		waits := newFetchWaits()
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
+			req, err := s.checkFetch(r, m)
+			if err != nil {
+				s.ctl.badControl("fetch", err)
+				return
+			}
+			key := req.Key()
+			if req.View {
+				s.startView(ctx, r, m.Reply, key)
+				return
+			}
+			w := waits.join(key, m.Reply, time.Now())
+			if w == nil {
+				s.met.control.WithLabelValues("fetch", "merged").Inc()
+				return // an earlier fetch of the batch waits, and now answers this one
+			}
 			select {
 			case slots <- struct{}{}:
+				s.met.control.WithLabelValues("fetch", "ok").Inc()
 				if !s.tasks.start(func(context.Context) {
 					defer func() { <-slots }()
-					s.handleFetch(ctx, r, m)
+					s.handleFetch(ctx, r, key, waits, w)
 				}) {
 					<-slots
+					waits.leave(key, w)
 				}
 			default:
+				waits.leave(key, w)
 				s.ctl.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}
 		})
@@ -79,14 +103,8 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 	return subs, nil
 }
 
-// handleFetch answers one FetchRequest of rank: it sends the batch's chunks
-// to the reply inbox as soon as the outbox holds the batch. A batch that was
-// built and is no longer held (the rank acknowledged it, then restarted from
-// an older checkpoint; or it was purged) is regenerated: the rank is rewound
-// to the batch's step with a new generation, and the batch is sent once it
-// is built again. The plan and the preprocessing are deterministic, so the
-// regenerated payload is byte-identical.
-func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
+// checkFetch decodes and checks a FetchRequest on rank's fetch subject.
+func (s *Service) checkFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) {
 	var req proto.FetchRequest
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
@@ -96,24 +114,98 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 		}
 	}
 	if err == nil && req.View && m.Reply != "" {
-		s.startView(ctx, rank, m.Reply, req.Key())
-		return
+		return req, nil
 	}
 	if err == nil && (m.Reply == "" || req.Epoch < s.cfg.Pipeline.Plan.Epoch || req.Epoch > s.cfg.lastEpoch()) {
 		err = fmt.Errorf("serve: fetch of %v: no reply subject or epoch outside the job: %w", req.Key(), proto.ErrControl)
 	}
-	if err != nil {
-		s.ctl.badControl("fetch", err)
-		return
+	return req, err
+}
+
+// fetchWaits keeps one waiting fetch per batch of one rank. A fetch for a
+// batch another fetch already waits for joins it: the waiter answers the
+// newest fetch's reply subject (a restarted trainer's new inbox) and waits
+// up to fetchWait from the newest fetch. Safe for concurrent use; its lock
+// is a leaf.
+type fetchWaits struct {
+	mu sync.Mutex
+	m  map[proto.BatchKey]*fetchWaiter
+}
+
+// fetchWaiter is the fetch that waits for one batch, with the reply subject
+// and the deadline of the newest fetch that joined it.
+type fetchWaiter struct {
+	reply    string
+	deadline time.Time
+}
+
+func newFetchWaits() *fetchWaits { return &fetchWaits{m: map[proto.BatchKey]*fetchWaiter{}} }
+
+// join returns a new waiter for key, or nil when one exists: that one now
+// answers reply and waits until fetchWait after now.
+func (f *fetchWaits) join(key proto.BatchKey, reply string, now time.Time) *fetchWaiter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w := f.m[key]; w != nil {
+		w.reply, w.deadline = reply, now.Add(fetchWait)
+		return nil
 	}
-	key := req.Key()
+	w := &fetchWaiter{reply: reply, deadline: now.Add(fetchWait)}
+	f.m[key] = w
+	return w
+}
+
+// claim ends w's wait to answer it and returns the reply subject to send
+// to: a fetch after it starts a new wait.
+func (f *fetchWaits) claim(key proto.BatchKey, w *fetchWaiter) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m[key] == w {
+		delete(f.m, key)
+	}
+	return w.reply
+}
+
+// left returns how long w may still wait; at 0 its wait has ended.
+func (f *fetchWaits) left(key proto.BatchKey, w *fetchWaiter, now time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := w.deadline.Sub(now)
+	if d <= 0 {
+		d = 0
+		if f.m[key] == w {
+			delete(f.m, key)
+		}
+	}
+	return d
+}
+
+// leave ends w's wait without an answer.
+func (f *fetchWaits) leave(key proto.BatchKey, w *fetchWaiter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m[key] == w {
+		delete(f.m, key)
+	}
+}
+
+// handleFetch answers the fetches of rank for key that w stands for: it
+// sends the batch's chunks to the newest one's reply inbox as soon as the
+// outbox holds the batch. A batch that was built and is no longer held (the
+// rank acknowledged it, then restarted from an older checkpoint; or it was
+// purged) is regenerated: the rank is rewound to the batch's step with a
+// new generation, and the batch is sent once it is built again. The plan
+// and the preprocessing are deterministic, so the regenerated payload is
+// byte-identical.
+func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *fetchWaits, w *fetchWaiter) {
+	defer waits.leave(key, w)
 	t := time.NewTimer(fetchWait)
 	defer t.Stop()
 	rewound, waiting := false, false
 	for {
 		it, changed := s.out.lookup(rank, key)
 		if it != nil {
-			s.send(m.Reply, it)
+			s.send(waits.claim(key, w), it)
 			return
 		}
 		if !waiting {
@@ -132,7 +224,11 @@ func (s *Service) handleFetch(ctx context.Context, rank int, m *nats.Msg) {
 		select {
 		case <-changed:
 		case <-t.C:
-			return
+			d := waits.left(key, w, time.Now())
+			if d == 0 {
+				return
+			}
+			t.Reset(d) // a later fetch joined: wait for it
 		case <-ctx.Done():
 			return
 		}

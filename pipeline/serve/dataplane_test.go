@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // rawRank is a bare core data plane client: it asks for one batch at a time
@@ -129,5 +131,143 @@ func TestRegeneratedBatchIsByteIdentical(t *testing.T) {
 	}
 	if got := counter(t, r.s, "mmfeed_serve_rewinds_total"); got != 1 {
 		t.Errorf("rewinds = %v, want 1", got)
+	}
+}
+
+// A rank that starves (its batches are not built yet) and asks again every
+// 100 ms for its window of 4 batches gets each batch once, on the newest
+// fetch's reply subject, when it is built 2 s later: every fetch for a batch
+// joins the one fetch that waits for it, so 80 fetches neither take the
+// rank's 32 fetch slots (no "fetches in flight" refusal) nor send copies.
+func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 8), 1, 1, "colocated")
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testnats.Server(t, testnats.Options{})
+	s.nc, _ = testnats.Connect(t, srv.ClientURL())
+	s.out, s.chunkSize = newOutbox(cfg.ranks(), 1<<30), 4096
+	ctx, cancel := context.WithCancel(context.Background())
+	s.tasks.open(ctx)
+	stop := func() { cancel(); s.tasks.close() }
+	t.Cleanup(stop)
+	if _, err := s.subscribeData(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	nc, _ := testnats.Connect(t, srv.ClientURL())
+	old, newest := nc.NewInbox(), nc.NewInbox() // the trainer's inbox, then its restarted incarnation's
+	got := map[string]chan *nats.Msg{old: make(chan *nats.Msg, 1024), newest: make(chan *nats.Msg, 1024)}
+	for inbox, ch := range got {
+		if _, err := nc.ChanSubscribe(inbox, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []proto.BatchKey
+	for step := range 2 {
+		for mb := range 2 {
+			keys = append(keys, proto.BatchKey{Job: cfg.Job, Epoch: 0, Step: step, MicroBatch: mb})
+		}
+	}
+	subj, _ := proto.FetchSubject(cfg.Job, 0, 0)
+	const rounds = 20 // every 100 ms for 2 s
+	for i := range rounds {
+		inbox := old
+		if i == rounds-1 {
+			inbox = newest
+		}
+		for _, k := range keys {
+			b, _ := json.Marshal(proto.NewFetchRequest(k))
+			if err := nc.PublishRequest(subj, inbox, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fetches := func(result string) float64 {
+		return testutil.ToFloat64(s.met.control.WithLabelValues("fetch", result))
+	}
+	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error { // every fetch was taken before the batches are built
+		if n := fetches("ok") + fetches("merged") + fetches("refused"); n != rounds*float64(len(keys)) {
+			return errorf("%v fetches handled of %d", n, rounds*len(keys))
+		}
+		return nil
+	})
+	payload := bytes.Repeat([]byte("mmfeed"), 1700) // 3 chunks of 4096 bytes
+	for _, k := range keys {
+		if err := s.out.put(ctx, 0, &outItem{key: k, payload: payload, sum: proto.Checksum(payload)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 3 * len(keys) // one copy of each batch
+	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if n := len(got[old]) + len(got[newest]); n < want {
+			return errorf("%d chunks received, want %d", n, want)
+		}
+		return nil
+	})
+	stop() // every fetch task has ended: whatever was sent is on the server
+	for _, c := range []*nats.Conn{s.nc, nc} {
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(got[newest]); n != want {
+		t.Errorf("%d chunks on the newest fetch's inbox, want %d (each batch once)", n, want)
+	}
+	if n := len(got[old]); n != 0 {
+		t.Errorf("%d chunks on the inbox of the superseded fetches, want 0", n)
+	}
+	if n := s.met.nChunks.Load(); n != int64(want) {
+		t.Errorf("%d chunks sent, want %d", n, want)
+	}
+	if n := fetches("refused"); n != 0 {
+		t.Errorf("%v fetches refused (fetches in flight), want 0", n)
+	}
+	if ok, merged := fetches("ok"), fetches("merged"); ok != float64(len(keys)) || merged != float64((rounds-1)*len(keys)) {
+		t.Errorf("%v fetches waited and %v joined them, want %d and %d", ok, merged, len(keys), (rounds-1)*len(keys))
+	}
+	seen := map[proto.BatchKey]int{}
+	for len(got[newest]) > 0 {
+		h, err := proto.ParseChunkHeader((<-got[newest]).Header)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[h.BatchKey]++
+	}
+	for _, k := range keys {
+		if seen[k] != 3 {
+			t.Errorf("%v: %d chunks, want 3", k, seen[k])
+		}
+	}
+}
+
+// fetchWaits keeps one waiter per batch: a later fetch joins it (the newest
+// reply, the wait counted from the newest fetch), a claim or an expiry ends
+// it, and a fetch after that starts a new one.
+func TestFetchWaitsJoin(t *testing.T) {
+	f := newFetchWaits()
+	k := proto.BatchKey{Job: "job-1", Step: 3}
+	t0 := time.Now()
+	w := f.join(k, "a", t0)
+	if w == nil || f.join(k, "b", t0.Add(time.Minute)) != nil {
+		t.Fatal("the second fetch of a batch did not join the first")
+	}
+	if d := f.left(k, w, t0.Add(fetchWait)); d != time.Minute {
+		t.Errorf("left %v at the first fetch's deadline, want the minute the second added", d)
+	}
+	if reply := f.claim(k, w); reply != "b" {
+		t.Errorf("claim answers %q, want the newest reply b", reply)
+	}
+	w2 := f.join(k, "c", t0)
+	if w2 == nil || w2 == w {
+		t.Fatal("a fetch after the claim did not start a new wait")
+	}
+	if d := f.left(k, w2, t0.Add(fetchWait)); d != 0 {
+		t.Errorf("left %v after the deadline, want 0", d)
+	}
+	if f.join(k, "d", t0) == nil {
+		t.Error("a fetch after an expired wait joined it")
 	}
 }

@@ -32,7 +32,9 @@
 // WorkAhead steps ahead, heavy ones earlier: their time is predicted from
 // megapixels by format, bytes and samples, fitted to the workers' times).
 // Each publish has its own message id, kept by its retries, so the queue
-// holds an item once across lost acks and stream leader elections. Every
+// holds an item once across lost acks and stream leader elections; an
+// attempt unanswered after 5 s (its request or ack left with a leader that
+// died) is sent again, for up to 30 s, whatever the caller's deadline. Every
 // role reads and fills the feature cache in FeatureBucket under the
 // dataset's fingerprint (pipeline.Fingerprint). A worker needs only the NATS
 // deployment: an item names the job's preprocessing config and tokenizer in

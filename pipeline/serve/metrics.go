@@ -59,7 +59,7 @@ func newMetrics(s *Service) *metrics {
 			Help:    "Predicted max/mean rank cost of each published step.",
 			Buckets: []float64{1, 1.005, 1.01, 1.02, 1.03, 1.05, 1.1, 1.2, 1.5, 2, 3}}),
 		control: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "control_messages_total",
-			Help: "Control messages received, by kind and result (ok, refused)."}, []string{"kind", "result"}),
+			Help: "Control messages received, by kind and result (ok, merged into one in flight, refused, unacknowledged)."}, []string{"kind", "result"}),
 		dataWait: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "data_wait_seconds_total",
 			Help: "Seconds trainer ranks reported blocked on the next batch."}, rankLabels),
 		compute: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "compute_seconds_total",

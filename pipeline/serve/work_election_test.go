@@ -184,3 +184,44 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 		}
 	}
 }
+
+// silentJS never answers the first `lose` publishes (their request or ack
+// left with a stream leader that died): each waits until its context ends.
+// Later publishes are stored.
+type silentJS struct {
+	jetstream.JetStream
+	lose  int32
+	calls atomic.Int32
+}
+
+func (j *silentJS) Publish(ctx context.Context, subj string, b []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if j.calls.Add(1) <= j.lose {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return &jetstream.PubAck{Stream: WorkStream, Sequence: uint64(j.calls.Load())}, nil
+}
+
+// A publish that is never answered (its request or ack was lost with the
+// stream leader) is sent again after one attempt's bound, even when the
+// caller's context has a far deadline: the jetstream client bounds a request
+// by the context's deadline alone when there is one, so without its own
+// bound an attempt waited for the whole context (the 1-in-4 "item 20:
+// context deadline exceeded" of TestWorkPublishAcrossElections).
+func TestWorkPublishRetriesUnansweredAttempt(t *testing.T) {
+	js := &silentJS{lose: 2}
+	w, err := newWorkPlanner("job-1", 1, 4, js, nil, "cfg", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.attempt = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := w.publish(ctx, []byte(`{"kind":"batch","id":"1"}`)); err != nil {
+		t.Fatalf("publish after %v: %v", time.Since(t0), err)
+	}
+	if n := js.calls.Load(); n != 3 {
+		t.Errorf("%d publish attempts, want 3 (2 unanswered)", n)
+	}
+}

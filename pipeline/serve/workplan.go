@@ -53,6 +53,8 @@ type workPlanner struct {
 	// nonce and pubSeq make each publish's message id (publish).
 	nonce  string
 	pubSeq atomic.Int64
+	// attempt bounds one publish of an item (publishAttempt).
+	attempt time.Duration
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
@@ -81,7 +83,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
+	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
 		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]itemCost{}}, nil
 }
 
@@ -412,18 +414,32 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 // stream has no leader (a NATS server of the cluster died).
 const publishRetry = 30 * time.Second
 
+// publishAttempt bounds one publish of an item: a publish whose request or
+// ack was lost with the stream leader that died (or with the connection to
+// it) gets no answer, so it is sent again after this, whatever deadline the
+// caller's context has. It is the jetstream client's default request
+// timeout, which applied only to contexts without a deadline.
+const publishAttempt = 5 * time.Second
+
 // publish puts an item on the work queue, retrying while the stream elects a
-// new leader. Every call has its own message id (this planner's nonce and a
-// sequence number), kept by its retries: a retry of a publish whose ack was
-// lost is dropped by the stream's duplicate window, so the queue holds the
-// item once; an item issued again later (after a reset, a takeover by
-// another planner, a feature item re-issued) has a new id and is stored.
+// new leader: each attempt waits up to w.attempt for the stream's ack.
+// Every call has its own message id (this planner's nonce and a sequence
+// number), kept by its retries: a retry of a publish whose ack was lost (or
+// came after the attempt gave up) is dropped by the stream's duplicate
+// window, so the queue holds the item once; an item issued again later
+// (after a reset, a takeover by another planner, a feature item re-issued)
+// has a new id and is stored.
 func (w *workPlanner) publish(ctx context.Context, b []byte) error {
 	id := w.nonce + "-" + strconv.FormatInt(w.pubSeq.Add(1), 10)
 	deadline := time.Now().Add(publishRetry)
 	for {
-		_, err := w.js.Publish(ctx, workItemsSubject(w.job), b, jetstream.WithMsgID(id))
+		actx, cancel := context.WithTimeout(ctx, w.attempt)
+		_, err := w.js.Publish(actx, workItemsSubject(w.job), b, jetstream.WithMsgID(id))
+		cancel()
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			return err
 		}
 		w.log.Warn("work item not stored, retrying", "err", err)
