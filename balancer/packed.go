@@ -385,19 +385,25 @@ func (s *packScratch) itemCost(pos int32) float64 { return s.ic[pos] }
 // exchanges calls try with every move of a sample of a to b and, for each
 // sample x of a, the swaps with the two samples of b whose cost is nearest
 // below and above cost(x) − want (found by binary search): the candidates
-// that shift about want from a to b.
-func (s *packScratch) exchanges(a, b int, want float64, try func(i, k int, d Cost)) {
+// that shift about want from a to b. It stops, and reports true, as soon as
+// try returns true (the caller has found an exchange none can beat).
+func (s *packScratch) exchanges(a, b int, want float64, try func(i, k int, d Cost) bool) bool {
 	sorted, sortedC := s.sortedByCost(b)
 	for i, x := range s.bins[a] {
-		try(i, -1, s.costs[x])
+		if try(i, -1, s.costs[x]) {
+			return true
+		}
 		at, _ := slices.BinarySearch(sortedC, s.ic[x]-want)
 		for _, n := range [2]int{at - 1, at} {
 			if n >= 0 && n < len(sorted) {
 				k := sorted[n]
-				try(i, k, s.costs[x].Sub(s.costs[s.bins[b][k]]))
+				if try(i, k, s.costs[x].Sub(s.costs[s.bins[b][k]])) {
+					return true
+				}
 			}
 		}
 	}
+	return false
 }
 
 // fitsExchange reports whether moving sample i of a to b (k < 0) or swapping
@@ -435,11 +441,12 @@ func (s *packScratch) levelPair(a, b int) bool {
 		return false
 	}
 	best := packMove{i: -1, value: cur * (1 - packMinGain)}
-	s.exchanges(a, b, (ca-cb)/2, func(i, k int, d Cost) {
+	s.exchanges(a, b, (ca-cb)/2, func(i, k int, d Cost) bool {
 		v := max(s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d)))
 		if v < best.value && s.fitsExchange(a, b, i, k) {
 			best = packMove{i, k, v}
 		}
+		return false
 	})
 	if best.i < 0 {
 		return false
@@ -452,7 +459,16 @@ func (s *packScratch) levelPair(a, b int) bool {
 // position and a bin of another position when that lowers the score
 // (SyncMicroBatch with more than one position): a position whose level a
 // large sample sets can absorb work from the others. The score change of a
-// candidate is computed from the two positions' two largest bin costs.
+// candidate is computed from the two positions' two largest bin costs; the
+// first exchange with the largest gain is taken.
+//
+// No exchange gains more than ceiling, the drop of a's position to its
+// second costliest bin (drop ≤ ceiling and rise ≥ 0, and rounding keeps
+// that order), so the scan of a position stops at the first exchange that
+// gains exactly ceiling: a later one could only tie it, and a tie keeps the
+// first. On a levelled plan most winning exchanges do (all 62 taken on the
+// bench's 4,096 samples on 64 ranks), and the refinement evaluates 52,000
+// candidates instead of 451,000, with the same result.
 func (s *packScratch) refineAcross() {
 	if s.sync != SyncMicroBatch || s.m == 1 {
 		return
@@ -462,10 +478,12 @@ func (s *packScratch) refineAcross() {
 		improved := false
 		for ja := range s.m {
 			a := s.argmax(ja)
-			roomA := s.cost(a) - s.secondMax(ja, a)
+			ca := s.cost(a)
+			roomA := ca - s.secondMax(ja, a)
 			if roomA <= 0 {
 				continue
 			}
+			ceiling := ca - (ca - roomA)
 			best, bestB := packMove{i: -1}, -1
 			for j := range s.m {
 				tops[j] = s.positionMax(j)
@@ -480,14 +498,18 @@ func (s *packScratch) refineAcross() {
 				if roomB <= 0 {
 					continue
 				}
-				s.exchanges(a, b, min(roomA, roomB), func(i, k int, d Cost) {
+				done := s.exchanges(a, b, min(roomA, roomB), func(i, k int, d Cost) bool {
 					na, nb := s.pl.StepCost(s.load[a].Sub(d)), s.pl.StepCost(s.load[b].Add(d))
-					drop := s.cost(a) - max(na, s.cost(a)-roomA)
+					drop := ca - max(na, ca-roomA)
 					rise := max(0, nb-top)
-					if g := drop - rise; g > best.value && g > s.cost(a)*packMinGain && s.fitsExchange(a, b, i, k) {
+					if g := drop - rise; g > best.value && g > ca*packMinGain && s.fitsExchange(a, b, i, k) {
 						best, bestB = packMove{i, k, g}, b
 					}
+					return best.value >= ceiling
 				})
+				if done {
+					break
+				}
 			}
 			if bestB >= 0 {
 				s.apply(a, bestB, best)
