@@ -150,20 +150,14 @@ func (jb *job) partitionPacked() (Assignment, error) {
 }
 
 // packOrder returns the positions sorted by step cost, costliest first (ties
-// by position, so the plan is deterministic).
+// by position, so the plan is deterministic): the radix sort of costOrder
+// over the negated step costs, the order a comparison sort gives.
 func (jb *job) packOrder() []int32 {
-	pl := jb.cfg.Placement
-	order := make([]int32, len(jb.items))
-	for i := range order {
-		order[i] = int32(i)
+	neg := make([]float64, len(jb.stepCost))
+	for i, c := range jb.stepCost {
+		neg[i] = -c
 	}
-	slices.SortFunc(order, func(a, b int32) int {
-		if c := cmp.Compare(pl.StepCost(jb.costs[b]), pl.StepCost(jb.costs[a])); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
-	return order
+	return costOrder(neg)
 }
 
 // packLPT deals the cost-sorted positions to the bin whose cost they raise
