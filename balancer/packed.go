@@ -3,6 +3,7 @@ package balancer
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -203,6 +204,10 @@ func (jb *job) packLPT(order []int32) [][]int32 {
 // bin share thus sets its position's level, and the other ranks' bins at
 // that position are filled up to it instead of waiting. Nil when the budget
 // cannot be met this way.
+//
+// Under an unlimited budget each position's bins are kept in a heap by
+// (cost, rank), so that a sample looks at the cheapest bin only instead of
+// scanning DP of them (levelBin); the choice is the scan's.
 func (jb *job) packLevels(order []int32) [][]int32 {
 	dp, m := jb.cfg.DP, jb.cfg.MicroBatches
 	pl := jb.cfg.Placement
@@ -211,52 +216,37 @@ func (jb *job) packLevels(order []int32) [][]int32 {
 	for _, pos := range order {
 		remaining += pl.StepCost(jb.costs[pos])
 	}
+	var least rankHeap // position j's bins by (cost, rank); nil under a budget
 	left := slices.Clone(order)
 	for j := range m {
+		if jb.cfg.Budget.Unlimited() {
+			least = newRankHeap(dp)
+		}
 		if j == m-1 {
 			for _, pos := range left {
-				best := -1
-				it := jb.items[pos]
-				for r := range dp {
-					b := r*m + j
-					if s.fits(b, 1, it.TextTokens, it.ImageTokens) && (best < 0 || s.cost(b) < s.cost(best)) {
-						best = b
-					}
-				}
-				if best < 0 {
+				b := s.levelBin(least, j, pos, math.Inf(1))
+				if b < 0 {
 					return nil
 				}
-				s.add(best, pos)
+				s.addAt(least, b, pos)
 			}
 			break
 		}
 		reserve := dp * (m - 1 - j) // samples the later positions need
 		level := max(pl.StepCost(jb.costs[left[0]]), remaining/float64(m-j)/float64(dp))
+		limit := level * (1 + packPairTolerance)
 		kept := left[:0:0]
 		for i, pos := range left {
-			it := jb.items[pos]
-			c := pl.StepCost(jb.costs[pos])
-			best := -1
+			b := -1
 			if len(left)-i > reserve-len(kept) || len(kept) >= reserve {
-				for r := range dp {
-					b := r*m + j
-					if !s.fits(b, 1, it.TextTokens, it.ImageTokens) {
-						continue
-					}
-					if len(s.bins[b]) > 0 && s.cost(b)+c > level*(1+packPairTolerance) {
-						continue
-					}
-					if best < 0 || s.cost(b) < s.cost(best) {
-						best = b
-					}
-				}
+				b = s.levelBin(least, j, pos, limit)
 			}
-			if best < 0 {
+			if b < 0 {
 				kept = append(kept, pos)
 				continue
 			}
-			s.add(best, pos)
-			remaining -= c
+			s.addAt(least, b, pos)
+			remaining -= s.ic[pos]
 		}
 		for r := range dp {
 			if len(s.bins[r*m+j]) == 0 {
@@ -269,6 +259,49 @@ func (jb *job) packLevels(order []int32) [][]int32 {
 		}
 	}
 	return s.byPosition()
+}
+
+// levelBin returns the cheapest bin of position j (ties: the lowest rank)
+// that takes sample pos within the budget and is empty or stays at most
+// limit with it; −1 when none does. least, when not nil (unlimited budget),
+// holds position j's bins by (cost, rank): the cheapest one decides unless
+// it is refused and costs at most 0, when an empty bin (which costs 0) may
+// follow it, so the bins are scanned as under a budget.
+func (s *packScratch) levelBin(least rankHeap, j int, pos int32, limit float64) int {
+	c := s.ic[pos]
+	if least != nil {
+		b := least.top()*s.m + j
+		switch {
+		case len(s.bins[b]) == 0 || !(s.cost(b)+c > limit):
+			return b
+		case s.cost(b) > 0: // no bin is empty, and every other costs at least as much
+			return -1
+		}
+	}
+	it := s.items[pos]
+	best := -1
+	for r := range s.dp {
+		b := r*s.m + j
+		if !s.fits(b, 1, it.TextTokens, it.ImageTokens) {
+			continue
+		}
+		if len(s.bins[b]) > 0 && s.cost(b)+c > limit {
+			continue
+		}
+		if best < 0 || s.cost(b) < s.cost(best) {
+			best = b
+		}
+	}
+	return best
+}
+
+// addAt adds sample pos to bin b and, when least is not nil, gives b's rank
+// its new cost there.
+func (s *packScratch) addAt(least rankHeap, b int, pos int32) {
+	s.add(b, pos)
+	if least != nil {
+		least.update(b/s.m, s.binC[b])
+	}
 }
 
 func (s *packScratch) add(b int, pos int32) {
