@@ -161,6 +161,13 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				if !swaps {
 					continue
 				}
+				// With a cost blind to complexity (jb.shapePriced) a swap is
+				// priced by the new groups' longest L and largest P alone: a
+				// swap that leaves them as the previous one did scores the
+				// same, and loses the tie to it (the earlier index), so it is
+				// counted but not priced again.
+				var prev [4]int
+				priced := false
 				for xj, j := range hh.members {
 					jt := jb.items[j]
 					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
@@ -174,8 +181,17 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(len(hh.members), nhMaxL, nhSumP) {
 						continue
 					}
+					nh := hh.without(jt).with(it)
+					if jb.shapePriced {
+						key := [4]int{ng.maxL, ng.maxP, nh.maxL, nh.maxP}
+						if priced && key == prev {
+							*evals++
+							continue
+						}
+						prev, priced = key, true
+					}
 					if cg, na, ok := first(ng); ok {
-						second(cg, na, hh.without(jt).with(it), xj)
+						second(cg, na, nh, xj)
 					}
 				}
 			}

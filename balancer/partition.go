@@ -135,6 +135,11 @@ type job struct {
 	// longFirst[pos] orders entries longest text first, ties by position
 	// (assignment); padded only.
 	longFirst []uint64
+	// shapePriced: a padded micro-batch's cost is a function of its count,
+	// longest L and largest P alone (the model has no complexity term, as
+	// CostModel.Validate demands, and every complexity is finite), which
+	// padSearch uses to skip pricing a swap twice.
+	shapePriced bool
 }
 
 func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
@@ -152,8 +157,13 @@ func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 		}
 		jb.ranked = newRankKeys(totals)
 		jb.longFirst = make([]uint64, len(items))
+		jb.shapePriced = p.model.Coef[Vision][FeatComplexity] == 0 && p.model.Coef[Text][FeatComplexity] == 0 &&
+			p.model.Coef[Fusion][FeatComplexity] == 0 && p.total[FeatComplexity] == 0
 		for i, it := range items {
 			jb.longFirst[i] = uint64(math.MaxUint32-uint32(it.TextTokens))<<32 | uint64(i)
+			if !(math.Abs(it.Complexity) <= MaxComplexity) {
+				jb.shapePriced = false
+			}
 		}
 	}
 	return jb
