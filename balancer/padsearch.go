@@ -105,7 +105,6 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 		totalBar = (sc.step[a] + sc.step[b]) * (1 - minGain)
 	}
 	var best exchange
-	cost := jb.padCost
 	for g := a * m; g < (a+1)*m; g++ {
 		gg := &sc.groups[g]
 		for xi, i := range gg.members {
@@ -126,7 +125,7 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				// than it is, or than best).
 				first := func(ng mbShape) (Cost, float64, bool) {
 					*evals++
-					cg := cost(ng)
+					cg := jb.padCost(ng)
 					if a == b {
 						return cg, 0, true
 					}
@@ -137,10 +136,10 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				second := func(cg Cost, na float64, nh mbShape, xj int) {
 					var score, total float64
 					if a == b {
-						score = pl.StepCost(base.Add(cg).Add(cost(nh)))
+						score = pl.StepCost(base.Add(cg).Add(jb.padCost(nh)))
 						total = score
 					} else {
-						nb := pl.StepCost(other.Add(cost(nh)))
+						nb := pl.StepCost(other.Add(jb.padCost(nh)))
 						score, total = max(na, nb), na+nb
 					}
 					if score >= bar && (score > sc.step[a] || total >= totalBar) {
@@ -169,29 +168,28 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				var prev [4]int
 				priced := false
 				for xj, j := range hh.members {
-					jt := jb.items[j]
+					jt := &jb.items[j]
 					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
-						(a != b || jt == it) {
+						(a != b || *jt == it) {
 						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
-					ng := gw.with(jt)
-					// h's budget fields after the swap, without its shape.
-					nhMaxL := max(hh.maxWithout(jt.TextTokens), it.TextTokens)
-					nhSumP := hh.sumP - jt.ImageTokens + it.ImageTokens
-					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(len(hh.members), nhMaxL, nhSumP) {
+					// The new groups' longest L and largest P and their budget
+					// fields, before their shapes are built.
+					ngL, ngP := max(gw.maxL, jt.TextTokens), max(gw.maxP, jt.ImageTokens)
+					nhL, nhP := max(hh.maxWithout(jt.TextTokens), it.TextTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
+					if !bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens) {
 						continue
 					}
-					nh := hh.without(jt).with(it)
 					if jb.shapePriced {
-						key := [4]int{ng.maxL, ng.maxP, nh.maxL, nh.maxP}
+						key := [4]int{ngL, ngP, nhL, nhP}
 						if priced && key == prev {
 							*evals++
 							continue
 						}
 						prev, priced = key, true
 					}
-					if cg, na, ok := first(ng); ok {
-						second(cg, na, nh, xj)
+					if cg, na, ok := first(gw.with(*jt)); ok {
+						second(cg, na, hh.without(*jt).with(it), xj)
 					}
 				}
 			}
