@@ -24,7 +24,8 @@ func costOrder(key []float64) []int32 {
 
 // radixSort sorts keys ascending, carrying vals (nil: none) along: a stable
 // LSD radix sort, passes of 11 bits (skipping a digit every key shares), so
-// equal keys keep their order and nothing is compared.
+// equal keys keep their order and nothing is compared. The digits' counts
+// do not depend on the order, so one pass over the keys counts them all.
 func radixSort(keys []uint64, vals []int32) {
 	n := len(keys)
 	if n < 2 {
@@ -35,27 +36,36 @@ func radixSort(keys []uint64, vals []int32) {
 	if vals != nil {
 		v, v2 = vals, make([]int32, n)
 	}
-	const digit = 11 // bits per pass: 6 passes, 2,048 counters
-	var count [1 << digit]int
-	for shift := 0; shift < 64; shift += digit {
-		clear(count[:])
-		for _, x := range k {
-			count[x>>shift&(1<<digit-1)]++
-		}
-		if count[k[0]>>shift&(1<<digit-1)] == n {
+	const (
+		digit  = 11 // bits per pass, 2,048 counters
+		mask   = 1<<digit - 1
+		digits = 6 // ⌈64 / digit⌉, counted unrolled below
+	)
+	var counts [digits][1 << digit]int32
+	for _, x := range k {
+		counts[0][x&mask]++
+		counts[1][x>>digit&mask]++
+		counts[2][x>>(2*digit)&mask]++
+		counts[3][x>>(3*digit)&mask]++
+		counts[4][x>>(4*digit)&mask]++
+		counts[5][x>>(5*digit)&mask]++
+	}
+	for d := range digits {
+		shift, count := d*digit, &counts[d]
+		if int(count[k[0]>>shift&mask]) == n {
 			continue // every key has this digit
 		}
-		sum := 0
-		for d, c := range count {
-			count[d], sum = sum, sum+c
+		var sum int32
+		for i, c := range count {
+			count[i], sum = sum, sum+c
 		}
 		for i, x := range k {
-			d := x >> shift & (1<<digit - 1)
-			k2[count[d]] = x
+			b := x >> shift & mask
+			k2[count[b]] = x
 			if v != nil {
-				v2[count[d]] = v[i]
+				v2[count[b]] = v[i]
 			}
-			count[d]++
+			count[b]++
 		}
 		k, k2, v, v2 = k2, k, v2, v
 	}
