@@ -156,7 +156,12 @@ type runItem struct {
 // greedyCuts packs run (the items in the order being cut) left to right into
 // groups of padded cost at most t within the budget, appending the cuts to
 // buf[:0]; nil when an item alone exceeds t or more than k groups are needed.
+// When a group's cost cannot fall as it grows (jb.growingCost) the groups
+// are found by strides (stridedCuts), the same cuts.
 func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
+	if jb.growingCost {
+		return jb.stridedCuts(run, t, k, buf)
+	}
 	cuts := append(buf[:0], 0)
 	c := &jb.total
 	limited := !jb.cfg.Budget.Unlimited()
@@ -186,6 +191,70 @@ func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
 		maxL, maxP, sumP, cplx = nl, np, sumP+it.ImageTokens, cplx+it.Complexity
 	}
 	return append(cuts, len(run))
+}
+
+// stridedCuts is greedyCuts when a group's padded cost is its count times
+// perSample at its longest L and largest P, which cannot fall as it grows
+// (non-negative coefficients and token counts), and neither can its budget
+// fields. A group then takes all of the next cutStride items when it can
+// take the last of them, so only that one is priced; where it cannot, the
+// stride is priced item by item as greedyCuts does. Same cuts; a group of
+// g samples is priced about g / cutStride + cutStride / 2 times, not g.
+func (jb *job) stridedCuts(run []runItem, t float64, k int, buf []int) []int {
+	c := &jb.total
+	bud := jb.cfg.Budget
+	limited := !bud.Unlimited()
+	// fits reports whether a group of count samples, longest L l, largest P
+	// p and image tokens sumP costs at most t within the budget.
+	fits := func(count, l, p, sumP int) bool {
+		return !(float64(count)*perSample(c, l, p) > t) && (!limited || bud.Fits(count, l, sumP))
+	}
+	n := len(run)
+	cuts := append(buf[:0], 0)
+	for s := 0; ; {
+		first := run[s]
+		if perSample(c, first.TextTokens, first.ImageTokens) > t {
+			return nil // one sample alone exceeds t
+		}
+		maxL, maxP, sumP := first.TextTokens, first.ImageTokens, first.ImageTokens
+		f := s + 1 // the first sample the group cannot take, once found
+		for f < n {
+			end := min(f+cutStride, n)
+			l, p, sp := maxL, maxP, sumP
+			for i := f; i < end; i++ {
+				l, p, sp = max(l, run[i].TextTokens), max(p, run[i].ImageTokens), sp+run[i].ImageTokens
+			}
+			if fits(end-s, l, p, sp) {
+				f, maxL, maxP, sumP = end, l, p, sp
+				continue
+			}
+			for ; f < end; f++ {
+				it := run[f]
+				l, p, sp := max(maxL, it.TextTokens), max(maxP, it.ImageTokens), sumP+it.ImageTokens
+				if !fits(f-s+1, l, p, sp) {
+					break
+				}
+				maxL, maxP, sumP = l, p, sp
+			}
+			break
+		}
+		if f == n {
+			return append(cuts, n)
+		}
+		if len(cuts) == k {
+			return nil
+		}
+		cuts = append(cuts, f)
+		s = f
+	}
+}
+
+// perSample returns the padded cost of one sample in a micro-batch of
+// longest L l and largest P q: fastDot's per-entry term.
+func perSample(c *Features, nl, np int) float64 {
+	l, q := float64(nl), float64(np)
+	return float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
+		float64(c[FeatLP]*(l*q)) + c[FeatOne]
 }
 
 // fastTotal returns p.total.Dot(s.features()) without building the vector

@@ -140,6 +140,9 @@ type job struct {
 	// CostModel.Validate demands, and every complexity is finite), which
 	// padSearch uses to skip pricing a swap twice.
 	shapePriced bool
+	// growingCost: shapePriced and no token count is negative, so a group's
+	// padded cost and budget fields cannot fall as it grows (greedyCuts).
+	growingCost bool
 }
 
 func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
@@ -159,12 +162,15 @@ func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 		jb.longFirst = make([]uint64, len(items))
 		jb.shapePriced = p.model.Coef[Vision][FeatComplexity] == 0 && p.model.Coef[Text][FeatComplexity] == 0 &&
 			p.model.Coef[Fusion][FeatComplexity] == 0 && p.total[FeatComplexity] == 0
+		nonNegative := true
 		for i, it := range items {
 			jb.longFirst[i] = uint64(math.MaxUint32-uint32(it.TextTokens))<<32 | uint64(i)
 			if !(math.Abs(it.Complexity) <= MaxComplexity) {
 				jb.shapePriced = false
 			}
+			nonNegative = nonNegative && it.TextTokens >= 0 && it.ImageTokens >= 0
 		}
+		jb.growingCost = jb.shapePriced && nonNegative
 	}
 	return jb
 }
