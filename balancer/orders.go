@@ -3,6 +3,7 @@ package balancer
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // The padded generators cut the items in three sorted orders: by cost, by
@@ -28,8 +29,8 @@ func costOrder(key []float64) []int32 {
 // do not depend on the order, so one pass over the keys counts them all.
 func radixSort(keys []uint64, vals []int32) {
 	n := len(keys)
-	if n < 2 {
-		return
+	if n < 2 || slices.IsSorted(keys) {
+		return // a stable sort leaves sorted keys as they are (positionsFirst's chunks come in one order already)
 	}
 	k, k2 := keys, make([]uint64, n)
 	var v, v2 []int32
