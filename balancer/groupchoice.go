@@ -77,9 +77,7 @@ func (jb *job) imagesVary() bool {
 
 // sortByImage returns the positions sorted by (P, L, cost, position).
 func (jb *job) sortByImage() []int32 {
-	p := func(pos int) int { return jb.items[pos].ImageTokens }
-	l := func(pos int) int { return jb.items[pos].TextTokens }
-	if out := jb.ranked.sorted(p, l); out != nil {
+	if out := jb.ranked.sorted(jb.items, imageField, textField); out != nil {
 		return out
 	}
 	return jb.sortBy(func(it Item) (int, int) { return it.ImageTokens, it.TextTokens })

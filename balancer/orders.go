@@ -104,15 +104,34 @@ func newRankKeys(key []float64) rankKeys {
 	return rankKeys{byCost, rank}
 }
 
-// sorted returns the positions sorted by (major(pos), minor(pos), cost rank):
+// itemField selects a token count of an item as a sort key (rankKeys.sorted).
+type itemField int8
+
+const (
+	noField    itemField = iota // 0 for every item
+	textField                   // Item.TextTokens
+	imageField                  // Item.ImageTokens
+)
+
+func (f itemField) of(it *Item) int {
+	switch f {
+	case textField:
+		return it.TextTokens
+	case imageField:
+		return it.ImageTokens
+	}
+	return 0
+}
+
+// sorted returns the positions of items sorted by (major, minor, cost rank):
 // it radix-sorts keys major << (mb + rb) | minor << rb | rank, with as many
 // bits per field as its largest value needs (fewer bits, fewer passes). Nil
 // when the keys do not fit in 64 bits.
-func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
+func (rk rankKeys) sorted(items []Item, major, minor itemField) []int32 {
 	n := len(rk.rank)
 	var hiA, hiB int
-	for pos := range n {
-		a, b := major(pos), minor(pos)
+	for pos := range items {
+		a, b := major.of(&items[pos]), minor.of(&items[pos])
 		if a < 0 || b < 0 {
 			return nil
 		}
@@ -123,8 +142,8 @@ func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
 		return nil
 	}
 	keys := make([]uint64, n)
-	for pos := range n {
-		keys[pos] = uint64(major(pos))<<(mb+rb) | uint64(minor(pos))<<rb | uint64(rk.rank[pos])
+	for pos := range items {
+		keys[pos] = uint64(major.of(&items[pos]))<<(mb+rb) | uint64(minor.of(&items[pos]))<<rb | uint64(rk.rank[pos])
 	}
 	radixSort(keys, nil)
 	out := make([]int32, n)

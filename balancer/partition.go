@@ -363,8 +363,7 @@ func (jb *job) refined(sc *padScratch) (Assignment, float64, float64) {
 
 // sortByLength returns the positions sorted by (L, cost, position).
 func (jb *job) sortByLength() []int32 {
-	l := func(pos int) int { return jb.items[pos].TextTokens }
-	if out := jb.ranked.sorted(l, func(int) int { return 0 }); out != nil {
+	if out := jb.ranked.sorted(jb.items, textField, noField); out != nil {
 		return out
 	}
 	return jb.sortBy(func(it Item) (int, int) { return it.TextTokens, 0 })
@@ -400,7 +399,7 @@ func (jb *job) computeNeed(order []int32) []int32 {
 	need := make([]int32, n+1)
 	g, count, maxL, sumP := int32(0), 0, 0, 0
 	for i := n - 1; i >= 0; i-- {
-		it := jb.items[order[i]]
+		it := &jb.items[order[i]]
 		if count > 0 && !jb.cfg.Budget.Fits(count+1, maxL, sumP+it.ImageTokens) {
 			count = 0
 		}
@@ -464,7 +463,7 @@ func (jb *job) equalCostCuts(order, need []int32, k int) []int {
 		target := remaining / float64(k-g)
 		acc, count, maxL, sumP := 0.0, 0, 0, 0
 		for pos < n-(k-1-g) {
-			it := jb.items[order[pos]]
+			it := &jb.items[order[pos]]
 			c := jb.costs[order[pos]].Total()
 			if count > 0 && int(need[pos]) <= k-1-g {
 				if g < k-1 && acc+c/2 > target {
@@ -544,7 +543,7 @@ func (jb *job) refresh(sc *padScratch, g int) {
 	gr.maxP, gr.atMaxP, gr.secondP, gr.cplx = 0, 0, 0, 0
 	gr.firstPos = -1
 	for _, pos := range gr.members {
-		it := jb.items[pos]
+		it := &jb.items[pos]
 		gr.maxL, gr.atMax, gr.second = top2(gr.maxL, gr.atMax, gr.second, it.TextTokens)
 		gr.maxP, gr.atMaxP, gr.secondP = top2(gr.maxP, gr.atMaxP, gr.secondP, it.ImageTokens)
 		gr.sumP += it.ImageTokens
