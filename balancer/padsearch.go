@@ -97,6 +97,7 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 	m := jb.cfg.MicroBatches
 	pl := jb.cfg.Placement
 	bud := jb.cfg.Budget
+	limited := !bud.Unlimited()
 	bar := sc.step[a] * (1 - minGain)
 	// An exchange that keeps the pair's maximum but lowers its total (less
 	// padding computed) is taken too: padding is the secondary objective.
@@ -160,6 +161,16 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				if !swaps {
 					continue
 				}
+				// When a group's cost cannot fall as its maxima grow
+				// (jb.growingCost), no swap leaves g cheaper than g without i
+				// at its old count: if that already makes rank a heavier than
+				// it is or than best, first refuses every swap with h, which
+				// are then only counted.
+				countOnly := false
+				if a != b && jb.growingCost {
+					floor := pl.StepCost(base.Add(jb.padCost(mbShape{count: len(gg.members), maxL: gw.maxL, maxP: gw.maxP})))
+					countOnly = floor > sc.step[a] || (best.ok && floor > best.score)
+				}
 				// With a cost blind to complexity (jb.shapePriced) a swap is
 				// priced by the new groups' longest L and largest P alone: a
 				// swap that leaves them as the previous one did scores the
@@ -173,13 +184,17 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 						(a != b || *jt == it) {
 						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
-					// The new groups' longest L and largest P and their budget
-					// fields, before their shapes are built.
-					ngL, ngP := max(gw.maxL, jt.TextTokens), max(gw.maxP, jt.ImageTokens)
-					nhL, nhP := max(hh.maxWithout(jt.TextTokens), it.TextTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
-					if !bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens) {
+					// The new groups' longest L and their budget fields,
+					// before their shapes are built.
+					ngL, nhL := max(gw.maxL, jt.TextTokens), max(hh.maxWithout(jt.TextTokens), it.TextTokens)
+					if limited && (!bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens)) {
 						continue
 					}
+					if countOnly {
+						*evals++
+						continue
+					}
+					ngP, nhP := max(gw.maxP, jt.ImageTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
 					if jb.shapePriced {
 						key := [4]int{ngL, ngP, nhL, nhP}
 						if priced && key == prev {

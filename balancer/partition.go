@@ -117,6 +117,9 @@ type Partitioner struct {
 	dpLimit int
 	// sequential builds every candidate on the calling goroutine (tests).
 	sequential bool
+	// fullPricing turns off the shortcuts that shapePriced and growingCost
+	// allow, so that every exchange and cut is priced in full (tests).
+	fullPricing bool
 	// sub marks positionsFirst's sub-partitioners: their plans are only
 	// candidates of the caller's, which weighs the random split itself, so
 	// they skip it.
@@ -171,6 +174,9 @@ func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 			nonNegative = nonNegative && it.TextTokens >= 0 && it.ImageTokens >= 0
 		}
 		jb.growingCost = jb.shapePriced && nonNegative
+		if p.fullPricing {
+			jb.shapePriced, jb.growingCost = false, false
+		}
 	}
 	return jb
 }
