@@ -262,9 +262,11 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	if len(items) > 1<<30 {
 		return Assignment{}, fmt.Errorf("balancer: %d items in one global batch: %w", len(items), ErrInvalidConfig)
 	}
-	for _, it := range items {
-		if err := p.cfg.Budget.ItemFits(it); err != nil {
-			return Assignment{}, err
+	if !p.cfg.Budget.Unlimited() { // else every item fits
+		for i := range items {
+			if err := p.cfg.Budget.ItemFits(items[i]); err != nil {
+				return Assignment{}, err
+			}
 		}
 	}
 	jb := p.newJob(items, costs)
