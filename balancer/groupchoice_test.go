@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestStridedCutsMatchGreedy: stridedCuts gives greedyCuts' item-by-item
-// cuts (or its nil) at every threshold of a bisection's range, for sorted
+// TestStridedCutsMatchGreedy: stridedCuts (by blocks) gives greedyCuts'
+// item-by-item cuts (or its nil) at every threshold of a bisection's range, for sorted
 // and unsorted orders, tight and loose group counts, with and without a
 // budget.
 func TestStridedCutsMatchGreedy(t *testing.T) {
@@ -29,21 +29,19 @@ func TestStridedCutsMatchGreedy(t *testing.T) {
 				unsorted[i] = int32(i)
 			}
 			for _, order := range [][]int32{jb.sortByLength(), jb.sortByImage(), unsorted} {
-				run := make([]runItem, len(order))
+				run := cutRun{items: make([]runItem, len(order))}
 				var lo, hi float64
 				for i, pos := range order {
 					it := items[pos]
-					run[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
+					run.items[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
 					lo = max(lo, perSample(&p.total, it.TextTokens, it.ImageTokens))
 					hi += perSample(&p.total, it.TextTokens, it.ImageTokens)
 				}
 				for _, k := range []int{16, 64, 200} {
 					for th := lo / 2; th < 2*hi; th *= 1.07 {
 						for _, tt := range []float64{th, math.Inf(1)} {
-							jb.growingCost = true
-							strided := slices.Clone(jb.greedyCuts(run, tt, k, nil))
-							jb.growingCost = false
-							want := jb.greedyCuts(run, tt, k, nil)
+							strided := slices.Clone(jb.greedyCuts(cutRun{run.items, cutBlocks(run.items)}, tt, k, nil))
+							want := jb.greedyCuts(cutRun{items: run.items}, tt, k, nil)
 							if (strided == nil) != (want == nil) || !slices.Equal(strided, want) {
 								t.Fatalf("%v budget %+v k %d t %g: strided cuts %v, greedy %v", kind, budget, k, tt, strided, want)
 							}
