@@ -140,11 +140,14 @@ type job struct {
 	longFirst []uint64
 	// shapePriced: a padded micro-batch's cost is a function of its count,
 	// longest L and largest P alone (the model has no complexity term, as
-	// CostModel.Validate demands, and every complexity is finite), which
-	// padSearch uses to skip pricing a swap twice.
+	// CostModel.Validate demands, and every complexity is finite), so
+	// padSearch prices swaps of the same shapes once and levelPositions
+	// skips complexity sums.
 	shapePriced bool
 	// growingCost: shapePriced and no token count is negative, so a group's
-	// padded cost and budget fields cannot fall as it grows (greedyCuts).
+	// padded cost and budget fields cannot fall as it grows: padSearch
+	// counts without pricing the swaps that cannot win, and greedyCuts
+	// adds whole blocks (stridedCuts).
 	growingCost bool
 }
 
