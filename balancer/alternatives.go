@@ -74,7 +74,8 @@ func (jb *job) subPartitioners() []*Partitioner {
 	cfg.MicroBatches, cfg.Sync = 1, SyncStep
 	subs := make([]*Partitioner, jb.cfg.MicroBatches)
 	for i := range subs {
-		subs[i] = &Partitioner{cfg: cfg, model: jb.model, total: jb.total, dpLimit: subDPLimit, sequential: jb.sequential, sub: true}
+		subs[i] = &Partitioner{cfg: cfg, model: jb.model, total: jb.total, dpLimit: subDPLimit,
+			sequential: jb.sequential, fullPricing: jb.fullPricing, sub: true}
 	}
 	return subs
 }

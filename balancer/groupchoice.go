@@ -77,9 +77,7 @@ func (jb *job) imagesVary() bool {
 
 // sortByImage returns the positions sorted by (P, L, cost, position).
 func (jb *job) sortByImage() []int32 {
-	p := func(pos int) int { return jb.items[pos].ImageTokens }
-	l := func(pos int) int { return jb.items[pos].TextTokens }
-	if out := jb.ranked.sorted(p, l); out != nil {
+	if out := jb.ranked.sorted(jb.items, imageField, textField); out != nil {
 		return out
 	}
 	return jb.sortBy(func(it Item) (int, int) { return it.ImageTokens, it.TextTokens })
@@ -92,17 +90,20 @@ func (jb *job) sortByImage() []int32 {
 // until there are k. Nil when the budget leaves no packing in k groups.
 func (jb *job) minMaxCuts(order []int32, k int) []int {
 	n := len(order)
-	run := make([]runItem, n) // the items in order, without the indirection
+	run := cutRun{items: make([]runItem, n)} // the items in order, without the indirection
 	var lo, sum float64
 	var all mbShape
 	for i, pos := range order {
-		it := jb.items[pos]
-		run[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
+		it := &jb.items[pos]
+		run.items[i] = runItem{it.TextTokens, it.ImageTokens, it.Complexity}
 		var s mbShape
-		s.add(it)
-		all.add(it)
+		s.add(*it)
+		all.add(*it)
 		c := jb.fastTotal(s)
 		lo, sum = max(lo, c), sum+c
+	}
+	if jb.growingCost {
+		run.blocks = cutBlocks(run.items)
 	}
 	lo = max(lo, sum/float64(k))      // no group of k does better
 	top := max(jb.fastTotal(all), lo) // no contiguous group costs more
@@ -146,22 +147,50 @@ func (jb *job) minMaxCuts(order []int32, k int) []int {
 	return cuts
 }
 
-// runItem is what greedyCuts reads of an item, packed (no ID) for the
-// bisection's passes over the order.
+// cutRun is what greedyCuts reads of the order being cut, packed for the
+// bisection's passes over it: its items (without ID), and, when a group's
+// cost cannot fall as it grows (jb.growingCost), their summaries by blocks
+// of cutStride (stridedCuts).
+type cutRun struct {
+	items  []runItem
+	blocks []cutBlock
+}
+
+// runItem is what greedyCuts reads of an item.
 type runItem struct {
 	TextTokens, ImageTokens int
 	Complexity              float64
 }
 
+// cutBlock summarises items[b·cutStride : (b+1)·cutStride] of a cutRun:
+// their longest L, largest P and Σ P.
+type cutBlock struct{ maxL, maxP, sumP int }
+
+// cutBlocks returns the summaries of items by blocks of cutStride (token
+// counts are not negative: jb.growingCost).
+func cutBlocks(items []runItem) []cutBlock {
+	out := make([]cutBlock, (len(items)+cutStride-1)/cutStride)
+	for i, it := range items {
+		b := &out[i/cutStride]
+		b.maxL, b.maxP, b.sumP = max(b.maxL, it.TextTokens), max(b.maxP, it.ImageTokens), b.sumP+it.ImageTokens
+	}
+	return out
+}
+
 // greedyCuts packs run (the items in the order being cut) left to right into
 // groups of padded cost at most t within the budget, appending the cuts to
 // buf[:0]; nil when an item alone exceeds t or more than k groups are needed.
-func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
+// When a group's cost cannot fall as it grows (run.blocks) the groups are
+// found by blocks (stridedCuts), the same cuts.
+func (jb *job) greedyCuts(run cutRun, t float64, k int, buf []int) []int {
+	if run.blocks != nil {
+		return jb.stridedCuts(run, t, k, buf)
+	}
 	cuts := append(buf[:0], 0)
 	c := &jb.total
 	limited := !jb.cfg.Budget.Unlimited()
 	count, maxL, maxP, sumP, cplx := 0, 0, 0, 0, 0.0
-	for i, it := range run {
+	for i, it := range run.items {
 		nl, np := max(maxL, it.TextTokens), max(maxP, it.ImageTokens)
 		l, q := float64(nl), float64(np)
 		per := float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
@@ -185,7 +214,77 @@ func (jb *job) greedyCuts(run []runItem, t float64, k int, buf []int) []int {
 		count++
 		maxL, maxP, sumP, cplx = nl, np, sumP+it.ImageTokens, cplx+it.Complexity
 	}
-	return append(cuts, len(run))
+	return append(cuts, len(run.items))
+}
+
+// stridedCuts is greedyCuts when a group's padded cost is its count times
+// perSample at its longest L and largest P, which cannot fall as it grows
+// (non-negative coefficients and token counts), and neither can its budget
+// fields. A group then takes a whole block of run.blocks (or the rest of
+// the block it is in) when it can take the block's last item, so only that
+// one is priced, from the block's summary; where it cannot, the block is
+// priced item by item as greedyCuts does. Same cuts; a group of g samples
+// is priced about g / cutStride + cutStride / 2 times, not g.
+func (jb *job) stridedCuts(run cutRun, t float64, k int, buf []int) []int {
+	c := &jb.total
+	bud := jb.cfg.Budget
+	limited := !bud.Unlimited()
+	// fits reports whether a group of count samples, longest L l, largest P
+	// p and image tokens sumP costs at most t within the budget.
+	fits := func(count, l, p, sumP int) bool {
+		return !(float64(count)*perSample(c, l, p) > t) && (!limited || bud.Fits(count, l, sumP))
+	}
+	items, n := run.items, len(run.items)
+	cuts := append(buf[:0], 0)
+	for s := 0; ; {
+		first := items[s]
+		if perSample(c, first.TextTokens, first.ImageTokens) > t {
+			return nil // one sample alone exceeds t
+		}
+		maxL, maxP, sumP := first.TextTokens, first.ImageTokens, first.ImageTokens
+		f := s + 1 // the first sample the group cannot take, once found
+		for f < n {
+			end := min((f/cutStride+1)*cutStride, n) // the end of f's block
+			l, p, sp := maxL, maxP, sumP
+			if f%cutStride == 0 {
+				b := run.blocks[f/cutStride]
+				l, p, sp = max(l, b.maxL), max(p, b.maxP), sp+b.sumP
+			} else {
+				for i := f; i < end; i++ {
+					l, p, sp = max(l, items[i].TextTokens), max(p, items[i].ImageTokens), sp+items[i].ImageTokens
+				}
+			}
+			if fits(end-s, l, p, sp) {
+				f, maxL, maxP, sumP = end, l, p, sp
+				continue
+			}
+			for ; f < end; f++ {
+				it := items[f]
+				l, p, sp := max(maxL, it.TextTokens), max(maxP, it.ImageTokens), sumP+it.ImageTokens
+				if !fits(f-s+1, l, p, sp) {
+					break
+				}
+				maxL, maxP, sumP = l, p, sp
+			}
+			break
+		}
+		if f == n {
+			return append(cuts, n)
+		}
+		if len(cuts) == k {
+			return nil
+		}
+		cuts = append(cuts, f)
+		s = f
+	}
+}
+
+// perSample returns the padded cost of one sample in a micro-batch of
+// longest L l and largest P q: fastDot's per-entry term.
+func perSample(c *Features, nl, np int) float64 {
+	l, q := float64(nl), float64(np)
+	return float64(c[FeatL]*l) + float64(c[FeatL2]*(l*l)) + float64(c[FeatP]*q) + float64(c[FeatP2]*(q*q)) +
+		float64(c[FeatLP]*(l*q)) + c[FeatOne]
 }
 
 // fastTotal returns p.total.Dot(s.features()) without building the vector

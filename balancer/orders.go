@@ -3,6 +3,7 @@ package balancer
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // The padded generators cut the items in three sorted orders: by cost, by
@@ -24,38 +25,48 @@ func costOrder(key []float64) []int32 {
 
 // radixSort sorts keys ascending, carrying vals (nil: none) along: a stable
 // LSD radix sort, passes of 11 bits (skipping a digit every key shares), so
-// equal keys keep their order and nothing is compared.
+// equal keys keep their order and nothing is compared. The digits' counts
+// do not depend on the order, so one pass over the keys counts them all.
 func radixSort(keys []uint64, vals []int32) {
 	n := len(keys)
-	if n < 2 {
-		return
+	if n < 2 || slices.IsSorted(keys) {
+		return // a stable sort leaves sorted keys as they are (positionsFirst's chunks come in one order already)
 	}
 	k, k2 := keys, make([]uint64, n)
 	var v, v2 []int32
 	if vals != nil {
 		v, v2 = vals, make([]int32, n)
 	}
-	const digit = 11 // bits per pass: 6 passes, 2,048 counters
-	var count [1 << digit]int
-	for shift := 0; shift < 64; shift += digit {
-		clear(count[:])
-		for _, x := range k {
-			count[x>>shift&(1<<digit-1)]++
-		}
-		if count[k[0]>>shift&(1<<digit-1)] == n {
+	const (
+		digit  = 11 // bits per pass, 2,048 counters
+		mask   = 1<<digit - 1
+		digits = 6 // ⌈64 / digit⌉, counted unrolled below
+	)
+	var counts [digits][1 << digit]int32
+	for _, x := range k {
+		counts[0][x&mask]++
+		counts[1][x>>digit&mask]++
+		counts[2][x>>(2*digit)&mask]++
+		counts[3][x>>(3*digit)&mask]++
+		counts[4][x>>(4*digit)&mask]++
+		counts[5][x>>(5*digit)&mask]++
+	}
+	for d := range digits {
+		shift, count := d*digit, &counts[d]
+		if int(count[k[0]>>shift&mask]) == n {
 			continue // every key has this digit
 		}
-		sum := 0
-		for d, c := range count {
-			count[d], sum = sum, sum+c
+		var sum int32
+		for i, c := range count {
+			count[i], sum = sum, sum+c
 		}
 		for i, x := range k {
-			d := x >> shift & (1<<digit - 1)
-			k2[count[d]] = x
+			b := x >> shift & mask
+			k2[count[b]] = x
 			if v != nil {
-				v2[count[d]] = v[i]
+				v2[count[b]] = v[i]
 			}
-			count[d]++
+			count[b]++
 		}
 		k, k2, v, v2 = k2, k, v2, v
 	}
@@ -93,15 +104,34 @@ func newRankKeys(key []float64) rankKeys {
 	return rankKeys{byCost, rank}
 }
 
-// sorted returns the positions sorted by (major(pos), minor(pos), cost rank):
+// itemField selects a token count of an item as a sort key (rankKeys.sorted).
+type itemField int8
+
+const (
+	noField    itemField = iota // 0 for every item
+	textField                   // Item.TextTokens
+	imageField                  // Item.ImageTokens
+)
+
+func (f itemField) of(it *Item) int {
+	switch f {
+	case textField:
+		return it.TextTokens
+	case imageField:
+		return it.ImageTokens
+	}
+	return 0
+}
+
+// sorted returns the positions of items sorted by (major, minor, cost rank):
 // it radix-sorts keys major << (mb + rb) | minor << rb | rank, with as many
 // bits per field as its largest value needs (fewer bits, fewer passes). Nil
 // when the keys do not fit in 64 bits.
-func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
+func (rk rankKeys) sorted(items []Item, major, minor itemField) []int32 {
 	n := len(rk.rank)
 	var hiA, hiB int
-	for pos := range n {
-		a, b := major(pos), minor(pos)
+	for pos := range items {
+		a, b := major.of(&items[pos]), minor.of(&items[pos])
 		if a < 0 || b < 0 {
 			return nil
 		}
@@ -112,8 +142,8 @@ func (rk rankKeys) sorted(major, minor func(pos int) int) []int32 {
 		return nil
 	}
 	keys := make([]uint64, n)
-	for pos := range n {
-		keys[pos] = uint64(major(pos))<<(mb+rb) | uint64(minor(pos))<<rb | uint64(rk.rank[pos])
+	for pos := range items {
+		keys[pos] = uint64(major.of(&items[pos]))<<(mb+rb) | uint64(minor.of(&items[pos]))<<rb | uint64(rk.rank[pos])
 	}
 	radixSort(keys, nil)
 	out := make([]int32, n)

@@ -8,7 +8,8 @@ import (
 )
 
 // TestSortedOrdersMatchComparison: the packed-key orders equal a comparison
-// sort by (major, minor, cost, position), with tied costs, negative and zero
+// sort by (major, minor, cost, position), and packOrder one by (cost
+// descending, position), with tied costs, negative and zero
 // costs, and token counts too large for the keys (the fallback).
 func TestSortedOrdersMatchComparison(t *testing.T) {
 	for _, tc := range []struct {
@@ -58,6 +59,14 @@ func TestSortedOrdersMatchComparison(t *testing.T) {
 			}
 			if got := costOrder(key); !slices.Equal(got, want(zero, zero)) {
 				t.Errorf("costOrder differs")
+			}
+			costliest := make([]int32, tc.n) // packOrder: (cost descending, position)
+			for i := range costliest {
+				costliest[i] = int32(i)
+			}
+			slices.SortFunc(costliest, func(x, y int32) int { return cmp.Or(cmp.Compare(key[y], key[x]), cmp.Compare(x, y)) })
+			if got := (&job{items: items, stepCost: key}).packOrder(); !slices.Equal(got, costliest) {
+				t.Errorf("packOrder differs")
 			}
 		})
 	}

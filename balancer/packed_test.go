@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -190,5 +191,59 @@ func TestStepCostLowerBoundIsABound(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPackedGeneratorsHeapMatchesScan: under an unlimited budget packLevels
+// and packLPT take the cheapest bin from a heap; a budget no bin reaches
+// makes them scan every bin instead, and the bins must be the same. The
+// cases include tied costs, free samples (cost 0) and negative costs (which
+// no cost model gives, but a caller may pass), where a filled bin can cost
+// no more than an empty one.
+func TestPackedGeneratorsHeapMatchesScan(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kind  genKind
+		odd   int // every odd-th sample's cost is scaled by scale (0: none)
+		scale float64
+		dp, m int
+	}{
+		{"dynamic", genDynamic, 0, 0, 16, 2},
+		{"fixed ties", genFixed, 0, 0, 8, 4},
+		{"free samples", genFixed, 3, 0, 8, 2},
+		{"negative costs", genDynamic, 2, -1, 8, 2},
+		{"negative costs, 3 positions", genDynamic, 4, -0.5, 8, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items := genItems(512, tc.kind, 7)
+			for _, pl := range []Placement{Colocated, Modality} {
+				cfg := DefaultPartitionConfig()
+				cfg.DP, cfg.MicroBatches, cfg.Placement, cfg.Pack = tc.dp, tc.m, pl, true
+				costs := cfg.model().Costs(items)
+				for i, c := range costs {
+					if tc.odd > 0 && i%tc.odd == 0 {
+						costs[i] = Cost{c.Vision * tc.scale, c.Text * tc.scale, c.Fusion * tc.scale}
+					}
+				}
+				bins := func(budget Budget) ([][]int32, [][]int32) {
+					cfg.Budget = budget
+					p, err := NewPartitioner(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					jb := p.newJob(items, costs)
+					order := jb.packOrder()
+					return jb.packLevels(order), jb.packLPT(order)
+				}
+				levels, lpt := bins(Budget{})
+				levelsScan, lptScan := bins(Budget{MaxSamples: len(items)})
+				if (levels == nil) != (levelsScan == nil) || !slices.EqualFunc(levels, levelsScan, slices.Equal) {
+					t.Errorf("%v: packLevels from the heap differs from the scan", pl)
+				}
+				if (lpt == nil) != (lptScan == nil) || !slices.EqualFunc(lpt, lptScan, slices.Equal) {
+					t.Errorf("%v: packLPT from the heap differs from the scan", pl)
+				}
+			}
+		})
 	}
 }

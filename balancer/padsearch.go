@@ -97,6 +97,7 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 	m := jb.cfg.MicroBatches
 	pl := jb.cfg.Placement
 	bud := jb.cfg.Budget
+	limited := !bud.Unlimited()
 	bar := sc.step[a] * (1 - minGain)
 	// An exchange that keeps the pair's maximum but lowers its total (less
 	// padding computed) is taken too: padding is the secondary objective.
@@ -105,7 +106,6 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 		totalBar = (sc.step[a] + sc.step[b]) * (1 - minGain)
 	}
 	var best exchange
-	cost := jb.padCost
 	for g := a * m; g < (a+1)*m; g++ {
 		gg := &sc.groups[g]
 		for xi, i := range gg.members {
@@ -126,7 +126,7 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				// than it is, or than best).
 				first := func(ng mbShape) (Cost, float64, bool) {
 					*evals++
-					cg := cost(ng)
+					cg := jb.padCost(ng)
 					if a == b {
 						return cg, 0, true
 					}
@@ -137,10 +137,10 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				second := func(cg Cost, na float64, nh mbShape, xj int) {
 					var score, total float64
 					if a == b {
-						score = pl.StepCost(base.Add(cg).Add(cost(nh)))
+						score = pl.StepCost(base.Add(cg).Add(jb.padCost(nh)))
 						total = score
 					} else {
-						nb := pl.StepCost(other.Add(cost(nh)))
+						nb := pl.StepCost(other.Add(jb.padCost(nh)))
 						score, total = max(na, nb), na+nb
 					}
 					if score >= bar && (score > sc.step[a] || total >= totalBar) {
@@ -161,21 +161,50 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				if !swaps {
 					continue
 				}
+				// When a group's cost cannot fall as its maxima grow
+				// (jb.growingCost), no swap leaves g cheaper than g without i
+				// at its old count: if that already makes rank a heavier than
+				// it is or than best, first refuses every swap with h, which
+				// are then only counted.
+				countOnly := false
+				if a != b && jb.growingCost {
+					floor := pl.StepCost(base.Add(jb.padCost(mbShape{count: len(gg.members), maxL: gw.maxL, maxP: gw.maxP})))
+					countOnly = floor > sc.step[a] || (best.ok && floor > best.score)
+				}
+				// With a cost blind to complexity (jb.shapePriced) a swap is
+				// priced by the new groups' longest L and largest P alone: a
+				// swap that leaves them as the previous one did scores the
+				// same, and loses the tie to it (the earlier index), so it is
+				// counted but not priced again.
+				var prev [4]int
+				priced := false
 				for xj, j := range hh.members {
-					jt := jb.items[j]
+					jt := &jb.items[j]
 					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
-						(a != b || jt == it) {
+						(a != b || *jt == it) {
 						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
 					}
-					ng := gw.with(jt)
-					// h's budget fields after the swap, without its shape.
-					nhMaxL := max(hh.maxWithout(jt.TextTokens), it.TextTokens)
-					nhSumP := hh.sumP - jt.ImageTokens + it.ImageTokens
-					if !bud.Fits(ng.count, ng.maxL, ng.sumP) || !bud.Fits(len(hh.members), nhMaxL, nhSumP) {
+					// The new groups' longest L and their budget fields,
+					// before their shapes are built.
+					ngL, nhL := max(gw.maxL, jt.TextTokens), max(hh.maxWithout(jt.TextTokens), it.TextTokens)
+					if limited && (!bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens)) {
 						continue
 					}
-					if cg, na, ok := first(ng); ok {
-						second(cg, na, hh.without(jt).with(it), xj)
+					if countOnly {
+						*evals++
+						continue
+					}
+					ngP, nhP := max(gw.maxP, jt.ImageTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
+					if jb.shapePriced {
+						key := [4]int{ngL, ngP, nhL, nhP}
+						if priced && key == prev {
+							*evals++
+							continue
+						}
+						prev, priced = key, true
+					}
+					if cg, na, ok := first(gw.with(*jt)); ok {
+						second(cg, na, hh.without(*jt).with(it), xj)
 					}
 				}
 			}

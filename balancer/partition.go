@@ -117,6 +117,9 @@ type Partitioner struct {
 	dpLimit int
 	// sequential builds every candidate on the calling goroutine (tests).
 	sequential bool
+	// fullPricing turns off the shortcuts that shapePriced and growingCost
+	// allow, so that every exchange and cut is priced in full (tests).
+	fullPricing bool
 	// sub marks positionsFirst's sub-partitioners: their plans are only
 	// candidates of the caller's, which weighs the random split itself, so
 	// they skip it.
@@ -135,6 +138,17 @@ type job struct {
 	// longFirst[pos] orders entries longest text first, ties by position
 	// (assignment); padded only.
 	longFirst []uint64
+	// shapePriced: a padded micro-batch's cost is a function of its count,
+	// longest L and largest P alone (the model has no complexity term, as
+	// CostModel.Validate demands, and every complexity is finite), so
+	// padSearch prices swaps of the same shapes once and levelPositions
+	// skips complexity sums.
+	shapePriced bool
+	// growingCost: shapePriced and no token count is negative, so a group's
+	// padded cost and budget fields cannot fall as it grows: padSearch
+	// counts without pricing the swaps that cannot win, and greedyCuts
+	// adds whole blocks (stridedCuts).
+	growingCost bool
 }
 
 func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
@@ -152,8 +166,19 @@ func (p *Partitioner) newJob(items []Item, costs []Cost) *job {
 		}
 		jb.ranked = newRankKeys(totals)
 		jb.longFirst = make([]uint64, len(items))
+		jb.shapePriced = p.model.Coef[Vision][FeatComplexity] == 0 && p.model.Coef[Text][FeatComplexity] == 0 &&
+			p.model.Coef[Fusion][FeatComplexity] == 0 && p.total[FeatComplexity] == 0
+		nonNegative := true
 		for i, it := range items {
 			jb.longFirst[i] = uint64(math.MaxUint32-uint32(it.TextTokens))<<32 | uint64(i)
+			if !(math.Abs(it.Complexity) <= MaxComplexity) {
+				jb.shapePriced = false
+			}
+			nonNegative = nonNegative && it.TextTokens >= 0 && it.ImageTokens >= 0
+		}
+		jb.growingCost = jb.shapePriced && nonNegative
+		if p.fullPricing {
+			jb.shapePriced, jb.growingCost = false, false
 		}
 	}
 	return jb
@@ -240,9 +265,11 @@ func (p *Partitioner) Partition(items []Item, costs []Cost) (Assignment, error) 
 	if len(items) > 1<<30 {
 		return Assignment{}, fmt.Errorf("balancer: %d items in one global batch: %w", len(items), ErrInvalidConfig)
 	}
-	for _, it := range items {
-		if err := p.cfg.Budget.ItemFits(it); err != nil {
-			return Assignment{}, err
+	if !p.cfg.Budget.Unlimited() { // else every item fits
+		for i := range items {
+			if err := p.cfg.Budget.ItemFits(items[i]); err != nil {
+				return Assignment{}, err
+			}
 		}
 	}
 	jb := p.newJob(items, costs)
@@ -347,8 +374,7 @@ func (jb *job) refined(sc *padScratch) (Assignment, float64, float64) {
 
 // sortByLength returns the positions sorted by (L, cost, position).
 func (jb *job) sortByLength() []int32 {
-	l := func(pos int) int { return jb.items[pos].TextTokens }
-	if out := jb.ranked.sorted(l, func(int) int { return 0 }); out != nil {
+	if out := jb.ranked.sorted(jb.items, textField, noField); out != nil {
 		return out
 	}
 	return jb.sortBy(func(it Item) (int, int) { return it.TextTokens, 0 })
@@ -384,7 +410,7 @@ func (jb *job) computeNeed(order []int32) []int32 {
 	need := make([]int32, n+1)
 	g, count, maxL, sumP := int32(0), 0, 0, 0
 	for i := n - 1; i >= 0; i-- {
-		it := jb.items[order[i]]
+		it := &jb.items[order[i]]
 		if count > 0 && !jb.cfg.Budget.Fits(count+1, maxL, sumP+it.ImageTokens) {
 			count = 0
 		}
@@ -448,7 +474,7 @@ func (jb *job) equalCostCuts(order, need []int32, k int) []int {
 		target := remaining / float64(k-g)
 		acc, count, maxL, sumP := 0.0, 0, 0, 0
 		for pos < n-(k-1-g) {
-			it := jb.items[order[pos]]
+			it := &jb.items[order[pos]]
 			c := jb.costs[order[pos]].Total()
 			if count > 0 && int(need[pos]) <= k-1-g {
 				if g < k-1 && acc+c/2 > target {
@@ -528,7 +554,7 @@ func (jb *job) refresh(sc *padScratch, g int) {
 	gr.maxP, gr.atMaxP, gr.secondP, gr.cplx = 0, 0, 0, 0
 	gr.firstPos = -1
 	for _, pos := range gr.members {
-		it := jb.items[pos]
+		it := &jb.items[pos]
 		gr.maxL, gr.atMax, gr.second = top2(gr.maxL, gr.atMax, gr.second, it.TextTokens)
 		gr.maxP, gr.atMaxP, gr.secondP = top2(gr.maxP, gr.atMaxP, gr.secondP, it.ImageTokens)
 		gr.sumP += it.ImageTokens

@@ -223,8 +223,9 @@ func (jb *job) levelPair(sc *padScratch, a, b int, cur float64, budget *int) (fl
 // the exchange when the budget holds and syncedCost falls below
 // cur·(1 − minGain). sc.posTop must describe the groups before it. The
 // trial shapes are priced as refresh would compute them after the exchange
-// (the same complexity sums, in member order), so the decision is the one a
-// full recomputation gives.
+// (the same complexity sums, in member order, unless the cost does not see
+// complexity: jb.shapePriced), so the decision is the one a full
+// recomputation gives.
 func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *int) (float64, bool) {
 	*budget--
 	ga, gb := &sc.groups[a], &sc.groups[b]
@@ -232,13 +233,17 @@ func (jb *job) tryExchange(sc *padScratch, a, b, i, k int, cur float64, budget *
 	var na, nb mbShape
 	if k < 0 {
 		na = ga.without(x)
-		na.complexity = jb.cplxSum(ga.members, i, -1)
 		nb = gb.shape().with(x)
+		if !jb.shapePriced {
+			na.complexity = jb.cplxSum(ga.members, i, -1)
+		}
 	} else {
 		y := jb.items[gb.members[k]]
 		na, nb = ga.without(x).with(y), gb.without(y).with(x)
-		na.complexity = jb.cplxSum(ga.members, i, gb.members[k])
-		nb.complexity = jb.cplxSum(gb.members, k, ga.members[i])
+		if !jb.shapePriced {
+			na.complexity = jb.cplxSum(ga.members, i, gb.members[k])
+			nb.complexity = jb.cplxSum(gb.members, k, ga.members[i])
+		}
 	}
 	bud := jb.cfg.Budget
 	if !bud.Fits(na.count, na.maxL, na.sumP) || !bud.Fits(nb.count, nb.maxL, nb.sumP) {

@@ -51,6 +51,30 @@ func (h rankHeap) set(r int, v float64) {
 	}
 }
 
+// update gives rank r the load v, larger or smaller than its current one
+// (a rank at the top is found at once).
+func (h rankHeap) update(r int, v float64) {
+	for i := range h {
+		if h[i].rank == r {
+			h[i].load = v
+			h.up(i)
+			h.down(i)
+			return
+		}
+	}
+}
+
+func (h rankHeap) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			return
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
 func (h rankHeap) down(i int) {
 	for {
 		l, small := 2*i+1, i

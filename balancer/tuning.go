@@ -85,6 +85,13 @@ const minMaxTolerance = 2e-3
 // minMaxSteps bounds the bisection of minMaxCuts' threshold.
 const minMaxSteps = 24
 
+// cutStride is the block of samples stridedCuts adds to a group at once
+// (and summarises once per minMaxCuts). It changes no cut, only how many
+// pricings find them (about g / cutStride + cutStride / 2 for a group of g
+// samples); at 4,096 samples on 64 ranks 8 was fastest, 6 to 16 within 1.5%
+// of it, 4 3% slower.
+const cutStride = 8
+
 // ---- padSearch, the local search on the padded rank costs.
 
 // movesPerItem bounds padSearch's accepted moves per sample when
