@@ -2,7 +2,7 @@
 // and writes the ratios to bench/results.json (one flat object with stable keys). Absolute
 // times on a shared 2-core machine are noise; ratios measured in the same run are not.
 //
-//	go run ./bench [-sections tokenize,imgproc,...] [-out bench/results.json]
+//	go run ./bench [-sections tokenize,imgproc,...] [-out bench/results.json] [-cpuprofile file]
 //
 // `make bench` runs it with the project's virtualenv as MMFEED_PYTHON. Every section pins
 // itself to one core (GOMAXPROCS=1, taskset for the Python peer) unless it says otherwise.
@@ -16,6 +16,7 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 )
@@ -50,7 +51,19 @@ type benchEnv struct {
 func main() {
 	only := flag.String("sections", "", "comma-separated sections to run (default all)")
 	out := flag.String("out", "bench/results.json", "results file (merged with what is there)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the sections run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	runtime.GOMAXPROCS(1)
 	tmp, err := os.MkdirTemp("", "mmfeed-bench-")
 	if err != nil {
@@ -88,6 +101,7 @@ func main() {
 	}
 	fmt.Printf("wrote %s\n", *out)
 	if failed {
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

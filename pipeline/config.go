@@ -15,7 +15,7 @@ import (
 type Config struct {
 	// Input is the dataset: a JSONL manifest, WebDataset shards, Parquet, or an image folder.
 	Input string
-	// Loader configures the source (limits, Parquet columns). OnReject is set by Prepare.
+	// Loader configures the source (limits, Parquet columns). OnReject is set by OpenDataset.
 	Loader loader.Options
 	// Tokenizer selects the tokenizer.json and max length.
 	Tokenizer tokenize.Config
@@ -26,18 +26,18 @@ type Config struct {
 	Plan balancer.Config
 	// Workers is the number of feature and preprocessing goroutines. 0: all cores.
 	Workers int
-	// Progress, when not nil, is called as Prepare extracts features, with the
+	// Progress, when not nil, is called as the dataset extracts features, with the
 	// entries done and their total (from several goroutines; at most every 64
 	// entries and at the end).
 	Progress func(done, total int)
 	// Features, when not nil, computes the features of the index's entries
 	// instead of the feature pass on Workers goroutines (a planner's feature
-	// items, a cache); Prepare orders them for the epoch and quarantines the
-	// rejects.
+	// items, a cache); Dataset.Epoch orders them for the epoch and
+	// quarantines the rejects.
 	Features FeatureFunc
 	// FeatureCache, when not nil, keeps the features of the whole index under
-	// the dataset's Fingerprint: Prepare reads them from it, or computes them
-	// (Features, or the feature pass) and stores them there.
+	// the dataset's Fingerprint: a Dataset's first Epoch reads them from it,
+	// or computes them (Features, or the feature pass) and stores them there.
 	FeatureCache FeatureCache
 	// MaxPixelsInFlight bounds the pixels (width × height from the image
 	// headers) the preprocessing workers decode at once, so decode memory is

@@ -8,6 +8,18 @@
 // It exists so that cmd/mmfeed stays flags → Config → Run and each package keeps one
 // concept: loader knows no images, balancer knows no tokenizers, proto knows no plans.
 //
+// A job opens its dataset once (OpenDataset): the index, the tokenizer, the image
+// processor, the index scan's rejects and, on the first Dataset.Epoch, every entry's
+// features (one feature pass, or one read of the feature cache). Dataset.Epoch orders it
+// for (seed, epoch) and gives the planner's Prepared (the epoch's features, its
+// quarantine with the scan's and the feature pass's rejects written again for that
+// epoch) without reading the index, the tokenizer or an image header again: serve plans
+// every epoch that way, and its workers preprocess rows from the Dataset they opened
+// (Dataset.Preprocessor). A Dataset is safe for concurrent use; its owner closes it after
+// the Prepared epochs it gave, which share its index and tokenizer. Prepare is
+// OpenDataset and one Epoch, for jobs of one epoch (`shard`, `report`); its result
+// closes the dataset.
+//
 // Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow IPC data
 // files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the samples only
 // later epochs use, one plan index per epoch and a manifest written last, into a Store (a
@@ -22,7 +34,7 @@
 // Config.FeatureCache keeps the features of a whole index under the dataset's
 // Fingerprint (tokenizer settings and file hash, image config, loader options, every
 // entry's id, location, caption and image size, the local input files' size and mtime):
-// Prepare reads them from it instead of running the feature pass, or stores what it
+// a Dataset reads them from it instead of running the feature pass, or stores what it
 // computed. DirFeatureCache is one in a folder (`shard`, `report`); serve's is in the
 // JetStream object store.
 //

@@ -194,39 +194,44 @@ func (d DirFeatureCache) Store(_ context.Context, fp string, all []EntryFeatures
 	return nil
 }
 
-// cachedFeatures returns the features of every entry of p.Index in index
-// order: from cfg.FeatureCache under the dataset's fingerprint, else from
-// cfg.Features or the feature pass on cfg.Workers goroutines, then stored in
-// the cache. A cache that cannot be read or written is skipped (the error
-// is returned in warn), never fatal.
-func (p *Prepared) cachedFeatures(ctx context.Context, cfg Config) (all []EntryFeatures, warn error, err error) {
-	fp, ferr := Fingerprint(cfg, p.Index)
+// cachedFeatures returns the features of every entry of d.Index in index
+// order: from Config.FeatureCache under the dataset's fingerprint (fp, and
+// cached true), else from Config.Features or the feature pass on
+// Config.Workers goroutines, then stored in the cache. A cache that cannot
+// be read or written is skipped (the error is returned in warn), never
+// fatal.
+func (d *Dataset) cachedFeatures(ctx context.Context) (all []EntryFeatures, fp string, cached bool, warn error, err error) {
+	cfg := d.Config
+	fp, ferr := Fingerprint(cfg, d.Index)
 	if ferr == nil {
-		p.Fingerprint = fp
 		var ok bool
 		all, ok, ferr = cfg.FeatureCache.Load(ctx, fp)
-		if ferr == nil && ok && len(all) == len(p.Index.Entries) {
-			p.FeaturesCached = true
-			return all, nil, nil
+		if ferr == nil && ok && len(all) == len(d.Index.Entries) {
+			return all, fp, true, nil, nil
 		}
 		if ferr == nil && ok {
-			ferr = fmt.Errorf("pipeline: cached features of %d entries for an index of %d", len(all), len(p.Index.Entries))
+			ferr = fmt.Errorf("pipeline: cached features of %d entries for an index of %d", len(all), len(d.Index.Entries))
 		}
+	} else {
+		fp = ""
 	}
 	if cfg.Features != nil {
-		all, err = cfg.Features(ctx, p.Index)
+		all, err = cfg.Features(ctx, d.Index)
 	} else {
-		all, err = computeFeatures(ctx, p.Index, p.Index.Entries, p.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+		all, err = computeFeatures(ctx, d.Index, d.Index.Entries, d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+	}
+	if err == nil && len(all) != len(d.Index.Entries) {
+		err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(d.Index.Entries))
 	}
 	if err != nil {
-		return nil, ferr, err
+		return nil, fp, false, ferr, err
 	}
-	if p.Fingerprint != "" {
-		if serr := cfg.FeatureCache.Store(ctx, p.Fingerprint, all); serr != nil {
+	if fp != "" {
+		if serr := cfg.FeatureCache.Store(ctx, fp, all); serr != nil {
 			ferr = errors.Join(ferr, serr)
 		}
 	}
-	return all, ferr, nil
+	return all, fp, false, ferr, nil
 }
 
 // WriteFeatures writes all as gzipped JSON: the format of DirFeatureCache's

@@ -54,23 +54,22 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 	return out, nil
 }
 
-// assembleFeatures orders all (the features of ix.Entries) as entries (an
-// epoch's order of them), quarantining the rejects.
-func assembleFeatures(ix *loader.Index, all []EntryFeatures, entries []loader.Entry, q *loader.QuarantineWriter) (Features, error) {
-	if len(all) != len(ix.Entries) {
+// orderFeatures orders all (the features of ix.Entries) as perm (an epoch's
+// permutation of the index), quarantining the rejects.
+func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
+	if len(all) != len(ix.Entries) || len(perm) != len(ix.Entries) {
 		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
 	}
-	pos := make(map[string]int, len(ix.Entries))
-	for i, e := range ix.Entries {
-		pos[e.ID] = i
-	}
-	var f Features
-	for _, e := range entries {
-		i, ok := pos[e.ID]
-		if !ok {
-			return Features{}, fmt.Errorf("pipeline: entry %q is not in the index", e.ID)
+	n := 0
+	for _, ef := range all {
+		if ef.Reject == nil {
+			n++
 		}
-		ef := all[i]
+	}
+	f := Features{Entries: make([]loader.Entry, 0, n), Items: make([]balancer.Item, 0, n),
+		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n)}
+	for _, i := range perm {
+		e, ef := ix.Entries[i], &all[i]
 		if ef.Reject != nil {
 			q.Write(*ef.Reject)
 			continue

@@ -9,7 +9,8 @@ import (
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
-// Prepared is a dataset indexed, shuffled for the epoch and reduced to planner items.
+// Prepared is a dataset ordered for one epoch and reduced to planner items
+// (Dataset.Epoch, Prepare).
 type Prepared struct {
 	Config     Config
 	Index      *loader.Index
@@ -24,42 +25,36 @@ type Prepared struct {
 	FeaturesCached  bool
 	FeatureCacheErr error
 
+	ds   *Dataset       // the dataset it orders (its index, tokenizer, image processor)
+	owns bool           // Close closes ds (Prepare)
 	plan *balancer.Plan // the configured strategy's plan, once built
 }
 
-// Prepare indexes cfg.Input, orders it for (seed, epoch) and extracts features (from
-// cfg.FeatureCache when it holds the dataset's Fingerprint). Rejects of every stage are
-// written to quarantine as JSON lines. The caller closes the result.
+// Prepare opens cfg.Input (OpenDataset) and orders it for (seed, epoch)
+// (Dataset.Epoch): the dataset of a job that plans one epoch (`shard`,
+// `report`). Rejects of every stage are written to quarantine as JSON lines.
+// The caller closes the result, which closes the dataset.
 func Prepare(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, error) {
-	p, err := OpenDataset(ctx, cfg, quarantine)
+	d, err := OpenDataset(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	order := p.Index.Order(cfg.Plan.Seed, uint64(cfg.Plan.Epoch))
-	if cfg.Features != nil || cfg.FeatureCache != nil {
-		var all []EntryFeatures
-		if cfg.FeatureCache != nil {
-			all, p.FeatureCacheErr, err = p.cachedFeatures(ctx, cfg)
-		} else {
-			all, err = cfg.Features(ctx, p.Index)
-		}
-		if err == nil {
-			p.Features, err = assembleFeatures(p.Index, all, order, p.Quarantine)
-		}
-	} else {
-		p.Features, err = extractFeatures(ctx, p.Index, order, p.Tokenizer, cfg.Image, p.Quarantine, cfg.workers(), cfg.Progress)
-	}
+	p, err := d.Epoch(ctx, cfg.Plan, quarantine)
 	if err != nil {
-		p.Close()
+		d.Close()
 		return nil, err
 	}
+	p.owns = true
 	return p, nil
 }
 
-// Close releases the tokenizer and the index.
+// Close releases the tokenizer and the index when the Prepared owns its
+// dataset (Prepare); one of Dataset.Epoch leaves them to the dataset's owner.
 func (p *Prepared) Close() error {
-	p.Tokenizer.Close()
-	return p.Index.Close()
+	if p.owns && p.ds != nil {
+		return p.ds.Close()
+	}
+	return nil
 }
 
 // Seen is the number of samples the source held (quarantined ones included).

@@ -36,14 +36,22 @@ type Preprocessor struct {
 }
 
 // NewPreprocessor builds the image processor of the prepared config.
+// A Prepared of a Dataset shares the dataset's image processor.
 func NewPreprocessor(p *Prepared) (*Preprocessor, error) {
+	if p.ds != nil {
+		return newPreprocessor(p, p.ds.proc), nil
+	}
 	proc, err := imgproc.NewProcessor(p.Config.Image)
 	if err != nil {
 		return nil, err
 	}
+	return newPreprocessor(p, proc), nil
+}
+
+func newPreprocessor(p *Prepared, proc *imgproc.Processor) *Preprocessor {
 	budget := p.Config.pixelsInFlight()
 	return &Preprocessor{prep: p, proc: proc, read: p.Index.ReadImageContext,
-		pixels: semaphore.NewWeighted(budget), budget: budget}, nil
+		pixels: semaphore.NewWeighted(budget), budget: budget}
 }
 
 // Run preprocesses the plan's steps in order on the configured workers and calls emit

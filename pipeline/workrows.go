@@ -2,36 +2,10 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
-	"io"
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/proto"
-	"github.com/mmfeed/mmfeed/tokenize"
 )
-
-// OpenDataset indexes cfg.Input and opens the tokenizer, without the feature
-// pass: what a preprocessing worker needs to turn planned samples into rows
-// (Preprocessor.Row). Rejects of the index scan go to quarantine. The caller
-// closes the result; its Features are empty.
-func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Prepared, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	q := loader.NewQuarantineWriter(quarantine)
-	opts := cfg.Loader
-	opts.OnReject = q.Func()
-	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
-	}
-	tk, err := tokenize.Open(cfg.Tokenizer)
-	if err != nil {
-		ix.Close()
-		return nil, err
-	}
-	return &Prepared{Config: cfg, Index: ix, Quarantine: q, Tokenizer: tk}, nil
-}
 
 // Row preprocesses one planned sample: ent is its index entry, planned its
 // row as the plan has it (id, token counts, cost, weight). It returns the row

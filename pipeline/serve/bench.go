@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -44,7 +45,8 @@ type ThroughputResult struct {
 // Throughput prepares cfg's first epoch, writes it with pipeline.WriteShards
 // into a temporary folder, then serves it with the embedded server (in-process
 // connections only, memory stream, no HTTP) to dp × mp in-process consumers
-// that acknowledge every batch, and reports both rates.
+// that acknowledge every batch, and reports both rates. In a CPU profile the
+// two phases' samples carry the label phase=shard or phase=serve.
 func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
 	var res ThroughputResult
 	dir, err := os.MkdirTemp("", "mmfeed-throughput-")
@@ -53,19 +55,24 @@ func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
 	}
 	defer os.RemoveAll(dir)
 	cpu0, t0 := cpuSeconds(), time.Now()
-	prep, err := pipeline.Prepare(ctx, cfg.Pipeline, nil)
-	if err != nil {
-		return res, err
-	}
-	plan, err := prep.Plan(cfg.Pipeline.Plan.Strategy)
-	if err == nil {
-		_, err = pipeline.WriteShards(ctx, prep, plan, dir+"/shards", nil)
-	}
-	prep.Close()
+	pprof.Do(ctx, pprof.Labels("phase", "shard"), func(ctx context.Context) { // goroutines started here inherit it
+		var prep *pipeline.Prepared
+		if prep, err = pipeline.Prepare(ctx, cfg.Pipeline, nil); err != nil {
+			return
+		}
+		plan, perr := prep.Plan(cfg.Pipeline.Plan.Strategy)
+		if err = perr; err == nil {
+			_, err = pipeline.WriteShards(ctx, prep, plan, dir+"/shards", nil)
+		}
+		prep.Close()
+	})
 	if err != nil {
 		return res, err
 	}
 	res.ShardSeconds, res.ShardCPUSeconds = time.Since(t0).Seconds(), cpuSeconds()-cpu0
+	defer pprof.SetGoroutineLabels(ctx)
+	ctx = pprof.WithLabels(ctx, pprof.Labels("phase", "serve"))
+	pprof.SetGoroutineLabels(ctx) // the service's and the consumers' goroutines inherit it
 
 	cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = 1, "", "", -1
 	cfg.NATS = NATSConfig{DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}

@@ -69,7 +69,9 @@
 //     rebuilt (a rewind with the next generation); the plan and the
 //     preprocessing are deterministic, so it is byte-identical.
 //   - Epoch e+1 is planned while e is published, and the epochs run back to
-//     back, so there is no pause at the boundary.
+//     back, so there is no pause at the boundary. Every epoch is planned
+//     from the dataset as the job opened it (pipeline.Dataset: indexed,
+//     tokenizer opened, features computed or read from the cache once).
 //   - Quarantined samples are recorded once each in the KV bucket
 //     mmfeed_<job>_quarantine (keyed by sample id), and in the
 //     quarantine-e<epoch>.jsonl files.
@@ -129,7 +131,8 @@
 // part to fail, ctx (SIGINT/SIGTERM in the command) or the publisher's end
 // stops them all. Ready, ClientURL, HTTPAddr, Stats, Handler and Registry
 // are safe for concurrent use. The Service owns its NATS connection,
-// embedded server and prepared epochs and releases them when Run returns.
+// embedded server, dataset and prepared epochs and releases them when Run
+// returns.
 //
 // The Service composes parts that each own their state under their own
 // lock, with the invariants documented on the type:
@@ -138,6 +141,10 @@
 //     generation and connection, and their KV records (rank.<dp>.<mp>.step,
 //     .gen). A generation is recorded before it is used; a cursor moves
 //     forward only when the step's last micro-batch was handed over.
+//   - jobDataset (dataset.go): the job's pipeline.Dataset (index,
+//     tokenizer, features), opened by the first epoch's preparation and
+//     shared by every epoch's plan and preprocessing; Run closes it after
+//     the epochs.
 //   - epochBook (epochs.go): the epochs' infos (KV epoch.<e>), the plans
 //     held in memory (the active epoch, the one before, and the next one
 //     while it is planned ahead), one shared preparation per epoch, and the

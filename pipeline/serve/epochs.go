@@ -337,13 +337,18 @@ func (b *epochBook) closeAll() {
 	}
 }
 
-// planEpoch prepares epoch e for the book (its prepareFunc): replaying
-// stored (or the resize decided for it), with the model the next epoch
-// starts with, and records its info in the KV bucket.
+// planEpoch prepares epoch e for the book (its prepareFunc) from the job's
+// dataset (opened by the first epoch): replaying stored (or the resize
+// decided for it), with the model the next epoch starts with, and records
+// its info in the KV bucket.
 func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error) {
 	stored = s.resizeInfo(e, stored)
 	t0 := time.Now()
-	ep, err := prepareEpochTo(ctx, s.cfg, e, stored, s.modelFor(), s.quarantine)
+	ds, err := s.data.get(ctx, s.cfg.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := prepareEpochTo(ctx, s.cfg, ds, e, stored, s.modelFor(), s.quarantine)
 	if err != nil {
 		return nil, err
 	}

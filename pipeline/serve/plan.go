@@ -17,8 +17,11 @@ import (
 // and the steps actually served, which differ from the base plan's from each
 // recalibration segment on.
 type epochPlan struct {
-	info  EpochInfo
+	info EpochInfo
+	// prep is the epoch's order of the job's dataset, which it shares
+	// (owned is the dataset when the plan has its own: prepareEpoch).
 	prep  *pipeline.Prepared
+	owned *pipeline.Dataset
 	qfile io.Closer
 	base  *balancer.Plan
 	// resized is the served plan after a resize (its Config has the new
@@ -35,16 +38,28 @@ type epochPlan struct {
 // the report page shows.
 const reportThumbnails = 6
 
-// prepareEpoch indexes the dataset for epoch, plans it with the model of
-// stored's first segment (or model when stored is nil), replays stored's
-// recalibration segments, and builds the strategy comparison.
+// prepareEpoch opens the dataset for epoch alone (the plan owns it) and
+// prepares the epoch from it (prepareEpochTo).
 func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
-	return prepareEpochTo(ctx, cfg, epoch, stored, model, nil)
+	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
+	if err != nil {
+		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
+	}
+	ep, err := prepareEpochTo(ctx, cfg, ds, epoch, stored, model, nil)
+	if err != nil {
+		ds.Close()
+		return nil, err
+	}
+	ep.owned = ds
+	return ep, nil
 }
 
-// prepareEpochTo is prepareEpoch that also records quarantined samples in
-// the job's quarantine bucket qkv (when not nil).
-func prepareEpochTo(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
+// prepareEpochTo orders ds (the job's dataset, opened with cfg.Pipeline)
+// for epoch, plans it with the model of stored's first segment (or model
+// when stored is nil), replays stored's recalibration segments, and builds
+// the strategy comparison. Quarantined samples go to the epoch's file and,
+// when qkv is not nil, to the job's quarantine bucket.
+func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -63,7 +78,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, epoch int, stored *EpochInf
 		sink.file = qw
 		qw = &sink
 	}
-	prep, err := pipeline.Prepare(ctx, pc, qw)
+	prep, err := ds.Epoch(ctx, pc.Plan, qw)
 	if err != nil {
 		closeQuiet(qfile)
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
@@ -252,6 +267,9 @@ func (ep *epochPlan) predicted(step int) []float64 {
 func (ep *epochPlan) close() {
 	if ep.prep != nil {
 		_ = ep.prep.Close()
+	}
+	if ep.owned != nil {
+		_ = ep.owned.Close()
 	}
 	closeQuiet(ep.qfile)
 }

@@ -31,6 +31,7 @@ type Service struct {
 	// The parts.
 	ranks     *rankTable  // the ranks' positions and their KV records (ranks.go)
 	epochs    *epochBook  // the epochs' infos, plans and preparations (epochs.go)
+	data      *jobDataset // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher  // the publish loop's shared state (publisher.go)
 	ctl       *control    // the trainers' control messages (control.go)
 	tasks     tasks       // the goroutines started for a message (tasks.go)
@@ -77,6 +78,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
 	s.epochs = newEpochBook(s.planEpoch)
+	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.cal = newCalibrator(cfg)
 	s.cal.onFit = s.writeCostModel
@@ -116,6 +118,7 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // Run starts the parts, supervises them together and drains on the way out:
 // the first part to fail (or ctx) stops the others.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.data.close() // after the epochs that share it
 	defer s.epochs.closeAll()
 	s.tasks.open(ctx)
 	if err := s.startNATS(ctx); err != nil {

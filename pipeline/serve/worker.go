@@ -66,7 +66,7 @@ type worker struct {
 
 // workerDataset is a dataset opened by a worker for one preprocessing config.
 type workerDataset struct {
-	prep *pipeline.Prepared
+	ds   *pipeline.Dataset
 	pp   *pipeline.Preprocessor
 	byID map[string]int
 	// users is how many items use it now, used when one last took it
@@ -178,7 +178,7 @@ func (w *worker) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, d := range w.datasets {
-		_ = d.prep.Close()
+		_ = d.ds.Close()
 		delete(w.datasets, k)
 	}
 }
@@ -304,9 +304,9 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 		j, ok := ds.byID[s.ID]
 		if !ok {
 			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
-				s.ID, ds.prep.Config.Input, ErrJobMismatch)
+				s.ID, ds.ds.Config.Input, ErrJobMismatch)
 		}
-		rows[i] = ds.pp.Row(ctx, ds.prep.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
+		rows[i] = ds.pp.Row(ctx, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
 			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
 	}
 	if err := ctx.Err(); err != nil {
@@ -416,7 +416,7 @@ func (w *worker) evictLocked(keep string) {
 		if victim == "" {
 			return
 		}
-		_ = w.datasets[victim].prep.Close()
+		_ = w.datasets[victim].ds.Close()
 		delete(w.datasets, victim)
 		delete(w.opening, victim)
 		w.log.Info("closed dataset", "key", victim)
@@ -455,22 +455,18 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 		w.log.Warn("quarantine bucket", "job", job, "err", err)
 	}
 	t0 := time.Now()
-	prep, err := pipeline.OpenDataset(ctx, wc.pipelineConfig(tokPath), qw)
+	ds, err := pipeline.OpenDataset(ctx, wc.pipelineConfig(tokPath), qw)
 	if err != nil {
 		return nil, fmt.Errorf("serve: open dataset of %s: %w", job, err)
 	}
-	pp, err := pipeline.NewPreprocessor(prep)
-	if err != nil {
-		_ = prep.Close()
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	byID := make(map[string]int, len(prep.Index.Entries))
-	for i, e := range prep.Index.Entries {
+	pp := ds.Preprocessor()
+	byID := make(map[string]int, len(ds.Index.Entries))
+	for i, e := range ds.Index.Entries {
 		byID[e.ID] = i
 	}
 	w.log.Info("opened dataset", "job", job, "config", hash, "input", wc.Input, "entries", len(byID),
 		"seconds", time.Since(t0).Seconds())
-	return &workerDataset{prep: prep, pp: pp, byID: byID}, nil
+	return &workerDataset{ds: ds, pp: pp, byID: byID}, nil
 }
 
 // handleFeatures computes the features of a feature item's index range and
@@ -512,12 +508,12 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 		return err
 	}
 	defer release()
-	ix := ds.prep.Index
+	ix := ds.ds.Index
 	if it.Lo < 0 || it.Hi > len(ix.Entries) || it.Lo >= it.Hi || ix.Entries[it.Lo].ID != it.FirstID || ix.Entries[it.Hi-1].ID != it.LastID {
 		return fmt.Errorf("serve: feature range [%d, %d) does not match this worker's index of %s (%d entries): %w",
-			it.Lo, it.Hi, ds.prep.Config.Input, len(ix.Entries), ErrJobMismatch)
+			it.Lo, it.Hi, ds.ds.Config.Input, len(ix.Entries), ErrJobMismatch)
 	}
-	feats, err := pipeline.FeaturesRange(ctx, ix, it.Lo, it.Hi, ds.prep.Tokenizer, ds.prep.Config.Image)
+	feats, err := pipeline.FeaturesRange(ctx, ix, it.Lo, it.Hi, ds.ds.Tokenizer, ds.ds.Config.Image)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,11 @@ func TestWorkerEvictsIdleDatasets(t *testing.T) {
 	w := &worker{log: testLogger(t), datasets: map[string]*workerDataset{}}
 	t0 := time.Now()
 	for i := range maxDatasets + 2 {
-		prep, err := pipeline.OpenDataset(context.Background(), pc, nil)
+		ds, err := pipeline.OpenDataset(context.Background(), pc, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := &workerDataset{prep: prep, used: t0.Add(time.Duration(i) * time.Second)}
+		d := &workerDataset{ds: ds, used: t0.Add(time.Duration(i) * time.Second)}
 		if i == 0 {
 			d.users = 1 // the oldest is in use: it stays
 		}

@@ -104,7 +104,7 @@ func (c *objectFeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore,
 }
 
 // Load reads the fingerprint's object. A cache that cannot be read is
-// logged and skipped (Prepare computes the features).
+// logged and skipped (the dataset computes the features).
 func (c *objectFeatureCache) Load(ctx context.Context, fp string) (all []pipeline.EntryFeatures, ok bool, err error) {
 	defer func() {
 		if err != nil {
@@ -158,7 +158,7 @@ func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipelin
 	return nil
 }
 
-// setupFeatureCache makes every epoch's Prepare (every role) read and fill
+// setupFeatureCache makes the job's dataset (every role) read and fill
 // the feature cache, and counts it on /metrics. Call it once, before the
 // first epoch is prepared.
 func (s *Service) setupFeatureCache() error {
@@ -182,7 +182,8 @@ func (s *Service) featureCache() *objectFeatureCache {
 }
 
 // features is the planner's pipeline.FeatureFunc: the workers compute the
-// features (feature items); Prepare reads and fills the cache around it.
+// features (feature items); the job's dataset reads and fills the cache
+// around it, once per job.
 func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	t0 := time.Now()
 	all, err := s.featurePass(ctx, ix)

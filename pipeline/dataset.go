@@ -1,0 +1,201 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/tokenize"
+)
+
+// Dataset is a dataset opened once per job: the index of Config.Input, the
+// tokenizer, the image processor, the index scan's rejects and, from the
+// first Epoch on, every entry's features (computed once, or read from
+// Config.FeatureCache once). Epoch orders it for an epoch: what the planner
+// and the preprocessing of that epoch need, with no index, tokenizer or
+// feature work repeated.
+//
+// A Dataset is safe for concurrent use: epochs may be ordered while others
+// are preprocessed (the index's reads and the tokenizer are safe for
+// concurrent use). Its owner closes it once nothing uses it any more: the
+// Prepared epochs it returned share its index and tokenizer and do not
+// close them.
+type Dataset struct {
+	// Config is the configuration the dataset was opened with. Its Plan is
+	// not used: each Epoch brings its own.
+	Config    Config
+	Index     *loader.Index
+	Tokenizer *tokenize.Tokenizer
+	// Quarantine receives the index scan's rejects (and, through
+	// Preprocessor, the rows that fail to preprocess) for the writer
+	// OpenDataset was given.
+	Quarantine *loader.QuarantineWriter
+
+	proc    *imgproc.Processor
+	scanned []loader.Reject // the index scan's rejects, in scan order
+
+	mu   sync.Mutex
+	load *featureLoad // the feature pass (nil: not started)
+	// passes counts the feature passes run (computed, or read from the
+	// cache): 1 per dataset unless one failed (tests).
+	passes atomic.Int64
+}
+
+// featureLoad is the dataset's one feature pass: every entry's features in
+// index order, the cache's fingerprint and state.
+type featureLoad struct {
+	done        chan struct{}
+	all         []EntryFeatures
+	fingerprint string
+	cached      bool
+	cacheErr    error
+	err         error
+}
+
+// OpenDataset indexes cfg.Input and opens the tokenizer and the image
+// processor. Rejects of the index scan go to quarantine (nil: counted only)
+// and are kept, so that every Epoch quarantines them again. The feature pass
+// runs on the first Epoch. The caller closes the result.
+func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Dataset, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Dataset{Config: cfg, Quarantine: loader.NewQuarantineWriter(quarantine)}
+	var mu sync.Mutex
+	opts := cfg.Loader
+	opts.OnReject = func(r loader.Reject) {
+		mu.Lock()
+		d.scanned = append(d.scanned, r)
+		mu.Unlock()
+		_ = d.Quarantine.Write(r)
+	}
+	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
+	}
+	d.Index = ix
+	d.Tokenizer, err = tokenize.Open(cfg.Tokenizer)
+	if err == nil {
+		d.proc, err = imgproc.NewProcessor(cfg.Image)
+	}
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close releases the tokenizer and the index.
+func (d *Dataset) Close() error {
+	if d.Tokenizer != nil {
+		d.Tokenizer.Close()
+	}
+	return d.Index.Close()
+}
+
+// Epoch orders the dataset for (plan.Seed, plan.Epoch) and reduces it to
+// planner items: what Prepare gives, for plan (the job's config with its
+// Plan replaced). Quarantine receives the epoch's rejects: the index scan's
+// and the feature pass's, in the order Prepare writes them (and, through
+// the result, the planner's and the preprocessing's). The first call runs
+// the feature pass (Config.Features, Config.FeatureCache, or on
+// Config.Workers goroutines); concurrent calls share it, and one that failed
+// is tried again. The result shares the dataset's index and tokenizer: its
+// Close leaves them open.
+func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io.Writer) (*Prepared, error) {
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := d.features(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := d.Config
+	cfg.Plan = plan
+	q := loader.NewQuarantineWriter(quarantine)
+	for _, r := range d.scanned {
+		q.Write(r)
+	}
+	p := &Prepared{Config: cfg, Index: d.Index, Quarantine: q, Tokenizer: d.Tokenizer, ds: d,
+		Fingerprint: l.fingerprint, FeaturesCached: l.cached, FeatureCacheErr: l.cacheErr}
+	perm := loader.Permutation(len(d.Index.Entries), plan.Seed, uint64(plan.Epoch))
+	if p.Features, err = orderFeatures(d.Index, l.all, perm, q); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// features returns the dataset's feature pass, running it on the first
+// call; a caller whose ctx ends while another runs it returns ctx's error,
+// and a pass that failed is run again by the next caller.
+func (d *Dataset) features(ctx context.Context) (*featureLoad, error) {
+	for {
+		d.mu.Lock()
+		l := d.load
+		run := l == nil || (isClosed(l.done) && l.err != nil)
+		if run {
+			l = &featureLoad{done: make(chan struct{})}
+			d.load = l
+		}
+		d.mu.Unlock()
+		if run {
+			d.runFeatures(ctx, l)
+		}
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if l.err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil || !(errors.Is(l.err, context.Canceled) || errors.Is(l.err, context.DeadlineExceeded)) || run {
+			return nil, l.err
+		}
+		// another caller's ctx ended its pass: run it with ours
+	}
+}
+
+// runFeatures computes (or reads from the cache) every entry's features in
+// index order.
+func (d *Dataset) runFeatures(ctx context.Context, l *featureLoad) {
+	defer close(l.done)
+	d.passes.Add(1)
+	cfg := d.Config
+	switch {
+	case cfg.FeatureCache != nil:
+		l.all, l.fingerprint, l.cached, l.cacheErr, l.err = d.cachedFeatures(ctx)
+	case cfg.Features != nil:
+		l.all, l.err = cfg.Features(ctx, d.Index)
+	default:
+		l.all, l.err = computeFeatures(ctx, d.Index, d.Index.Entries, d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+	}
+	if l.err == nil && len(l.all) != len(d.Index.Entries) {
+		l.err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(l.all), len(d.Index.Entries))
+	}
+}
+
+// FeaturePasses is how many feature passes the dataset ran (or read from the
+// cache): one, unless a pass failed and was run again.
+func (d *Dataset) FeaturePasses() int { return int(d.passes.Load()) }
+
+// Preprocessor returns a Preprocessor of the dataset for Preprocessor.Row
+// (a worker's batch items): no epoch, rejects to d.Quarantine.
+func (d *Dataset) Preprocessor() *Preprocessor {
+	return newPreprocessor(&Prepared{Config: d.Config, Index: d.Index, Quarantine: d.Quarantine, Tokenizer: d.Tokenizer, ds: d}, d.proc)
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
