@@ -39,6 +39,7 @@ type Dataset struct {
 
 	proc    *imgproc.Processor
 	scanned []loader.Reject // the index scan's rejects, in scan order
+	thumbs  thumbCache      // the report thumbnails of its epochs
 
 	mu   sync.Mutex
 	load *featureLoad // the feature pass (nil: not started)

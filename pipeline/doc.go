@@ -15,10 +15,11 @@
 // quarantine with the scan's and the feature pass's rejects written again for that
 // epoch) without reading the index, the tokenizer or an image header again: serve plans
 // every epoch that way, and its workers preprocess rows from the Dataset they opened
-// (Dataset.Preprocessor). A Dataset is safe for concurrent use; its owner closes it after
-// the Prepared epochs it gave, which share its index and tokenizer. Prepare is
-// OpenDataset and one Epoch, for jobs of one epoch (`shard`, `report`); its result
-// closes the dataset.
+// (Dataset.Preprocessor); the report thumbnails its epochs make are kept for the next. A
+// Dataset is safe for concurrent use; its owner closes it after the Prepared epochs it
+// gave, which share its index and tokenizer. Prepare is OpenDataset and one Epoch, for
+// jobs that order the dataset once (`report`; `shard`, whose later epochs permute the first
+// one's features); its result closes the dataset.
 //
 // Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow IPC data
 // files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the samples only

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"slices"
+	"sync"
 
 	"github.com/disintegration/imaging"
 	"github.com/mmfeed/mmfeed/balancer"
@@ -94,14 +95,26 @@ func plannedItems(plan *balancer.Plan) []int32 {
 
 func thumbnail(p *Prepared, plan *balancer.Plan, i int32) (balancer.Thumbnail, error) {
 	e, it := p.Features.Entries[i], p.Features.Items[i]
-	data, err := p.Index.ReadImage(e)
+	build := func() (thumb, error) {
+		data, err := p.Index.ReadImage(e)
+		if err != nil {
+			return thumb{}, err
+		}
+		var t thumb
+		t.jpg, t.w, t.h, err = ThumbnailJPEG(data, p.Config.Image.MaxImagePixels)
+		return t, err
+	}
+	var t thumb
+	var err error
+	if p.ds != nil {
+		t, err = p.ds.thumbs.get(e.ID, build)
+	} else {
+		t, err = build()
+	}
 	if err != nil {
 		return balancer.Thumbnail{}, err
 	}
-	jpg, w, h, err := ThumbnailJPEG(data, p.Config.Image.MaxImagePixels)
-	if err != nil {
-		return balancer.Thumbnail{}, err
-	}
+	jpg, w, h := t.jpg, t.w, t.h
 	return balancer.Thumbnail{ID: e.ID, Width: w, Height: h, TextTokens: it.TextTokens, ImageTokens: it.ImageTokens,
 		Cost: plan.ItemCost(i), MIME: "image/jpeg", Image: jpg}, nil
 }
@@ -143,4 +156,43 @@ func QuarantineReasons(q *loader.QuarantineWriter) map[string]balancer.Quarantin
 		out[r] = balancer.QuarantineGroup{Count: n, Examples: ex[r]}
 	}
 	return out
+}
+
+// thumb is one sample's report thumbnail: JPEG bytes and size.
+type thumb struct {
+	jpg  []byte
+	w, h int
+}
+
+// thumbCache keeps the thumbnails a dataset's epochs made, by sample id:
+// the heaviest and most extreme samples of one epoch are mostly those of
+// the next, so each epoch's report decodes only the new ones. Failures are
+// not kept (the next epoch tries again). Safe for concurrent use.
+type thumbCache struct {
+	mu sync.Mutex
+	m  map[string]thumb
+}
+
+// thumbCacheMax bounds the thumbnails kept (about 5 KiB each); a full cache
+// starts over.
+const thumbCacheMax = 256
+
+func (c *thumbCache) get(id string, build func() (thumb, error)) (thumb, error) {
+	c.mu.Lock()
+	t, ok := c.m[id]
+	c.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	t, err := build()
+	if err != nil {
+		return t, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= thumbCacheMax {
+		c.m = map[string]thumb{}
+	}
+	c.m[id] = t
+	c.mu.Unlock()
+	return t, nil
 }

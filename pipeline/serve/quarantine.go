@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -48,6 +49,11 @@ type quarantineSink struct {
 	kv   jetstream.KeyValue
 	file io.Writer // nil: none
 	log  *slog.Logger
+	// recorded, when not nil, holds the keys the bucket is known to have
+	// (shared by the copies of the sink every epoch makes): each epoch
+	// quarantines the dataset's rejects again, and the bucket is asked once
+	// per sample, not once per epoch.
+	recorded *sync.Map
 }
 
 func (q *quarantineSink) Write(p []byte) (int, error) {
@@ -64,10 +70,18 @@ func (q *quarantineSink) Write(p []byte) (int, error) {
 		q.log.Warn("quarantine record", "err", err)
 		return len(p), nil
 	}
+	key := QuarantineKey(r.ID, r.Location)
+	if q.recorded != nil {
+		if _, ok := q.recorded.Load(key); ok {
+			return len(p), nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := q.kv.Create(ctx, QuarantineKey(r.ID, r.Location), bytes.TrimSpace(p)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := q.kv.Create(ctx, key, bytes.TrimSpace(p)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		q.log.Warn("quarantine record to kv", "id", r.ID, "err", err)
+	} else if q.recorded != nil {
+		q.recorded.Store(key, struct{}{})
 	}
 	return len(p), nil
 }

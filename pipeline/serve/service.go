@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -291,7 +292,7 @@ func (s *Service) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
-	s.quarantine = &quarantineSink{kv: qkv, log: s.log}
+	s.quarantine = &quarantineSink{kv: qkv, log: s.log, recorded: &sync.Map{}}
 	if c.core() {
 		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
 		s.views = make(chan struct{}, maxViews)
