@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/mmfeed/mmfeed/tokenize"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -234,7 +235,30 @@ func ensureWorkBucket(ctx context.Context, js jetstream.JetStream, job string, r
 	return h, nil
 }
 
+// bucketWait bounds how long the planner asks again when a bucket it has
+// just created does not answer: on a new cluster the bucket's replicated
+// stream elects its leader first, and until then a read of it gets no
+// responders (a planner started with the cluster exited on that).
+var bucketWait = 30 * time.Second // a variable so tests can shorten it
+
+// putObjectOnce puts b as name unless obj holds it, asking again while the
+// bucket is not answering yet (bucketWait).
 func putObjectOnce(ctx context.Context, obj jetstream.ObjectStore, name string, b []byte) error {
+	deadline := time.Now().Add(bucketWait)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		err := putObjectAttempt(ctx, obj, name, b)
+		if err == nil || !notAnswering(err) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func putObjectAttempt(ctx context.Context, obj jetstream.ObjectStore, name string, b []byte) error {
 	if _, err := obj.GetInfo(ctx, name); err == nil {
 		return nil
 	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -244,4 +268,10 @@ func putObjectOnce(ctx context.Context, obj jetstream.ObjectStore, name string, 
 		return fmt.Errorf("serve: work bucket put %s: %w", name, err)
 	}
 	return nil
+}
+
+// notAnswering reports the errors of a stream that has no leader yet.
+func notAnswering(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
