@@ -15,8 +15,13 @@ import (
 // boundary is refilling the preprocessing pipeline: about one step's latency
 // through it (three mean intervals between steps; two steps are prepared
 // ahead) on a quiet machine, more when other jobs load the cores. The test
-// fails when the gap exceeds both that and a quarter of the time planning
-// the epoch took (the gap without planning ahead is the whole of it).
+// fails when the gap exceeds that, a quarter of the time planning the epoch
+// took (the gap without planning ahead is the whole of it) and
+// gapNoiseFloor. Since the dataset is opened once per job, planning epoch 1
+// takes tens of milliseconds, so the timing alone can no longer tell
+// planning ahead from not: the timing-free check (no batch of epoch 0's last
+// step before epoch 1's planning started) is what guards it.
+const gapNoiseFloor = 50 * time.Millisecond // scheduling noise on the shared 2-core machine
 func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 400), 2, 1, "colocated")
 	cfg.Epochs, cfg.Recalibrate = 2, -1
@@ -58,7 +63,7 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	gap := first[1].Sub(last[0])
 	plan := time.Duration(s.epochs.jobs[1].seconds * float64(time.Second))
 	t.Logf("epoch 0: %d steps, %v a step; gap at the boundary %v; planning epoch 1 took %v", steps, perStep, gap, plan)
-	if gap > max(3*perStep, plan/4) {
-		t.Errorf("gap at the epoch boundary %v: more than a step's latency (3 × %v) and a quarter of the planning time %v", gap, perStep, plan)
+	if gap > max(3*perStep, plan/4, gapNoiseFloor) {
+		t.Errorf("gap at the epoch boundary %v: more than a step's latency (3 × %v), a quarter of the planning time %v and %v", gap, perStep, plan, gapNoiseFloor)
 	}
 }
