@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -50,6 +51,13 @@ ROLES = {"all": ROLE_FULL, "vision": ROLE_VISION, "text": ROLE_TEXT}
 RESEND_ATTEMPTS = 5
 """Resend requests before the client gives up (the service answers each; backoff 1, 2, 4, 8 s)."""
 DECODE_ATTEMPTS = 3
+ACK = b"+ACK"
+REPLAY_S = 30.0
+"""Acknowledgements and ``done`` reports sent within this long before a reconnect are sent
+again after it. One sent as the server died is lost with the connection, and a server killed
+before it flushed its state restarts with the consumer of a moment earlier: either way the
+service would keep the rank at a step it trained, and wait for it forever at the job's end.
+Both messages are idempotent (an ack of an acknowledged message does nothing)."""
 """Times one batch may fail to decode (after its checksum passed) before the client stops."""
 """The role whose columns ``batches.record_to_batch`` keeps, by the modality a rank receives."""
 
@@ -98,6 +106,8 @@ class StreamSource(Source):
         self._inbox = None
         self._inbox_q: asyncio.Queue | None = None
         self._reconnects = 0
+        self._sent: deque[tuple[float, str, bytes]] = deque()
+        """(time, subject, payload) of the acknowledgements and reports of the last ``REPLAY_S``."""
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_reorder = max_reorder
@@ -128,8 +138,31 @@ class StreamSource(Source):
         this rank may publish only there."""
         return f"mmfeed.{self.job}.ctl.{kind}.{self.dp_rank}.{self.mp_rank}"
 
-    def _publish(self, kind: str, body: dict) -> None:
-        self._call(self._nc.publish(self._subject(kind), json.dumps(body).encode()), timeout=self.request_timeout_s)
+    def _publish(self, kind: str, body: dict, *, replay: bool = False) -> None:
+        """Publish a control message; ``replay``: it is idempotent and sent again after a
+        reconnect within ``REPLAY_S``."""
+        self._call(self._send(self._subject(kind), json.dumps(body).encode(), replay), timeout=self.request_timeout_s)
+
+    async def _send(self, subject: str, data: bytes, replay: bool) -> None:
+        if replay:
+            self._remember(subject, data)
+        await self._nc.publish(subject, data)
+
+    def _remember(self, subject: str, data: bytes) -> None:
+        """Keep a sent message for ``_replay`` (in the event loop, as ``_replay``)."""
+        now = time.monotonic()
+        self._sent.append((now, subject, data))
+        while self._sent[0][0] < now - REPLAY_S:
+            self._sent.popleft()
+
+    async def _replay(self) -> None:
+        """Send the remembered acknowledgements and reports again (after a reconnect)."""
+        since = time.monotonic() - REPLAY_S
+        sent = [(subject, data) for t, subject, data in self._sent if t >= since]
+        for subject, data in sent:
+            await self._nc.publish(subject, data)
+        if sent:
+            log.info("stream: reconnected; sent %d recent acknowledgements and reports again", len(sent))
 
     # -- register ---------------------------------------------------------------------------
     def register(self, position: dict) -> dict:
@@ -200,6 +233,7 @@ class StreamSource(Source):
 
             async def reconnected():
                 self._reconnects += 1
+                await self._replay()
             opts = self.auth.options(self.dp_rank, self.mp_rank) if self.auth else {}
             self._nc = await asyncio.wait_for(nats.connect(
                 self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
@@ -341,8 +375,7 @@ class StreamSource(Source):
                     self._term([m])
             for res in decided:
                 if res.duplicate:
-                    for m in res.tags:
-                        self._call(m.ack())
+                    self._ack_tags(res.tags)
                 elif res.error:
                     self._resend(res.header.key, res.tags, res.error)
                 elif (rec := self._decoded(res, reasm, failures)) is None:
@@ -432,7 +465,7 @@ class StreamSource(Source):
                 yield key, rec, [_CoreAck(self, k)]
 
     async def _send_ack(self, k: tuple[int, int, int]) -> None:
-        await self._nc.publish(self.reply["ack_subject"], json.dumps(self._request(k)).encode())
+        await self._send(self.reply["ack_subject"], json.dumps(self._request(k)).encode(), True)
 
     def steps(self, position: dict) -> Iterator[StepData]:
         """Whole steps in (epoch, step) order from ``position`` to the job's last epoch.
@@ -478,6 +511,8 @@ class StreamSource(Source):
         async def _ack_all():
             for m in tags:
                 await m.ack()
+                if getattr(m, "reply", None):  # a JetStream message (_CoreAck remembers in _send_ack)
+                    self._remember(m.reply, ACK)
         self._call(_ack_all(), timeout=self.request_timeout_s)
 
     async def _keep_alive(self) -> None:
@@ -499,7 +534,7 @@ class StreamSource(Source):
         steps = self._epochs.get(data.epoch, {}).get("steps")
         if steps is not None and data.step == steps - 1:
             self._publish("done", {"job": self.job, "epoch": data.epoch, "dp_rank": self.dp_rank,
-                                   "mp_rank": self.mp_rank, "steps": steps})
+                                   "mp_rank": self.mp_rank, "steps": steps}, replay=True)
 
     def feedback(self, data: StepData, *, compute_seconds: float, data_wait_seconds: float, samples: int) -> None:
         self._publish("feedback", {"job": self.job, "epoch": data.epoch, "step": data.step,
@@ -678,12 +713,19 @@ class Stream:
                                  data_wait_seconds=data_wait_seconds, samples=samples)
 
     def close(self) -> None:
-        """Acknowledge the last step if it was handed out whole, stop prefetching, disconnect."""
+        """Acknowledge the last step if it was handed out whole, stop prefetching, disconnect,
+        and wait (5 s at most) for the prefetch thread: a daemon thread still converting a step
+        (torch, pyarrow) when the interpreter exits aborts the process with "terminate called
+        without an active exception", after training finished."""
         _open_streams.discard(self)
         if self._prefetcher is not None:
             self._prefetcher.stop()
-        self._ack_last()
-        self.source.close()
+        try:
+            self._ack_last()
+            self.source.close()
+        finally:
+            if self._prefetcher is not None:
+                self._prefetcher.close()
 
 
 _open_streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -701,5 +743,3 @@ def _close_open_streams() -> None:
             st.close()
         except Exception as err:  # exiting anyway: say why the acknowledgement may be missing
             log.warning("stream: closing at exit: %r", err)
-        if st._prefetcher is not None:
-            st._prefetcher.close()  # let a conversion in progress finish (5 s at most)

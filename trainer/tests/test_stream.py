@@ -245,6 +245,65 @@ def test_close_leaves_no_task_for_the_garbage_collector(nats_url):
     src.close()  # a second close (the exit hook after the with block) does nothing
 
 
+def test_close_waits_for_the_prefetch_thread(nats_url, svc, monkeypatch):
+    """A loop that stops early (Lightning at max_steps) closes the stream while the prefetch
+    thread converts the next step; left running, that daemon thread was inside torch when the
+    interpreter exited, which aborted the example with "terminate called without an active
+    exception" after it had trained (test_lightning, CI of stop 18)."""
+    from mmfeed_trainer import batches
+    convert = batches.record_to_batch
+
+    def slow(*a, **kw):
+        time.sleep(0.5)
+        return convert(*a, **kw)
+    monkeypatch.setattr(batches, "record_to_batch", slow)
+    for step in range(STEPS):
+        for mb in range(MICRO):
+            svc.publish(step, mb)
+    st = stream.Stream(nats_url, JOB, 0, 0, dp=1, epochs=1, request_timeout_s=5.0)
+    with st:
+        next(iter(st))  # step 0 handed out; the thread now converts step 1
+        assert st._prefetcher._thread.is_alive()
+    assert not st._prefetcher._thread.is_alive(), "close returned while the prefetch thread still converts"
+
+
+def test_reconnect_sends_recent_acks_and_done_again(nats_url, svc):
+    """An ack sent as the server dies is lost, and a server killed before it flushed restarts
+    with the consumer of a moment earlier: the service then kept the rank at a step it had
+    trained and never ended the job (test_nats_server_restart_mid_epoch[jetstream], CI of stop
+    18). After a reconnect the client sends its recent acks and done again."""
+    for step in range(STEPS):
+        for mb in range(MICRO):
+            svc.publish(step, mb)
+    seen = []
+
+    async def watch():
+        async def on_ack(msg):
+            seen.append(msg.subject)
+        await svc.nc.subscribe(f"$JS.ACK.MMFEED_{JOB}.>", cb=on_ack)
+        await svc.nc.flush()
+    svc.call(watch())
+    src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30)
+    src.register({"epoch": 0, "next_step": 0})
+    it = src.steps({"epoch": 0, "next_step": 0})
+    handles = []
+    for _ in range(STEPS):
+        data = next(it)
+        handles += [m.reply for m in data.handles]
+        src.ack(data)
+    deadline = time.monotonic() + 10
+    while (len(seen) < len(handles) or not svc.control["done"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(seen) == sorted(handles) and len(svc.control["done"]) == 1
+    src._call(src._nc.force_reconnect())
+    deadline = time.monotonic() + 10
+    while (len(seen) < 2 * len(handles) or len(svc.control["done"]) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(seen) == sorted(handles * 2), "every recent ack is sent again once"
+    assert svc.control["done"][1] == svc.control["done"][0]
+    src.close()
+
+
 def test_held_steps_get_in_progress_until_acked():
     """+WPI for chunks of steps handed out but not acknowledged (no server needed)."""
     class Msg:
