@@ -46,7 +46,7 @@ from torch import nn
 
 from . import blockwrap, losses, timing
 from .batches import Batch
-from .model import MMModel, length_mask, segment_ids
+from .model import MMModel, length_mask, segments
 from .optim import clip_grad_norm
 from .parallel_dims import ParallelDims
 from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
@@ -120,8 +120,8 @@ class PipelineStage(nn.Module):
         carry = self._embed(inp) if self.first else inp
         packed = "vcu" in carry
         if packed:
-            vkey = segment_ids(carry["vcu"][1:] - carry["vcu"][:-1])
-            tkey = segment_ids(carry["lengths"].clamp(min=1))
+            vkey = segments(carry["vcu"][1:] - carry["vcu"][:-1])
+            tkey = segments(carry["lengths"].clamp(min=1))
         else:
             vkey = carry["vmask"]
             tkey = length_mask(carry["lengths"], carry["tx"].shape[1])

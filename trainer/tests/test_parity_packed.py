@@ -101,12 +101,12 @@ def test_service_default_grid_is_accepted():
 
 
 def test_segment_attention_paths_match_the_dense_mask():
-    """The CPU path (segments scattered into a padded batch) and the CUDA path (FlexAttention
+    """The CPU path (SDPA per segment) and the CUDA path (FlexAttention
     with a document block mask, run eagerly here) both give SDPA with the dense document mask,
     for self- and cross-attention packings."""
     import warnings
 
-    from mmfeed_trainer.model import flex_segment_attention, segment_attention
+    from mmfeed_trainer.model import flex_segment_attention, segment_attention, segments
     torch.manual_seed(0)
     q_seg = torch.tensor([0, 0, 0, 1, 2, 2])
     kv_seg = torch.tensor([0, 1, 1, 1, 2, 2, 2, 2])
@@ -119,4 +119,5 @@ def test_segment_attention_paths_match_the_dense_mask():
         dense = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=(q_seg[:, None] == kseg[None, :])[None, None])
         torch.testing.assert_close(got, dense)
-        torch.testing.assert_close(segment_attention(q, k, v, q_seg, kseg), dense)
+        layout = [segments(torch.bincount(ids)) for ids in (q_seg, kseg)]
+        torch.testing.assert_close(segment_attention(q, k, v, *layout), dense)
