@@ -17,18 +17,21 @@ A field a role does not receive is None. ``Batch.to_dict()`` is the untyped form
 client (``stream.Stream``) hands out and ``data`` turns into HF-style items: the same names,
 except that ``ids`` is keyed ``id``, and None fields left out.
 
-``pack(batch, patch_size)`` turns a device batch into a packed one (``--pack``): no padding,
+``pack(batch, patch_size)`` turns a batch into a packed one (``--pack``): no padding,
 per-sample boundaries instead. It replaces the padded fields and keeps the others:
 
 * text: ``input_ids`` int64 (Σ max(length, 1),) the captions concatenated (an empty padding
   sample keeps one pad token, as the padded path does), ``cu_seqlens_text`` int64 (B + 1,)
   their offsets, ``lengths`` as before (``attention_mask`` becomes None);
-* vision: ``patches`` float (Σ rows·cols, C·p·p) every sample's own patch grid, row-major,
+* vision: ``patches`` (Σ rows·cols, C·p·p) every sample's own patch grid, row-major,
   concatenated, ``cu_seqlens_image`` int64 (B + 1,) their offsets, ``image_grid`` int64 (B, 2)
-  each sample's patch rows x columns (``pixel_values`` becomes None).
+  each sample's patch rows x columns (``pixel_values`` becomes None). Packed on the device,
+  the patches are the normalised float32 pixels; packed on the host, they keep the wire
+  dtype and ``Batch.to`` normalises them (only real pixels: a quarter of the bytes to move
+  for uint8, and no normalising of padding).
 
-The wire does not change: the per-sample tensors arrive with their shapes and are packed on
-the device.
+The wire does not change: the per-sample tensors arrive with their shapes and are packed by
+the trainer (on the host on the CPU, on the device under CUDA).
 
 ``Batch.to(device)`` (and ``to_device(batch, device)``, which also takes the dict form) moves it
 and makes ``pixel_values`` a normalised float32 tensor on the device: uint8 -> (x/255 - mean)/std
@@ -131,6 +134,8 @@ class Batch:
         if out.pixel_values is not None:
             out.pixel_values = _normalise(out.pixel_values, self.pixel_dtype, out.pixel_mean, out.pixel_std,
                                           out.pixel_shape)
+        if out.patches is not None and out.patches.dtype != torch.float32:  # packed on the host
+            out.patches = _normalise_patches(out.patches, out.pixel_mean, out.pixel_std)
         return out
 
     def to_dict(self) -> dict:
@@ -336,6 +341,15 @@ def _normalise(px: torch.Tensor, dtype: str | None, mean: torch.Tensor, std: tor
         px = (px.float() / 255.0 - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
         px = px * _valid_pixels(shape, px.shape[2], px.shape[3])
     return px.float()
+
+
+def _normalise_patches(patches: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Wire-dtype packed patches (N, C·p·p), channel-major within a patch, as normalised
+    float32. Every packed pixel lies inside its image, so there is no padding to keep at 0."""
+    if patches.dtype != torch.uint8:
+        return patches.float()
+    x = patches.view(patches.shape[0], mean.shape[0], -1).float() / 255.0
+    return ((x - mean.view(1, -1, 1)) / std.view(1, -1, 1)).view(patches.shape[0], -1)
 
 
 def _valid_pixels(shape: torch.Tensor, height: int, width: int) -> torch.Tensor:

@@ -86,8 +86,8 @@ class Prefetcher:
                                         vocab_size=self._vocab).replace(epoch=data.epoch) for r in data.records]
         if self._device is None:
             return HostStep(data, host, host)
-        if not cuda:
-            return HostStep(data, host, [self._packed(mb.to(self._device)) for mb in host])
+        if not cuda:  # pack first: normalise and copy only the real pixels
+            return HostStep(data, host, [self._packed(mb).to(self._device) for mb in host])
         with torch.cuda.stream(self._copy_stream):
             dev = [self._packed(mb.to(self._device, non_blocking=True)) for mb in host]
             event = torch.cuda.Event()

@@ -27,6 +27,18 @@ def test_every_wire_dtype_gives_the_same_pixels(dtype, atol):
     assert err <= atol * want.abs().max().item(), f"{dtype}: max abs error {err:.3g}"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "uint8"])
+def test_packing_on_the_host_gives_the_device_packing(dtype):
+    """The CPU prefetcher packs the wire-dtype batch before ``to`` normalises it (only the
+    real pixels); the patches equal packing the normalised batch, bit for bit."""
+    mb = batches.record_to_batch(record(dtype, grids=((1, 1), (2, 1), (1, 2))))
+    on_device = batches.pack(mb.to(CPU), 16)
+    on_host = batches.pack(mb, 16).to(CPU)
+    assert on_host.patches.dtype == torch.float32
+    assert torch.equal(on_host.patches, on_device.patches)
+    assert torch.equal(on_host.cu_seqlens_image, on_device.cu_seqlens_image)
+
+
 def test_bfloat16_bits_decode_exactly():
     x = np.array([1.0, -2.5, 0.15625, 3.0e-3], np.float32)
     bits = synthetic.encode_float(x, "bfloat16")
