@@ -26,17 +26,17 @@ import (
 // the gate's, everything else is owned by the parts (doc.go, "Ownership
 // and concurrency").
 type control struct {
-	cfg    Config
-	log    *slog.Logger
-	met    *metrics
-	ranks  *rankTable
-	epochs *epochBook
-	cal    *calibrator
-	live   *live
-	tasks  *tasks
-	gate   *controlGate
-	poke   func() // wakes the publisher when a rank's next step moved
-	data   delivery
+	cfg      Config
+	log      *slog.Logger
+	met      *metrics
+	ranks    *rankTable
+	epochs   *epochBook
+	cal      *calibrator
+	live     *live
+	tasks    *tasks
+	gate     *controlGate
+	poke     func() // wakes the publisher when a rank's next step moved
+	delivery delivery
 }
 
 // delivery is what control asks of the data plane (core outbox or
@@ -56,7 +56,7 @@ type delivery interface {
 
 func newControl(s *Service) *control {
 	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
-		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, data: s}
+		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, delivery: s}
 }
 
 // controlGate bounds what a flood of control messages can start: registers
@@ -226,7 +226,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
-	if err := c.data.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
+	if err := c.delivery.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
 	info, err := c.epochs.waitInfo(ctx, reg.Epoch, c.cfg.RegisterWait)
@@ -250,7 +250,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
 		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
 		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
-	c.data.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
+	c.delivery.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
 
@@ -276,7 +276,7 @@ func refusalCode(err error) string {
 func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
 	dp, mp := rank/c.cfg.MP, rank%c.cfg.MP
 	if same := c.ranks.swapConn(rank, conn); !same && !c.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
-		if err := c.data.resetConsumer(ctx, dp, mp); err != nil {
+		if err := c.delivery.resetConsumer(ctx, dp, mp); err != nil {
 			return err
 		}
 	}
@@ -284,7 +284,7 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
 	avail := c.ranks.get(rank).cursor
-	h, stored, err := c.data.firstHeld(ctx, rank)
+	h, stored, err := c.delivery.firstHeld(ctx, rank)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	}
 	if need.less(avail) {
 		done := make(chan error, 1)
-		if err := c.data.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
+		if err := c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
 			return err
 		}
 		select {
@@ -377,7 +377,7 @@ func (c *control) handleFeedback(m *nats.Msg) {
 // looked at.
 func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 	bound := c.ranks.get(rank).cursor
-	h, stored, err := c.data.firstHeld(ctx, rank)
+	h, stored, err := c.delivery.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
 	}
@@ -479,7 +479,7 @@ func (c *control) handleResend(m *nats.Msg) {
 		defer cancel()
 		to, err := c.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
 		if err == nil {
-			err = c.data.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
+			err = c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Warn("resend", "err", err)

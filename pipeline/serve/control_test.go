@@ -49,7 +49,7 @@ func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
 		t.Fatal(err)
 	}
 	c := newControl(s)
-	c.data = d
+	c.delivery = d
 	return c
 }
 
