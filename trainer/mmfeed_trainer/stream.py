@@ -48,9 +48,11 @@ log = logging.getLogger("mmfeed_trainer.stream")
 
 
 ROLES = {"all": ROLE_FULL, "vision": ROLE_VISION, "text": ROLE_TEXT}
+"""The role whose columns ``batches.record_to_batch`` keeps, by the modality a rank receives."""
 RESEND_ATTEMPTS = 5
 """Resend requests before the client gives up (the service answers each; backoff 1, 2, 4, 8 s)."""
 DECODE_ATTEMPTS = 3
+"""Times one batch may fail to decode (after its checksum passed) before the client stops."""
 ACK = b"+ACK"
 REPLAY_S = 30.0
 """Acknowledgements and ``done`` reports sent within this long before a reconnect are sent
@@ -58,8 +60,6 @@ again after it. One sent as the server died is lost with the connection, and a s
 before it flushed its state restarts with the consumer of a moment earlier: either way the
 service would keep the rank at a step it trained, and wait for it forever at the job's end.
 Both messages are idempotent (an ack of an acknowledged message does nothing)."""
-"""Times one batch may fail to decode (after its checksum passed) before the client stops."""
-"""The role whose columns ``batches.record_to_batch`` keeps, by the modality a rank receives."""
 
 
 class StreamError(RuntimeError):
@@ -159,8 +159,12 @@ class StreamSource(Source):
         """Send the remembered acknowledgements and reports again (after a reconnect)."""
         since = time.monotonic() - REPLAY_S
         sent = [(subject, data) for t, subject, data in self._sent if t >= since]
-        for subject, data in sent:
-            await self._nc.publish(subject, data)
+        try:
+            for subject, data in sent:
+                await self._nc.publish(subject, data)
+        except Exception as err:  # disconnected again: the next reconnect sends them
+            log.warning("stream: sending recent acknowledgements again after a reconnect: %r", err)
+            return
         if sent:
             log.info("stream: reconnected; sent %d recent acknowledgements and reports again", len(sent))
 
