@@ -81,14 +81,19 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 	out := map[string]float64{}
 	var groups []balancer.StepTimeGroup
 	only := os.Getenv("MMFEED_E2E_CASES")
+	var selected []e2eCase
 	for _, c := range cases {
-		if parts != "" && !strings.Contains(parts, "steps") {
-			break
+		if (parts == "" || strings.Contains(parts, "steps")) && (only == "" || slices.Contains(strings.Split(only, ","), c.label)) {
+			selected = append(selected, c)
 		}
-		if only != "" && !slices.Contains(strings.Split(only, ","), c.label) {
-			continue
-		}
-		res, err := runE2ECase(env, c, st)
+	}
+	runs, err := runE2ECases(env, selected, st)
+	if err != nil {
+		return nil, err
+	}
+	for _, run := range runs {
+		c := run.c
+		res, err := run.results()
 		if err != nil {
 			return nil, fmt.Errorf("e2e %s: %w", c.label, err)
 		}
@@ -183,12 +188,19 @@ func e2eCases(env *benchEnv, st e2eSettings) ([]e2eCase, error) {
 	return cases, nil
 }
 
-// runE2ECase writes one shard set per strategy, then trains each Rounds times, interleaved
-// (forward order in even rounds, reverse in odd ones).
-func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult, error) {
-	dirs := map[string]string{}
-	reports := map[string]balancer.Summary{}
-	feats := map[string]e2ePlanFeatures{}
+// e2eRun is one case's shard sets (one per strategy) and, round by round, its training logs.
+type e2eRun struct {
+	c       e2eCase
+	dirs    map[string]string
+	reports map[string]balancer.Summary
+	feats   map[string]e2ePlanFeatures
+	rounds  map[string][][]e2eRow // per strategy, per round (warm-up dropped)
+}
+
+// prepareE2ECase writes one shard set per strategy.
+func prepareE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (*e2eRun, error) {
+	run := &e2eRun{c: c, dirs: map[string]string{}, reports: map[string]balancer.Summary{},
+		feats: map[string]e2ePlanFeatures{}, rounds: map[string][][]e2eRow{}}
 	for _, s := range e2eStrategies {
 		dir := filepath.Join(env.tmp, "e2e-shards-"+c.label+"-"+s.String())
 		cst := st
@@ -197,45 +209,72 @@ func runE2ECase(env *benchEnv, c e2eCase, st e2eSettings) (map[string]e2eResult,
 		if err != nil {
 			return nil, err
 		}
-		dirs[s.String()], reports[s.String()], feats[s.String()] = dir, rep.Strategies[s.strategy.String()], pf
+		run.dirs[s.String()], run.reports[s.String()], run.feats[s.String()] = dir, rep.Strategies[s.strategy.String()], pf
 	}
-	syscall.Sync() // write the shards back now, not while the first strategy trains
-	logs := map[string][]e2eRow{}
-	rounds := map[string][][]e2eRow{} // per strategy, per round
-	for round := range st.Rounds {
-		order := slices.Clone(e2eStrategies)
-		if round%2 == 1 {
-			slices.Reverse(order) // odd rounds run backwards, so drift over the run hits every strategy alike
-		}
-		for _, s := range order {
-			logDir := filepath.Join(env.tmp, fmt.Sprintf("e2e-log-%s-%s-%d", c.label, s, round))
-			var extra []string
-			if s.pack {
-				extra = append(extra, "--pack")
-			}
-			steps, err := trainE2E(env, "--shards", dirs[s.String()], logDir, st, extra...)
-			if err != nil {
-				return nil, fmt.Errorf("%s round %d: %w", s, round, err)
-			}
-			kept := dropWarmup(steps, st.Warmup)
-			logs[s.String()] = append(logs[s.String()], kept...)
-			rounds[s.String()] = append(rounds[s.String()], kept)
-		}
+	return run, nil
+}
+
+// trainRound trains every strategy once, forward in even rounds and backwards in odd ones,
+// so drift over the run hits every strategy alike.
+func (run *e2eRun) trainRound(env *benchEnv, st e2eSettings, round int) error {
+	order := slices.Clone(e2eStrategies)
+	if round%2 == 1 {
+		slices.Reverse(order)
 	}
+	for _, s := range order {
+		logDir := filepath.Join(env.tmp, fmt.Sprintf("e2e-log-%s-%s-%d", run.c.label, s, round))
+		var extra []string
+		if s.pack {
+			extra = append(extra, "--pack")
+		}
+		steps, err := trainE2E(env, "--shards", run.dirs[s.String()], logDir, st, extra...)
+		if err != nil {
+			return fmt.Errorf("%s round %d: %w", s, round, err)
+		}
+		run.rounds[s.String()] = append(run.rounds[s.String()], dropWarmup(steps, st.Warmup))
+	}
+	return nil
+}
+
+// results summarises every strategy's rounds.
+func (run *e2eRun) results() (map[string]e2eResult, error) {
 	prior, err := balancer.NewCostModel(balancer.TinyShape())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]e2eResult{}
-	for name, steps := range logs {
-		r := summarizeE2E(steps)
-		r.PaddingEff, r.ImbPredicted = reports[name].PaddingEfficiency, reports[name].ImbalanceMean
-		if r.ImbCalibratedRatio, r.CalibFitErr, err = calibratedImbalance(prior, feats[name], rounds[name]); err != nil {
+	for name, rounds := range run.rounds {
+		r := summarizeE2E(slices.Concat(rounds...))
+		r.PaddingEff, r.ImbPredicted = run.reports[name].PaddingEfficiency, run.reports[name].ImbalanceMean
+		if r.ImbCalibratedRatio, r.CalibFitErr, err = calibratedImbalance(prior, run.feats[name], rounds); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out[name] = r
 	}
 	return out, nil
+}
+
+// runE2ECases trains the cases' rounds interleaved (round 0 of every case, then round 1),
+// so that a case and its control (skewed and unskewed) see the same state of the machine:
+// the unskewed excess over prediction is the timing noise the skewed one is compared with.
+func runE2ECases(env *benchEnv, cases []e2eCase, st e2eSettings) ([]*e2eRun, error) {
+	var runs []*e2eRun
+	for _, c := range cases {
+		run, err := prepareE2ECase(env, c, st)
+		if err != nil {
+			return nil, fmt.Errorf("e2e %s: %w", c.label, err)
+		}
+		runs = append(runs, run)
+	}
+	syscall.Sync() // write the shards back now, not while the first strategy trains
+	for round := range st.Rounds {
+		for _, run := range runs {
+			if err := run.trainRound(env, st, round); err != nil {
+				return nil, fmt.Errorf("e2e %s: %w", run.c.label, err)
+			}
+		}
+	}
+	return runs, nil
 }
 
 // e2eConfig is the pipeline configuration of a case (what `mmfeed shard` builds from flags).
