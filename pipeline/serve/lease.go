@@ -86,7 +86,7 @@ func (l *lease) hold(ctx context.Context) error {
 			return nil
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
-		rev, err := l.kv.Update(rctx, leaseKey, []byte(l.id), l.rev)
+		rev, err := l.renew(rctx)
 		cancel()
 		switch {
 		case err == nil:
@@ -103,6 +103,26 @@ func (l *lease) hold(ctx context.Context) error {
 			l.log.Warn("lease renewal failed, retrying", "err", err)
 		}
 	}
+}
+
+// renew updates the key at this service's last revision. A wrong revision
+// while the key still holds this service's id is this service's own write:
+// a renewal the server applied whose answer was lost in an outage, or the
+// key as a server killed before it flushed restored it. No standby can hold
+// the lease then (it would have written its own id), so renew at the key's
+// revision.
+func (l *lease) renew(ctx context.Context) (uint64, error) {
+	rev, err := l.kv.Update(ctx, leaseKey, []byte(l.id), l.rev)
+	if err == nil || !isWrongRevision(err) {
+		return rev, err
+	}
+	e, gerr := l.kv.Get(ctx, leaseKey)
+	if gerr != nil || string(e.Value()) != l.id {
+		return 0, err
+	}
+	l.log.Info("lease: renewing at the key's revision (an earlier renewal's answer was lost, or the server restarted)",
+		"revision", e.Revision(), "expected", l.rev)
+	return l.kv.Update(ctx, leaseKey, []byte(l.id), e.Revision())
 }
 
 // reclaim creates the key again when it vanished while this service held

@@ -53,6 +53,54 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 	}
 }
 
+// A renewal the server applied but whose answer was lost (an outage), or a
+// server restarted with the key of a moment earlier, leaves the holder's
+// revision behind the key's while the key still names the holder: it keeps the
+// lease. A service stopped with "another service leads the job" after a 1 s
+// NATS restart (test_nats_server_restart_mid_epoch) without this.
+func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
+	ns := externalServer(t, -1, t.TempDir())
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	a, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := a.kv.Update(ctx, leaseKey, []byte(a.id), a.rev) // applied; a never hears of it
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithTimeout(ctx, 2*ttl)
+	defer stop()
+	if err := a.hold(hctx); err != nil {
+		t.Fatalf("hold after a lost renewal answer: %v, want to keep the lease", err)
+	}
+	if a.rev <= lost {
+		t.Errorf("lease revision %d, want renewed past %d", a.rev, lost)
+	}
+	b, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t)) // another holder's write is still a loss
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.kv.Update(ctx, leaseKey, []byte(b.id), a.rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.hold(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("hold after another service wrote the key: %v, want ErrLeaseLost", err)
+	}
+}
+
 // A second service for the same job stands by; when the leader stops
 // mid-epoch it takes over from the durable state, and the trainers, who keep
 // their connections, get every batch exactly once in plan order.
