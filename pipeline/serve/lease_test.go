@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -61,12 +62,7 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
 	ns := externalServer(t, -1, t.TempDir())
 	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := testnats.Connect(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl = time.Second
