@@ -144,7 +144,7 @@ def split_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys (views of the packed tensors, ``split``), outputs concatenated. Nothing is padded or
     masked, and the backward of a split is one concatenation; one SDPA call per segment and
     layer is cheap on the CPU, where this runs (it replaced copying the segments into a
-    zero-padded batch, which took 20% more of a packed step's time)."""
+    zero-padded batch per layer; docs/BENCHMARKS.md, "Packed plans")."""
     parts = zip(q.split(q_seg.sizes, 2), k.split(kv_seg.sizes, 2), v.split(kv_seg.sizes, 2))
     return torch.cat([F.scaled_dot_product_attention(a, b, c) for a, b, c in parts], 2)
 
