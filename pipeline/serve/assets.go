@@ -23,6 +23,33 @@ type health struct {
 	assetSince time.Time // the first failure of the current streak
 	fails      int       // failed checks in a row
 	pubSince   time.Time // start of the publish in flight; zero: none
+	stateErr   error     // the last state write's failure; nil: it succeeded
+	stateSince time.Time // the first failed write of the current streak
+	stateFails int       // failed state writes in a row
+}
+
+// wrote records one write of the job's state and returns the failures in a
+// row (0 after a success) and how long they have lasted.
+func (h *health) wrote(err error, now time.Time) (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.stateErr, h.stateFails = nil, 0
+		return 0, 0
+	}
+	if h.stateFails == 0 {
+		h.stateSince = now
+	}
+	h.stateErr = err
+	h.stateFails++
+	return h.stateFails, now.Sub(h.stateSince)
+}
+
+// stateFailing reports whether the last write of the job's state failed.
+func (h *health) stateFailing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stateErr != nil
 }
 
 // checked records one asset check and returns the failures in a row and
@@ -63,7 +90,7 @@ func (h *health) publishFor(now time.Time) time.Duration {
 }
 
 // problems returns why the service is unhealthy ("" when healthy): assets
-// unreachable, or one publish in flight for longer than stuck while the
+// unreachable, the job's state not writable (a full disk), or one publish in flight for longer than stuck while the
 // stream has room (a full stream is the trainers' backpressure, not a
 // fault).
 func (h *health) problems(now time.Time, stuck time.Duration, streamHasRoom bool) string {
@@ -72,6 +99,9 @@ func (h *health) problems(now time.Time, stuck time.Duration, streamHasRoom bool
 	var why []string
 	if h.assetErr != nil {
 		why = append(why, fmt.Sprintf("jetstream assets unreachable for %s: %v", now.Sub(h.assetSince).Round(time.Second), h.assetErr))
+	}
+	if h.stateErr != nil {
+		why = append(why, fmt.Sprintf("job state writes failing for %s: %v", now.Sub(h.stateSince).Round(time.Second), h.stateErr))
 	}
 	if !h.pubSince.IsZero() && now.Sub(h.pubSince) > stuck && streamHasRoom {
 		why = append(why, fmt.Sprintf("a publish stuck for %s", now.Sub(h.pubSince).Round(time.Second)))

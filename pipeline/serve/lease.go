@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/mmfeed/mmfeed/proto"
@@ -26,15 +27,26 @@ func LeaseBucket(job string) string { return proto.BucketName(job) + "_lease" }
 // entries expire after the TTL. The holder renews it every TTL/4 with a
 // compare-and-set on its last revision; a service that finds the key taken
 // stands by and creates it once it has expired (the holder died) or was
-// deleted (the holder stopped). A holder that cannot renew for 3/4 of the
-// TTL, or finds another holder, stops serving (ErrLeaseLost), before a
-// standby can take over. Not safe for concurrent use.
+// deleted (the holder stopped).
+//
+// Fencing: a holder that has not renewed for 3/4 of the TTL (an outage)
+// is fenced: check fails with ErrLeaseFenced, and every write to the job's
+// state waits in await (guardedKV) until the lease is held again or the
+// write's context ends, so nothing is written under a lease that a standby
+// may take once the TTL has passed. When NATS answers again
+// the holder takes the lease back if nobody wrote the key since its own last
+// revision (the bucket's last sequence is still that revision); a key that
+// holds another service's id, or any other write since, is a lost lease
+// (ErrLeaseLost) and the service stops so the trainers move to the leader.
+// hold is the only writer of the lease; check is safe for concurrent use.
 type lease struct {
-	kv  jetstream.KeyValue
-	id  string
-	ttl time.Duration
-	log *slog.Logger
-	rev uint64
+	kv      jetstream.KeyValue
+	id      string
+	ttl     time.Duration
+	log     *slog.Logger
+	rev     uint64
+	renewed atomic.Int64 // unix nanoseconds of the last renewal the server confirmed
+	now     func() time.Time
 }
 
 func openLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*lease, error) {
@@ -46,7 +58,43 @@ func openLease(ctx context.Context, js jetstream.JetStream, job string, ttl time
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	id := host + "/" + strconv.Itoa(os.Getpid()) + "/" + hex.EncodeToString(b[:])
-	return &lease{kv: kv, id: id, ttl: ttl, log: log}, nil
+	return &lease{kv: kv, id: id, ttl: ttl, log: log, now: time.Now}, nil
+}
+
+// held records a write of the key the server confirmed at rev.
+func (l *lease) held(rev uint64) {
+	l.rev = rev
+	l.renewed.Store(l.now().UnixNano())
+}
+
+// sinceRenewed is how long ago the server last confirmed the lease.
+func (l *lease) sinceRenewed() time.Duration {
+	return l.now().Sub(time.Unix(0, l.renewed.Load()))
+}
+
+// check is nil while this service may write the job's state: it holds the
+// lease and renewed it less than 3/4 of the TTL ago (a standby can take the
+// lease only after the whole TTL). Safe for concurrent use.
+func (l *lease) check() error {
+	if d := l.sinceRenewed(); d > 3*l.ttl/4 {
+		return fmt.Errorf("serve: lease not renewed for %v (ttl %v): %w", d.Round(time.Millisecond), l.ttl, ErrLeaseFenced)
+	}
+	return nil
+}
+
+// await waits while the service is fenced (check fails) until it holds the
+// lease again, or ctx ends (the check's ErrLeaseFenced). Safe for
+// concurrent use.
+func (l *lease) await(ctx context.Context) error {
+	for {
+		err := l.check()
+		if err == nil {
+			return nil
+		}
+		if sleepCtx(ctx, min(l.ttl/8, 100*time.Millisecond)) != nil {
+			return err
+		}
+	}
 }
 
 // acquire waits until this service holds the lease.
@@ -55,7 +103,7 @@ func (l *lease) acquire(ctx context.Context) error {
 	for {
 		rev, err := l.kv.Create(ctx, leaseKey, []byte(l.id))
 		if err == nil {
-			l.rev = rev
+			l.held(rev)
 			if waiting {
 				l.log.Info("took over the job", "lease", l.id)
 			}
@@ -79,30 +127,76 @@ func (l *lease) acquire(ctx context.Context) error {
 }
 
 // hold renews the lease until ctx ends (nil) or it is lost (ErrLeaseLost).
-func (l *lease) hold(ctx context.Context) error {
-	renewed := time.Now()
+// A renewal that fails for longer than 3/4 of the TTL fences the service
+// (check fails) instead of ending it: hold keeps trying, and once NATS
+// answers takes the lease back (retake) or reports it lost. giveUp > 0 ends
+// a fence that lasts longer (ErrLeaseLost).
+func (l *lease) hold(ctx context.Context, giveUp time.Duration) error {
+	fenced := false
 	for {
 		if err := sleepCtx(ctx, l.ttl/4); err != nil {
 			return nil
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
 		rev, err := l.renew(rctx)
+		if err != nil && isWrongRevision(err) && l.check() != nil {
+			rev, err = l.retake(rctx) // the key expired while NATS was unreachable
+		}
 		cancel()
+		since := l.sinceRenewed()
 		switch {
 		case err == nil:
-			l.rev, renewed = rev, time.Now()
+			l.held(rev)
+			if fenced {
+				l.log.Warn("lease held again after a NATS outage: writing the job's state again", "unrenewed_for", since.Round(time.Millisecond))
+				fenced = false
+			}
 		case ctx.Err() != nil:
 			return nil
-		case isWrongRevision(err) && l.reclaim(ctx, renewed):
-			renewed = time.Now()
+		case errors.Is(err, ErrLeaseLost):
+			return err
+		case isWrongRevision(err) && l.reclaim(ctx, since):
 		case isWrongRevision(err):
 			return fmt.Errorf("serve: another service leads the job now: %w", ErrLeaseLost)
-		case time.Since(renewed) > 3*l.ttl/4:
-			return fmt.Errorf("serve: lease not renewed for %v (%v): %w", time.Since(renewed).Round(time.Millisecond), err, ErrLeaseLost)
-		default:
+		case giveUp > 0 && since > giveUp:
+			return fmt.Errorf("serve: lease not renewed for %v (%v): %w", since.Round(time.Millisecond), err, ErrLeaseLost)
+		case since > 3*l.ttl/4 && !fenced:
+			fenced = true
+			l.log.Error("lease not renewed for 3/4 of its ttl: no writes to the job's state until NATS answers and the lease is held again",
+				"unrenewed_for", since.Round(time.Millisecond), "ttl", l.ttl, "err", err)
+		case !fenced:
 			l.log.Warn("lease renewal failed, retrying", "err", err)
 		}
 	}
+}
+
+// retake creates the key again after a fence, when it expired while NATS
+// was unreachable: only if nothing was written to the lease bucket since
+// this service's last revision (its last sequence is still l.rev), so no
+// other service held the lease in between. Anything else is ErrLeaseLost:
+// another holder, or a write whose author is unknown (a renewal applied
+// whose answer was lost, then expired: the service stops rather than
+// guess; a restart resumes from the durable state).
+func (l *lease) retake(ctx context.Context) (uint64, error) {
+	st, err := l.kv.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	if js, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		last = js.StreamInfo().State.LastSeq
+	}
+	if last != l.rev {
+		return 0, fmt.Errorf("serve: the lease bucket was written since this service's last renewal (sequence %d, ours %d): %w", last, l.rev, ErrLeaseLost)
+	}
+	rev, err := l.kv.Create(ctx, leaseKey, []byte(l.id))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("serve: another service took the lease during the outage: %w", ErrLeaseLost)
+	}
+	if err == nil && rev != l.rev+1 {
+		return 0, fmt.Errorf("serve: the lease was written by another service while it was retaken (revision %d, ours %d): %w", rev, l.rev, ErrLeaseLost)
+	}
+	return rev, err
 }
 
 // renew updates the key at this service's last revision. A wrong revision
@@ -129,8 +223,8 @@ func (l *lease) renew(ctx context.Context) (uint64, error) {
 // it: renewed less than 3/4 of the TTL ago, so it cannot have expired and
 // no standby can hold it; its bucket was deleted and recreated empty
 // (checkAssets). True when this service holds the lease again.
-func (l *lease) reclaim(ctx context.Context, renewed time.Time) bool {
-	if time.Since(renewed) > 3*l.ttl/4 {
+func (l *lease) reclaim(ctx context.Context, since time.Duration) bool {
+	if since > 3*l.ttl/4 {
 		return false
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
@@ -139,7 +233,7 @@ func (l *lease) reclaim(ctx context.Context, renewed time.Time) bool {
 	if err != nil {
 		return false
 	}
-	l.rev = rev
+	l.held(rev)
 	l.log.Warn("the lease's key vanished with its bucket: took it again", "lease", l.id)
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -49,7 +50,7 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 	if took < ttl/2 || took > 3*ttl {
 		t.Errorf("takeover after %v, want about the TTL %v", took, ttl)
 	}
-	if err := a.hold(ctx); !errors.Is(err, ErrLeaseLost) {
+	if err := a.hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("the old leader's hold: %v, want ErrLeaseLost", err)
 	}
 }
@@ -79,7 +80,7 @@ func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
 	}
 	hctx, stop := context.WithTimeout(ctx, 2*ttl)
 	defer stop()
-	if err := a.hold(hctx); err != nil {
+	if err := a.hold(hctx, 0); err != nil {
 		t.Fatalf("hold after a lost renewal answer: %v, want to keep the lease", err)
 	}
 	if a.rev <= lost {
@@ -92,7 +93,7 @@ func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
 	if _, err := a.kv.Update(ctx, leaseKey, []byte(b.id), a.rev); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.hold(ctx); !errors.Is(err, ErrLeaseLost) {
+	if err := a.hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("hold after another service wrote the key: %v, want ErrLeaseLost", err)
 	}
 }
@@ -169,4 +170,64 @@ func TestStandbyServiceContinuesThePlan(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// A holder that has not renewed its lease for 3/4 of the TTL is fenced:
+// every write to the job's state is refused (ErrLeaseFenced) and nothing
+// reaches the bucket, so a standby that takes the lease once the TTL has
+// passed never sees a write of the old holder's.
+func TestFencedLeaseRefusesStateWrites(t *testing.T) {
+	ns := externalServer(t, -1, t.TempDir())
+	defer ns.Shutdown()
+	_, js := testnats.Connect(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = 2 * time.Second
+	l, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := proto.EnsureKV(ctx, js, "job-1", true, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := state{guardedKV{KeyValue: kv, fence: l.await}}
+	if err := st.putInt(ctx, "k", 1); err != nil {
+		t.Fatalf("write under a held lease: %v", err)
+	}
+	later := time.Now().Add(ttl)
+	l.now = func() time.Time { return later } // no renewal for a whole TTL
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer wcancel()
+	writes := map[string]func() error{
+		"put":    func() error { return st.putInt(wctx, "k", 2) },
+		"json":   func() error { return st.putJSON(wctx, "j", 2) },
+		"delete": func() error { return st.delete(wctx, "k") },
+		"rank":   func() error { return proto.PutRankStep(wctx, st.kv, 0, 0, 0, 3) },
+	}
+	for name, w := range writes {
+		if err := w(); !errors.Is(err, ErrLeaseFenced) {
+			t.Errorf("%s while fenced: %v, want ErrLeaseFenced once its context ends", name, err)
+		}
+	}
+	if v, ok, err := st.getInt(ctx, "k"); err != nil || !ok || v != 1 {
+		t.Errorf("k after the fenced writes: %d %v %v, want 1", v, ok, err)
+	}
+	if _, _, ok, err := proto.GetRankStep(ctx, kv, 0, 0); err != nil || ok {
+		t.Errorf("rank step after a fenced write: %v %v, want none", ok, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- st.putInt(ctx, "k", 3) }() // waits for the lease
+	time.Sleep(100 * time.Millisecond)
+	l.now = time.Now
+	l.held(l.rev)
+	if err := <-done; err != nil {
+		t.Fatalf("a fenced write once the lease is held again: %v", err)
+	}
+	if v, _, _ := st.getInt(ctx, "k"); v != 3 {
+		t.Errorf("k = %d after the lease came back, want 3", v)
+	}
 }

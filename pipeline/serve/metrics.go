@@ -33,6 +33,7 @@ type metrics struct {
 	imbalance                        prometheus.Histogram
 	control                          *prometheus.CounterVec
 	assetFailures                    prometheus.Counter
+	stateWriteFailures               prometheus.Counter
 	assetsRecreated                  *prometheus.CounterVec
 	dataWait, compute                *prometheus.CounterVec
 
@@ -64,7 +65,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Seconds trainer ranks reported blocked on the next batch."}, rankLabels),
 		compute: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "compute_seconds_total",
 			Help: "Seconds of forward+backward trainer ranks reported."}, rankLabels),
-		assetFailures: c("asset_check_failures_total", "Checks of the job's JetStream assets that could not reach them."),
+		assetFailures:      c("asset_check_failures_total", "Checks of the job's JetStream assets that could not reach them."),
+		stateWriteFailures: c("state_write_failures_total", "Writes of the job's state (positions, epochs, generations) that failed, a full disk among them; fenced writes are not counted."),
 		assetsRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "assets_recreated_total",
 			Help: "JetStream assets found missing and recreated, by kind (kv, quarantine, stream, consumer)."}, []string{"asset"}),
 	}
@@ -72,7 +74,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.chunks, m.retries, m.rewinds, m.recalibrations,
-		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, m.assetFailures, m.assetsRecreated, &stateCollector{m.s}} {
+		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, m.assetFailures, m.stateWriteFailures, m.assetsRecreated, &stateCollector{m.s}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

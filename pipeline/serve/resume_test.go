@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"github.com/mmfeed/mmfeed/internal/testnats"
 	"runtime"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // counter returns the value of a counter (or gauge) without labels.
@@ -148,8 +150,25 @@ func externalServer(t testing.TB, port int, dir string) *server.Server {
 
 // TestExternalNATSOutage serves through an external server that goes away
 // mid-epoch and comes back on the same port and store: the service and the
-// trainers reconnect and finish with every batch exactly once.
+// trainers reconnect and finish with every batch exactly once. The long
+// outage lasts three lease TTLs: the service is fenced (no state writes)
+// while NATS is away, takes its lease back when it returns (nobody else
+// wrote it) and goes on instead of stopping with ErrLeaseLost (a service
+// exited with "job lease lost" after 8 s of outage before).
 func TestExternalNATSOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		down     time.Duration
+		leaseTTL time.Duration
+	}{
+		{"blip", 300 * time.Millisecond, 5 * time.Second},
+		{"longer-than-the-lease", 3 * time.Second, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) { externalOutage(t, tc.down, tc.leaseTTL) })
+	}
+}
+
+func externalOutage(t *testing.T, down, leaseTTL time.Duration) {
 	port, dir := freePort(t), t.TempDir()
 	ns := externalServer(t, port, dir)
 	defer func() { ns.Shutdown() }()
@@ -159,6 +178,7 @@ func TestExternalNATSOutage(t *testing.T) {
 	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.StreamMaxBytes = 256 << 10
 	cfg.Publisher.AckTimeout = time.Second
+	cfg.LeaseTTL = leaseTTL
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -180,7 +200,7 @@ func TestExternalNATSOutage(t *testing.T) {
 	})
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	time.Sleep(300 * time.Millisecond) // an outage, not a blip
+	time.Sleep(down) // an outage, not a blip
 	ns = externalServer(t, port, dir)
 	wg.Wait()
 	for i, err := range errs {
@@ -194,6 +214,48 @@ func TestExternalNATSOutage(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// TestLeaseTakenDuringAnOutage: while NATS is away for longer than the
+// lease TTL another service takes the lease; when NATS returns the fenced
+// service finds the lease written by someone else and stops with
+// ErrLeaseLost (its trainers move to the new leader) instead of writing
+// under a lease it no longer holds.
+func TestLeaseTakenDuringAnOutage(t *testing.T) {
+	port, dir := freePort(t), t.TempDir()
+	ns := externalServer(t, port, dir)
+	defer func() { ns.Shutdown() }()
+	cfg := testConfig(t, corpus(t, 40), 1, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 2 * time.Second}
+	cfg.LeaseTTL = 500 * time.Millisecond
+	r := start(t, cfg)
+	<-r.s.Ready()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	time.Sleep(time.Second) // past the TTL: the service is fenced
+	ns = externalServer(t, port, dir)
+	_, js := testnats.Connect(t, ns.ClientURL()) // the other service, first back
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, LeaseBucket(cfg.Job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, err := kv.Put(ctx, leaseKey, []byte("another-service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.wait(t, 20*time.Second); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("service after another took its lease: %v, want ErrLeaseLost", err)
+	}
+	st, err := kv.Status(ctx) // the key itself expires (nobody renews it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq; last != taken {
+		t.Errorf("lease bucket's last write %d, want the other service's %d: the fenced service wrote it", last, taken)
+	}
 }
 
 // TestBackpressure runs with no trainer and a small stream: publishing stops

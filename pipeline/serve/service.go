@@ -30,15 +30,16 @@ type Service struct {
 	met *metrics
 
 	// The parts.
-	ranks     *rankTable  // the ranks' positions and their KV records (ranks.go)
-	epochs    *epochBook  // the epochs' infos, plans and preparations (epochs.go)
-	data      *jobDataset // the dataset, opened once and shared by the epochs (dataset.go)
-	publisher *publisher  // the publish loop's shared state (publisher.go)
-	ctl       *control    // the trainers' control messages (control.go)
-	tasks     tasks       // the goroutines started for a message (tasks.go)
-	cal       *calibrator // trainer feedback to cost models (calibrate.go)
-	live      *live       // the live report (live.go)
-	health    health      // what /healthz reports beyond the connection
+	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
+	epochs    *epochBook                  // the epochs' infos, plans and preparations (epochs.go)
+	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
+	publisher *publisher                  // the publish loop's shared state (publisher.go)
+	ctl       *control                    // the trainers' control messages (control.go)
+	tasks     tasks                       // the goroutines started for a message (tasks.go)
+	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
+	live      *live                       // the live report (live.go)
+	health    health                      // what /healthz reports beyond the connection
+	fence     func(context.Context) error // the lease's await before every state write (guardedKV)
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
 	// resize is a dp change accepted at start (resize.go); nil when none.
@@ -136,6 +137,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil // stopped while standing by
 	}
 	defer ls.release()
+	s.fence = ls.await
 	if err := s.setupFeatureCache(); err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ls.hold(gctx) })
+	g.Go(func() error { return ls.hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
 			return RunWorker(gctx, WorkerConfig{conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
@@ -287,7 +289,7 @@ func (s *Service) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s.st = state{kv}
+	s.st = state{guardedKV{KeyValue: kv, fence: s.fence, stored: s.stored}}
 	qkv, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas)
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)

@@ -1,0 +1,116 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// guardedKV is the job's state bucket as the service writes it. Every write
+// first passes fence (the lease's await: nothing is written under a lease
+// the service may no longer hold; a fenced write waits for the lease or its
+// context) and then reports its outcome to stored, which
+// names a storage cause (a full disk) and keeps /healthz's state; reads pass
+// through. Safe for concurrent use.
+type guardedKV struct {
+	jetstream.KeyValue
+	fence  func(context.Context) error
+	stored func(error) error
+}
+
+func (g guardedKV) write(ctx context.Context, do func() error) error {
+	if g.fence != nil {
+		if err := g.fence(ctx); err != nil {
+			return err
+		}
+	}
+	if g.stored == nil {
+		return do()
+	}
+	return g.stored(do())
+}
+
+func (g guardedKV) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {
+	err = g.write(ctx, func() (err error) { rev, err = g.KeyValue.Put(ctx, key, value); return })
+	return rev, err
+}
+
+func (g guardedKV) PutString(ctx context.Context, key, value string) (uint64, error) {
+	return g.Put(ctx, key, []byte(value))
+}
+
+func (g guardedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (rev uint64, err error) {
+	err = g.write(ctx, func() (err error) { rev, err = g.KeyValue.Create(ctx, key, value, opts...); return })
+	return rev, err
+}
+
+func (g guardedKV) Update(ctx context.Context, key string, value []byte, last uint64) (rev uint64, err error) {
+	err = g.write(ctx, func() (err error) { rev, err = g.KeyValue.Update(ctx, key, value, last); return })
+	return rev, err
+}
+
+func (g guardedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	return g.write(ctx, func() error { return g.KeyValue.Delete(ctx, key, opts...) })
+}
+
+func (g guardedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	return g.write(ctx, func() error { return g.KeyValue.Purge(ctx, key, opts...) })
+}
+
+func (g guardedKV) PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error {
+	return g.write(ctx, func() error { return g.KeyValue.PurgeDeletes(ctx, opts...) })
+}
+
+// minFreeBytes is the free space below which a failed state write is
+// blamed on a full disk: less than one of the file store's blocks.
+const minFreeBytes = 4 << 20
+
+// storageCause returns err with its storage cause named when the embedded
+// server's data directory is full (ErrStorageFull, with the bytes free) or
+// the server's JetStream turned itself off (nats-server does so after a
+// write fails with ENOSPC); err unchanged otherwise. With an external
+// server the service cannot see its disk and returns err.
+func (s *Service) storageCause(err error) error {
+	if err == nil || errors.Is(err, ErrStorageFull) || s.ns == nil || errors.Is(err, jetstream.ErrKeyNotFound) ||
+		errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
+		return err
+	}
+	dir := s.cfg.NATS.DataDir
+	if free, ok := freeBytes(dir); ok && free < minFreeBytes {
+		return fmt.Errorf("serve: no space left on device (ENOSPC): data dir %s has %d bytes free: %w (%w)", dir, free, ErrStorageFull, err)
+	}
+	if !s.ns.JetStreamEnabled() {
+		return fmt.Errorf("serve: the embedded server turned JetStream off (it does after a write fails, e.g. no space left in %s; restart once there is room): %w (%w)",
+			dir, ErrStorageFull, err)
+	}
+	return err
+}
+
+// freeBytes is the space available to unprivileged writers on dir's file
+// system.
+func freeBytes(dir string) (uint64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), true
+}
+
+// stored records a state write's outcome for /healthz and the log (the
+// first failure of a streak and every power of two after it), and returns
+// err with its storage cause named.
+func (s *Service) stored(err error) error {
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
+		return err // an answer about the key, not a failed write
+	}
+	err = s.storageCause(err)
+	if n, lasted := s.health.wrote(err, time.Now()); n > 0 {
+		s.met.stateWriteFailures.Inc()
+		escalate(s.log, "job state write failed", n, lasted, s.cfg.StuckAfter, err)
+	}
+	return err
+}
