@@ -45,11 +45,15 @@ func (h *health) wrote(err error, now time.Time) (int, time.Duration) {
 	return h.stateFails, now.Sub(h.stateSince)
 }
 
-// stateFailing reports whether the last write of the job's state failed.
-func (h *health) stateFailing() bool {
+// stateFailure returns the last state write's failure (nil: it
+// succeeded) and how long the failures have lasted.
+func (h *health) stateFailure(now time.Time) (error, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.stateErr != nil
+	if h.stateErr == nil {
+		return nil, 0
+	}
+	return h.stateErr, now.Sub(h.stateSince)
 }
 
 // checked records one asset check and returns the failures in a row and
@@ -144,12 +148,15 @@ func (s *Service) watchAssets(ctx context.Context) error {
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, min(max(2*s.cfg.AssetCheck, 500*time.Millisecond), 5*time.Second))
-		err := s.checkAssets(cctx)
+		err := s.storageCause(s.checkAssets(cctx))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err := s.watchPublish(&stuck); err != nil {
+			return err
+		}
+		if err := s.watchState(); err != nil {
 			return err
 		}
 		n, lasted := s.health.checked(err, time.Now())
@@ -162,6 +169,17 @@ func (s *Service) watchAssets(ctx context.Context) error {
 			return fmt.Errorf("serve: jetstream assets unreachable for %s: %w", lasted.Round(time.Second), err)
 		}
 	}
+}
+
+// watchState ends the service once writes of the job's state have failed
+// for longer than GiveUpAfter, with the last failure's cause (a full disk:
+// ErrStorageFull).
+func (s *Service) watchState() error {
+	err, d := s.health.stateFailure(time.Now())
+	if err != nil && s.cfg.GiveUpAfter > 0 && d > s.cfg.GiveUpAfter {
+		return fmt.Errorf("serve: job state not writable for %s: %w", d.Round(time.Second), err)
+	}
+	return nil
 }
 
 // errPublishStuck: one publish has been in flight for longer than

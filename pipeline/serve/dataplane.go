@@ -276,7 +276,10 @@ func (s *Service) handleAck(m *nats.Msg) {
 		return
 	}
 	s.out.ack(rank, a.Key())
-	if m.Reply != "" {
+	if failing, _ := s.health.stateFailure(time.Now()); m.Reply != "" && failing == nil {
+		// Not while the job's state cannot be written (a full disk): the
+		// rank asks again and waits, instead of training past what the
+		// service can record.
 		// Before the position moves: the last ack of the job lets the
 		// service finish and close its connection, and the rank must still
 		// get its answer. A crash between the answer and the KV write only

@@ -1,12 +1,14 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -42,6 +44,9 @@ func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error
 	if err != nil {
 		return nil, err
 	}
+	if err := portFree(opts.Host, opts.Port); err != nil {
+		return nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("serve: embedded nats server: %w", err)
@@ -52,6 +57,23 @@ func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error
 		return nil, fmt.Errorf("serve: embedded nats server not ready after 30s")
 	}
 	return s, nil
+}
+
+// portFree says so when the embedded server's fixed listen port is taken
+// (the server itself only reports that it is not ready after 30 s).
+func portFree(host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("serve: nats listen %s: the port is already in use (another mmfeed serve or nats-server?): choose another --nats-listen: %w", addr, ErrInvalidConfig)
+		}
+		return fmt.Errorf("serve: nats listen %s: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 func embeddedOptions(cfg NATSConfig, sec *embeddedSecurity) (*server.Options, error) {

@@ -23,6 +23,9 @@ type rankState struct {
 	gen    int    // the replay generation of the rank's publishes
 	known  bool   // the trainer registered or reported since the service started
 	conn   string // the reply inbox prefix of the rank's last register
+	// unsaved: the KV write of next failed (a full disk, an outage); the
+	// next setNext to the same position writes it again.
+	unsaved bool
 }
 
 // rankTable owns every rank's positions and their persistence in the job's
@@ -204,12 +207,24 @@ func (t *rankTable) setNext(ctx context.Context, r int, next pos, force bool) (b
 	t.mu.Lock()
 	rs := &t.ranks[r]
 	next = t.epochs.norm(next)
-	if !force && !rs.next.less(next) {
+	retry := rs.unsaved && rs.next == next
+	if !force && !rs.next.less(next) && !retry {
 		t.mu.Unlock()
 		return false, nil
 	}
 	rs.next, rs.known = next, true
 	t.mu.Unlock()
+	err := t.save(ctx, r, next)
+	t.mu.Lock()
+	if r < len(t.ranks) && t.ranks[r].next == next {
+		t.ranks[r].unsaved = err != nil
+	}
+	t.mu.Unlock()
+	return !retry, err
+}
+
+// save writes rank r's position next to the KV bucket.
+func (t *rankTable) save(ctx context.Context, r int, next pos) error {
 	prev, hasPrev := t.epochs.stepBefore(next)
 	// The position is taken: record it even when ctx ends now (the service
 	// stopping after the job's last done), within a bound.
@@ -217,9 +232,9 @@ func (t *rankTable) setNext(ctx context.Context, r int, next pos, force bool) (b
 	defer cancel()
 	dp, mp := r/t.mp, r%t.mp
 	if hasPrev {
-		return true, proto.PutRankStep(kctx, t.kv.kv, dp, mp, prev.Epoch, prev.Step)
+		return proto.PutRankStep(kctx, t.kv.kv, dp, mp, prev.Epoch, prev.Step)
 	}
-	return true, t.kv.delete(kctx, proto.KVRankStep(dp, mp))
+	return t.kv.delete(kctx, proto.KVRankStep(dp, mp))
 }
 
 // rewound records rank r's new generation (in the KV bucket first) and puts
