@@ -52,8 +52,10 @@
 // One service serves a job: Run first takes the job's lease (a key with a
 // TTL in the KV bucket mmfeed_<job>_lease) and renews it; a second service
 // for the job stands by until the lease expires or is released, then starts
-// from the durable state as after a restart. A service that loses the lease
-// stops (ErrLeaseLost).
+// from the durable state as after a restart. A service that cannot renew the
+// lease for 3/4 of its TTL is fenced (its state writes wait, guardedKV) until
+// it holds the lease again; one that finds another holder stops
+// (ErrLeaseLost).
 //
 // # Delivery
 //
