@@ -134,3 +134,19 @@ func TestProgressBarSilentWhenNotATerminal(t *testing.T) {
 		t.Error("a bar for a regular file")
 	}
 }
+
+// A mistyped MMFEED_* variable gets a warning naming the flag it resembles;
+// flags, the trainer's and the build's variables get none.
+func TestWarnUnknownEnv(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Int("global-batch", 0, "")
+	fs.Int("dp", 0, "")
+	env := []string{"MMFEED_GLOBALBATCH=64", "MMFEED_DP=2", "MMFEED_PYTHON=/x", "MMFEED_SOAK_SECONDS=5", "MMFEED_NOPE=1", "PATH=/bin", "MMFEED_FEATURE_CACHE=/c"}
+	var out bytes.Buffer
+	warnUnknownEnv(fs, env, &out)
+	want := "warning: MMFEED_GLOBALBATCH is not a flag of mmfeed serve; ignored (did you mean MMFEED_GLOBAL_BATCH?)\n" +
+		"warning: MMFEED_NOPE is not a flag of mmfeed serve; ignored\n"
+	if got := out.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

@@ -87,5 +87,5 @@ func groupedUsage(fs *flag.FlagSet, w io.Writer) {
 			fmt.Fprintln(w, "  "+e)
 		}
 	}
-	fmt.Fprintln(w, "\nEvery flag can also be set as MMFEED_<FLAG> (--global-batch: MMFEED_GLOBAL_BATCH) or in --config FILE.yaml.")
+	fmt.Fprintln(w, "\nEvery flag can also be set as MMFEED_<FLAG> (--global-batch: MMFEED_GLOBAL_BATCH) or in --config FILE.yaml;\nan MMFEED_* variable that names no flag is reported.")
 }

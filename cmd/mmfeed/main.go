@@ -118,6 +118,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		}
 		return errUsage
 	}
+	warnUnknownEnv(fs, os.Environ(), stderr)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %v\n", fs.Args())
 		fs.Usage()
