@@ -626,6 +626,12 @@ class StreamSource(Source):
                                    "compute_seconds": max(compute_seconds, 0.0),
                                    "data_wait_seconds": max(data_wait_seconds, 0.0), "samples": samples})
 
+    def wait_bound_s(self) -> float:
+        """A backstop for the prefetcher (``Source.wait_bound_s``): a register for the next epoch
+        (``wait_s``), then the wait for its first batch (``idle_timeout_s``), a resend's
+        attempts and a minute's slack. Each of those waits raises its own error first."""
+        return self.wait_s + self.idle_timeout_s + RESEND_ATTEMPTS * (self.request_timeout_s + 15) + 60
+
     def data_vocab(self) -> int | None:
         """The tokenizer's vocabulary size from the register reply (None before ``register`` or
         from a service that does not say)."""
