@@ -16,6 +16,11 @@ has been applied (``ack``); failed batches are terminated and re-requested (``re
 batches before the resume position are acknowledged and dropped. ``feedback`` is published
 after every step, ``done`` once the last step of an epoch is acknowledged.
 
+Only chunks the rank asked for are taken (``accept.BatchFilter``: its job, its ranks, no
+older generation and, on the core plane, a key it requested), checked before reassembly and
+counted in ``dropped``. Every wait is bounded (``wait_s``, ``idle_timeout_s``, both
+``MMFEED_SERVICE_TIMEOUT_S`` by default): a service that is gone is ``ServiceGone``.
+
 nats-py is asyncio: an event loop runs in a daemon thread and the synchronous methods
 submit coroutines to it, so the prefetch thread (``steps``) and the training thread
 (``ack``, ``feedback``) can both use the source.
