@@ -772,6 +772,11 @@ class Stream:
         """This rank's (dp rank, mp rank)."""
         return self.source.dp_rank, self.source.mp_rank
 
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Chunks the rank refused, by reason (``StreamSource.dropped``)."""
+        return self.source.dropped
+
     def __iter__(self) -> Iterator[dict]:
         """The micro-batches as dicts (``Batch.to_dict``: the class doc's keys)."""
         for b in self.batches():
