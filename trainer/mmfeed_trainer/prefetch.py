@@ -22,6 +22,10 @@ from .sources import Source, StepData
 _END = object()
 
 
+class PrefetchTimeout(TimeoutError):
+    """The prefetch thread produced nothing within its source's bound."""
+
+
 @dataclass(slots=True)
 class HostStep:
     data: StepData
@@ -47,7 +51,10 @@ class Prefetcher:
     """Iterates ``source.steps(position)`` in a daemon thread, ``depth`` steps ahead.
 
     ``next()`` returns (HostStep, seconds waited) or raises StopIteration at the end of the
-    data; an exception in the thread is re-raised in the caller.
+    data; an exception in the thread is re-raised in the caller. When the source has a bound
+    (``Source.wait_bound_s``, the stream's: its own waits time out first), ``next()`` waits at
+    most that long for the thread and raises ``PrefetchTimeout``: the training thread never
+    waits forever for a thread that is stuck.
     """
 
     def __init__(self, source: Source, *, position: dict, role: str, pad_id: int, device: torch.device | None,
@@ -60,6 +67,7 @@ class Prefetcher:
         (BatchError); records pad with their ``mmfeed.pad_id`` when they carry one;
         epochs: stop after this many epochs from the position's (None: the source's end)."""
         self._pack, self._patch, self._check, self._vocab = pack, patch_size, check_pack, vocab_size
+        self._wait_s, self._name = source.wait_bound_s(), name
         steps = source.steps(position)
         if epochs is not None:
             steps = _first_epochs(steps, position.get("epoch", 0) + epochs)
@@ -110,7 +118,11 @@ class Prefetcher:
 
     def next(self) -> tuple[HostStep, float]:
         start = time.perf_counter()
-        item = self._queue.get()
+        try:
+            item = self._queue.get(timeout=self._wait_s)
+        except queue.Empty:
+            raise PrefetchTimeout(f"prefetch: thread {self._name} produced no step for {self._wait_s:g} s "
+                                  f"(its source's bound)") from None
         waited = time.perf_counter() - start
         if item is _END:
             self._queue.put(_END)

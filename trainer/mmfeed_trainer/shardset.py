@@ -11,12 +11,19 @@ index: the rows are gathered from the data files (written once, for every epoch)
 JPEG sets (``store == "jpeg"``) are decoded here to uint8 CHW pixels, so every record has the
 wire schema ``batches.record_to_batch`` reads; ``decode_jpeg_column(col, device)`` decodes on a
 CUDA device instead (``torchvision.io.decode_jpeg``), for readers that keep pixels on the GPU.
-A malformed set (missing file, index out of range, bad JPEG) raises ``ShardError``.
+A malformed set (missing file, index out of range, bad JPEG) raises ``ShardError``, which
+names the file. Every path ``shard.json`` lists must stay inside the set's root (relative, no
+``..``; for a local set also after resolving links), and each data file is checked against the
+SHA-256 and size the manifest lists the first time it is opened (``verify=False``: only when
+``verify()`` is called), so a tampered or corrupt set is refused instead of read
+(docs/security.md, "Shard sets").
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -29,6 +36,7 @@ import pyarrow.ipc as ipc
 
 MANIFEST = "shard.json"
 FORMAT, VERSION = "mmfeed-shard", 2
+_HASH_BLOCK = 4 << 20
 
 
 class ShardError(ValueError):
@@ -52,15 +60,28 @@ def open_filesystem(location: str) -> tuple[pafs.FileSystem, str]:
 
 
 def _abs(path: str) -> str:
-    import os  # noqa: PLC0415
     return os.path.abspath(path)
+
+
+def check_name(name) -> str:
+    """``name`` when it is a path inside the set's root: relative, '/'-separated, no empty,
+    ``.`` or ``..`` part, no backslash, NUL or drive; ShardError otherwise."""
+    if not isinstance(name, str) or not name:
+        raise ShardError(f"shards: {MANIFEST} lists the path {name!r}, want a file name inside the set")
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in name or "\x00" in name \
+            or ":" in parts[0]:
+        raise ShardError(f"shards: {MANIFEST} lists the path {name!r}, which leaves the set's root")
+    return name
 
 
 class ShardSet:
     """A shard set's manifest and its open files. Not safe for concurrent use."""
 
-    def __init__(self, location: str, *, cache_records: int = 64):
-        self.location = location
+    def __init__(self, location: str, *, cache_records: int = 64, verify: bool = True):
+        """``verify``: check each data file's SHA-256 the first time it is opened (one extra
+        read of the file); False leaves it to ``verify()``."""
+        self.location, self._verify = location, verify
         self.fs, self.base = open_filesystem(location)
         try:
             with self.fs.open_input_stream(self._path(MANIFEST)) as f:
@@ -75,13 +96,64 @@ class ShardSet:
                              f"want {FORMAT!r} {VERSION}")
         self.files = m["files"]
         self.epochs = {e["epoch"]: e for e in m["epochs"]}
+        for entry in [*self.files, *self.epochs.values()]:
+            check_name(entry.get("path"))
+        self._verified: set[int] = set()
         self.store = m["store"]
         self._readers: dict[int, ipc.RecordBatchFileReader] = {}
         self._records: OrderedDict[tuple[int, int], pa.RecordBatch] = OrderedDict()
         self._cache = cache_records
 
     def _path(self, name: str) -> str:
-        return f"{self.base.rstrip('/')}/{name}" if self.base else name
+        """The full path of a file the manifest lists, inside the set's root (``check_name``; a
+        local set's resolved links too)."""
+        path = f"{self.base.rstrip('/')}/{check_name(name)}" if self.base else check_name(name)
+        if isinstance(self.fs, pafs.LocalFileSystem) and name != MANIFEST:
+            root = os.path.realpath(self.base or ".")
+            if os.path.commonpath([root, os.path.realpath(path)]) != root:
+                raise ShardError(f"shards: {self.location}: {name} resolves outside the set's root")
+        return path
+
+    def verify(self, file: int | None = None) -> None:
+        """Check a data file (every one: None) against the SHA-256 and size in the manifest;
+        ShardError naming the file on a mismatch."""
+        for i in range(len(self.files)) if file is None else [file]:
+            if i in self._verified:
+                continue
+            entry = self.files[i]
+            want = entry.get("sha256")
+            if not isinstance(want, str) or len(want) != 64:
+                raise ShardError(f"shards: {self.location}: {MANIFEST} lists no SHA-256 for {entry['path']}")
+            digest, size = hashlib.sha256(), 0
+            try:
+                with self.fs.open_input_stream(self._path(entry["path"])) as f:
+                    while block := f.read(_HASH_BLOCK):
+                        digest.update(block)
+                        size += len(block)
+            except (OSError, pa.ArrowInvalid) as err:
+                raise ShardError(f"shards: {self.location}: {entry['path']}: {err}") from err
+            if digest.hexdigest() != want.lower() or size != entry.get("bytes", size):
+                raise ShardError(f"shards: {self.location}: {entry['path']} fails its SHA-256 check ({size} bytes, "
+                                 f"sha256 {digest.hexdigest()}; {MANIFEST} lists {entry.get('bytes')} bytes, "
+                                 f"sha256 {want}): tampered or corrupt")
+            self._verified.add(i)
+
+    def _reader(self, file: int) -> ipc.RecordBatchFileReader:
+        """The open reader of a data file, verified first when ``verify`` is on."""
+        r = self._readers.get(file)
+        if r is None:
+            if self._verify:
+                self.verify(file)
+            r = self._readers[file] = self._open(self.files[file]["path"])
+        return r
+
+    def _batch(self, r: ipc.RecordBatchFileReader, i: int, name: str) -> pa.RecordBatch:
+        """Record ``i`` of an open file; a record that does not read or decompress is a
+        ShardError naming the file."""
+        try:
+            return r.get_batch(i)
+        except (OSError, pa.ArrowException, ValueError) as err:
+            raise ShardError(f"shards: {self.location}: {name}: record {i}: {err}") from err
 
     def _open(self, name: str) -> ipc.RecordBatchFileReader:
         path = self._path(name)
@@ -96,10 +168,7 @@ class ShardSet:
 
     def schema(self, file: int) -> pa.Schema:
         """The schema (with its metadata) of a data file."""
-        r = self._readers.get(file)
-        if r is None:
-            r = self._readers[file] = self._open(self.files[file]["path"])
-        return r.schema
+        return self._reader(file).schema
 
     def record(self, file: int, record: int) -> pa.RecordBatch:
         """One record batch of a data file (kept in a small LRU cache)."""
@@ -110,12 +179,11 @@ class ShardSet:
             return rb
         if not 0 <= file < len(self.files):
             raise ShardError(f"shards: index names data file {file}, the manifest lists {len(self.files)}")
-        r = self._readers.get(file)
-        if r is None:
-            r = self._readers[file] = self._open(self.files[file]["path"])
+        r = self._reader(file)
+        name = self.files[file]["path"]
         if not 0 <= record < r.num_record_batches:
-            raise ShardError(f"shards: {self.files[file]['path']} has {r.num_record_batches} records, index wants {record}")
-        rb = r.get_batch(record)
+            raise ShardError(f"shards: {name} has {r.num_record_batches} records, index wants {record}")
+        rb = self._batch(r, record, name)
         self._records[key] = rb
         if len(self._records) > self._cache:
             self._records.popitem(last=False)
@@ -127,7 +195,8 @@ class ShardSet:
             raise ShardError(f"shards: {self.location} holds epochs {sorted(self.epochs)}, not {epoch}")
         if not 0 <= dp_rank < self.manifest["dp"]:
             raise ShardError(f"shards: dp rank {dp_rank} out of range [0,{self.manifest['dp']})")
-        rb = self._open(self.epochs[epoch]["path"]).get_batch(dp_rank)
+        name = self.epochs[epoch]["path"]
+        rb = self._batch(self._open(name), dp_rank, name)
         return {name: rb.column(name).to_numpy(zero_copy_only=False) for name in rb.schema.names}
 
     def rank_steps(self, epoch: int, dp_rank: int, start: int = 0) -> Iterator[tuple[int, list[pa.RecordBatch]]]:

@@ -52,6 +52,11 @@ class Source:
         """Where to resume after the last acknowledged step (a copy)."""
         return Position(self._position.epoch, self._position.next_step)
 
+    def wait_bound_s(self) -> float | None:
+        """The longest ``steps`` may take to produce the next step before the prefetcher gives
+        up on it (``prefetch.Prefetcher.next``); None: no bound (local data)."""
+        return None
+
     def data_vocab(self) -> int | None:
         """The vocabulary size of the tokenizer that made the data's ids (the
         ``mmfeed.vocab_size`` schema metadata), known before the first step; None when unknown."""

@@ -16,6 +16,11 @@ has been applied (``ack``); failed batches are terminated and re-requested (``re
 batches before the resume position are acknowledged and dropped. ``feedback`` is published
 after every step, ``done`` once the last step of an epoch is acknowledged.
 
+Only chunks the rank asked for are taken (``accept.BatchFilter``: its job, its ranks, no
+older generation and, on the core plane, a key it requested), checked before reassembly and
+counted in ``dropped``. Every wait is bounded (``wait_s``, ``idle_timeout_s``, both
+``MMFEED_SERVICE_TIMEOUT_S`` by default): a service that is gone is ``ServiceGone``.
+
 nats-py is asyncio: an event loop runs in a daemon thread and the synchronous methods
 submit coroutines to it, so the prefetch thread (``steps``) and the training thread
 (``ack``, ``feedback``) can both use the source.
@@ -35,14 +40,14 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from . import keys
+from . import accept, keys
 from .batches import Batch
 from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from .position import Position
 from .prefetch import Prefetcher
 from .sources import Source, StepData
-from .wire import Assembled, BatchKey, ChunkError, Reassembler
+from .wire import Assembled, BatchKey, ChunkError, ChunkHeader, Reassembler, parse_header
 
 log = logging.getLogger("mmfeed_trainer.stream")
 
@@ -66,6 +71,11 @@ class StreamError(RuntimeError):
     """The service refused the rank, or the stream broke the protocol."""
 
 
+class ServiceGone(StreamError):
+    """The service did not answer within the rank's bound (``wait_s`` for a register,
+    ``idle_timeout_s`` for a batch asked for): it is gone, or NATS is unreachable."""
+
+
 def fetch_size(batch: int, max_bytes: int, max_payload: int) -> int:
     """At most ``batch`` messages and, counting each at ``max_payload``, at most ``max_bytes``;
     at least one."""
@@ -74,10 +84,10 @@ def fetch_size(batch: int, max_bytes: int, max_payload: int) -> int:
 
 class StreamSource(Source):
     def __init__(self, *, url: str, job: str, dims: ParallelDims, fetch_batch: int = 64,
-                 idle_timeout_s: float = 600.0, request_timeout_s: float = 30.0, max_reorder: int = 64,
+                 idle_timeout_s: float | None = None, request_timeout_s: float = 30.0, max_reorder: int = 64,
                  ranks: tuple[int, int] | None = None, in_progress_after_s: float = 120.0,
                  fetch_bytes: int = 32 << 20, placement: str | None = None, global_rank: int | None = None,
-                 wait_s: float = 600.0, fetch_window: int = 4, fetch_timeout_s: float = 10.0,
+                 wait_s: float | None = None, fetch_window: int = 4, fetch_timeout_s: float = 10.0,
                  auth: NatsAuth | None = None):
         """``ranks``: this rank's (dp rank, mp rank); default from the process group.
         ``in_progress_after_s``: held chunks get ``+WPI`` this often (well under the consumer's
@@ -89,7 +99,10 @@ class StreamSource(Source):
         ``placement``: "colocated" or "modality"; None takes the service's.
         ``global_rank``: this process's rank in a world of ``dims.world_size`` ranks; when set,
         (dp, mp) are taken from the service and ``ranks`` is derived (rank = dp_rank * mp + mp_rank).
-        ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans.
+        ``wait_s``: how long ``register`` waits for a service that is not up yet or still plans;
+        ``idle_timeout_s``: how long the rank waits for a batch it asked for (no accepted chunk
+        in that time: ``ServiceGone``). Both default to ``accept.service_timeout_s()``
+        (``MMFEED_SERVICE_TIMEOUT_S``, else 600 s).
         ``fetch_window`` (core data plane): batches asked for ahead, fewer when that many of the
         last batch's size would exceed ``fetch_bytes``. ``fetch_timeout_s``: a batch asked for
         and not received within this is asked for again (and at once after a reconnect).
@@ -108,6 +121,10 @@ class StreamSource(Source):
         self._reconnects = 0
         self._sent: deque[tuple[float, str, bytes]] = deque()
         """(time, subject, payload) of the acknowledgements and reports of the last ``REPLAY_S``."""
+        if idle_timeout_s is None or wait_s is None:
+            bound = accept.service_timeout_s()
+            idle_timeout_s = bound if idle_timeout_s is None else idle_timeout_s
+            wait_s = bound if wait_s is None else wait_s
         self.idle_timeout_s = idle_timeout_s
         self.request_timeout_s = request_timeout_s
         self.max_reorder = max_reorder
@@ -127,11 +144,29 @@ class StreamSource(Source):
         self._held: dict[tuple[int, int], tuple[float, list]] = {}
         """Steps handed out but not acknowledged yet: (epoch, step) -> (since, messages)."""
         self.in_progress_after_s = in_progress_after_s
+        self._filter = accept.BatchFilter(job, self.dp_rank, self.mp_rank)
         self._keeper = asyncio.run_coroutine_threadsafe(self._keep_alive(), self._loop)
 
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout: float | None = None):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        """Run ``coro`` in the event loop; at most ``timeout`` (default: ``request_timeout_s`` + 5 s),
+        then it is cancelled and TimeoutError raised: no call waits forever."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(self.request_timeout_s + 5 if timeout is None else timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    def _who(self) -> str:
+        """This rank and its service, for errors."""
+        return f"rank ({self.dp_rank}, {self.mp_rank}) of job {self.job} (service at {self.url})"
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Chunks this rank refused, by reason (``accept``): another job or rank, an old
+        generation, a key it did not ask for, malformed headers."""
+        return dict(self._filter.dropped)
 
     def _subject(self, kind: str) -> str:
         """The rank's own control subject (docs/protocol.md section 2): credentials scoped to
@@ -202,8 +237,9 @@ class StreamSource(Source):
                 raise StreamError(f"stream: the service refused rank ({self.dp_rank}, {self.mp_rank}) for epoch "
                                   f"{epoch}: {reply.get('error')}")
             if time.monotonic() + pause > deadline:
-                raise StreamError(f"stream: rank ({self.dp_rank}, {self.mp_rank}) could not register for epoch "
-                                  f"{epoch} within {self.wait_s:.0f} s: {why}")
+                raise ServiceGone(f"stream: {self._who()} could not register for epoch {epoch}: no answer on "
+                                  f"{self._subject('register')} within {self.wait_s:.0f} s ({why}); is mmfeed serve "
+                                  f"running for this job? (bound: wait_s, {accept.SERVICE_TIMEOUT_ENV})")
             log.info("register: %s; asking again in %.1f s", why, pause)
             await asyncio.sleep(pause)
             pause = min(2 * pause, 5.0)
@@ -221,6 +257,10 @@ class StreamSource(Source):
             self._sub = await js.pull_subscribe(reply["subject"], durable=reply["consumer"], stream=reply["stream"])
         self.reply = reply
         self._epochs[reply.get("epoch", epoch)] = reply
+        self._filter.dp_rank, self._filter.mp_rank = self.dp_rank, self.mp_rank
+        gen = reply.get("generation")
+        if isinstance(gen, int) and gen > 0:  # a service that names the rank's generation
+            self._filter.floor = max(self._filter.floor, gen)
         log.info("registered for epoch %d: %d steps x %d micro-batches, %s", reply.get("epoch", epoch),
                  reply["steps"], reply["micro_batches"],
                  reply.get("fetch_subject") if self._core else f"consumer {reply['consumer']}")
@@ -283,6 +323,8 @@ class StreamSource(Source):
         such epoch (the service refuses it): the end of the data."""
         try:
             self._call(self._register(epoch, 0), timeout=self._register_timeout())
+        except ServiceGone:
+            raise  # no answer is not the end of the data: the service is gone
         except StreamError as err:
             log.info("no epoch %d to read (%s): end of the stream", epoch, err)
             return False
@@ -359,24 +401,46 @@ class StreamSource(Source):
                 raise StreamError(f"stream: batch {k}: columns say step {step} micro-batch {mb}")
         return rec
 
+    def _checked(self, m, requested) -> ChunkHeader | None:
+        """The chunk's parsed header when the rank accepts it (``accept.BatchFilter``), else None
+        (counted, warned). ``requested(header)``: the rank asked for this key."""
+        try:
+            h = parse_header(m.headers)
+        except ChunkError as err:
+            self._filter.drop(accept.MALFORMED, f"{err} on {m.subject}")
+            return None
+        why = self._filter.reason(h, requested=requested(h))
+        if why is not None:
+            self._filter.drop(why, f"{h.key} generation {h.gen} on {m.subject}")
+            return None
+        return h
+
+    def _gone(self, where: str, waiting: str) -> ServiceGone:
+        """The error of a rank that got no batch it asked for within ``idle_timeout_s``."""
+        dropped = f"; dropped {self._filter.total()} chunks it did not ask for" if self._filter.total() else ""
+        return ServiceGone(f"stream: {self._who()}: no batch on {where} for {self.idle_timeout_s:.0f} s (waiting for "
+                           f"{waiting}{dropped}): the service is gone or NATS is unreachable (bound: idle_timeout_s, "
+                           f"{accept.SERVICE_TIMEOUT_ENV})")
+
     def _batches(self) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
-        """Verified (key, record, tags) in arrival order."""
+        """Verified (key, record, tags) in arrival order. A chunk of another job or rank, or with
+        malformed headers, is terminated and counted (``dropped``)."""
         reasm = Reassembler()
         failures: dict[BatchKey, int] = {}
         idle_since = time.monotonic()
         while True:
             msgs = self._call(self._fetch())
-            if msgs:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > self.idle_timeout_s:
-                raise StreamError(f"stream: no batch for {self.idle_timeout_s:.0f} s")
-            decided = reasm.expire(time.monotonic())
+            now = time.monotonic()
+            decided = reasm.expire(now)
             for m in msgs:
-                try:
-                    decided += reasm.add(m.headers, m.data, m)
-                except ChunkError as err:
-                    log.warning("terminating a bad chunk on %s: %s", m.subject, err)
+                h = self._checked(m, lambda h: True)
+                if h is None:
                     self._term([m])
+                    continue
+                idle_since = now
+                decided += reasm.add_parsed(h, m.data, m)
+            if now - idle_since > self.idle_timeout_s:
+                raise self._gone(f"consumer {self.reply.get('consumer')}", "the next batch")
             for res in decided:
                 if res.duplicate:
                     self._ack_tags(res.tags)
@@ -386,6 +450,7 @@ class StreamSource(Source):
                     self._resend(res.header.key, res.tags, res.error)
                 else:
                     yield res.header.key, rec, res.tags
+                    idle_since = time.monotonic()  # the consumer's time is not the service's
 
     # -- core data plane --------------------------------------------------------------------
     def _in_plan(self, k: tuple[int, int, int]) -> bool:
@@ -420,10 +485,34 @@ class StreamSource(Source):
             msgs.append(self._inbox_q.get_nowait())
         return msgs
 
+    def _receive(self, msgs: list, reasm: Reassembler, asked: dict) -> tuple[list[Assembled], bool]:
+        """Feed the inbox's messages to ``reasm``: only chunks of keys in ``asked`` (or already
+        delivered: late copies) pass ``accept.BatchFilter``; the rest are dropped before they can
+        mark a key as received. Returns (decided batches, whether a chunk of a key still asked
+        for arrived). A no-responders status (no service subscribed) is no chunk."""
+        decided, progress = reasm.expire(time.monotonic()), False
+
+        def requested(h: ChunkHeader) -> bool:
+            return (h.key.epoch, h.key.step, h.key.micro_batch) in asked or reasm.delivered(h.key)
+        for m in msgs:
+            if not m.data and (m.headers or {}).get("Status") == "503":
+                continue  # the fetch found no service (it is starting, or gone): asked again later
+            h = self._checked(m, requested)
+            if h is None:
+                continue
+            progress = progress or not reasm.delivered(h.key)
+            for res in reasm.add_parsed(h, m.data):
+                if res.payload is not None:  # verified: the rank's generation is at least its
+                    self._filter.accepted(res.header)
+                decided.append(res)
+        return decided, progress
+
     def _core_batches(self, start: tuple[int, int, int]) -> Iterator[tuple[BatchKey, pa.RecordBatch, list]]:
         """Verified (key, record, [ack handle]) in plan order: asks for a window of batches ahead
         (the consumer's flow control), again for any not received within ``fetch_timeout_s`` or
-        after a reconnect; the service regenerates a batch it no longer holds."""
+        after a reconnect; the service regenerates a batch it no longer holds. Only batches it
+        asked for are taken (``_receive``); ``ServiceGone`` when none of them arrives within
+        ``idle_timeout_s``."""
         reasm = Reassembler(max_pending=2 * self.fetch_window + 2)
         failures: dict[BatchKey, int] = {}
         nxt, asked, last_size = start, {}, 0
@@ -443,17 +532,12 @@ class StreamSource(Source):
             if new or again:
                 self._call(self._ask(new + again), timeout=self.request_timeout_s)
                 asked.update((k, now) for k in new + again)
-            msgs = self._call(self._take(1.0), timeout=self.request_timeout_s)
-            if msgs:
+            decided, progress = self._receive(self._call(self._take(1.0), timeout=self.request_timeout_s + 5),
+                                              reasm, asked)
+            if progress:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > self.idle_timeout_s:
-                raise StreamError(f"stream: no batch for {self.idle_timeout_s:.0f} s")
-            decided = reasm.expire(time.monotonic())
-            for m in msgs:
-                try:
-                    decided += reasm.add(m.headers, m.data)
-                except ChunkError as err:
-                    log.warning("dropping a bad chunk: %s", err)
+                raise self._gone(self.reply["fetch_subject"], ", ".join(map(str, sorted(asked)[:4])) or "nothing")
             for res in decided:
                 key = res.header.key
                 k = (key.epoch, key.step, key.micro_batch)
@@ -467,6 +551,7 @@ class StreamSource(Source):
                 del asked[k]
                 last_size = len(res.payload)
                 yield key, rec, [_CoreAck(self, k)]
+                idle_since = time.monotonic()  # the consumer's time is not the service's
 
     async def _send_ack(self, k: tuple[int, int, int]) -> None:
         await self._send(self.reply["ack_subject"], json.dumps(self._request(k)).encode(), True)
@@ -545,6 +630,12 @@ class StreamSource(Source):
                                    "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                                    "compute_seconds": max(compute_seconds, 0.0),
                                    "data_wait_seconds": max(data_wait_seconds, 0.0), "samples": samples})
+
+    def wait_bound_s(self) -> float:
+        """A backstop for the prefetcher (``Source.wait_bound_s``): a register for the next epoch
+        (``wait_s``), then the wait for its first batch (``idle_timeout_s``), a resend's
+        attempts and a minute's slack. Each of those waits raises its own error first."""
+        return self.wait_s + self.idle_timeout_s + RESEND_ATTEMPTS * (self.request_timeout_s + 15) + 60
 
     def data_vocab(self) -> int | None:
         """The tokenizer's vocabulary size from the register reply (None before ``register`` or
@@ -680,6 +771,11 @@ class Stream:
     def ranks(self) -> tuple[int, int]:
         """This rank's (dp rank, mp rank)."""
         return self.source.dp_rank, self.source.mp_rank
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Chunks the rank refused, by reason (``StreamSource.dropped``)."""
+        return self.source.dropped
 
     def __iter__(self) -> Iterator[dict]:
         """The micro-batches as dicts (``Batch.to_dict``: the class doc's keys)."""

@@ -267,8 +267,12 @@ class Reassembler:
 
     def add(self, headers: dict | None, data: bytes, tag=None, now: float | None = None) -> list[Assembled]:
         """Feed one chunk; returns the batches decided by it (usually zero or one)."""
+        return self.add_parsed(parse_header(headers), data, tag, now)
+
+    def add_parsed(self, h: ChunkHeader, data: bytes, tag=None,
+                   now: float | None = None) -> list[Assembled]:
+        """``add`` for a chunk whose headers the caller parsed (``parse_header``) and checked."""
         now = time.monotonic() if now is None else now
-        h = parse_header(headers)
         if h.key in self._delivered:
             return [Assembled(h, tags=[tag], duplicate=True)]
         if h.size > self.max_batch_bytes:
@@ -305,6 +309,10 @@ class Reassembler:
         if len(p.parts) == h.count:
             return out + [self._finish(slot)]
         return out
+
+    def delivered(self, key: BatchKey) -> bool:
+        """A batch under ``key`` was delivered (among the last ``remember``)."""
+        return key in self._delivered
 
     def forget(self, key: BatchKey) -> None:
         """Accept ``key`` again: the batch delivered under it could not be used (it failed to

@@ -59,3 +59,31 @@ def test_an_error_in_the_thread_is_raised_in_the_caller():
             p.next()
     finally:
         p.close()
+
+
+def test_a_stuck_thread_is_an_error_within_the_sources_bound():
+    """Before: ``next()`` waited for the thread without a bound, so a source stuck in a wait it
+    does not bound itself hung the training thread."""
+    import threading
+    import time
+    from mmfeed_trainer.prefetch import PrefetchTimeout
+
+    release = threading.Event()
+
+    class Stuck(Source):
+        def wait_bound_s(self):
+            return 0.5
+
+        def steps(self, position):
+            release.wait(30)
+            yield from ()
+
+    p = Prefetcher(Stuck(), position={}, role=ROLE_FULL, pad_id=0, device=None, check_pack=False, name="stuck")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PrefetchTimeout, match="thread stuck produced no step for 0.5 s"):
+            p.next()
+        assert time.monotonic() - t0 < 5
+    finally:
+        release.set()
+        p.close()

@@ -131,3 +131,72 @@ def test_resize_vocab_trains_on_a_larger_tokenizer(corpus, tmp_path, monkeypatch
     import torch  # noqa: PLC0415
     params = torch.load(tmp_path / "params" / "params-mp0.pt")
     assert tuple(params["text.tok.weight"].shape)[0] == 128256
+
+
+def _read_all(location, **kw):
+    ss = ShardSet(str(location), **kw)
+    return [i for r in range(DP) for _, recs in ss.rank_steps(0, r) for rb in recs for i in rb.column("id").to_pylist()]
+
+
+@pytest.mark.parametrize("entry, name", [
+    ("files", "../outside.arrow"), ("files", "sub/../../outside.arrow"), ("files", "/tmp/outside.arrow"),
+    ("epochs", "../outside.arrow"), ("files", "..\\outside.arrow"), ("files", "C:/outside.arrow"),
+])
+def test_tampered_manifest_paths_are_refused(corpus, tmp_path, entry, name):
+    """Before: ShardSet read whatever a tampered shard.json named, ``../`` included (here a real
+    copy of a data file outside the set, which it then served)."""
+    root = tmp_path / "set"
+    m = shard(corpus, root, "--epochs", "1")
+    src = root / m[entry][0]["path"]
+    (tmp_path / "outside.arrow").write_bytes(src.read_bytes())
+    m[entry][0]["path"] = name.replace("/tmp/", f"{tmp_path}/")
+    (root / "shard.json").write_text(json.dumps(m))
+    with pytest.raises(ShardError, match="leaves the set's root"):
+        _read_all(root)
+
+
+def test_a_link_out_of_the_set_is_refused(corpus, tmp_path):
+    root = tmp_path / "set"
+    m = shard(corpus, root, "--epochs", "1")
+    src = root / m["files"][0]["path"]
+    (tmp_path / "outside.arrow").write_bytes(src.read_bytes())
+    src.unlink()
+    src.symlink_to(tmp_path / "outside.arrow")
+    with pytest.raises(ShardError, match="resolves outside the set's root"):
+        _read_all(root)
+
+
+def test_a_flipped_byte_fails_the_sha256_check(corpus, tmp_path):
+    """Before: the SHA-256 shard.json lists was never checked; a flipped byte was read as data
+    (or failed inside pyarrow with an error that named no file)."""
+    m = shard(corpus, tmp_path, "--epochs", "1", "--compression", "zstd")
+    name = m["files"][0]["path"]
+    data = bytearray((tmp_path / name).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (tmp_path / name).write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=rf"{name} fails its SHA-256 check"):
+        _read_all(tmp_path)
+    with pytest.raises(ShardError, match=rf"{name} fails its SHA-256 check"):
+        ShardSet(str(tmp_path), verify=False).verify()
+
+
+@pytest.mark.parametrize("compression", ["zstd", "lz4"])
+def test_a_corrupt_compressed_file_names_the_file(corpus, tmp_path, compression):
+    """Unverified (``verify=False``), a data file whose records do not decompress is a ShardError
+    that names the file, not a bare pyarrow error."""
+    m = shard(corpus, tmp_path, "--epochs", "1", "--compression", compression)
+    name = m["files"][0]["path"]
+    data = bytearray((tmp_path / name).read_bytes())
+    lo, hi = len(data) // 8, len(data) * 7 // 8  # the records; the schema and footer stay readable
+    data[lo:hi] = bytes(b ^ 0x5A for b in data[lo:hi])
+    (tmp_path / name).write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=name) as err:
+        _read_all(tmp_path, verify=False)
+    assert "record" in str(err.value), err.value  # a record that does not decompress, not the footer
+
+
+def test_an_intact_set_verifies(corpus, tmp_path):
+    shard(corpus, tmp_path, "--epochs", "1")
+    ss = ShardSet(str(tmp_path))
+    ss.verify()
+    assert len(ss._verified) == len(ss.files)
