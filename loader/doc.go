@@ -74,9 +74,20 @@
 // header or trailer checksum, the samples before it being kept); members
 // are checked against MaxImageBytes and MaxCaptionBytes before they are
 // inflated into memory, and skipping inflated data checks the context, so a
-// gzip bomb costs time that Ctrl-C ends, never memory. The race between a directory check and a later open (a
-// directory swapped for a link after the scan) is not defended against:
-// the final path component is, directories are checked once per scan.
+// gzip bomb costs time that Ctrl-C ends, never memory.
+//
+// Files stay inside the dataset root at every open, not only at the scan
+// (beneath.go): a manifest's or folder's images and captions are opened
+// below the resolved root, and a shard or Parquet file below its own folder
+// as resolved when the source listed it, with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_MAGICLINKS) (an fd-relative walk with O_NOFOLLOW, resolving
+// links itself, where the kernel lacks openat2). A file or directory
+// swapped after indexing for a link that leaves the root (or for an
+// absolute link, wherever it points) fails with ErrEscapesRoot, and the
+// sample is quarantined as "escapes_root"; links that stay inside are
+// followed (links present at scan time are resolved then, absolute ones
+// included). An absolute manifest path allowed by Options.AllowAbsolute is
+// opened as given.
 //
 // # Sample ids
 //

@@ -59,9 +59,11 @@ type tarSource struct {
 	gz      *gzStream // pr of a .tar.gz shard, else nil
 	size    int64     // of the open shard; -1 for a .tar.gz (unknown until inflated)
 	tr      *tar.Reader
-	pending *tar.Header // first member of the next group, data not yet read
-	broken  string      // tar error to report before moving to the next shard
-	open    func(string) (io.ReadSeekCloser, error)
+	pending *tar.Header                                          // first member of the next group, data not yet read
+	broken  string                                               // tar error to report before moving to the next shard
+	open    func(root, path string) (io.ReadSeekCloser, error)   // a local shard, below root (see openIn)
+	root    string                                               // the open local shard's folder, resolved by pinFile
+	path    string                                               // the open local shard, resolved by pinFile
 	stream  func(context.Context, string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
 	ctxr    *ctxStream                                           // the open remote stream, else nil
 	keys    wdsKeys
@@ -70,8 +72,8 @@ type tarSource struct {
 func newTarSource(shards []string, opts Options) *tarSource {
 	keys, _ := parseWDSKeys(opts.WDSImageKeys, opts.WDSTextKeys) // checked by Options.Validate
 	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1, keys: keys,
-		open: func(p string) (io.ReadSeekCloser, error) {
-			f, _, err := openRegular(p)
+		open: func(root, p string) (io.ReadSeekCloser, error) {
+			f, _, err := openIn(root, p)
 			return f, err
 		}}
 }
@@ -109,7 +111,8 @@ func (s *tarSource) openNext(ctx context.Context) error {
 	if s.stream != nil {
 		return s.openStream(ctx)
 	}
-	f, err := s.open(s.shards[s.cur])
+	s.root, s.path = pinFile(s.shards[s.cur])
+	f, err := s.open(s.root, s.path)
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}
@@ -413,7 +416,10 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: id, Location: g.loc, Text: g.text, ImageName: g.imgName, ImageSize: g.imgSize,
-		ref: imageRef{kind: refTar, path: s.shards[s.cur], off: g.imgOff}}
+		ref: imageRef{kind: refTar, root: s.root, path: s.path, off: g.imgOff}}
+	if s.stream != nil { // a remote shard: its key, read through Options.Remote
+		e.ref.root, e.ref.path = "", s.shards[s.cur]
+	}
 	if s.gz != nil {
 		e.ref.kind = refTarGz
 	}
