@@ -133,6 +133,9 @@ func jsonScalar(m json.RawMessage) (string, bool) {
 	return n.String(), true
 }
 
+// utf8BOM is the UTF-8 encoding of U+FEFF, which a manifest may start with.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
 // manifestSource reads a JSONL manifest.
 type manifestSource struct {
 	base
@@ -199,6 +202,9 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 		line, tooLong, err := m.readLine()
 		if err != nil {
 			return Entry{}, nil, err
+		}
+		if m.line == 1 { // a UTF-8 byte order mark some editors write is no part of the first line
+			line = bytes.TrimPrefix(line, utf8BOM)
 		}
 		if !tooLong && len(bytes.TrimSpace(line)) == 0 {
 			continue
