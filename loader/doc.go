@@ -12,7 +12,8 @@
 //     "id": "optional"} ("caption" is accepted for "text"; "id" may be a
 //     number); Options.ImageColumn, TextColumn and IDColumn rename the
 //     fields (a dotted name reaches into nested objects). Blank lines are
-//     skipped and not counted. Relative image paths resolve against
+//     skipped and not counted; a UTF-8 byte order mark at the start of the
+//     file is skipped. Relative image paths resolve against
 //     Options.Root (default: the manifest's folder) and may not leave it,
 //     neither lexically ("..") nor through a symbolic link; such lines are
 //     quarantined as "escapes_root". Absolute image paths are quarantined as
@@ -22,7 +23,10 @@
 //     member path up to the first dot of its base name) form one sample: one
 //     image (.jpg .jpeg .png .webp) and a caption (.txt, or .json with a
 //     "caption" or "text" field, optionally "id"); Options.WDSImageKeys and
-//     WDSTextKeys change these extensions and fields. Shards are read as streams
+//     WDSTextKeys change these extensions and fields. A member whose name
+//     repeats inside its group starts a new group with the same key, which
+//     is quarantined as "duplicate_id" at location shard:key#2 (#3, ...).
+//     Shards are read as streams
 //     with archive/tar; gzip-compressed shards (.tar.gz, .tgz; concatenated
 //     gzip members too) through compress/gzip, with the same grouping, and
 //     offsets in the inflated tar (see wdsgz.go: Index re-reads them from
