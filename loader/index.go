@@ -188,7 +188,7 @@ func (ix *Index) ReadHeader(e Entry, n int) ([]byte, error) {
 // read returns the first n bytes of the image, or all of it when n < 0.
 func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	if e.ImageSize > ix.opts.MaxImageBytes {
-		return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrTooLarge)
+		return nil, fmt.Errorf("loader: read %s: image %d bytes > max %d: %w", e.Location, e.ImageSize, ix.opts.MaxImageBytes, ErrTooLarge)
 	}
 	want := e.ImageSize
 	if n >= 0 && int64(n) < want {
