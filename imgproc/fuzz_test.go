@@ -42,8 +42,8 @@ func FuzzProcess(f *testing.F) {
 	})
 }
 
-// FuzzReadHeader: header parsing of arbitrary bytes never panics and
-// reports sane sizes and orientations.
+// FuzzReadHeader: header parsing of arbitrary bytes never panics, reports
+// sane sizes and orientations, and never quotes content that is no image.
 func FuzzReadHeader(f *testing.F) {
 	for _, b := range encoded(f) {
 		f.Add(b)
@@ -53,6 +53,9 @@ func FuzzReadHeader(f *testing.F) {
 		if err != nil {
 			if sentinel(err) == nil {
 				t.Fatalf("error %v wraps no sentinel", err)
+			}
+			if len(data) > 0 && sniff(data) == "" && !namesKindOnly(err.Error()) {
+				t.Fatalf("error %q is not the fixed message naming a content kind", err)
 			}
 			return
 		}

@@ -75,7 +75,7 @@ func ReadHeader(data []byte) (Header, error) {
 	}
 	format := sniff(data)
 	if format == "" {
-		return Header{}, fmt.Errorf("imgproc: unknown magic % x: %w", data[:min(len(data), 8)], ErrUnsupported)
+		return Header{}, fmt.Errorf("imgproc: not an image (content: %s): %w", contentKind(data), ErrUnsupported)
 	}
 	cfg, err := decodeConfig(format, data)
 	if err != nil {

@@ -12,7 +12,8 @@
 //     "id": "optional"} ("caption" is accepted for "text"; "id" may be a
 //     number); Options.ImageColumn, TextColumn and IDColumn rename the
 //     fields (a dotted name reaches into nested objects). Blank lines are
-//     skipped and not counted. Relative image paths resolve against
+//     skipped and not counted; a UTF-8 byte order mark at the start of the
+//     file is skipped. Relative image paths resolve against
 //     Options.Root (default: the manifest's folder) and may not leave it,
 //     neither lexically ("..") nor through a symbolic link; such lines are
 //     quarantined as "escapes_root". Absolute image paths are quarantined as
@@ -22,7 +23,10 @@
 //     member path up to the first dot of its base name) form one sample: one
 //     image (.jpg .jpeg .png .webp) and a caption (.txt, or .json with a
 //     "caption" or "text" field, optionally "id"); Options.WDSImageKeys and
-//     WDSTextKeys change these extensions and fields. Shards are read as streams
+//     WDSTextKeys change these extensions and fields. A member whose name
+//     repeats inside its group starts a new group with the same key, which
+//     is quarantined as "duplicate_id" at location shard:key#2 (#3, ...).
+//     Shards are read as streams
 //     with archive/tar; gzip-compressed shards (.tar.gz, .tgz; concatenated
 //     gzip members too) through compress/gzip, with the same grouping, and
 //     offsets in the inflated tar (see wdsgz.go: Index re-reads them from
@@ -74,9 +78,20 @@
 // header or trailer checksum, the samples before it being kept); members
 // are checked against MaxImageBytes and MaxCaptionBytes before they are
 // inflated into memory, and skipping inflated data checks the context, so a
-// gzip bomb costs time that Ctrl-C ends, never memory. The race between a directory check and a later open (a
-// directory swapped for a link after the scan) is not defended against:
-// the final path component is, directories are checked once per scan.
+// gzip bomb costs time that Ctrl-C ends, never memory.
+//
+// Files stay inside the dataset root at every open, not only at the scan
+// (beneath.go): a manifest's or folder's images and captions are opened
+// below the resolved root, and a shard or Parquet file below its own folder
+// as resolved when the source listed it, with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_MAGICLINKS) (an fd-relative walk with O_NOFOLLOW, resolving
+// links itself, where the kernel lacks openat2). A file or directory
+// swapped after indexing for a link that leaves the root (or for an
+// absolute link, wherever it points) fails with ErrEscapesRoot, and the
+// sample is quarantined as "escapes_root"; links that stay inside are
+// followed (links present at scan time are resolved then, absolute ones
+// included). An absolute manifest path allowed by Options.AllowAbsolute is
+// opened as given.
 //
 // # Sample ids
 //

@@ -32,4 +32,9 @@ var (
 	// ErrNotRegular: a path the loader was to read is a named pipe, a device,
 	// a socket or a directory; the loader never opens those for reading.
 	ErrNotRegular = errors.New("loader: not a regular file")
+	// ErrEscapesRoot: opening a file under the dataset root would leave it
+	// (a symbolic link to a target outside, an absolute link, ".." above
+	// the root), for example an image swapped for such a link after
+	// indexing. Quarantined as "escapes_root".
+	ErrEscapesRoot = errors.New("loader: path escapes the dataset root")
 )

@@ -156,7 +156,7 @@ func (s *folderSource) entry(ctx context.Context, it folderItem, withImage bool)
 	var size int64
 	var real string
 	if reason == "" {
-		real, size, reason, detail = s.statImage(loc)
+		real, size, reason, detail = s.statImage(it.rel)
 	}
 	if reason != "" {
 		if ctx.Err() == nil {
@@ -165,7 +165,7 @@ func (s *folderSource) entry(ctx context.Context, it folderItem, withImage bool)
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: it.rel, Location: loc, Text: text, ImageName: filepath.Base(loc),
-		ImageSize: size, ref: imageRef{kind: refFile, path: real}}
+		ImageSize: size, ref: imageRef{kind: refFile, root: s.realRoot, path: real}}
 	if !withImage {
 		return e, nil, true
 	}
@@ -185,14 +185,14 @@ func (s *folderSource) caption(ctx context.Context, it folderItem) (string, stri
 	if it.caption == "" {
 		return "", ReasonMissingCaption, "no sidecar .txt"
 	}
-	p, reason, detail := s.inside(filepath.Join(s.dir, filepath.FromSlash(it.caption)))
+	p, reason, detail := s.inside(it.caption)
 	if reason != "" {
 		if reason == ReasonMissingImage {
 			reason = ReasonMissingCaption
 		}
 		return "", reason, "caption: " + detail
 	}
-	data, err := readFileBounded(ctx, p, s.opts.MaxCaptionBytes)
+	data, err := readFileBounded(ctx, s.realRoot, p, s.opts.MaxCaptionBytes)
 	if err != nil {
 		reason := readReason(err)
 		if reason == ReasonMissingImage || reason == ReasonUnreadableImage {
@@ -203,9 +203,11 @@ func (s *folderSource) caption(ctx context.Context, it folderItem) (string, stri
 	return string(data), "", ""
 }
 
-// inside resolves p when it is a symbolic link and checks the target stays
-// inside the folder; it returns the path to open.
-func (s *folderSource) inside(p string) (string, string, string) {
+// inside resolves the slash-separated path rel below the folder when it is a
+// symbolic link and checks the target stays inside the folder; it returns
+// the path to open, below the resolved folder (s.realRoot).
+func (s *folderSource) inside(rel string) (string, string, string) {
+	p := filepath.Join(s.realRoot, filepath.FromSlash(rel))
 	fi, err := os.Lstat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -220,10 +222,11 @@ func (s *folderSource) inside(p string) (string, string, string) {
 	return p, "", ""
 }
 
-// statImage checks an image path: inside the folder, regular, of an
-// accepted size. It returns the path to open and the size.
-func (s *folderSource) statImage(p string) (string, int64, string, string) {
-	real, reason, detail := s.inside(p)
+// statImage checks an image path (slash-separated, relative to the folder):
+// inside the folder, regular, of an accepted size. It returns the path to
+// open and the size.
+func (s *folderSource) statImage(rel string) (string, int64, string, string) {
+	real, reason, detail := s.inside(rel)
 	if reason != "" {
 		return "", 0, reason, detail
 	}

@@ -20,9 +20,13 @@ const (
 	refParquet                // row row of row group rg of the Parquet file at path
 )
 
-// imageRef locates an image for re-reading.
+// imageRef locates an image for re-reading. A local file is opened with
+// openIn(root, path): below root, which the source resolved when it listed
+// the file; root "" opens path as given (an allowed absolute path, an object
+// key of Options.Remote, a spool file).
 type imageRef struct {
 	kind refKind
+	root string
 	path string
 	off  int64
 	rg   int32
@@ -184,7 +188,7 @@ func (ix *Index) ReadHeader(e Entry, n int) ([]byte, error) {
 // read returns the first n bytes of the image, or all of it when n < 0.
 func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	if e.ImageSize > ix.opts.MaxImageBytes {
-		return nil, fmt.Errorf("loader: read %s: %w", e.Location, ErrTooLarge)
+		return nil, fmt.Errorf("loader: read %s: image %d bytes > max %d: %w", e.Location, e.ImageSize, ix.opts.MaxImageBytes, ErrTooLarge)
 	}
 	want := e.ImageSize
 	if n >= 0 && int64(n) < want {
@@ -217,7 +221,7 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 // no longer regular and stopping when ctx is done. For whole files
 // (checkSize) the file's current size must equal the indexed size.
 func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool) ([]byte, error) {
-	f, fi, err := openRegular(e.ref.path)
+	f, fi, err := openIn(e.ref.root, e.ref.path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
 	}
@@ -276,7 +280,7 @@ func (c *rowGroupCache) image(opts Options, ref imageRef) ([]byte, error) {
 	col, ok := c.cols[k]
 	if !ok {
 		var err error
-		col, err = loadImageColumn(opts, ref.path, int(ref.rg))
+		col, err = loadImageColumn(opts, ref.root, ref.path, int(ref.rg))
 		if err != nil {
 			return nil, err
 		}

@@ -207,3 +207,18 @@ func TestContextCanceled(t *testing.T) {
 		t.Errorf("Scan on canceled ctx: got %v, want context.Canceled", err)
 	}
 }
+
+// TestReadTooLargeSaysSizeAndLimit: an entry over MaxImageBytes at re-read
+// names its size and the limit.
+func TestReadTooLargeSaysSizeAndLimit(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.jpg"), []byte("0123456789"))
+	writeFile(t, filepath.Join(dir, "a.txt"), []byte("caption"))
+	ix, err := BuildIndex(context.Background(), dir, Options{})
+	must(t, err)
+	ix.opts.MaxImageBytes = 4
+	_, err = ix.ReadImage(ix.Entries[0])
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "10 bytes > max 4") {
+		t.Errorf("got %v, want ErrTooLarge naming 10 bytes > max 4", err)
+	}
+}

@@ -133,6 +133,9 @@ func jsonScalar(m json.RawMessage) (string, bool) {
 	return n.String(), true
 }
 
+// utf8BOM is the UTF-8 encoding of U+FEFF, which a manifest may start with.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
 // manifestSource reads a JSONL manifest.
 type manifestSource struct {
 	base
@@ -147,7 +150,9 @@ type manifestSource struct {
 	fields   manifestFields
 }
 
-type dirCheck struct{ reason, detail string }
+// dirCheck is the containment result of one directory: a reject reason, or
+// the directory with its symbolic links resolved.
+type dirCheck struct{ reason, detail, real string }
 
 func openManifest(path string, opts Options) (*manifestSource, error) {
 	dir := filepath.Dir(path)
@@ -198,6 +203,9 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 		if err != nil {
 			return Entry{}, nil, err
 		}
+		if m.line == 1 { // a UTF-8 byte order mark some editors write is no part of the first line
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		if !tooLong && len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
@@ -232,7 +240,7 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 		m.reject(id, loc, r, "")
 		return Entry{}, nil, false
 	}
-	full, size, reason, detail := m.resolve(ml.Image)
+	root, full, size, reason, detail := m.resolve(ml.Image)
 	if reason == "" {
 		reason, detail = checkSize(size, m.opts.MaxImageBytes)
 	}
@@ -241,7 +249,7 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: id, Location: loc, Text: ml.Text, ImageName: baseName(ml.Image),
-		ImageSize: size, ref: imageRef{kind: refFile, path: full}}
+		ImageSize: size, ref: imageRef{kind: refFile, root: root, path: full}}
 	if !withImage {
 		return e, nil, true
 	}
@@ -296,38 +304,43 @@ func (m *manifestSource) readLine() (line []byte, tooLong bool, err error) {
 	}
 }
 
-// resolve checks a manifest image path and returns the path to open and the
-// file size, or a reject reason.
-func (m *manifestSource) resolve(img string) (string, int64, string, string) {
+// resolve checks a manifest image path and returns where to open it (the
+// resolved root and the path below it, with every symbolic link resolved;
+// root "" for an allowed absolute path, opened as given) and the file size,
+// or a reject reason.
+func (m *manifestSource) resolve(img string) (string, string, int64, string, string) {
 	if img == "" {
-		return "", 0, ReasonMissingImage, "empty image path"
+		return "", "", 0, ReasonMissingImage, "empty image path"
 	}
 	if filepath.IsAbs(img) {
 		if !m.opts.AllowAbsolute {
-			return "", 0, ReasonEscapesRoot, "absolute path not allowed: " + img
+			return "", "", 0, ReasonEscapesRoot, "absolute path not allowed: " + img
 		}
 		full := filepath.Clean(img)
 		fi, err := os.Stat(full)
-		return statResult(full, img, fi, err)
+		full, size, reason, detail := statResult(full, img, fi, err)
+		return "", full, size, reason, detail
 	}
 	rel := filepath.FromSlash(img)
 	if !filepath.IsLocal(rel) {
-		return "", 0, ReasonEscapesRoot, "path leaves the manifest folder: " + img
+		return "", "", 0, ReasonEscapesRoot, "path leaves the manifest folder: " + img
 	}
-	if c := m.checkDir(filepath.Dir(rel)); c.reason != "" {
-		return "", 0, c.reason, c.detail
+	c := m.checkDir(filepath.Dir(rel))
+	if c.reason != "" {
+		return "", "", 0, c.reason, c.detail
 	}
-	full := filepath.Join(m.root, rel)
+	full := filepath.Join(c.real, filepath.Base(rel))
 	fi, err := os.Lstat(full)
 	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		real, reason, detail := m.checkLink(full)
 		if reason != "" {
-			return "", 0, reason, detail
+			return "", "", 0, reason, detail
 		}
 		full = real
 		fi, err = os.Stat(full)
 	}
-	return statResult(full, img, fi, err)
+	full, size, reason, detail := statResult(full, img, fi, err)
+	return m.realRoot, full, size, reason, detail
 }
 
 // statResult classifies a stat of an image path.
@@ -347,20 +360,22 @@ func statResult(full, img string, fi fs.FileInfo, err error) (string, int64, str
 // inside the manifest folder.
 func (m *manifestSource) checkDir(rel string) dirCheck {
 	if rel == "." {
-		return dirCheck{}
+		return dirCheck{real: m.realRoot}
 	}
 	if c, ok := m.dirs[rel]; ok {
 		return c
 	}
-	var c dirCheck
+	c := dirCheck{}
 	real, err := filepath.EvalSymlinks(filepath.Join(m.root, rel))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		c = dirCheck{ReasonMissingImage, err.Error()}
+		c = dirCheck{reason: ReasonMissingImage, detail: err.Error()}
 	case err != nil:
-		c = dirCheck{ReasonUnreadableImage, err.Error()}
+		c = dirCheck{reason: ReasonUnreadableImage, detail: err.Error()}
 	case !m.inside(real):
-		c = dirCheck{ReasonEscapesRoot, "directory links outside the manifest folder: " + filepath.ToSlash(rel)}
+		c = dirCheck{reason: ReasonEscapesRoot, detail: "directory links outside the manifest folder: " + filepath.ToSlash(rel)}
+	default:
+		c.real = real
 	}
 	if len(m.dirs) < 1<<16 {
 		m.dirs[rel] = c
@@ -389,6 +404,8 @@ func readReason(err error) string {
 	switch {
 	case errors.Is(err, ErrNotRegular):
 		return ReasonNotRegular
+	case errors.Is(err, ErrEscapesRoot):
+		return ReasonEscapesRoot
 	case errors.Is(err, ErrTooLarge):
 		return ReasonTooLarge
 	case errors.Is(err, fs.ErrNotExist):

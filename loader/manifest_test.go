@@ -146,6 +146,63 @@ func FuzzManifestLine(f *testing.F) {
 	})
 }
 
+// TestManifestBOM: a UTF-8 byte order mark at the start of a manifest is
+// skipped (its first sample is delivered, not quarantined as
+// bad_manifest_line); one on a later line is no BOM of the file and stays.
+func TestManifestBOM(t *testing.T) {
+	const line = `{"image":"img/ok.jpg","text":"a cat","id":"ok"}`
+	for _, c := range []struct {
+		name, content string
+		ids           []string
+		rejects       int
+	}{
+		{"bom then line", "\ufeff" + line + "\n", []string{"ok"}, 0},
+		{"bom alone on the first line", "\ufeff\n" + line + "\n", []string{"ok"}, 0},
+		{"no bom", line + "\n", []string{"ok"}, 0},
+		{"bom on line 2", `{"image":"img/ok.jpg","text":"first","id":"a"}` + "\n\ufeff" + line + "\n", []string{"a"}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			manifest := manifestFixture(t, nil)
+			writeFile(t, manifest, []byte(c.content))
+			d := drain(t, manifest, Options{})
+			if got := strings.Join(ids(d.samples), ","); got != strings.Join(c.ids, ",") || len(d.rejects) != c.rejects {
+				t.Errorf("got samples %s, rejects %v; want %v and %d rejects", got, d.rejects, c.ids, c.rejects)
+			}
+		})
+	}
+}
+
+// FuzzManifestSource feeds arbitrary bytes as a manifest: the source never
+// panics, keeps its counters, emits only samples with image bytes, and a
+// byte order mark in front changes nothing.
+func FuzzManifestSource(f *testing.F) {
+	for _, s := range []string{`{"image":"img/ok.jpg","text":"t"}`, "\ufeff{\"image\":\"img/ok.jpg\",\"text\":\"t\"}\n\n{}",
+		`{"image":"../x","text":"t"}` + "\n" + `{"image":"img/ok.jpg","caption":"c","id":3}`, "", "\ufeff"} {
+		f.Add([]byte(s))
+	}
+	manifest := manifestFixture(f, nil)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		run := func(content []byte) string {
+			writeFile(t, manifest, content)
+			d := drain(t, manifest, Options{MaxImageBytes: 50, MaxCaptionBytes: 1 << 10})
+			for _, s := range d.samples {
+				if len(s.Image) == 0 {
+					t.Errorf("emitted a sample without image bytes: %+v", s)
+				}
+			}
+			var out []string
+			for _, r := range d.rejects {
+				out = append(out, r.Location+" "+r.Reason)
+			}
+			return strings.Join(ids(d.samples), ",") + "|" + strings.Join(out, ",")
+		}
+		plain := run(data)
+		if withBOM := run(append([]byte("\ufeff"), data...)); withBOM != plain && !bytes.HasPrefix(data, []byte("\ufeff")) {
+			t.Errorf("a BOM in front changed the result: %s, without %s", withBOM, plain)
+		}
+	})
+}
+
 func TestCheckCaption(t *testing.T) {
 	tests := []struct{ name, text, want string }{
 		{"plain", "a cat on a mat", ""},
@@ -169,7 +226,7 @@ func TestCheckCaption(t *testing.T) {
 
 // manifestFixture builds a manifest folder with one line per case and
 // returns the manifest path.
-func manifestFixture(t *testing.T, lines []string) string {
+func manifestFixture(t testing.TB, lines []string) string {
 	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "data")

@@ -136,8 +136,9 @@ type parquetFile struct {
 	img, text, idCol int // top-level field indices; idCol -1 when absent
 }
 
-func openParquet(path string, opts Options) (*parquetFile, error) {
-	f, _, err := openRegular(path)
+// openParquet opens the Parquet file path below root (see openIn).
+func openParquet(root, path string, opts Options) (*parquetFile, error) {
+	f, _, err := openIn(root, path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
@@ -279,9 +280,9 @@ func (p *parquetFile) readColumn(ctx context.Context, rg, col int) (_ *arrow.Chu
 	return p.fr.RowGroup(rg).Column(col).Read(ctx)
 }
 
-// loadImageColumn opens path and reads the image column of row group rg.
-func loadImageColumn(opts Options, path string, rg int) (*imageColumn, error) {
-	p, err := openParquet(path, opts)
+// loadImageColumn opens path (below root) and reads the image column of row group rg.
+func loadImageColumn(opts Options, root, path string, rg int) (*imageColumn, error) {
+	p, err := openParquet(root, path, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +326,9 @@ func (g *rowGroup) release() {
 type parquetSource struct {
 	base
 	files   []string
-	fi      int // index of the open file
+	fi      int    // index of the open file
+	root    string // the open file's folder, resolved by pinFile
+	path    string // the open file, resolved by pinFile
 	cur     *parquetFile
 	rg      int // next row group of cur
 	g       *rowGroup
@@ -404,7 +407,8 @@ func (s *parquetSource) advance(ctx context.Context) error {
 			}
 			return io.EOF
 		}
-		p, err := openParquet(s.files[s.fi], s.opts)
+		s.root, s.path = pinFile(s.files[s.fi])
+		p, err := openParquet(s.root, s.path, s.opts)
 		if errors.Is(err, ErrSchema) || errors.Is(err, ErrMalformedParquet) {
 			s.rejectFile(err)
 			continue
@@ -531,7 +535,7 @@ func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: int64(len(img)),
-		ref: imageRef{kind: refParquet, path: s.files[s.fi], rg: int32(rg), row: int32(row)}}
+		ref: imageRef{kind: refParquet, root: s.root, path: s.path, rg: int32(rg), row: int32(row)}}
 	if !withImage {
 		return e, nil, true
 	}

@@ -27,16 +27,7 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: %w (%s)", p, ErrNotRegular, kindOf(fi.Mode()))
-	}
-	return f, fi, nil
+	return checkRegular(f, p)
 }
 
 // kindOf names a non-regular file mode for quarantine details.
@@ -58,11 +49,12 @@ func kindOf(m fs.FileMode) string {
 	return "irregular file"
 }
 
-// readFileBounded reads all of the regular file p, failing with ErrTooLarge
-// when it holds more than max bytes (checked on the open descriptor and again
-// while reading, so a growing file cannot exceed it either).
-func readFileBounded(ctx context.Context, p string, max int64) ([]byte, error) {
-	f, fi, err := openRegular(p)
+// readFileBounded reads all of the regular file p, opened below root with
+// openIn, failing with ErrTooLarge when it holds more than max bytes (checked
+// on the open descriptor and again while reading, so a growing file cannot
+// exceed it either).
+func readFileBounded(ctx context.Context, root, p string, max int64) ([]byte, error) {
+	f, fi, err := openIn(root, p)
 	if err != nil {
 		return nil, err
 	}

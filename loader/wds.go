@@ -9,6 +9,8 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -44,7 +46,8 @@ type tarGroup struct {
 	hasImage bool
 	text     string
 	hasText  bool
-	textRank int // index in the text keys of the member the caption came from (lower wins)
+	textRank int      // index in the text keys of the member the caption came from (lower wins)
+	exts     []string // the member extensions read, to tell a repeated member
 	id       string
 	reason   string // first problem seen in the group
 	detail   string
@@ -59,19 +62,30 @@ type tarSource struct {
 	gz      *gzStream // pr of a .tar.gz shard, else nil
 	size    int64     // of the open shard; -1 for a .tar.gz (unknown until inflated)
 	tr      *tar.Reader
-	pending *tar.Header // first member of the next group, data not yet read
-	broken  string      // tar error to report before moving to the next shard
-	open    func(string) (io.ReadSeekCloser, error)
+	pending *tar.Header                                          // first member of the next group, data not yet read
+	broken  string                                               // tar error to report before moving to the next shard
+	open    func(root, path string) (io.ReadSeekCloser, error)   // a local shard, below root (see openIn)
+	root    string                                               // the open local shard's folder, resolved by pinFile
+	path    string                                               // the open local shard, resolved by pinFile
 	stream  func(context.Context, string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
 	ctxr    *ctxStream                                           // the open remote stream, else nil
 	keys    wdsKeys
+	prev    keyRun // the open shard's last group key
+}
+
+// keyRun is the key of a shard's last group and how many groups in a row
+// had it (ok false before the first group).
+type keyRun struct {
+	key string
+	ok  bool
+	n   int
 }
 
 func newTarSource(shards []string, opts Options) *tarSource {
 	keys, _ := parseWDSKeys(opts.WDSImageKeys, opts.WDSTextKeys) // checked by Options.Validate
 	return &tarSource{base: base{opts: opts}, shards: shards, cur: -1, keys: keys,
-		open: func(p string) (io.ReadSeekCloser, error) {
-			f, _, err := openRegular(p)
+		open: func(root, p string) (io.ReadSeekCloser, error) {
+			f, _, err := openIn(root, p)
 			return f, err
 		}}
 }
@@ -94,6 +108,7 @@ func (s *tarSource) closeShard() error {
 	}
 	err := s.pr.Close()
 	s.pr, s.gz, s.ctxr, s.tr, s.pending, s.broken = nil, nil, nil, nil, nil, ""
+	s.prev = keyRun{}
 	return err
 }
 
@@ -109,7 +124,8 @@ func (s *tarSource) openNext(ctx context.Context) error {
 	if s.stream != nil {
 		return s.openStream(ctx)
 	}
-	f, err := s.open(s.shards[s.cur])
+	s.root, s.path = pinFile(s.shards[s.cur])
+	f, err := s.open(s.root, s.path)
 	if err != nil {
 		return fmt.Errorf("loader: open %s: %w", s.shards[s.cur], err)
 	}
@@ -247,13 +263,14 @@ func (s *tarSource) readGroup(ctx context.Context, withImage bool) (*tarGroup, b
 			return g, g != nil
 		}
 		key, ext := splitKey(hdr.Name)
-		if g != nil && key != g.key {
-			s.pending = hdr
+		if g != nil && (key != g.key || slices.Contains(g.exts, ext)) {
+			s.pending = hdr // a new key, or a member repeated: the next group
 			return g, true
 		}
 		if g == nil {
-			g = &tarGroup{key: key, loc: s.shardLoc(key)}
+			g = s.newGroup(key)
 		}
+		g.exts = append(g.exts, ext)
 		if !localName(hdr.Name) {
 			g.setProblem(ReasonEscapesRoot, "member name leaves the archive: "+hdr.Name)
 		}
@@ -261,6 +278,22 @@ func (s *tarSource) readGroup(ctx context.Context, withImage bool) (*tarGroup, b
 			return g, true
 		}
 	}
+}
+
+// newGroup starts the group of key. A group with the key of the group
+// before it (a member name repeated, as when a writer wrote a sample twice)
+// is a duplicate: it is read and quarantined as duplicate_id at its own
+// location (key#2, key#3, ...), never dropped without a line.
+func (s *tarSource) newGroup(key string) *tarGroup {
+	g := &tarGroup{key: key, loc: s.shardLoc(key)}
+	if s.prev.ok && s.prev.key == key {
+		s.prev.n++
+		g.loc += "#" + strconv.Itoa(s.prev.n)
+		g.setProblem(ReasonDuplicateID, "key "+key+" repeats in the shard, first at "+s.shardLoc(key))
+		return g
+	}
+	s.prev = keyRun{key: key, ok: true, n: 1}
+	return g
 }
 
 // localName reports whether a member name stays inside the archive when
@@ -413,7 +446,10 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: id, Location: g.loc, Text: g.text, ImageName: g.imgName, ImageSize: g.imgSize,
-		ref: imageRef{kind: refTar, path: s.shards[s.cur], off: g.imgOff}}
+		ref: imageRef{kind: refTar, root: s.root, path: s.path, off: g.imgOff}}
+	if s.stream != nil { // a remote shard: its key, read through Options.Remote
+		e.ref.root, e.ref.path = "", s.shards[s.cur]
+	}
 	if s.gz != nil {
 		e.ref.kind = refTarGz
 	}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 type member struct {
@@ -149,7 +151,7 @@ func FuzzTarSource(f *testing.F) {
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := newTarSource([]string{"f.tar"}, Options{MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 16}.withDefaults())
-		src.open = func(string) (io.ReadSeekCloser, error) { return nopCloser{bytes.NewReader(data)}, nil }
+		src.open = func(string, string) (io.ReadSeekCloser, error) { return nopCloser{bytes.NewReader(data)}, nil }
 		defer src.Close()
 		n := 0
 		for {
@@ -205,5 +207,49 @@ func TestTarKeys(t *testing.T) {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%+v: got %v, want ErrInvalidConfig", bad, err)
 		}
+	}
+}
+
+// TestTarDuplicateKey: a sample whose key repeats right after itself (a
+// member name written twice) is quarantined as duplicate_id at its own
+// location, key#2, key#3, ..., in Next and in Scan alike, never dropped
+// without a quarantine line; the first copy is delivered.
+func TestTarDuplicateKey(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		members []member
+		samples string
+		rejects []string // locations (after the shard path) of duplicate_id rejects
+	}{
+		{"pair twice", []member{{"a.jpg", "i1"}, {"a.txt", "one"}, {"a.jpg", "i2"}, {"a.txt", "two"}, {"b.jpg", "i"}, {"b.txt", "b"}},
+			"a,b", []string{":a#2"}},
+		{"three times", []member{{"a.jpg", "i1"}, {"a.txt", "one"}, {"a.jpg", "i2"}, {"a.txt", "two"}, {"a.jpg", "i3"}, {"a.txt", "three"}},
+			"a", []string{":a#2", ":a#3"}},
+		{"caption twice", []member{{"a.jpg", "i1"}, {"a.txt", "one"}, {"a.txt", "two"}}, "a", []string{":a#2"}},
+		{"in a folder", []member{{"x/a.jpg", "i1"}, {"x/a.txt", "one"}, {"x/a.jpg", "i2"}}, "x/a", []string{":x/a#2"}},
+		{"two image kinds are one sample", []member{{"a.jpg", "i1"}, {"a.png", "i2"}, {"a.txt", "one"}}, "a", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "s.tar")
+			writeFile(t, p, tarBytes(t, c.members))
+			for _, scan := range []bool{false, true} {
+				var d drained
+				if scan {
+					d = scanWithin(t, 10*time.Second, p, Options{})
+				} else {
+					d = drain(t, p, Options{})
+				}
+				var got []string
+				for _, r := range d.rejects {
+					if r.Reason != ReasonDuplicateID || r.Detail == "" {
+						t.Errorf("scan=%v: reject %+v, want duplicate_id with a detail", scan, r)
+					}
+					got = append(got, strings.TrimPrefix(r.Location, p))
+				}
+				if ids := strings.Join(ids(d.samples), ","); ids != c.samples || strings.Join(got, ",") != strings.Join(c.rejects, ",") {
+					t.Errorf("scan=%v: got samples %s, rejects %v; want %s, %v", scan, ids, got, c.samples, c.rejects)
+				}
+			}
+		})
 	}
 }

@@ -120,17 +120,18 @@ func newGzSpools(base string, entries []Entry, remote Remote) *gzSpools {
 
 // read returns want bytes of e's image from its shard's inflated copy.
 func (g *gzSpools) read(ctx context.Context, e Entry, want int64) ([]byte, error) {
-	sp, err := g.spool(ctx, e.ref.path)
+	sp, err := g.spool(ctx, e.ref.root, e.ref.path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
 	}
 	local := e
-	local.ref.path = sp
+	local.ref.root, local.ref.path = "", sp // the loader's own copy
 	return readFileRange(ctx, local, e.ref.off, want, false)
 }
 
-// spool returns the path of shard's inflated copy, making it on first use.
-func (g *gzSpools) spool(ctx context.Context, shard string) (string, error) {
+// spool returns the path of shard's inflated copy, making it on first use
+// (a local shard is opened below root, see openIn).
+func (g *gzSpools) spool(ctx context.Context, root, shard string) (string, error) {
 	g.mu.Lock()
 	if g.dir == "" {
 		dir, err := os.MkdirTemp(g.base, "mmfeed-tgz-")
@@ -155,7 +156,7 @@ func (g *gzSpools) spool(ctx context.Context, shard string) (string, error) {
 		return sp.path, nil
 	}
 	dst := filepath.Join(dir, strconv.Itoa(n)+".tar")
-	written, err := inflateTo(ctx, g.opener(), shard, dst, limit)
+	written, err := inflateTo(ctx, g.opener(root), shard, dst, limit)
 	if err != nil {
 		os.Remove(dst)
 		return "", err // not kept: the next read tries again
@@ -193,13 +194,14 @@ func isGzipDataErr(err error) bool {
 	return errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || strings.Contains(err.Error(), "flate")
 }
 
-// opener opens a shard for inflating: a remote object or a local file.
-func (g *gzSpools) opener() func(context.Context, string) (io.ReadCloser, error) {
+// opener opens a shard for inflating: a remote object or a local file
+// below root.
+func (g *gzSpools) opener(root string) func(context.Context, string) (io.ReadCloser, error) {
 	if g.remote != nil {
 		return g.remote.Open
 	}
 	return func(_ context.Context, p string) (io.ReadCloser, error) {
-		f, _, err := openRegular(p)
+		f, _, err := openIn(root, p)
 		return f, err
 	}
 }

@@ -284,7 +284,7 @@ func FuzzTarGzSource(f *testing.F) {
 	f.Add([]byte("not gzip"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		src := newTarSource([]string{"f.tar.gz"}, Options{MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 16}.withDefaults())
-		src.open = func(string) (io.ReadSeekCloser, error) { return nopCloser{bytes.NewReader(data)}, nil }
+		src.open = func(string, string) (io.ReadSeekCloser, error) { return nopCloser{bytes.NewReader(data)}, nil }
 		defer src.Close()
 		n := 0
 		for {

@@ -116,14 +116,14 @@ func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr 
 		return reject(reasonOf(countErr), countErr)
 	}
 	if img.MaxFileBytes > 0 && e.ImageSize > int64(img.MaxFileBytes) {
-		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
+		return reject(ReasonImageTooLarge, fmt.Errorf("pipeline: image %d bytes > limit %d: %w", e.ImageSize, img.MaxFileBytes, imgproc.ErrTooLarge))
 	}
 	h, err := readHeader(ix, e)
 	if err != nil {
 		return reject(reasonOf(err), err)
 	}
-	if h.Width*h.Height > img.MaxImagePixels {
-		return reject(ReasonImageTooLarge, imgproc.ErrTooLarge)
+	if err := checkPixels(h, img.MaxImagePixels); err != nil {
+		return reject(ReasonImageTooLarge, err)
 	}
 	h.FileBytes = int(e.ImageSize)
 	return EntryFeatures{Item: balancer.Item{
@@ -132,6 +132,15 @@ func featuresOf(ix *loader.Index, e loader.Entry, counts []int, j int, countErr 
 		ImageTokens: img.ImageTokens(h.Width, h.Height),
 		Complexity:  imgproc.HeaderComplexity(h),
 	}, Size: image.Pt(h.Width, h.Height), Format: h.Format}
+}
+
+// checkPixels refuses a header that declares more than max pixels, naming the
+// dimensions and the limit.
+func checkPixels(h imgproc.Header, max int) error {
+	if n := int64(h.Width) * int64(h.Height); n > int64(max) {
+		return fmt.Errorf("pipeline: %s %dx%d = %d pixels > limit %d: %w", h.Format, h.Width, h.Height, n, max, imgproc.ErrTooLarge)
+	}
+	return nil
 }
 
 // readHeader parses the image header from growing prefixes of the file.

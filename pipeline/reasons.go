@@ -17,6 +17,7 @@ const (
 	ReasonImageCorrupt     = "image_corrupt"
 	ReasonTextUnencodable  = "text_unencodable"
 	ReasonReadFailed       = loader.ReasonUnreadableImage
+	ReasonEscapesRoot      = loader.ReasonEscapesRoot // a re-read would leave the dataset root (a file swapped for a link)
 )
 
 // errUnreadable wraps I/O failures of reading an image the index listed.
@@ -25,6 +26,8 @@ var errUnreadable = errors.New("image unreadable")
 // reasonOf classifies an imgproc or tokenize error into a quarantine reason.
 func reasonOf(err error) string {
 	switch {
+	case errors.Is(err, loader.ErrEscapesRoot):
+		return ReasonEscapesRoot
 	case errors.Is(err, errUnreadable):
 		return ReasonReadFailed
 	case errors.Is(err, imgproc.ErrEmpty):

@@ -20,9 +20,10 @@ const readAttempts = 3
 var readBackoff = [readAttempts - 1]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}
 
 // permanent reports read errors that another attempt cannot fix: the file is
-// gone, changed, not a regular file, too large, or the source cannot re-read.
+// gone, changed, not a regular file, outside the dataset root, too large, or
+// the source cannot re-read.
 func permanent(err error) bool {
-	for _, e := range []error{fs.ErrNotExist, fs.ErrPermission, loader.ErrStale, loader.ErrNotRegular,
+	for _, e := range []error{fs.ErrNotExist, fs.ErrPermission, loader.ErrStale, loader.ErrNotRegular, loader.ErrEscapesRoot,
 		loader.ErrTooLarge, loader.ErrNoImageRef, loader.ErrClosed, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, e) {
 			return true

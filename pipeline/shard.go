@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/proto"
@@ -96,6 +97,59 @@ type ShardSummary struct {
 	Reused int
 	// Epochs are the per-epoch plans written as indexes.
 	Epochs []EpochIndexInfo
+	// Failed lists the samples (indices into Prepared.Features) that the first epoch
+	// plans with weight 1 and the data files store at weight 0: they failed to read
+	// or decode and are quarantined. Ascending.
+	Failed []int32
+}
+
+// Planned is how many samples the first epoch stores with weight 1: the plan's real
+// entries less Failed, so that planned + quarantined + dropped = seen.
+func (s ShardSummary) Planned(plan *balancer.Plan) int {
+	n := 0
+	for _, st := range plan.Steps {
+		for _, mbs := range st.Ranks {
+			for _, mb := range mbs {
+				for _, e := range mb {
+					if e.Weight > 0 {
+						n++
+					}
+				}
+			}
+		}
+	}
+	return n - len(s.Failed)
+}
+
+// StoredPlan returns plan with the weights the data files store: a copy in which
+// every entry of a sample in failed has weight 0 (plan is not changed). plan.jsonl is
+// written from it, so it never says weight 1 for a row the files hold at weight 0.
+func StoredPlan(plan *balancer.Plan, failed []int32) *balancer.Plan {
+	if len(failed) == 0 {
+		return plan
+	}
+	bad := make(map[int32]bool, len(failed))
+	for _, it := range failed {
+		bad[it] = true
+	}
+	q := *plan
+	q.Steps = make([]balancer.Step, len(plan.Steps))
+	for k, st := range plan.Steps {
+		ranks := make([][]balancer.MicroBatch, len(st.Ranks))
+		for r, mbs := range st.Ranks {
+			ranks[r] = make([]balancer.MicroBatch, len(mbs))
+			for m, mb := range mbs {
+				ranks[r][m] = slices.Clone(mb)
+				for i, e := range mb {
+					if bad[e.Item] {
+						ranks[r][m][i].Weight = 0
+					}
+				}
+			}
+		}
+		q.Steps[k] = balancer.Step{Index: st.Index, Ranks: ranks}
+	}
+	return &q
 }
 
 // RankFile is the Arrow IPC file name of a dp rank when the set has one part.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -242,7 +243,7 @@ func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error 
 
 // finish writes the epoch indexes and the manifest.
 func (w *shardWriter) finish(ctx context.Context, epochs []epochPlan) (ShardSummary, error) {
-	sum := ShardSummary{Reused: w.reused}
+	sum := ShardSummary{Reused: w.reused, Failed: w.failedPlanned()}
 	loc := w.locations()
 	per := w.o.recordRows()
 	for i, it := range extraItems(epochs, loc) {
@@ -274,6 +275,25 @@ func (w *shardWriter) finish(ctx context.Context, epochs []epochPlan) (ShardSumm
 		m.JPEGQuality = w.o.JPEGQuality
 	}
 	return sum, writeJSON(ctx, w.st, manifestFile, m)
+}
+
+// failedPlanned lists, ascending, the failed samples that the first epoch plans with
+// weight > 0 (not those of extra.arrow only, which it drops at the tail).
+func (w *shardWriter) failedPlanned() []int32 {
+	var out []int32
+	for _, st := range w.plan.Steps {
+		for _, mbs := range st.Ranks {
+			for _, mb := range mbs {
+				for _, e := range mb {
+					if e.Weight > 0 && w.failed[e.Item] {
+						out = append(out, e.Item)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // writeIndex writes one epoch's index: a record batch per dp rank.

@@ -127,8 +127,10 @@ func ThumbnailJPEG(data []byte, maxPixels int) (jpg []byte, w, h int, err error)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	if maxPixels > 0 && hdr.Width*hdr.Height > maxPixels {
-		return nil, 0, 0, imgproc.ErrTooLarge
+	if maxPixels > 0 {
+		if err := checkPixels(hdr, maxPixels); err != nil {
+			return nil, 0, 0, err
+		}
 	}
 	defer func() {
 		if r := recover(); r != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
@@ -39,7 +40,7 @@ func runCreds(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return errUsage
 	}
 	conf := filepath.Join(*out, authConfFile)
-	if _, err := os.Stat(conf); err == nil && !*force {
+	if _, err := os.Lstat(conf); err == nil && !*force {
 		return fmt.Errorf("%s exists (--force replaces every credential)", conf)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w", err)
@@ -56,21 +57,83 @@ func runCreds(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("%w", err)
 	}
 	for _, id := range ids {
-		if err := os.WriteFile(filepath.Join(*out, id.User+".pass"), []byte(id.Password+"\n"), 0o600); err != nil {
-			return fmt.Errorf("%w", err)
+		if err := writeNew(filepath.Join(*out, id.User+".pass"), []byte(id.Password+"\n"), 0o600, *force); err != nil {
+			return err
 		}
 	}
-	if err := os.WriteFile(conf, text, 0o600); err != nil {
-		return fmt.Errorf("%w", err)
+	if err := writeNew(conf, text, 0o600, *force); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s (users %s, %s, %s (read only) and %d trainer ranks) and one <user>.pass each in %s\n",
 		authConfFile, serve.ServiceUser, serve.WorkerUser, serve.ViewerUser, *dp**mp, *out)
 	if *tlsHosts != "" {
-		if err := serve.WriteTLS(*out, strings.Split(*tlsHosts, ","), *tlsValid); err != nil {
+		if err := writeTLS(*out, strings.Split(*tlsHosts, ","), *tlsValid, *force); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "wrote %s, %s, %s, %s, %s\n", serve.TLSCAFile, serve.TLSServerCertFile, serve.TLSServerKeyFile,
 			serve.TLSClientCertFile, serve.TLSClientKeyFile)
+	}
+	return nil
+}
+
+// writeNew creates path holding data with mode, as a new file: O_CREAT|O_EXCL
+// (an existing file or link, dangling or not, fails) and O_NOFOLLOW, so a
+// link planted in --out is never written through and a planted file never
+// keeps its own mode. With replace, whatever is at path is removed first
+// (a link itself, never its target) and the file is then created the same
+// way.
+func writeNew(path string, data []byte, mode os.FileMode, replace bool) error {
+	if replace {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("creds: replace %s: %w", path, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creds: %s exists (--force replaces every credential)", path)
+	}
+	if err != nil {
+		return fmt.Errorf("creds: %w", err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("creds: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// tlsFiles are the files serve.WriteTLS writes.
+var tlsFiles = []string{serve.TLSCAFile, serve.TLSServerCertFile, serve.TLSServerKeyFile, serve.TLSClientCertFile, serve.TLSClientKeyFile}
+
+// writeTLS has serve.WriteTLS write the CA and certificates into a fresh
+// private folder (0700, a name nobody can plant in beforehand) inside out,
+// then moves each file into out with writeNew, keeping its mode (0644 for
+// certificates, 0600 for keys), and removes the folder.
+func writeTLS(out string, hosts []string, valid time.Duration, replace bool) error {
+	stage, err := os.MkdirTemp(out, ".tls-")
+	if err != nil {
+		return fmt.Errorf("creds: %w", err)
+	}
+	defer os.RemoveAll(stage)
+	if err := serve.WriteTLS(stage, hosts, valid); err != nil {
+		return err
+	}
+	for _, name := range tlsFiles {
+		p := filepath.Join(stage, name)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("creds: %w", err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("creds: %w", err)
+		}
+		if err := writeNew(filepath.Join(out, name), data, fi.Mode().Perm(), replace); err != nil {
+			return err
+		}
 	}
 	return nil
 }

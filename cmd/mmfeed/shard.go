@@ -86,9 +86,6 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := st.WriteFile(ctx, "plan.jsonl", plan.WriteJSONL); err != nil {
-		return err
-	}
 	src, closeSrc, err := nf.source(ctx, prep, stderr)
 	if err != nil {
 		return err
@@ -96,6 +93,10 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer closeSrc()
 	sum, err := pipeline.ShardFrom(ctx, prep, plan, st, o, src, progressBar(stderr, "preprocessing", "steps"))
 	if err != nil {
+		return err
+	}
+	// plan.jsonl holds the weights the files store: 0 for a sample that failed to decode.
+	if err := st.WriteFile(ctx, "plan.jsonl", pipeline.StoredPlan(plan, sum.Failed).WriteJSONL); err != nil {
 		return err
 	}
 	// The report is written last so that its quarantine count includes decode failures.
@@ -113,8 +114,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	el := time.Since(start).Seconds()
-	fmt.Fprintf(stdout, "%s: %d samples seen, %d planned in %d steps × %d ranks × %d micro-batches, %d quarantined, %d dropped at the tail\n",
-		cfg.Input, prep.Seen(), rep.Samples, rep.Steps, rep.DP, rep.MicroBatches, rep.Quarantined, rep.Dropped)
+	fmt.Fprintln(stdout, shardLine(cfg.Input, prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
 	fmt.Fprintf(stdout, "wrote %d data files (%d record batches, %d rows, %.1f MB, %s, %s) and %d epoch indexes to %s in %.1fs (%.0f samples/s)\n",
 		len(sum.Files), sum.Batches, sum.Rows, float64(sum.Bytes)/1e6, storeLabel(o, cfg.Image.DType), o.Compression,
 		len(sum.Epochs), *out, el, float64(sum.Rows)/el)
@@ -122,6 +122,17 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "resumed: kept %d verified data files of the interrupted run\n", sum.Reused)
 	}
 	return rep.WriteTable(stdout)
+}
+
+// shardLine is the summary's first line. A sample that failed to decode after it was
+// planned counts once, as quarantined (planned + quarantined + dropped = seen).
+func shardLine(input string, seen int64, planned, failed int, rep *balancer.Report) string {
+	q := ""
+	if failed > 0 {
+		q = fmt.Sprintf(" (%d of them failed to decode after planning, stored at weight 0)", failed)
+	}
+	return fmt.Sprintf("%s: %d samples seen, %d planned in %d steps × %d ranks × %d micro-batches, %d quarantined%s, %d dropped at the tail",
+		input, seen, planned, rep.Steps, rep.DP, rep.MicroBatches, rep.Quarantined, q, rep.Dropped)
 }
 
 // defaultInputCache is ~/.cache/mmfeed (the OS cache folder), or the temp folder.

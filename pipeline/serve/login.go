@@ -70,10 +70,7 @@ func (s *Service) auth(h http.Handler) http.Handler {
 // session cookie (POST, or GET with ?token=), then redirects to next (a
 // local path) or /.
 func (s *Service) login(w http.ResponseWriter, r *http.Request) {
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
-		next = "/"
-	}
+	next := localPath(r.FormValue("next"))
 	if s.cfg.HTTPToken == "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
@@ -93,6 +90,28 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) {
 		Next  string
 		Wrong bool
 	}{next, t != ""})
+}
+
+// localPath returns next when it is a path of this origin, else "/": one
+// leading slash, then printable ASCII only, no backslash (browsers drop tabs
+// and newlines from a URL and read "\\" as "/", so "/\t/evil.example" or
+// "/\\evil.example" would lead to another host), and it must parse as a
+// URL with neither scheme nor host. The pages' own links (url.QueryEscape of
+// a request URI) always pass.
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return "/"
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, "/") {
+		return "/"
+	}
+	return next
 }
 
 var loginTmpl = template.Must(template.New("login").Parse(`<!DOCTYPE html>
