@@ -53,6 +53,9 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 				s.ctl.badControl("fetch", err)
 				return
 			}
+			if !s.replies.allow("fetch", m, s.replies.rankInbox(dp, mp)...) {
+				return // the batch would go to someone else's inbox
+			}
 			key := req.Key()
 			if req.View {
 				s.startView(ctx, r, m.Reply, key)
@@ -273,6 +276,9 @@ func (s *Service) handleAck(m *nats.Msg) {
 	}
 	if err != nil {
 		s.ctl.badControl("ack", err)
+		return
+	}
+	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
 	s.out.ack(rank, a.Key())

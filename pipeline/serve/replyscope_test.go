@@ -1,0 +1,282 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestCheckReply(t *testing.T) {
+	rank0, _ := proto.InboxPrefix("job-1", 0, 0)
+	rank1, _ := proto.InboxPrefix("job-1", 1, 0)
+	tests := []struct {
+		name   string
+		reply  string
+		strict bool
+		own    []string
+		want   string
+	}{
+		{"own rank inbox", rank0 + ".abc.1", true, []string{rank0}, ""},
+		{"own rank inbox, no auth", rank0 + ".abc", false, []string{rank0}, ""},
+		{"plain inbox, no auth", "_INBOX.Xy12.3", false, []string{rank0}, ""},
+		{"plain inbox, job-wide subject", "_INBOX.Xy12.3", true, nil, ""},
+		{"plain inbox with auth", "_INBOX.Xy12.3", true, []string{rank0}, replyNotOwn},
+		{"kv config", "$KV.mmfeed_job-1.config", false, []string{rank0}, replyNotInbox},
+		{"kv rank step", "$KV.mmfeed_job-1.rank.1.0.step", true, []string{rank0}, replyNotInbox},
+		{"stream delete", "$JS.API.STREAM.DELETE.OBJ_mmfeed_features", false, nil, replyNotInbox},
+		{"batch subject", "mmfeed.job-1.batch.0.0", false, []string{rank0}, replyNotInbox},
+		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, replyForeign},
+		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, replyForeign},
+		{"the worker's inbox", WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the viewer's inbox from a rank", ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the viewer's own", ViewerInboxPrefix + ".a", true, []string{ViewerInboxPrefix}, ""},
+		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, replyService},
+		{"the service's inbox, job-wide", ServiceInboxPrefix + ".a.1", false, nil, replyService},
+		{"a local worker's result", ServiceInboxPrefix + ".a.1", true, workerInboxes, ""},
+		{"the prefix itself", rank0, true, []string{rank0}, replyForeign},
+		{"a longer token that starts like the prefix", rank0 + "9.x", true, []string{rank0}, replyForeign},
+		{"wildcard", "_INBOX.>", false, nil, replyNotInbox},
+		{"token wildcard", "_INBOX.*.x", false, nil, replyNotInbox},
+		{"empty token", "_INBOX..x", false, nil, replyNotInbox},
+		{"bare _INBOX", "_INBOX", false, nil, replyNotInbox},
+		{"whitespace", "_INBOX.a b", false, nil, replyNotInbox},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkReply(tt.reply, tt.strict, tt.own...); got != tt.want {
+				t.Errorf("checkReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRateLogSuppresses: a flood of one kind of line writes one line a
+// second, the next one names how many were held back; another kind is not
+// held back by it.
+func TestRateLogSuppresses(t *testing.T) {
+	var buf bytes.Buffer
+	r := newRateLog(slog.New(slog.NewTextHandler(&buf, nil)))
+	now := time.Unix(0, 0)
+	r.now = func() time.Time { return now }
+	for range 20000 {
+		r.warn("a", "bad control message")
+	}
+	r.warn("b", "other")
+	now = now.Add(rateLogEvery)
+	r.warn("a", "bad control message")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines for 20002 warnings over two intervals, want 3:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[2], "suppressed=19999") {
+		t.Errorf("last line %q does not report the 19999 held back", lines[2])
+	}
+}
+
+// replyAttack is one request an attacker sends with a reply subject that
+// is not its own inbox.
+type replyAttack struct {
+	subject string
+	body    any
+	reply   string
+}
+
+// TestRepliesGoToTheRequesterOnly plays the confused-deputy attack of
+// issue 20: a trainer credential (or, without authentication, a bare
+// connection) and the viewer send register, resend, fetch, ack and view
+// requests whose reply subject is the job's KV config, another rank's KV
+// position, the JetStream API that deletes the feature cache or the job's
+// KV bucket, another rank's inbox or the service's own. The service answers
+// none of them (counted on /metrics), the KV config and rank keys and the
+// streams are unchanged, and the trainers then receive every sample once.
+func TestRepliesGoToTheRequesterOnly(t *testing.T) {
+	old := doneAckWait
+	doneAckWait = 100 * time.Millisecond
+	t.Cleanup(func() { doneAckWait = old })
+	for _, tc := range []struct {
+		name  string
+		plane string
+		auth  bool
+	}{
+		{"core/creds", proto.DataPlaneCore, true},
+		{"core/bare", proto.DataPlaneCore, false},
+		{"jetstream/creds", proto.DataPlaneJetStream, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRepliesScoped(t, tc.plane, tc.auth) })
+	}
+}
+
+func testRepliesScoped(t *testing.T, plane string, auth bool) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.DataPlane = plane
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	var ids map[string]Identity
+	if auth {
+		var conf string
+		conf, ids = writeAuth(t, cfg.Job, 2, 1)
+		cfg.NATS.ServerConfig = conf
+	}
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	as := func(user string, inbox string) *nats.Conn {
+		opts := []nats.Option{slowAuth}
+		if auth {
+			opts = append(opts, nats.UserInfo(user, ids[user].Password), nats.CustomInboxPrefix(inbox))
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	svc := as(ServiceUser, "_INBOX.test")
+	js, err := jetstream.New(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketName(cfg.Job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		_, err := kv.Get(ctx, kvEpochInfo+"0")
+		return err
+	})
+	keys := []string{"config", proto.KVRankStep(0, 0), proto.KVRankStep(1, 0), kvRankGen(0, 0), kvRankGen(1, 0)}
+	before := kvRevisions(t, ctx, kv, keys)
+
+	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
+	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
+	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + ".rank.1.0.step",
+		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
+		rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
+	if auth {
+		targets = append(targets, "_INBOX.someone.1") // with users: only the rank's own inbox
+	}
+	key := proto.BatchKey{Job: cfg.Job, Epoch: 0, Step: 0, MicroBatch: 0}
+	var trainerAttacks, viewerAttacks []replyAttack
+	for _, reply := range targets {
+		reg, _ := proto.RankControlSubject(cfg.Job, proto.CtlRegister, 0, 0)
+		res, _ := proto.RankControlSubject(cfg.Job, proto.CtlResend, 0, 0)
+		trainerAttacks = append(trainerAttacks,
+			replyAttack{reg, proto.Register{Job: cfg.Job, DP: 2, MP: 1, Placement: "colocated"}, reply},
+			replyAttack{res, proto.Resend{Job: cfg.Job, Reason: "forged"}, reply})
+		if plane == proto.DataPlaneCore {
+			fetch, _ := proto.FetchSubject(cfg.Job, 0, 0)
+			ack, _ := proto.AckSubject(cfg.Job, 0, 0)
+			view, _ := proto.ViewSubject(cfg.Job, 0, 0)
+			trainerAttacks = append(trainerAttacks,
+				replyAttack{fetch, proto.NewFetchRequest(key), reply},
+				replyAttack{ack, proto.AckRequest(proto.NewFetchRequest(key)), reply})
+			vreq := proto.NewFetchRequest(key)
+			vreq.View = true
+			viewerAttacks = append(viewerAttacks, replyAttack{view, vreq, reply})
+		}
+	}
+	send := func(nc *nats.Conn, attacks []replyAttack) {
+		for _, a := range attacks {
+			b, err := proto.EncodeControl(a.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.PublishRequest(a.subject, a.reply, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(as(TrainerUser(0, 0), rank0), trainerAttacks)
+	send(as(ViewerUser, ViewerInboxPrefix), viewerAttacks)
+	want := float64(len(trainerAttacks) + len(viewerAttacks))
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := sumCounter(t, r.s, "mmfeed_serve_replies_refused_total"); n != want {
+			return errorf("%v replies refused, want %v", n, want)
+		}
+		return nil
+	})
+	if n := labelled(t, r.s, "mmfeed_serve_control_messages_total", "refused"); n < want {
+		t.Errorf("%v control messages counted refused, want at least %v", n, want)
+	}
+	if after := kvRevisions(t, ctx, kv, keys); !equalMaps(before, after) {
+		t.Errorf("KV keys changed by the attack: before %v, after %v", before, after)
+	}
+	for _, st := range []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)} {
+		if _, err := js.Stream(ctx, st); err != nil {
+			t.Errorf("stream %s after the attack: %v", st, err)
+		}
+	}
+
+	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
+		if auth {
+			id := ids[TrainerUser(tr.dp, tr.mp)]
+			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+		}
+	})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// kvRevisions returns the revision of each key (0: absent).
+func kvRevisions(t testing.TB, ctx context.Context, kv jetstream.KeyValue, keys []string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		switch {
+		case err == nil:
+			out[k] = e.Revision()
+		case err == jetstream.ErrKeyNotFound:
+			out[k] = 0
+		default:
+			t.Fatalf("kv get %s: %v", k, err)
+		}
+	}
+	return out
+}
+
+func equalMaps(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// sumCounter returns the sum of every series of a counter family.
+func sumCounter(t testing.TB, s *Service, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.Metric {
+				sum += m.Counter.GetValue()
+			}
+		}
+	}
+	return sum
+}
