@@ -208,6 +208,9 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 	for {
 		it, changed := s.out.lookup(rank, key)
 		if it != nil {
+			if err := s.ranks.hand(ctx, rank, key); err != nil { // before the rank can ack it
+				s.replies.log.warn("kv:handed", "kv rank handed", "rank", rank, "err", err)
+			}
 			s.send(waits.claim(key, w), it)
 			return
 		}
@@ -281,6 +284,10 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
+	if err := s.checkAck(rank, a.Key()); err != nil {
+		s.ctl.badControl("ack", err)
+		return
+	}
 	s.out.ack(rank, a.Key())
 	if m.Reply != "" {
 		// Before the position moves: the last ack of the job lets the
@@ -292,6 +299,29 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
 		s.ctl.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
 	}
+}
+
+// checkAck returns nil when rank may acknowledge k on the core data plane:
+// a batch of a step the rank already completed (a duplicate: clients send
+// recent acks again after a reconnect), or a batch of the step the rank
+// needs next (in order: not a later step) that was handed to it, by this
+// service or, as the KV bucket recorded, by an earlier one. So no ack moves
+// a rank over a batch its fetch was not answered with (invariant 6).
+func (s *Service) checkAck(rank int, k proto.BatchKey) error {
+	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
+		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
+	}
+	rs := s.ranks.get(rank)
+	at, next := pos{k.Epoch, k.Step}, s.epochs.norm(rs.next)
+	switch {
+	case at.less(next):
+		return nil
+	case next.less(at):
+		return fmt.Errorf("serve: ack of %v ahead of rank %d's next step (epoch %d step %d): %w", k, rank, next.Epoch, next.Step, proto.ErrControl)
+	case !rs.anyHanded || keyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}):
+		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d: %w", k, rank, proto.ErrControl)
+	}
+	return nil
 }
 
 // firstHeld returns the first batch still held for a rank (the outbox on the

@@ -88,7 +88,6 @@ func New(cfg Config) (*Service, error) {
 	if err := s.met.register(reg); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
-	s.replies = &replyGuard{job: cfg.Job, met: s.met, log: newRateLog(log)}
 	s.ctl = newControl(s)
 	return s, nil
 }
