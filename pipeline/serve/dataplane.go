@@ -284,7 +284,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
-	if err := s.checkAck(rank, a.Key()); false && err != nil {
+	if err := s.checkAck(rank, a.Key()); err != nil {
 		s.ctl.badControl("ack", err)
 		return
 	}
