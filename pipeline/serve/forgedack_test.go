@@ -53,8 +53,9 @@ func TestCheckAck(t *testing.T) {
 // TestForgedAcksEndNothing plays issue 20's forged ack: before anything is
 // delivered, an attacker (rank 0's own credential with authentication on,
 // or a bare connection) acknowledges the last micro-batch of the epoch and
-// the batches of step 0 that are built and held but were never fetched.
-// The service refuses them (counted on /metrics), no rank moves, nothing
+// the batches of step 0 that are built and held but were never fetched,
+// then reports the epoch done and its last step trained. The service
+// refuses the acks and holds the done back (counted on /metrics), no rank moves, nothing
 // is dropped from the outbox, no KV position is written, and the trainers
 // then receive every sample exactly once before the job ends.
 func TestForgedAcksEndNothing(t *testing.T) {
@@ -112,6 +113,16 @@ func testForgedAcks(t *testing.T, auth bool) {
 			}
 			forged++
 		}
+		// And a done and a feedback past everything: held back at the first unacknowledged step.
+		done, _ := proto.RankControlSubject(cfg.Job, proto.CtlDone, dp, 0)
+		fb, _ := proto.RankControlSubject(cfg.Job, proto.CtlFeedback, dp, 0)
+		for subj, v := range map[string]any{done: proto.Done{Job: cfg.Job, DPRank: dp, Steps: steps},
+			fb: proto.Feedback{Job: cfg.Job, Step: steps - 1, DPRank: dp, ComputeSeconds: 1}} {
+			b, _ := proto.EncodeControl(v)
+			if err := nc.Publish(subj, b); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -119,6 +130,9 @@ func testForgedAcks(t *testing.T, auth bool) {
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := acksRefused(r.s); n != float64(forged) {
 			return errorf("%v acks refused, want %d", n, forged)
+		}
+		if n := testutil.ToFloat64(r.s.met.control.WithLabelValues(proto.CtlDone, "unacknowledged")); n < float64(len(ranks)) {
+			return errorf("%v dones held back, want %d", n, len(ranks))
 		}
 		return nil
 	})
@@ -153,4 +167,50 @@ func testForgedAcks(t *testing.T, auth bool) {
 // acksRefused is mmfeed_serve_control_messages_total{kind="ack",result="refused"}.
 func acksRefused(s *Service) float64 {
 	return testutil.ToFloat64(s.met.control.WithLabelValues("ack", "refused"))
+}
+
+// TestAckOfBatchHandedBeforeRestart: a batch a service sent before it
+// restarted is still "handed" to the restarted one (rank.<dp>.<mp>.handed in
+// the KV bucket), so the rank's ack of it moves its position; a batch never
+// sent is not.
+func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 48), 1, 1, "colocated")
+	cfg.Recalibrate, cfg.WaitForTrainers = -1, true
+	cfg.NATS.Listen = "127.0.0.1:" + itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	registered := func(r *running) {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), 0, 0)
+		if err := tr.connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer tr.crash()
+		if rep, err := tr.register(ctx, 0, 0); err != nil || !rep.OK {
+			t.Fatalf("register: %+v, %v", rep, err)
+		}
+	}
+	r := start(t, cfg)
+	registered(r)
+	rank := newRawRank(t, r.s.ClientURL(), cfg.Job, 0)
+	rank.fetch(0, 0, 0)
+	rank.fetch(0, 0, 1)
+	rank.nc.Close()
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r2 := start(t, cfg)
+	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
+	rank.ack(0, 0, 1) // answered: handed by the first service
+	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
+	}
+	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
+	b, _ := proto.EncodeControl(proto.AckRequest(proto.NewFetchRequest(k)))
+	subj, _ := proto.AckSubject(cfg.Job, 0, 0)
+	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
+		t.Errorf("the ack of step 1, never sent, was answered")
+	}
+	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
+	}
 }
