@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -212,5 +214,56 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	}
 	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
 		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
+	}
+}
+
+// TestForgedJetStreamAckDropsNothing guards what the JetStream data plane
+// relies on: a rank's position there is bounded by the first chunk its
+// work-queue subject still stores (control.unacked), and the server ignores
+// an ack of a chunk it has not delivered, so forged acks (a trainer
+// credential may publish $JS.ACK for its own consumer) remove nothing.
+func TestForgedJetStreamAckDropsNothing(t *testing.T) {
+	srv := testnats.Server(t, testnats.Options{})
+	nc, _ := testnats.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "s.a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := js.Publish(ctx, "s.a", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []string{"5", "3", "2"} { // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
+		if err := nc.Publish("$JS.ACK.S.C.1."+seq+"."+seq+".1700000000000000000.0", []byte("+ACK")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil { // confirmed: the acks before it were processed too
+			t.Fatal(err)
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 || info.State.FirstSeq != 2 {
+		t.Errorf("stream holds %d chunks from sequence %d after forged acks of 2, 3 and 5 and a real ack of 1, want 4 from 2",
+			info.State.Msgs, info.State.FirstSeq)
 	}
 }
