@@ -58,7 +58,7 @@ type delivery interface {
 
 func newControl(s *Service) *control {
 	if s.replies == nil {
-		s.replies = &replyGuard{job: s.cfg.Job, met: s.met, log: newRateLog(s.log)}
+		s.replies = &replyGuard{job: s.cfg.Job, dp: s.cfg.Pipeline.Plan.DP, mp: s.cfg.MP, met: s.met, log: newRateLog(s.log)}
 	}
 	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
 		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, delivery: s,

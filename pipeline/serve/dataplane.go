@@ -303,23 +303,23 @@ func (s *Service) handleAck(m *nats.Msg) {
 
 // checkAck returns nil when rank may acknowledge k on the core data plane:
 // a batch of a step the rank already completed (a duplicate: clients send
-// recent acks again after a reconnect), or a batch of the step the rank
-// needs next (in order: not a later step) that was handed to it, by this
-// service or, as the KV bucket recorded, by an earlier one. So no ack moves
-// a rank over a batch its fetch was not answered with (invariant 6).
+// recent acks again after a reconnect), or a batch up to the last one
+// handed to the rank (its fetch was answered with it or a later batch, by
+// this service or, as the KV bucket recorded, by an earlier one). An ack
+// means "every batch up to k is applied" (docs/protocol.md section 11), so
+// it moves the rank at most to the step after the last batch handed to it,
+// never over a batch no fetch of the rank got (invariant 6).
 func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
 		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
 	}
 	rs := s.ranks.get(rank)
-	at, next := pos{k.Epoch, k.Step}, s.epochs.norm(rs.next)
-	switch {
-	case at.less(next):
+	if (pos{k.Epoch, k.Step}).less(s.epochs.norm(rs.next)) {
 		return nil
-	case next.less(at):
-		return fmt.Errorf("serve: ack of %v ahead of rank %d's next step (epoch %d step %d): %w", k, rank, next.Epoch, next.Step, proto.ErrControl)
-	case !rs.anyHanded || keyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}):
-		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d: %w", k, rank, proto.ErrControl)
+	}
+	if !rs.anyHanded || keyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
+			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
 	}
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // TestCheckAck: on the core data plane an ack moves a rank only over
-// batches handed to it, at its next step; a duplicate of a completed step
-// is accepted (clients send recent acks again after a reconnect).
+// batches handed to it; a duplicate of a completed step is accepted
+// (clients send recent acks again after a reconnect).
 func TestCheckAck(t *testing.T) {
 	key := func(step, mb int) proto.BatchKey { return proto.BatchKey{Job: "ctl", Step: step, MicroBatch: mb} }
 	tests := []struct {
@@ -28,7 +28,9 @@ func TestCheckAck(t *testing.T) {
 		{"the last batch of the epoch, nothing handed", pos{0, 0}, nil, key(9, 1), false},
 		{"handed, at the next step", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
 		{"the first micro-batch handed, the last not", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
-		{"handed, a step ahead of the next", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(1, 1), false},
+		{"handed, steps ahead of the next (cumulative)", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
+		{"a step after the last handed", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
+		{"the micro-batch after the last handed", pos{0, 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
 		{"a later step handed, this one acked in order", pos{0, 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
 		{"a duplicate of a completed step", pos{0, 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
 		{"a duplicate, nothing handed since a restart", pos{0, 5}, nil, key(4, 1), true},

@@ -84,6 +84,7 @@ func under(subj, prefix string) bool {
 // most once a second per kind. Safe for concurrent use.
 type replyGuard struct {
 	job    string
+	dp, mp int // the layout: a rank outside it is nobody's
 	strict atomic.Bool // set by startNATS before any handler runs
 	met    *metrics
 	log    *rateLog
@@ -132,19 +133,27 @@ func (g *replyGuard) respond(kind string, m *nats.Msg, data []byte, own ...strin
 // ownOf returns the inbox prefixes of the requester of a control message
 // on subj: the rank's on a rank control subject
 // (mmfeed.<job>.ctl.<kind>.<dp>.<mp>); on the job-wide one (older clients,
-// which no trainer credential may publish) the rank its payload names.
+// which no trainer credential may publish) the rank its payload names. When
+// that names no rank of the layout (a misconfigured trainer, a malformed
+// register: no credential of `mmfeed creds` may send it), any trainer
+// inbox of the job (_INBOX.mmfeed.<job>), so that its refusal reaches it.
 func (g *replyGuard) ownOf(subj string, data []byte) []string {
-	if _, _, dp, mp, err := proto.ParseRankControlSubject(subj); err == nil {
+	dp, mp, ok := -1, -1, false
+	if _, _, d, m, err := proto.ParseRankControlSubject(subj); err == nil {
+		dp, mp, ok = d, m, true
+	} else {
+		var r struct {
+			DP *int `json:"dp_rank"`
+			MP *int `json:"mp_rank"`
+		}
+		if json.Unmarshal(data, &r) == nil && r.DP != nil && r.MP != nil {
+			dp, mp, ok = *r.DP, *r.MP, true
+		}
+	}
+	if ok && dp >= 0 && mp >= 0 && dp < g.dp && mp < g.mp {
 		return g.rankInbox(dp, mp)
 	}
-	var r struct {
-		DP *int `json:"dp_rank"`
-		MP *int `json:"mp_rank"`
-	}
-	if json.Unmarshal(data, &r) != nil || r.DP == nil || r.MP == nil || *r.DP < 0 || *r.MP < 0 {
-		return nil
-	}
-	return g.rankInbox(*r.DP, *r.MP)
+	return []string{"_INBOX." + proto.SubjectPrefix + "." + g.job}
 }
 
 func truncate(s string, n int) string {

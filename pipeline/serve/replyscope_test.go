@@ -54,6 +54,27 @@ func TestCheckReply(t *testing.T) {
 	}
 }
 
+// TestReplyOwner: whose inbox a control message may be answered on.
+func TestReplyOwner(t *testing.T) {
+	g := &replyGuard{job: "job-1", dp: 2, mp: 1}
+	tests := []struct {
+		subj, data string
+		want       string
+	}{
+		{"mmfeed.job-1.ctl.register.1.0", `{}`, "_INBOX.mmfeed.job-1.1.0"},
+		{"mmfeed.job-1.ctl.register", `{"dp_rank":1,"mp_rank":0}`, "_INBOX.mmfeed.job-1.1.0"},
+		{"mmfeed.job-1.ctl.register.2.0", `{}`, "_INBOX.mmfeed.job-1"},                     // no such rank
+		{"mmfeed.job-1.ctl.register", `{"job":"job-1","extra":1}`, "_INBOX.mmfeed.job-1"},  // names no rank
+		{"mmfeed.job-1.ctl.register", `{"dp_rank":-1,"mp_rank":0}`, "_INBOX.mmfeed.job-1"}, // outside the layout
+		{"mmfeed.job-1.ctl.register", `not json`, "_INBOX.mmfeed.job-1"},
+	}
+	for _, tt := range tests {
+		if got := g.ownOf(tt.subj, []byte(tt.data)); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("ownOf(%s, %s) = %q, want [%q]", tt.subj, tt.data, got, tt.want)
+		}
+	}
+}
+
 // replyAttack is one request an attacker sends with a reply subject that
 // is not its own inbox.
 type replyAttack struct {
