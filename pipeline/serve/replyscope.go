@@ -84,7 +84,7 @@ func under(subj, prefix string) bool {
 // most once a second per kind. Safe for concurrent use.
 type replyGuard struct {
 	job    string
-	dp, mp int // the layout: a rank outside it is nobody's
+	dp, mp int         // the layout: a rank outside it is nobody's
 	strict atomic.Bool // set by startNATS before any handler runs
 	met    *metrics
 	log    *rateLog
