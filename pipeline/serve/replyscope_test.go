@@ -155,7 +155,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
 	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + ".rank.1.0.step",
 		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
-		rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
+		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
 	if auth {
 		targets = append(targets, "_INBOX.someone.1") // with users: only the rank's own inbox
 	}
@@ -208,7 +208,11 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	if after := kvRevisions(t, ctx, kv, keys); !equalMaps(before, after) {
 		t.Errorf("KV keys changed by the attack: before %v, after %v", before, after)
 	}
-	for _, st := range []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)} {
+	streams := []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
+	if plane == proto.DataPlaneJetStream {
+		streams = append(streams, proto.StreamName(cfg.Job))
+	}
+	for _, st := range streams {
 		if _, err := js.Stream(ctx, st); err != nil {
 			t.Errorf("stream %s after the attack: %v", st, err)
 		}
