@@ -2,12 +2,15 @@ package serve
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestCheckReply(t *testing.T) {
@@ -278,4 +281,41 @@ func sumCounter(t testing.TB, s *Service, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestWorkResponder: a work result is answered on a worker's inbox or the
+// service's own (its local workers), never on a $KV subject or a trainer's
+// inbox; a refusal is counted.
+func TestWorkResponder(t *testing.T) {
+	srv := testnats.Server(t, testnats.Options{})
+	nc, _ := testnats.Connect(t, srv.ClientURL())
+	s := &Service{cfg: Config{Job: "job-1"}, log: slog.New(slog.DiscardHandler)}
+	s.met = newMetrics(s)
+	s.replies = &replyGuard{job: "job-1", dp: 1, mp: 1, met: s.met, log: newRateLog(s.log)}
+	s.replies.strict.Store(true)
+	respond := s.workResponder("result")
+	sub, err := nc.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		reply string
+		want  bool
+	}{
+		{WorkerInboxPrefix + ".a.1", true},
+		{ServiceInboxPrefix + ".a.1", true},
+		{"$KV.mmfeed_job-1.config", false},
+		{"_INBOX.mmfeed.job-1.0.0.x", false},
+		{"_INBOX.other.1", false},
+	} {
+		m := &nats.Msg{Subject: "mmfeedwork.job-1.result", Reply: tc.reply, Sub: sub}
+		if got := respond(m, []byte("ok")); got != tc.want {
+			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
+		}
+	}
+	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
+		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
+		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 3 {
+		t.Errorf("%v work replies refused, want 3", n)
+	}
 }
