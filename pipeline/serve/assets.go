@@ -288,7 +288,7 @@ func (s *Service) ensureConsumer(ctx context.Context, r int) error {
 
 // recreateState recreates the job's KV bucket and writes back what the
 // service holds: the job record, the planned epochs, each rank's
-// generation and acknowledged step.
+// generation, acknowledged step and handed step.
 func (s *Service) recreateState(ctx context.Context) error {
 	s.lost("kv bucket " + proto.BucketName(s.cfg.Job))
 	if _, err := proto.EnsureKV(ctx, s.js, s.cfg.Job, s.cfg.StreamMemory, s.cfg.Replicas); err != nil {
@@ -313,6 +313,11 @@ func (s *Service) recreateState(ctx context.Context) error {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
 		if err := s.st.putInt(ctx, kvRankGen(dp, mp), rs.gen); err != nil {
 			return err
+		}
+		if rs.recOK {
+			if err := s.st.putJSON(ctx, kvRankHanded(dp, mp), handedStep{rs.recorded.Epoch, rs.recorded.Step}); err != nil {
+				return err
+			}
 		}
 		if hasPrev[r] {
 			if err := proto.PutRankStep(ctx, s.st.kv, dp, mp, prevs[r].Epoch, prevs[r].Step); err != nil {

@@ -37,6 +37,8 @@ type control struct {
 	gate     *controlGate
 	poke     func() // wakes the publisher when a rank's next step moved
 	delivery delivery
+	replies  *replyGuard // answers only the requester's own inbox (replyscope.go)
+	rlog     *rateLog    // refusals: at most one line per kind a second
 }
 
 // delivery is what control asks of the data plane (core outbox or
@@ -55,8 +57,12 @@ type delivery interface {
 }
 
 func newControl(s *Service) *control {
+	if s.replies == nil {
+		s.replies = &replyGuard{job: s.cfg.Job, dp: s.cfg.Pipeline.Plan.DP, mp: s.cfg.MP, met: s.met, log: newRateLog(s.log)}
+	}
 	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
-		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, delivery: s}
+		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, delivery: s,
+		replies: s.replies, rlog: s.replies.log}
 }
 
 // controlGate bounds what a flood of control messages can start: registers
@@ -114,7 +120,7 @@ func (c *control) goRegister(m *nats.Msg) {
 			err = m.Respond(b)
 		}
 		if err != nil {
-			c.log.Warn("register reply", "err", err)
+			c.rlog.warn("register:busy", "register reply", "err", err)
 		}
 	}
 }
@@ -137,7 +143,7 @@ func (c *control) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 			subj string
 			h    nats.MsgHandler
 		}{{subj, h}, {subj + ".*.*", c.rankChecked(kind, h)}} {
-			sub, err := nc.Subscribe(sh.subj, sh.h)
+			sub, err := nc.Subscribe(sh.subj, c.replyChecked(kind, sh.h))
 			if err != nil {
 				for _, x := range subs {
 					_ = x.Unsubscribe()
@@ -178,6 +184,17 @@ func (c *control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 	}
 }
 
+// replyChecked wraps a control handler: a message whose reply subject is
+// outside the requester's own inbox (replyGuard) is dropped before it does
+// anything.
+func (c *control) replyChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if c.replies.allow(kind, m, c.replies.ownOf(m.Subject, m.Data)...) {
+			h(m)
+		}
+	}
+}
+
 // handleRegister answers a trainer rank's Register: the layout must match;
 // the reply names the epoch's steps, plan hash, modality, stream, consumer
 // and subject. A rank that needs a step the stream no longer holds (its
@@ -204,7 +221,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 		if errors.Is(err, ErrEpochRange) {
 			c.log.Info("register refused", "err", err) // how a client learns the job has no more epochs
 		} else {
-			c.log.Warn("register refused", "err", err)
+			c.rlog.warn("register:refused", "register refused", "err", err)
 		}
 		l := c.cfg.layout()
 		code := refusalCode(err)
@@ -415,7 +432,7 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 		if time.Now().After(deadline) {
 			if wait > 0 {
 				c.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
-				c.log.Warn("rank reports past what it acknowledged; kept at its first unacknowledged step",
+				c.rlog.warn("done:unacknowledged", "rank reports past what it acknowledged; kept at its first unacknowledged step",
 					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
 			}
 			c.setNext(ctx, rank, bound, false)
@@ -472,7 +489,7 @@ func (c *control) handleResend(m *nats.Msg) {
 		return
 	}
 	c.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
-	c.log.Warn("resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
+	c.rlog.warn("resend:ok", "resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
 	started := c.tasks.start(func(ctx context.Context) {
 		defer c.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -524,5 +541,5 @@ func (c *control) resendFrom(ctx context.Context, rank int, asked pos) (pos, err
 
 func (c *control) badControl(kind string, err error) {
 	c.met.control.WithLabelValues(kind, "refused").Inc()
-	c.log.Warn("bad control message", "kind", kind, "err", err)
+	c.rlog.warn("control:"+kind, "bad control message", "kind", kind, "err", err)
 }

@@ -53,6 +53,9 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 				s.ctl.badControl("fetch", err)
 				return
 			}
+			if !s.replies.allow("fetch", m, s.replies.rankInbox(dp, mp)...) {
+				return // the batch would go to someone else's inbox
+			}
 			key := req.Key()
 			if req.View {
 				s.startView(ctx, r, m.Reply, key)
@@ -205,6 +208,9 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 	for {
 		it, changed := s.out.lookup(rank, key)
 		if it != nil {
+			if err := s.ranks.hand(ctx, rank, key); err != nil { // before the rank can ack it
+				s.replies.log.warn("kv:handed", "kv rank handed", "rank", rank, "err", err)
+			}
 			s.send(waits.claim(key, w), it)
 			return
 		}
@@ -275,6 +281,13 @@ func (s *Service) handleAck(m *nats.Msg) {
 		s.ctl.badControl("ack", err)
 		return
 	}
+	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
+		return
+	}
+	if err := s.checkAck(rank, a.Key()); err != nil {
+		s.ctl.badControl("ack", err)
+		return
+	}
 	s.out.ack(rank, a.Key())
 	if failing, _ := s.health.stateFailure(time.Now()); m.Reply != "" && failing == nil {
 		// Not while the job's state cannot be written (a full disk): the
@@ -289,6 +302,29 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
 		s.ctl.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
 	}
+}
+
+// checkAck returns nil when rank may acknowledge k on the core data plane:
+// a batch of a step the rank already completed (a duplicate: clients send
+// recent acks again after a reconnect), or a batch up to the last one
+// handed to the rank (its fetch was answered with it or a later batch, by
+// this service or, as the KV bucket recorded, by an earlier one). An ack
+// means "every batch up to k is applied" (docs/protocol.md section 11), so
+// it moves the rank at most to the step after the last batch handed to it,
+// never over a batch no fetch of the rank got (invariant 6).
+func (s *Service) checkAck(rank int, k proto.BatchKey) error {
+	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
+		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
+	}
+	rs := s.ranks.get(rank)
+	if (pos{k.Epoch, k.Step}).less(s.epochs.norm(rs.next)) {
+		return nil
+	}
+	if !rs.anyHanded || keyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
+			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
+	}
+	return nil
 }
 
 // firstHeld returns the first batch still held for a rank (the outbox on the

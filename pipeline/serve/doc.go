@@ -87,7 +87,8 @@
 // service refuses to start), each epoch's info (epoch.<e>: steps, plan
 // hash, the cost-model segments), the current epoch, each rank's last
 // completed step (rank.<dp>.<mp>.step, from feedback and done), each rank's
-// generation (rank.<dp>.<mp>.gen) and finished. On restart the service
+// generation (rank.<dp>.<mp>.gen), the last step a rank's fetch was sent a
+// batch of (rank.<dp>.<mp>.handed, core data plane) and finished. On restart the service
 // replans every epoch identically (replaying recorded recalibrations), sets
 // each rank's cursor after the last batch the stream still holds for it (or
 // after its last completed step) and publishes from the minimum; chunks
@@ -141,8 +142,10 @@
 //
 //   - rankTable (ranks.go): every rank's publish cursor, next needed step,
 //     generation and connection, and their KV records (rank.<dp>.<mp>.step,
-//     .gen). A generation is recorded before it is used; a cursor moves
-//     forward only when the step's last micro-batch was handed over.
+//     .gen, .handed). A generation is recorded before it is used; a cursor
+//     moves forward only when the step's last micro-batch was handed over;
+//     a rank's next needed step moves forward only over batches handed to
+//     it (an ack of anything else is refused: Service.checkAck).
 //   - jobDataset (dataset.go): the job's pipeline.Dataset (index,
 //     tokenizer, features), opened by the first epoch's preparation and
 //     shared by every epoch's plan and preprocessing; Run closes it after
@@ -161,6 +164,11 @@
 //     data plane or a resize, through the delivery interface the Service
 //     implements. A message moves a rank forward only to what it
 //     acknowledged and back only to what it has not.
+//   - replyGuard (replyscope.go): every request is answered only on the
+//     requester's own inbox namespace (never $KV, $JS, another identity's
+//     inbox or the service's own, ServiceInboxPrefix); a request with
+//     another reply subject is dropped, counted and logged at most once a
+//     second (rateLog, ratelog.go).
 //   - tasks (tasks.go): every goroutine started for a message (a register,
 //     done, resend, fetch or viewer fetch). Tasks run with Run's context
 //     and Run waits for them before it returns: no goroutine of the service

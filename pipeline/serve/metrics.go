@@ -32,6 +32,7 @@ type metrics struct {
 	stageSeconds                     *prometheus.CounterVec
 	imbalance                        prometheus.Histogram
 	control                          *prometheus.CounterVec
+	repliesRefused                   *prometheus.CounterVec
 	assetFailures                    prometheus.Counter
 	stateWriteFailures               prometheus.Counter
 	assetsRecreated                  *prometheus.CounterVec
@@ -61,6 +62,8 @@ func newMetrics(s *Service) *metrics {
 			Buckets: []float64{1, 1.005, 1.01, 1.02, 1.03, 1.05, 1.1, 1.2, 1.5, 2, 3}}),
 		control: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "control_messages_total",
 			Help: "Control messages received, by kind and result (ok, merged into one in flight, refused, unacknowledged)."}, []string{"kind", "result"}),
+		repliesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "replies_refused_total",
+			Help: "Requests not answered because their reply subject is outside the requester's inbox, by kind and reason (not_inbox, service, foreign, not_own)."}, []string{"kind", "reason"}),
 		dataWait: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "data_wait_seconds_total",
 			Help: "Seconds trainer ranks reported blocked on the next batch."}, rankLabels),
 		compute: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "mmfeed", Subsystem: "serve", Name: "compute_seconds_total",
@@ -74,7 +77,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{m.samples, m.bytes, m.batches, m.chunks, m.retries, m.rewinds, m.recalibrations,
-		m.stageSeconds, m.imbalance, m.control, m.dataWait, m.compute, m.assetFailures, m.stateWriteFailures, m.assetsRecreated, &stateCollector{m.s}} {
+		m.stageSeconds, m.imbalance, m.control, m.repliesRefused, m.dataWait, m.compute, m.assetFailures, m.stateWriteFailures, m.assetsRecreated, &stateCollector{m.s}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

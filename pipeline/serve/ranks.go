@@ -2,6 +2,8 @@ package serve
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,9 +25,31 @@ type rankState struct {
 	gen    int    // the replay generation of the rank's publishes
 	known  bool   // the trainer registered or reported since the service started
 	conn   string // the reply inbox prefix of the rank's last register
+	// handed is the last batch (epoch, step, micro-batch) a fetch of the
+	// rank was answered with on the core data plane, when anyHanded: no ack
+	// moves the rank past it. After a restart it is the whole step recorded
+	// in the KV bucket (rank.<dp>.<mp>.handed, written before the step's
+	// first batch is sent), so acks of what an earlier service sent count.
+	handed    proto.BatchKey
+	anyHanded bool
+	recorded  pos  // the step rank.<dp>.<mp>.handed holds, when recOK
+	recOK     bool // rank.<dp>.<mp>.handed holds recorded
 	// unsaved: the KV write of next failed (a full disk, an outage); the
 	// next setNext to the same position writes it again.
 	unsaved bool
+}
+
+// handedStep is the KV value of rank.<dp>.<mp>.handed: every batch of the
+// rank up to this step may have been sent to it.
+type handedStep struct {
+	Epoch int `json:"epoch"`
+	Step  int `json:"step"`
+}
+
+// kvRankHanded returns the key of the last step rank (dp, mp) was handed a
+// batch of (core data plane).
+func kvRankHanded(dp, mp int) string {
+	return "rank." + strconv.Itoa(dp) + "." + strconv.Itoa(mp) + ".handed"
 }
 
 // rankTable owns every rank's positions and their persistence in the job's
@@ -45,6 +69,7 @@ type rankState struct {
 // epochBook.mu, never after.
 type rankTable struct {
 	mu     sync.Mutex
+	handMu []sync.Mutex // per rank: serialises its rank.<dp>.<mp>.handed writes
 	ranks  []rankState
 	moved  chan struct{}
 	mp     int
@@ -53,7 +78,7 @@ type rankTable struct {
 }
 
 func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
-	return &rankTable{ranks: make([]rankState, n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
+	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
 }
 
 // load reads rank r's generation and next needed step from the KV bucket;
@@ -74,6 +99,13 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		rs.next = t.epochs.norm(pos{e, st + 1})
 	}
 	rs.cursor = rs.next
+	var h handedStep
+	if ok, err = t.kv.getJSON(ctx, kvRankHanded(dp, mp), &h); err != nil {
+		return rs, err
+	} else if ok {
+		rs.handed, rs.anyHanded = proto.BatchKey{Epoch: h.Epoch, Step: h.Step, MicroBatch: math.MaxInt32}, true
+		rs.recorded, rs.recOK = pos{h.Epoch, h.Step}, true
+	}
 	return rs, nil
 }
 
@@ -237,6 +269,39 @@ func (t *rankTable) save(ctx context.Context, r int, next pos) error {
 	return t.kv.delete(kctx, proto.KVRankStep(dp, mp))
 }
 
+// hand records that key is about to be sent to rank r's fetch: in memory,
+// and, when key's step is later than the one recorded, in the KV bucket
+// (rank.<dp>.<mp>.handed) first. The memory moves even when the KV write
+// fails (err): the batch is sent anyway, and only a restart before the
+// next recorded step forgets it.
+func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
+	k := proto.BatchKey{Epoch: key.Epoch, Step: key.Step, MicroBatch: key.MicroBatch}
+	t.handMu[r].Lock()
+	defer t.handMu[r].Unlock()
+	t.mu.Lock()
+	rs := &t.ranks[r]
+	if !rs.anyHanded || keyLess(rs.handed, k) {
+		rs.handed, rs.anyHanded = k, true
+	}
+	at := pos{k.Epoch, k.Step}
+	write := !rs.recOK || rs.recorded.less(at)
+	t.mu.Unlock()
+	if !write || t.kv == nil || t.kv.kv == nil { // no KV bucket (a test's bare service): memory only
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := t.kv.putJSON(kctx, kvRankHanded(r/t.mp, r%t.mp), handedStep{at.Epoch, at.Step}); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if rs := &t.ranks[r]; !rs.recOK || rs.recorded.less(at) {
+		rs.recorded, rs.recOK = at, true
+	}
+	t.mu.Unlock()
+	return nil
+}
+
 // rewound records rank r's new generation (in the KV bucket first) and puts
 // its cursor at to.
 func (t *rankTable) rewound(ctx context.Context, r, gen int, to pos) error {
@@ -255,6 +320,7 @@ func (t *rankTable) resetAll(p pos) {
 	defer t.mu.Unlock()
 	for i := range t.ranks {
 		t.ranks[i].cursor, t.ranks[i].next = p, p
+		t.ranks[i].anyHanded, t.ranks[i].recOK = false, false // the old layout's ranks were handed those
 	}
 }
 

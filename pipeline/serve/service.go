@@ -35,6 +35,7 @@ type Service struct {
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publisher.go)
 	ctl       *control                    // the trainers' control messages (control.go)
+	replies   *replyGuard                 // every request's reply subject is checked here (replyscope.go)
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
 	live      *live                       // the live report (live.go)
@@ -249,7 +250,9 @@ func (s *Service) startNATS(ctx context.Context) error {
 	} else {
 		s.clientURL = redact(joinURLs(nc.URLs))
 	}
-	conn, err := connect(nc, s.ns, sec, s.log)
+	// Per-user permissions scope each credential's inbox: replies must go there.
+	s.replies.strict.Store(sec != nil && sec.asUser)
+	conn, err := connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
 	if err != nil {
 		s.stopNATS()
 		return err

@@ -50,5 +50,8 @@ func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
 		s.ctl.badControl("view", err)
 		return
 	}
+	if !s.replies.allow("view", m, ViewerInboxPrefix) {
+		return
+	}
 	s.startView(ctx, rank, m.Reply, req.Key())
 }

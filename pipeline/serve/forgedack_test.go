@@ -1,0 +1,271 @@
+package serve
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestCheckAck: on the core data plane an ack moves a rank only over
+// batches handed to it; a duplicate of a completed step is accepted
+// (clients send recent acks again after a reconnect).
+func TestCheckAck(t *testing.T) {
+	key := func(step, mb int) proto.BatchKey { return proto.BatchKey{Job: "ctl", Step: step, MicroBatch: mb} }
+	tests := []struct {
+		name   string
+		next   pos
+		handed *proto.BatchKey
+		ack    proto.BatchKey
+		ok     bool
+	}{
+		{"nothing handed", pos{0, 0}, nil, key(0, 1), false},
+		{"the last batch of the epoch, nothing handed", pos{0, 0}, nil, key(9, 1), false},
+		{"handed, at the next step", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
+		{"the first micro-batch handed, the last not", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
+		{"handed, steps ahead of the next (cumulative)", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
+		{"a step after the last handed", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
+		{"the micro-batch after the last handed", pos{0, 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
+		{"a later step handed, this one acked in order", pos{0, 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
+		{"a duplicate of a completed step", pos{0, 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
+		{"a duplicate, nothing handed since a restart", pos{0, 5}, nil, key(4, 1), true},
+		{"outside the plan's micro-batches", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(0, 2), false},
+		{"outside the epoch's steps", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(10, 0), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestControl(t, 10, pos{0, 10}, &fakeDelivery{})
+			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
+			s.cfg.Pipeline.Plan.MicroBatches = 2
+			rs := rankState{cursor: pos{0, 10}, next: tt.next}
+			if tt.handed != nil {
+				rs.handed, rs.anyHanded = *tt.handed, true
+			}
+			s.ranks.set(0, rs)
+			if err := s.checkAck(0, tt.ack); (err == nil) != tt.ok {
+				t.Errorf("checkAck(%v) with next %+v, handed %v: %v, want ok=%v", tt.ack, tt.next, tt.handed, err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestForgedAcksEndNothing plays issue 20's forged ack: before anything is
+// delivered, an attacker (rank 0's own credential with authentication on,
+// or a bare connection) acknowledges the last micro-batch of the epoch and
+// the batches of step 0 that are built and held but were never fetched,
+// then reports the epoch done and its last step trained. The service
+// refuses the acks and holds the done back (counted on /metrics), no rank moves, nothing
+// is dropped from the outbox, no KV position is written, and the trainers
+// then receive every sample exactly once before the job ends.
+func TestForgedAcksEndNothing(t *testing.T) {
+	old := doneAckWait
+	doneAckWait = 100 * time.Millisecond
+	t.Cleanup(func() { doneAckWait = old })
+	for _, auth := range []bool{true, false} {
+		name := map[bool]string{true: "creds", false: "bare"}[auth]
+		t.Run(name, func(t *testing.T) { testForgedAcks(t, auth) })
+	}
+}
+
+func testForgedAcks(t *testing.T, auth bool) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	var ids map[string]Identity
+	if auth {
+		var conf string
+		conf, ids = writeAuth(t, cfg.Job, 2, 1)
+		cfg.NATS.ServerConfig = conf
+	}
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		for rank := range 2 {
+			if _, held := r.s.out.first(rank); !held {
+				return errorf("nothing held for rank %d yet", rank)
+			}
+		}
+		return nil
+	})
+	steps := r.s.epochs.steps(0)
+	opts := []nats.Option{slowAuth}
+	ranks := []int{0, 1}
+	if auth { // rank 0's own credential: it may publish its own ack subject only
+		inbox, _ := proto.InboxPrefix(cfg.Job, 0, 0)
+		id := ids[TrainerUser(0, 0)]
+		opts, ranks = append(opts, nats.UserInfo(id.User, id.Password), nats.CustomInboxPrefix(inbox)), []int{0}
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	mbs := cfg.Pipeline.Plan.MicroBatches
+	forged := 0
+	for _, dp := range ranks {
+		subj, _ := proto.AckSubject(cfg.Job, dp, 0)
+		for _, k := range []proto.BatchKey{{Step: steps - 1, MicroBatch: mbs - 1}, {Step: 0, MicroBatch: mbs - 1}, {Step: 0, MicroBatch: 0}} {
+			k.Job, k.DPRank = cfg.Job, dp
+			b, _ := proto.EncodeControl(proto.AckRequest(proto.NewFetchRequest(k)))
+			if err := nc.Publish(subj, b); err != nil { // a reply would be refused before the ack is looked at
+				t.Fatal(err)
+			}
+			forged++
+		}
+		// And a done and a feedback past everything: held back at the first unacknowledged step.
+		done, _ := proto.RankControlSubject(cfg.Job, proto.CtlDone, dp, 0)
+		fb, _ := proto.RankControlSubject(cfg.Job, proto.CtlFeedback, dp, 0)
+		for subj, v := range map[string]any{done: proto.Done{Job: cfg.Job, DPRank: dp, Steps: steps},
+			fb: proto.Feedback{Job: cfg.Job, Step: steps - 1, DPRank: dp, ComputeSeconds: 1}} {
+			b, _ := proto.EncodeControl(v)
+			if err := nc.Publish(subj, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := acksRefused(r.s); n != float64(forged) {
+			return errorf("%v acks refused, want %d", n, forged)
+		}
+		if n := testutil.ToFloat64(r.s.met.control.WithLabelValues(proto.CtlDone, "unacknowledged")); n < float64(len(ranks)) {
+			return errorf("%v dones held back, want %d", n, len(ranks))
+		}
+		return nil
+	})
+	for rank, rs := range r.s.ranks.all() {
+		if rs.next != (pos{0, 0}) {
+			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.next)
+		}
+		if k, held := r.s.out.first(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
+			t.Errorf("rank %d: first held batch %v (held %v) after forged acks, want step 0 micro-batch 0", rank, k, held)
+		}
+		if _, _, ok, err := proto.GetRankStep(context.Background(), r.s.st.kv, rank, 0); ok || err != nil {
+			t.Errorf("rank %d: a KV position was written by forged acks (%v)", rank, err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
+		if auth {
+			id := ids[TrainerUser(tr.dp, tr.mp)]
+			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+		}
+	})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// acksRefused is mmfeed_serve_control_messages_total{kind="ack",result="refused"}.
+func acksRefused(s *Service) float64 {
+	return testutil.ToFloat64(s.met.control.WithLabelValues("ack", "refused"))
+}
+
+// TestAckOfBatchHandedBeforeRestart: a batch a service sent before it
+// restarted is still "handed" to the restarted one (rank.<dp>.<mp>.handed in
+// the KV bucket), so the rank's ack of it moves its position; a batch never
+// sent is not.
+func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 48), 1, 1, "colocated")
+	cfg.Recalibrate, cfg.WaitForTrainers = -1, true
+	cfg.NATS.Listen = "127.0.0.1:" + itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	registered := func(r *running) {
+		tr := newTrainer(t, cfg, r.s.ClientURL(), 0, 0)
+		if err := tr.connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer tr.crash()
+		if rep, err := tr.register(ctx, 0, 0); err != nil || !rep.OK {
+			t.Fatalf("register: %+v, %v", rep, err)
+		}
+	}
+	r := start(t, cfg)
+	registered(r)
+	rank := newRawRank(t, r.s.ClientURL(), cfg.Job, 0)
+	rank.fetch(0, 0, 0)
+	rank.fetch(0, 0, 1)
+	rank.nc.Close()
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r2 := start(t, cfg)
+	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
+	rank.ack(0, 0, 1) // answered: handed by the first service
+	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
+	}
+	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
+	b, _ := proto.EncodeControl(proto.AckRequest(proto.NewFetchRequest(k)))
+	subj, _ := proto.AckSubject(cfg.Job, 0, 0)
+	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
+		t.Errorf("the ack of step 1, never sent, was answered")
+	}
+	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
+	}
+}
+
+// TestForgedJetStreamAckDropsNothing guards what the JetStream data plane
+// relies on: a rank's position there is bounded by the first chunk its
+// work-queue subject still stores (control.unacked), and the server ignores
+// an ack of a chunk it has not delivered, so forged acks (a trainer
+// credential may publish $JS.ACK for its own consumer) remove nothing.
+func TestForgedJetStreamAckDropsNothing(t *testing.T) {
+	srv := testnats.Server(t, testnats.Options{})
+	nc, _ := testnats.Connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: "s.a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := js.Publish(ctx, "s.a", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []string{"5", "3", "2"} { // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
+		if err := nc.Publish("$JS.ACK.S.C.1."+seq+"."+seq+".1700000000000000000.0", []byte("+ACK")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil { // confirmed: the acks before it were processed too
+			t.Fatal(err)
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 || info.State.FirstSeq != 2 {
+		t.Errorf("stream holds %d chunks from sequence %d after forged acks of 2, 3 and 5 and a real ack of 1, want 4 from 2",
+			info.State.Msgs, info.State.FirstSeq)
+	}
+}

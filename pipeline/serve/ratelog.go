@@ -1,0 +1,49 @@
+package serve
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// rateLogEvery is how often a rateLog writes one kind of line at most.
+const rateLogEvery = time.Second
+
+// rateLog writes at most one WARN line per kind per rateLogEvery; the lines
+// held back meanwhile are counted and reported as "suppressed" on the next
+// line of that kind. It bounds the log a flood of refused messages writes
+// (they are counted in full on /metrics). Safe for concurrent use; its lock
+// is a leaf.
+type rateLog struct {
+	log   *slog.Logger
+	every time.Duration
+	now   func() time.Time // time.Now; tests replace it
+
+	mu   sync.Mutex
+	last map[string]time.Time // kind: when its last line was written
+	held map[string]int       // kind: lines held back since
+}
+
+func newRateLog(log *slog.Logger) *rateLog {
+	return &rateLog{log: log, every: rateLogEvery, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+// warn writes msg with args as a WARN line unless a line of kind was written
+// within every; then it only counts it.
+func (r *rateLog) warn(kind, msg string, args ...any) {
+	now := r.now()
+	r.mu.Lock()
+	if t, ok := r.last[kind]; ok && now.Sub(t) < r.every {
+		r.held[kind]++
+		r.mu.Unlock()
+		return
+	}
+	n := r.held[kind]
+	r.last[kind] = now
+	delete(r.held, kind)
+	r.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	r.log.Warn(msg, args...)
+}

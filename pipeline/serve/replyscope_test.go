@@ -1,0 +1,321 @@
+package serve
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestCheckReply(t *testing.T) {
+	rank0, _ := proto.InboxPrefix("job-1", 0, 0)
+	rank1, _ := proto.InboxPrefix("job-1", 1, 0)
+	tests := []struct {
+		name   string
+		reply  string
+		strict bool
+		own    []string
+		want   string
+	}{
+		{"own rank inbox", rank0 + ".abc.1", true, []string{rank0}, ""},
+		{"own rank inbox, no auth", rank0 + ".abc", false, []string{rank0}, ""},
+		{"plain inbox, no auth", "_INBOX.Xy12.3", false, []string{rank0}, ""},
+		{"plain inbox, job-wide subject", "_INBOX.Xy12.3", true, nil, ""},
+		{"plain inbox with auth", "_INBOX.Xy12.3", true, []string{rank0}, replyNotOwn},
+		{"kv config", "$KV.mmfeed_job-1.config", false, []string{rank0}, replyNotInbox},
+		{"kv rank step", "$KV.mmfeed_job-1.rank.1.0.step", true, []string{rank0}, replyNotInbox},
+		{"stream delete", "$JS.API.STREAM.DELETE.OBJ_mmfeed_features", false, nil, replyNotInbox},
+		{"batch subject", "mmfeed.job-1.batch.0.0", false, []string{rank0}, replyNotInbox},
+		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, replyForeign},
+		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, replyForeign},
+		{"the worker's inbox", WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the viewer's inbox from a rank", ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the viewer's own", ViewerInboxPrefix + ".a", true, []string{ViewerInboxPrefix}, ""},
+		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, replyService},
+		{"the service's inbox, job-wide", ServiceInboxPrefix + ".a.1", false, nil, replyService},
+		{"a local worker's result", ServiceInboxPrefix + ".a.1", true, workerInboxes, ""},
+		{"the prefix itself", rank0, true, []string{rank0}, replyForeign},
+		{"a longer token that starts like the prefix", rank0 + "9.x", true, []string{rank0}, replyForeign},
+		{"wildcard", "_INBOX.>", false, nil, replyNotInbox},
+		{"token wildcard", "_INBOX.*.x", false, nil, replyNotInbox},
+		{"empty token", "_INBOX..x", false, nil, replyNotInbox},
+		{"bare _INBOX", "_INBOX", false, nil, replyNotInbox},
+		{"whitespace", "_INBOX.a b", false, nil, replyNotInbox},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checkReply(tt.reply, tt.strict, tt.own...); got != tt.want {
+				t.Errorf("checkReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReplyOwner: whose inbox a control message may be answered on.
+func TestReplyOwner(t *testing.T) {
+	g := &replyGuard{job: "job-1", dp: 2, mp: 1}
+	tests := []struct {
+		subj, data string
+		want       string
+	}{
+		{"mmfeed.job-1.ctl.register.1.0", `{}`, "_INBOX.mmfeed.job-1.1.0"},
+		{"mmfeed.job-1.ctl.register", `{"dp_rank":1,"mp_rank":0}`, "_INBOX.mmfeed.job-1.1.0"},
+		{"mmfeed.job-1.ctl.register.2.0", `{}`, "_INBOX.mmfeed.job-1"},                     // no such rank
+		{"mmfeed.job-1.ctl.register", `{"job":"job-1","extra":1}`, "_INBOX.mmfeed.job-1"},  // names no rank
+		{"mmfeed.job-1.ctl.register", `{"dp_rank":-1,"mp_rank":0}`, "_INBOX.mmfeed.job-1"}, // outside the layout
+		{"mmfeed.job-1.ctl.register", `not json`, "_INBOX.mmfeed.job-1"},
+	}
+	for _, tt := range tests {
+		if got := g.ownOf(tt.subj, []byte(tt.data)); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("ownOf(%s, %s) = %q, want [%q]", tt.subj, tt.data, got, tt.want)
+		}
+	}
+}
+
+// replyAttack is one request an attacker sends with a reply subject that
+// is not its own inbox.
+type replyAttack struct {
+	subject string
+	body    any
+	reply   string
+}
+
+// TestRepliesGoToTheRequesterOnly plays the confused-deputy attack of
+// issue 20: a trainer credential (or, without authentication, a bare
+// connection) and the viewer send register, resend, fetch, ack and view
+// requests whose reply subject is the job's KV config, another rank's KV
+// position, the JetStream API that deletes the feature cache or the job's
+// KV bucket, another rank's inbox or the service's own. The service answers
+// none of them (counted on /metrics), the KV config and rank keys and the
+// streams are unchanged, and the trainers then receive every sample once.
+func TestRepliesGoToTheRequesterOnly(t *testing.T) {
+	old := doneAckWait
+	doneAckWait = 100 * time.Millisecond
+	t.Cleanup(func() { doneAckWait = old })
+	for _, tc := range []struct {
+		name  string
+		plane string
+		auth  bool
+	}{
+		{"core/creds", proto.DataPlaneCore, true},
+		{"core/bare", proto.DataPlaneCore, false},
+		{"jetstream/creds", proto.DataPlaneJetStream, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testRepliesScoped(t, tc.plane, tc.auth) })
+	}
+}
+
+func testRepliesScoped(t *testing.T, plane string, auth bool) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.DataPlane = plane
+	cfg.Recalibrate = -1
+	cfg.QuarantineDir = t.TempDir()
+	var ids map[string]Identity
+	if auth {
+		var conf string
+		conf, ids = writeAuth(t, cfg.Job, 2, 1)
+		cfg.NATS.ServerConfig = conf
+	}
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	as := func(user string, inbox string) *nats.Conn {
+		opts := []nats.Option{slowAuth}
+		if auth {
+			opts = append(opts, nats.UserInfo(user, ids[user].Password), nats.CustomInboxPrefix(inbox))
+		}
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	svc := as(ServiceUser, "_INBOX.test")
+	js, err := jetstream.New(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, proto.BucketName(cfg.Job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		_, err := kv.Get(ctx, kvEpochInfo+"0")
+		return err
+	})
+	keys := []string{"config", proto.KVRankStep(0, 0), proto.KVRankStep(1, 0), kvRankGen(0, 0), kvRankGen(1, 0)}
+	before := kvRevisions(t, ctx, kv, keys)
+
+	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
+	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
+	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + ".rank.1.0.step",
+		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
+		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
+	if auth {
+		targets = append(targets, "_INBOX.someone.1") // with users: only the rank's own inbox
+	}
+	key := proto.BatchKey{Job: cfg.Job, Epoch: 0, Step: 0, MicroBatch: 0}
+	var trainerAttacks, viewerAttacks []replyAttack
+	for _, reply := range targets {
+		reg, _ := proto.RankControlSubject(cfg.Job, proto.CtlRegister, 0, 0)
+		res, _ := proto.RankControlSubject(cfg.Job, proto.CtlResend, 0, 0)
+		trainerAttacks = append(trainerAttacks,
+			replyAttack{reg, proto.Register{Job: cfg.Job, DP: 2, MP: 1, Placement: "colocated"}, reply},
+			replyAttack{res, proto.Resend{Job: cfg.Job, Reason: "forged"}, reply})
+		if plane == proto.DataPlaneCore {
+			fetch, _ := proto.FetchSubject(cfg.Job, 0, 0)
+			ack, _ := proto.AckSubject(cfg.Job, 0, 0)
+			view, _ := proto.ViewSubject(cfg.Job, 0, 0)
+			trainerAttacks = append(trainerAttacks,
+				replyAttack{fetch, proto.NewFetchRequest(key), reply},
+				replyAttack{ack, proto.AckRequest(proto.NewFetchRequest(key)), reply})
+			vreq := proto.NewFetchRequest(key)
+			vreq.View = true
+			viewerAttacks = append(viewerAttacks, replyAttack{view, vreq, reply})
+		}
+	}
+	send := func(nc *nats.Conn, attacks []replyAttack) {
+		for _, a := range attacks {
+			b, err := proto.EncodeControl(a.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.PublishRequest(a.subject, a.reply, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(as(TrainerUser(0, 0), rank0), trainerAttacks)
+	send(as(ViewerUser, ViewerInboxPrefix), viewerAttacks)
+	want := float64(len(trainerAttacks) + len(viewerAttacks))
+	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := sumCounter(t, r.s, "mmfeed_serve_replies_refused_total"); n != want {
+			return errorf("%v replies refused, want %v", n, want)
+		}
+		return nil
+	})
+	if n := labelled(t, r.s, "mmfeed_serve_control_messages_total", "refused"); n < want {
+		t.Errorf("%v control messages counted refused, want at least %v", n, want)
+	}
+	if after := kvRevisions(t, ctx, kv, keys); !equalMaps(before, after) {
+		t.Errorf("KV keys changed by the attack: before %v, after %v", before, after)
+	}
+	streams := []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
+	if plane == proto.DataPlaneJetStream {
+		streams = append(streams, proto.StreamName(cfg.Job))
+	}
+	for _, st := range streams {
+		if _, err := js.Stream(ctx, st); err != nil {
+			t.Errorf("stream %s after the attack: %v", st, err)
+		}
+	}
+
+	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
+		if auth {
+			id := ids[TrainerUser(tr.dp, tr.mp)]
+			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+		}
+	})
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+}
+
+// kvRevisions returns the revision of each key (0: absent).
+func kvRevisions(t testing.TB, ctx context.Context, kv jetstream.KeyValue, keys []string) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, k := range keys {
+		e, err := kv.Get(ctx, k)
+		switch {
+		case err == nil:
+			out[k] = e.Revision()
+		case err == jetstream.ErrKeyNotFound:
+			out[k] = 0
+		default:
+			t.Fatalf("kv get %s: %v", k, err)
+		}
+	}
+	return out
+}
+
+func equalMaps(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// sumCounter returns the sum of every series of a counter family.
+func sumCounter(t testing.TB, s *Service, name string) float64 {
+	t.Helper()
+	mfs, err := s.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.Metric {
+				sum += m.Counter.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// TestWorkResponder: a work result is answered on a worker's inbox or the
+// service's own (its local workers), never on a $KV subject or a trainer's
+// inbox; a refusal is counted.
+func TestWorkResponder(t *testing.T) {
+	srv := testnats.Server(t, testnats.Options{})
+	nc, _ := testnats.Connect(t, srv.ClientURL())
+	s := &Service{cfg: Config{Job: "job-1"}, log: slog.New(slog.DiscardHandler)}
+	s.met = newMetrics(s)
+	s.replies = &replyGuard{job: "job-1", dp: 1, mp: 1, met: s.met, log: newRateLog(s.log)}
+	s.replies.strict.Store(true)
+	respond := s.workResponder("result")
+	sub, err := nc.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		reply string
+		want  bool
+	}{
+		{WorkerInboxPrefix + ".a.1", true},
+		{ServiceInboxPrefix + ".a.1", true},
+		{"$KV.mmfeed_job-1.config", false},
+		{"_INBOX.mmfeed.job-1.0.0.x", false},
+		{"_INBOX.other.1", false},
+	} {
+		m := &nats.Msg{Subject: "mmfeedwork.job-1.result", Reply: tc.reply, Sub: sub}
+		if got := respond(m, []byte("ok")); got != tc.want {
+			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
+		}
+	}
+	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
+		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
+		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 3 {
+		t.Errorf("%v work replies refused, want 3", n)
+	}
+}
