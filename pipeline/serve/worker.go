@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -244,8 +245,9 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
 			"dp", it.DP, "mb", it.MicroBatch, "err", err)
+		w.reportFailure(workResultSubject(it.Job), it.ID, err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return nil
+		return sleepCtx(ctx, failPause)
 	}
 	if w.cfg.beforeSend != nil {
 		if err := w.cfg.beforeSend(&it); err != nil {
@@ -258,6 +260,11 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		if w.leaveRefused(m, it.Job, it.ID) {
 			w.log.Warn("the server refuses this worker's credential the job's results: its items are left to other workers", "job", it.Job, "err", err)
+			return nil
+		}
+		if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+			w.log.Warn("work result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
+			_ = m.Ack()
 			return nil
 		}
 		w.log.Warn("work result not taken: left for another attempt", "item", it.ID, "err", err)
@@ -341,6 +348,7 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 		for _, msg := range msgs {
 			msg.Subject = subj
 			msg.Header.Set(hdrWorkItem, it.ID)
+			msg.Header.Set(hdrWorkConfig, it.Config)
 			if err := w.nc.PublishMsg(msg); err != nil {
 				return err
 			}
@@ -354,10 +362,35 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != "ok" {
+	if s := string(reply.Data); s != answerOK {
+		if strings.HasPrefix(s, answerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, errRejected)
+		}
 		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
 	return nil
+}
+
+// errRejected: the planner rejected this worker's result of an item (it
+// does not match the item) and issued the item again.
+var errRejected = errors.New("result rejected by the planner")
+
+// failPause is how long a worker slot whose item failed waits before it
+// takes another: a worker that cannot read a job's input fails at once, and
+// without the pause it would take the item back (after its nak delay)
+// before the workers that can.
+const failPause = 5 * time.Second
+
+// reportFailure tells the job's planner why this worker could not build
+// an item (hdrWorkError on subj, no payload), so that the planner can say
+// why its items fail and give up on one that fails on every attempt.
+func (w *worker) reportFailure(subj, id string, err error) {
+	msg := nats.NewMsg(subj)
+	msg.Header.Set(hdrWorkItem, id)
+	msg.Header.Set(hdrWorkError, truncate(strings.ReplaceAll(err.Error(), "\n", " ")))
+	if perr := w.nc.PublishMsg(msg); perr != nil {
+		w.log.Debug("failure report", "item", id, "err", perr)
+	}
 }
 
 // dataset returns the worker's dataset of a job's config, opening it (and
@@ -494,8 +527,9 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 			return nil
 		}
 		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
+		w.reportFailure(workFeaturesSubject(it.Job), it.ID, err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return nil
+		return sleepCtx(ctx, failPause)
 	}
 	stop()
 	_ = m.Ack()

@@ -51,20 +51,36 @@ type featureItem struct {
 // workFeaturesSubject is where workers send a job's feature results.
 func workFeaturesSubject(job string) string { return workPrefix + "." + job + ".features" }
 
-// featureResults collects the results of the feature items in flight.
+// featureResults collects the results of the feature items in flight, and
+// the workers' failure reports of them.
 type featureResults struct {
+	log     *slog.Logger
 	mu      sync.Mutex
 	got     map[string][]pipeline.EntryFeatures // by item id
+	fails   map[string]featureFailure           // by item id, until its result comes
 	changed chan struct{}
 }
 
-func newFeatureResults() *featureResults {
-	return &featureResults{got: map[string][]pipeline.EntryFeatures{}, changed: make(chan struct{})}
+// featureFailure counts a feature item's failure reports and keeps the last
+// reason.
+type featureFailure struct {
+	n      int
+	reason string
 }
 
-// handle stores one worker's result and answers it.
+func newFeatureResults(log *slog.Logger) *featureResults {
+	return &featureResults{log: log, got: map[string][]pipeline.EntryFeatures{}, fails: map[string]featureFailure{},
+		changed: make(chan struct{})}
+}
+
+// handle stores one worker's result and answers it, or counts a failure
+// report (hdrWorkError; not answered).
 func (fr *featureResults) handle(m *nats.Msg) {
 	id := m.Header.Get(hdrWorkItem)
+	if reason := m.Header.Get(hdrWorkError); reason != "" {
+		fr.failed(id, reason)
+		return
+	}
 	var feats []pipeline.EntryFeatures
 	if err := json.Unmarshal(m.Data, &feats); err != nil || id == "" {
 		_ = m.Respond([]byte("bad result"))
@@ -78,6 +94,31 @@ func (fr *featureResults) handle(m *nats.Msg) {
 	}
 	fr.mu.Unlock()
 	_ = m.Respond([]byte("ok"))
+}
+
+// failed counts a failure report of a feature item the planner waits for.
+func (fr *featureResults) failed(id, reason string) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if _, ok := fr.got[id]; ok || id == "" {
+		return
+	}
+	f := fr.fails[id]
+	f.n++
+	f.reason = truncate(reason)
+	fr.fails[id] = f
+	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", itemMaxFailures, "reason", f.reason)
+	close(fr.changed)
+	fr.changed = make(chan struct{})
+}
+
+// forget drops the failure reports of a pass's items.
+func (fr *featureResults) forget(items []featureItem) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	for _, it := range items {
+		delete(fr.fails, it.ID)
+	}
 }
 
 // objectFeatureCache is the service's pipeline.FeatureCache: one object
@@ -230,12 +271,21 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 		return nil, err
 	}
 	fr := w.feats
+	defer fr.forget(items)
 	for {
 		fr.mu.Lock()
 		var missing []featureItem
+		var failed featureFailure
 		for _, it := range items {
 			if _, ok := fr.got[it.ID]; !ok {
 				missing = append(missing, it)
+				if f := fr.fails[it.ID]; f.n >= itemMaxFailures {
+					fr.mu.Unlock()
+					return nil, fmt.Errorf("serve: feature item [%d, %d) failed %d times on the workers, last: %s: %w",
+						it.Lo, it.Hi, f.n, f.reason, ErrWorkFailed)
+				} else if f.n > 0 {
+					failed = f
+				}
 			}
 		}
 		ch := fr.changed
@@ -248,7 +298,8 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 		case <-ch:
 			t.Stop()
 		case <-t.C:
-			s.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items))
+			s.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items),
+				"last_failure", failed.reason)
 			if err := issue(missing); err != nil {
 				return nil, err
 			}
