@@ -156,7 +156,7 @@ func (w *workPlanner) reissueRejected(ctx context.Context) error {
 	w.mu.Lock()
 	for _, sl := range w.slots {
 		if sl.reissue && sl.have < w.mp {
-			sl.reissue, sl.lastReject = false, ""
+			sl.reissue = false
 			raw = append(raw, sl.raw)
 		}
 	}
