@@ -518,6 +518,10 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 	defer stop()
 	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
 	err := w.features(ctx, &it)
+	if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+		w.log.Warn("feature result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
+		err = nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -562,8 +566,11 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 	if err != nil {
 		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
 	}
-	if string(reply.Data) != "ok" {
-		return fmt.Errorf("serve: the planner answered %q for %s", reply.Data, it.ID)
+	if s := string(reply.Data); s != answerOK {
+		if strings.HasPrefix(s, answerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, errRejected)
+		}
+		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
 	return nil
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -262,4 +264,75 @@ func familySum(t testing.TB, s *Service, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestForgedFeatureResultRejected: a worker credential's holder takes the
+// feature item and answers it with one entry fewer than its range,
+// acknowledging the item. The planner rejects the result (counted with
+// reason rows), issues the item again, an honest worker computes it, and
+// the job delivers every sample once; before, that one message ended the
+// job (ErrState).
+func TestForgedFeatureResultRejected(t *testing.T) {
+	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
+	cfg.Role, cfg.WorkAckWait, cfg.Recalibrate = RolePlanner, 2*time.Second, -1
+	r := start(t, cfg)
+	url := r.s.ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	nc, err := nats.Connect(url, nats.CustomInboxPrefix(WorkerInboxPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	cons, err := js.Consumer(ctx, WorkStream, WorkConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer string
+	for answer == "" {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			var it featureItem
+			if err := json.Unmarshal(m.Data(), &it); err != nil || it.Kind != "features" {
+				t.Fatalf("item %s (%v), want the feature item first", m.Data(), err)
+			}
+			msg := nats.NewMsg(workFeaturesSubject(cfg.Job))
+			msg.Header.Set(hdrWorkItem, it.ID)
+			msg.Data, _ = json.Marshal(make([]pipeline.EntryFeatures, it.Hi-it.Lo-1))
+			reply, err := nc.RequestMsgWithContext(ctx, msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer = string(reply.Data)
+			_ = m.Ack()
+		}
+	}
+	if !strings.HasPrefix(answer, answerRejected) {
+		t.Errorf("the planner answered %q to a short feature result, want %q...", answer, answerRejected)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() {
+		werr <- RunWorker(wctx, WorkerConfig{NATS: urlNATS(url), Slots: 2, Logger: testLogger(t).With("worker", "honest")})
+	}()
+	trs := runTrainers(t, ctx, cfg, url, []int{0})
+	quarantined := quarantinedInBucket(t, url, cfg.Job)
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("planner: %v", err)
+	}
+	wcancel()
+	if err := <-werr; err != nil {
+		t.Errorf("honest worker: %v", err)
+	}
+	if n := labelled(t, r.s, "mmfeed_serve_work_results_rejected_total", rejectRows); n != 1 {
+		t.Errorf("rejected results with reason rows: %v, want 1", n)
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, quarantined)
 }

@@ -98,9 +98,10 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
+	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(log), timing: map[string]itemCost{},
-		rejects: newRejectCounter(), maxFailures: itemMaxFailures}, nil
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
+		rejects: rejects, maxFailures: itemMaxFailures}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new

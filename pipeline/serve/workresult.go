@@ -47,7 +47,7 @@ var ErrWorkFailed = errors.New("work item failed on the workers")
 
 func newRejectCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mmfeed_serve_work_results_rejected_total",
-		Help: "Planner: workers' batch results that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again."},
+		Help: "Planner: workers' batch results (and feature results, reason rows) that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again."},
 		[]string{"reason"})
 	for _, r := range rejectReasons {
 		c.WithLabelValues(r)
