@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -72,6 +73,7 @@ type workSlot struct {
 	id       string
 	item     *batchItem // as issued: what its results are verified against
 	raw      []byte     // the item as published (a re-issue publishes it again)
+	shapes   [][3]int32 // each row's planned C,H,W (plannedShapes)
 	payloads [][]byte   // by mp rank, each verified
 	have     int
 	cost     itemCost // what its CPU time depends on (costOf)
@@ -320,11 +322,14 @@ type itemSource struct {
 	feats *pipeline.Features
 	epoch int
 	meta  func(step, r int) (proto.BatchMeta, error)
+	// img is the job's image policy: with the features' sizes, the tensor
+	// shape of each planned row (plannedShapes).
+	img imgproc.Config
 }
 
 // itemSource is the served epoch ep as an itemSource.
 func (s *Service) itemSource(ep *epochPlan) itemSource {
-	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch,
+	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch, img: s.cfg.Pipeline.Image,
 		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 
@@ -354,7 +359,7 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 				return fmt.Errorf("serve: work item: %w", err)
 			}
 			w.mu.Lock()
-			w.slots[k] = &workSlot{id: it.ID, item: it, raw: b, payloads: make([][]byte, w.mp), cost: cost}
+			w.slots[k] = &workSlot{id: it.ID, item: it, raw: b, shapes: plannedShapes(src, entries), payloads: make([][]byte, w.mp), cost: cost}
 			for i := range cost {
 				w.costSum[i] += cost[i]
 			}
@@ -438,6 +443,22 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 	pred, dl := w.deadline(cost)
 	it.PredictedMS, it.DeadlineMS = pred.Milliseconds(), dl.Milliseconds()
 	return it, it.seal()
+}
+
+// plannedShapes returns the C,H,W tensor shape of each planned row: the
+// image policy's output size for the image's header size (the features').
+// Nil when the features have no sizes.
+func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
+	if len(src.feats.Sizes) != len(src.feats.Items) {
+		return nil
+	}
+	out := make([][3]int32, len(entries))
+	for i, e := range entries {
+		sz := src.feats.Sizes[e.Item]
+		w, h := src.img.OutputSize(sz.X, sz.Y)
+		out[i] = [3]int32{3, int32(h), int32(w)}
+	}
+	return out
 }
 
 // wait returns the payload of mp rank for the item at k once a worker has

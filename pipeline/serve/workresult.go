@@ -85,9 +85,9 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 		w.duplicates.Add(1) // an item no longer wanted, a stale one, or a second worker's result
 		return
 	}
-	it := sl.item
+	it, shapes := sl.item, sl.shapes
 	w.mu.Unlock()
-	verr := verifyResult(it, k.MPRank, m.Header.Get(hdrWorkConfig), a.Payload)
+	verr := verifyResult(it, shapes, k.MPRank, m.Header.Get(hdrWorkConfig), a.Payload)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.slots[key] != sl || sl.payloads[k.MPRank] != nil {

@@ -17,7 +17,7 @@ const (
 	rejectConfig = "config" // built with another preprocessing config than the item names
 	rejectSchema = "schema" // another job, epoch, step, rank, modality, normalization, vocabulary or packing
 	rejectDType  = "dtype"  // another pixel dtype
-	rejectShape  = "shape"  // another fixed image shape
+	rejectShape  = "shape"  // another fixed image shape, or a row's tensor shape differs from the plan
 	rejectRows   = "rows"   // more or fewer rows than planned
 	rejectIDs    = "ids"    // an id the plan does not have there
 	rejectOrder  = "order"  // the planned ids, in another order
@@ -44,13 +44,14 @@ func rejected(reason, format string, a ...any) error {
 // metadata (job, epoch, ranks, modality, dtype, fixed shape,
 // normalization, vocabulary, packing), the step and micro-batch, the row
 // count, each row's id in order, cost, weight, text_tokens, input_ids
-// length and image_tokens. A row whose planned weight is positive may come
-// back with weight 0 (its sample failed on the worker and was quarantined
-// there): then it may have no token ids and, with dynamic resolution, one
-// image token. Nothing is decoded beyond the record's own columns (no
-// pixels are recomputed): the pixel values themselves are the worker's.
-// It returns nil or a *resultError.
-func verifyResult(it *batchItem, mp int, config string, payload []byte) error {
+// length, image_tokens and pixel_shape (shapes, when not nil: the planned
+// C,H,W of each row). A row whose planned weight is positive may come back
+// with weight 0 (its sample failed on the worker and was quarantined
+// there): then it may have no token ids, any valid tensor shape (a zero
+// tensor) and, with dynamic resolution, one image token. Nothing is decoded
+// beyond the record's own columns (no pixels are recomputed): the pixel
+// values themselves are the worker's. It returns nil or a *resultError.
+func verifyResult(it *batchItem, shapes [][3]int32, mp int, config string, payload []byte) error {
 	if config != it.Config {
 		return rejected(rejectConfig, "built with config %q, the item names %q", config, it.Config)
 	}
@@ -79,7 +80,7 @@ func verifyResult(it *batchItem, mp int, config string, payload []byte) error {
 	if err := verifyIDs(cols[proto.ColID].(*array.String), it.Samples); err != nil {
 		return err
 	}
-	return verifyRows(cols, want.Modality, it.Samples)
+	return verifyRows(cols, want.Modality, it.Samples, shapes)
 }
 
 // verifyMeta compares the record's schema metadata with the planned meta.
@@ -144,15 +145,20 @@ func verifyIDs(ids *array.String, planned []workSample) error {
 
 // verifyRows checks each row's cost, weight and token counts against the
 // plan (verifyResult).
-func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []workSample) error {
+func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []workSample, shapes [][3]int32) error {
 	cost, weight := cols[proto.ColCost].(*array.Float64), cols[proto.ColWeight].(*array.Float32)
 	var tt, it *array.Int32
 	var ii *array.List
+	var ps []int32
 	if m != proto.ModalityVision {
 		tt, ii = cols[proto.ColTextTokens].(*array.Int32), cols[proto.ColInputIDs].(*array.List)
 	}
 	if m != proto.ModalityText {
 		it = cols[proto.ColImageTokens].(*array.Int32)
+		if len(shapes) == len(planned) {
+			fsl := cols[proto.ColPixelShape].(*array.FixedSizeList)
+			ps = fsl.ListValues().(*array.Int32).Int32Values()[3*fsl.Data().Offset():]
+		}
 	}
 	for i, s := range planned {
 		w := weight.Value(i)
@@ -168,6 +174,9 @@ func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []workSam
 		}
 		if it != nil && it.Value(i) != s.ImageTokens && !(failed && it.Value(i) == 1) {
 			return rejected(rejectTokens, "row %d (%s): image_tokens %d, planned %d", i, s.ID, it.Value(i), s.ImageTokens)
+		}
+		if ps != nil && !failed && [3]int32(ps[3*i:3*i+3]) != shapes[i] {
+			return rejected(rejectShape, "row %d (%s): pixel_shape %v, planned %v", i, s.ID, ps[3*i:3*i+3], shapes[i])
 		}
 	}
 	return nil

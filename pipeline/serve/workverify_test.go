@@ -76,6 +76,10 @@ func TestVerifyResult(t *testing.T) {
 			m.Shape = nil // claims dynamic resolution
 			return r
 		}, reason: rejectShape},
+		{name: "row shape", modality: proto.ModalityVision, dynamic: true, edit: func(_ *proto.BatchMeta, r []proto.Row) []proto.Row {
+			r[1].PixelShape, r[1].Pixels = [3]int32{3, 16, 64}, make([]byte, 3*16*64*2) // as many pixels, another resolution
+			return r
+		}, reason: rejectShape},
 		{name: "missing row", modality: proto.ModalityAll, edit: func(_ *proto.BatchMeta, r []proto.Row) []proto.Row { return r[:2] }, reason: rejectRows},
 		{name: "extra row", modality: proto.ModalityAll, edit: func(_ *proto.BatchMeta, r []proto.Row) []proto.Row { return append(r, r[1]) }, reason: rejectRows},
 		{name: "no rows", modality: proto.ModalityText, edit: func(_ *proto.BatchMeta, r []proto.Row) []proto.Row { return nil }, reason: rejectRows},
@@ -114,7 +118,8 @@ func TestVerifyResult(t *testing.T) {
 			if tc.config != "" {
 				config = tc.config
 			}
-			err := verifyResult(it, 0, config, payload)
+			shapes := [][3]int32{{3, 32, 32}, {3, 32, 32}, {3, 32, 32}}
+			err := verifyResult(it, shapes, 0, config, payload)
 			var re *resultError
 			switch {
 			case tc.reason == "" && err != nil:
