@@ -59,13 +59,10 @@ type workPlanner struct {
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
-	reissued                    atomic.Int64 // items published again after a rejected result or a failure
+	reissued                    atomic.Int64 // items published again after a rejected result
 	// rejects counts the results that did not match their item, by reason
 	// (verifyResult).
 	rejects *prometheus.CounterVec
-	// maxFailures is how many failure reports of one item the planner
-	// takes before it gives up on the item (itemMaxFailures).
-	maxFailures int
 }
 
 // workSlot is one issued batch item and what came back of it.
@@ -77,9 +74,10 @@ type workSlot struct {
 	payloads [][]byte   // by mp rank, each verified
 	have     int
 	cost     itemCost // what its CPU time depends on (costOf)
-	// reissue: a result was rejected (or the item failed) since the item
-	// was last published; rejects and failures count them, lastReject and
-	// lastFailure are the latest reasons.
+	// reissue: a result was rejected since the item was last published.
+	// rejects counts the rejected results, failures the workers' failure
+	// reports (itemMaxFailures); lastReject and lastFailure are the latest
+	// reasons.
 	reissue                 bool
 	rejects, failures       int
 	lastReject, lastFailure string
@@ -103,7 +101,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
 		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
-		rejects: rejects, maxFailures: itemMaxFailures}, nil
+		rejects: rejects}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new
@@ -479,7 +477,7 @@ func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, erro
 			w.mu.Unlock()
 			return p, nil
 		}
-		if sl.failures >= w.maxFailures {
+		if sl.failures >= itemMaxFailures {
 			err := fmt.Errorf("serve: work item %+v failed %d times on the workers, last: %s: %w", k, sl.failures, sl.lastFailure, ErrWorkFailed)
 			w.mu.Unlock()
 			return nil, err
@@ -638,7 +636,7 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates,
 		"early": &s.work.early, "reissued": &s.work.reissued} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
-			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, heavy items issued early, and items issued again after a rejected result or a failure.", ConstLabels: prometheus.Labels{"kind": kind}},
+			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, heavy items issued early, and items issued again after a rejected result.", ConstLabels: prometheus.Labels{"kind": kind}},
 			func() float64 { return float64(c.Load()) })); err != nil {
 			return nil, fmt.Errorf("serve: metrics: %w", err)
 		}

@@ -137,7 +137,7 @@ func (w *workPlanner) failed(id, reason string) {
 		sl.lastFailure = truncate(reason)
 		it := sl.item
 		w.log.Warn("work item failed on a worker", "item", id, "epoch", it.Epoch, "step", it.Step, "dp", it.DP,
-			"mb", it.MicroBatch, "failures", sl.failures, "max", w.maxFailures, "reason", sl.lastFailure)
+			"mb", it.MicroBatch, "failures", sl.failures, "max", itemMaxFailures, "reason", sl.lastFailure)
 		w.wakeLocked()
 		return
 	}
