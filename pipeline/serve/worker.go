@@ -245,9 +245,8 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
 			"dp", it.DP, "mb", it.MicroBatch, "err", err)
-		w.reportFailure(workResultSubject(it.Job), it.ID, err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return sleepCtx(ctx, failPause)
+		return w.reportFailure(ctx, workResultSubject(it.Job), it.ID, err)
 	}
 	if w.cfg.beforeSend != nil {
 		if err := w.cfg.beforeSend(&it); err != nil {
@@ -375,22 +374,34 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 // does not match the item) and issued the item again.
 var errRejected = errors.New("result rejected by the planner")
 
-// failPause is how long a worker slot whose item failed waits before it
-// takes another: a worker that cannot read a job's input fails at once, and
-// without the pause it would take the item back (after its nak delay)
-// before the workers that can.
+// errInput marks a worker's failure to read a job's input: its dataset
+// does not open here (the planner's path is not reachable from this
+// machine), or it is another dataset than the planner's (ErrJobMismatch).
+var errInput = errors.New("the job's input cannot be read on this worker")
+
+// failPause is how long a worker slot whose item failed on its input waits
+// before it takes another: such a worker fails at once, and without the
+// pause it would take the item back (after its nak delay) before the
+// workers that can read the input.
 const failPause = 5 * time.Second
 
-// reportFailure tells the job's planner why this worker could not build
-// an item (hdrWorkError on subj, no payload), so that the planner can say
-// why its items fail and give up on one that fails on every attempt.
-func (w *worker) reportFailure(subj, id string, err error) {
+// reportFailure tells the job's planner why this worker could not build an
+// item, when the cause is the job's input (errInput, ErrJobMismatch), so
+// that the planner can say why its items fail and give up on one that
+// fails on every attempt (hdrWorkError on subj, no payload), then pauses
+// the slot (failPause). Other failures (a JetStream request that timed out
+// while a stream elects its leader, ...) are left to the retries.
+func (w *worker) reportFailure(ctx context.Context, subj, id string, err error) error {
+	if !errors.Is(err, errInput) && !errors.Is(err, ErrJobMismatch) {
+		return nil
+	}
 	msg := nats.NewMsg(subj)
 	msg.Header.Set(hdrWorkItem, id)
 	msg.Header.Set(hdrWorkError, truncate(strings.ReplaceAll(err.Error(), "\n", " ")))
 	if perr := w.nc.PublishMsg(msg); perr != nil {
 		w.log.Debug("failure report", "item", id, "err", perr)
 	}
+	return sleepCtx(ctx, failPause)
 }
 
 // dataset returns the worker's dataset of a job's config, opening it (and
@@ -490,6 +501,9 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 	t0 := time.Now()
 	ds, err := pipeline.OpenDataset(ctx, wc.pipelineConfig(tokPath), qw)
 	if err != nil {
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w (%w)", err, errInput)
+		}
 		return nil, fmt.Errorf("serve: open dataset of %s: %w", job, err)
 	}
 	pp := ds.Preprocessor()
@@ -531,9 +545,8 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 			return nil
 		}
 		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
-		w.reportFailure(workFeaturesSubject(it.Job), it.ID, err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return sleepCtx(ctx, failPause)
+		return w.reportFailure(ctx, workFeaturesSubject(it.Job), it.ID, err)
 	}
 	stop()
 	_ = m.Ack()
