@@ -64,6 +64,9 @@ func TestUnreachableInputFailsTheJob(t *testing.T) {
 			if n := strings.Count(logs.String(), "failed on a worker"); n < itemMaxFailures || !strings.Contains(logs.String(), "no such file") {
 				t.Errorf("the planner logged %d failures with the reason, want %d; log:\n%s", n, itemMaxFailures, logs.String())
 			}
+			if n := labelled(t, r.s, "mmfeed_serve_work_failures_total", kind); n < itemMaxFailures {
+				t.Errorf("/metrics: %v failure reports of %s items, want at least %d", n, kind, itemMaxFailures)
+			}
 			if st := r.s.Stats(); st.Batches != 0 {
 				t.Errorf("%d batches delivered before the job failed", st.Batches)
 			}

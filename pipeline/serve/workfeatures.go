@@ -65,6 +65,8 @@ type featureResults struct {
 	// last issued (the pass issues them again).
 	rejected map[string]bool
 	changed  chan struct{}
+	// failureReports counts the failure reports of items in flight.
+	failureReports atomic.Int64
 }
 
 // featureFailure counts a feature item's failure reports and keeps the last
@@ -127,6 +129,7 @@ func (fr *featureResults) failed(id, reason string) {
 	if _, ok := fr.got[id]; ok || fr.want[id] == 0 {
 		return
 	}
+	fr.failureReports.Add(1)
 	f := fr.fails[id]
 	f.n++
 	f.reason = truncate(reason)

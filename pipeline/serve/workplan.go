@@ -60,6 +60,7 @@ type workPlanner struct {
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
 	reissued                    atomic.Int64 // items published again after a rejected result
+	failureReports              atomic.Int64 // workers' failure reports of batch items
 	// rejects counts the results that did not match their item, by reason
 	// (verifyResult).
 	rejects *prometheus.CounterVec
@@ -646,6 +647,13 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	}
 	if err := s.reg.Register(s.work.rejects); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
+	for kind, c := range map[string]*atomic.Int64{"batch": &s.work.failureReports, "features": &s.work.feats.failureReports} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_failures_total",
+			Help: "Planner: workers' reports that an item failed on the job's input (the dataset does not open there, another dataset); the reasons are in the log.", ConstLabels: prometheus.Labels{"kind": kind}},
+			func() float64 { return float64(c.Load()) })); err != nil {
+			return nil, fmt.Errorf("serve: metrics: %w", err)
+		}
 	}
 	s.cfg.Pipeline.Features = s.features
 	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,

@@ -134,6 +134,7 @@ func (w *workPlanner) failed(id, reason string) {
 			continue
 		}
 		sl.failures++
+		w.failureReports.Add(1)
 		sl.lastFailure = truncate(reason)
 		it := sl.item
 		w.log.Warn("work item failed on a worker", "item", id, "epoch", it.Epoch, "step", it.Step, "dp", it.DP,
