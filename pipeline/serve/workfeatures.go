@@ -306,7 +306,9 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 
 // featurePass issues one feature item per featureRange entries of ix and
 // assembles the results in index order; an item unanswered after
-// featureReissue is issued again.
+// featureReissue is issued again, one whose result was rejected at once.
+// It fails with ErrWorkFailed when the workers reported one item failed
+// itemMaxFailures times.
 func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	w := s.work
 	var items []featureItem
