@@ -44,8 +44,15 @@
 // the item while it works, until the item's deadline (from its predicted
 // time), so a dead worker's item is redelivered after WorkAckWait. The
 // planner keeps one result per item (by content hash): duplicates are
-// dropped, and the payloads are byte-identical to RoleAll's. Work items and
-// their subjects: docs/protocol.md section 12.
+// dropped, and the payloads are byte-identical to RoleAll's. Each result is
+// checked against the item issued before it is kept (workverify.go: config
+// hash, schema metadata, rows, ids in order, costs, weights, token
+// counts); one that does not match is counted, dropped and its item issued
+// again. A worker that cannot build an item reports why; after
+// itemMaxFailures reports of one item the planner fails the job with that
+// reason (ErrWorkFailed). Work items and their subjects: docs/protocol.md
+// section 12; what a worker credential can and cannot do:
+// docs/security.md.
 //
 // # Leadership
 //

@@ -156,11 +156,13 @@ func (g *replyGuard) ownOf(subj string, data []byte) []string {
 	return []string{"_INBOX." + proto.SubjectPrefix + "." + g.job}
 }
 
+// truncate bounds s (a subject or a reason from outside) to n bytes for a
+// log line or a header, cut at a valid UTF-8 boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + fmt.Sprintf("…(%d bytes)", len(s))
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // workResponder returns how a work-result handler answers a worker's

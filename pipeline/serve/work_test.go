@@ -260,19 +260,25 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 
 // The planner role on both data planes and with two mp ranks per dp rank
 // (modality placement: each worker result carries one batch per mp rank),
-// with local workers: every rank gets the rows `mmfeed shard` writes, in
-// its modality's columns.
+// and with dynamic resolution, with local workers: every rank gets the rows
+// `mmfeed shard` writes, in its modality's columns, and the planner rejects
+// none of the honest workers' results (including the rows of samples that
+// failed on a worker: weight 0, zero pixels).
 func TestPlannerLayouts(t *testing.T) {
 	for _, tc := range []struct {
-		name, plane, placement string
-		mp                     int
+		name, plane, placement, policy string
+		mp                             int
 	}{
-		{"jetstream", "jetstream", "colocated", 1},
-		{"modality", "core", "modality", 2},
+		{"jetstream", "jetstream", "colocated", "", 1},
+		{"modality", "core", "modality", "", 2},
+		{"dynamic", "core", "modality", "dynamic", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, corpus(t, 60), 2, tc.mp, tc.placement)
 			cfg.Role, cfg.LocalWorkers, cfg.Recalibrate, cfg.DataPlane = RolePlanner, 2, -1, tc.plane
+			if tc.policy != "" {
+				cfg.Pipeline.Image.Policy, cfg.Pipeline.Image.MaxPixels = tc.policy, 64*64
+			}
 			r := start(t, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -284,6 +290,9 @@ func TestPlannerLayouts(t *testing.T) {
 			ex := shardExpectation(t, cfg, 0)
 			checkDelivery(t, cfg, trs, 0, ex)
 			realOnce(t, trs, 0, ex, quarantined)
+			if n := familySum(t, r.s, "mmfeed_serve_work_results_rejected_total"); n != 0 {
+				t.Errorf("%v honest results rejected", n)
+			}
 		})
 	}
 }

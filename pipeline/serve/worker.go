@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -245,7 +246,7 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
 			"dp", it.DP, "mb", it.MicroBatch, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return nil
+		return w.reportFailure(ctx, workResultSubject(it.Job), it.ID, err)
 	}
 	if w.cfg.beforeSend != nil {
 		if err := w.cfg.beforeSend(&it); err != nil {
@@ -258,6 +259,11 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		}
 		if w.leaveRefused(m, it.Job, it.ID) {
 			w.log.Warn("the server refuses this worker's credential the job's results: its items are left to other workers", "job", it.Job, "err", err)
+			return nil
+		}
+		if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+			w.log.Warn("work result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
+			_ = m.Ack()
 			return nil
 		}
 		w.log.Warn("work result not taken: left for another attempt", "item", it.ID, "err", err)
@@ -341,6 +347,7 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 		for _, msg := range msgs {
 			msg.Subject = subj
 			msg.Header.Set(hdrWorkItem, it.ID)
+			msg.Header.Set(hdrWorkConfig, it.Config)
 			if err := w.nc.PublishMsg(msg); err != nil {
 				return err
 			}
@@ -354,10 +361,47 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != "ok" {
+	if s := string(reply.Data); s != answerOK {
+		if strings.HasPrefix(s, answerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, errRejected)
+		}
 		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
 	return nil
+}
+
+// errRejected: the planner rejected this worker's result of an item (it
+// does not match the item) and issued the item again.
+var errRejected = errors.New("result rejected by the planner")
+
+// errInput marks a worker's failure to read a job's input: its dataset
+// does not open here (the planner's path is not reachable from this
+// machine), or it is another dataset than the planner's (ErrJobMismatch).
+var errInput = errors.New("the job's input cannot be read on this worker")
+
+// failPause is how long a worker slot whose item failed on its input waits
+// before it takes another: such a worker fails at once, and without the
+// pause it would take the item back (after its nak delay) before the
+// workers that can read the input.
+const failPause = 5 * time.Second
+
+// reportFailure tells the job's planner why this worker could not build an
+// item, when the cause is the job's input (errInput, ErrJobMismatch), so
+// that the planner can say why its items fail and give up on one that
+// fails on every attempt (hdrWorkError on subj, no payload), then pauses
+// the slot (failPause). Other failures (a JetStream request that timed out
+// while a stream elects its leader, ...) are left to the retries.
+func (w *worker) reportFailure(ctx context.Context, subj, id string, err error) error {
+	if !errors.Is(err, errInput) && !errors.Is(err, ErrJobMismatch) {
+		return nil
+	}
+	msg := nats.NewMsg(subj)
+	msg.Header.Set(hdrWorkItem, id)
+	msg.Header.Set(hdrWorkError, truncate(strings.ReplaceAll(err.Error(), "\n", " "), maxReasonBytes))
+	if perr := w.nc.PublishMsg(msg); perr != nil {
+		w.log.Debug("failure report", "item", id, "err", perr)
+	}
+	return sleepCtx(ctx, failPause)
 }
 
 // dataset returns the worker's dataset of a job's config, opening it (and
@@ -457,6 +501,9 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 	t0 := time.Now()
 	ds, err := pipeline.OpenDataset(ctx, wc.pipelineConfig(tokPath), qw)
 	if err != nil {
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w (%w)", err, errInput)
+		}
 		return nil, fmt.Errorf("serve: open dataset of %s: %w", job, err)
 	}
 	pp := ds.Preprocessor()
@@ -485,6 +532,10 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 	defer stop()
 	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
 	err := w.features(ctx, &it)
+	if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+		w.log.Warn("feature result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
+		err = nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -495,7 +546,7 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 		}
 		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return nil
+		return w.reportFailure(ctx, workFeaturesSubject(it.Job), it.ID, err)
 	}
 	stop()
 	_ = m.Ack()
@@ -528,8 +579,11 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 	if err != nil {
 		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
 	}
-	if string(reply.Data) != "ok" {
-		return fmt.Errorf("serve: the planner answered %q for %s", reply.Data, it.ID)
+	if s := string(reply.Data); s != answerOK {
+		if strings.HasPrefix(s, answerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, errRejected)
+		}
+		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
 	return nil
 }

@@ -51,33 +51,138 @@ type featureItem struct {
 // workFeaturesSubject is where workers send a job's feature results.
 func workFeaturesSubject(job string) string { return workPrefix + "." + job + ".features" }
 
-// featureResults collects the results of the feature items in flight.
+// featureResults collects the results of the feature items in flight, and
+// the workers' failure reports of them. Only the items of a pass in
+// progress (expect) are taken, each with its entry count.
 type featureResults struct {
+	log     *slog.Logger
+	rejects *prometheus.CounterVec // the planner's (newRejectCounter)
 	mu      sync.Mutex
+	want    map[string]int                      // entries of the items in flight, by id
 	got     map[string][]pipeline.EntryFeatures // by item id
-	changed chan struct{}
+	fails   map[string]featureFailure           // by item id, until its result comes
+	// rejected are the items a result was rejected for since they were
+	// last issued (the pass issues them again).
+	rejected map[string]bool
+	changed  chan struct{}
+	// failureReports counts the failure reports of items in flight.
+	failureReports atomic.Int64
 }
 
-func newFeatureResults() *featureResults {
-	return &featureResults{got: map[string][]pipeline.EntryFeatures{}, changed: make(chan struct{})}
+// featureFailure counts a feature item's failure reports and keeps the last
+// reason.
+type featureFailure struct {
+	n      int
+	reason string
 }
 
-// handle stores one worker's result and answers it.
+func newFeatureResults(log *slog.Logger, rejects *prometheus.CounterVec) *featureResults {
+	return &featureResults{log: log, rejects: rejects, want: map[string]int{}, got: map[string][]pipeline.EntryFeatures{},
+		fails: map[string]featureFailure{}, rejected: map[string]bool{}, changed: make(chan struct{})}
+}
+
+// handle stores one worker's result and answers it, or counts a failure
+// report (hdrWorkError; not answered). A result of an item not in flight
+// is answered ok and dropped; one with another entry count than its item's
+// is rejected (counted with reason rows) and the item issued again.
 func (fr *featureResults) handle(m *nats.Msg) {
 	id := m.Header.Get(hdrWorkItem)
+	if reason := m.Header.Get(hdrWorkError); reason != "" {
+		fr.failed(id, reason)
+		return
+	}
 	var feats []pipeline.EntryFeatures
 	if err := json.Unmarshal(m.Data, &feats); err != nil || id == "" {
 		_ = m.Respond([]byte("bad result"))
 		return
 	}
+	answer := answerOK
 	fr.mu.Lock()
-	if _, ok := fr.got[id]; !ok {
+	n, wanted := fr.want[id]
+	_, have := fr.got[id]
+	switch {
+	case !wanted || have: // no longer wanted, or a second result
+	case len(feats) != n:
+		fr.rejects.WithLabelValues(rejectRows).Inc()
+		fr.rejected[id] = true
+		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", answerRejected, len(feats), n)
+		fr.log.Warn("feature result rejected: it does not match the item issued; the item is issued again", "item", id,
+			"reason", rejectRows, "entries", len(feats), "want", n)
+		fr.wakeLocked()
+	default:
 		fr.got[id] = feats
-		close(fr.changed)
-		fr.changed = make(chan struct{})
+		fr.wakeLocked()
 	}
 	fr.mu.Unlock()
-	_ = m.Respond([]byte("ok"))
+	_ = m.Respond([]byte(answer))
+}
+
+func (fr *featureResults) wakeLocked() {
+	close(fr.changed)
+	fr.changed = make(chan struct{})
+}
+
+// failed counts a failure report of a feature item the planner waits for.
+func (fr *featureResults) failed(id, reason string) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if _, ok := fr.got[id]; ok || fr.want[id] == 0 {
+		return
+	}
+	fr.failureReports.Add(1)
+	f := fr.fails[id]
+	f.n++
+	f.reason = truncate(reason, maxReasonBytes)
+	fr.fails[id] = f
+	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", itemMaxFailures, "reason", f.reason)
+	fr.wakeLocked()
+}
+
+// expect makes the items of a pass in flight.
+func (fr *featureResults) expect(items []featureItem) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	for _, it := range items {
+		fr.want[it.ID] = it.Hi - it.Lo
+	}
+}
+
+// pending returns the items of a pass still without a result, those of
+// them to issue again at once (a result was rejected), the last failure
+// reported of them, and the channel closed at the next change. It fails
+// with ErrWorkFailed once an item has itemMaxFailures failure reports.
+func (fr *featureResults) pending(items []featureItem) (missing, again []featureItem, last string, changed <-chan struct{}, err error) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	for _, it := range items {
+		if _, ok := fr.got[it.ID]; ok {
+			continue
+		}
+		missing = append(missing, it)
+		if fr.rejected[it.ID] {
+			delete(fr.rejected, it.ID)
+			again = append(again, it)
+		}
+		if f := fr.fails[it.ID]; f.n >= itemMaxFailures {
+			return nil, nil, "", nil, fmt.Errorf("serve: feature item [%d, %d) failed %d times on the workers, last: %s: %w",
+				it.Lo, it.Hi, f.n, f.reason, ErrWorkFailed)
+		} else if f.n > 0 {
+			last = f.reason
+		}
+	}
+	return missing, again, last, fr.changed, nil
+}
+
+// forget drops what is left of a pass's items.
+func (fr *featureResults) forget(items []featureItem) {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	for _, it := range items {
+		delete(fr.want, it.ID)
+		delete(fr.got, it.ID)
+		delete(fr.fails, it.ID)
+		delete(fr.rejected, it.ID)
+	}
 }
 
 // objectFeatureCache is the service's pipeline.FeatureCache: one object
@@ -201,7 +306,9 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 
 // featurePass issues one feature item per featureRange entries of ix and
 // assembles the results in index order; an item unanswered after
-// featureReissue is issued again.
+// featureReissue is issued again, one whose result was rejected at once.
+// It fails with ErrWorkFailed when the workers reported one item failed
+// itemMaxFailures times.
 func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	w := s.work
 	var items []featureItem
@@ -226,29 +333,30 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 		}
 		return nil
 	}
+	fr := w.feats
+	fr.expect(items)
+	defer fr.forget(items)
 	if err := issue(items); err != nil {
 		return nil, err
 	}
-	fr := w.feats
 	for {
-		fr.mu.Lock()
-		var missing []featureItem
-		for _, it := range items {
-			if _, ok := fr.got[it.ID]; !ok {
-				missing = append(missing, it)
-			}
+		missing, again, last, ch, err := fr.pending(items)
+		if err != nil {
+			return nil, err
 		}
-		ch := fr.changed
-		fr.mu.Unlock()
 		if len(missing) == 0 {
 			break
+		}
+		if err := issue(again); err != nil {
+			return nil, err
 		}
 		t := time.NewTimer(featureReissue)
 		select {
 		case <-ch:
 			t.Stop()
 		case <-t.C:
-			s.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items))
+			s.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items),
+				"last_failure", last)
 			if err := issue(missing); err != nil {
 				return nil, err
 			}
@@ -262,7 +370,6 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 	all := make([]pipeline.EntryFeatures, 0, len(ix.Entries))
 	for _, it := range items {
 		part := fr.got[it.ID]
-		delete(fr.got, it.ID)
 		if len(part) != it.Hi-it.Lo {
 			return nil, fmt.Errorf("serve: feature item [%d, %d) came back with %d entries: %w", it.Lo, it.Hi, len(part), ErrState)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -58,14 +59,29 @@ type workPlanner struct {
 
 	issued, results, duplicates atomic.Int64
 	early                       atomic.Int64 // heavy items issued ahead of their step's window
+	reissued                    atomic.Int64 // items published again after a rejected result
+	failureReports              atomic.Int64 // workers' failure reports of batch items
+	// rejects counts the results that did not match their item, by reason
+	// (verifyResult).
+	rejects *prometheus.CounterVec
 }
 
 // workSlot is one issued batch item and what came back of it.
 type workSlot struct {
 	id       string
-	payloads [][]byte // by mp rank
+	item     *batchItem // as issued: what its results are verified against
+	raw      []byte     // the item as published (a re-issue publishes it again)
+	shapes   [][3]int32 // each row's planned C,H,W (plannedShapes)
+	payloads [][]byte   // by mp rank, each verified
 	have     int
 	cost     itemCost // what its CPU time depends on (costOf)
+	// reissue: a result was rejected since the item was last published.
+	// rejects counts the rejected results, failures the workers' failure
+	// reports (itemMaxFailures); lastReject and lastFailure are the latest
+	// reasons.
+	reissue                 bool
+	rejects, failures       int
+	lastReject, lastFailure string
 }
 
 // workTally compares predicted with measured item times over an epoch.
@@ -83,8 +99,10 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
+	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(), timing: map[string]itemCost{}}, nil
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
+		rejects: rejects}, nil
 }
 
 // reset forgets every slot and purges the job's items from the queue (a new
@@ -119,61 +137,6 @@ func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
 		return nil, fmt.Errorf("serve: subscribe %s: %w", workFeaturesSubject(w.job), err)
 	}
 	return []*nats.Subscription{sub, fsub}, nil
-}
-
-func (w *workPlanner) handleResult(m *nats.Msg) {
-	id := m.Header.Get(hdrWorkItem)
-	if m.Header.Get(hdrWorkDone) != "" {
-		w.handleDone(m, id)
-		return
-	}
-	a, err := w.asm.Add(m.Header, m.Data, struct{}{})
-	if err != nil || a == nil || a.Payload == nil {
-		if err != nil {
-			w.log.Debug("work result chunk", "item", id, "err", err)
-		}
-		return
-	}
-	k := a.Header.BatchKey
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	sl := w.slots[workKey{k.Epoch, k.Step, k.DPRank, k.MicroBatch}]
-	if sl == nil || sl.id != id || k.Job != w.job || k.MPRank < 0 || k.MPRank >= w.mp {
-		w.duplicates.Add(1)
-		return // an item no longer wanted, or a stale one
-	}
-	if sl.payloads[k.MPRank] == nil {
-		sl.payloads[k.MPRank] = a.Payload
-		if sl.have++; sl.have == w.mp { // the publisher may take it (and forget the slot) before the done message
-			w.results.Add(1)
-			w.timing[id] = sl.cost
-			close(w.changed)
-			w.changed = make(chan struct{})
-		}
-	} else {
-		w.duplicates.Add(1) // a second worker's identical result
-	}
-}
-
-// handleDone answers a worker's done message: ok when the planner holds the
-// item's payloads (or no longer needs them), missing when chunks were lost.
-func (w *workPlanner) handleDone(m *nats.Msg, id string) {
-	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
-	answer := "ok" // held, or no longer wanted
-	w.mu.Lock()
-	if cost, ok := w.timing[id]; ok {
-		delete(w.timing, id)
-		w.observe(cost, secs)
-	} else {
-		for _, sl := range w.slots {
-			if sl.id == id && sl.have < w.mp {
-				answer = "missing" // chunks were lost: the worker sends them again
-				break
-			}
-		}
-	}
-	w.mu.Unlock()
-	_ = m.Respond([]byte(answer))
 }
 
 // observe records one item's measured time against its prediction (made
@@ -358,11 +321,14 @@ type itemSource struct {
 	feats *pipeline.Features
 	epoch int
 	meta  func(step, r int) (proto.BatchMeta, error)
+	// img is the job's image policy: with the features' sizes, the tensor
+	// shape of each planned row (plannedShapes).
+	img imgproc.Config
 }
 
 // itemSource is the served epoch ep as an itemSource.
 func (s *Service) itemSource(ep *epochPlan) itemSource {
-	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch,
+	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch, img: s.cfg.Pipeline.Image,
 		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 
@@ -387,8 +353,12 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 			if err != nil {
 				return err
 			}
+			b, err := json.Marshal(it)
+			if err != nil {
+				return fmt.Errorf("serve: work item: %w", err)
+			}
 			w.mu.Lock()
-			w.slots[k] = &workSlot{id: it.ID, payloads: make([][]byte, w.mp), cost: cost}
+			w.slots[k] = &workSlot{id: it.ID, item: it, raw: b, shapes: plannedShapes(src, entries), payloads: make([][]byte, w.mp), cost: cost}
 			for i := range cost {
 				w.costSum[i] += cost[i]
 			}
@@ -396,10 +366,6 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 			w.mu.Unlock()
 			if heavyOnly {
 				w.early.Add(1)
-			}
-			b, err := json.Marshal(it)
-			if err != nil {
-				return fmt.Errorf("serve: work item: %w", err)
 			}
 			if err := w.publish(ctx, b); err != nil {
 				return fmt.Errorf("serve: issue work item %v: %w", k, err)
@@ -478,6 +444,22 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 	return it, it.seal()
 }
 
+// plannedShapes returns the C,H,W tensor shape of each planned row: the
+// image policy's output size for the image's header size (the features').
+// Nil when the features have no sizes.
+func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
+	if len(src.feats.Sizes) != len(src.feats.Items) {
+		return nil
+	}
+	out := make([][3]int32, len(entries))
+	for i, e := range entries {
+		sz := src.feats.Sizes[e.Item]
+		w, h := src.img.OutputSize(sz.X, sz.Y)
+		out[i] = [3]int32{3, int32(h), int32(w)}
+	}
+	return out
+}
+
 // wait returns the payload of mp rank for the item at k once a worker has
 // delivered the item.
 func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, error) {
@@ -496,12 +478,22 @@ func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, erro
 			w.mu.Unlock()
 			return p, nil
 		}
+		if sl.failures >= itemMaxFailures {
+			err := fmt.Errorf("serve: work item %+v failed %d times on the workers, last: %s: %w", k, sl.failures, sl.lastFailure, ErrWorkFailed)
+			w.mu.Unlock()
+			return nil, err
+		}
+		rejects, failures, lastReject, lastFailure := sl.rejects, sl.failures, sl.lastReject, sl.lastFailure
 		w.mu.Unlock()
+		if err := w.reissueRejected(ctx); err != nil {
+			return nil, err
+		}
 		select {
 		case <-ch:
 		case <-warn.C:
 			w.log.Warn("waiting for workers", "epoch", k.Epoch, "step", k.Step, "dp", k.DP, "mb", k.MicroBatch,
-				"issued", w.issued.Load(), "results", w.results.Load())
+				"issued", w.issued.Load(), "results", w.results.Load(), "rejected", rejects, "last_rejected", lastReject,
+				"failed", failures, "last_failure", lastFailure)
 			warn.Reset(30 * time.Second)
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -556,6 +548,9 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
 				return err
 			}
+		}
+		if err := s.work.reissueRejected(gctx); err != nil {
+			return err
 		}
 		sb := plannedStep(ep, st)
 		wait := time.Now()
@@ -639,15 +634,26 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
-	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates, "early": &s.work.early} {
+	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates,
+		"early": &s.work.early, "reissued": &s.work.reissued} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
-			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, and heavy items issued early.", ConstLabels: prometheus.Labels{"kind": kind}},
+			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, heavy items issued early, and items issued again after a rejected result.", ConstLabels: prometheus.Labels{"kind": kind}},
 			func() float64 { return float64(c.Load()) })); err != nil {
 			return nil, fmt.Errorf("serve: metrics: %w", err)
 		}
 	}
 	if err := s.work.registerTimes(s.reg); err != nil {
 		return nil, err
+	}
+	if err := s.reg.Register(s.work.rejects); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
+	for kind, c := range map[string]*atomic.Int64{"batch": &s.work.failureReports, "features": &s.work.feats.failureReports} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_failures_total",
+			Help: "Planner: workers' reports that an item failed on the job's input (the dataset does not open there, another dataset); the reasons are in the log.", ConstLabels: prometheus.Labels{"kind": kind}},
+			func() float64 { return float64(c.Load()) })); err != nil {
+			return nil, fmt.Errorf("serve: metrics: %w", err)
+		}
 	}
 	s.cfg.Pipeline.Features = s.features
 	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,

@@ -133,7 +133,7 @@ func (sw *ShardWorkers) Job() string { return sw.cfg.Job }
 // Run issues the plan's batch items and emits its steps' rows in plan order
 // as the workers deliver them (pipeline.StepSource).
 func (sw *ShardWorkers) Run(ctx context.Context, plan *balancer.Plan, emit func(pipeline.StepBatch) error) error {
-	src := itemSource{feats: &sw.prep.Features, epoch: plan.Config.Epoch, meta: sw.meta(plan)}
+	src := itemSource{feats: &sw.prep.Features, epoch: plan.Config.Epoch, meta: sw.meta(plan), img: sw.prep.Config.Image}
 	all := func(int) bool { return true }
 	issued := 0
 	for k, st := range plan.Steps {

@@ -1,0 +1,198 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Headers of a worker's result messages beyond the item id, the done mark
+// and the seconds (work.go).
+const (
+	// hdrWorkConfig, on every chunk: the preprocessing config hash the
+	// worker built the rows with.
+	hdrWorkConfig = "Mmfeed-Work-Config"
+	// hdrWorkError, on a failure report (no payload): why the worker could
+	// not build the item (its dataset did not open, an id is not in its
+	// index, ...). The worker leaves the item to another attempt.
+	hdrWorkError = "Mmfeed-Work-Error"
+)
+
+// The planner's answers to a worker's done message.
+const (
+	answerOK       = "ok"        // held, or no longer wanted
+	answerMissing  = "missing"   // chunks were lost: send them again
+	answerRejected = "rejected:" // a result did not match the item; the planner issued it again
+)
+
+// itemMaxFailures is how many failure reports of one item (feature or
+// batch) the planner takes before it gives up on the item and fails the job
+// with the workers' reason (ErrWorkFailed). An item fails for what is
+// outside its samples (a sample that cannot be decoded is quarantined and
+// does not fail its item): the input unreachable from the workers, another
+// dataset at the path; waiting would never end.
+const itemMaxFailures = 5
+
+// maxReasonBytes bounds the failure reason a planner keeps and logs.
+const maxReasonBytes = 512
+
+// ErrWorkFailed: the workers failed one item itemMaxFailures times; the
+// error carries their last reason.
+var ErrWorkFailed = errors.New("work item failed on the workers")
+
+func newRejectCounter() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mmfeed_serve_work_results_rejected_total",
+		Help: "Planner: workers' batch results (and feature results, reason rows) that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again."},
+		[]string{"reason"})
+	for _, r := range rejectReasons {
+		c.WithLabelValues(r)
+	}
+	return c
+}
+
+// handleResult takes one message of a worker's batch result: a chunk, the
+// done message or a failure report. A reassembled payload is verified
+// against the item it answers before it is kept (verifyResult); one that
+// does not match is counted, dropped, and its item issued again.
+func (w *workPlanner) handleResult(m *nats.Msg) {
+	id := m.Header.Get(hdrWorkItem)
+	if m.Header.Get(hdrWorkDone) != "" {
+		w.handleDone(m, id)
+		return
+	}
+	if reason := m.Header.Get(hdrWorkError); reason != "" {
+		w.failed(id, reason)
+		return
+	}
+	a, err := w.asm.Add(m.Header, m.Data, struct{}{})
+	if err != nil || a == nil || a.Payload == nil {
+		if err != nil {
+			w.log.Debug("work result chunk", "item", id, "err", err)
+		}
+		return
+	}
+	k := a.Header.BatchKey
+	key := workKey{k.Epoch, k.Step, k.DPRank, k.MicroBatch}
+	w.mu.Lock()
+	sl := w.slots[key]
+	if sl == nil || sl.id != id || k.Job != w.job || k.MPRank < 0 || k.MPRank >= w.mp || sl.payloads[k.MPRank] != nil {
+		w.mu.Unlock()
+		w.duplicates.Add(1) // an item no longer wanted, a stale one, or a second worker's result
+		return
+	}
+	it, shapes := sl.item, sl.shapes
+	w.mu.Unlock()
+	verr := verifyResult(it, shapes, k.MPRank, m.Header.Get(hdrWorkConfig), a.Payload)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.slots[key] != sl || sl.payloads[k.MPRank] != nil {
+		w.duplicates.Add(1) // reset, forgotten or filled meanwhile
+		return
+	}
+	if verr != nil {
+		w.rejectLocked(sl, k.MPRank, verr)
+		return
+	}
+	sl.payloads[k.MPRank] = a.Payload
+	if sl.have++; sl.have == w.mp { // the publisher may take it (and forget the slot) before the done message
+		w.results.Add(1)
+		w.timing[id] = sl.cost
+		w.wakeLocked()
+	}
+}
+
+// rejectLocked counts and logs a result that does not match its item and
+// marks the item to be issued again. The caller holds w.mu.
+func (w *workPlanner) rejectLocked(sl *workSlot, mp int, err error) {
+	reason := rejectDecode
+	var re *resultError
+	if errors.As(err, &re) {
+		reason = re.reason
+	}
+	w.rejects.WithLabelValues(reason).Inc()
+	sl.rejects++
+	sl.lastReject = truncate(err.Error(), maxReasonBytes)
+	sl.reissue = true
+	it := sl.item
+	w.log.Warn("work result rejected: it does not match the item issued; the item is issued again", "item", it.ID,
+		"epoch", it.Epoch, "step", it.Step, "dp", it.DP, "mb", it.MicroBatch, "mp", mp, "reason", reason,
+		"detail", sl.lastReject, "rejected", sl.rejects)
+	w.wakeLocked()
+}
+
+// failed records a worker's failure report of a batch item.
+func (w *workPlanner) failed(id, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, sl := range w.slots {
+		if sl.id != id || sl.have == w.mp {
+			continue
+		}
+		sl.failures++
+		w.failureReports.Add(1)
+		sl.lastFailure = truncate(reason, maxReasonBytes)
+		it := sl.item
+		w.log.Warn("work item failed on a worker", "item", id, "epoch", it.Epoch, "step", it.Step, "dp", it.DP,
+			"mb", it.MicroBatch, "failures", sl.failures, "max", itemMaxFailures, "reason", sl.lastFailure)
+		w.wakeLocked()
+		return
+	}
+}
+
+// wakeLocked wakes every wait. The caller holds w.mu.
+func (w *workPlanner) wakeLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// reissueRejected publishes again every item a result was rejected for
+// since it was last published.
+func (w *workPlanner) reissueRejected(ctx context.Context) error {
+	var raw [][]byte
+	w.mu.Lock()
+	for _, sl := range w.slots {
+		if sl.reissue && sl.have < w.mp {
+			sl.reissue = false
+			raw = append(raw, sl.raw)
+		}
+	}
+	w.mu.Unlock()
+	for _, b := range raw {
+		if err := w.publish(ctx, b); err != nil {
+			return fmt.Errorf("serve: issue a rejected work item again: %w", err)
+		}
+		w.reissued.Add(1)
+	}
+	return nil
+}
+
+// handleDone answers a worker's done message: ok when the planner holds the
+// item's payloads (or no longer needs them), rejected when a result of it
+// was rejected and the item is to be issued again (the worker acknowledges
+// its copy), missing when chunks were lost.
+func (w *workPlanner) handleDone(m *nats.Msg, id string) {
+	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
+	answer := answerOK
+	w.mu.Lock()
+	if cost, ok := w.timing[id]; ok {
+		delete(w.timing, id)
+		w.observe(cost, secs)
+	} else {
+		for _, sl := range w.slots {
+			if sl.id == id && sl.have < w.mp {
+				answer = answerMissing // chunks were lost: the worker sends them again
+				if sl.reissue {
+					answer = answerRejected + " " + sl.lastReject
+				}
+				break
+			}
+		}
+	}
+	w.mu.Unlock()
+	_ = m.Respond([]byte(answer))
+}
+
