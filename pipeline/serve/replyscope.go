@@ -165,11 +165,10 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
-// workResponder returns how a work-result handler answers a worker's
-// message of kind: only on a worker's inbox (WorkerInboxPrefix) or, for the
-// service's local workers, on the service's own; it reports whether it
-// answered. The planner's result handlers (workplan.go, workfeatures.go)
-// answer through it instead of m.Respond.
-func (s *Service) workResponder(kind string) func(m *nats.Msg, data []byte) bool {
-	return func(m *nats.Msg, data []byte) bool { return s.replies.respond(kind, m, data, workerInboxes...) }
+// workReplyOK returns the reply check of the planner's work-result
+// handlers (workPlanner.guardReplies): a result is taken and answered only
+// when its reply is a worker's inbox (WorkerInboxPrefix) or, for the
+// service's local workers, the service's own.
+func (s *Service) workReplyOK(kind string) func(m *nats.Msg) bool {
+	return func(m *nats.Msg) bool { return s.replies.allow(kind, m, workerInboxes...) }
 }

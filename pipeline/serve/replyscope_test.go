@@ -283,17 +283,18 @@ func sumCounter(t testing.TB, s *Service, name string) float64 {
 	return sum
 }
 
-// TestWorkResponder: a work result is answered on a worker's inbox or the
-// service's own (its local workers), never on a $KV subject or a trainer's
-// inbox; a refusal is counted.
-func TestWorkResponder(t *testing.T) {
+// TestWorkReplyOK: a work result is taken and answered on a worker's inbox
+// or the service's own (its local workers), never on a $KV subject or a
+// trainer's inbox; a refusal is counted, and the planner's handlers drop
+// such a result unread.
+func TestWorkReplyOK(t *testing.T) {
 	srv := testnats.Server(t, testnats.Options{})
 	nc, _ := testnats.Connect(t, srv.ClientURL())
 	s := &Service{cfg: Config{Job: "job-1"}, log: slog.New(slog.DiscardHandler)}
 	s.met = newMetrics(s)
 	s.replies = &replyGuard{job: "job-1", dp: 1, mp: 1, met: s.met, log: newRateLog(s.log)}
 	s.replies.strict.Store(true)
-	respond := s.workResponder("result")
+	ok := s.workReplyOK("result")
 	sub, err := nc.SubscribeSync("_INBOX.>")
 	if err != nil {
 		t.Fatal(err)
@@ -309,13 +310,19 @@ func TestWorkResponder(t *testing.T) {
 		{"_INBOX.other.1", false},
 	} {
 		m := &nats.Msg{Subject: "mmfeedwork.job-1.result", Reply: tc.reply, Sub: sub}
-		if got := respond(m, []byte("ok")); got != tc.want {
+		if got := ok(m); got != tc.want {
 			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
 		}
 	}
+	w := &workPlanner{feats: newFeatureResults(s.log, newRejectCounter())}
+	w.guardReplies(ok)
+	forged := &nats.Msg{Subject: "mmfeedwork.job-1.features", Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
+		Header: nats.Header{hdrWorkItem: []string{"f1"}}, Sub: sub}
+	w.feats.handle(forged) // would answer "ok" on the config key
+	w.handleResult(forged)
 	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
 		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
-		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 3 {
-		t.Errorf("%v work replies refused, want 3", n)
+		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
+		t.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
 	}
 }

@@ -56,6 +56,7 @@ func workFeaturesSubject(job string) string { return workPrefix + "." + job + ".
 // progress (expect) are taken, each with its entry count.
 type featureResults struct {
 	log     *slog.Logger
+	replyOK func(*nats.Msg) bool   // whether a result's reply subject may be answered (guardReplies)
 	rejects *prometheus.CounterVec // the planner's (newRejectCounter)
 	mu      sync.Mutex
 	want    map[string]int                      // entries of the items in flight, by id
@@ -77,7 +78,7 @@ type featureFailure struct {
 }
 
 func newFeatureResults(log *slog.Logger, rejects *prometheus.CounterVec) *featureResults {
-	return &featureResults{log: log, rejects: rejects, want: map[string]int{}, got: map[string][]pipeline.EntryFeatures{},
+	return &featureResults{log: log, replyOK: workerReply, rejects: rejects, want: map[string]int{}, got: map[string][]pipeline.EntryFeatures{},
 		fails: map[string]featureFailure{}, rejected: map[string]bool{}, changed: make(chan struct{})}
 }
 
@@ -86,6 +87,9 @@ func newFeatureResults(log *slog.Logger, rejects *prometheus.CounterVec) *featur
 // is answered ok and dropped; one with another entry count than its item's
 // is rejected (counted with reason rows) and the item issued again.
 func (fr *featureResults) handle(m *nats.Msg) {
+	if !fr.replyOK(m) {
+		return // its answer would go elsewhere than a worker's inbox: not taken
+	}
 	id := m.Header.Get(hdrWorkItem)
 	if reason := m.Header.Get(hdrWorkError); reason != "" {
 		fr.failed(id, reason)

@@ -64,6 +64,9 @@ type workPlanner struct {
 	// rejects counts the results that did not match their item, by reason
 	// (verifyResult).
 	rejects *prometheus.CounterVec
+	// replyOK checks a result's reply subject before the result is read
+	// (guardReplies).
+	replyOK func(*nats.Msg) bool
 }
 
 // workSlot is one issued batch item and what came back of it.
@@ -101,7 +104,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	_, _ = rand.Read(nonce[:])
 	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
+		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
 		rejects: rejects}, nil
 }
 
@@ -634,6 +637,7 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
+	s.work.guardReplies(s.workReplyOK("result"))
 	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates,
 		"early": &s.work.early, "reissued": &s.work.reissued} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",

@@ -59,6 +59,9 @@ func newRejectCounter() *prometheus.CounterVec {
 // against the item it answers before it is kept (verifyResult); one that
 // does not match is counted, dropped, and its item issued again.
 func (w *workPlanner) handleResult(m *nats.Msg) {
+	if !w.replyOK(m) {
+		return // its answer would go elsewhere than a worker's inbox: not taken
+	}
 	id := m.Header.Get(hdrWorkItem)
 	if m.Header.Get(hdrWorkDone) != "" {
 		w.handleDone(m, id)
@@ -196,3 +199,16 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	_ = m.Respond([]byte(answer))
 }
 
+// workerReply is the planner's reply check without a Service (the shard
+// command's planner): a result is answered only on a worker's inbox or the
+// planner's own connection's (checkReply).
+func workerReply(m *nats.Msg) bool {
+	return m.Reply == "" || checkReply(m.Reply, false, workerInboxes...) == ""
+}
+
+// guardReplies makes ok the check of every result's reply subject, batch
+// and feature results alike: a result whose answer would go elsewhere is
+// dropped before it is read (the Service's replyGuard counts and logs it).
+func (w *workPlanner) guardReplies(ok func(*nats.Msg) bool) {
+	w.replyOK, w.feats.replyOK = ok, ok
+}
