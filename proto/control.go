@@ -116,6 +116,10 @@ type RegisterReply struct {
 	DataPlane    string `json:"data_plane,omitempty"`
 	FetchSubject string `json:"fetch_subject,omitempty"`
 	AckSubject   string `json:"ack_subject,omitempty"`
+	// Generation is the rank's replay generation when it registered: the
+	// core-plane client drops a batch of an older one (a copy sent before a
+	// rewind) from its first fetch on.
+	Generation int `json:"generation,omitempty"`
 }
 
 // ResendReply answers a resend sent as a request (the Python client's):

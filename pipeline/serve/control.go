@@ -219,7 +219,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	fail := func(err error) proto.RegisterReply {
 		c.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
 		if errors.Is(err, ErrEpochRange) {
-			c.log.Info("register refused", "err", err) // how a client learns the job has no more epochs
+			c.log.Debug("register refused", "err", err) // how a client learns the job has no more epochs: every clean end
 		} else {
 			c.rlog.warn("register:refused", "register refused", "err", err)
 		}
@@ -266,7 +266,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
 		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
-		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj}
+		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.get(rank).gen}
 	c.delivery.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -49,4 +50,16 @@ func TestResendAnswersRequests(t *testing.T) {
 			}
 		})
 	}
+	// The resend rewound rank 0 to a new generation: its register reply names
+	// it, so the Python client drops older copies from its first fetch on.
+	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l := cfg.layout()
+		rep, err := registerWith(ctx, nc, cfg.Job, proto.Register{Job: cfg.Job, DP: l.DP, MP: l.MP, Placement: l.Placement})
+		if err != nil || !rep.OK || rep.Generation < 1 {
+			return errorf("register after a resend: %+v %v, want generation >= 1", rep, err)
+		}
+		return nil
+	})
 }
