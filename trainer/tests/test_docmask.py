@@ -5,13 +5,13 @@
   dense mask, for self- and cross-attention packings;
 * a packed forward builds one mask per tower and mask kind (vision, text, the fusion's self-
   and cross-attention: 4) per micro-batch, not one per layer (it built 3 + 3 + 2 x 2 = 10 in
-  the model here, 36 in the base model), with activation checkpointing too, and gives the
-  embeddings of the CPU path (SDPA per segment);
+  the model here, 36 in the base model), and gives the embeddings of the CPU path (SDPA per
+  segment); forward and backward under full activation checkpointing build no more, with the
+  CPU path's gradients (a dense SDPA stand-in for FlexAttention, which has no CPU backward);
 * FlexAttention compiled (aot_eager, dynamic) over those masks does not recompile after a
   warm-up, on micro-batches of other sample counts, lengths and grids.
 
-``flex_enabled`` is turned on for the CPU here; FlexAttention has no backward on the CPU, so
-these run forwards (the parity tests cover the backward of the CPU path).
+``flex_enabled`` is turned on for the CPU here.
 """
 
 from __future__ import annotations
@@ -90,15 +90,13 @@ def masks_built(monkeypatch):
     return built
 
 
-@pytest.mark.parametrize("ac", ["none", "full"])
-def test_packed_forward_builds_one_mask_per_tower_and_kind(deep_model, masks_built, monkeypatch, ac):
+def test_packed_forward_builds_one_mask_per_tower_and_kind(deep_model, masks_built, monkeypatch):
     want = {}
     with torch.no_grad():
         for seed, n, grids, text in MICRO_BATCHES[:2]:
             want[seed] = deep_model.forward_packed(packed_batch(seed, n, grids, text))
     assert masks_built == [], "the CPU path (SDPA per segment) builds no mask"
     monkeypatch.setattr(model, "flex_enabled", lambda t: True)
-    blockwrap.apply_ac(deep_model, ac)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager FlexAttention warns that it is slow
         for seed, n, grids, text in MICRO_BATCHES[:2]:
@@ -107,6 +105,36 @@ def test_packed_forward_builds_one_mask_per_tower_and_kind(deep_model, masks_bui
             assert len(masks_built) == 4, masks_built  # vision, text, fusion self, fusion cross
             for name in ("img_emb", "txt_emb", "itm_logits"):
                 torch.testing.assert_close(getattr(got, name), getattr(want[seed], name), rtol=1e-4, atol=1e-5)
+
+
+def dense_flex(q, k, v, *, block_mask):
+    """FlexAttention's result from SDPA with the block mask's own mask_mod made dense: a
+    stand-in with a backward on the CPU (FlexAttention has none there)."""
+    qp, kp = block_mask.seq_lengths
+    dense = block_mask.mask_mod(0, 0, torch.arange(qp)[:, None], torch.arange(kp)[None, :])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense[None, None])
+
+
+@pytest.mark.parametrize("ac", ["none", "full"])
+def test_packed_backward_under_ac_builds_no_more_masks(deep_model, masks_built, monkeypatch, ac):
+    """Forward and backward, full AC recomputing every block: still 4 masks per micro-batch
+    (the blocks get them as inputs), and the gradients of the CPU path."""
+    seed, n, grids, text = MICRO_BATCHES[1]
+    deep_model.train()
+    out = deep_model.forward_packed(packed_batch(seed, n, grids, text))
+    (out.img_emb.sum() + out.txt_emb.sum() + out.itm_logits.sum()).backward()
+    want = {k: p.grad.clone() for k, p in deep_model.named_parameters() if p.grad is not None}
+    deep_model.zero_grad(set_to_none=True)
+    monkeypatch.setattr(model, "flex_enabled", lambda t: True)
+    monkeypatch.setattr(model, "_flex", dense_flex)
+    assert blockwrap.apply_ac(deep_model, ac) == (0 if ac == "none" else 3 + 3 + 2)
+    out = deep_model.forward_packed(packed_batch(seed, n, grids, text))
+    (out.img_emb.sum() + out.txt_emb.sum() + out.itm_logits.sum()).backward()
+    assert len(masks_built) == 4, masks_built
+    assert want.keys() == {k for k, p in deep_model.named_parameters() if p.grad is not None}
+    for name, p in deep_model.named_parameters():
+        if name in want:
+            torch.testing.assert_close(p.grad, want[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_packed_flex_attention_does_not_recompile(deep_model, masks_built, monkeypatch):
