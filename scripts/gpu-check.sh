@@ -3,214 +3,246 @@
 # a few minutes, no network), writing every figure to gpu-check.json. CI never needs a GPU:
 # `--dry-run` runs the same stages on CPU with the tiny model (trainer/tests/test_gpu_check.py).
 #
-#   scripts/gpu-check.sh --prepare   here, with bin/mmfeed: write gpu-check-data/ (carry it)
+#   scripts/gpu-check.sh --prepare   here, with bin/mmfeed: write gpu-check-data/ (carry it; < 64 MiB)
 #   scripts/gpu-check.sh             on the device: the stages below, then gpu-check.json
 #   scripts/gpu-check.sh --dry-run   the same stages on CPU (gloo, tiny model, a few steps)
 #
-# Stages, most important first (a run cut by the time budget keeps the head figures), each
-# one torchrun process per device (NCCL is not initialised at world size 1, so no collective
-# is timed on one GPU), base model (ViT-B/16 + BERT-base + fusion), bf16, uint8 pixels
-# normalised on the device by the prefetcher (pinned memory, side stream):
-#   padded           dynamic-resolution synthetic steps around 224 px, captions of 10-77 tokens
-#   packed           the same packed (FlexAttention with a document mask on CUDA)
+# The device needs a clone of the repository, gpu-check-data/ and a Python with torch (its
+# own, no virtualenv, no network): MMFEED_PYTHON, else .venv/bin/python, else python3.
+# Every stage records ok | failed | stopped (its exit status, seconds and the tail of its log)
+# and the next stage runs regardless; the logs stay in gpu-check-logs/ beside the JSON (the
+# name of --out without .json, plus -logs). The script exits 1 when a stage failed, after
+# writing the JSON. Stages, most important first (the time budget keeps the head figures;
+# the compile-heavy ones come after padded, emulate and resume), base model (ViT-B/16 +
+# BERT-base + fusion), bf16, uint8 pixels normalised on the device by the prefetcher; a
+# single-process stage runs `python -m mmfeed_trainer` without torchrun (at world size 1 no
+# process group is made, so no collective is timed on one GPU):
+#   padded           dynamic-resolution synthetic steps around 224 px, captions of 10-77 tokens,
+#                    96-128 samples a micro-batch (~20 TFLOP: not launch-bound)
 #   emulate          scripts/gpu_emulate.py over gpu-check-data/plans: every micro-batch of a
-#                    dp-8 plan (mmfeed vs random strategy) timed rank after rank on the one
-#                    device; step time = slowest rank; cost-model R² (an emulation: no collectives)
-#   resume           checkpoint at half the steps (resume_first), a new process resumes it
+#                    dp-8 plan (mmfeed vs random strategy, 48 samples a micro-batch) timed rank
+#                    after rank on the one device; step time = slowest rank; cost-model R²
+#   resume_first     checkpoint at half the steps; then
+#   resume           a new process resumes it
+#   packed           the padded stage packed (FlexAttention with a document mask: compiles)
 #   ac_full          --ac full
-#   ac_compile       --ac selective --compile (inductor per block)
+#   ac_compile       --ac selective --compile (inductor per block: the longest compile)
 #   elastic          checkpoint at dp 2 (FSDP2, elastic_dp2), resume at dp 1 with --allow-resize:
 #                    gloo on CPU (NCCL refuses two ranks on one GPU), tiny model, DCP resharding
 #   mixed_precision  FSDP2 bf16 MixedPrecisionPolicy + --cpu-offload; needs dp >= 2 (on one GPU:
 #                    skipped and said so in the JSON; the dry run runs it on 2 gloo processes)
-# Figures: step time, samples/s, MFU, peak memory, data-wait fraction per stage.
+# Figures: step time, samples/s, MFU, peak memory, data-wait fraction and the warm-up
+# (compile) seconds per stage; the JSON also records python, torch, CUDA, driver and device.
 #
 # Time: the whole script, its own start-up included, stays within GPU_CHECK_BUDGET seconds
 # (default 300, so that a rerun fits a 15-minute device lease; 3600 in a dry run). A stage
 # that would start with less than GPU_CHECK_MIN_STAGE (20) seconds left is skipped, and a
-# running stage is stopped at the budget (less 15 s to write the JSON); both are listed under
-# "skipped" in gpu-check.json with the reason, and the run still succeeds.
+# running stage is stopped at the budget (less 15 s to write the JSON) or after 240 s.
 #
-# Env: MMFEED_PYTHON (default .venv/bin/python, else python3), GPU_CHECK_STEPS (20),
-#      GPU_CHECK_BATCH (samples per micro-batch, 32), GPU_CHECK_DATA (gpu-check-data),
-#      GPU_CHECK_INPUT (a manifest for --prepare; default a generated corpus), MMFEED_PEAK_TFLOPS,
-#      GPU_CHECK_BUDGET, GPU_CHECK_MIN_STAGE.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# Env: MMFEED_PYTHON, GPU_CHECK_STEPS (20), GPU_CHECK_BATCH (most samples per micro-batch, 128),
+#      GPU_CHECK_DATA (gpu-check-data), GPU_CHECK_INPUT (a manifest for --prepare; default a
+#      generated corpus), MMFEED_PEAK_TFLOPS, GPU_CHECK_BUDGET, GPU_CHECK_MIN_STAGE,
+#      GPU_CHECK_ONLY (comma-separated stages to run; the others are skipped),
+#      GPU_CHECK_FAIL (comma-separated stages made to fail: a test hook).
+set -uo pipefail  # not -e: a stage that fails is recorded and the next one runs
+cd "$(dirname "$0")/.." || exit 1
 MODE=gpu OUT=gpu-check.json
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) MODE=dry ;;
     --prepare) MODE=prepare ;;
-    --out) OUT=$2; shift ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    --out) OUT=${2:?--out needs a file}; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
-PY="${MMFEED_PYTHON:-}"
-if [ -z "$PY" ]; then if [ -x .venv/bin/python ]; then PY=$PWD/.venv/bin/python; else PY=python3; fi; fi
 DATA="${GPU_CHECK_DATA:-gpu-check-data}"
-export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+MAX_DATA=$((64 << 20))  # what a device call carries, the repository included
 
-prepare() {  # $1 folder, $2 samples: a corpus sharded for 8 dp ranks by two strategies (JPEG store: decoded to uint8, small to carry)
-  local dir=$1 n=$2 input="${GPU_CHECK_INPUT:-}"
+prepare() {  # $1 folder, $2 samples, $3 global batch, $4 epochs: a corpus sharded for 8 dp ranks by
+  # two strategies (JPEG store: decoded to uint8; samples stored once, one index per epoch)
+  local dir=$1 n=$2 gb=$3 epochs=$4 input="${GPU_CHECK_INPUT:-}" s bytes
   [ -x bin/mmfeed ] || { echo "gpu-check: bin/mmfeed missing (make build)" >&2; return 1; }
   if [ -z "$input" ]; then
-    bin/mmfeed synth --out "$dir/corpus" --samples "$n" --seed 3 >/dev/null
+    bin/mmfeed synth --out "$dir/corpus" --samples "$n" --seed 3 >/dev/null || return 1
     input=$dir/corpus/manifest.jsonl
   fi
   for s in mmfeed random; do
-    bin/mmfeed shard --input "$input" --dp 8 --global-batch 128 --micro-batches 2 --strategy "$s" \
-      --resize dynamic --max-pixels 65536 --store jpeg --seed 5 --out "$dir/plans/$s" >/dev/null
+    bin/mmfeed shard --input "$input" --dp 8 --global-batch "$gb" --micro-batches 2 --strategy "$s" \
+      --epochs "$epochs" --tail pad --resize dynamic --max-pixels 65536 --store jpeg --seed 5 \
+      --out "$dir/plans/$s" >/dev/null || return 1
   done
   rm -rf "$dir/corpus"
+  bytes=$(du -sb "$dir" | cut -f1)
+  if [ "$bytes" -gt "$MAX_DATA" ]; then
+    echo "gpu-check: $dir is $((bytes >> 20)) MiB, over the $((MAX_DATA >> 20)) MiB a device call carries" >&2
+    return 1
+  fi
   du -sh "$dir"
 }
-if [ "$MODE" = prepare ]; then prepare "$DATA" 768; exit 0; fi
+if [ "$MODE" = prepare ]; then prepare "$DATA" 768 768 4; exit; fi
 
-LOGS=$(mktemp -d)
-trap 'rm -rf "$LOGS"' EXIT
+if [ -n "${MMFEED_PYTHON:-}" ]; then
+  PY=$MMFEED_PYTHON
+elif [ -x .venv/bin/python ]; then
+  PY=$PWD/.venv/bin/python
+else
+  PY=python3
+  echo "gpu-check: no virtualenv (.venv/bin/python) here: using this machine's python3 ($(command -v python3 || echo 'not found'))"
+fi
+command -v "$PY" >/dev/null || { echo "gpu-check: no Python interpreter $PY (set MMFEED_PYTHON)" >&2; exit 1; }
+export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+LOGS=${OUT%.json}-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS" || { echo "gpu-check: cannot make $LOGS" >&2; exit 1; }
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
 if [ "$MODE" = dry ]; then
   export CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1
-  MODEL=tiny BACKEND=aot_eager STEPS="${GPU_CHECK_STEPS:-3}" BATCH="${GPU_CHECK_BATCH:-4}" NGPU=0
+  MODEL=tiny BACKEND=aot_eager STEPS="${GPU_CHECK_STEPS:-3}" BATCH="${GPU_CHECK_BATCH:-4}"
   GRIDS=1x1,1x2,2x1,2x2 TEXT=(3 12) EMU_STEPS=2
   echo "gpu-check: dry run on CPU (tiny model, gloo, torch.compile backend $BACKEND)"
 else
-  NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
-  if [ "$NGPU" -eq 0 ]; then echo "gpu-check: no CUDA device visible (use --dry-run on CPU)" >&2; exit 1; fi
-  MODEL=base BACKEND=inductor STEPS="${GPU_CHECK_STEPS:-20}" BATCH="${GPU_CHECK_BATCH:-32}"
-  GRIDS=14x14,16x12,12x16,16x16,10x14 TEXT=(10 77) EMU_STEPS=8
-  "$PY" -c 'import torch; print("gpu-check:", torch.cuda.device_count(), "x", torch.cuda.get_device_name(0), "torch", torch.__version__)'
+  MODEL=base BACKEND=inductor STEPS="${GPU_CHECK_STEPS:-20}" BATCH="${GPU_CHECK_BATCH:-128}"
+  GRIDS=14x14,16x12,12x16,16x16,10x14 TEXT=(10 77) EMU_STEPS=4
 fi
-SKIP=$(( STEPS / 4 ))
-peak=()
-if [ -n "${MMFEED_PEAK_TFLOPS:-}" ]; then peak=(--peak-tflops "$MMFEED_PEAK_TFLOPS"); fi
-declare -A SKIPPED=()
 BUDGET="${GPU_CHECK_BUDGET:-300}"
 [ "$MODE" = dry ] && BUDGET="${GPU_CHECK_BUDGET:-3600}"  # a loaded CI machine is slow, not a lent GPU
-MIN_STAGE="${GPU_CHECK_MIN_STAGE:-20}" RESERVE=15  # RESERVE: writing gpu-check.json at the end
+MIN_STAGE="${GPU_CHECK_MIN_STAGE:-20}" RESERVE=15 STAGE_MAX=240  # RESERVE: writing gpu-check.json
 left() { echo $(( BUDGET - RESERVE - SECONDS )); }
-over_budget() {  # $1 stage: true (and recorded) when too little of the time budget is left to start it
-  if [ "$(left)" -lt "$MIN_STAGE" ]; then
-    SKIPPED[$1]="over the time budget (${SECONDS} s of ${BUDGET} s spent)"
-    echo; echo "== $1: skipped (${SKIPPED[$1]})"
-    return 0
-  fi
+
+write_json() {  # gpu-check.json from $LOGS (stdlib only: nothing a stage does not need)
+  MODE=$MODE BUDGET=$BUDGET ELAPSED=$SECONDS "$PY" scripts/gpu_check_report.py "$LOGS" "$OUT"
+}
+declare -A DONE=()  # stage -> ok | failed | stopped
+
+# The environment: interpreter, torch, CUDA, driver, devices (env.json; torch imported once here).
+if ! "$PY" scripts/gpu_check_report.py --env "$LOGS/env.json" 2>"$LOGS/env.err"; then
+  cat "$LOGS/env.err" >&2
+  echo "gpu-check: $PY cannot import torch (see above)" >&2
+  write_json; exit 1
+fi
+NGPU=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"])' "$LOGS/env.json")
+if [ "$MODE" = gpu ] && [ "$NGPU" -eq 0 ]; then
+  echo "gpu-check: no CUDA device visible (use --dry-run on CPU)" >&2; exit 1
+fi
+
+selected() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ ",$GPU_CHECK_ONLY," == *",$1,"* ]]; }
+skip() { printf '%s\t%s\n' "$1" "$2" >>"$LOGS/skipped.tsv"; echo; echo "== $1: skipped ($2)"; }
+begin() {  # $1 stage: true when it is to run; otherwise it is recorded under "skipped" with why
+  if ! selected "$1"; then skip "$1" "not in GPU_CHECK_ONLY=$GPU_CHECK_ONLY"; return 1; fi
+  if [ "$(left)" -lt "$MIN_STAGE" ]; then skip "$1" "over the time budget (${SECONDS} s of ${BUDGET} s spent)"; return 1; fi
+}
+after() {  # $1 stage, $2 the stage it continues: true when $2 ran ok; else $1 is skipped, saying why
+  [ "${DONE[$2]:-}" = ok ] && return 0
+  if selected "$1"; then skip "$1" "$2 ${DONE[$2]:-did not run}"; else skip "$1" "not in GPU_CHECK_ONLY=$GPU_CHECK_ONLY"; fi
   return 1
 }
-bounded() {  # $1 stage, $2 seconds at most, rest: command, its output to $LOGS/$1.out and .err;
-  # 0, 1 after a failure, 2 when stopped at the time budget (recorded under "skipped")
-  local stage=$1 limit=$2 rc=0; shift 2
-  [ "$(left)" -lt "$limit" ] && limit=$(left)
+
+# run_stage $1 stage, rest: its command, output to $LOGS/$1.out and .err, at most STAGE_MAX
+# seconds and never past the budget. Sets STATUS (ok | failed | stopped), RC, NOTE, T0.
+run_stage() {
+  local name=$1 limit cap="the ${STAGE_MAX} s stage limit"; shift
+  [[ ",${GPU_CHECK_FAIL:-}," == *",$name,"* ]] && set -- "$@" --gpu-check-forced-failure
+  limit=$(left)
+  if [ "$limit" -gt "$STAGE_MAX" ]; then limit=$STAGE_MAX; else cap="the time budget"; fi
   [ "$limit" -ge 1 ] || limit=1
-  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$stage.out" 2>"$LOGS/$stage.err" || rc=$?
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    SKIPPED[$stage]="stopped at the time budget after ${limit} s (${SECONDS} s of ${BUDGET} s spent)"
-    echo "== $stage: ${SKIPPED[$stage]}"
-    rm -f "$LOGS/$stage.json"
-    return 2
+  T0=$SECONDS RC=0 STATUS=ok NOTE=
+  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$name.out" 2>"$LOGS/$name.err" || RC=$?
+  if { [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ]; } && [ $((SECONDS - T0)) -ge "$limit" ]; then
+    STATUS=stopped NOTE="stopped at $cap after ${limit} s (${SECONDS} s of ${BUDGET} s spent)"
+  elif [ "$RC" -gt 128 ]; then  # 137 too when it came before the limit: the stage killed itself
+    STATUS=failed NOTE="killed by signal $((RC - 128))"
+  elif [ "$RC" -ne 0 ]; then
+    STATUS=failed NOTE="exit status $RC"
   fi
-  return "$rc"
+}
+record() {  # $1 stage: its STATUS, RC, seconds and NOTE to $LOGS/stages.tsv, a line here, the log tail on failure
+  local name=$1 secs=$((SECONDS - T0))
+  DONE[$name]=$STATUS
+  [ "$STATUS" = ok ] || rm -f "$LOGS/$name.json"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$STATUS" "$RC" "$secs" "$NOTE" >>"$LOGS/stages.tsv"
+  echo "== $name: $STATUS (${secs} s)${NOTE:+: $NOTE}"
+  if [ "$STATUS" = failed ]; then tail -20 "$LOGS/$name.err"; fi
 }
 
-trainer() {  # $1 stage, $2 processes, rest: flags; the run's JSON summary goes to $LOGS/$1.json
-  local stage=$1 n=$2 rc=0; shift 2
-  if over_budget "$stage"; then return 0; fi
-  echo; echo "== $stage: $n process(es), $*"
-  local t0=$SECONDS
-  bounded "$stage" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" -m mmfeed_trainer "$@" || rc=$?
-  [ "$rc" -eq 2 ] && return 0
-  [ "$rc" -eq 0 ] || { tail -30 "$LOGS/$stage.err"; return 1; }
-  grep '^{' "$LOGS/$stage.out" | tail -1 | tee "$LOGS/$stage.json"
-  grep -h 'resumed from\|resized:' "$LOGS/$stage.err" | sed 's/^.* INFO /  /' || true
-  echo "  ($((SECONDS - t0)) s)"
+trainer() {  # $1 stage, $2 processes, rest: flags; the run's JSON summary goes to $LOGS/$1.json;
+  # MUST: a text its log must hold (else the stage failed)
+  local name=$1 n=$2; shift 2
+  begin "$name" || return 0
+  echo; echo "== $name: $n process(es), $*"
+  if [ "$n" -eq 1 ]; then
+    run_stage "$name" "$PY" -m mmfeed_trainer "$@"
+  else
+    run_stage "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$n" -m mmfeed_trainer "$@"
+  fi
+  if [ "$STATUS" = ok ]; then
+    grep '^{' "$LOGS/$name.out" | tail -1 >"$LOGS/$name.json"
+    if [ -s "$LOGS/$name.json" ]; then cat "$LOGS/$name.json"; else STATUS=failed NOTE="no summary line on stdout"; fi
+    grep -h 'resumed from\|resized:' "$LOGS/$name.err" | sed 's/^.* INFO /  /'
+    if [ -n "${MUST:-}" ] && ! grep -q "$MUST" "$LOGS/$name.err"; then STATUS=failed NOTE="its log lacks '$MUST'"; fi
+  fi
+  record "$name"
 }
-ran() { [ -s "$LOGS/$1.json" ]; }  # $1 stage: it ran to its end
 synth() {  # the synthetic stream of the throughput stages
-  echo --synthetic --model "$MODEL" --warmup 5 --lr 1e-4 --log-every 10 --metrics-skip "$SKIP" \
+  echo --synthetic --model "$MODEL" --warmup 5 --lr 1e-4 --log-every 10 --metrics-skip "$((STEPS / 4))" \
     --synth-samples $((BATCH * 3 / 4)) "$BATCH" --synth-micro-batches 2 --synth-grids "$GRIDS" \
     --synth-text "${TEXT[@]}" --synth-dtype uint8 --synth-distinct 8 --prefetch 3
 }
-BF16=(--bf16 on)
-[ "$MODE" = dry ] && BF16=(--bf16 off)  # CPU bf16 autocast is slow and not what a GPU runs
 
 emulate() {  # dp-8 plans (carried, or written here in a dry run), ranks in turn on one device
-  local plans=$DATA/plans rc=0
-  if over_budget emulate; then return 0; fi
+  local plans=$DATA/plans
+  begin emulate || return 0
   if [ "$MODE" = dry ] && [ ! -d "$plans" ] && [ -x bin/mmfeed ]; then
-    plans=$LOGS/data/plans
-    prepare "$LOGS/data" 256 >/dev/null
+    plans=$TMP/data/plans
+    prepare "$TMP/data" 256 128 1 >/dev/null
   fi
   if [ ! -d "$plans" ]; then
-    SKIPPED[emulate]="no $plans (scripts/gpu-check.sh --prepare writes it where bin/mmfeed is)"
-    echo; echo "== emulate: skipped (${SKIPPED[emulate]})"
+    skip emulate "no $plans (scripts/gpu-check.sh --prepare writes it where bin/mmfeed is)"
     return 0
   fi
   echo; echo "== emulate: dp-8 plans of $plans, ranks in turn on one device"
-  bounded emulate 240 "$PY" scripts/gpu_emulate.py --plans "$plans" --model "$MODEL" --steps "$EMU_STEPS" \
-    --out "$LOGS/emulate.json" || rc=$?
-  [ "$rc" -eq 2 ] && return 0
-  [ "$rc" -eq 0 ] || { tail -30 "$LOGS/emulate.err"; return 1; }
-  tail -1 "$LOGS/emulate.out"
+  run_stage emulate "$PY" scripts/gpu_emulate.py --plans "$plans" --model "$MODEL" --steps "$EMU_STEPS" \
+    --out "$LOGS/emulate.json"
+  if [ "$STATUS" = ok ]; then
+    if [ -s "$LOGS/emulate.json" ]; then tail -1 "$LOGS/emulate.out"; else STATUS=failed NOTE="no emulate.json written"; fi
+  fi
+  record emulate
 }
 
-CK=$(mktemp -d)
-trap 'rm -rf "$LOGS" "$CK"' EXIT
+peak=()
+if [ -n "${MMFEED_PEAK_TFLOPS:-}" ]; then peak=(--peak-tflops "$MMFEED_PEAK_TFLOPS"); fi
+BF16=(--bf16 on)
+[ "$MODE" = dry ] && BF16=(--bf16 off)  # CPU bf16 autocast is slow and not what a GPU runs
 # shellcheck disable=SC2046
 trainer padded 1 $(synth) --steps "$STEPS" "${BF16[@]}" "${peak[@]}"
-# shellcheck disable=SC2046
-trainer packed 1 $(synth) --steps "$STEPS" --pack "${BF16[@]}" "${peak[@]}"
 emulate
 # shellcheck disable=SC2046
-trainer resume_first 1 $(synth) --steps "$((STEPS / 2))" "${BF16[@]}" --ckpt-dir "$CK/same"
-if ran resume_first; then
-  # shellcheck disable=SC2046
-  trainer resume 1 $(synth) --steps "$STEPS" "${BF16[@]}" --ckpt-dir "$CK/same" "${peak[@]}"
-  ! ran resume || grep -q 'resumed from' "$LOGS/resume.err" || { echo "gpu-check: the resume stage did not resume" >&2; exit 1; }
-else
-  SKIPPED[resume]=${SKIPPED[resume]:-"resume_first did not run"}
-fi
+trainer resume_first 1 $(synth) --steps "$((STEPS / 2))" "${BF16[@]}" --ckpt-dir "$TMP/same"
+# shellcheck disable=SC2046
+after resume resume_first && MUST='resumed from' trainer resume 1 $(synth) --steps "$STEPS" "${BF16[@]}" --ckpt-dir "$TMP/same" "${peak[@]}"
+# shellcheck disable=SC2046
+trainer packed 1 $(synth) --steps "$STEPS" --pack "${BF16[@]}" "${peak[@]}"
 # shellcheck disable=SC2046
 trainer ac_full 1 $(synth) --steps "$STEPS" --ac full "${BF16[@]}" "${peak[@]}"
 # shellcheck disable=SC2046
 trainer ac_compile 1 $(synth) --steps "$STEPS" --ac selective --compile --compile-backend "$BACKEND" "${BF16[@]}" "${peak[@]}"
 small=(--synthetic --model tiny --synth-samples 2 5 --synth-micro-batches 2 --log-every 1 --warmup 1)
-CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 trainer elastic_dp2 2 "${small[@]}" --steps 3 --dp 2 --fsdp --ckpt-dir "$CK/elastic"
-if ran elastic_dp2; then
-  CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 trainer elastic 1 "${small[@]}" --steps 6 --dp 1 --allow-resize --ckpt-dir "$CK/elastic"
-  ! ran elastic || grep -q 'resized: checkpoint dp 2, this run dp 1' "$LOGS/elastic.err" || { echo "gpu-check: the elastic stage did not resize" >&2; exit 1; }
-else
-  SKIPPED[elastic]=${SKIPPED[elastic]:-"elastic_dp2 did not run"}
-fi
+CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 trainer elastic_dp2 2 "${small[@]}" --steps 3 --dp 2 --fsdp --ckpt-dir "$TMP/elastic"
+after elastic elastic_dp2 &&
+  CUDA_VISIBLE_DEVICES="" OMP_NUM_THREADS=1 MUST='resized: checkpoint dp 2, this run dp 1' trainer elastic 1 "${small[@]}" --steps 6 --dp 1 --allow-resize --ckpt-dir "$TMP/elastic"
 if [ "$MODE" = dry ] || [ "$NGPU" -ge 2 ]; then
   n=2; [ "$MODE" = dry ] || n=$NGPU
   # shellcheck disable=SC2046
   trainer mixed_precision "$n" $(synth) --steps "$STEPS" --dp "$n" --fsdp --mixed-precision --cpu-offload --bf16 off "${peak[@]}"
 else
-  SKIPPED[mixed_precision]="FSDP2 is applied over dp >= 2 only; one GPU cannot hold two NCCL ranks"
-  echo; echo "== mixed_precision: skipped (${SKIPPED[mixed_precision]})"
+  skip mixed_precision "FSDP2 is applied over dp >= 2 only; one GPU cannot hold two NCCL ranks"
 fi
 
-skipped_json=$(for k in "${!SKIPPED[@]}"; do printf '%s\t%s\n' "$k" "${SKIPPED[$k]}"; done)
-MODE=$MODE SKIPPED_TSV=$skipped_json BUDGET=$BUDGET ELAPSED=$SECONDS "$PY" - "$LOGS" "$OUT" <<'EOF'
-import json, os, sys, time
-import torch
-logs, out = sys.argv[1], sys.argv[2]
-stages = {}
-for name in sorted(os.listdir(logs)):
-    if name.endswith(".json"):
-        with open(os.path.join(logs, name)) as f:
-            text = f.read().strip()
-        stages[name[:-5]] = json.loads(text) if text else None
-skipped = dict(line.split("\t", 1) for line in os.environ["SKIPPED_TSV"].splitlines() if line)
-doc = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mode": os.environ["MODE"],
-       "torch": torch.__version__,
-       "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-       "budget_s": int(os.environ["BUDGET"]), "elapsed_s": int(os.environ["ELAPSED"]),
-       "stages": stages, "skipped": skipped}
-with open(out, "w") as f:
-    json.dump(doc, f, indent=1)
-print(f"gpu-check: wrote {out} ({len(stages)} stages, {len(skipped)} skipped, "
-      f"{doc['elapsed_s']} s of a {doc['budget_s']} s budget before it)")
-EOF
+write_json || exit 1
+failed=()
+for k in "${!DONE[@]}"; do [ "${DONE[$k]}" = failed ] && failed+=("$k"); done
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "gpu-check: ${#failed[@]} stage(s) failed: ${failed[*]} (their logs: $LOGS)" >&2
+  exit 1
+fi

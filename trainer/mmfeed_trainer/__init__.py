@@ -14,7 +14,8 @@ conversion; checkpoints are written by dp rank 0 of each mp rank.
 Concurrency: one process per device (torchrun); inside a process, one prefetch thread
 produces host batches, the main thread trains.
 
-Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model),
+Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model), ``docmask``
+(FlexAttention document masks of packed samples),
 ``parallel_dims`` (mesh layout), ``parallelize`` (mp split + DDP/FSDP2), ``exchange``
 (differentiable p2p between mp ranks), ``losses``, ``step`` (one training step), ``optim``,
 ``timing`` (rank-local compute time; the step passes its clock explicitly), ``batches``

@@ -12,8 +12,9 @@ ALBEF/BLIP style:
 Every part also has ``forward_packed``: a packed micro-batch (``batches.pack``: captions
 concatenated with ``cu_seqlens_text``, patches concatenated with ``cu_seqlens_image`` and
 ``image_grid``) runs without padding, and attention never crosses samples
-(``segment_attention``: FlexAttention with a document mask on CUDA, SDPA per segment
-elsewhere). Packed and padded give the same per-sample results (``test_parity_packed_*``).
+(``segment_attention``: FlexAttention with a document mask on CUDA, built once per tower and
+micro-batch from the segment layout (``docmask``), SDPA per segment elsewhere). Packed and
+padded give the same per-sample results (``test_parity_packed_*``).
 * ``TextTower`` -- BERT-like encoder over right-padded ``input_ids``; the attention mask is
   built on the device from the unpadded lengths.
 * ``Fusion`` -- text queries self-attend and cross-attend to the image tokens; its [CLS]
@@ -35,6 +36,7 @@ from torch import nn
 
 from .batches import Batch
 from .config import ModelConfig
+from .docmask import document_mask
 
 
 class ImageFeatures(NamedTuple):
@@ -87,15 +89,30 @@ def segment_ids(counts: torch.Tensor) -> torch.Tensor:
 class Segments(NamedTuple):
     """The layout of a packed sequence, built once per tower and micro-batch (``segments``)
     and used by every attention layer: ``ids`` (N,) the segment (sample) of each token, and
-    ``sizes`` its segments' token counts on the host (one device sync per tower, not per layer)."""
+    ``sizes`` its segments' token counts on the host (one device sync per tower, not per layer).
+    Where attention runs FlexAttention (``flex_enabled``: CUDA), ``mask`` is the document
+    ``BlockMask`` of the queries it was built for attending to these segments as keys (itself
+    for self-attention; the fusion's captions for its cross-attention), so no layer builds one."""
 
     ids: torch.Tensor
     sizes: list[int]
+    mask: object | None = None
 
 
-def segments(counts: torch.Tensor) -> Segments:
-    """The ``Segments`` of a packed sequence whose segments have ``counts`` (n,) tokens, in order."""
-    return Segments(segment_ids(counts), counts.tolist())
+def flex_enabled(t: torch.Tensor) -> bool:
+    """Whether packed attention on ``t``'s device runs FlexAttention (CUDA) rather than SDPA per
+    segment (elsewhere); the tests turn it on for the CPU to exercise the CUDA path's masks."""
+    return t.is_cuda
+
+
+def segments(counts: torch.Tensor, queries: Segments | None = None) -> Segments:
+    """The ``Segments`` of a packed sequence whose segments have ``counts`` (n,) tokens, in order;
+    with FlexAttention also its document mask as keys of ``queries`` (default: itself)."""
+    ids = segment_ids(counts)
+    mask = None
+    if flex_enabled(ids):
+        mask = document_mask(ids if queries is None else queries.ids, ids, counts.shape[0])
+    return Segments(ids, counts.tolist(), mask)
 
 
 def gather_segments(cu: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,11 +128,11 @@ _flex = None
 
 
 def _flex_attention():
-    """torch.compile'd FlexAttention and create_block_mask (built on first CUDA use)."""
+    """torch.compile'd FlexAttention (built on first use; dynamic shapes: packed lengths vary)."""
     global _flex
     if _flex is None:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-        _flex = (torch.compile(flex_attention, dynamic=True), create_block_mask)
+        from torch.nn.attention.flex_attention import flex_attention
+        _flex = torch.compile(flex_attention, dynamic=True)
     return _flex
 
 
@@ -125,7 +142,8 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keys of its own segment (q_seg.ids[n] == kv_seg.ids[m]): the document mask of packed
     samples. Both sequences have the same number of segments, each with >= 1 key.
 
-    On CUDA it is FlexAttention with that mask as a block mask: one compiled kernel over the
+    On CUDA it is FlexAttention with that mask as a block mask (``kv_seg.mask``, built once
+    per tower and micro-batch by ``segments``; ``docmask``): one compiled kernel over the
     packed sequence that skips the blocks where no query sees its keys, so the work is about
     Σ per-sample n·m rather than (Σ n)·(Σ m). It is chosen because it takes different query
     and key packings (the fusion's cross-attention packs captions against images), ships
@@ -133,8 +151,8 @@ def segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     cannot install and test), and needs no nested tensors. Elsewhere (CPU) it is
     ``split_segment_attention``.
     """
-    if q.is_cuda:
-        return flex_segment_attention(q, k, v, q_seg.ids, kv_seg.ids)
+    if flex_enabled(q):
+        return flex_segment_attention(q, k, v, q_seg, kv_seg)
     return split_segment_attention(q, k, v, q_seg, kv_seg)
 
 
@@ -150,20 +168,20 @@ def split_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def flex_segment_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           q_seg: torch.Tensor, kv_seg: torch.Tensor, *, compiled: bool = True) -> torch.Tensor:
-    """``segment_attention`` with FlexAttention and a document block mask. ``compiled=False``
-    runs FlexAttention eagerly (slow; lets the CPU tests check the mask)."""
+                           q_seg: Segments, kv_seg: Segments, *, compiled: bool = True) -> torch.Tensor:
+    """``segment_attention`` with FlexAttention and the document block mask ``kv_seg.mask``
+    (built here when the layout carries none): q, k, v are zero-padded to the mask's lengths
+    and the output cut back to N. ``compiled=False`` runs FlexAttention eagerly (slow; lets
+    the CPU tests check the mask)."""
+    mask = kv_seg.mask if kv_seg.mask is not None else document_mask(q_seg.ids, kv_seg.ids, len(kv_seg.sizes))
+    qp, kp = mask.seq_lengths
+    n, m = q.shape[2], k.shape[2]
     if compiled:
-        flex, block_mask_of = _flex_attention()
+        flex = _flex_attention()
     else:
-        from torch.nn.attention.flex_attention import create_block_mask as block_mask_of
         from torch.nn.attention.flex_attention import flex_attention as flex
-
-    def same_segment(b, h, qi, ki):
-        return q_seg[qi] == kv_seg[ki]
-
-    mask = block_mask_of(same_segment, None, None, q.shape[2], k.shape[2], device=q.device, _compile=compiled)
-    return flex(q, k, v, block_mask=mask)
+    q, k, v = F.pad(q, (0, 0, 0, qp - n)), F.pad(k, (0, 0, 0, kp - m)), F.pad(v, (0, 0, 0, kp - m))
+    return flex(q, k, v, block_mask=mask)[:, :, :n]
 
 
 class MLP(nn.Module):
@@ -473,7 +491,8 @@ class Fusion(nn.Module):
         txt_idx = torch.cat([self_idx, neg_text, self_idx])
         tok, q_cu = gather_segments(cumsum0(txt.lengths.clamp(min=1)), txt_idx)
         ctx_tok, k_cu = gather_segments(img.cu_seqlens, img_idx)
-        q_seg, k_seg = segments(q_cu[1:] - q_cu[:-1]), segments(k_cu[1:] - k_cu[:-1])
+        q_seg = segments(q_cu[1:] - q_cu[:-1])
+        k_seg = segments(k_cu[1:] - k_cu[:-1], queries=q_seg)  # its mask: the captions over their images
         x = self.in_proj(txt.hidden[tok])
         ctx = img.tokens[ctx_tok]
         for blk in self.blocks:

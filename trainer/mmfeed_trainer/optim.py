@@ -1,4 +1,11 @@
-"""AdamW with warmup + cosine schedule, and gradient clipping over the whole sharded model."""
+"""AdamW with warmup + cosine schedule, and gradient clipping over the whole sharded model.
+
+Both run a constant number of kernels per step, not a few per parameter (the base model has
+525 parameter tensors): AdamW is ``fused`` (one kernel for the whole update) when every
+parameter is on CUDA and ``foreach`` otherwise; the clipping norm is ``get_total_norm``'s
+foreach path (``torch._foreach_norm`` per device and dtype) over the local gradients (the
+shards of FSDP2's DTensors), and the rescale one ``_foreach_mul_``.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +27,20 @@ def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def implementation(params) -> dict:
+    """AdamW's implementation flag for ``params``: ``fused`` when every one is on CUDA (a DTensor's
+    device is its local shard's), ``foreach`` otherwise (CPU, CPU offload, a mix)."""
+    params = list(params)
+    if params and all(p.is_cuda for p in params):
+        return {"fused": True}
+    return {"foreach": True}
+
+
 def build_optimizer(module: nn.Module, cfg: OptimConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     cfg.validate()
-    opt = torch.optim.AdamW(param_groups(module, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
-                            eps=cfg.eps, foreach=True)
+    groups = param_groups(module, cfg.weight_decay)
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                            **implementation(p for g in groups for p in g["params"]))
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
 
 
@@ -53,8 +70,8 @@ def clip_grad_norm(module: nn.Module, max_norm: float, *, sharded_group=None, mo
     dev = grads[0].device if grads else torch.device("cpu")
     acc = torch.float64 if any(g.dtype == torch.float64 for g in grads) else torch.float32
     sq = torch.zeros((), dtype=acc, device=dev)
-    if grads:
-        sq = torch.stack([g.detach().to(acc).pow(2).sum() for g in grads]).sum()
+    if grads:  # gradients are float32 (or float64) here: parameters stay in full precision
+        sq = torch.nn.utils.get_total_norm(grads, 2.0, foreach=True).to(acc).square()
     if comm_device is not None:
         sq = sq.to(comm_device)
     for group in (sharded_group, model_group):

@@ -87,7 +87,8 @@ class TrainConfig:
     save_params: str | None = None
     """Write the final full parameters of each mp rank to this directory (tests, parity)."""
     metrics_skip: int = 0
-    """Leave the first N steps (warm-up, autotuning) out of the run's summary metrics."""
+    """Leave the first N steps (warm-up, autotuning) out of the run's summary metrics; their
+    seconds are its ``warmup_s``."""
     peak_tflops: float | None = None
     """Peak dense bf16 TFLOP/s of one device, for MFU; None = guess from the CUDA device name."""
     ac: str = "none"
@@ -313,7 +314,7 @@ def run(cfg: TrainConfig) -> RunResult:
                             depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                             check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()
-    step, last = start, None
+    step, last, warmup_s = start, None, 0.0
     try:
         while step < cfg.steps:
             _maybe_fault(step)
@@ -342,6 +343,8 @@ def run(cfg: TrainConfig) -> RunResult:
             meter.add(compute, waited, stats.samples, flops)
             if step - start >= cfg.metrics_skip:
                 all_meter.add(compute, waited, stats.samples, flops)
+            else:
+                warmup_s += compute + waited
             step += 1
             if step % cfg.log_every == 0 or step == cfg.steps:
                 loss = _global_loss(stats, dims)
@@ -361,6 +364,8 @@ def run(cfg: TrainConfig) -> RunResult:
         _save_params(cfg.save_params, module, dims)
     source.close()
     metrics = all_meter.summary(dims, device, peak_flops)
+    # the steps left out (compile, autotuning, allocator warm-up): what the figures do not show
+    metrics["warmup_s"] = warmup_s
     if device.type == "cuda":
         metrics["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return RunResult(steps_done=step - start, final_step=step, losses=losses, metrics=metrics)

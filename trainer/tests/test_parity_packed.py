@@ -113,11 +113,11 @@ def test_segment_attention_paths_match_the_dense_mask():
     for kseg in (q_seg, kv_seg):
         q = torch.randn(1, 2, q_seg.shape[0], 8)
         k, v = torch.randn(2, 1, 2, kseg.shape[0], 8).unbind(0)
+        layout = [segments(torch.bincount(ids)) for ids in (q_seg, kseg)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # eager FlexAttention warns that it is slow
-            got = flex_segment_attention(q, k, v, q_seg, kseg, compiled=False)
+            got = flex_segment_attention(q, k, v, *layout, compiled=False)
         dense = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=(q_seg[:, None] == kseg[None, :])[None, None])
         torch.testing.assert_close(got, dense)
-        layout = [segments(torch.bincount(ids)) for ids in (q_seg, kseg)]
         torch.testing.assert_close(segment_attention(q, k, v, *layout), dense)
