@@ -15,45 +15,37 @@ import (
 )
 
 // health is what /healthz reports beyond the NATS connection: whether the
-// job's JetStream assets were reachable at the last check, and since when a
-// publish has been in flight. It owns its lock.
+// job's JetStream assets were reachable at the last check, whether the last
+// write of the job's state succeeded, and since when a publish has been in
+// flight. It owns its lock.
 type health struct {
-	mu         sync.Mutex
-	assetErr   error     // the last check's failure; nil: reachable
-	assetSince time.Time // the first failure of the current streak
-	fails      int       // failed checks in a row
-	pubSince   time.Time // start of the publish in flight; zero: none
-	stateErr   error     // the last state write's failure; nil: it succeeded
-	stateSince time.Time // the first failed write of the current streak
-	stateFails int       // failed state writes in a row
+	mu       sync.Mutex
+	assets   streak    // asset checks (checked)
+	state    streak    // writes of the job's state (wrote)
+	pubSince time.Time // start of the publish in flight; zero: none
 }
 
-// wrote records one write of the job's state and returns the failures in a
-// row (0 after a success) and how long they have lasted.
-func (h *health) wrote(err error, now time.Time) (int, time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// streak is a run of failures in a row: the last one, and when the first
+// happened. The zero value is no failure.
+type streak struct {
+	err   error
+	since time.Time
+	n     int
+}
+
+// add records one outcome and returns the failures in a row (0 after a
+// success) and how long they have lasted.
+func (s *streak) add(err error, now time.Time) (int, time.Duration) {
 	if err == nil {
-		h.stateErr, h.stateFails = nil, 0
+		*s = streak{}
 		return 0, 0
 	}
-	if h.stateFails == 0 {
-		h.stateSince = now
+	if s.n == 0 {
+		s.since = now
 	}
-	h.stateErr = err
-	h.stateFails++
-	return h.stateFails, now.Sub(h.stateSince)
-}
-
-// stateFailure returns the last state write's failure (nil: it
-// succeeded) and how long the failures have lasted.
-func (h *health) stateFailure(now time.Time) (error, time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stateErr == nil {
-		return nil, 0
-	}
-	return h.stateErr, now.Sub(h.stateSince)
+	s.err = err
+	s.n++
+	return s.n, now.Sub(s.since)
 }
 
 // checked records one asset check and returns the failures in a row and
@@ -61,16 +53,26 @@ func (h *health) stateFailure(now time.Time) (error, time.Duration) {
 func (h *health) checked(err error, now time.Time) (int, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err == nil {
-		h.assetErr, h.fails = nil, 0
-		return 0, 0
+	return h.assets.add(err, now)
+}
+
+// wrote records one write of the job's state and returns the failures in a
+// row (0 after a success) and how long they have lasted.
+func (h *health) wrote(err error, now time.Time) (int, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state.add(err, now)
+}
+
+// stateFailure returns the last state write's failure (nil: it
+// succeeded) and how long the failures have lasted.
+func (h *health) stateFailure(now time.Time) (error, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state.err == nil {
+		return nil, 0
 	}
-	if h.fails == 0 {
-		h.assetSince = now
-	}
-	h.assetErr = err
-	h.fails++
-	return h.fails, now.Sub(h.assetSince)
+	return h.state.err, now.Sub(h.state.since)
 }
 
 // publishing marks the start (on) or the end of a publish.
@@ -101,11 +103,11 @@ func (h *health) problems(now time.Time, stuck time.Duration, streamHasRoom bool
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var why []string
-	if h.assetErr != nil {
-		why = append(why, fmt.Sprintf("jetstream assets unreachable for %s: %v", now.Sub(h.assetSince).Round(time.Second), h.assetErr))
+	if h.assets.err != nil {
+		why = append(why, fmt.Sprintf("jetstream assets unreachable for %s: %v", now.Sub(h.assets.since).Round(time.Second), h.assets.err))
 	}
-	if h.stateErr != nil {
-		why = append(why, fmt.Sprintf("job state writes failing for %s: %v", now.Sub(h.stateSince).Round(time.Second), h.stateErr))
+	if h.state.err != nil {
+		why = append(why, fmt.Sprintf("job state writes failing for %s: %v", now.Sub(h.state.since).Round(time.Second), h.state.err))
 	}
 	if !h.pubSince.IsZero() && now.Sub(h.pubSince) > stuck && streamHasRoom {
 		why = append(why, fmt.Sprintf("a publish stuck for %s", now.Sub(h.pubSince).Round(time.Second)))

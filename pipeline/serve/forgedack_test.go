@@ -154,18 +154,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
-		if auth {
-			id := ids[TrainerUser(tr.dp, tr.mp)]
-			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
-		}
-	})
-	if err := r.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("service: %v", err)
-	}
-	ex := shardExpectation(t, cfg, 0)
-	checkDelivery(t, cfg, trs, 0, ex)
-	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	trainEpoch0Once(t, ctx, r, cfg, url, ids)
 }
 
 // acksRefused is mmfeed_serve_control_messages_total{kind="ack",result="refused"}.

@@ -180,9 +180,19 @@ func testRankPermissions(t *testing.T, plane string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	trainEpoch0Once(t, ctx, r, cfg, url, ids)
+}
+
+// trainEpoch0Once runs the job's trainers through epoch 0, each with its own
+// rank's credential when ids is not nil, waits for the service to end and
+// checks that every sample was applied exactly once or quarantined.
+func trainEpoch0Once(t *testing.T, ctx context.Context, r *running, cfg Config, url string, ids map[string]Identity) {
+	t.Helper()
 	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
-		id := ids[TrainerUser(tr.dp, tr.mp)]
-		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+		if ids != nil {
+			id := ids[TrainerUser(tr.dp, tr.mp)]
+			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
+		}
 	})
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
@@ -394,14 +404,5 @@ func testViewer(t *testing.T, plane string) {
 			t.Errorf("the non-viewer fetch on the view subject not refused")
 		}
 	}
-	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
-		id := ids[TrainerUser(tr.dp, tr.mp)]
-		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
-	})
-	if err := r.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("service: %v", err)
-	}
-	ex := shardExpectation(t, cfg, 0)
-	checkDelivery(t, cfg, trs, 0, ex)
-	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	trainEpoch0Once(t, ctx, r, cfg, url, ids)
 }

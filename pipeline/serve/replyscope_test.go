@@ -221,18 +221,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 		}
 	}
 
-	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
-		if auth {
-			id := ids[TrainerUser(tr.dp, tr.mp)]
-			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
-		}
-	})
-	if err := r.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("service: %v", err)
-	}
-	ex := shardExpectation(t, cfg, 0)
-	checkDelivery(t, cfg, trs, 0, ex)
-	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	trainEpoch0Once(t, ctx, r, cfg, url, ids)
 }
 
 // kvRevisions returns the revision of each key (0: absent).
