@@ -122,6 +122,11 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	if c.Input == "" {
 		return c, fmt.Errorf("--input is required")
 	}
+	// A file:// URL is the local path it names, for every command (serve and
+	// report took it for a path and failed on "stat file:///…").
+	if rest, ok := strings.CutPrefix(c.Input, "file://"); ok {
+		c.Input = rest
+	}
 	return c, c.Validate()
 }
 

@@ -49,6 +49,29 @@ func TestDatasetFlags(t *testing.T) {
 	}
 }
 
+// --input file:///x is the path /x for every command that takes an input
+// (serve and report failed on "stat file:///x"; shard staged it).
+func TestInputFileURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"file:///data/m.jsonl", "/data/m.jsonl"},
+		{"m.jsonl", "m.jsonl"},
+		{"s3://bucket/m.jsonl", "s3://bucket/m.jsonl"},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		j := bindJobFlags(fs)
+		if err := fs.Parse([]string{"--input", tc.in}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := j.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Input != tc.want {
+			t.Errorf("--input %s: %q, want %q", tc.in, c.Input, tc.want)
+		}
+	}
+}
+
 func TestModelFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args      []string
