@@ -150,3 +150,16 @@ func TestWarnUnknownEnv(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// A wrong flag gets its error and where the help is, not the whole help
+// (which scrolled the error away); -h still prints the help.
+func TestUnknownFlagIsShort(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"report", "--nope"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	want := "mmfeed report: flag provided but not defined: -nope\n(mmfeed report -h lists the flags)\n"
+	if got := stderr.String(); got != want {
+		t.Errorf("stderr %q, want %q", got, want)
+	}
+}

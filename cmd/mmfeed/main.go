@@ -106,22 +106,27 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	if fs.Lookup("config") == nil {
 		fs.String("config", "", "YAML file of flag values (global-batch: 64); flags and MMFEED_* variables win over it")
 	}
-	fs.Usage = func() { groupedUsage(fs, fs.Output()) }
+	// The whole help only for -h: after a wrong flag it would scroll the
+	// error away, so the flag package's own output is silenced and the error
+	// printed here, with where the help is.
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
 	err := ff.Parse(fs, args, ff.WithEnvVarPrefix("MMFEED"), ff.WithConfigFileFlag("config"),
 		ff.WithConfigFileParser(ffyaml.Parser))
+	fs.SetOutput(stderr)
+	fs.Usage = func() { groupedUsage(fs, fs.Output()) }
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
-		if !strings.HasPrefix(err.Error(), "error parsing commandline arguments") {
-			fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err) // the flag package printed command-line errors
-		}
+		msg := strings.TrimPrefix(err.Error(), "error parsing commandline arguments: ")
+		fmt.Fprintf(stderr, "mmfeed %s: %s\n(mmfeed %s -h lists the flags)\n", fs.Name(), msg, fs.Name())
 		return errUsage
 	}
 	warnUnknownEnv(fs, os.Environ(), stderr)
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %v\n", fs.Args())
-		fs.Usage()
+		fmt.Fprintf(stderr, "mmfeed %s: unexpected arguments: %v\n(mmfeed %s -h lists the flags)\n", fs.Name(), fs.Args(), fs.Name())
 		return errUsage
 	}
 	return nil
