@@ -51,7 +51,8 @@ from .train import TrainConfig, run
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = argparse.ArgumentParser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = p.add_argument_group("data source (exactly one)")
     src.add_argument("--nats", help="NATS URL of the mmfeed service, e.g. nats://127.0.0.1:4222")
     src.add_argument("--shards", help="folder or URL (s3://, gs://, file://) written by `mmfeed shard`: every epoch it planned")
@@ -85,18 +86,18 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--pack", action="store_true",
                    help="pack micro-batches (no padding; attention within each sample); the service or "
                         "shards must be planned with mmfeed --pack too")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps to train (across epochs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the model's initialisation and of --synthetic data")
+    p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate of AdamW (warmup, then cosine)")
     p.add_argument("--warmup", type=int, default=10, help="warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay")
     p.add_argument("--clip", type=float, default=1.0, help="max global grad norm (<= 0: off)")
     p.add_argument("--ckpt-dir", help="checkpoint directory; resumes from its latest checkpoint")
     p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
     p.add_argument("--allow-resize", action="store_true",
                    help="resume a checkpoint written at another dp (or FSDP/DDP choice): DCP reshards it, the "
                         "service (mmfeed serve --allow-resize) replans the rest of the epoch for this dp")
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=10, help="log (and synchronise the device) every N steps")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="log lines as text or as one JSON object each (time, level, rank, logger, msg)")
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto", help="bf16 autocast (auto: on CUDA)")
@@ -109,9 +110,11 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--synth-samples", type=int, nargs=2, default=(2, 5), metavar=("MIN", "MAX"),
                    help="synthetic: samples per rank and micro-batch")
     p.add_argument("--synth-grids", default="1x1,1x2,2x1,2x2", help="synthetic: patch grids, e.g. 14x14,16x12")
-    p.add_argument("--synth-text", type=int, nargs=2, default=(3, 12), metavar=("MIN", "MAX"))
-    p.add_argument("--synth-micro-batches", type=int, default=2)
-    p.add_argument("--synth-dtype", default="float16", choices=("float16", "float32", "bfloat16", "uint8"))
+    p.add_argument("--synth-text", type=int, nargs=2, default=(3, 12), metavar=("MIN", "MAX"),
+                   help="synthetic: caption tokens per sample")
+    p.add_argument("--synth-micro-batches", type=int, default=2, help="synthetic: micro-batches per step")
+    p.add_argument("--synth-dtype", default="float16", choices=("float16", "float32", "bfloat16", "uint8"),
+                   help="synthetic: pixel dtype on the wire")
     p.add_argument("--synth-distinct", type=int, default=0,
                    help="synthetic: cycle through this many generated steps (0: all new)")
     a = p.parse_args(argv)

@@ -59,3 +59,12 @@ def test_pack_mismatch_with_the_plan_is_refused():
         check_pack(True, False, "the service")
     with pytest.raises(ValueError, match="planned padded micro-batches"):
         check_pack(False, True, "the service")
+
+
+def test_help_gives_each_training_flag_a_text_and_its_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for flag, default in (("--steps", "100"), ("--lr", "0.0003"), ("--seed", "0"), ("--log-every", "10")):
+        i = out.index(f"{flag} {flag[2:].upper().replace('-', '_')} ", out.index("options:"))
+        assert f"(default: {default})" in out[i:i + 200], (flag, out[i:i + 200])
