@@ -163,3 +163,17 @@ func TestUnknownFlagIsShort(t *testing.T) {
 		t.Errorf("stderr %q, want %q", got, want)
 	}
 }
+
+// No flag's text has backquotes: the flag package takes a backquoted word
+// for the value's name ("--shards mmfeed shard" in inspect's help).
+func TestHelpHasNoBackquotedNames(t *testing.T) {
+	for _, cmd := range []string{"synth", "report", "shard", "serve", "creds", "inspect"} {
+		var stdout, stderr bytes.Buffer
+		run(context.Background(), []string{cmd, "--help"}, &stdout, &stderr)
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if f, rest, ok := strings.Cut(strings.TrimSpace(line), " "); ok && strings.HasPrefix(f, "--") && strings.Contains(rest, " ") {
+				t.Errorf("%s --help: %q names its value with several words", cmd, line)
+			}
+		}
+	}
+}

@@ -23,7 +23,7 @@ func init() {
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	shards := fs.String("shards", "", "folder written by `mmfeed shard` (or --nats and --job)")
+	shards := fs.String("shards", "", "folder written by mmfeed shard (or --nats and --job)")
 	natsURL := fs.String("nats", "", "NATS URL of a running service: ask it for the step (core data plane) or read the job's stream (jetstream), without taking it")
 	job := fs.String("job", "", "job name (with --nats)")
 	epoch := fs.Int("epoch", 0, "epoch (with --nats)")

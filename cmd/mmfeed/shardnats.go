@@ -21,7 +21,7 @@ type shardNATSFlags struct {
 func bindShardNATSFlags(fs *flag.FlagSet) *shardNATSFlags {
 	f := &shardNATSFlags{}
 	n := &f.c.NATS
-	fs.StringVar(&f.urls, "nats", "", "hand the preprocessing to `mmfeed serve --role worker` processes of this NATS deployment (comma-separated URLs); the files are identical to a local run's")
+	fs.StringVar(&f.urls, "nats", "", "hand the preprocessing to mmfeed serve --role worker processes of this NATS deployment (comma-separated URLs); the files are identical to a local run's")
 	fs.StringVar(&n.User, "nats-user", "", "with --nats: user (with --nats-password)")
 	fs.StringVar(&n.Password, "nats-password", "", "with --nats: password (default $MMFEED_NATS_PASSWORD)")
 	fs.StringVar(&n.Token, "nats-token", "", "with --nats: token (default $MMFEED_NATS_TOKEN)")
