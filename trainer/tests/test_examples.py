@@ -145,11 +145,11 @@ def check_stop_resume(script, manifest, tmp_path, checkpoint):
     assert sorted(k for k, _ in resumed) == every, "stop + resume: each rank trains each step once"
     ids = [i for _, (step_ids, _) in whole for i in step_ids]
     assert len(ids) == len(set(ids)) > 0, "a sample trained twice in one epoch"
+    assert len(set(digests(tmp_path / "probe-whole"))) == 1, "ranks ended with different parameters: not one DDP run"
     want, got = dict(whole), dict(resumed)
     for key in every:
         assert got[key][0] == want[key][0], f"rank, step {key}: other samples after the resume"
         assert got[key][1] == pytest.approx(want[key][1], rel=1e-6, abs=1e-7), f"rank, step {key}: other losses"
-    assert len(set(digests(tmp_path / "probe-whole"))) == 1, "ranks ended with different parameters"
     assert digests(tmp_path / "probe-resumed") == digests(tmp_path / "probe-whole"), "resumed != uninterrupted"
     return ckpt
 
@@ -177,3 +177,49 @@ def test_accelerate(manifest, tmp_path):
     needs("accelerate")
     ckpt = check_stop_resume("accelerate_train.py", manifest, tmp_path, lambda out, step: out / f"step_{step}")
     at_stop(torch.load(ckpt / "custom_checkpoint_0.pkl", weights_only=True))
+
+
+def test_integrations_refuse_misconfiguration(monkeypatch):
+    """Each misconfiguration the framework tests would catch late is a ValueError at once."""
+    from mmfeed_trainer.integrations._common import check_item, check_world
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="1 process.* WORLD_SIZE=2.*use_cpu=True"):
+        check_world("hf", 1, None, "use_cpu=True")
+    with pytest.raises(ValueError, match="dataset is for a world of 1"):
+        check_world("hf", 2, type("Data", (), {"world_size": 1})(), "")
+    with pytest.raises(ValueError, match="--micro-batches 1"):
+        check_item("hf", {"micro_batches": 2})
+    check_world("hf", 2, None, ""), check_item("hf", {"micro_batches": 1})
+
+
+def test_lightning_trainer_kwargs(monkeypatch):
+    needs("lightning")
+    from mmfeed_trainer.integrations.lightning import trainer_kwargs
+
+    monkeypatch.setenv("WORLD_SIZE", "4"), monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    got = trainer_kwargs()
+    assert (got["devices"], got["num_nodes"], got["strategy"], got["use_distributed_sampler"]) == (2, 2, "ddp", False)
+    monkeypatch.setenv("WORLD_SIZE", "1"), monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert (trainer_kwargs()["devices"], trainer_kwargs()["strategy"]) == (1, "auto")
+
+
+def test_hf_trainer_refuses_data_skip(tmp_path):
+    needs("transformers")
+    from transformers import TrainingArguments
+
+    from mmfeed_trainer.integrations.hf import MmfeedTrainer
+
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, use_cpu=True, report_to="none")
+    with pytest.raises(ValueError, match="ignore_data_skip=True"):
+        MmfeedTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=[])
+
+
+def test_hf_loads_indexed_cpu_location(tmp_path):
+    """The Trainer loads a multi-CPU run's optimizer with map_location=cpu:0 (accelerate's device)."""
+    needs("transformers")
+    import mmfeed_trainer.integrations.hf  # noqa: F401 (teaches torch.load the location)
+
+    torch.save({"x": torch.ones(2)}, tmp_path / "t.pt")
+    got = torch.load(tmp_path / "t.pt", map_location=torch.device("cpu", 0), weights_only=True)
+    assert torch.equal(got["x"], torch.ones(2))
