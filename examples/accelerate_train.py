@@ -46,6 +46,7 @@ def main():
             accelerator.save_state(os.path.join(args.out, f"step_{done}"))
         if done == args.steps:
             break
+    print(f"rank {accelerator.process_index}/{accelerator.num_processes} {accelerator.distributed_type.value}: trained {done} steps, data {ds.state_dict()}")
     ds.close()
 
 

@@ -42,6 +42,8 @@ def main():
     ds = StreamDataset(args.nats, args.job)
     trainer = MmfeedTrainer(model=Model(), args=targs, train_dataset=ds)
     trainer.train(resume_from_checkpoint=args.resume)
+    a = trainer.args  # DISTRIBUTED: one DDP run over the torchrun world
+    print(f"rank {a.process_index}/{a.world_size} {a.parallel_mode.value}: trained {trainer.state.global_step} steps, data {ds.state_dict()}")
     ds.close()
 
 
