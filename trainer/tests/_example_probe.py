@@ -4,9 +4,7 @@ with the examples' ``TinyClip`` observed, for test_examples.py:
 * every training forward appends ``{"rank", "step", "ids", "loss"}`` (the real rows: weight > 0)
   to ``$MMFEED_PROBE_OUT/trained-<rank>.jsonl``;
 * at exit, ``$MMFEED_PROBE_OUT/params-<rank>.json`` holds a digest of the last TinyClip's
-  parameters;
-* with ``MMFEED_PROBE_STOP_AT=S`` the process ends (exit 0, nothing flushed, like a preempted
-  job) when it is about to train step S.
+  parameters.
 """
 import atexit
 import hashlib
@@ -19,7 +17,6 @@ import plain_torch
 
 OUT = os.environ["MMFEED_PROBE_OUT"]
 RANK = int(os.environ.get("RANK", 0))
-STOP_AT = int(os.environ.get("MMFEED_PROBE_STOP_AT", -1))
 _init, _forward = plain_torch.TinyClip.__init__, plain_torch.TinyClip.forward
 models = []
 
@@ -30,8 +27,6 @@ def init(self, *args, **kwargs):
 
 
 def forward(self, input_ids, attention_mask, pixel_values, weight, **batch):
-    if batch["step"] == STOP_AT:
-        os._exit(0)
     out = _forward(self, input_ids, attention_mask, pixel_values, weight, **batch)
     if self.training:
         real = [i for i, w in enumerate(weight.tolist()) if w > 0]
