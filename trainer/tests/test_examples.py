@@ -86,12 +86,14 @@ def test_plain_torch(manifest, tmp_path):
 
 @contextlib.contextmanager
 def serving(manifest, data_dir):
-    """A ``mmfeed serve`` for DP ranks of one micro-batch per step; yields its URL."""
+    """A ``mmfeed serve`` for DP ranks of one micro-batch per step (its log beside ``data_dir``);
+    yields its URL."""
     port = free_port()
-    svc = subprocess.Popen([BIN, "serve", "--input", manifest, "--dp", str(DP), "--global-batch", "8",
-                            "--image-size", "32", "--micro-batches", "1", "--job", "ex", "--data-dir", str(data_dir),
-                            "--nats-listen", f"127.0.0.1:{port}", "--http", ""],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(f"{data_dir}.log", "w") as log:
+        svc = subprocess.Popen([BIN, "serve", "--input", manifest, "--dp", str(DP), "--global-batch", "8",
+                                "--image-size", "32", "--micro-batches", "1", "--job", "ex", "--data-dir",
+                                str(data_dir), "--nats-listen", f"127.0.0.1:{port}", "--http", ""],
+                               stdout=log, stderr=subprocess.STDOUT)
     try:
         yield f"nats://127.0.0.1:{port}"
     finally:
