@@ -22,6 +22,8 @@ Modules: ``config`` (sizes, optimiser), ``model`` (plain single-device model), `
 (Arrow -> torch), ``position`` (typed resume position), ``sources`` (shards, synthetic), ``wire`` (chunk headers, reassembly, CRC-32C), ``stream`` (NATS client),
 ``data`` (``StreamDataset``, ``ShardDataset``, ``weighted_loss``),
 ``prefetch`` (the one prefetch thread, also under ``stream.Stream``), ``checkpoint``, ``synthetic``, ``train`` (the loop), ``__main__`` (CLI).
+``integrations`` (HF ``Trainer``, Lightning, Accelerate on ``data``'s datasets: one module each, importing
+its framework only when imported itself).
 """
 
 __version__ = "0.1.0"

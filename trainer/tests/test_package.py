@@ -14,13 +14,13 @@ DIST = {"nats": "nats-py"}
 
 def third_party_imports() -> set[str]:
     names = set()
-    for f in os.listdir(PACKAGE):
-        if f.endswith(".py"):
-            for node in ast.walk(ast.parse(open(os.path.join(PACKAGE, f)).read())):
-                if isinstance(node, ast.Import):
-                    names |= {a.name.split(".")[0] for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    names.add(node.module.split(".")[0])
+    files = [os.path.join(d, f) for d, _, fs in os.walk(PACKAGE) for f in fs if f.endswith(".py")]
+    for f in files:  # subpackages too (integrations/)
+        for node in ast.walk(ast.parse(open(f).read())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
     optional = {"google_crc32c"}  # an alternative to crc32c, tried second
     return {n for n in names - optional if n not in sys.stdlib_module_names and n != "mmfeed_trainer"}
 
