@@ -106,18 +106,18 @@ class Stage(nn.Module):
         if self.role == ROLE_TEXT:
             return {"token": self.exchange.send_text(self._text(mb, packed), self.clock_slot.clock)}
         if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
-            img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid)
+            img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid, layout=mb.layout)
         else:
             img = self.vision(mb.pixel_values, mb.pixel_shape)
         if self.role == ROLE_FULL:
             txt = self._text(mb, packed)
         else:
             txt = self.exchange.recv_text(img.emb.shape[0], self.clock_slot.clock)
-        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image)
+        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image, layout=mb.layout)
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
     def _text(self, mb: Batch, packed: bool):
-        return self.text(mb.input_ids, mb.lengths)  # 1-D input_ids when packed
+        return self.text(mb.input_ids, mb.lengths, layout=mb.layout)  # 1-D input_ids when packed
 
 
 def _sum_allreduce_hook(group, bucket):
