@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from mmfeed_trainer import batches, config, optim, synthetic, train
+from mmfeed_trainer import model as model_mod
 from mmfeed_trainer.model import MMModel
 from mmfeed_trainer.parallel_dims import ParallelDims
 from mmfeed_trainer.parallelize import ParallelConfig, parallelize
@@ -59,10 +60,20 @@ def _meta_batches() -> list[batches.Batch]:
     return [batches.record_to_batch(record).to(META) for record in synthetic.step_records(scfg, 0, 0)]
 
 
-@pytest.mark.parametrize("pack", [False, True], ids=["padded", "packed"])
-def test_step_has_no_host_syncs(pack, monkeypatch):
+def _mask_then_split(q, k, v, q_seg, kv_seg):
+    """The CUDA path's document masks (``docmask``, built by ``segments``), then SDPA per segment."""
+    assert kv_seg.mask is not None
+    return model_mod.split_segment_attention(q, k, v, q_seg, kv_seg)
+
+
+@pytest.mark.parametrize("pack,flex", [(False, False), (True, False), (True, True)],
+                         ids=["padded", "packed", "packed-flex-masks"])
+def test_step_has_no_host_syncs(pack, flex, monkeypatch):
     # The foreach norm and AdamW kernels run on meta; torch only lists CUDA-like devices as able.
     monkeypatch.setattr(torch.nn.utils.clip_grad, "_device_has_foreach_support", lambda device: True)
+    if flex:  # build FlexAttention's block masks as on CUDA (the kernel itself needs a GPU)
+        monkeypatch.setattr(model_mod, "flex_enabled", lambda t: True)
+        monkeypatch.setattr(model_mod, "flex_segment_attention", _mask_then_split)
     cfg = config.tiny()
     with torch.device(META):
         model = MMModel(cfg)
