@@ -18,7 +18,7 @@ from torch import nn
 from . import losses, timing
 from .batches import Batch
 from .optim import clip_grad_norm
-from .parallel_dims import ParallelDims
+from .parallel_dims import DP, ParallelDims
 from .parallelize import grad_sync, unwrap
 
 
@@ -52,14 +52,15 @@ class StepStats:
         return self.clock.compute_seconds() if self.clock is not None else 0.0
 
 
-def _dp_sizes(micro_batches: list[Batch], dims: ParallelDims, device: torch.device,
+def _dp_sizes(micro_batches: list[Batch], dims: ParallelDims, device: torch.device | None = None,
               clock: timing.StepClock | None = None) -> list[list[int]]:
-    """Per micro-batch, the sample count of every dp rank (one small all_gather per step; none,
-    and no device tensor, without dp: the sizes are host ints)."""
-    group = dims.dp_group()
+    """Per micro-batch, the sample count of every dp rank: one small all_gather of host
+    tensors per step over the dp host group (``ParallelDims.host_group``: gloo), so the
+    device is not involved; none without dp. ``device`` is not used (kept for callers)."""
+    group = dims.host_group(DP)
     if group is None:
         return [[mb.size] for mb in micro_batches]
-    local = torch.tensor([mb.size for mb in micro_batches], dtype=torch.int64, device=device)
+    local = torch.tensor([mb.size for mb in micro_batches], dtype=torch.int64)
     parts = [torch.empty_like(local) for _ in range(dims.dp)]
     with timing.comm(clock):
         dist.all_gather(parts, local, group=group)
