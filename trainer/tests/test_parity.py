@@ -29,12 +29,11 @@ TOLERANCE = {F32: {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
 
 @pytest.fixture(scope="module")
 def world_runs(tmp_path_factory):
-    """One spawned world of 4 processes trains every scenario (saves process start-ups), under
-    TORCH_DISTRIBUTED_DEBUG=DETAIL (every collective's shapes and order checked across ranks)
-    and recording every point-to-point op (``test_p2p_pairs_agree``)."""
+    """One spawned world of 4 processes trains every scenario (saves process start-ups),
+    recording every point-to-point op (``test_p2p_pairs_agree``)."""
     outdir = tmp_path_factory.mktemp("parity")
     run_world(_parity.parity_worker, WORLD, args=(SCENARIOS + PACKED, str(outdir)), timeout=400,
-              p2p_dir=str(outdir / "p2p"), debug="DETAIL")
+              p2p_dir=str(outdir / "p2p"))
     return outdir
 
 
