@@ -61,3 +61,30 @@ def test_recorder_and_detail_catch_mismatches(tmp_path):
         assert sizes == {"sizes": [[[3, 2], [5, 4]]] * 2, "ranks": [0, 1], "backend": "gloo"}
         caught = json.loads((tmp_path / f"detail{rank}.json").read_text())
         assert caught.startswith("Detected mismatch between collectives"), f"rank {rank}: {caught!r}"
+
+
+class _Mesh:
+    def __init__(self, shape, names):
+        self.mesh = torch.arange(16).reshape(shape)
+        self.mesh_dim_names = names
+
+
+def test_host_groups_twin_the_mesh_axes(monkeypatch):
+    """``host_groups`` creates, on every rank and in one order, a gloo group per dp and mp
+    group of the mesh (what a CUDA mesh gets), and keeps this rank's."""
+    made = []
+    monkeypatch.setattr(dist, "new_group", lambda ranks, backend=None: made.append((ranks, backend)) or len(made))
+    monkeypatch.setattr(dist, "get_rank", lambda: 6)
+    dims = ParallelDims(dp=8, mp=2, world_size=16)
+    dims.mesh = _Mesh((8, 2), ("dp", "mp"))
+    got = dims.host_groups()
+    dp_groups = [[m + 2 * d for d in range(8)] for m in range(2)]
+    mp_groups = [[2 * d, 2 * d + 1] for d in range(8)]
+    assert made == [(g, "gloo") for g in dp_groups + mp_groups]
+    assert got == {"dp": 1, "mp": 2 + 4}  # rank 6: dp group of mp rank 0, mp group of dp rank 3
+    made.clear()
+    dims = ParallelDims(dp=4, pp=4, world_size=16)
+    dims.mesh = _Mesh((4, 4, 1), ("dp", "pp", "mp"))
+    got = dims.host_groups()
+    assert made == [([p + 4 * d for d in range(4)], "gloo") for p in range(4)]  # no mp axis
+    assert got == {"dp": 3}  # rank 6: stage 2
