@@ -53,6 +53,7 @@ import pyarrow as pa
 import torch
 
 from . import keys
+from . import layout as layouts
 from .losses import itm_negatives
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 
@@ -98,6 +99,9 @@ class Batch:
     image_grid: torch.Tensor | None = None
     neg_text: torch.Tensor | None = None
     neg_image: torch.Tensor | None = None
+    layout: layouts.Layout | None = None
+    """The per-sample sizes on the host (``layout``): recorded by ``to`` from the host tensors,
+    completed by ``pack``; the packed forward reads them instead of the device."""
 
     @property
     def packed(self) -> bool:
@@ -129,14 +133,22 @@ class Batch:
         return self.map_tensors(lambda t: t if t.is_pinned() else t.pin_memory())
 
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
-        """On ``device``, with the pixels normalised to float32 there (module doc)."""
+        """On ``device``, with the pixels normalised to float32 there (module doc); a host
+        batch records its ``layout`` first (nothing to read back from the device later)."""
         out = self.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
+        if out.layout is None and self.weight.device.type == "cpu":
+            out.layout = self.host_layout()
         if out.pixel_values is not None:
             out.pixel_values = _normalise(out.pixel_values, self.pixel_dtype, out.pixel_mean, out.pixel_std,
                                           out.pixel_shape)
         if out.patches is not None and out.patches.dtype != torch.float32:  # packed on the host
             out.patches = _normalise_patches(out.patches, out.pixel_mean, out.pixel_std)
         return out
+
+    def host_layout(self, patch_size: int | None = None) -> layouts.Layout:
+        """The ``layout`` read from this batch's tensors (free on the host; syncs elsewhere)."""
+        return layouts.of_tensors(lengths=self.lengths, pixel_shape=self.pixel_shape, neg_text=self.neg_text,
+                                  neg_image=self.neg_image, patch_size=patch_size)
 
     def to_dict(self) -> dict:
         """The untyped form: the documented key names (``ids`` as ``id``), None fields left out."""
@@ -367,15 +379,29 @@ def _offsets(counts: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(counts.to(torch.int64).cumsum(0), (1, 0))
 
 
+def _runs(counts: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the first counts[i] entries of every row i, row after row (``total`` = Σ counts, on
+    the host): each one's row and its index in the row. The gather they give replaces boolean
+    masking, whose output size only the device knows."""
+    rows = torch.arange(counts.shape[0], device=counts.device)
+    seg = torch.repeat_interleave(rows, counts, output_size=total)
+    return seg, torch.arange(total, device=counts.device) - _offsets(counts)[seg]
+
+
 def pack(batch: Batch, patch_size: int) -> Batch:
-    """The packed form of a device batch (module doc); a packed batch is returned as is."""
+    """The packed form of a batch (module doc); a packed batch is returned as is. The output
+    sizes come from the host ``layout`` (read from the tensors on the host, where that is
+    free, else the one ``to`` recorded), so packing on the device reads nothing back."""
     if batch.packed:
         return batch
-    out = batch.replace(attention_mask=None, pixel_values=None)
+    on_host = batch.weight.device.type == "cpu"
+    layout = batch.host_layout(patch_size) if on_host or batch.layout is None else \
+        batch.layout._replace(patch_size=patch_size)
+    out = batch.replace(attention_mask=None, pixel_values=None, layout=layout)
     if batch.input_ids is not None:
         ids, counts = batch.input_ids, batch.lengths.clamp(min=1)
-        keep = torch.arange(ids.shape[1], device=ids.device)[None, :] < counts[:, None]
-        out.input_ids = ids[keep]
+        seg, local = _runs(counts, sum(layout.text_counts))
+        out.input_ids = ids.reshape(-1)[seg * ids.shape[1] + local]
         out.cu_seqlens_text = _offsets(counts)
     if batch.pixel_values is not None:
         px, p = batch.pixel_values, patch_size
@@ -384,12 +410,12 @@ def pack(batch: Batch, patch_size: int) -> Batch:
             px = torch.nn.functional.pad(px, (0, max(p - wid, 0), 0, max(p - hgt, 0)))
         gh, gw = max(hgt // p, 1), max(wid // p, 1)
         patches = px[:, :, :gh * p, :gw * p].reshape(b, c, gh, p, gw, p)
-        patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(b, gh * gw, c * p * p)
+        patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(b * gh * gw, c * p * p)
         grid = batch.pixel_shape.to(px.device, torch.int64)[:, 1:] // p
-        rows = torch.arange(gh, device=px.device).repeat_interleave(gw)
-        cols = torch.arange(gw, device=px.device).repeat(gh)
-        valid = (rows[None, :] < grid[:, :1]) & (cols[None, :] < grid[:, 1:])
-        out.patches = patches[valid]
+        # packed patch t of sample i sits at (row, col) = divmod(t - cu[i], cols_i) of its grid
+        seg, local = _runs(grid.prod(dim=1), sum(layout.image_counts))
+        cols = grid[seg, 1]
+        out.patches = patches[seg * (gh * gw) + (local // cols) * gw + local % cols]
         out.cu_seqlens_image = _offsets(grid.prod(dim=1))
         out.image_grid = grid
     return out

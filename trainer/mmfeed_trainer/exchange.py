@@ -65,33 +65,40 @@ class Exchange:
     """One end of the text-feature exchange between mp ranks of a dp replica."""
 
     def __init__(self, *, peer: int, group, device: torch.device, dtype: torch.dtype,
-                 hidden_dim: int, embed_dim: int):
+                 hidden_dim: int, embed_dim: int, host_group=None):
+        """``host_group``: the mp group's twin for host tensors (``ParallelDims.host_group``),
+        which carries the header (None: ``group``, whose backend then takes host tensors)."""
         self.peer = peer
         self.group = group
+        self.host_group = group if host_group is None else host_group
         self.device = device
         self.dtype = dtype
         self.hidden_dim = hidden_dim
         self.embed_dim = embed_dim
 
-    def send_text(self, txt: TextFeatures, clock: timing.StepClock | None = None) -> torch.Tensor:
+    def send_text(self, txt: TextFeatures, clock: timing.StepClock | None = None,
+                  lengths: tuple[int, ...] | None = None) -> torch.Tensor:
         """Send the features; returns a scalar whose ``backward()`` pulls their gradient.
         Packed features (``hidden`` of shape (tokens, D)) travel as they are, flagged in the
-        header."""
+        header. The header is a host tensor (over ``host_group``) built from ``lengths``, the
+        caption lengths on the host (the batch's ``layout``; None: read from ``txt``)."""
         packed = txt.hidden.dim() == 2
         b = txt.lengths.shape[0]
         length = txt.hidden.shape[0] if packed else txt.hidden.shape[1]
-        header = torch.cat([torch.tensor([b, length, int(packed)], dtype=torch.int64, device=self.device),
-                            txt.lengths.to(self.device, torch.int64)])
+        lengths = txt.lengths.tolist() if lengths is None else list(lengths)
+        header = torch.tensor([b, length, int(packed), *lengths], dtype=torch.int64)
         with timing.comm(clock):
-            dist.send(header, dst=self.peer, group=self.group)
+            dist.send(header, dst=self.peer, group=self.host_group)
         payload = torch.cat([txt.hidden.reshape(-1), txt.emb.reshape(-1)]).to(self.dtype)
         return _SendWithGrad.apply(payload, self.peer, self.group, clock)
 
-    def recv_text(self, batch_size: int, clock: timing.StepClock | None = None) -> TextFeatures:
-        """Receive the features of a micro-batch of ``batch_size`` samples, with gradient."""
-        header = torch.empty(batch_size + 3, dtype=torch.int64, device=self.device)
+    def recv_text(self, batch_size: int, clock: timing.StepClock | None = None
+                  ) -> tuple[TextFeatures, tuple[int, ...]]:
+        """Receive the features of a micro-batch of ``batch_size`` samples, with gradient, and
+        their caption lengths on the host (from the header: nothing is read from the device)."""
+        header = torch.empty(batch_size + 3, dtype=torch.int64)
         with timing.comm(clock):
-            dist.recv(header, src=self.peer, group=self.group)
+            dist.recv(header, src=self.peer, group=self.host_group)
         b, length, packed = (int(v) for v in header[:3].tolist())
         if b != batch_size:
             raise RuntimeError(f"exchange: text rank sent {b} samples, vision rank has {batch_size}: "
@@ -103,4 +110,8 @@ class Exchange:
                                   clock)
         hidden = buf[:n_hidden].view(shape)
         emb = buf[n_hidden:].view(b, self.embed_dim).clone()  # not a view: it leaves the FSDP root
-        return TextFeatures(hidden, header[3:], emb)
+        host = header[3:]
+        if self.device.type == "cuda":  # an asynchronous copy: from pinned memory
+            host = host.pin_memory()
+        lengths = host.to(self.device, non_blocking=True)
+        return TextFeatures(hidden, lengths, emb), tuple(header[3:].tolist())

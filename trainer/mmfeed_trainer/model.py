@@ -37,6 +37,7 @@ from torch import nn
 from .batches import Batch
 from .config import ModelConfig
 from .docmask import document_mask
+from .layout import Layout, fill, grid_layout
 
 
 class ImageFeatures(NamedTuple):
@@ -81,9 +82,10 @@ def cumsum0(counts: torch.Tensor) -> torch.Tensor:
     return F.pad(counts.to(torch.int64).cumsum(0), (1, 0))
 
 
-def segment_ids(counts: torch.Tensor) -> torch.Tensor:
-    """(Σ counts,) int64: token t of segment i gets i."""
-    return torch.repeat_interleave(torch.arange(counts.shape[0], device=counts.device), counts)
+def segment_ids(counts: torch.Tensor, total: int | None = None) -> torch.Tensor:
+    """(Σ counts,) int64: token t of segment i gets i. ``total`` (Σ counts, known on the host)
+    keeps the device from being read for the output size."""
+    return torch.repeat_interleave(torch.arange(counts.shape[0], device=counts.device), counts, output_size=total)
 
 
 class Segments(NamedTuple):
@@ -105,22 +107,24 @@ def flex_enabled(t: torch.Tensor) -> bool:
     return t.is_cuda
 
 
-def segments(counts: torch.Tensor, queries: Segments | None = None) -> Segments:
+def segments(counts: torch.Tensor, queries: Segments | None = None, sizes: list[int] | None = None) -> Segments:
     """The ``Segments`` of a packed sequence whose segments have ``counts`` (n,) tokens, in order;
-    with FlexAttention also its document mask as keys of ``queries`` (default: itself)."""
-    ids = segment_ids(counts)
+    with FlexAttention also its document mask as keys of ``queries`` (default: itself).
+    ``sizes``: the same counts on the host (``layout``); None reads them from the device."""
+    sizes = [int(n) for n in counts.tolist()] if sizes is None else list(sizes)
+    ids = segment_ids(counts, sum(sizes))
     mask = None
     if flex_enabled(ids):
         mask = document_mask(ids if queries is None else queries.ids, ids, counts.shape[0])
-    return Segments(ids, counts.tolist(), mask)
+    return Segments(ids, sizes, mask)
 
 
-def gather_segments(cu: torch.Tensor, order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_segments(cu: torch.Tensor, order: torch.Tensor, total: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token indices that concatenate the segments ``order`` (k,) of a packed sequence with
-    offsets ``cu``, and the offsets (k + 1,) of the result."""
+    offsets ``cu``, and the offsets (k + 1,) of the result; ``total``: its length (host)."""
     counts = (cu[1:] - cu[:-1])[order]
     out_cu = cumsum0(counts)
-    seg = segment_ids(counts)
+    seg = segment_ids(counts, total)
     return cu[order][seg] + torch.arange(seg.shape[0], device=cu.device) - out_cu[seg], out_cu
 
 
@@ -303,12 +307,12 @@ class VisionTower(nn.Module):
         return table[:rows, :cols].reshape(rows * cols, d)
 
     def forward(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor,
-                image_grid: torch.Tensor | None = None) -> ImageFeatures | PackedImageFeatures:
+                image_grid: torch.Tensor | None = None, layout: Layout | None = None) -> ImageFeatures | PackedImageFeatures:
         """pixel_values (B, C, H, W) zero-padded; pixel_shape (B, 3) int: each sample's (C, h, w).
-        Packed (``image_grid`` given): ``forward_packed(pixel_values, pixel_shape, image_grid)``
+        Packed (``image_grid`` given): ``forward_packed(pixel_values, pixel_shape, image_grid, layout)``
         with the patches and cu_seqlens_image in the first two places."""
         if image_grid is not None:
-            return self.forward_packed(pixel_values, pixel_shape, image_grid)
+            return self.forward_packed(pixel_values, pixel_shape, image_grid, layout)
         x, mask = self.embed(pixel_values, pixel_shape)
         for blk in self.blocks:
             x = blk(x, mask)
@@ -347,42 +351,47 @@ class VisionTower(nn.Module):
         x = self.norm(x)
         return ImageFeatures(x, mask, F.normalize(self.proj(x[:, 0]), dim=-1))
 
-    def packed_pos(self, cu_seqlens: torch.Tensor, image_grid: torch.Tensor) -> torch.Tensor:
-        """(N, D) position embeddings of packed patches (``grid_pos`` of each sample's grid)."""
+    def packed_pos(self, cu_seqlens: torch.Tensor, image_grid: torch.Tensor,
+                   layout: Layout | None = None) -> torch.Tensor:
+        """(N, D) position embeddings of packed patches (``grid_pos`` of each sample's grid);
+        ``layout``: the grids on the host (None: read from ``image_grid``)."""
         g = self.max_grid
-        counts = cu_seqlens[1:] - cu_seqlens[:-1]
-        if image_grid.numel() == 0 or int(image_grid.max()) <= g:
-            seg = segment_ids(counts)
+        layout = grid_layout(layout, image_grid)
+        if layout.max_grid <= g:
+            counts = cu_seqlens[1:] - cu_seqlens[:-1]
+            seg = segment_ids(counts, sum(layout.image_counts))
             local = torch.arange(seg.shape[0], device=seg.device) - cu_seqlens[seg]
             width = image_grid[seg, 1]
             return self.pos[1 + (local // width) * g + local % width]
-        return torch.cat([self.grid_pos(r, k) for r, k in image_grid.tolist()])
+        return torch.cat([self.grid_pos(r, k) for r, k in layout.grid])
 
     def forward_packed(self, patches: torch.Tensor, cu_seqlens: torch.Tensor,
-                       image_grid: torch.Tensor) -> PackedImageFeatures:
+                       image_grid: torch.Tensor, layout: Layout | None = None) -> PackedImageFeatures:
         """patches (N, C·p·p) of every sample's own grid, row-major, concatenated;
-        cu_seqlens (B + 1,) their offsets; image_grid (B, 2) each sample's rows x columns."""
-        x, cu = self.embed_packed(patches, cu_seqlens, image_grid)
-        seg = segments(cu[1:] - cu[:-1])
+        cu_seqlens (B + 1,) their offsets; image_grid (B, 2) each sample's rows x columns;
+        ``layout`` the same sizes on the host (``layout``; None: read from the device)."""
+        layout = grid_layout(layout, image_grid)
+        x, cu = self.embed_packed(patches, cu_seqlens, image_grid, layout)
+        seg = segments(cu[1:] - cu[:-1], sizes=[n + 1 for n in layout.image_counts])
         for blk in self.blocks:
             x = blk(x, seg)
         return self.head_packed(x, cu)
 
     def embed_packed(self, patches: torch.Tensor, cu_seqlens: torch.Tensor,
-                     image_grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                     image_grid: torch.Tensor, layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The packed input of the first block: (M, D) per sample its [CLS] then its patches,
         and the (B + 1,) offsets of the samples in it ([CLS] included)."""
+        layout = grid_layout(layout, image_grid)
         b = image_grid.shape[0]
-        x = self.patch_embed(patches) + self.packed_pos(cu_seqlens, image_grid)
+        x = self.patch_embed(patches) + self.packed_pos(cu_seqlens, image_grid, layout)
         counts = cu_seqlens[1:] - cu_seqlens[:-1] + 1  # with the [CLS] token
         cu = cumsum0(counts)
         cls = (self.cls + self.pos[:1]).expand(b, -1)
-        # [all CLS; all patches] -> per sample [CLS, its patches]
-        order = torch.empty(cu[-1], dtype=torch.int64, device=x.device)
-        order[cu[:-1]] = torch.arange(b, device=x.device)
-        is_patch = torch.ones(cu[-1], dtype=torch.bool, device=x.device)
-        is_patch[cu[:-1]] = False
-        order[is_patch] = b + torch.arange(x.shape[0], device=x.device)
+        # [all CLS; all patches] -> per sample [CLS, its patches]: token t of sample i is its
+        # CLS (row i) at t = cu[i], else patch t - cu[i] - 1 of it (row b + cu_seqlens[i] + ...)
+        seg = segment_ids(counts, sum(layout.image_counts) + b)
+        local = torch.arange(seg.shape[0], device=x.device) - cu[seg]
+        order = torch.where(local == 0, seg, b + cu_seqlens[seg] + local - 1)
         return torch.cat([cls, x])[order], cu
 
     def head_packed(self, x: torch.Tensor, cu: torch.Tensor) -> PackedImageFeatures:
@@ -406,11 +415,11 @@ class TextTower(nn.Module):
         self.norm = nn.Identity() if cfg.text_post_norm else nn.LayerNorm(d, eps=cfg.layer_norm_eps)
         self.proj = nn.Linear(d, cfg.embed_dim)
 
-    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
+    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor, layout: Layout | None = None) -> TextFeatures:
         """input_ids (B, L) right-padded; lengths (B,) unpadded token counts. 1-D input_ids
-        are packed (``forward_packed``)."""
+        are packed (``forward_packed``, with the host ``layout``)."""
         if input_ids.dim() == 1:
-            return self.forward_packed(input_ids, lengths)
+            return self.forward_packed(input_ids, lengths, layout)
         x, mask = self.embed(input_ids, lengths)
         for blk in self.blocks:
             x = blk(x, mask)
@@ -431,22 +440,26 @@ class TextTower(nn.Module):
         first = x[:, 0] if x.dim() == 3 else x[cumsum0(lengths.clamp(min=1))[:-1]]
         return TextFeatures(x, lengths, F.normalize(self.proj(first), dim=-1))
 
-    def forward_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> TextFeatures:
+    def forward_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor,
+                       layout: Layout | None = None) -> TextFeatures:
         """input_ids (Σ max(length, 1),) the captions concatenated (an empty padding sample
-        keeps one pad token, as in the padded path); lengths (B,) unpadded token counts.
+        keeps one pad token, as in the padded path); lengths (B,) unpadded token counts
+        (``layout.lengths`` on the host; None: read from the device).
         Returns TextFeatures whose ``hidden`` is packed: (Σ max(length, 1), Dt)."""
-        x, seg = self.embed_packed(input_ids, lengths)
+        x, seg = self.embed_packed(input_ids, lengths, layout)
         for blk in self.blocks:
             x = blk(x, seg)
         return self.head(x, lengths)
 
-    def embed_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed_packed(self, input_ids: torch.Tensor, lengths: torch.Tensor,
+                     layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The packed input of the first block (T, D) and its ``Segments``."""
+        sizes = fill(layout, lengths=lengths).text_counts
+        if sizes and max(sizes) > self.max_len:
+            raise ValueError(f"text: {max(sizes)} tokens exceed max_text_len {self.max_len}")
         counts = lengths.clamp(min=1)
-        if counts.numel() and int(counts.max()) > self.max_len:
-            raise ValueError(f"text: {int(counts.max())} tokens exceed max_text_len {self.max_len}")
         cu = cumsum0(counts)
-        seg = segments(counts)
+        seg = segments(counts, sizes=sizes)
         pos = torch.arange(seg.ids.shape[0], device=seg.ids.device) - cu[seg.ids]
         return self.emb_norm(self.tok(input_ids) + self.pos(pos)), seg
 
@@ -465,11 +478,11 @@ class Fusion(nn.Module):
         self.itm_head = nn.Linear(d, 2)
 
     def forward(self, img: ImageFeatures, txt: TextFeatures,
-                neg_text: torch.Tensor, neg_image: torch.Tensor) -> torch.Tensor:
+                neg_text: torch.Tensor, neg_image: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
         """ITM logits (3B, 2) for [positive pairs; (image i, text neg_text[i]); (image neg_image[i], text i)].
-        Packed features go to ``forward_packed``."""
+        Packed features go to ``forward_packed`` (with the host ``layout``)."""
         if isinstance(img, PackedImageFeatures):
-            return self.forward_packed(img, txt, neg_text, neg_image)
+            return self.forward_packed(img, txt, neg_text, neg_image, layout)
         b = img.tokens.shape[0]
         self_idx = torch.arange(b, device=neg_text.device)
         img_idx = torch.cat([self_idx, self_idx, neg_image])
@@ -482,17 +495,21 @@ class Fusion(nn.Module):
         return self.itm_head(self.norm(x[:, 0]))
 
     def forward_packed(self, img: PackedImageFeatures, txt: TextFeatures,
-                       neg_text: torch.Tensor, neg_image: torch.Tensor) -> torch.Tensor:
+                       neg_text: torch.Tensor, neg_image: torch.Tensor, layout: Layout | None = None) -> torch.Tensor:
         """``forward`` on packed features: each pair's caption tokens attend to themselves
-        and cross-attend to that pair's image tokens only."""
+        and cross-attend to that pair's image tokens only. ``layout``: the sizes on the host
+        (a field it lacks -- the text lengths on the vision rank of mp 2 -- is read from the device)."""
         b = img.emb.shape[0]
+        layout = fill(grid_layout(layout, cu_seqlens=img.cu_seqlens), lengths=txt.lengths,
+                      neg_text=neg_text, neg_image=neg_image)
+        q_sizes, k_sizes = layout.pairs()
         self_idx = torch.arange(b, device=neg_text.device)
         img_idx = torch.cat([self_idx, self_idx, neg_image])
         txt_idx = torch.cat([self_idx, neg_text, self_idx])
-        tok, q_cu = gather_segments(cumsum0(txt.lengths.clamp(min=1)), txt_idx)
-        ctx_tok, k_cu = gather_segments(img.cu_seqlens, img_idx)
-        q_seg = segments(q_cu[1:] - q_cu[:-1])
-        k_seg = segments(k_cu[1:] - k_cu[:-1], queries=q_seg)  # its mask: the captions over their images
+        tok, q_cu = gather_segments(cumsum0(txt.lengths.clamp(min=1)), txt_idx, sum(q_sizes))
+        ctx_tok, k_cu = gather_segments(img.cu_seqlens, img_idx, sum(k_sizes))
+        q_seg = segments(q_cu[1:] - q_cu[:-1], sizes=q_sizes)
+        k_seg = segments(k_cu[1:] - k_cu[:-1], queries=q_seg, sizes=k_sizes)  # the captions over their images
         x = self.in_proj(txt.hidden[tok])
         ctx = img.tokens[ctx_tok]
         for blk in self.blocks:
@@ -556,9 +573,9 @@ class MMModel(nn.Module):
 
     def forward_packed(self, mb: Batch) -> ModelOutput:
         """The forward pass on a packed micro-batch (``batches.pack``)."""
-        img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid)
-        txt = self.text(mb.input_ids, mb.lengths)
-        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image)
+        img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid, layout=mb.layout)
+        txt = self.text(mb.input_ids, mb.lengths, layout=mb.layout)
+        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image, layout=mb.layout)
         return ModelOutput(img.emb, txt.emb, logits, self.itc())
 
 

@@ -42,6 +42,9 @@ class ParallelDims:
     """Shard parameters over dp with FSDP2 ``fully_shard`` instead of replicating them (DDP)."""
     mesh: object = field(default=None, repr=False)
     """The torch DeviceMesh once ``build_mesh`` ran (None in a single process)."""
+    host: dict = field(default_factory=dict, repr=False)
+    """On a device mesh: per axis (DP, MP), this rank's gloo group over the same ranks
+    (``host_group``); empty on the CPU, where the mesh's own groups are gloo."""
 
     def __post_init__(self) -> None:
         if self.dp < 1:
@@ -78,7 +81,32 @@ class ParallelDims:
                 self.mesh = init_device_mesh(device_type, (self.dp, self.pp, self.mp), mesh_dim_names=(DP, PP, MP))
             else:
                 self.mesh = init_device_mesh(device_type, (self.dp, self.mp), mesh_dim_names=(DP, MP))
+            if device_type != "cpu":
+                self.host = self.host_groups()
         return self.mesh
+
+    def host_groups(self) -> dict:
+        """gloo twins of the mesh's dp and mp groups: {axis: this rank's group}. Collective over
+        the world (every rank creates every group, in the same order)."""
+        ranks = self.mesh.mesh
+        out = {}
+        for axis in (DP, MP):
+            dim = self.mesh.mesh_dim_names.index(axis)
+            size = ranks.shape[dim]
+            if size == 1:
+                continue
+            for members in ranks.movedim(dim, -1).reshape(-1, size).tolist():
+                group = dist.new_group(members, backend="gloo")
+                if dist.get_rank() in members:
+                    out[axis] = group
+        return out
+
+    def host_group(self, axis: str):
+        """A group over this rank's ``axis`` (DP or MP) whose collectives take host tensors: the
+        sizes a step exchanges go through it without touching the device (docs/trainer.md, "No
+        host syncs in the step"). None without that axis."""
+        group = self.dp_group() if axis == DP else self.mp_group()
+        return None if group is None else self.host.get(axis, group)
 
     def coords(self) -> tuple[int, int]:
         """(dp rank, mp rank) of this process."""

@@ -32,7 +32,7 @@ from . import blockwrap, timing
 from .batches import Batch
 from .exchange import Exchange
 from .model import MMModel
-from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
+from .parallel_dims import MP, ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 
 ROLE_PARTS = {
     ROLE_FULL: ("vision", "text", "fusion", "itc"),
@@ -104,20 +104,23 @@ class Stage(nn.Module):
     def forward(self, mb: Batch) -> dict:
         packed = mb.packed
         if self.role == ROLE_TEXT:
-            return {"token": self.exchange.send_text(self._text(mb, packed), self.clock_slot.clock)}
+            lengths = mb.layout.lengths if mb.layout is not None else None
+            return {"token": self.exchange.send_text(self._text(mb, packed), self.clock_slot.clock, lengths)}
         if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
-            img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid)
+            img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid, layout=mb.layout)
         else:
             img = self.vision(mb.pixel_values, mb.pixel_shape)
+        layout = mb.layout
         if self.role == ROLE_FULL:
             txt = self._text(mb, packed)
         else:
-            txt = self.exchange.recv_text(img.emb.shape[0], self.clock_slot.clock)
-        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image)
+            txt, lengths = self.exchange.recv_text(img.emb.shape[0], self.clock_slot.clock)
+            layout = layout._replace(lengths=lengths) if layout is not None else None
+        logits = self.fusion(img, txt, mb.neg_text, mb.neg_image, layout=layout)
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
     def _text(self, mb: Batch, packed: bool):
-        return self.text(mb.input_ids, mb.lengths)  # 1-D input_ids when packed
+        return self.text(mb.input_ids, mb.lengths, layout=mb.layout)  # 1-D input_ids when packed
 
 
 def _sum_allreduce_hook(group, bucket):
@@ -184,7 +187,8 @@ def parallelize(model: MMModel, *, dims: ParallelDims, cfg: ParallelConfig,
     exchange = None
     if dims.mp == 2:
         exchange = Exchange(peer=dims.peer(), group=dims.mp_group(), device=device, dtype=cfg.exchange_dtype,
-                            hidden_dim=model.cfg.text_hidden, embed_dim=model.cfg.embed_dim)
+                            hidden_dim=model.cfg.text_hidden, embed_dim=model.cfg.embed_dim,
+                            host_group=dims.host_group(MP))
     stage = Stage(model, dims.role, exchange).to(device)
     blockwrap.apply_ac(stage, cfg.ac)
     if cfg.compile:

@@ -140,8 +140,8 @@ class PipelineStage(nn.Module):
     def _embed(self, mb: Batch) -> dict:
         meta = {"lengths": mb.lengths, "weight": mb.weight, "neg_text": mb.neg_text, "neg_image": mb.neg_image}
         if mb.packed:
-            vx, vcu = self.vision.embed_packed(mb.patches, mb.cu_seqlens_image, mb.image_grid)
-            tx, _ = self.text.embed_packed(mb.input_ids, mb.lengths)
+            vx, vcu = self.vision.embed_packed(mb.patches, mb.cu_seqlens_image, mb.image_grid, mb.layout)
+            tx, _ = self.text.embed_packed(mb.input_ids, mb.lengths, mb.layout)
             return {"vx": vx, "vcu": vcu, "tx": tx, **meta}
         vx, vmask = self.vision.embed(mb.pixel_values, mb.pixel_shape)
         tx, _ = self.text.embed(mb.input_ids, mb.lengths)

@@ -18,7 +18,7 @@ from torch import nn
 from . import losses, timing
 from .batches import Batch
 from .optim import clip_grad_norm
-from .parallel_dims import ParallelDims
+from .parallel_dims import DP, ParallelDims
 from .parallelize import grad_sync, unwrap
 
 
@@ -42,17 +42,25 @@ class StepStats:
     grad_norm: torch.Tensor
     samples: int
     """Live (weight > 0) samples this rank consumed."""
-    compute_seconds: float = 0.0
-    """Rank-local forward + backward time, without waits for other ranks (``timing``)."""
+    clock: timing.StepClock | None = None
+    """The step's timeline; read it (``compute_seconds``) at a log step: on CUDA it syncs."""
+
+    @property
+    def compute_seconds(self) -> float:
+        """Rank-local forward + backward time, without waits for other ranks (``timing``);
+        reading it synchronizes the device on CUDA (``timing.StepClock.compute_seconds``)."""
+        return self.clock.compute_seconds() if self.clock is not None else 0.0
 
 
-def _dp_sizes(micro_batches: list[Batch], dims: ParallelDims, device: torch.device,
+def _dp_sizes(micro_batches: list[Batch], dims: ParallelDims, device: torch.device | None = None,
               clock: timing.StepClock | None = None) -> list[list[int]]:
-    """Per micro-batch, the sample count of every dp rank (one small all_gather per step)."""
-    local = torch.tensor([mb.size for mb in micro_batches], dtype=torch.int64, device=device)
-    group = dims.dp_group()
+    """Per micro-batch, the sample count of every dp rank: one small all_gather of host
+    tensors per step over the dp host group (``ParallelDims.host_group``: gloo), so the
+    device is not involved; none without dp. ``device`` is not used (kept for callers)."""
+    group = dims.host_group(DP)
     if group is None:
-        return [[int(n)] for n in local.tolist()]
+        return [[mb.size] for mb in micro_batches]
+    local = torch.tensor([mb.size for mb in micro_batches], dtype=torch.int64)
     parts = [torch.empty_like(local) for _ in range(dims.dp)]
     with timing.comm(clock):
         dist.all_gather(parts, local, group=group)
@@ -114,5 +122,4 @@ def train_step(module: nn.Module, optimizer: torch.optim.Optimizer, scheduler, m
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     live = sum(mb.num_live for mb in micro_batches)
-    return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live,
-                     compute_seconds=clock.compute_seconds())
+    return StepStats(loss=loss, global_weight=total_w, grad_norm=norm, samples=live, clock=clock)

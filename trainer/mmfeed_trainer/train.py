@@ -240,6 +240,40 @@ class _Meter:
         return out
 
 
+class _Window:
+    """The steps trained since the device was last synchronized. On CUDA a step's figures --
+    its wall time and the clock's events (``StepStats.compute_seconds``) -- need a
+    synchronize, so the loop closes the window only at log steps, at the end of the warm-up
+    (``metrics_skip``) and at the end, one synchronize for all its steps; the step itself
+    never waits for the device (docs/trainer.md, "No host syncs in the step"). On the CPU
+    every step closes at once (nothing to wait for). A step's wall time is the host time of
+    its ``train_step`` call plus an equal share of the wait in that synchronize."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.steps: list[tuple] = []
+
+    def add(self, index: int, data, stats, waited: float, seconds: float, flops: float) -> None:
+        """Step ``index`` (its ``StepData``, stats, data wait, host seconds, model FLOPs); no
+        tensors of its batches are kept."""
+        self.steps.append((index, data, stats, waited, seconds, flops))
+
+    def due(self, boundary: bool) -> bool:
+        """Whether to close now: always on the CPU, at a ``boundary`` step on CUDA."""
+        return bool(self.steps) and (boundary or not self.cuda)
+
+    def close(self) -> list[tuple]:
+        """(step index, data, stats, data wait, wall seconds, FLOPs) of every step, in order."""
+        t = time.perf_counter()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        share = (time.perf_counter() - t) / max(len(self.steps), 1)
+        out = [(i, data, stats, waited, seconds + share, flops) for i, data, stats, waited, seconds, flops in self.steps]
+        self.steps = []
+        return out
+
+
 def _batch_flops(mcfg: config.ModelConfig, micro_batches: list[Batch]) -> float:
     """Model FLOPs of the live samples (host tensors of a rank that sees both modalities)."""
     total = 0.0
@@ -315,6 +349,19 @@ def run(cfg: TrainConfig) -> RunResult:
                             check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()
     step, last, warmup_s = start, None, 0.0
+    window = _Window(device)
+
+    def report() -> None:  # the figures of the window's steps: feedback, meters
+        nonlocal warmup_s
+        for index, data, done_stats, waited, compute, flops in window.close():
+            source.feedback(data, compute_seconds=done_stats.compute_seconds, data_wait_seconds=waited,
+                            samples=done_stats.samples)
+            meter.add(compute, waited, done_stats.samples, flops)
+            if index - start >= cfg.metrics_skip:
+                all_meter.add(compute, waited, done_stats.samples, flops)
+            else:
+                warmup_s += compute + waited
+
     try:
         while step < cfg.steps:
             _maybe_fault(step)
@@ -331,22 +378,16 @@ def run(cfg: TrainConfig) -> RunResult:
             mbs = host.ready()
             stats = train_step(module, optimizer, scheduler, mbs, dims=dims, device=device,
                                max_grad_norm=cfg.optim.max_grad_norm, autocast=autocast)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            compute = time.perf_counter() - t0
+            flops = _batch_flops(mcfg, host.host_batches) if peak_flops and dims.mp == 1 else 0.0
+            window.add(step, host.data, stats, waited, time.perf_counter() - t0, flops)
             source.ack(host.data)
             if cfg.log_ids:
                 _log_ids(cfg.log_ids, dims, host)
-            source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
-                            samples=stats.samples)
-            flops = _batch_flops(mcfg, host.host_batches) if peak_flops and dims.mp == 1 else 0.0
-            meter.add(compute, waited, stats.samples, flops)
-            if step - start >= cfg.metrics_skip:
-                all_meter.add(compute, waited, stats.samples, flops)
-            else:
-                warmup_s += compute + waited
             step += 1
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            log_step = step % cfg.log_every == 0 or step == cfg.steps
+            if window.due(log_step or step - start == cfg.metrics_skip):
+                report()
+            if log_step:
                 loss = _global_loss(stats, dims)
                 if loss is not None:
                     losses.append(loss)
@@ -355,6 +396,8 @@ def run(cfg: TrainConfig) -> RunResult:
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,
                                 scheduler=scheduler, dims=dims, stream_position=source.position())
+        if window.due(True):  # the end of the data before a log step
+            report()
     finally:
         prefetcher.close()
     if cfg.ckpt_dir and step > start and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):

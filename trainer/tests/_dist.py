@@ -31,21 +31,33 @@ def free_ports(n: int) -> list:
             s.close()
 
 
-def _entry(rank: int, world: int, port: int, fn, args) -> None:
+def _entry(rank: int, world: int, port: int, fn, args, p2p_dir: str | None, debug: str | None) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    if debug:
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = debug
+        dist.set_debug_level_from_env()
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
+    recorder = None
+    if p2p_dir:
+        import _p2p
+        recorder = _p2p.install()
     try:
         fn(rank, world, *args)
         dist.barrier()
+        if recorder is not None:
+            recorder.dump(p2p_dir, rank)
     finally:
         dist.destroy_process_group()
 
 
-def run_world(fn, world: int, args: tuple = (), timeout: float = 120.0) -> None:
-    """Run fn(rank, world, *args) in ``world`` spawned processes; raise on failure or timeout."""
-    ctx = mp.start_processes(_entry, args=(world, free_port(), fn, args), nprocs=world,
+def run_world(fn, world: int, args: tuple = (), timeout: float = 120.0, *, p2p_dir: str | None = None,
+              debug: str | None = None) -> None:
+    """Run fn(rank, world, *args) in ``world`` spawned processes; raise on failure or timeout.
+    ``p2p_dir``: every rank records its point-to-point ops there (``_p2p``); ``debug``: the
+    ranks' TORCH_DISTRIBUTED_DEBUG ("DETAIL": collective shapes and order checked across ranks)."""
+    ctx = mp.start_processes(_entry, args=(world, free_port(), fn, args, p2p_dir, debug), nprocs=world,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=1.0):

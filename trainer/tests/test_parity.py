@@ -12,6 +12,7 @@ tensor within 1e-9.
 import pytest
 import torch
 
+import _p2p
 import _parity
 from _dist import run_world
 
@@ -28,9 +29,11 @@ TOLERANCE = {F32: {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
 
 @pytest.fixture(scope="module")
 def world_runs(tmp_path_factory):
-    """One spawned world of 4 processes trains every scenario (saves process start-ups)."""
+    """One spawned world of 4 processes trains every scenario (saves process start-ups),
+    recording every point-to-point op (``test_p2p_pairs_agree``)."""
     outdir = tmp_path_factory.mktemp("parity")
-    run_world(_parity.parity_worker, WORLD, args=(SCENARIOS + PACKED, str(outdir)), timeout=400)
+    run_world(_parity.parity_worker, WORLD, args=(SCENARIOS + PACKED, str(outdir)), timeout=400,
+              p2p_dir=str(outdir / "p2p"))
     return outdir
 
 
@@ -72,3 +75,11 @@ def test_parity_packed_hybrid(world_runs, references, dp, mp, fsdp, dtype, pack)
     assert got_losses == pytest.approx(want_losses, rel=tol)
     for norms in got_norms:
         assert norms == pytest.approx(want_norms, rel=tol)
+
+
+def test_p2p_pairs_agree(world_runs):
+    """Every send of the mp feature exchange, forward and backward, meets a receive of the same
+    shape and dtype on its peer, in the same order (``_p2p``: NCCL would hang or read garbage)."""
+    found, total = _p2p.mismatches(str(world_runs / "p2p"), WORLD)
+    assert found == []
+    assert total > 0, "the mp 2 scenarios exchanged nothing"

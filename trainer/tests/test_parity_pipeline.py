@@ -9,6 +9,7 @@ stages) too."""
 import pytest
 import torch
 
+import _p2p
 import _parity
 import _parity_pipeline as pp_harness
 from _dist import run_world
@@ -31,7 +32,8 @@ TOLERANCE = {(F32, False): {"global": 1e-5, "tensor": 1e-3, "scalar": 1e-5},
 @pytest.fixture(scope="module")
 def world_runs(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("parity_pipeline")
-    run_world(pp_harness.worker, DP * PP, args=(DP, PP, SCENARIOS + POLICIES, str(outdir)), timeout=400)
+    run_world(pp_harness.worker, DP * PP, args=(DP, PP, SCENARIOS + POLICIES, str(outdir)), timeout=400,
+              p2p_dir=str(outdir / "p2p"))
     return outdir
 
 
@@ -105,3 +107,11 @@ def test_split_blocks(n, pp, want):
     runs = pipeline.split_blocks(n, pp)
     assert [len(r) for r in runs] == want
     assert [i for r in runs for i in r] == list(range(n))
+
+
+def test_p2p_pairs_agree(world_runs):
+    """Every stage-to-stage send (headers, activations, gradients) meets a receive of the same
+    shape and dtype on its neighbour, in the same order (``_p2p``)."""
+    found, total = _p2p.mismatches(str(world_runs / "p2p"), DP * PP)
+    assert found == []
+    assert total > 0
