@@ -80,7 +80,7 @@ $(VENV)/.ok: requirements.txt
 test: build venv ## run every test: Go (with the Python peers required) and the trainer's pytest
 	@rm -rf $(BUILD)/test-feature-cache
 	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
-	@if [ -d trainer/tests ]; then MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(PY) -m pytest -q trainer/tests; fi
+	@if [ -d trainer/tests ]; then MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(PY) -m pytest -q --durations=15 trainer/tests; fi
 
 RACE_PKGS ?= ./proto/ ./balancer/ ./pipeline/serve/
 race: build venv ## the concurrent packages' tests under the race detector (RACE_PKGS; serve alone takes 15-30 min on 2 cores)
