@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -35,7 +36,9 @@ func (g guardedKV) write(ctx context.Context, do func() error) error {
 }
 
 func (g guardedKV) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {
-	err = g.write(ctx, func() (err error) { rev, err = g.KeyValue.Put(ctx, key, value); return })
+	err = g.write(ctx, func() error {
+		return again(ctx, func(actx context.Context) (err error) { rev, err = g.KeyValue.Put(actx, key, value); return })
+	})
 	return rev, err
 }
 
@@ -54,7 +57,28 @@ func (g guardedKV) Update(ctx context.Context, key string, value []byte, last ui
 }
 
 func (g guardedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	return g.write(ctx, func() error { return g.KeyValue.Delete(ctx, key, opts...) })
+	return g.write(ctx, func() error {
+		return again(ctx, func(actx context.Context) error { return g.KeyValue.Delete(actx, key, opts...) })
+	})
+}
+
+// kvAttempt bounds one attempt of an idempotent state write (a Put, a
+// Delete): a request lost as the connection comes back from an outage (the
+// server's JetStream not answering yet) is sent again after this instead of
+// waiting out the caller's whole deadline.
+var kvAttempt = 2 * time.Second
+
+// again runs an idempotent write in attempts of at most kvAttempt until one
+// is answered or ctx ends; the last attempt's error is returned.
+func again(ctx context.Context, do func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, kvAttempt)
+		err := do(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			return err
+		}
+	}
 }
 
 func (g guardedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {

@@ -231,3 +231,34 @@ func TestFencedLeaseRefusesStateWrites(t *testing.T) {
 		t.Errorf("k = %d after the lease came back, want 3", v)
 	}
 }
+
+// An idempotent state write whose request is lost (no answer: the server's
+// JetStream not up yet after a reconnect) is sent again after kvAttempt
+// instead of waiting out its caller's deadline: after a 3 s outage a
+// position write lost this way held the next step back for 7 s.
+func TestStateWriteAskedAgainAfterALostRequest(t *testing.T) {
+	old := kvAttempt
+	kvAttempt = 50 * time.Millisecond
+	t.Cleanup(func() { kvAttempt = old })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	calls := 0
+	err := again(ctx, func(actx context.Context) error {
+		if calls++; calls < 3 {
+			<-actx.Done() // lost: never answered
+			return actx.Err()
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("again: %v after %d attempts, want success at the 3rd", err, calls)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller's deadline ran out")
+	}
+	wantErr := errors.New("wrong last sequence")
+	calls = 0
+	if err := again(ctx, func(context.Context) error { calls++; return wantErr }); err != wantErr || calls != 1 {
+		t.Errorf("an answered failure: %v after %d attempts, want it at once", err, calls)
+	}
+}
