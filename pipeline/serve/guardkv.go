@@ -69,8 +69,13 @@ func (g guardedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVD
 var kvAttempt = 2 * time.Second
 
 // again runs an idempotent write in attempts of at most kvAttempt until one
-// is answered or ctx ends; the last attempt's error is returned.
+// is answered or ctx ends; the last attempt's error is returned. A ctx
+// without a deadline gets one attempt (JetStream's own default timeout), as
+// before: again never turns a bounded write into an unbounded one.
 func again(ctx context.Context, do func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		return do(ctx)
+	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, kvAttempt)
 		err := do(actx)

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -260,5 +261,13 @@ func TestStateWriteAskedAgainAfterALostRequest(t *testing.T) {
 	calls = 0
 	if err := again(ctx, func(context.Context) error { calls++; return wantErr }); err != wantErr || calls != 1 {
 		t.Errorf("an answered failure: %v after %d attempts, want it at once", err, calls)
+	}
+}
+
+// A write whose caller set no deadline gets one attempt, as before again.
+func TestStateWriteWithoutADeadlineIsOneAttempt(t *testing.T) {
+	calls := 0
+	if err := again(context.Background(), func(context.Context) error { calls++; return fmt.Errorf("%w", context.DeadlineExceeded) }); !errors.Is(err, context.DeadlineExceeded) || calls != 1 {
+		t.Errorf("no deadline: %v after %d attempts, want one", err, calls)
 	}
 }
