@@ -156,6 +156,8 @@ class StreamSource(Source):
             return fut.result(self.request_timeout_s + 5 if timeout is None else timeout)
         except TimeoutError:
             fut.cancel()
+            if not self._loop.is_running():
+                coro.close()  # the loop stopped (close) before it ran: never started, never awaited
             raise
 
     def _who(self) -> str:

@@ -497,3 +497,24 @@ def test_unanswered_resend_is_a_clear_error(nats_url, svc, monkeypatch):
         next(src.steps({"epoch": 0, "next_step": 0}))
     assert len(svc.control["resend"]) == 2
     src.close()
+
+
+def test_a_call_the_stopped_loop_never_ran_closes_its_coroutine():
+    """A call timed out because the loop stopped (``close`` raced the prefetch thread) closes
+    its coroutine, instead of leaving it to warn 'coroutine ... was never awaited' at exit."""
+    import types
+
+    from mmfeed_trainer.stream import StreamSource
+
+    loop = asyncio.new_event_loop()  # never run: as after close
+    try:
+        async def take():
+            return 1
+
+        coro = take()
+        src = types.SimpleNamespace(_loop=loop, request_timeout_s=0.05)
+        with pytest.raises(TimeoutError):
+            StreamSource._call(src, coro, timeout=0.05)
+        assert coro.cr_frame is None, "the coroutine was left unstarted and open"
+    finally:
+        loop.close()
