@@ -117,19 +117,6 @@ func (g *replyGuard) allow(kind string, m *nats.Msg, own ...string) bool {
 	return false
 }
 
-// respond answers m with data when its reply subject passes allow for own,
-// and reports whether it did. The work-result handlers answer with it
-// (own: workerInboxes).
-func (g *replyGuard) respond(kind string, m *nats.Msg, data []byte, own ...string) bool {
-	if m.Reply == "" || !g.allow(kind, m, own...) {
-		return false
-	}
-	if err := m.Respond(data); err != nil {
-		g.log.warn("respond:"+kind, "reply", "kind", kind, "err", err)
-	}
-	return true
-}
-
 // ownOf returns the inbox prefixes of the requester of a control message
 // on subj: the rank's on a rank control subject
 // (mmfeed.<job>.ctl.<kind>.<dp>.<mp>); on the job-wide one (older clients,
