@@ -346,23 +346,27 @@ func (s *packScratch) byPosition() [][]int32 {
 // of the two. Under SyncStep the positions are levelled as well, which
 // levels the rank totals.
 func (s *packScratch) refinePositions() {
+	// order holds position j's bins cheapest first, ties by higher index
+	// first, so that its last is the costliest (ties to the lowest index);
+	// after a move only the two bins it changed are put back in place.
+	byCost := func(x, y int) int { return cmp.Or(cmp.Compare(s.cost(x), s.cost(y)), cmp.Compare(y, x)) }
+	order := make([]int, s.dp)
 	for j := range s.m {
-		order := make([]int, s.dp)
+		for r := range s.dp {
+			order[r] = r*s.m + j
+		}
+		slices.SortFunc(order, byCost)
 		for moves := 0; moves < packPasses*len(s.items); moves++ {
-			hi := s.argmax(j)
-			for r := range s.dp {
-				order[r] = r*s.m + j
-			}
-			slices.SortFunc(order, func(x, y int) int { return cmp.Compare(s.cost(x), s.cost(y)) })
-			moved := false
-			for _, b := range order {
-				if b != hi && s.levelPair(hi, b) {
-					moved = true
-					break
-				}
-			}
-			if !moved {
+			hi := order[len(order)-1]
+			moved := slices.IndexFunc(order[:min(len(order)-1, levelTargets)], func(b int) bool { return s.levelPair(hi, b) })
+			if moved < 0 {
 				break
+			}
+			b := order[moved]
+			order = slices.Delete(order[:len(order)-1], moved, moved+1)
+			for _, x := range [2]int{hi, b} {
+				at, _ := slices.BinarySearchFunc(order, x, byCost)
+				order = slices.Insert(order, at, x)
 			}
 		}
 	}

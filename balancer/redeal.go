@@ -5,15 +5,6 @@ import (
 	"slices"
 )
 
-// window is the redeal's state: the window's steps, each split into DP
-// virtual ranks (bins) that stand for the ranks the partitioner will form.
-type window struct {
-	dp, minCount int
-	cost         func(member) float64
-	bins         [][]member // bins[k*dp+r]
-	load         []float64
-}
-
 // redeal spreads the samples of a lookahead window over its steps so that
 // every step can be split evenly over its ranks (docs/cost-model.md,
 // "Lookahead"). It deals the samples, heaviest first, over the window's
@@ -39,27 +30,27 @@ func (b *builder) redeal(win []batch) [][]member {
 		pool = append(pool, arrivals(bt)...)
 	}
 	pl := b.cfg.Placement
-	cost := func(m member) float64 { return pl.StepCost(b.costs[m.item]) }
+	costOf := func(m member) float64 { return pl.StepCost(b.costs[m.item]) }
 	slices.SortFunc(pool, func(x, y member) int {
-		if c := cmp.Compare(cost(y), cost(x)); c != 0 {
+		if c := cmp.Compare(costOf(y), costOf(x)); c != 0 {
 			return c
 		}
 		return cmp.Compare(x.item, y.item)
 	})
-	w, ok := b.deal(win, pool, cost)
+	c := make([]float64, len(pool))
+	for i, m := range pool {
+		c[i] = costOf(m)
+	}
+	w, ok := b.choose(win, pool, c)
 	if !ok {
 		return keep()
-	}
-	w.settle(len(pool), b.cfg.GlobalTokens == 0)
-	if b.cfg.GlobalTokens == 0 {
-		if l := b.dealLayers(win, pool, cost); l.worse(w) < 0 {
-			w = l
-		}
 	}
 	out := make([][]member, len(win))
 	for k := range out {
 		for _, bin := range w.bins[k*w.dp : (k+1)*w.dp] {
-			out[k] = append(out[k], bin...)
+			for _, i := range bin {
+				out[k] = append(out[k], pool[i])
+			}
 		}
 		if len(out[k]) < b.cfg.DP*b.cfg.MicroBatches {
 			return keep()
@@ -69,13 +60,65 @@ func (b *builder) redeal(win []batch) [][]member {
 	return out
 }
 
-// deal assigns the cost-sorted pool to the window's virtual ranks (LPT with
-// room and proportional-share limits). It reports false when a sample finds
-// no step with room (token budget).
-func (b *builder) deal(win []batch, pool []member, cost func(member) float64) (*window, bool) {
+// choose returns the settled window of the best deal (deal, or the layered
+// deals in count mode). Cheapest first: the layers spread over the steps,
+// then stacked (the costliest layers together in the first step), each only
+// levelled, then the stacked one repaired; the first that is within
+// repairTolerance on every step is taken. Otherwise the deal and the spread
+// layers are repaired too and the best of the three (window.worse) wins.
+func (b *builder) choose(win []batch, pool []member, c []float64) (*window, bool) {
+	if b.cfg.GlobalTokens > 0 {
+		w, ok := b.deal(win, pool, c)
+		if ok {
+			w.settle(len(pool), false)
+		}
+		return w, ok
+	}
+	var tried []*window
+	for _, stacked := range []bool{false, true} {
+		l := b.dealLayers(win, c, stacked)
+		l.settle(len(pool), false)
+		if l.even() {
+			return l, true
+		}
+		tried = append(tried, l)
+	}
+	stacked := tried[1]
+	if stacked.repair(len(pool)); stacked.even() {
+		return stacked, true
+	}
+	w, ok := b.deal(win, pool, c)
+	if !ok {
+		return nil, false
+	}
+	w.settle(len(pool), true)
+	for _, l := range tried {
+		if l != stacked {
+			l.repair(len(pool))
+		}
+		if l.worse(w) < 0 {
+			w = l
+		}
+	}
+	return w, true
+}
+
+// even reports whether every step is within repairTolerance of even.
+func (w *window) even() bool {
+	for k := range w.steps() {
+		if w.imbalance(k) > 1+repairTolerance {
+			return false
+		}
+	}
+	return true
+}
+
+// deal assigns the cost-sorted pool (costs c) to the window's virtual ranks
+// (LPT with room and proportional-share limits). It reports false when a
+// sample finds no step with room (token budget).
+func (b *builder) deal(win []batch, pool []member, c []float64) (*window, bool) {
 	dp := b.cfg.DP
-	w := &window{dp: dp, minCount: b.cfg.MicroBatches, cost: cost,
-		bins: make([][]member, len(win)*dp), load: make([]float64, len(win)*dp)}
+	w := newWindow(len(win), dp, b.cfg.MicroBatches, c)
 	count := make([]int, len(win))
 	tokens := make([]int, len(win))
 	for i, m := range pool {
@@ -88,94 +131,86 @@ func (b *builder) deal(win []batch, pool []member, cost func(member) float64) (*
 			} else if share := (i + 1) * len(bt.items) / len(pool); count[k] >= share+dp {
 				room = false // a step ahead of its share would fill up with heavy samples
 			}
-			if !room {
-				continue
-			}
-			for v := k * dp; v < (k+1)*dp; v++ {
-				if best < 0 || w.load[v] < w.load[best] {
-					best = v
-				}
+			if v := w.least(k); room && (best < 0 || w.load[v] < w.load[best]) {
+				best = v
 			}
 		}
 		if best < 0 {
 			return nil, false
 		}
-		k := best / dp
-		w.bins[best] = append(w.bins[best], m)
-		w.load[best] += cost(m)
-		count[k]++
-		tokens[k] += l
+		w.put(best, int32(i))
+		count[best/dp]++
+		tokens[best/dp] += l
 	}
 	return w, true
 }
 
 // dealLayers cuts the cost-sorted pool into layers of DP samples of similar
-// cost and gives whole layers to steps, in serpentine order over the steps
-// with room; within a step, LPT spreads the samples over the virtual ranks.
-// A step of whole layers can give every rank one sample of each layer, so it
-// balances however lumpy the costs are; the steps' means may differ, which
-// the per-step imbalance does not mind. It is the alternative to deal when a
-// window's heavy samples cannot be spread evenly over all its virtual ranks
-// (e.g. 41 samples of half a rank's share in 32 virtual ranks).
-func (b *builder) dealLayers(win []batch, pool []member, cost func(member) float64) *window {
+// cost and gives whole layers to steps: spread, in serpentine order over the
+// steps with room, or stacked, the costliest layers filling the first step,
+// the next the second, and so on; within a step, LPT spreads the samples over
+// the virtual ranks. A step of whole layers can give every rank one sample of
+// each layer, so it balances however lumpy the costs are; the steps' means
+// may differ, which the per-step imbalance does not mind. Spread keeps every
+// step a mix of the window's costs; stacked is what balances a heavy tail: a
+// step that holds a few samples each worth a large part of a rank's share
+// (or, under micro-batch sync, of a micro-batch's) can be even only if its
+// other samples are costly too (at dp 1,024 × 16,384 samples per step, 4
+// micro-batches, the stacked window's worst virtual imbalance was 1.0006
+// where spread layers repaired reached 1.31 and the deal 1.49).
+func (b *builder) dealLayers(win []batch, c []float64, stacked bool) *window {
 	dp := b.cfg.DP
-	w := &window{dp: dp, minCount: b.cfg.MicroBatches, cost: cost,
-		bins: make([][]member, len(win)*dp), load: make([]float64, len(win)*dp)}
+	w := newWindow(len(win), dp, b.cfg.MicroBatches, c)
 	count := make([]int, len(win))
-	order := make([]int, 0, 2*len(win)) // serpentine: 0 1 … W-1 W-1 … 0
-	for k := range win {
-		order = append(order, k)
-	}
-	for k := len(win) - 1; k >= 0; k-- {
-		order = append(order, k)
+	var order []int
+	if stacked {
+		for k := range win {
+			for range (len(win[k].items) + dp - 1) / dp {
+				order = append(order, k)
+			}
+		}
+	} else { // serpentine: 0 1 … W-1 W-1 … 0
+		for k := range win {
+			order = append(order, k)
+		}
+		for k := len(win) - 1; k >= 0; k-- {
+			order = append(order, k)
+		}
 	}
 	turn := 0
-	for start := 0; start < len(pool); start += dp {
-		layer := pool[start:min(start+dp, len(pool))]
+	for start := 0; start < len(c); start += dp {
+		end := min(start+dp, len(c))
 		placed := false
 		for range order {
 			k := order[turn%len(order)]
 			turn++
-			if len(win[k].items)-count[k] >= len(layer) {
-				for _, m := range layer {
-					w.add(k, m)
+			if len(win[k].items)-count[k] >= end-start {
+				for i := start; i < end; i++ {
+					w.put(w.least(k), int32(i))
 				}
-				count[k] += len(layer)
+				count[k] += end - start
 				placed = true
 				break
 			}
 		}
-		for i := 0; !placed && i < len(layer); i++ { // no step holds the whole layer
+		for i := start; !placed && i < end; i++ { // no step holds the whole layer
 			k := 0
 			for kk := range win {
 				if len(win[kk].items)-count[kk] > len(win[k].items)-count[k] {
 					k = kk
 				}
 			}
-			w.add(k, layer[i])
+			w.put(w.least(k), int32(i))
 			count[k]++
 		}
 	}
-	w.settle(len(pool), true)
 	return w
-}
-
-// add puts m on step k's least loaded virtual rank.
-func (w *window) add(k int, m member) {
-	best := k * w.dp
-	for v := k * w.dp; v < (k+1)*w.dp; v++ {
-		if w.load[v] < w.load[best] {
-			best = v
-		}
-	}
-	w.bins[best] = append(w.bins[best], m)
-	w.load[best] += w.cost(m)
 }
 
 // settle levels every step and, when steps may trade samples (count mode),
 // repairs the worst ones.
 func (w *window) settle(samples int, repair bool) {
-	for k := range len(w.bins) / w.dp {
+	for k := range w.steps() {
 		w.level(k)
 	}
 	if repair {
@@ -189,7 +224,7 @@ func (w *window) settle(samples int, repair bool) {
 func (w *window) worse(o *window) int {
 	score := func(x *window) (float64, float64) {
 		var worst, sum float64
-		for k := range len(x.bins) / x.dp {
+		for k := range x.steps() {
 			worst = max(worst, x.imbalance(k))
 			hi, _, _ := x.extremes(k)
 			sum += x.load[hi]
@@ -201,72 +236,44 @@ func (w *window) worse(o *window) int {
 	return cmp.Or(cmp.Compare(wa, oa), cmp.Compare(ws, os))
 }
 
-// extremes returns step k's most and least loaded virtual ranks and its mean.
-func (w *window) extremes(k int) (hi, lo int, mean float64) {
-	hi, lo = k*w.dp, k*w.dp
-	var sum float64
-	for v := k * w.dp; v < (k+1)*w.dp; v++ {
-		sum += w.load[v]
-		if w.load[v] > w.load[hi] {
-			hi = v
-		}
-		if w.load[v] < w.load[lo] {
-			lo = v
-		}
-	}
-	return hi, lo, sum / float64(w.dp)
-}
+// level evens out step k: while it lowers the pair's maximum and the step is
+// more than levelTolerance above even, it moves a sample from the most loaded
+// virtual rank to the least loaded one, or swaps a sample of each, choosing
+// the transfer closest to half their gap.
+func (w *window) level(k int) { w.levelN(k, 4*w.dp*w.dp) }
 
-// imbalance returns step k's virtual max / mean (1 for an empty step).
-func (w *window) imbalance(k int) float64 {
-	hi, _, mean := w.extremes(k)
-	if mean <= 0 {
-		return 1
-	}
-	return w.load[hi] / mean
-}
-
-// level evens out step k: while it lowers the pair's maximum, it moves a
-// sample from the most loaded virtual rank to the least loaded one, or swaps
-// a sample of each, choosing the transfer closest to half their gap.
-func (w *window) level(k int) {
-	for range 4 * w.dp * w.dp {
-		hi, lo, _ := w.extremes(k)
+func (w *window) levelN(k, n int) {
+	for range n {
+		hi, lo, mean := w.extremes(k)
 		gap := w.load[hi] - w.load[lo]
-		if gap <= 0 {
+		if gap <= 0 || w.load[hi] <= mean*(1+levelTolerance) {
 			return
 		}
 		bx, by, bestD := -1, -1, gap/2 // transfer t misses gap/2 by |gap/2 − t| < gap/2
-		for x, mx := range w.bins[hi] {
-			cx := w.cost(mx)
-			if len(w.bins[hi]) > w.minCount && cx < gap {
+		canMove := len(w.bins[hi]) > w.minCount
+		for x, ix := range w.bins[hi] {
+			cx := w.c[ix]
+			if canMove && cx < gap {
 				if d := abs(gap/2 - cx); d < bestD {
 					bx, by, bestD = x, -1, d
 				}
 			}
-			for y, my := range w.bins[lo] {
-				if t := cx - w.cost(my); t > 0 && t < gap {
+			for y, iy := range w.bins[lo] {
+				if t := cx - w.c[iy]; t > 0 && t < gap {
 					if d := abs(gap/2 - t); d < bestD {
 						bx, by, bestD = x, y, d
 					}
 				}
 			}
 		}
-		if bx < 0 {
+		switch {
+		case bx < 0:
 			return
+		case by >= 0:
+			w.swap(hi, bx, lo, by)
+		default:
+			w.move(hi, bx, lo)
 		}
-		mx := w.bins[hi][bx]
-		t := w.cost(mx)
-		if by >= 0 {
-			my := w.bins[lo][by]
-			t -= w.cost(my)
-			w.bins[hi][bx], w.bins[lo][by] = my, mx
-		} else {
-			w.bins[hi] = slices.Delete(w.bins[hi], bx, bx+1)
-			w.bins[lo] = append(w.bins[lo], mx)
-		}
-		w.load[hi] -= t
-		w.load[lo] += t
 	}
 }
 
@@ -277,10 +284,12 @@ func abs(x float64) float64 {
 	return x
 }
 
-// swapCandidate is a cross-step swap: sample x of virtual rank v (the worst
-// step's heaviest) for sample y of virtual rank u in another step.
+// swapCandidate is a cross-step swap: the member at position x of virtual
+// rank v (in the worst step) for the member at position y of virtual rank u
+// in another step; xi, yi are their pool indices.
 type swapCandidate struct {
 	v, x, u, y int
+	xi, yi     int32
 	miss       float64 // distance of the transfer from the wanted one
 }
 
@@ -291,91 +300,120 @@ type swapCandidate struct {
 // closest to the heaviest rank's excess (the lightest rank's shortfall) and
 // stops when the worst step is within repairTolerance or no swap improves it.
 func (w *window) repair(samples int) {
-	steps := len(w.bins) / w.dp
+	var cands []swapCandidate
 	for range 2 * samples {
-		worst, imb := 0, 0.0
-		for k := range steps {
+		worst, imb, next := 0, 0.0, 0.0 // next: the worst imbalance of the other steps
+		for k := range w.steps() {
 			if i := w.imbalance(k); i > imb {
-				worst, imb = k, i
+				worst, imb, next = k, i, imb
+			} else {
+				next = max(next, i)
 			}
 		}
 		if imb <= 1+repairTolerance {
-			return
+			break
 		}
 		hi, lo, mean := w.extremes(worst)
-		cands := append(w.swapCandidates(worst, hi, w.load[hi]-mean, 1),
-			w.swapCandidates(worst, lo, w.load[hi]-w.load[lo], -1)...)
-		bestScore := imb
-		var best *window
-		for _, c := range cands {
-			n := w.trySwap(worst, c)
-			if s := max(n.imbalance(worst), n.imbalance(c.u/w.dp)); s < bestScore*(1-minGain) {
-				bestScore, best = s, n
+		cands = w.swapCandidates(cands[:0], worst, hi, w.load[hi]-mean, 1)
+		cands = w.swapCandidates(cands, worst, lo, w.load[hi]-w.load[lo], -1)
+		best, bestScore := -1, imb
+		for i, c := range cands {
+			if s := w.try(worst, c); s < bestScore*(1-minGain) {
+				best, bestScore = i, s
+				if s <= next {
+					break // the step is no longer the window's worst: good enough
+				}
 			}
 		}
-		if best == nil {
-			return
+		if best < 0 {
+			break
 		}
-		w.bins, w.load = best.bins, best.load
+		w.apply(worst, cands[best])
+	}
+	for k := range w.steps() {
+		w.level(k)
 	}
 }
 
-// swapCandidates returns up to repairCandidates swaps of a sample of virtual
-// rank v (step k) for a cheaper (sign +1: v exports cost) or costlier (sign
-// −1: v imports cost) sample of another step, the transfer closest to want
-// first (ties by positions, for determinism).
-func (w *window) swapCandidates(k, v int, want, sign float64) []swapCandidate {
-	var out []swapCandidate
-	for x, mx := range w.bins[v] {
-		cx := w.cost(mx)
-		for u := range w.bins {
-			if u/w.dp == k {
-				continue
+// try returns the worse of the two steps' virtual imbalances after candidate
+// c, and leaves the window as it was.
+func (w *window) try(k int, c swapCandidate) float64 {
+	w.recording = true
+	k2 := w.apply(k, c)
+	s := max(w.imbalance(k), w.imbalance(k2))
+	w.undo()
+	return s
+}
+
+// apply swaps candidate c and levels both steps with at most repairLevel
+// exchanges each (the repair levels every step in full when it ends); it
+// returns the other step.
+func (w *window) apply(k int, c swapCandidate) int {
+	w.swap(c.v, c.x, c.u, c.y)
+	k2 := c.u / w.dp
+	w.levelN(k, repairLevel)
+	w.levelN(k2, repairLevel)
+	return k2
+}
+
+// swapCandidates appends to out the up to repairCandidates swaps of a member
+// of virtual rank v (step k) for a cheaper (sign +1: v exports cost) or
+// costlier (sign −1: v imports cost) member of another step whose transfer is
+// closest to want (ties by pool indices, for determinism). The pool is sorted
+// by cost, so for each member of v the search starts where the wanted partner
+// cost would be and walks outwards while it can still beat the worst kept.
+func (w *window) swapCandidates(out []swapCandidate, k, v int, want, sign float64) []swapCandidate {
+	top := make([]swapCandidate, 0, repairCandidates)
+	worst := 0 // index in top of the worst kept candidate once top is full
+	offer := func(c swapCandidate) bool {
+		if len(top) == repairCandidates {
+			if candidateCmp(c, top[worst]) >= 0 {
+				return false
 			}
-			for y, my := range w.bins[u] {
-				d := sign * (cx - w.cost(my))
-				if d <= 0 {
+			top[worst] = c
+		} else {
+			top = append(top, c)
+		}
+		for i := range top {
+			if candidateCmp(top[i], top[worst]) > 0 {
+				worst = i
+			}
+		}
+		return true
+	}
+	for x, xi := range w.bins[v] {
+		cx := w.c[xi]
+		target := cx - sign*want // the partner cost that transfers exactly want
+		// the first pool index whose cost is ≤ target (costs are non-increasing)
+		j0, _ := slices.BinarySearchFunc(w.c, target, func(ci, t float64) int { return cmp.Compare(t, ci) })
+		for _, dir := range [2]int{1, -1} {
+			j := j0
+			if dir < 0 {
+				j--
+			}
+			for ; j >= 0 && j < len(w.c); j += dir {
+				cy := w.c[j]
+				if sign*(cx-cy) <= 0 {
+					break // past cx: the transfer would go the wrong way
+				}
+				u := int(w.at[j])
+				if u/w.dp == k {
 					continue
 				}
-				c := swapCandidate{v: v, x: x, u: u, y: y, miss: abs(d - want)}
-				if len(out) < repairCandidates {
-					out = append(out, c)
-					continue
-				}
-				if worst := slices.MaxFunc(out, candidateCmp); candidateCmp(c, worst) < 0 {
-					out[slices.Index(out, worst)] = c
+				c := swapCandidate{v: v, x: x, u: u, y: slices.Index(w.bins[u], int32(j)), xi: xi, yi: int32(j), miss: abs(cy - target)}
+				if !offer(c) {
+					break // farther partners miss by more
 				}
 			}
 		}
 	}
-	slices.SortFunc(out, candidateCmp)
-	return out
+	slices.SortFunc(top, candidateCmp)
+	return append(out, top...)
 }
 
 func candidateCmp(a, b swapCandidate) int {
 	if c := cmp.Compare(a.miss, b.miss); c != 0 {
 		return c
 	}
-	return cmp.Or(cmp.Compare(a.v, b.v), cmp.Compare(a.x, b.x), cmp.Compare(a.u, b.u), cmp.Compare(a.y, b.y))
-}
-
-// trySwap returns a copy of the window with candidate c applied and the two
-// steps levelled. Only the two steps' bins are copied.
-func (w *window) trySwap(k int, c swapCandidate) *window {
-	n := &window{dp: w.dp, minCount: w.minCount, cost: w.cost,
-		bins: slices.Clone(w.bins), load: slices.Clone(w.load)}
-	k2 := c.u / w.dp
-	for _, s := range []int{k, k2} {
-		for v := s * w.dp; v < (s+1)*w.dp; v++ {
-			n.bins[v] = slices.Clone(w.bins[v])
-		}
-	}
-	mx, my := n.bins[c.v][c.x], n.bins[c.u][c.y]
-	n.bins[c.v][c.x], n.bins[c.u][c.y] = my, mx
-	d := w.cost(mx) - w.cost(my)
-	n.load[c.v] -= d
-	n.load[c.u] += d
-	n.level(k)
-	n.level(k2)
-	return n
+	return cmp.Or(cmp.Compare(a.xi, b.xi), cmp.Compare(a.yi, b.yi))
 }
