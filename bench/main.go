@@ -36,6 +36,7 @@ var sections = []section{
 	{"workers", benchWorkers},
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
+	{"plan_scale", benchPlanScale},
 	{"report1m", benchReport1M},
 	{"e2e", benchE2E},
 	{"shard", benchShard},
