@@ -158,11 +158,11 @@ const levelTolerance = 1e-4
 // repair tries or makes (it levels every step in full when it ends). At dp 128
 // × 2,048 samples per step, 1 to 32 chose the same swaps as an unbounded
 // levelling (which made about 45 exchanges per step) in a ninth of the time.
-var repairLevel = 4
+const repairLevel = 4
 
 // repairCandidates is how many cross-step swaps, closest to the wanted
 // transfer, the repair evaluates in full per round.
-var repairCandidates = 16
+const repairCandidates = 16
 
 // ---- The packed pipeline (packed.go).
 
