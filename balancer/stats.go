@@ -213,6 +213,12 @@ type Summary struct {
 	// far the plan is from the best any partitioner could do.
 	CostLowerBoundSum    float64 `json:"cost_lower_bound_sum"`
 	EpochEfficiencyBound float64 `json:"epoch_efficiency_bound"`
+	// WindowBoundSum is Plan.WindowLowerBoundSum: no choice of the steps'
+	// samples within their lookahead windows has a smaller StepCostSum, and
+	// EpochEfficiencyWindowBound = Σ IdealCost / WindowBoundSum. Only for
+	// the mmfeed strategy (0 otherwise, and for pipelined plans).
+	WindowBoundSum             float64 `json:"window_bound_sum,omitempty"`
+	EpochEfficiencyWindowBound float64 `json:"epoch_efficiency_window_bound,omitempty"`
 	// CostOverBoundP99 is the p99 over steps of MaxCost / CostLowerBound:
 	// how far the partitioner stays from the best split of each step.
 	CostOverBoundP99 float64 `json:"cost_over_bound_p99"`

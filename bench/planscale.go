@@ -77,8 +77,9 @@ func benchPlanScale(env *benchEnv) (map[string]float64, error) {
 		out[k+"cpu_ms_per_step"] = r.cpuMs
 		out[k+"imb_p50"], out[k+"imb_p99"] = r.sum.ImbalanceP50, r.sum.ImbalanceP99
 		out[k+"epoch_eff"], out[k+"epoch_eff_bound"] = r.sum.EpochEfficiency, r.sum.EpochEfficiencyBound
-		fmt.Printf("   %-20s %6d steps  %9.1f ms CPU/step  imb p50 %.4f p99 %.4f  epoch eff %.4f (bound %.4f)\n",
-			l.name, r.sum.Steps, r.cpuMs, r.sum.ImbalanceP50, r.sum.ImbalanceP99, r.sum.EpochEfficiency, r.sum.EpochEfficiencyBound)
+		out[k+"epoch_eff_window_bound"] = r.windowBound
+		fmt.Printf("   %-20s %6d steps  %9.1f ms CPU/step  imb p50 %.4f p99 %.4f  epoch eff %.4f (bound %.4f, window bound %.4f)\n",
+			l.name, r.sum.Steps, r.cpuMs, r.sum.ImbalanceP50, r.sum.ImbalanceP99, r.sum.EpochEfficiency, r.sum.EpochEfficiencyBound, r.windowBound)
 		if !l.compareOnly {
 			growth = append(growth, point{float64(l.batch), r.cpuMs})
 		}
@@ -91,8 +92,9 @@ func benchPlanScale(env *benchEnv) (map[string]float64, error) {
 }
 
 type scaleRow struct {
-	cpuMs float64
-	sum   balancer.Summary
+	cpuMs       float64
+	sum         balancer.Summary
+	windowBound float64 // epoch efficiency bound over the lookahead windows
 }
 
 func planScaleRow(input string, l scaleLayout) (scaleRow, error) {
@@ -113,7 +115,11 @@ func planScaleRow(input string, l scaleLayout) (scaleRow, error) {
 	}
 	cpu := cpuTime() - c0
 	sum := balancer.Summarize(plan.Stats())
-	return scaleRow{cpuMs: float64(cpu.Microseconds()) / 1000 / float64(max(1, len(plan.Steps))), sum: sum}, nil
+	row := scaleRow{cpuMs: float64(cpu.Microseconds()) / 1000 / float64(max(1, len(plan.Steps))), sum: sum}
+	if wb := plan.WindowLowerBoundSum(); wb > 0 {
+		row.windowBound = min(1, sum.EpochEfficiency*sum.StepCostSum/wb)
+	}
+	return row, nil
 }
 
 func cmpOr(s, def string) string {
