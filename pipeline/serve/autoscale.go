@@ -25,7 +25,7 @@ import (
 //   - mmfeed_serve_slack_seconds: min over the ranks of the steps built
 //     ahead of the rank divided by its demand in steps per second: how long
 //     until the earliest rank would wait.
-//   - mmfeed_serve_work_item_seconds: the mean measured worker seconds of
+//   - mmfeed_serve_work_seconds_per_item: the mean measured worker seconds of
 //     the items finished in the window; mmfeed_serve_workers and
 //     mmfeed_serve_worker_slots: the workers (connections) that finished
 //     them, and their slots.
@@ -342,7 +342,7 @@ var (
 		"Planner: micro-batches per second the trainers take over the time they did not wait for data (their reported data wait taken out).", nil, nil)
 	descSlack = prometheus.NewDesc("mmfeed_serve_slack_seconds",
 		"Planner: seconds until the earliest rank would wait: min over ranks of the steps built ahead of it over its demand in steps per second.", nil, nil)
-	descItemSeconds = prometheus.NewDesc("mmfeed_serve_work_item_seconds",
+	descItemSeconds = prometheus.NewDesc("mmfeed_serve_work_seconds_per_item",
 		"Planner: mean measured worker seconds (one slot) of the batch items finished in the window.", nil, nil)
 	descWorkers = prometheus.NewDesc("mmfeed_serve_workers",
 		"Planner: workers that finished batch items in the window.", nil, nil)

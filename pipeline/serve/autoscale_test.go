@@ -141,7 +141,7 @@ func TestWorkersNeededRisesBeforeRanksWait(t *testing.T) {
 		t.Errorf("a rank first waited at %v, before workers_needed rose above 1 at %v", w.Format(time.StampMilli), rose.at.Format(time.StampMilli))
 	}
 	if g := rose.gauges; g["mmfeed_serve_workers"] != 1 || g["mmfeed_serve_slack_seconds"] <= 0 || g["mmfeed_serve_demand_microbatches_per_second"] <= 0 ||
-		g["mmfeed_serve_work_item_seconds"] < itemDelay.Seconds() {
+		g["mmfeed_serve_work_seconds_per_item"] < itemDelay.Seconds() {
 		t.Errorf("when workers_needed rose: %v; want 1 worker, slack > 0, demand > 0 and item seconds ≥ the worker's %v", g, itemDelay)
 	}
 	if err := r.wait(t, 30*time.Second); err != nil {
