@@ -137,6 +137,7 @@ func TestWorkersNeededRisesBeforeRanksWait(t *testing.T) {
 	}
 	t.Logf("rose above 1 at %v: %v", rose.at.Format(time.StampMilli), rose.gauges)
 	t.Logf("back at %v: %v", back.at.Format(time.StampMilli), back.gauges)
+	t.Logf("first rank wait: %v (zero: none)", stalls.waited().Format(time.StampMilli))
 	if w := stalls.waited(); !w.IsZero() && !rose.at.Before(w) {
 		t.Errorf("a rank first waited at %v, before workers_needed rose above 1 at %v", w.Format(time.StampMilli), rose.at.Format(time.StampMilli))
 	}
