@@ -50,7 +50,13 @@
 // counts); one that does not match is counted, dropped and its item issued
 // again. A worker that cannot build an item reports why; after
 // itemMaxFailures reports of one item the planner fails the job with that
-// reason (ErrWorkFailed). Work items and their subjects: docs/protocol.md
+// reason (ErrWorkFailed). The planner puts autoscaling gauges on /metrics
+// (autoscale.go): the undelivered items' predicted worker seconds, the
+// trainers' consumption and demand (their data wait taken out) over a 30 s
+// window, the slack before the earliest rank would wait, the measured
+// seconds per item, the workers and their slots (each done message carries
+// the worker's slots), and workers needed = demand × seconds per item ÷
+// slots per worker. Work items and their subjects: docs/protocol.md
 // section 12; what a worker credential can and cannot do:
 // docs/security.md.
 //
@@ -182,6 +188,9 @@
 //     outlives Run.
 //   - calibrator (calibrate.go), live (live.go), health (assets.go): the
 //     cost-model observations, the live report and /healthz's state.
+//   - autoscaler (autoscale.go, planner role): the ranks' step advances
+//     and data waits and the workers' finished items, each kept for the
+//     window; the gauges are computed from them at scrape time.
 //
 // Lock order: rankTable before epochBook (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus

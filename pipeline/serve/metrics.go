@@ -104,6 +104,7 @@ func (m *metrics) feedback(fb proto.Feedback) {
 	dp, mp := strconv.Itoa(fb.DPRank), strconv.Itoa(fb.MPRank)
 	m.dataWait.WithLabelValues(dp, mp).Add(fb.DataWaitSeconds)
 	m.compute.WithLabelValues(dp, mp).Add(fb.ComputeSeconds)
+	m.s.scaleFeedback(fb)
 }
 
 // Stats is the service's instrumentation: what it published and where the

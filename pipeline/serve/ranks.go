@@ -75,6 +75,9 @@ type rankTable struct {
 	mp     int
 	epochs *epochBook
 	kv     *state // the Service's, set up before the table is used
+	// advanced, when set (before the control handlers run), is told each
+	// forward move of a rank's next needed step (the autoscaling rates).
+	advanced func(r int, from, to pos)
 }
 
 func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
@@ -244,8 +247,12 @@ func (t *rankTable) setNext(ctx context.Context, r int, next pos, force bool) (b
 		t.mu.Unlock()
 		return false, nil
 	}
+	from := rs.next
 	rs.next, rs.known = next, true
 	t.mu.Unlock()
+	if t.advanced != nil && !force && from.less(next) {
+		t.advanced(r, from, next)
+	}
 	err := t.save(ctx, r, next)
 	t.mu.Lock()
 	if r < len(t.ranks) && t.ranks[r].next == next {

@@ -47,6 +47,7 @@ const (
 	hdrWorkItem    = "Mmfeed-Work-Item"    // the item's id (batchItem.ID)
 	hdrWorkDone    = "Mmfeed-Work-Done"    // on the done message: every payload was sent
 	hdrWorkSeconds = "Mmfeed-Work-Seconds" // on the done message: the worker's time for the item
+	hdrWorkSlots   = "Mmfeed-Work-Slots"   // on the done message: the worker's slots (autoscale.go)
 )
 
 // workItemsSubject is where a job's work items are published.

@@ -44,6 +44,9 @@ type WorkerConfig struct {
 	// results are sent; an error ends the worker without acknowledging the
 	// item (a worker killed mid-item).
 	beforeSend func(*batchItem) error
+	// buildDelay (tests) is added to each batch item's measured build time:
+	// a slow worker.
+	buildDelay time.Duration
 }
 
 // worker pulls batch items from the work queue and preprocesses them.
@@ -55,6 +58,7 @@ type worker struct {
 	ackWait  time.Duration
 	chunk    int
 	cacheDir string
+	slots    int // items at once: told to the planner with each result
 
 	// refused are the subjects the server refused this worker's own
 	// connection (a job-scoped credential).
@@ -140,6 +144,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if slots <= 0 {
 		slots = runtime.GOMAXPROCS(0)
 	}
+	w.slots = slots
 	log.Info("worker ready", "slots", slots, "ack_wait", w.ackWait)
 	g, gctx := errgroup.WithContext(ctx)
 	for range slots {
@@ -315,6 +320,11 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 		rows[i] = ds.pp.Row(ctx, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
 			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
 	}
+	if w.cfg.buildDelay > 0 {
+		if err := sleepCtx(ctx, w.cfg.buildDelay); err != nil {
+			return nil, 0, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
@@ -357,6 +367,7 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 	done.Header.Set(hdrWorkDone, it.ID)
 	done.Header.Set(hdrWorkItem, it.ID)
 	done.Header.Set(hdrWorkSeconds, strconv.FormatFloat(took.Seconds(), 'f', 6, 64))
+	done.Header.Set(hdrWorkSlots, strconv.Itoa(w.slots))
 	reply, err := w.askPlanner(ctx, done)
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)

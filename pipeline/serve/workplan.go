@@ -50,6 +50,12 @@ type workPlanner struct {
 	model          workCostModel // item seconds from item costs, fitted to the workers' times
 	tally          workTally     // this epoch
 	total          workTally     // the job
+	// queued is the step after the last one handed to the rank publishers
+	// in this run (queuedOK); scale the autoscaling observations (nil
+	// without a Service: the shard command).
+	queued   pos
+	queuedOK bool
+	scale    *autoscaler
 
 	// nonce and pubSeq make each publish's message id (publish).
 	nonce  string
@@ -114,6 +120,7 @@ func (w *workPlanner) reset(ctx context.Context) error {
 	w.mu.Lock()
 	w.slots = map[workKey]*workSlot{}
 	w.timing = map[string]itemCost{}
+	w.queuedOK = false
 	w.mu.Unlock()
 	st, err := w.js.Stream(ctx, WorkStream)
 	if err != nil {
@@ -508,6 +515,7 @@ func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, erro
 func (w *workPlanner) forgetStep(epoch, step int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.queued, w.queuedOK = pos{epoch, step + 1}, true
 	for k := range w.slots {
 		if k.Epoch == epoch && k.Step == step {
 			delete(w.slots, k)
@@ -648,6 +656,9 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	}
 	if err := s.work.registerTimes(s.reg); err != nil {
 		return nil, err
+	}
+	if err := s.registerScale(); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
 	if err := s.reg.Register(s.work.rejects); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)

@@ -184,6 +184,7 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	if cost, ok := w.timing[id]; ok {
 		delete(w.timing, id)
 		w.observe(cost, secs)
+		w.scale.itemDone(secs, replyPrefix(m.Reply), workerSlots(m.Header.Get(hdrWorkSlots)))
 	} else {
 		for _, sl := range w.slots {
 			if sl.id == id && sl.have < w.mp {
