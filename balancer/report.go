@@ -55,6 +55,9 @@ type Report struct {
 	// Thumbnails show the samples that drive cost (set by the caller, who can
 	// decode images; the balancer only picks them, see CostDrivers).
 	Thumbnails []Thumbnail `json:"thumbnails,omitempty"`
+	// Blockers explain the mmfeed plan's steps that no split can bring
+	// within ImbalanceTarget (Plan.Blockers, at most MaxBlockers).
+	Blockers []Blocker `json:"blockers,omitempty"`
 }
 
 // StepDetail is one step's per-rank cost under one strategy.
@@ -117,6 +120,9 @@ func NewReport(plans ...*Plan) (*Report, error) {
 			s.EpochEfficiencyWindowBound = min(1, ideal/s.WindowBoundSum)
 		}
 		r.Strategies[p.Config.Strategy.String()] = s
+		if p == ref && p.Config.Strategy == StrategyMmfeed {
+			r.Blockers = p.Blockers(stats, MaxBlockers)
+		}
 		for _, st := range stats[:min(MaxDetailSteps, len(stats))] {
 			r.Detail = append(r.Detail, StepDetail{
 				Strategy: p.Config.Strategy.String(), Step: st.Step, RankCost: st.RankCost, Imbalance: st.Imbalance,
@@ -179,12 +185,35 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		_, err := fmt.Fprintf(w, "mmfeed bound (no split of the planned steps does better): epoch efficiency ≤ %.4f, step cost sum %.4f× the bound; imbalance lower bound p99 %.4f, max %.4f, %d steps above %.2f\n",
 			mm.EpochEfficiencyBound, gap, mm.ImbalanceLowerBoundP99, mm.ImbalanceLowerBoundMax, mm.StepsBoundAboveTarget, ImbalanceTarget)
-		if err != nil || mm.WindowBoundSum <= 0 {
+		if err == nil && mm.WindowBoundSum <= 0 {
+			return writeBlockers(w, r.Blockers, mm.StepsBoundAboveTarget)
+		}
+		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(w, "mmfeed window bound (samples may move within their lookahead window): epoch efficiency ≤ %.4f, step cost sum %.4f× the bound\n",
 			mm.EpochEfficiencyWindowBound, mm.StepCostSum/mm.WindowBoundSum)
+		return writeBlockers(w, r.Blockers, mm.StepsBoundAboveTarget)
+	}
+	return nil
+}
+
+// tableBlockers is how many Blockers the table prints (--json has them all).
+const tableBlockers = 3
+
+// writeBlockers prints the worst blockers, and how many steps are above the
+// target in all.
+func writeBlockers(w io.Writer, bs []Blocker, above int) error {
+	if len(bs) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(w, "steps no split can bring within %.2f (%d; the worst, with what would lower their bound):\n", ImbalanceTarget, above); err != nil {
 		return err
+	}
+	for _, b := range bs[:min(tableBlockers, len(bs))] {
+		if _, err := fmt.Fprintln(w, b); err != nil {
+			return err
+		}
 	}
 	return nil
 }
