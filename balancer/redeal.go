@@ -7,13 +7,13 @@ import (
 
 // redeal spreads the samples of a lookahead window over its steps so that
 // every step can be split evenly over its ranks (docs/cost-model.md,
-// "Lookahead"). It deals the samples, heaviest first, over the window's
-// steps × DP virtual ranks (LPT), each to the least loaded virtual rank of a
-// step that has room (its original sample count, or the token budget) and
-// is not more than one sample per rank ahead of its proportional share; then
-// it levels every step and repairs the worst steps by swapping samples
-// between steps. Delay is bounded by the window. When the token budget
-// cannot be met (or the window has one step) the arrival order is kept.
+// "Balancing"). The samples are sorted by cost and dealt to the window's
+// steps × DP virtual ranks (choose: whole layers of DP similar samples,
+// spread over the steps or stacked, or LPT), levelled per step and, when no
+// deal is even, repaired by swapping samples between steps. Sample counts
+// per step are kept and delay is bounded by the window. When the token
+// budget cannot be met (or the window has one step) the arrival order is
+// kept.
 func (b *builder) redeal(win []batch) [][]member {
 	keep := func() [][]member {
 		out := make([][]member, len(win))
