@@ -44,6 +44,11 @@ func bestRates(rates map[string][]float64) map[string]float64 {
 // ratioOf is the median over rounds of num's rate over den's in the same round; it prints
 // the per-round ratios under key.
 func ratioOf(rates map[string][]float64, key, num, den string) float64 {
+	return median(ratiosOf(rates, key, num, den))
+}
+
+// ratiosOf is num's rate over den's in each round; it prints them under key.
+func ratiosOf(rates map[string][]float64, key, num, den string) []float64 {
 	per := make([]float64, len(rates[num]))
 	parts := make([]string, len(per))
 	for i := range per {
@@ -51,7 +56,7 @@ func ratioOf(rates map[string][]float64, key, num, den string) float64 {
 		parts[i] = fmt.Sprintf("%.2f", per[i])
 	}
 	fmt.Printf("   %-40s per round: %s\n", key, strings.Join(parts, " "))
-	return median(per)
+	return per
 }
 
 func median(v []float64) float64 {

@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
@@ -14,34 +16,65 @@ import (
 
 // benchTransport: Arrow batches to 2 consumers on the core data plane (each rank asks for
 // a window of batches; send, reassemble, verify, decode, ack) and through the JetStream
-// data plane (file store), against raw NATS publish/subscribe of the same byte sizes in
-// the same chunk sizes, in the same run (proto's BenchmarkTransport: all pipelined, the
-// service's max_payload), for the larger batch.
+// data plane (file store), against raw NATS publish/subscribe of the same encoded batches
+// in the same chunk sizes (proto's BenchmarkTransport: all pipelined, the service's
+// max_payload), for the larger batch. The test binary is built once and each mode runs in
+// its own process, transportRounds rounds interleaved (order reversed every other round),
+// so every mode sees the same load; the ratios are the median (and min) of the per-round
+// ratios, the rates the per-mode medians.
 // The test binary runs with all cores: server, publishers and consumers share them.
 func benchTransport(env *benchEnv) (map[string]float64, error) {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkTransport$", "-benchtime", "40x", "./proto/")
+	bin := filepath.Join(env.tmp, "proto.test")
+	if out, err := exec.Command("go", "test", "-c", "-o", bin, "./proto/").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go test -c: %v\n%s", err, out)
+	}
+	var sides []benchSide
+	for _, mode := range []string{"core", "jetstream", "raw"} {
+		sides = append(sides, benchSide{mode, func() (float64, error) { return transportRate(bin, mode) }})
+	}
+	rates, err := interleave(sides, transportRounds)
+	if err != nil {
+		return nil, err
+	}
+	core := ratiosOf(rates, "transport_vs_raw_nats", "core", "raw")
+	js := ratiosOf(rates, "transport_jetstream_vs_raw_nats", "jetstream", "raw")
+	return map[string]float64{
+		"transport_core_mb_per_s":         median(rates["core"]),
+		"transport_jetstream_mb_per_s":    median(rates["jetstream"]),
+		"transport_raw_nats_mb_per_s":     median(rates["raw"]),
+		"transport_vs_raw_nats":           median(core),
+		"transport_vs_raw_nats_median":    median(core),
+		"transport_vs_raw_nats_min":       slices.Min(core),
+		"transport_jetstream_vs_raw_nats": median(js),
+	}, nil
+}
+
+// transportRounds is how often benchTransport runs each mode (about 10 s a round).
+const transportRounds = 5
+
+// transportRate runs one mode of BenchmarkTransport (2 ranks, 32 rows, 40 batches a rank)
+// in the test binary bin and returns its MB/s.
+func transportRate(bin, mode string) (float64, error) {
+	cmd := exec.Command(bin, "-test.run", "^$", "-test.bench", "^BenchmarkTransport$/^mode="+mode+"$/^ranks=2$/^rows=32$", "-test.benchtime", "40x")
+	cmd.Dir = "proto"
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("go test -bench: %v\n%s", err, out)
+		return 0, fmt.Errorf("%s: %v\n%s", mode, err, out)
 	}
-	re := regexp.MustCompile(`BenchmarkTransport/mode=(\w+)/ranks=\d+/rows=(\d+)\S*\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s`)
-	rate := map[string]float64{}
+	return parseTransportRate(out, mode)
+}
+
+var transportLine = regexp.MustCompile(`BenchmarkTransport/mode=([\w-]+)/ranks=\d+/rows=(\d+)\S*\s+\d+\s+\d+ ns/op\s+([\d.]+) MB/s`)
+
+// parseTransportRate returns the MB/s of mode's rows=32 line in go test -bench output.
+func parseTransportRate(out []byte, mode string) (float64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		if m := re.FindStringSubmatch(sc.Text()); m != nil && m[2] == "32" {
-			rate[m[1]], _ = strconv.ParseFloat(m[3], 64)
+		if m := transportLine.FindStringSubmatch(sc.Text()); m != nil && m[1] == mode && m[2] == "32" {
+			return strconv.ParseFloat(m[3], 64)
 		}
 	}
-	if rate["core"] == 0 || rate["jetstream"] == 0 || rate["raw"] == 0 {
-		return nil, fmt.Errorf("no transport rates in:\n%s", out)
-	}
-	return map[string]float64{
-		"transport_core_mb_per_s":         rate["core"],
-		"transport_jetstream_mb_per_s":    rate["jetstream"],
-		"transport_raw_nats_mb_per_s":     rate["raw"],
-		"transport_vs_raw_nats":           rate["core"] / rate["raw"],
-		"transport_jetstream_vs_raw_nats": rate["jetstream"] / rate["raw"],
-	}, nil
+	return 0, fmt.Errorf("no transport rate for mode=%s in:\n%s", mode, out)
 }
 
 // benchServe: samples per second delivered by `serve` (preprocessing, Arrow, the embedded

@@ -2,7 +2,11 @@ package proto
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -58,17 +62,24 @@ const benchMaxPayload = 8 << 20
 // consumer, on its own TCP connection, fetches, reassembles, verifies and
 // decodes them and its training loop takes and acknowledges each (consumeN).
 // The clock stops when every rank has acknowledged its last batch. The peer
-// moves the same bytes in the same chunk sizes as raw core-NATS messages from
-// an in-process publisher to one TCP subscriber per rank, which confirms each
+// (mode=raw) moves the same bytes — the same encoded batches, one per rank
+// and step — in the same chunk sizes as raw core-NATS messages from an
+// in-process publisher to one TCP subscriber per rank, which confirms each
 // complete batch; its publisher runs at most rawAhead batches ahead of the
 // confirmations (core NATS has no flow control: without a bound a slow
-// subscriber drops messages). Both use the service's server settings
+// subscriber drops messages). mode=raw-hot is the peer as it was before
+// issue 21: one payload published b.N times, which stays in the CPU cache
+// and so moves faster than any sender of distinct batches can (for
+// comparison, not a results key). Both use the service's server settings
 // (max_payload 8 MiB); mode=jetstream uses the service's stream
 // (DefaultStreamConfig: file store, 1 GiB), mode=jetstream-memory the same in
 // memory (--stream-memory), for comparison. Bytes are counted once per rank:
 // MB/s is bytes delivered to all ranks per wall second; cpu-ms/op is the
-// process's CPU time (server and clients) per op. Payloads are encoded before
-// the clock starts (b.N per rank: run it with -benchtime Nx, N small).
+// process's CPU time (server and clients) per op, faults/op its page faults
+// and csw/op its context switches. Payloads are encoded before the clock
+// starts (b.N per rank: run it with -benchtime Nx, N small); with
+// -args -transport.cpuprofile DIR each sub-benchmark writes a CPU profile of
+// its timed part alone to DIR.
 func BenchmarkTransport(b *testing.B) {
 	const ranks = 2
 	for _, rows := range []int{4, 32} {
@@ -77,7 +88,8 @@ func BenchmarkTransport(b *testing.B) {
 		b.Run("mode=core/"+name, func(b *testing.B) { benchCore(b, ranks, rows) })
 		b.Run("mode=jetstream/"+name, func(b *testing.B) { benchJetStream(b, ranks, rows) })
 		b.Run("mode=jetstream-memory/"+name, func(b *testing.B) { benchJetStreamStore(b, ranks, rows, true) })
-		b.Run("mode=raw/"+name, func(b *testing.B) { benchRaw(b, ranks, len(payload)) })
+		b.Run("mode=raw/"+name, func(b *testing.B) { benchRaw(b, ranks, rows) })
+		b.Run("mode=raw-hot/"+name, func(b *testing.B) { benchRawHot(b, ranks, len(payload)) })
 	}
 }
 
@@ -153,6 +165,7 @@ func benchJetStreamStore(b *testing.B, ranks, rows int, mem bool) {
 	b.SetBytes(int64(len(payloads[0][0]) * ranks))
 	b.ResetTimer()
 	defer reportCPU(b)()
+	defer profileTimed(b)()
 	var work []func(context.Context) error
 	for dp := range ranks {
 		work = append(work, func(ctx context.Context) error {
@@ -233,6 +246,7 @@ func benchCore(b *testing.B, ranks, rows int) {
 	b.SetBytes(int64(len(payloads[0][0]) * ranks))
 	b.ResetTimer()
 	defer reportCPU(b)()
+	defer profileTimed(b)()
 	var work []func(context.Context) error
 	for dp := range ranks {
 		work = append(work, func(ctx context.Context) error { return consumeN(ctx, fs[dp], b.N) })
@@ -260,20 +274,47 @@ func benchCore(b *testing.B, ranks, rows int) {
 // reportCPU starts measuring the process's CPU time (user + system: server,
 // publisher and consumers together); the function it returns reports it per
 // op as cpu-ms/op, a figure that moves less than wall time on a shared
-// machine.
+// machine, with the page faults (faults/op: fresh memory the kernel maps in)
+// and context switches (csw/op) per op.
 func reportCPU(b *testing.B) func() {
-	start := cpuTime()
+	start := rusage()
 	return func() {
-		b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		end := rusage()
+		cpu := time.Duration(end.Utime.Nano() + end.Stime.Nano() - start.Utime.Nano() - start.Stime.Nano())
+		n := float64(b.N)
+		b.ReportMetric(float64(cpu)/float64(time.Millisecond)/n, "cpu-ms/op")
+		b.ReportMetric(float64(end.Minflt+end.Majflt-start.Minflt-start.Majflt)/n, "faults/op")
+		b.ReportMetric(float64(end.Nvcsw+end.Nivcsw-start.Nvcsw-start.Nivcsw)/n, "csw/op")
 	}
 }
 
-func cpuTime() time.Duration {
+func rusage() syscall.Rusage {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // zero on error: the metrics read 0
+	return ru
+}
+
+var timedProfile = flag.String("transport.cpuprofile", "", "directory for a CPU profile of each BenchmarkTransport sub-benchmark's timed part")
+
+// profileTimed writes a CPU profile of the timed part of b to
+// -transport.cpuprofile, if set: go test's -cpuprofile also covers the
+// setup, which encodes every batch of the run. The last run of b (its
+// largest b.N) is the one left in the file.
+func profileTimed(b *testing.B) func() {
+	if *timedProfile == "" {
+		return func() {}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	f, err := os.Create(*timedProfile + "/" + strings.ReplaceAll(b.Name(), "/", "_") + ".cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // benchPrefetch is how many decoded batches a rank's fetching goroutine may
@@ -348,14 +389,36 @@ func runAll(ctx context.Context, fns ...func(context.Context) error) error {
 // subscriber's confirmations.
 const rawAhead = 4
 
-func benchRaw(b *testing.B, ranks, size int) {
+// benchRaw is the peer: the same encoded batches as benchCore, one per rank
+// and step, published as raw chunks.
+func benchRaw(b *testing.B, ranks, rows int) {
+	payloads := benchPayloads(b, ranks, rows, b.N)
+	runRaw(b, payloads, len(payloads[0][0]))
+}
+
+// benchRawHot is the peer before issue 21: one random payload of size
+// bytes, published b.N times to every rank.
+func benchRawHot(b *testing.B, ranks, size int) {
+	data := randPayload(size, 9)
+	payloads := make([][][]byte, ranks)
+	for dp := range payloads {
+		for range b.N {
+			payloads[dp] = append(payloads[dp], data)
+		}
+	}
+	runRaw(b, payloads, size)
+}
+
+// runRaw publishes payloads[dp] in order to rank dp's subscriber, every
+// payload size bytes.
+func runRaw(b *testing.B, payloads [][][]byte, size int) {
 	s := startServer(b, benchMaxPayload)
 	nc, _ := connectInProcess(b, s)
 	chunk, err := ChunkSize(nc.MaxPayload())
 	if err != nil {
 		b.Fatal(err)
 	}
-	data := randPayload(size, 9)
+	ranks := len(payloads)
 	subErr := make(chan error, ranks)
 	confirmed := make([]chan struct{}, ranks)
 	for dp := range ranks {
@@ -365,11 +428,12 @@ func benchRaw(b *testing.B, ranks, size int) {
 	b.SetBytes(int64(size * ranks))
 	b.ResetTimer()
 	defer reportCPU(b)()
+	defer profileTimed(b)()
 	var work []func(context.Context) error
 	for dp := range ranks {
 		subj, _ := BatchSubject("job-1", dp, 0)
 		work = append(work, func(ctx context.Context) error {
-			return rawPublish(ctx, nc, subj, data, chunk, b.N, confirmed[dp], subErr)
+			return rawPublish(ctx, nc, subj, payloads[dp], chunk, confirmed[dp], subErr)
 		})
 	}
 	if err := runAll(context.Background(), work...); err != nil {
@@ -413,9 +477,9 @@ func rawSubscriber(b *testing.B, s *server.Server, dp, size int, errs chan<- err
 	return done
 }
 
-// rawPublish publishes n batches of data in chunks, at most rawAhead ahead of
-// the confirmations, and returns when all n are confirmed.
-func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, chunk, n int, confirmed <-chan struct{}, errs <-chan error) error {
+// rawPublish publishes the batches in chunks, at most rawAhead ahead of the
+// confirmations, and returns when all are confirmed.
+func rawPublish(ctx context.Context, nc *nats.Conn, subj string, batches [][]byte, chunk int, confirmed <-chan struct{}, errs <-chan error) error {
 	wait := func() error {
 		select {
 		case <-confirmed:
@@ -428,7 +492,7 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, ch
 			return fmt.Errorf("raw subscriber of %s timed out", subj)
 		}
 	}
-	for i := range n {
+	for i, data := range batches {
 		if i >= rawAhead {
 			if err := wait(); err != nil {
 				return err
@@ -440,7 +504,7 @@ func rawPublish(ctx context.Context, nc *nats.Conn, subj string, data []byte, ch
 			}
 		}
 	}
-	for range min(n, rawAhead) {
+	for range min(len(batches), rawAhead) {
 		if err := wait(); err != nil {
 			return err
 		}
@@ -456,9 +520,9 @@ const benchWindow, benchWindowBytes = 4, 32 << 20
 // when b ends). The benchmarks encode every batch of the run before the
 // clock starts (hundreds of MiB); on the Go heap those would raise the
 // garbage collector's target so far that every message buffer the consumers
-// allocate is fresh memory the kernel has to fault in, a cost neither the
-// raw peer (one payload) nor the service (an outbox of a few batches, in
-// another process than the trainer) has.
+// allocate is fresh memory the kernel has to fault in, a cost the service
+// (an outbox of a few batches, in another process than the trainer) does not
+// have. Both the core and the raw modes publish from these copies.
 func offHeap(b *testing.B, p []byte) []byte {
 	m, err := syscall.Mmap(-1, 0, len(p), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
