@@ -29,17 +29,20 @@ func (b *builder) redeal(win []batch) [][]member {
 	for _, bt := range win {
 		pool = append(pool, arrivals(bt)...)
 	}
-	pl := b.cfg.Placement
-	costOf := func(m member) float64 { return pl.StepCost(b.costs[m.item]) }
-	slices.SortFunc(pool, func(x, y member) int {
-		if c := cmp.Compare(costOf(y), costOf(x)); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.item, y.item)
+	type priced struct {
+		cost float64
+		m    member
+	}
+	sorted := make([]priced, len(pool))
+	for i, m := range pool {
+		sorted[i] = priced{b.cfg.Placement.StepCost(b.costs[m.item]), m}
+	}
+	slices.SortFunc(sorted, func(x, y priced) int {
+		return cmp.Or(cmp.Compare(y.cost, x.cost), cmp.Compare(x.m.item, y.m.item))
 	})
 	c := make([]float64, len(pool))
-	for i, m := range pool {
-		c[i] = costOf(m)
+	for i, p := range sorted {
+		pool[i], c[i] = p.m, p.cost
 	}
 	w, ok := b.choose(win, pool, c)
 	if !ok {
