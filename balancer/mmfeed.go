@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -18,6 +19,36 @@ func arrivals(bt batch) []member {
 		out[i] = member{it, int32(bt.arrival)}
 	}
 	return out
+}
+
+// planWindow plans one lookahead window's steps, the first of them step
+// start: the redeal's choice, or, when one of its steps breaks the
+// micro-batch budget (stacked layers put the window's longest captions in
+// one step), the redeal without stacked layers, and then the arrival order.
+func (b *builder) planWindow(start int, win []batch) error {
+	n := len(b.plan.Steps)
+	var err error
+	for _, stack := range []bool{true, false} {
+		if err = b.planSteps(start, b.redeal(win, stack)); !errors.Is(err, ErrBudgetExceeded) {
+			return err
+		}
+		b.plan.Steps = b.plan.Steps[:n]
+	}
+	keep := make([][]member, len(win))
+	for k, bt := range win {
+		keep[k] = arrivals(bt)
+	}
+	return b.planSteps(start, keep)
+}
+
+// planSteps partitions the window's steps (from step start) in order.
+func (b *builder) planSteps(start int, steps [][]member) error {
+	for k, members := range steps {
+		if err := b.mmfeedStep(start+k, members); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mmfeedStep partitions one step's members and appends the step. A step with

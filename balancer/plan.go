@@ -192,11 +192,8 @@ func (b *builder) plan_(batches []batch) error {
 		}
 		b.part = p
 		for start, size := range windows(len(full), b.cfg.Lookahead) {
-			win := full[start : start+size]
-			for k, members := range b.redeal(win) {
-				if err := b.mmfeedStep(start+k, members); err != nil {
-					return err
-				}
+			if err := b.planWindow(start, full[start:start+size]); err != nil {
+				return err
 			}
 		}
 		if len(full) < len(batches) {

@@ -14,7 +14,7 @@ import (
 // per step are kept and delay is bounded by the window. When the token
 // budget cannot be met (or the window has one step) the arrival order is
 // kept.
-func (b *builder) redeal(win []batch) [][]member {
+func (b *builder) redeal(win []batch, stack bool) [][]member {
 	keep := func() [][]member {
 		out := make([][]member, len(win))
 		for k, bt := range win {
@@ -44,7 +44,7 @@ func (b *builder) redeal(win []batch) [][]member {
 	for i, p := range sorted {
 		pool[i], c[i] = p.m, p.cost
 	}
-	w, ok := b.choose(win, pool, c)
+	w, ok := b.choose(win, pool, c, stack)
 	if !ok {
 		return keep()
 	}
@@ -65,11 +65,11 @@ func (b *builder) redeal(win []batch) [][]member {
 
 // choose returns the settled window of the best deal (deal, or the layered
 // deals in count mode). Cheapest first: the layers spread over the steps,
-// then stacked (the costliest layers together in the first step), each only
-// levelled, then the stacked one repaired; the first that is within
-// repairTolerance on every step is taken. Otherwise the deal and the spread
-// layers are repaired too and the best of the three (window.worse) wins.
-func (b *builder) choose(win []batch, pool []member, c []float64) (*window, bool) {
+// then (with stack) stacked, the costliest layers together in the first
+// step, each only levelled, then the stacked one repaired; the first that is
+// within repairTolerance on every step is taken. Otherwise the deal and the
+// spread layers are repaired too and the best (window.worse) wins.
+func (b *builder) choose(win []batch, pool []member, c []float64, stack bool) (*window, bool) {
 	if b.cfg.GlobalTokens > 0 {
 		w, ok := b.deal(win, pool, c)
 		if ok {
@@ -78,7 +78,7 @@ func (b *builder) choose(win []batch, pool []member, c []float64) (*window, bool
 		return w, ok
 	}
 	var tried []*window
-	for _, stacked := range []bool{false, true} {
+	for _, stacked := range []bool{false, true}[:1+btoi(stack)] {
 		l := b.dealLayers(win, c, stacked)
 		l.settle(len(pool), false)
 		if l.even() {
@@ -86,24 +86,32 @@ func (b *builder) choose(win []batch, pool []member, c []float64) (*window, bool
 		}
 		tried = append(tried, l)
 	}
-	stacked := tried[1]
-	if stacked.repair(len(pool)); stacked.even() {
-		return stacked, true
+	if stack {
+		if tried[1].repair(len(pool)); tried[1].even() {
+			return tried[1], true
+		}
 	}
 	w, ok := b.deal(win, pool, c)
 	if !ok {
 		return nil, false
 	}
 	w.settle(len(pool), true)
-	for _, l := range tried {
-		if l != stacked {
-			l.repair(len(pool))
+	for i, l := range tried {
+		if i == 0 {
+			l.repair(len(pool)) // the stacked one is repaired already
 		}
 		if l.worse(w) < 0 {
 			w = l
 		}
 	}
 	return w, true
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // even reports whether every step is within repairTolerance of even.

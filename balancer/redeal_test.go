@@ -145,3 +145,42 @@ func heavyTailItems(n int, seed uint64) []Item {
 	}
 	return items
 }
+
+// TestRedealKeepsTheBudget: long-tailed captions (32-px images, so the
+// captions are the cost) under a micro-batch budget of 128 padded tokens,
+// which a micro-batch of long captions fills with one. Stacked, a window's
+// longest captions would share a step that cannot hold them in its 4 ranks ×
+// 2 micro-batches; the planner falls back to a deal that keeps every step
+// within the budget (stacked alone failed with ErrBudgetExceeded).
+func TestRedealKeepsTheBudget(t *testing.T) {
+	const budget = 128
+	rng := rand.New(rand.NewPCG(1, 21))
+	items := make([]Item, 32*16)
+	for i := range items {
+		l := int(math.Exp(math.Log(13) + 0.9*rng.NormFloat64()))
+		items[i] = Item{ID: fmt.Sprint(i), TextTokens: min(max(l, 4), 128), ImageTokens: 4, Complexity: rng.Float64()}
+	}
+	cfg := DefaultConfig()
+	cfg.DP, cfg.MicroBatches, cfg.GlobalBatch = 4, 2, 32
+	cfg.Budget.MaxPaddedTokens = budget
+	p, err := Build(items, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Steps) != 16 || len(p.Rejected) != 0 {
+		t.Fatalf("%d steps, %d rejected", len(p.Steps), len(p.Rejected))
+	}
+	for _, s := range p.Steps {
+		for _, r := range s.Ranks {
+			for _, mb := range r {
+				longest := 0
+				for _, e := range mb {
+					longest = max(longest, items[e.Item].TextTokens)
+				}
+				if len(mb)*longest > budget {
+					t.Fatalf("step %d: micro-batch of %d × %d tokens", s.Index, len(mb), longest)
+				}
+			}
+		}
+	}
+}
