@@ -57,19 +57,32 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 // orderFeatures orders all (the features of ix.Entries) as perm (an epoch's
 // permutation of the index), quarantining the rejects.
 func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
-	if len(all) != len(ix.Entries) || len(perm) != len(ix.Entries) {
+	if len(all) != len(ix.Entries) {
 		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
 	}
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return all[i] }, perm, q)
+}
+
+// orderStored is orderFeatures on the compact store of the features.
+func orderStored(ix *loader.Index, s *featureStore, perm []int, q *loader.QuarantineWriter) (Features, error) {
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return s.at(ix, i) }, perm, q)
+}
+
+// orderFeaturesOf orders the features at(i) of ix.Entries[i] as perm.
+func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
+	if len(perm) != len(ix.Entries) {
+		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(perm), len(ix.Entries))
+	}
 	n := 0
-	for _, ef := range all {
-		if ef.Reject == nil {
+	for i := range ix.Entries {
+		if at(i).Reject == nil {
 			n++
 		}
 	}
 	f := Features{Entries: make([]loader.Entry, 0, n), Items: make([]balancer.Item, 0, n),
 		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n)}
 	for _, i := range perm {
-		e, ef := ix.Entries[i], &all[i]
+		e, ef := ix.Entries[i], at(i)
 		if ef.Reject != nil {
 			q.Write(*ef.Reject)
 			continue
