@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -101,6 +102,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 		t.Emit()
 		ix.Entries = append(ix.Entries, e)
 	}
+	ix.Entries = slices.Clone(ix.Entries) // no spare capacity: up to a quarter of the entries after append's growth
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
 	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries, ix.opts.Remote)
 	return ix, nil

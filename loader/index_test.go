@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/mmfeed/mmfeed/loader/synth"
 )
@@ -220,5 +222,24 @@ func TestReadTooLargeSaysSizeAndLimit(t *testing.T) {
 	_, err = ix.ReadImage(ix.Entries[0])
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "10 bytes > max 4") {
 		t.Errorf("got %v, want ErrTooLarge naming 10 bytes > max 4", err)
+	}
+}
+
+func TestIndexHoldsNoSpareCapacity(t *testing.T) {
+	for _, n := range []int{1, 5, 1000, 20000} {
+		t.Run(fmt.Sprintf("entries=%d", n), func(t *testing.T) {
+			lines := make([]string, n)
+			for i := range lines {
+				lines[i] = fmt.Sprintf(`{"image":"img/ok.jpg","text":"caption %d","id":"s%d"}`, i, i)
+			}
+			ix, err := BuildIndex(context.Background(), manifestFixture(t, lines), Options{})
+			must(t, err)
+			// the allocator rounds a large slice up to its page size (8 KiB), no more
+			spare := (cap(ix.Entries) - len(ix.Entries)) * int(unsafe.Sizeof(Entry{}))
+			if len(ix.Entries) != n || spare > 8<<10 {
+				t.Errorf("%d entries in a slice of capacity %d (%d spare bytes), want %d and at most 8 KiB spare",
+					len(ix.Entries), cap(ix.Entries), spare, n)
+			}
+		})
 	}
 }
