@@ -23,8 +23,10 @@ const (
 
 // imageRef locates an image for re-reading. A local file is opened with
 // openIn(root, path): below root, which the source resolved when it listed
-// the file; root "" opens path as given (an allowed absolute path, an object
-// key of Options.Remote, a spool file).
+// the file (path absolute or relative to root: a manifest keeps the line's
+// own relative path, the string its ImageName shares); root "" opens path as
+// given (an allowed absolute path, an object key of Options.Remote, a spool
+// file).
 type imageRef struct {
 	kind refKind
 	root string

@@ -243,3 +243,31 @@ func TestIndexHoldsNoSpareCapacity(t *testing.T) {
 		})
 	}
 }
+
+func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
+		`{"image":"img/./ok.jpg","text":"two","id":"b"}`,
+	})
+	ix, err := BuildIndex(context.Background(), manifest, Options{})
+	must(t, err)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(manifest), "img", "ok.jpg"))
+	must(t, err)
+	tests := []struct{ id, path string }{{"a", "img/ok.jpg"}, {"b", "img/ok.jpg"}}
+	for i, tt := range tests {
+		e := ix.Entries[i]
+		if e.ID != tt.id || e.ref.path != tt.path {
+			t.Errorf("entry %s keeps image path %q, want %q", e.ID, e.ref.path, tt.path)
+		}
+		img, err := ix.ReadImage(e)
+		must(t, err)
+		if !bytes.Equal(img, want) {
+			t.Errorf("entry %s: read %d bytes, want the image's %d", e.ID, len(img), len(want))
+		}
+	}
+	// the first line's path is its own string, the one ImageName is the tail of
+	a := ix.Entries[0]
+	if unsafe.Add(unsafe.Pointer(unsafe.StringData(a.ref.path)), len(a.ref.path)-len(a.ImageName)) != unsafe.Pointer(unsafe.StringData(a.ImageName)) {
+		t.Error("the entry's image path and ImageName are separate strings")
+	}
+}

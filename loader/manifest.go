@@ -340,7 +340,24 @@ func (m *manifestSource) resolve(img string) (string, string, int64, string, str
 		fi, err = os.Stat(full)
 	}
 	full, size, reason, detail := statResult(full, img, fi, err)
-	return m.realRoot, full, size, reason, detail
+	return m.realRoot, m.below(full, rel), size, reason, detail
+}
+
+// below is the path an entry keeps for full, an image below the manifest
+// folder: rel itself (the line's own string, which ImageName shares) when it
+// is clean and names full from the resolved root, else full relative to that root, else
+// full (openIn takes either).
+func (m *manifestSource) below(full, rel string) string {
+	if full == "" || m.realRoot == "" {
+		return full
+	}
+	if filepath.Clean(rel) == rel && filepath.Join(m.realRoot, rel) == full {
+		return rel
+	}
+	if r, err := filepath.Rel(m.realRoot, full); err == nil && filepath.IsLocal(r) {
+		return r
+	}
+	return full
 }
 
 // statResult classifies a stat of an image path.
