@@ -128,7 +128,7 @@ type featureBytes struct{ entries, items, sizes, formats int64 }
 
 func accountFeatures(f pipeline.Features) featureBytes {
 	return featureBytes{
-		entries: int64(cap(f.Entries)) * int64(unsafe.Sizeof(loader.Entry{})),
+		entries: int64(cap(f.Order)) * int64(unsafe.Sizeof(int32(0))),
 		items:   int64(cap(f.Items)) * int64(unsafe.Sizeof(balancer.Item{})),
 		sizes:   int64(cap(f.Sizes)) * int64(unsafe.Sizeof(image.Point{})),
 		formats: int64(cap(f.Formats)) * int64(unsafe.Sizeof("")),

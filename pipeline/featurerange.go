@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"math"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
@@ -73,14 +74,17 @@ func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int,
 	if len(perm) != len(ix.Entries) {
 		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(perm), len(ix.Entries))
 	}
+	if len(ix.Entries) > math.MaxInt32 {
+		return Features{}, fmt.Errorf("pipeline: index of %d entries: more than %d", len(ix.Entries), math.MaxInt32)
+	}
 	n := 0
 	for i := range ix.Entries {
 		if at(i).Reject == nil {
 			n++
 		}
 	}
-	f := Features{Entries: make([]loader.Entry, 0, n), Items: make([]balancer.Item, 0, n),
-		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n)}
+	f := Features{Order: make([]int32, 0, n), Items: make([]balancer.Item, 0, n),
+		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n), entries: ix.Entries}
 	for _, i := range perm {
 		e, ef := ix.Entries[i], at(i)
 		if ef.Reject != nil {
@@ -90,7 +94,7 @@ func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int,
 		if ef.Item.ID != e.ID {
 			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, e.ID)
 		}
-		f.Entries = append(f.Entries, e)
+		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
 		f.Formats = append(f.Formats, ef.Format)

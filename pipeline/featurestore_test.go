@@ -1,9 +1,15 @@
 package pipeline
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"image"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -11,6 +17,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/loader/synth"
 )
 
 // storeFixture is an index of n entries and their features: every seventh a reject, the
@@ -103,4 +110,59 @@ func TestFeatureStoreRefusesWhatDoesNotFit(t *testing.T) {
 	if _, ok := compactFeatures(ix, all); !ok {
 		t.Error("compactFeatures refused 256 formats")
 	}
+}
+
+// TestEpochHoldsLittlePerEntry: what a dataset and its epoch keep per entry beyond the
+// index (the stored features, the epoch's order, items, sizes and formats) stays near the
+// ~100 bytes those columns take; a copy of every entry (128 bytes) or of every decoded
+// feature record (80 bytes and two strings) is over the limit.
+func TestEpochHoldsLittlePerEntry(t *testing.T) {
+	const n = 20000
+	cfg := synth.DefaultConfig()
+	cfg.Out, cfg.Samples, cfg.Seed = t.TempDir(), 2, 1
+	sum, err := synth.Generate(context.Background(), cfg)
+	mustOK(t, err)
+	var first struct {
+		Image string `json:"image"`
+	}
+	b, err := os.ReadFile(sum.Path)
+	mustOK(t, err)
+	mustOK(t, json.Unmarshal(bytes.SplitN(b, []byte("\n"), 2)[0], &first))
+	var lines bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&lines, "{\"image\":%q,\"text\":\"a caption of sample %d\",\"id\":\"s%07d\"}\n", first.Image, i, i)
+	}
+	manifest := filepath.Join(filepath.Dir(sum.Path), "big.jsonl")
+	mustOK(t, os.WriteFile(manifest, lines.Bytes(), 0o644))
+	c := testConfig(manifest)
+	c.Features = func(_ context.Context, ix *loader.Index) ([]EntryFeatures, error) {
+		all := make([]EntryFeatures, len(ix.Entries))
+		for i, e := range ix.Entries {
+			all[i] = EntryFeatures{Item: balancer.Item{ID: strings.Clone(e.ID), TextTokens: 5 + i%7, ImageTokens: 4},
+				Size: image.Pt(64, 48), Format: strings.Clone(imgproc.FormatJPEG)}
+		}
+		return all, nil
+	}
+	d, err := OpenDataset(context.Background(), c, nil)
+	mustOK(t, err)
+	defer d.Close()
+	before := heapInUse()
+	p, err := d.Epoch(context.Background(), c.Plan, nil)
+	mustOK(t, err)
+	per := float64(heapInUse()-before) / n
+	if p.Features.Len() != n {
+		t.Fatalf("%d entries planned, want %d", p.Features.Len(), n)
+	}
+	t.Logf("%.0f bytes per entry", per)
+	if limit := 140.0; per > limit {
+		t.Errorf("the epoch holds %.0f bytes per entry beyond the index, want ≤ %.0f", per, limit)
+	}
+	runtime.KeepAlive(p)
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
 }
