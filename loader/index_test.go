@@ -271,3 +271,32 @@ func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
 		t.Error("the entry's image path and ImageName are separate strings")
 	}
 }
+
+func TestIndexPacksEntryStrings(t *testing.T) {
+	long := strings.Repeat("a long caption ", 100) // over arenaMax: keeps its own allocation
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
+		`{"image":"img/ok.jpg","text":"two, a little longer","id":"bb"}`,
+		`{"image":"img/ok.jpg","text":"` + long + `","id":"c"}`,
+	})
+	ix, err := BuildIndex(context.Background(), manifest, Options{})
+	must(t, err)
+	next := func(s string) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), len(s)) }
+	var end unsafe.Pointer
+	for i, e := range ix.Entries[:2] {
+		img := e.ref.path
+		seq := []string{img, e.ID, e.Location, e.Text}
+		for j := 1; j < len(seq); j++ {
+			if unsafe.Pointer(unsafe.StringData(seq[j])) != next(seq[j-1]) {
+				t.Errorf("entry %d: string %d (%q) does not follow %q in the arena", i, j, seq[j], seq[j-1])
+			}
+		}
+		if end != nil && unsafe.Pointer(unsafe.StringData(img)) != end {
+			t.Errorf("entry %d does not follow the entry before it in the arena", i)
+		}
+		end = next(e.Text)
+	}
+	if got := ix.Entries[2]; got.Text != long || got.ID != "c" || got.ImageName != "ok.jpg" {
+		t.Errorf("third entry: %q %q %q", got.ID, got.ImageName, got.Text[:20])
+	}
+}
