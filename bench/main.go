@@ -37,6 +37,7 @@ var sections = []section{
 	{"partition", benchPartition},
 	{"plan", benchPlanQuality},
 	{"plan_scale", benchPlanScale},
+	{"plan_memory", benchPlanMemory},
 	{"report1m", benchReport1M},
 	{"e2e", benchE2E},
 	{"shard", benchShard},

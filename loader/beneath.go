@@ -16,13 +16,16 @@ const maxLinkHops = 40
 
 // openIn opens path for reading the way openRegular does. With root "" the
 // path is opened as given (an absolute path the user allowed, a spool file of
-// the loader's own). Otherwise path must lie below root, and it is opened
+// the loader's own). Otherwise path, absolute or relative to root, must lie below root, and it is opened
 // with openBeneath: no step of its resolution may leave root.
 func openIn(root, path string) (*os.File, fs.FileInfo, error) {
 	if root == "" {
 		return openRegular(path)
 	}
-	rel, err := filepath.Rel(root, path)
+	rel, err := path, error(nil)
+	if filepath.IsAbs(path) {
+		rel, err = filepath.Rel(root, path)
+	}
 	if err != nil || !filepath.IsLocal(rel) {
 		return nil, nil, fmt.Errorf("%s: %w (not below %s)", path, ErrEscapesRoot, root)
 	}

@@ -121,7 +121,11 @@
 // and folder sources; Index.ReadImage and Index.ReadHeader re-read bytes per
 // entry later (WebDataset members by their offset in the uncompressed tar,
 // so indexed WebDataset corpora can be shuffled globally). Planning therefore
-// holds captions and locations in memory, never image bytes.
+// holds captions and locations in memory, never image bytes. A manifest's
+// index packs each entry's strings end to end in 64 KiB blocks (arena.go) and
+// keeps the line's own relative image path, and Scan leaves the entries no
+// spare capacity: ~330 bytes an entry at 90-byte captions (docs/BENCHMARKS.md,
+// "Planner memory per sample").
 //
 // Permutation(n, seed, epoch) gives the deterministic epoch order (see
 // order.go for the exact algorithm, reproducible in Python).

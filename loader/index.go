@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -22,8 +23,10 @@ const (
 
 // imageRef locates an image for re-reading. A local file is opened with
 // openIn(root, path): below root, which the source resolved when it listed
-// the file; root "" opens path as given (an allowed absolute path, an object
-// key of Options.Remote, a spool file).
+// the file (path absolute or relative to root: a manifest keeps the line's
+// own relative path, the string its ImageName shares); root "" opens path as
+// given (an allowed absolute path, an object key of Options.Remote, a spool
+// file).
 type imageRef struct {
 	kind refKind
 	root string
@@ -101,6 +104,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 		t.Emit()
 		ix.Entries = append(ix.Entries, e)
 	}
+	ix.Entries = slices.Clone(ix.Entries) // no spare capacity: up to a quarter of the entries after append's growth
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
 	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries, ix.opts.Remote)
 	return ix, nil

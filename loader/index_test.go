@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/mmfeed/mmfeed/loader/synth"
 )
@@ -220,5 +222,81 @@ func TestReadTooLargeSaysSizeAndLimit(t *testing.T) {
 	_, err = ix.ReadImage(ix.Entries[0])
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "10 bytes > max 4") {
 		t.Errorf("got %v, want ErrTooLarge naming 10 bytes > max 4", err)
+	}
+}
+
+func TestIndexHoldsNoSpareCapacity(t *testing.T) {
+	for _, n := range []int{1, 5, 1000, 20000} {
+		t.Run(fmt.Sprintf("entries=%d", n), func(t *testing.T) {
+			lines := make([]string, n)
+			for i := range lines {
+				lines[i] = fmt.Sprintf(`{"image":"img/ok.jpg","text":"caption %d","id":"s%d"}`, i, i)
+			}
+			ix, err := BuildIndex(context.Background(), manifestFixture(t, lines), Options{})
+			must(t, err)
+			// the allocator rounds a large slice up to its page size (8 KiB), no more
+			spare := (cap(ix.Entries) - len(ix.Entries)) * int(unsafe.Sizeof(Entry{}))
+			if len(ix.Entries) != n || spare > 8<<10 {
+				t.Errorf("%d entries in a slice of capacity %d (%d spare bytes), want %d and at most 8 KiB spare",
+					len(ix.Entries), cap(ix.Entries), spare, n)
+			}
+		})
+	}
+}
+
+func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
+		`{"image":"img/./ok.jpg","text":"two","id":"b"}`,
+	})
+	ix, err := BuildIndex(context.Background(), manifest, Options{})
+	must(t, err)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(manifest), "img", "ok.jpg"))
+	must(t, err)
+	tests := []struct{ id, path string }{{"a", "img/ok.jpg"}, {"b", "img/ok.jpg"}}
+	for i, tt := range tests {
+		e := ix.Entries[i]
+		if e.ID != tt.id || e.ref.path != tt.path {
+			t.Errorf("entry %s keeps image path %q, want %q", e.ID, e.ref.path, tt.path)
+		}
+		img, err := ix.ReadImage(e)
+		must(t, err)
+		if !bytes.Equal(img, want) {
+			t.Errorf("entry %s: read %d bytes, want the image's %d", e.ID, len(img), len(want))
+		}
+	}
+	// the first line's path is its own string, the one ImageName is the tail of
+	a := ix.Entries[0]
+	if unsafe.Add(unsafe.Pointer(unsafe.StringData(a.ref.path)), len(a.ref.path)-len(a.ImageName)) != unsafe.Pointer(unsafe.StringData(a.ImageName)) {
+		t.Error("the entry's image path and ImageName are separate strings")
+	}
+}
+
+func TestIndexPacksEntryStrings(t *testing.T) {
+	long := strings.Repeat("a long caption ", 100) // over arenaMax: keeps its own allocation
+	manifest := manifestFixture(t, []string{
+		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
+		`{"image":"img/ok.jpg","text":"two, a little longer","id":"bb"}`,
+		`{"image":"img/ok.jpg","text":"` + long + `","id":"c"}`,
+	})
+	ix, err := BuildIndex(context.Background(), manifest, Options{})
+	must(t, err)
+	next := func(s string) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), len(s)) }
+	var end unsafe.Pointer
+	for i, e := range ix.Entries[:2] {
+		img := e.ref.path
+		seq := []string{img, e.ID, e.Location, e.Text}
+		for j := 1; j < len(seq); j++ {
+			if unsafe.Pointer(unsafe.StringData(seq[j])) != next(seq[j-1]) {
+				t.Errorf("entry %d: string %d (%q) does not follow %q in the arena", i, j, seq[j], seq[j-1])
+			}
+		}
+		if end != nil && unsafe.Pointer(unsafe.StringData(img)) != end {
+			t.Errorf("entry %d does not follow the entry before it in the arena", i)
+		}
+		end = next(e.Text)
+	}
+	if got := ix.Entries[2]; got.Text != long || got.ID != "c" || got.ImageName != "ok.jpg" {
+		t.Errorf("third entry: %q %q %q", got.ID, got.ImageName, got.Text[:20])
 	}
 }

@@ -148,6 +148,7 @@ type manifestSource struct {
 	line     int
 	dirs     map[string]dirCheck // relative dir → containment result
 	fields   manifestFields
+	strs     stringArena // the strings of entries scanned without their image
 }
 
 // dirCheck is the containment result of one directory: a reject reason, or
@@ -251,7 +252,7 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 	e := Entry{ID: id, Location: loc, Text: ml.Text, ImageName: baseName(ml.Image),
 		ImageSize: size, ref: imageRef{kind: refFile, root: root, path: full}}
 	if !withImage {
-		return e, nil, true
+		return m.packed(e, ml.Image), nil, true
 	}
 	img, err := readFileRange(ctx, e, 0, size, true)
 	if err != nil {
@@ -259,6 +260,18 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 		return Entry{}, nil, false
 	}
 	return e, img, true
+}
+
+// packed returns e with its strings copied into the source's arena: the
+// index keeps them (Scan), so they live and die together. image is the
+// line's image path, which ImageName and a relative image reference share.
+func (m *manifestSource) packed(e Entry, image string) Entry {
+	img := m.strs.add(image)
+	if e.ref.path == image {
+		e.ref.path = img
+	}
+	e.ID, e.Location, e.Text, e.ImageName = m.strs.add(e.ID), m.strs.add(e.Location), m.strs.add(e.Text), baseName(img)
+	return e
 }
 
 // checkSize classifies an image size.
@@ -340,7 +353,24 @@ func (m *manifestSource) resolve(img string) (string, string, int64, string, str
 		fi, err = os.Stat(full)
 	}
 	full, size, reason, detail := statResult(full, img, fi, err)
-	return m.realRoot, full, size, reason, detail
+	return m.realRoot, m.below(full, rel), size, reason, detail
+}
+
+// below is the path an entry keeps for full, an image below the manifest
+// folder: rel itself (the line's own string, which ImageName shares) when it
+// is clean and names full from the resolved root, else full relative to that root, else
+// full (openIn takes either).
+func (m *manifestSource) below(full, rel string) string {
+	if full == "" || m.realRoot == "" {
+		return full
+	}
+	if filepath.Clean(rel) == rel && filepath.Join(m.realRoot, rel) == full {
+		return rel
+	}
+	if r, err := filepath.Rel(m.realRoot, full); err == nil && filepath.IsLocal(r) {
+		return r
+	}
+	return full
 }
 
 // statResult classifies a stat of an image path.

@@ -52,7 +52,8 @@ type Dataset struct {
 // index order, the cache's fingerprint and state.
 type featureLoad struct {
 	done        chan struct{}
-	all         []EntryFeatures
+	all         []EntryFeatures // nil when store holds them
+	store       *featureStore   // the features, compactly (compactFeatures)
 	fingerprint string
 	cached      bool
 	cacheErr    error
@@ -126,7 +127,12 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	p := &Prepared{Config: cfg, Index: d.Index, Quarantine: q, Tokenizer: d.Tokenizer, ds: d,
 		Fingerprint: l.fingerprint, FeaturesCached: l.cached, FeatureCacheErr: l.cacheErr}
 	perm := loader.Permutation(len(d.Index.Entries), plan.Seed, uint64(plan.Epoch))
-	if p.Features, err = orderFeatures(d.Index, l.all, perm, q); err != nil {
+	if l.store != nil {
+		p.Features, err = orderStored(d.Index, l.store, perm, q)
+	} else {
+		p.Features, err = orderFeatures(d.Index, l.all, perm, q)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -179,6 +185,11 @@ func (d *Dataset) runFeatures(ctx context.Context, l *featureLoad) {
 	}
 	if l.err == nil && len(l.all) != len(d.Index.Entries) {
 		l.err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(l.all), len(d.Index.Entries))
+	}
+	if l.err == nil {
+		if s, ok := compactFeatures(d.Index, l.all); ok {
+			l.store, l.all = s, nil
+		}
 	}
 }
 

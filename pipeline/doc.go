@@ -21,6 +21,12 @@
 // jobs that order the dataset once (`report`; `shard`, whose later epochs permute the first
 // one's features); its result closes the dataset.
 //
+// Memory (issue 21, docs/BENCHMARKS.md "Planner memory per sample"): the dataset keeps
+// its features in columns of ~25 bytes an entry (ids are the index entries' own
+// strings), and an epoch's Features refer to the index's entries by position
+// (Features.Order, Entry) rather than copying them; the index's entries, with their
+// captions and locations, are most of what a planner holds.
+//
 // Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow IPC data
 // files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the samples only
 // later epochs use, one plan index per epoch and a manifest written last, into a Store (a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"math"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
@@ -57,19 +58,35 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 // orderFeatures orders all (the features of ix.Entries) as perm (an epoch's
 // permutation of the index), quarantining the rejects.
 func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
-	if len(all) != len(ix.Entries) || len(perm) != len(ix.Entries) {
+	if len(all) != len(ix.Entries) {
 		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
 	}
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return all[i] }, perm, q)
+}
+
+// orderStored is orderFeatures on the compact store of the features.
+func orderStored(ix *loader.Index, s *featureStore, perm []int, q *loader.QuarantineWriter) (Features, error) {
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return s.at(ix, i) }, perm, q)
+}
+
+// orderFeaturesOf orders the features at(i) of ix.Entries[i] as perm.
+func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
+	if len(perm) != len(ix.Entries) {
+		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(perm), len(ix.Entries))
+	}
+	if len(ix.Entries) > math.MaxInt32 {
+		return Features{}, fmt.Errorf("pipeline: index of %d entries: more than %d", len(ix.Entries), math.MaxInt32)
+	}
 	n := 0
-	for _, ef := range all {
-		if ef.Reject == nil {
+	for i := range ix.Entries {
+		if at(i).Reject == nil {
 			n++
 		}
 	}
-	f := Features{Entries: make([]loader.Entry, 0, n), Items: make([]balancer.Item, 0, n),
-		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n)}
+	f := Features{Order: make([]int32, 0, n), Items: make([]balancer.Item, 0, n),
+		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n), entries: ix.Entries}
 	for _, i := range perm {
-		e, ef := ix.Entries[i], &all[i]
+		e, ef := ix.Entries[i], at(i)
 		if ef.Reject != nil {
 			q.Write(*ef.Reject)
 			continue
@@ -77,7 +94,7 @@ func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, q *loader.
 		if ef.Item.ID != e.ID {
 			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, e.ID)
 		}
-		f.Entries = append(f.Entries, e)
+		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
 		f.Formats = append(f.Formats, ef.Format)

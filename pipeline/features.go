@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"image"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -19,16 +20,38 @@ import (
 // file is read.
 var headerReads = []int{4 << 10, 128 << 10}
 
-// Features are the cheap, decode-free facts the planner needs, aligned with Entries.
+// Features are the cheap, decode-free facts the planner needs: entry i's
+// (Entry(i)) item, size and format, for i < Len(). The entries are not
+// copied: Order[i] is entry i's position in the entries the features were
+// built from (the index's, for Dataset.Epoch), 4 bytes where a copy of the
+// entry would take 128.
 type Features struct {
-	Entries []loader.Entry
-	Items   []balancer.Item
+	Order []int32
+	Items []balancer.Item
 	// Sizes holds each image's display width and height (EXIF orientation applied).
 	Sizes []image.Point
 	// Formats holds each image's format (imgproc.Format*), sniffed from its
 	// header: with Sizes and the entry's ImageSize, what decoding it costs.
 	Formats []string
+
+	entries []loader.Entry // what Order indexes
 }
+
+// NewFeatures returns the features of entries (item i of entries[i]: Order
+// the identity), for a caller that builds them itself.
+func NewFeatures(entries []loader.Entry, items []balancer.Item, sizes []image.Point, formats []string) Features {
+	order := make([]int32, len(entries))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	return Features{Order: order, Items: items, Sizes: sizes, Formats: formats, entries: entries}
+}
+
+// Len is the number of entries.
+func (f *Features) Len() int { return len(f.Order) }
+
+// Entry returns entry i (the one of Items[i]).
+func (f *Features) Entry(i int) loader.Entry { return f.entries[f.Order[i]] }
 
 // ExtractFeatures computes text tokens (tokenize, truncated), image tokens (from the image
 // header and the resize policy) and header complexity for every entry, on workers
@@ -46,13 +69,16 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 	if err != nil {
 		return Features{}, err
 	}
-	var f Features
+	if len(entries) > math.MaxInt32 {
+		return Features{}, fmt.Errorf("pipeline: %d entries: more than %d", len(entries), math.MaxInt32)
+	}
+	f := Features{entries: entries}
 	for i, ef := range all {
 		if ef.Reject != nil {
 			q.Write(*ef.Reject)
 			continue
 		}
-		f.Entries = append(f.Entries, entries[i])
+		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
 		f.Formats = append(f.Formats, ef.Format)

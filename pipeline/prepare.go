@@ -75,7 +75,7 @@ func (p *Prepared) Plan(strategy balancer.Strategy) (*balancer.Plan, error) {
 	if strategy == p.Config.Plan.Strategy {
 		p.plan = plan
 		for _, r := range plan.Rejected {
-			e := p.Features.Entries[r.Item]
+			e := p.Features.Entry(int(r.Item))
 			p.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_rejected", Detail: r.Reason})
 		}
 	}

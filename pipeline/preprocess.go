@@ -133,7 +133,7 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 // row preprocesses one plan entry.
 func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer.Entry) proto.Row {
 	f := pp.prep.Features
-	ent, it := f.Entries[e.Item], f.Items[e.Item]
+	ent, it := f.Entry(int(e.Item)), f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
 	return pp.Row(ctx, ent, proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight})
 }

@@ -102,8 +102,9 @@ func planEpochs(prep *Prepared, first *balancer.Plan, n int) ([]epochPlan, error
 		return out, nil
 	}
 	key := func(e loader.Entry) string { return e.Location + "\x00" + e.ID }
-	at := make(map[string]int32, len(f.Entries))
-	for i, e := range f.Entries {
+	at := make(map[string]int32, f.Len())
+	for i := range f.Len() {
+		e := f.Entry(i)
 		if _, dup := at[key(e)]; !dup {
 			at[key(e)] = int32(i)
 		}
@@ -350,7 +351,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 					info.Samples++
 				}
 				info.Rows++
-				b.Field(0).(*array.StringBuilder).Append(w.prep.Features.Entries[it].ID)
+				b.Field(0).(*array.StringBuilder).Append(w.prep.Features.Entry(int(it)).ID)
 				b.Field(1).(*array.Int32Builder).Append(int32(s.Index))
 				b.Field(2).(*array.Int32Builder).Append(int32(m))
 				b.Field(3).(*array.Int32Builder).Append(l.file)

@@ -278,7 +278,7 @@ func (w *shardWriter) requarantine(items []int32) {
 		return
 	}
 	for _, it := range items {
-		e := w.prep.Features.Entries[it]
+		e := w.prep.Features.Entry(int(it))
 		reason, detail := ReasonImageCorrupt, "failed in the interrupted run, decodes now"
 		if _, _, err := pp.process(context.Background(), e); err != nil { // a few samples, at the start of a resumed run
 			reason, detail = reasonOf(err), err.Error()

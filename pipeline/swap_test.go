@@ -40,7 +40,7 @@ func TestSwappedImageQuarantined(t *testing.T) {
 			plan, err := prep.Plan(balancer.StrategyMmfeed)
 			mustOK(t, err)
 			if stage == "preprocess" {
-				e := prep.Features.Entries[plan.Steps[0].Ranks[0][0][0].Item]
+				e := prep.Features.Entry(int(plan.Steps[0].Ranks[0][0][0].Item))
 				victim = e.ID
 				swapOutside(t, e)
 			}

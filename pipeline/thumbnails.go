@@ -94,7 +94,7 @@ func plannedItems(plan *balancer.Plan) []int32 {
 }
 
 func thumbnail(p *Prepared, plan *balancer.Plan, i int32) (balancer.Thumbnail, error) {
-	e, it := p.Features.Entries[i], p.Features.Items[i]
+	e, it := p.Features.Entry(int(i)), p.Features.Items[i]
 	build := func() (thumb, error) {
 		data, err := p.Index.ReadImage(e)
 		if err != nil {

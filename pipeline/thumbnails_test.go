@@ -33,8 +33,8 @@ func TestThumbnails(t *testing.T) {
 	}
 	heavy := plan.Heaviest(3)
 	ids := map[string]int32{}
-	for i, e := range prep.Features.Entries {
-		ids[e.ID] = int32(i)
+	for i := range prep.Features.Len() {
+		ids[prep.Features.Entry(i).ID] = int32(i)
 	}
 	for k, tn := range th {
 		i := ids[tn.ID]

@@ -97,12 +97,9 @@ func TestWorkCostModelFirstItem(t *testing.T) {
 
 // costOf sorts megapixels by format.
 func TestCostOfByFormat(t *testing.T) {
-	f := &pipeline.Features{
-		Entries: []loader.Entry{{ImageSize: 500_000}, {ImageSize: 2_000_000}},
-		Items:   make([]balancer.Item, 2),
-		Sizes:   []image.Point{{1000, 1000}, {2000, 1000}},
-		Formats: []string{imgproc.FormatJPEG, imgproc.FormatPNG},
-	}
+	feats := pipeline.NewFeatures([]loader.Entry{{ImageSize: 500_000}, {ImageSize: 2_000_000}}, make([]balancer.Item, 2),
+		[]image.Point{{1000, 1000}, {2000, 1000}}, []string{imgproc.FormatJPEG, imgproc.FormatPNG})
+	f := &feats
 	got := costOf(f, []balancer.Entry{{Item: 0}, {Item: 1}, {Item: 1}})
 	if want := (itemCost{1, 4, 4.5, 3}); got != want {
 		t.Errorf("cost %v, want %v", got, want)

@@ -1,0 +1,30 @@
+package loader
+
+import "unsafe"
+
+// arenaChunk is the size of one stringArena block.
+const arenaChunk = 64 << 10
+
+// arenaMax is the longest string a stringArena copies; a longer one keeps
+// its own allocation.
+const arenaMax = 1 << 10
+
+// stringArena packs the short strings an index keeps for each entry (id,
+// location, caption, image path) end to end in 64 KiB blocks, instead of one
+// allocation each rounded up to its size class. A block lives while any of
+// its strings does, so it serves strings that live together: an index's
+// entries. Bytes written are never changed. Not safe for concurrent use.
+type stringArena struct{ buf []byte }
+
+// add returns a copy of s in the arena (s itself when empty or long).
+func (a *stringArena) add(s string) string {
+	if len(s) == 0 || len(s) > arenaMax {
+		return s
+	}
+	if cap(a.buf)-len(a.buf) < len(s) {
+		a.buf = make([]byte, 0, arenaChunk)
+	}
+	at := len(a.buf)
+	a.buf = append(a.buf, s...)
+	return unsafe.String(&a.buf[at], len(s))
+}
