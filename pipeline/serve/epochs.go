@@ -161,7 +161,7 @@ func (b *epochBook) features(e, step, dp int) (balancer.Features, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ep := b.plans[e]
-	if ep == nil || step < 0 || step >= len(ep.feats) || dp < 0 || dp >= len(ep.feats[step]) {
+	if ep == nil || step < 0 || step >= ep.prog.steps() || dp < 0 || dp >= len(ep.feats[step]) {
 		return balancer.Features{}, false
 	}
 	return ep.feats[step][dp], true
@@ -177,14 +177,16 @@ func (b *epochBook) started(e int) bool {
 
 // planFrom returns ep's served steps from start on as a plan for the
 // Preprocessor (epochPlan.planFrom), read under the lock a recalibration
-// replaces them under; ok is false when start is outside the n steps.
+// replaces them under; ok is false when start is outside the n steps or
+// not planned yet.
 func (b *epochBook) planFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if start < 0 || start >= len(ep.steps) {
 		return nil, len(ep.steps), false
 	}
-	return ep.planFrom(start), len(ep.steps), true
+	plan = ep.planFrom(start)
+	return plan, len(ep.steps), len(plan.Steps) > 0
 }
 
 // prepared returns epoch e's plan, preparing it unless that is done or
