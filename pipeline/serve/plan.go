@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -19,6 +20,7 @@ import (
 type epochPlan struct {
 	info EpochInfo
 	job  string
+	log  *slog.Logger
 	// prep is the epoch's order of the job's dataset, which it shares
 	// (owned is the dataset when the plan has its own: prepareEpoch).
 	prep  *pipeline.Prepared
@@ -95,7 +97,10 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		closeQuiet(qfile)
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job}
+	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger}
+	if ep.log == nil {
+		ep.log = slog.Default()
+	}
 	if err := ep.plan(ctx, stored); err != nil {
 		ep.close()
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 )
@@ -174,10 +175,17 @@ func (ep *epochPlan) compare(ctx context.Context, whole *balancer.Plan) error {
 func (ep *epochPlan) planInBackground(pl *balancer.Planner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ep.prog.cancel, ep.prog.done = cancel, make(chan struct{})
+	t0, epoch := time.Now(), ep.info.Epoch // ep.info is the publisher's once the plan is complete
 	go func() {
 		defer close(ep.prog.done)
 		if err := ep.planAll(ctx, pl); err != nil {
 			ep.prog.fail(err)
+			if ctx.Err() == nil {
+				ep.log.Error("planning", "epoch", epoch, "err", err)
+			}
+			return
 		}
+		ep.log.Info("planned epoch to the end", "epoch", epoch, "steps", pl.Steps(), "windows", pl.Windows(),
+			"seconds", time.Since(t0).Seconds())
 	}()
 }
