@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
@@ -21,6 +22,8 @@ type epochPlan struct {
 	info EpochInfo
 	job  string
 	log  *slog.Logger
+	// firstWindow is how long planning the first window took.
+	firstWindow time.Duration
 	// prep is the epoch's order of the job's dataset, which it shares
 	// (owned is the dataset when the plan has its own: prepareEpoch).
 	prep  *pipeline.Prepared
@@ -125,9 +128,11 @@ func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
 	n := pl.Steps()
 	ep.steps, ep.feats, ep.prog = make([]balancer.Step, n), make([][]balancer.Features, n), newPlanning(n)
 	if !pl.Done() {
+		t0 := time.Now()
 		if err := ep.planWindow(pl); err != nil {
 			return err
 		}
+		ep.firstWindow = time.Since(t0)
 	}
 	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: n, MicroBatches: pc.MicroBatches, PlanHash: pl.Hash(),
 		Segments: []Segment{{FromStep: 0, Model: head.Config.Model}}, DP: pc.DP}

@@ -153,6 +153,7 @@ func (ep *epochPlan) planAll(ctx context.Context, pl *balancer.Planner) error {
 			return err
 		}
 	}
+	ep.log.Info("planned every step", "epoch", ep.prep.Config.Plan.Epoch, "steps", pl.Steps(), "windows", pl.Windows())
 	return ep.compare(ctx, pl.Plan())
 }
 
@@ -185,7 +186,7 @@ func (ep *epochPlan) planInBackground(pl *balancer.Planner) {
 			}
 			return
 		}
-		ep.log.Info("planned epoch to the end", "epoch", epoch, "steps", pl.Steps(), "windows", pl.Windows(),
+		ep.log.Info("planned epoch to the end, with the strategy comparison", "epoch", epoch, "steps", pl.Steps(), "windows", pl.Windows(),
 			"seconds", time.Since(t0).Seconds())
 	}()
 }
