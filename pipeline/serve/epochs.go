@@ -42,7 +42,9 @@ type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan
 //
 // Goroutines it starts (planning ahead, recording the active epoch) are
 // counted in ahead; the publisher waits for them before it returns. mu is
-// a leaf: nothing is called with it held that takes another lock.
+// a leaf but for a held plan's planning lock (itself a leaf): nothing else
+// that takes a lock is called with it held. Closing a plan with it held
+// waits for the plan's background planner, which never takes mu.
 type epochBook struct {
 	mu      sync.Mutex
 	infos   map[int]EpochInfo
