@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -137,4 +138,54 @@ func TestRestartChecksThePlanHash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplanWaitsForTheWholePlan: while the background planner is held
+// after the first window, a step past it is not readable (planFrom is
+// empty there, features unknown) and a recalibration keeps the plan; once
+// the epoch is planned to the end both work.
+func TestReplanWaitsForTheWholePlan(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := testConfig(t, corpus(t, 96), 2, 1, "colocated")
+	cfg.Job = "replan-waits"
+	release, _ := holdPlanning(t, cfg.Job)
+	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	ep, err := prepareEpochTo(ctx, cfg, ds, 0, nil, cfg.Pipeline.Plan.Model, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.close()
+	first := ep.prog.steps()
+	if first == 0 || first >= len(ep.steps) || ep.planned() {
+		t.Fatalf("%d of %d steps planned before the planner was released, want the first window", first, len(ep.steps))
+	}
+	if got := len(ep.planFrom(first).Steps); got != 0 {
+		t.Errorf("planFrom(%d) has %d steps before they are planned", first, got)
+	}
+	book := newEpochBook(nil)
+	book.plans[0] = ep
+	if _, ok := book.features(0, first, 0); ok {
+		t.Errorf("features of unplanned step %d", first)
+	}
+	seg := Segment{FromStep: 1, Model: cfg.Pipeline.Plan.Model}
+	seg.Model.Unit = "s"
+	if ep.replan(seg) {
+		t.Fatal("replanned before the epoch was planned to the end")
+	}
+	close(release)
+	if err := ep.prog.waitAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := book.features(0, first, 0); !ok {
+		t.Errorf("no features of step %d once planned", first)
+	}
+	if !ep.replan(seg) || len(ep.info.Segments) != 2 {
+		t.Fatalf("replan after the whole plan: segments %d, want 2", len(ep.info.Segments))
+	}
+	delete(book.plans, 0) // closed by the deferred ep.close
 }
