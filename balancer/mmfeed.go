@@ -20,6 +20,17 @@ func arrivals(bt batch) []member {
 	return out
 }
 
+// planWindow plans one lookahead window's steps, the first of them step
+// start, as the redeal deals them.
+func (b *builder) planWindow(start int, win []batch) error {
+	for k, members := range b.redeal(win) {
+		if err := b.mmfeedStep(start+k, members); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // mmfeedStep partitions one step's members and appends the step. A step with
 // fewer members than DP × MicroBatches (the padded tail) is filled with
 // zero-weight copies of its cheapest samples.

@@ -109,11 +109,7 @@ func (p *Planner) PlanNext() (more bool, err error) {
 	case p.batches[start].pad:
 		err = b.mmfeedStep(start, arrivals(p.batches[start]))
 	default:
-		for k, members := range b.redeal(p.batches[start : start+size]) {
-			if err = b.mmfeedStep(start+k, members); err != nil {
-				break
-			}
-		}
+		err = b.planWindow(start, p.batches[start:start+size])
 	}
 	if err != nil {
 		return false, err
