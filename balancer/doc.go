@@ -37,7 +37,11 @@
 // same number of steps and of micro-batches per step, always; the tail of the
 // epoch is dropped or padded with zero-weight copies ([Tail]). The plan is a
 // pure function of (items, [Config]): [Plan.WriteJSONL] is byte-identical for
-// the same inputs and [Plan.From] resumes at any step. Three strategies share
+// the same inputs and [Plan.From] resumes at any step. [Start] returns a
+// [Planner] that plans the same steps one lookahead window at a time
+// ([Planner.PlanNext]; the step count is known before the first), for a
+// service that publishes the first steps while the rest are planned;
+// [Planner.Hash] names the plan from its first window on. Three strategies share
 // the Plan type: [StrategyMmfeed] (cost-balanced: lookahead windows dealt
 // over steps × ranks so that every step can be split evenly, then a
 // partitioner per step that minimises the padded step cost under Sync over

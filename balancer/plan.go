@@ -67,24 +67,19 @@ func (p *Plan) From(step int) *Plan {
 
 // Build plans an epoch of items (in the epoch's shuffled order) with cfg.
 // Items that cannot be planned are listed in Plan.Rejected rather than failing
-// the build; an error means the configuration cannot be satisfied.
+// the build; an error means the configuration cannot be satisfied. It is
+// [Start] and [Planner.PlanNext] until every window is planned.
 func Build(items []Item, cfg Config) (*Plan, error) {
-	if err := cfg.Validate(); err != nil {
+	p, err := Start(items, cfg)
+	if err != nil {
 		return nil, err
 	}
-	if len(items) > 1<<31-1 {
-		return nil, fmt.Errorf("balancer: %d items: %w", len(items), ErrInvalidConfig)
+	for more := !p.Done(); more; {
+		if more, err = p.PlanNext(); err != nil {
+			return nil, err
+		}
 	}
-	cfg.Model = cfg.model()
-	b := &builder{cfg: cfg, items: items, costs: cfg.Model.Costs(items)}
-	b.plan = &Plan{Config: cfg, items: items}
-	valid := b.reject()
-	batches := b.slice(valid)
-	if err := b.plan_(batches); err != nil {
-		return nil, err
-	}
-	b.plan.MaxDelay, b.plan.MinDelay = delays(b.plan.Steps)
-	return b.plan, nil
+	return p.Plan(), nil
 }
 
 type builder struct {
@@ -176,47 +171,6 @@ func (c Config) stepTokens(it Item) int {
 		return it.TextTokens + it.ImageTokens
 	}
 	return it.TextTokens
-}
-
-// plan_ turns batches into steps with the configured strategy.
-func (b *builder) plan_(batches []batch) error {
-	b.plan.Steps = make([]Step, 0, len(batches))
-	full := batches
-	if n := len(batches); n > 0 && batches[n-1].pad {
-		full = batches[:n-1]
-	}
-	if b.cfg.Strategy == StrategyMmfeed {
-		p, err := NewPartitioner(b.cfg.partitionConfig())
-		if err != nil {
-			return err
-		}
-		b.part = p
-		for start, size := range windows(len(full), b.cfg.Lookahead) {
-			if err := b.planWindow(start, full[start:start+size]); err != nil {
-				return err
-			}
-		}
-		if len(full) < len(batches) {
-			tail := batches[len(full)]
-			if err := b.mmfeedStep(len(full), arrivals(tail)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var first []int32 // DistributedSampler pads with the epoch's first samples
-	for _, bt := range batches {
-		first = append(first, bt.items...)
-		if len(first) >= max(b.cfg.GlobalBatch, b.cfg.DP*b.cfg.MicroBatches) {
-			break
-		}
-	}
-	for _, bt := range batches {
-		if err := b.baselineStep(bt, first); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // delays returns the largest and smallest entry delay.

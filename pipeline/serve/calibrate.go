@@ -204,8 +204,8 @@ func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
 		return false
 	}
 	s.publisher.sinceCal++
-	if s.publisher.sinceCal < s.cfg.Recalibrate {
-		return false
+	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.planned() {
+		return false // a replan needs the whole epoch planned: try again at the next step
 	}
 	s.publisher.sinceCal = 0
 	cal, ok := s.cal.fit()

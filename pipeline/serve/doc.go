@@ -87,6 +87,18 @@
 //     back, so there is no pause at the boundary. Every epoch is planned
 //     from the dataset as the job opened it (pipeline.Dataset: indexed,
 //     tokenizer opened, features computed or read from the cache once).
+//   - Planning never stalls delivery: an epoch's preparation plans its
+//     first lookahead window (balancer.Start, Planner.PlanNext) and
+//     returns; the register reply (steps, plan_hash) is known from then on,
+//     and the publisher serves the steps planned so far while one
+//     background goroutine per epoch plans the rest in window order, then
+//     builds the strategy comparison (the report says "planning k/n steps"
+//     until then, and shows the epoch before meanwhile). A reader of step k
+//     waits (ctx-bound) until k is planned; a recalibration waits until the
+//     epoch is planned to the end (it replans the rest), and a restart that
+//     replays recorded segments or a resize plans the whole epoch first.
+//     plan_hash is balancer.Planner.Hash: the planner version, the plan's
+//     inputs and its first window, so a restart compares it at once.
 //   - Quarantined samples are recorded once each in the KV bucket
 //     mmfeed_<job>_quarantine (keyed by sample id), and in the
 //     quarantine-e<epoch>.jsonl files.
@@ -167,6 +179,10 @@
 //     held in memory (the active epoch, the one before, and the next one
 //     while it is planned ahead), one shared preparation per epoch, and the
 //     plan-ahead goroutines, which the publisher waits for.
+//   - planning (planning.go): how far an epoch's plan is (steps planned,
+//     the comparison when built), raised by the epoch's background planner
+//     after it wrote the window's ep.steps and ep.feats; a leaf lock. The
+//     plan's close stops the planner and waits for it.
 //   - publisher (publisher.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.

@@ -42,7 +42,9 @@ type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan
 //
 // Goroutines it starts (planning ahead, recording the active epoch) are
 // counted in ahead; the publisher waits for them before it returns. mu is
-// a leaf: nothing is called with it held that takes another lock.
+// a leaf but for a held plan's planning lock (itself a leaf): nothing else
+// that takes a lock is called with it held. Closing a plan with it held
+// waits for the plan's background planner, which never takes mu.
 type epochBook struct {
 	mu      sync.Mutex
 	infos   map[int]EpochInfo
@@ -161,7 +163,7 @@ func (b *epochBook) features(e, step, dp int) (balancer.Features, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ep := b.plans[e]
-	if ep == nil || step < 0 || step >= len(ep.feats) || dp < 0 || dp >= len(ep.feats[step]) {
+	if ep == nil || step < 0 || step >= ep.prog.steps() || dp < 0 || dp >= len(ep.feats[step]) {
 		return balancer.Features{}, false
 	}
 	return ep.feats[step][dp], true
@@ -177,14 +179,16 @@ func (b *epochBook) started(e int) bool {
 
 // planFrom returns ep's served steps from start on as a plan for the
 // Preprocessor (epochPlan.planFrom), read under the lock a recalibration
-// replaces them under; ok is false when start is outside the n steps.
+// replaces them under; ok is false when start is outside the n steps or
+// not planned yet.
 func (b *epochBook) planFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if start < 0 || start >= len(ep.steps) {
 		return nil, len(ep.steps), false
 	}
-	return ep.planFrom(start), len(ep.steps), true
+	plan = ep.planFrom(start)
+	return plan, len(ep.steps), len(plan.Steps) > 0
 }
 
 // prepared returns epoch e's plan, preparing it unless that is done or
@@ -353,7 +357,7 @@ func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epo
 		return nil, err
 	}
 	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
-		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds())
+		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds(), "first_window_seconds", ep.firstWindow.Seconds())
 	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
 		ep.close()
 		return nil, err

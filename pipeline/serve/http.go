@@ -44,7 +44,7 @@ func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {
 func (s *Service) reportJSON(w http.ResponseWriter, _ *http.Request) {
 	r := s.snapshot()
 	if r == nil {
-		http.Error(w, "no epoch planned yet", http.StatusServiceUnavailable)
+		http.Error(w, s.live.planningStatus(), http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

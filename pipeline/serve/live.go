@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -98,7 +99,8 @@ type live struct {
 	mu             sync.Mutex
 	dp, mp         int
 	placement      balancer.Placement
-	report         *balancer.Report
+	ep             *epochPlan // its prog has the report once the epoch is planned
+	prev           *epochPlan // the epoch before, whose report is shown until ep's is built
 	info           EpochInfo
 	steps          []*LiveStep
 	index          map[pos]*LiveStep
@@ -114,7 +116,7 @@ func newLive(cfg Config) *live {
 func (l *live) setEpoch(ep *epochPlan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.report, l.info = ep.report, ep.info
+	l.prev, l.ep, l.info = l.ep, ep, ep.info
 	l.quarant[ep.info.Epoch] = ep.prep.Quarantine
 }
 
@@ -193,18 +195,27 @@ func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
 	return out
 }
 
-// snapshot builds the live report; nil before the first epoch is planned.
+// snapshot builds the live report (the strategy comparison of the
+// current epoch, or of the one before until the current one's is built);
+// nil before the first epoch's plan and comparison are complete
+// (planningStatus says how far it is).
 func (s *Service) snapshot() *LiveReport {
 	l := s.live
 	cal, nobs := s.cal.snapshot()
 	q := l.quarantined()
 	reasons := l.quarantineReasons()
 	l.mu.Lock()
-	if l.report == nil {
+	var report *balancer.Report
+	for _, ep := range []*epochPlan{l.ep, l.prev} {
+		if ep != nil && report == nil {
+			_, _, report, _ = ep.prog.state()
+		}
+	}
+	if report == nil {
 		l.mu.Unlock()
 		return nil
 	}
-	rep := *l.report
+	rep := *report
 	var total int64
 	for _, n := range q {
 		total += n
@@ -255,4 +266,23 @@ func imbalance(costs []float64) float64 {
 		return 1
 	}
 	return top * float64(len(costs)) / sum
+}
+
+// planningStatus says why snapshot has no report: no epoch yet, or how far
+// the current epoch's plan is.
+func (l *live) planningStatus() string {
+	l.mu.Lock()
+	ep := l.ep
+	l.mu.Unlock()
+	if ep == nil {
+		return "no epoch planned yet"
+	}
+	planned, total, _, err := ep.prog.state()
+	if err != nil {
+		return fmt.Sprintf("epoch %d: planning failed: %v", ep.info.Epoch, err)
+	}
+	if planned < total {
+		return fmt.Sprintf("epoch %d: planning %d/%d steps (the report follows the whole plan)", ep.info.Epoch, planned, total)
+	}
+	return fmt.Sprintf("epoch %d: planned %d/%d steps, building the strategy comparison", ep.info.Epoch, planned, total)
 }

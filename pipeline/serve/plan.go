@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
@@ -18,20 +20,28 @@ import (
 // recalibration segment on.
 type epochPlan struct {
 	info EpochInfo
+	job  string
+	log  *slog.Logger
+	// firstWindow is how long planning the first window took.
+	firstWindow time.Duration
 	// prep is the epoch's order of the job's dataset, which it shares
 	// (owned is the dataset when the plan has its own: prepareEpoch).
 	prep  *pipeline.Prepared
 	owned *pipeline.Dataset
 	qfile io.Closer
-	base  *balancer.Plan
+	// base is the base plan's configuration, items, dropped and rejected
+	// samples, without steps (prog has the complete plan once planned).
+	base *balancer.Plan
 	// resized is the served plan after a resize (its Config has the new
 	// dp); nil without one.
 	resized *balancer.Plan
-	// steps are the served steps; entries index prep.Features.Items.
+	// steps are the served steps (all of the epoch's, those from
+	// prog.steps() on still zero); entries index prep.Features.Items.
 	steps []balancer.Step
 	// feats[step][dp] is the rank's padded feature sum (padding entries included).
-	feats  [][]balancer.Features
-	report *balancer.Report
+	feats [][]balancer.Features
+	// prog says how many steps are planned; the comparison report is there.
+	prog *planning
 }
 
 // reportThumbnails is how many heaviest and how many extreme-aspect samples
@@ -39,7 +49,8 @@ type epochPlan struct {
 const reportThumbnails = 6
 
 // prepareEpoch opens the dataset for epoch alone (the plan owns it) and
-// prepares the epoch from it (prepareEpochTo).
+// prepares the epoch from it (prepareEpochTo), waiting until it is planned
+// to the end.
 func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
 	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
 	if err != nil {
@@ -51,14 +62,20 @@ func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo,
 		return nil, err
 	}
 	ep.owned = ds
+	if err := ep.prog.waitAll(ctx); err != nil {
+		ep.close()
+		return nil, err
+	}
 	return ep, nil
 }
 
 // prepareEpochTo orders ds (the job's dataset, opened with cfg.Pipeline)
-// for epoch, plans it with the model of stored's first segment (or model
-// when stored is nil), replays stored's recalibration segments, and builds
-// the strategy comparison. Quarantined samples go to the epoch's file and,
-// when qkv is not nil, to the job's quarantine bucket.
+// for epoch and plans its first window with the model of stored's first
+// segment (or model when stored is nil); the rest of the epoch and the
+// strategy comparison are planned in the background (planning), unless
+// stored has recalibration segments or a resize to replay, which need the
+// whole plan first. Quarantined samples go to the epoch's file and, when
+// qkv is not nil, to the job's quarantine bucket.
 func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
@@ -83,43 +100,73 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		closeQuiet(qfile)
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep := &epochPlan{prep: prep, qfile: qfile}
-	if err := ep.plan(stored); err != nil {
-		ep.close()
-		return nil, err
+	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger}
+	if ep.log == nil {
+		ep.log = slog.Default()
 	}
-	if ep.report.Thumbnails, err = pipeline.Thumbnails(ctx, prep, ep.base, reportThumbnails); err != nil {
+	if err := ep.plan(ctx, stored); err != nil {
 		ep.close()
 		return nil, err
 	}
 	return ep, nil
 }
 
-func (ep *epochPlan) plan(stored *EpochInfo) error {
+// plan starts the base plan (balancer.Start), plans its first window, which
+// names it (plan_hash: balancer.Planner.Hash), and checks it against stored.
+// The rest is planned in the background, or here when stored's segments
+// must be replayed.
+func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
 	pc := ep.prep.Config.Plan
-	base, err := ep.prep.Plan(pc.Strategy)
+	pl, err := balancer.Start(ep.prep.Features.Items, pc)
 	if err != nil {
 		return fmt.Errorf("serve: plan epoch %d: %w", pc.Epoch, err)
 	}
-	ep.base, ep.steps = base, base.Steps
-	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: len(base.Steps), MicroBatches: pc.MicroBatches, PlanHash: base.Hash(),
-		Segments: []Segment{{FromStep: 0, Model: base.Config.Model}}, DP: pc.DP}
-	ep.info.VocabSize, _ = pipeline.TokenizerMeta(ep.prep.Tokenizer)
-	if stored != nil {
-		if stored.PlanHash != ep.info.PlanHash || (stored.Steps != ep.info.Steps && stored.Resize == nil) {
-			return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",
-				pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, ErrJobMismatch)
-		}
-		if err := ep.replay(stored); err != nil {
+	head := *pl.Plan()
+	head.Steps = nil
+	ep.base = &head
+	ep.quarantineRejected()
+	n := pl.Steps()
+	ep.steps, ep.feats, ep.prog = make([]balancer.Step, n), make([][]balancer.Features, n), newPlanning(n)
+	if !pl.Done() {
+		t0 := time.Now()
+		if err := ep.planWindow(pl); err != nil {
 			return err
 		}
+		ep.firstWindow = time.Since(t0)
 	}
-	ep.feats = make([][]balancer.Features, len(ep.steps))
-	for k := range ep.steps {
-		ep.feats[k] = ep.stepFeatures(ep.steps[k])
+	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: n, MicroBatches: pc.MicroBatches, PlanHash: pl.Hash(),
+		Segments: []Segment{{FromStep: 0, Model: head.Config.Model}}, DP: pc.DP}
+	ep.info.VocabSize, _ = pipeline.TokenizerMeta(ep.prep.Tokenizer)
+	if stored == nil {
+		ep.planInBackground(pl)
+		return nil
 	}
-	ep.report, err = compareStrategies(base, ep.prep)
-	return err
+	if stored.PlanHash != ep.info.PlanHash || (stored.Steps != ep.info.Steps && stored.Resize == nil) {
+		return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",
+			pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, ErrJobMismatch)
+	}
+	if len(stored.Segments) == 1 && stored.Resize == nil {
+		ep.planInBackground(pl)
+		return nil
+	}
+	if err := ep.planAll(ctx, pl); err != nil {
+		return err
+	}
+	return ep.replay(stored)
+}
+
+// quarantineRejected records the samples the planner rejected (what
+// pipeline.Prepared.Plan does for the plans it builds).
+func (ep *epochPlan) quarantineRejected() {
+	for _, r := range ep.base.Rejected {
+		e := ep.prep.Features.Entry(int(r.Item))
+		_ = ep.prep.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_rejected", Detail: r.Reason})
+	}
+}
+
+// thumbnails returns the report's sample thumbnails of the complete plan.
+func thumbnails(ctx context.Context, ep *epochPlan, whole *balancer.Plan) ([]balancer.Thumbnail, error) {
+	return pipeline.Thumbnails(ctx, ep.prep, whole, reportThumbnails)
 }
 
 // compareStrategies reports the base plan against the baselines without
@@ -192,12 +239,19 @@ func (ep *epochPlan) resize(r ResizeSegment) error {
 }
 
 // served returns the plan the served steps follow: the base plan, or the
-// resized one (whose configuration has the new dp).
+// resized one (whose configuration has the new dp). Its Steps are not
+// the served ones (ep.steps), nor all of them while the epoch is planned.
 func (ep *epochPlan) served() *balancer.Plan {
 	if ep.resized != nil {
 		return ep.resized
 	}
 	return ep.base
+}
+
+// planned reports whether every step is planned (a recalibration or a
+// resize replans the rest of the epoch, so it waits for this).
+func (ep *epochPlan) planned() bool {
+	return ep.prog.steps() == len(ep.steps)
 }
 
 // replan replaces the steps from seg.FromStep on with a plan of their real
@@ -207,7 +261,7 @@ func (ep *epochPlan) served() *balancer.Plan {
 // items.
 func (ep *epochPlan) replan(seg Segment) bool {
 	from := seg.FromStep
-	if from >= len(ep.steps) {
+	if from >= len(ep.steps) || !ep.planned() {
 		return false
 	}
 	served := *ep.served()
@@ -243,11 +297,12 @@ func (ep *epochPlan) segmentAt(step int) (int, Segment) {
 	return i, ep.info.Segments[i]
 }
 
-// planFrom returns the served steps from start on as a plan for the
-// Preprocessor, with the model in effect at start (the rows' cost column).
+// planFrom returns the served steps from start on that are planned (none
+// when start is not: wait on prog first) as a plan for the Preprocessor,
+// with the model in effect at start (the rows' cost column).
 func (ep *epochPlan) planFrom(start int) *balancer.Plan {
 	q := *ep.served()
-	q.Steps = ep.steps[start:]
+	q.Steps = ep.steps[start:max(start, ep.prog.steps())]
 	_, seg := ep.segmentAt(start)
 	q.Config.Model = seg.Model
 	return &q
@@ -265,6 +320,9 @@ func (ep *epochPlan) predicted(step int) []float64 {
 }
 
 func (ep *epochPlan) close() {
+	if ep.prog != nil {
+		ep.prog.stop()
+	}
 	if ep.prep != nil {
 		_ = ep.prep.Close()
 	}

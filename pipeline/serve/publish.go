@@ -133,8 +133,10 @@ func (s *Service) run(ctx context.Context, start pos) error {
 	return err
 }
 
-// runEpoch preprocesses epoch e from step from and queues its steps; ctx is
-// the publisher's (planning ahead outlives a rewind), gctx the run's.
+// runEpoch preprocesses epoch e from step from and queues its steps, the
+// steps planned so far at a time (waiting for the next one when it has run
+// out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
+// run's.
 func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan outMsg) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
@@ -148,15 +150,26 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 		return fmt.Errorf("serve: %w", err)
 	}
 	wait, t0, done := time.Now(), time.Now(), 0
-	return pp.Run(gctx, ep.planFrom(from), func(sb pipeline.StepBatch) error {
-		s.met.stage(stagePreprocess, time.Since(wait))
-		err := s.queueStep(gctx, mem, ep, sb, next, queues)
-		wait = time.Now()
-		if done++; err == nil && s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
-			s.epochs.planAhead(ctx, e+1, s.log)
+	for from < ep.info.Steps {
+		if err := ep.prog.wait(gctx, from+1); err != nil {
+			return err
 		}
-		return err
-	})
+		plan := ep.planFrom(from)
+		err := pp.Run(gctx, plan, func(sb pipeline.StepBatch) error {
+			s.met.stage(stagePreprocess, time.Since(wait))
+			err := s.queueStep(gctx, mem, ep, sb, next, queues)
+			wait = time.Now()
+			if done++; err == nil && s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
+				s.epochs.planAhead(ctx, e+1, s.log)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		from += len(plan.Steps)
+	}
+	return nil
 }
 
 // queueStep builds and encodes one step for every rank whose next position

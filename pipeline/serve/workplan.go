@@ -537,6 +537,20 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	}
 	defer s.work.logTally(e)
 	plan := ep.planFrom(from)
+	// have returns whether the plan's step j is planned, waiting for it
+	// (ctx-bound) when wait is set; plan then holds it.
+	have := func(j int, wait bool) (bool, error) {
+		if j < len(plan.Steps) || from+j >= ep.info.Steps {
+			return j < len(plan.Steps), nil
+		}
+		if wait {
+			if err := ep.prog.wait(gctx, from+j+1); err != nil {
+				return false, err
+			}
+		}
+		plan = ep.planFrom(from)
+		return j < len(plan.Steps), nil
+	}
 	want := func(step int) func(int) bool {
 		here := pos{e, step}
 		return func(dp int) bool {
@@ -549,8 +563,13 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		}
 	}
 	issued, t0 := 0, time.Now()
-	for k, st := range plan.Steps {
-		for ; issued < len(plan.Steps) && issued <= k+s.work.ahead; issued++ {
+	for k := range ep.info.Steps - from {
+		for ; issued <= k+s.work.ahead; issued++ {
+			if ok, err := have(issued, issued == k); err != nil {
+				return err
+			} else if !ok {
+				break // issued when planned
+			}
 			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
 				return err
 			}
@@ -560,6 +579,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 				return err
 			}
 		}
+		st := plan.Steps[k]
 		if err := s.work.reissueRejected(gctx); err != nil {
 			return err
 		}
