@@ -25,7 +25,7 @@ type Scenario struct {
 	// Steps per epoch and Epochs; PerRank samples per rank and step (the
 	// global batch is N × PerRank), in MicroBatches micro-batches.
 	Steps, Epochs, PerRank, MicroBatches int
-	Workers int // worker processes (one slot each)
+	Workers                              int // worker processes (one slot each)
 	// RestartNATSAt and KillLeaderAt: the global step after which the first
 	// nats-server is restarted, or the leading planner killed with SIGKILL
 	// (a standby planner is started then); < 0 for none.
