@@ -84,7 +84,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
 	ep := &epochPlan{prep: prep, qfile: qfile}
-	if err := ep.plan(stored); err != nil {
+	if err := ep.plan(stored, !cfg.NoBaselines); err != nil {
 		ep.close()
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 	return ep, nil
 }
 
-func (ep *epochPlan) plan(stored *EpochInfo) error {
+func (ep *epochPlan) plan(stored *EpochInfo, baselines bool) error {
 	pc := ep.prep.Config.Plan
 	base, err := ep.prep.Plan(pc.Strategy)
 	if err != nil {
@@ -118,16 +118,17 @@ func (ep *epochPlan) plan(stored *EpochInfo) error {
 	for k := range ep.steps {
 		ep.feats[k] = ep.stepFeatures(ep.steps[k])
 	}
-	ep.report, err = compareStrategies(base, ep.prep)
+	ep.report, err = compareStrategies(base, ep.prep, baselines)
 	return err
 }
 
-// compareStrategies reports the base plan against the baselines without
-// quarantining the planner's rejections a second time.
-func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.Report, error) {
+// compareStrategies reports the base plan against the baselines (none
+// without baselines) without quarantining the planner's rejections a second
+// time.
+func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared, baselines bool) (*balancer.Report, error) {
 	plans := []*balancer.Plan{base}
 	for _, s := range balancer.Strategies() {
-		if s == base.Config.Strategy {
+		if s == base.Config.Strategy || !baselines {
 			continue
 		}
 		c := base.Config
