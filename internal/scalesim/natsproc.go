@@ -1,6 +1,7 @@
 package scalesim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -10,6 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATS is a set of nats-server processes on loopback: one server, or a
@@ -71,7 +75,89 @@ func StartNATS(bin, dir string, n int) (*NATS, error) {
 			return nil, err
 		}
 	}
+	if err := s.waitJetStream(30 * time.Second); err != nil {
+		s.Stop()
+		return nil, err
+	}
 	return s, nil
+}
+
+// waitJetStream waits until every server answers a JetStream account info
+// (a cluster has elected its meta leader).
+func (s *NATS) waitJetStream(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for i, url := range s.URLs() {
+		for {
+			err := jetStreamReady(url)
+			if err == nil && len(s.ports) > 1 && i == 0 {
+				err = s.metaFormed()
+			}
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("scalesim: JetStream on %s not ready after %v: %w", url, d, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// metaFormed reports whether every server sees the same meta leader in a
+// cluster of all of them and the leader sees every other server as a
+// current peer (placement with replicas 3 needs them all).
+func (s *NATS) metaFormed() error {
+	leader := ""
+	for i, port := range s.mon {
+		var jsz struct {
+			Meta struct {
+				Leader   string `json:"leader"`
+				Size     int    `json:"cluster_size"`
+				Replicas []struct {
+					Current bool `json:"current"`
+				} `json:"replicas"`
+			} `json:"meta_cluster"`
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", port))
+		if err != nil {
+			return err
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		m := jsz.Meta
+		if m.Leader == "" || (leader != "" && m.Leader != leader) || m.Size != len(s.ports) {
+			return fmt.Errorf("server n%d: meta leader %q, cluster size %d", i, m.Leader, m.Size)
+		}
+		leader = m.Leader
+		if m.Leader == fmt.Sprintf("n%d", i) {
+			for _, r := range m.Replicas {
+				if !r.Current {
+					return fmt.Errorf("server n%d: a peer is not current", i)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func jetStreamReady(url string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
 }
 
 func (s *NATS) start(i int) error {

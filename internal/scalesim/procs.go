@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -22,6 +23,8 @@ type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// killed marks a deliberate kill: its exit is no failure.
+	killed atomic.Bool
 }
 
 // Start runs argv with its output in log.

@@ -116,6 +116,9 @@ func (r *rank) run(ctx context.Context) error {
 	f.Start(0, 0)
 	for epoch := 0; ; epoch++ {
 		if epoch > 0 {
+			if e := r.sim.cfg.Epochs; e > 0 && epoch >= e {
+				return nil // the trainer's own epoch count: no register past it
+			}
 			if rep, ok, err = r.register(ctx, epoch); err != nil {
 				return err
 			} else if !ok {

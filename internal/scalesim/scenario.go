@@ -2,6 +2,7 @@ package scalesim
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,7 +32,11 @@ type Scenario struct {
 	// (a standby planner is started then); < 0 for none.
 	RestartNATSAt, KillLeaderAt int
 	StepTime                    time.Duration // simulated compute per step
-	Log                         io.Writer
+	// Strategy is the planner's --strategy ("" is mmfeed's default). The
+	// ladder plans with random so that it measures the control plane, not
+	// the balancer's search.
+	Strategy string
+	Log      io.Writer
 }
 
 // Figures is what a Scenario measured; Map names them for results.json.
@@ -101,7 +106,8 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 			"--global-batch", strconv.Itoa(sc.N*sc.PerRank), "--micro-batches", strconv.Itoa(sc.MicroBatches),
 			"--image-size", "32", "--seed", "5", "--job", job, "--epochs", strconv.Itoa(sc.Epochs),
 			"--recalibrate", "-1", "--nats", strings.Join(ns.URLs(), ","), "--replicas", strconv.Itoa(sc.Servers),
-			"--lease-ttl", "3s", "--data-dir", filepath.Join(sc.Dir, name), "--http", "")
+			"--lease-ttl", "3s", "--data-dir", filepath.Join(sc.Dir, name), "--http", "",
+			"--strategy", cmp.Or(sc.Strategy, "mmfeed"), "--report-baselines=false")
 		if err == nil {
 			procs = append(procs, p)
 		}
@@ -159,6 +165,7 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 					err = ns.Restart(0)
 				} else {
 					sc.logf("kill -9 of the leading planner after step %d", g)
+					leader.killed.Store(true)
 					leader.Kill9()
 				}
 				mu.Lock()
@@ -178,7 +185,13 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 			}()
 		}
 	}
-	res, err := Run(ctx, Config{URLs: ns.URLs(), Job: job, DP: sc.N, Barrier: true, StepTime: sc.StepTime, OnStep: onStep})
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go watchExit(sctx, leader, stop)
+	res, err := Run(sctx, Config{URLs: ns.URLs(), Job: job, DP: sc.N, Epochs: sc.Epochs, Barrier: true, StepTime: sc.StepTime, OnStep: onStep})
+	if cause := context.Cause(sctx); err != nil && cause != nil && cause != context.Canceled {
+		err = cause
+	}
 	events.Wait()
 	if err == nil {
 		err = eventErr
@@ -311,4 +324,22 @@ func manifestIDs(path string) ([]string, error) {
 		ids = append(ids, r.ID)
 	}
 	return ids, sc.Err()
+}
+
+// watchExit cancels the run when p exits with an error it was not killed
+// for (a planner that failed to start).
+func watchExit(ctx context.Context, p *Proc, stop context.CancelCauseFunc) {
+	select {
+	case <-ctx.Done():
+	case <-p.done:
+		if p.err != nil && !p.killed.Load() {
+			stop(fmt.Errorf("scalesim: %s exited: %v: %s", p.Name, p.err, tail(p.Log, 400)))
+		}
+	}
+}
+
+// tail returns the last n bytes of a file.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	return string(b[max(0, len(b)-n):])
 }

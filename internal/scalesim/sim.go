@@ -18,6 +18,9 @@ type Config struct {
 	URLs []string // the NATS servers
 	Job  string
 	DP   int // the ranks (mp is 1)
+	// Epochs is the trainers' epoch count: after it they stop without
+	// registering again (0: until a register is refused as past the end).
+	Epochs int
 	// Barrier makes the ranks meet after every step (the all-reduce).
 	Barrier bool
 	// StepTime is each rank's simulated compute per step.
