@@ -42,7 +42,7 @@ func TestScale64(t *testing.T) {
 	}
 	bin, nb := repoBinaries(t)
 	sc := &Scenario{Bin: bin, NATSBin: nb, Dir: t.TempDir(), N: 64, Servers: 1, Steps: 8, Epochs: 2, PerRank: 4,
-		MicroBatches: 2, Workers: 1, RestartNATSAt: 4, KillLeaderAt: -1}
+		MicroBatches: 2, Workers: 1, RestartNATSAt: 4, KillLeaderAt: -1, Strategy: "random"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f, err := sc.Run(ctx)
@@ -55,5 +55,10 @@ func TestScale64(t *testing.T) {
 	}
 	if f.Reconnect <= 0 {
 		t.Errorf("no rank received after the NATS restart")
+	}
+	// The handed steps of all ranks share their KV writes (one write per
+	// rank and step before: 1.0).
+	if got := f.KVStepRank["handed"]; got <= 0 || got > 0.5 {
+		t.Errorf("%.2f handed KV writes per step and rank, want (0, 0.5]", got)
 	}
 }
