@@ -28,12 +28,12 @@ type rankState struct {
 	// handed is the last batch (epoch, step, micro-batch) a fetch of the
 	// rank was answered with on the core data plane, when anyHanded: no ack
 	// moves the rank past it. After a restart it is the whole step recorded
-	// in the KV bucket (rank.<dp>.<mp>.handed, written before the step's
-	// first batch is sent), so acks of what an earlier service sent count.
+	// in the KV bucket (kvHanded, written before the step's first batch is
+	// sent), so acks of what an earlier service sent count.
 	handed    proto.BatchKey
 	anyHanded bool
-	recorded  pos  // the step rank.<dp>.<mp>.handed holds, when recOK
-	recOK     bool // rank.<dp>.<mp>.handed holds recorded
+	recorded  pos  // the step kvHanded holds for the rank, when recOK
+	recOK     bool // kvHanded holds recorded
 	// unsaved: the KV write of next failed (a full disk, an outage); the
 	// next setNext to the same position writes it again.
 	unsaved bool
