@@ -61,7 +61,9 @@ func kvRankHanded(dp, mp int) string {
 //   - a cursor moves forward only when the publisher handed over a step's
 //     last micro-batch of the rank's current generation (stepPublished),
 //     or to wherever a rewind or a resize puts it;
-//   - moved is closed (and replaced) whenever a cursor moves forward;
+//   - moved is closed (and replaced) whenever the least cursor moves
+//     forward (what waitTurn waits for: a wake-up per cursor move woke all
+//     N publishers N times a step), and when a resize resets the cursors;
 //   - next moves backwards only on a register (setNext with force);
 //   - a generation is written to the KV bucket before the table holds it,
 //     so nothing is published with a generation a restart could reuse.
@@ -175,6 +177,10 @@ func (t *rankTable) len() int { return len(t.ranks) }
 func (t *rankTable) minCursor() pos {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.minCursorLocked()
+}
+
+func (t *rankTable) minCursorLocked() pos {
 	m := t.ranks[0].cursor
 	for _, r := range t.ranks[1:] {
 		if r.cursor.less(m) {
@@ -192,6 +198,7 @@ func (t *rankTable) normalize() {
 		t.ranks[i].cursor = t.epochs.norm(t.ranks[i].cursor)
 		t.ranks[i].next = t.epochs.norm(t.ranks[i].next)
 	}
+	t.wakeLocked() // a cursor at an epoch's end may now name the next one's start
 }
 
 // allNeed reports whether every rank's trainer needs end or later.
@@ -228,10 +235,18 @@ func (t *rankTable) stepPublished(r int, at pos, gen int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rs := &t.ranks[r]; t.epochs.norm(rs.cursor) == at && rs.gen == gen {
+		before := t.minCursorLocked()
 		rs.cursor = t.epochs.norm(pos{at.Epoch, at.Step + 1})
-		close(t.moved)
-		t.moved = make(chan struct{})
+		if before.less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
+			t.wakeLocked()
+		}
 	}
+}
+
+// wakeLocked wakes every waitTurn.
+func (t *rankTable) wakeLocked() {
+	close(t.moved)
+	t.moved = make(chan struct{})
 }
 
 // waitTurn blocks until every rank's cursor is at p or past it. The ranks
@@ -362,6 +377,7 @@ func (t *rankTable) resetAll(p pos) {
 		t.ranks[i].anyHanded, t.ranks[i].recOK = false, false // the old layout's ranks were handed those
 	}
 	t.handed.reset()
+	t.wakeLocked()
 }
 
 // trained returns the least position every rank's trainer still needs; ok
