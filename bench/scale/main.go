@@ -64,7 +64,9 @@ func main() {
 		if n > *single {
 			sc.Servers, sc.Steps = 1, *bigSteps
 		}
-		sc.RestartNATSAt = sc.Steps + sc.Steps/2 // mid second epoch (after the steady-state figures' first half)
+		// Mid second epoch, leaving the steps that a rank's window (2 steps)
+		// does not hide before the end.
+		sc.RestartNATSAt = min(sc.Steps+sc.Steps/2, sc.Steps*sc.Epochs-4)
 		runs = append(runs, sc)
 	}
 	if *failover > 0 {

@@ -32,6 +32,7 @@ type rank struct {
 
 	// Written by the rank's goroutine only; read after Run's wait.
 	registered time.Duration // the first register's latency
+	again      time.Duration // the register for epoch 1's latency (every rank at once, the plan ready)
 	recv       []received    // every batch, when Next returned it
 	acks       int
 	feedbacks  int
@@ -119,7 +120,12 @@ func (r *rank) run(ctx context.Context) error {
 			if e := r.sim.cfg.Epochs; e > 0 && epoch >= e {
 				return nil // the trainer's own epoch count: no register past it
 			}
-			if rep, ok, err = r.register(ctx, epoch); err != nil {
+			t1 := time.Now()
+			rep, ok, err = r.register(ctx, epoch)
+			if epoch == 1 {
+				r.again = time.Since(t1)
+			}
+			if err != nil {
 				return err
 			} else if !ok {
 				return nil

@@ -45,7 +45,8 @@ type Figures struct {
 	Corpus                            int
 	StartToAllFirst                   time.Duration // planner start → every rank's first batch
 	FirstBatchP50, FirstBatchMax      time.Duration // from the storm's start
-	RegisterP50, RegisterMax          time.Duration
+	RegisterP50, RegisterMax          time.Duration // the first register (waits for the plan)
+	StormP50, StormMax                time.Duration // every rank's register for epoch 1 at once
 	Step                              time.Duration // wall time per step, steady state
 	PlannerCPUStep, NATSCPUStep       time.Duration // per step, steady state
 	WorkerCPUStep                     time.Duration
@@ -137,13 +138,14 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 		return s
 	}
 	var (
-		mu          sync.Mutex
-		first, last snapshot
-		eventAt     time.Time
-		eventStep   int
-		eventErr    error
-		events      sync.WaitGroup
-		total       = sc.Steps * sc.Epochs
+		mu            sync.Mutex
+		first, last   snapshot
+		beforeRestart snapshot // the servers' usage just before the restart
+		eventAt       time.Time
+		eventStep     int
+		eventErr      error
+		events        sync.WaitGroup
+		total         = sc.Steps * sc.Epochs
 	)
 	onStep := func(epoch, step, g int) {
 		mu.Lock()
@@ -161,6 +163,9 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 				defer events.Done()
 				var err error
 				if g == sc.RestartNATSAt {
+					mu.Lock()
+					beforeRestart = usage()
+					mu.Unlock()
 					sc.logf("restarting nats-server 0 after step %d", g)
 					err = ns.Restart(0)
 				} else {
@@ -200,6 +205,14 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 		return nil, fmt.Errorf("scalesim: N=%d: %w (logs in %s)", sc.N, err, sc.Dir)
 	}
 	f := sc.figures(res, ids, t0, first, last)
+	if sc.RestartNATSAt > 0 && !beforeRestart.at.IsZero() {
+		// The servers' CPU and messages over the steps before the restart.
+		steps := time.Duration(sc.RestartNATSAt)
+		f.NATSCPUStep = (beforeRestart.nats.CPU - first.nats.CPU) / steps
+		f.ServerMsgsStepRank = float64(beforeRestart.varz.InMsgs+beforeRestart.varz.OutMsgs-first.varz.InMsgs-first.varz.OutMsgs) /
+			float64(sc.RestartNATSAt*sc.N)
+		f.NATSRSS = beforeRestart.nats.PeakRSS
+	}
 	if !eventAt.IsZero() {
 		// A rank holds up to its fetch window (4 batches) asked for before
 		// the event: count a batch of a step past that.
@@ -232,6 +245,11 @@ func (sc *Scenario) figures(res *Result, ids []string, t0 time.Time, first, last
 	reg := append([]time.Duration(nil), res.Registered...)
 	sortDurations(reg)
 	f.RegisterP50, f.RegisterMax = Quantile(reg, 0.5), reg[len(reg)-1]
+	if sc.Epochs > 1 {
+		again := append([]time.Duration(nil), res.RegisteredAgain...)
+		sortDurations(again)
+		f.StormP50, f.StormMax = Quantile(again, 0.5), again[len(again)-1]
+	}
 	steps := max(1, f.Steps-1) // between the first and the last step's barrier
 	per := func(d time.Duration) time.Duration { return d / time.Duration(steps) }
 	f.Step = per(last.at.Sub(first.at))
@@ -264,6 +282,7 @@ func (f *Figures) Map(prefix string) map[string]float64 {
 		"start_to_all_first_batch_ms": ms(f.StartToAllFirst),
 		"storm_first_batch_p50_ms":    ms(f.FirstBatchP50), "storm_first_batch_max_ms": ms(f.FirstBatchMax),
 		"register_p50_ms": ms(f.RegisterP50), "register_max_ms": ms(f.RegisterMax),
+		"register_storm_p50_ms": ms(f.StormP50), "register_storm_max_ms": ms(f.StormMax),
 		"step_ms": ms(f.Step), "planner_cpu_ms_per_step": ms(f.PlannerCPUStep),
 		"worker_cpu_ms_per_step": ms(f.WorkerCPUStep),
 		"planner_peak_rss_mb":    float64(f.PlannerRSS) / (1 << 20), "nats_peak_rss_mb": float64(f.NATSRSS) / (1 << 20),
@@ -285,6 +304,10 @@ func (f *Figures) Map(prefix string) map[string]float64 {
 	}
 	if f.Failover > 0 {
 		m["failover_all_receive_ms"] = ms(f.Failover)
+	}
+	if f.Failover > 0 { // the leader was killed: its usage stops there
+		delete(m, "planner_cpu_ms_per_step")
+		delete(m, "planner_peak_rss_mb")
 	}
 	out := map[string]float64{}
 	for k, v := range m {

@@ -36,8 +36,11 @@ type Config struct {
 type Result struct {
 	Start      time.Time       // when the ranks started registering (all at once)
 	Registered []time.Duration // per rank: its first register's latency
-	Recv       [][]received    // per rank: every batch, in order
-	StepsDone  []time.Time     // when every rank had finished each global step
+	// RegisteredAgain: per rank, its register for epoch 1 (all ranks at
+	// once at the epoch boundary, the epoch planned ahead): the storm alone.
+	RegisteredAgain []time.Duration
+	Recv            [][]received // per rank: every batch, in order
+	StepsDone       []time.Time  // when every rank had finished each global step
 	// Sent per kind, all ranks: register requests (attempts), acks,
 	// feedbacks, dones; OutMsgs and InMsgs are the connections' own counts
 	// (fetches and re-asks are OutMsgs minus the rest; InMsgs is mostly
@@ -93,6 +96,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	err = g.Wait()
 	for _, r := range ranks {
 		res.Registered = append(res.Registered, r.registered)
+		res.RegisteredAgain = append(res.RegisteredAgain, r.again)
 		res.Recv = append(res.Recv, r.recv)
 		res.Registers += r.registers
 		res.Acks += r.acks
