@@ -111,6 +111,9 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 			l.mu.Lock()
 		}
 		l.writing, l.err = false, err
+		if snap == nil {
+			l.err = nil // this caller's wait ended, not a write: the others write themselves
+		}
 		if err == nil {
 			for i, h := range snap {
 				if h != nil && !covers(l.have[i], pos{h.Epoch, h.Step}) {
