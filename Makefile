@@ -29,7 +29,7 @@ export GOFLAGS = $(shell if [ -f $(LIBJPEG) ]; then echo -tags=turbojpeg3; elif 
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: help build deps test race test-cluster soak demo bench bench-e2e quality lint fuzz venv clean
+.PHONY: help build deps test race test-cluster scale soak demo bench bench-e2e quality lint fuzz venv clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ race: build venv ## the concurrent packages' tests under the race detector (RACE
 
 test-cluster: build venv ## the long scale-out tests: 3 NATS servers, leader + standby (role all; planner + workers), trainers, kills
 	MMFEED_CLUSTER_LONG=1 $(PY) -m pytest -q trainer/tests/test_cluster.py trainer/tests/test_cluster_roles.py
+
+scale: build ## control plane at 64/256/1,024 simulated ranks (real binary, nats-server, planner failover); scale_* keys in bench/results.json
+	$(GO) run ./bench/scale $(SCALE_ARGS)
 
 soak: build venv ## faults at random for SOAK_SECONDS (600) over SOAK_EPOCHS (40): kill -9 of trainer, serve, a worker; disconnects, pauses; SOAK_ROLE all or planner (both)
 	MMFEED_SOAK_SECONDS=$(or $(SOAK_SECONDS),600) MMFEED_SOAK_EPOCHS=$(or $(SOAK_EPOCHS),40) $(if $(SOAK_ROLE),MMFEED_SOAK_ROLE=$(SOAK_ROLE)) \

@@ -61,6 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.AssetCheck, "asset-check", c.AssetCheck, "check the job's JetStream assets this often and recreate lost ones (0: never)")
 	fs.DurationVar(&c.StuckAfter, "stuck-after", c.StuckAfter, "unreachable assets or a publish stuck this long: errors in the log, 503 on /healthz")
 	fs.DurationVar(&c.GiveUpAfter, "give-up-after", c.GiveUpAfter, "stop with an error when the assets stay unreachable or a publish keeps failing this long (0: never)")
+	baselines := fs.Bool("report-baselines", true, "plan every epoch with the other strategies too, for the live report's comparison (false: only the job's strategy; the mmfeed baseline is costly at a few hundred dp ranks)")
 	noWait := fs.Bool("no-wait", false, "exit once everything is published instead of when every rank completed")
 	fs.DurationVar(&c.ProgressEvery, "progress-every", c.ProgressEvery, "log the trainers' progress through the epoch, with rate and ETA, this often (0: never)")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -85,6 +86,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.NATS.MaxPayload = int32(min(*maxPayload, 1<<30))
 	c.QuarantineDir = c.NATS.DataDir
 	c.WaitForTrainers = !*noWait
+	c.NoBaselines = !*baselines
 	if c.Logger, err = newLogger(stderr, *logFormat, *verbose); err != nil {
 		return err
 	}

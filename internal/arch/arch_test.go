@@ -52,6 +52,8 @@ var rules = map[string]rule{
 	"internal/hostile":     {module: []string{"loader"}, deny: []string{nats, prom}},
 	"internal/reportcheck": {deny: []string{nats, arrow, prom}},
 	"internal/browsertest": {deny: []string{nats, arrow, prom}},
+	"internal/scalesim":    {module: []string{"proto"}, deny: []string{natsServer, prom}},
+	"bench/scale":          {module: []string{"proto", "internal/scalesim"}, deny: []string{natsServer, prom}},
 }
 
 type goPackage struct {

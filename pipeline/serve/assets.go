@@ -311,15 +311,19 @@ func (s *Service) recreateState(ctx context.Context) error {
 			return err
 		}
 	}
+	handed := handedRecord{Ranks: make([]*handedStep, len(ranks))}
+	for r, rs := range ranks {
+		if rs.recOK {
+			handed.Ranks[r] = &handedStep{rs.recorded.Epoch, rs.recorded.Step}
+		}
+	}
+	if err := s.st.putJSON(ctx, kvHanded, handed); err != nil {
+		return err
+	}
 	for r, rs := range ranks {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
 		if err := s.st.putInt(ctx, kvRankGen(dp, mp), rs.gen); err != nil {
 			return err
-		}
-		if rs.recOK {
-			if err := s.st.putJSON(ctx, kvRankHanded(dp, mp), handedStep{rs.recorded.Epoch, rs.recorded.Step}); err != nil {
-				return err
-			}
 		}
 		if hasPrev[r] {
 			if err := proto.PutRankStep(ctx, s.st.kv, dp, mp, prevs[r].Epoch, prevs[r].Step); err != nil {

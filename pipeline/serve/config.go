@@ -85,6 +85,13 @@ type Config struct {
 	// (pipeline.CostModelExport, what --cost-model reads).
 	CostModelOut string
 
+	// NoBaselines leaves the other strategies out of the live report's
+	// comparison: each epoch is then planned once, with the job's strategy,
+	// instead of once per strategy (the mmfeed search costs seconds per step
+	// at a few hundred dp ranks: docs/BENCHMARKS.md, "Control plane at
+	// scale").
+	NoBaselines bool
+
 	// HTTP is the live report's listen address ("": no HTTP server). The CLI
 	// default is 127.0.0.1:8080; a port of 0 picks a free one.
 	HTTP string

@@ -112,8 +112,9 @@
 // service refuses to start), each epoch's info (epoch.<e>: steps, plan
 // hash, the cost-model segments), the current epoch, each rank's last
 // completed step (rank.<dp>.<mp>.step, from feedback and done), each rank's
-// generation (rank.<dp>.<mp>.gen), the last step a rank's fetch was sent a
-// batch of (rank.<dp>.<mp>.handed, core data plane) and finished. On restart the service
+// generation (rank.<dp>.<mp>.gen), the last step each rank's fetch was sent a
+// batch of (handed, one key for all ranks, core data plane; handedlog.go) and
+// finished. On restart the service
 // replans every epoch identically (replaying recorded recalibrations), sets
 // each rank's cursor after the last batch the stream still holds for it (or
 // after its last completed step) and publishes from the minimum; chunks
@@ -167,7 +168,8 @@
 //
 //   - rankTable (ranks.go): every rank's publish cursor, next needed step,
 //     generation and connection, and their KV records (rank.<dp>.<mp>.step,
-//     .gen, .handed). A generation is recorded before it is used; a cursor
+//     .gen, and the handed record of all ranks, which handedLog writes for
+//     every rank waiting at once, at most every 100 ms). A generation is recorded before it is used; a cursor
 //     moves forward only when the step's last micro-batch was handed over;
 //     a rank's next needed step moves forward only over batches handed to
 //     it (an ack of anything else is refused: Service.checkAck).

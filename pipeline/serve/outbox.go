@@ -26,16 +26,23 @@ type outbox struct {
 	ranks   [][]*outItem
 	bytes   int64
 	max     int64
-	changed chan struct{} // closed and replaced on every change
+	changed chan struct{} // closed and replaced on every change (put's wait for room)
+	// rankChanged[r] is closed and replaced on every change of rank r's
+	// batches: a fetch waits on its own rank's, so a change wakes only
+	// that rank's fetches, not every rank's (at 1,024 ranks a shared channel
+	// woke thousands of fetches for each of the thousands of changes of a
+	// step: docs/BENCHMARKS.md, "Control plane at scale").
+	rankChanged []chan struct{}
 	// wanted counts, per rank, the fetches waiting for a batch not held yet.
 	wanted []map[proto.BatchKey]int
 }
 
 func newOutbox(ranks int, maxBytes int64) *outbox {
 	o := &outbox{ranks: make([][]*outItem, ranks), max: maxBytes, changed: make(chan struct{}),
-		wanted: make([]map[proto.BatchKey]int, ranks)}
+		wanted: make([]map[proto.BatchKey]int, ranks), rankChanged: make([]chan struct{}, ranks)}
 	for r := range o.wanted {
 		o.wanted[r] = map[proto.BatchKey]int{}
+		o.rankChanged[r] = make(chan struct{})
 	}
 	return o
 }
@@ -45,7 +52,7 @@ func newOutbox(ranks int, maxBytes int64) *outbox {
 func (o *outbox) want(rank int, key proto.BatchKey) (done func()) {
 	o.mu.Lock()
 	o.wanted[rank][key]++
-	o.notifyLocked()
+	o.notifyLocked(-1)
 	o.mu.Unlock()
 	return func() {
 		o.mu.Lock()
@@ -67,9 +74,14 @@ func (o *outbox) wantedLocked(rank int, key proto.BatchKey) bool {
 	return false
 }
 
-func (o *outbox) notifyLocked() {
+// notifyLocked wakes put's waits and, for rank ≥ 0, rank's fetches.
+func (o *outbox) notifyLocked(rank int) {
 	close(o.changed)
 	o.changed = make(chan struct{})
+	if rank >= 0 {
+		close(o.rankChanged[rank])
+		o.rankChanged[rank] = make(chan struct{})
+	}
 }
 
 // put adds a batch for rank. It waits while the outbox is over its bound,
@@ -85,7 +97,7 @@ func (o *outbox) put(ctx context.Context, rank int, it *outItem) error {
 		if o.bytes+int64(len(it.payload)) <= o.max || !o.unsentLocked(rank) || o.wantedLocked(rank, it.key) {
 			o.ranks[rank] = append(o.ranks[rank], it)
 			o.bytes += int64(len(it.payload))
-			o.notifyLocked()
+			o.notifyLocked(rank)
 			o.mu.Unlock()
 			return nil
 		}
@@ -109,7 +121,7 @@ func (o *outbox) unsentLocked(rank int) bool {
 }
 
 // lookup returns the batch of rank with key (marking it sent), or nil and a
-// channel that is closed at the next change.
+// channel that is closed at the next change of rank's batches.
 func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -117,12 +129,12 @@ func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}
 		if it.key == key {
 			if !it.sent {
 				it.sent = true
-				o.notifyLocked()
+				o.notifyLocked(rank)
 			}
 			return it, nil
 		}
 	}
-	return nil, o.changed
+	return nil, o.rankChanged[rank]
 }
 
 // peek returns the batch of rank with key, or nil, without marking it sent.
@@ -160,7 +172,7 @@ func (o *outbox) ack(rank int, key proto.BatchKey) {
 	}
 	if n > 0 {
 		o.ranks[rank] = q[n:]
-		o.notifyLocked()
+		o.notifyLocked(rank)
 	}
 }
 
@@ -172,7 +184,7 @@ func (o *outbox) purge(rank int) {
 		o.bytes -= int64(len(it.payload))
 	}
 	o.ranks[rank] = nil
-	o.notifyLocked()
+	o.notifyLocked(rank)
 }
 
 // size returns the bytes held.

@@ -79,3 +79,49 @@ func TestOutboxAckAndPurge(t *testing.T) {
 		t.Errorf("after purge: size %d", o.size())
 	}
 }
+
+// TestOutboxWakesOnlyTheRanksFetches: a fetch waiting for a batch of rank 0
+// is woken by a change of rank 0's batches (a put, an ack, a purge), not by
+// another rank's: at 1,024 ranks a shared wake-up made every step's
+// thousands of changes wake thousands of waiting fetches.
+func TestOutboxWakesOnlyTheRanksFetches(t *testing.T) {
+	key := func(step int) proto.BatchKey { return proto.BatchKey{Job: "j", Step: step} }
+	item := func(step int) *outItem { return &outItem{key: key(step), payload: []byte{1}} }
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tt := range []struct {
+		name   string
+		change func(o *outbox)
+		wake   bool
+	}{
+		{"put of another rank", func(o *outbox) { _ = o.put(context.Background(), 1, item(0)) }, false},
+		{"ack of another rank", func(o *outbox) { o.ack(1, key(0)) }, false},
+		{"purge of another rank", func(o *outbox) { o.purge(1) }, false},
+		{"put of its rank", func(o *outbox) { _ = o.put(context.Background(), 0, item(1)) }, true},
+		{"ack of its rank", func(o *outbox) { o.ack(0, key(0)) }, true},
+		{"purge of its rank", func(o *outbox) { o.purge(0) }, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOutbox(2, 1<<20)
+			for r := range 2 {
+				if err := o.put(context.Background(), r, item(0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			it, ch := o.lookup(0, key(5))
+			if it != nil || ch == nil {
+				t.Fatalf("lookup of a batch not held: %v, %v", it, ch)
+			}
+			tt.change(o)
+			if got := closed(ch); got != tt.wake {
+				t.Errorf("woken %v, want %v", got, tt.wake)
+			}
+		})
+	}
+}

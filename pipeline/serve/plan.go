@@ -24,6 +24,9 @@ type epochPlan struct {
 	log  *slog.Logger
 	// firstWindow is how long planning the first window took.
 	firstWindow time.Duration
+	// baselines: the report compares the plan with the other strategies
+	// (Config.NoBaselines off).
+	baselines bool
 	// prep is the epoch's order of the job's dataset, which it shares
 	// (owned is the dataset when the plan has its own: prepareEpoch).
 	prep  *pipeline.Prepared
@@ -100,7 +103,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		closeQuiet(qfile)
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger}
+	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger, baselines: !cfg.NoBaselines}
 	if ep.log == nil {
 		ep.log = slog.Default()
 	}
@@ -169,12 +172,13 @@ func thumbnails(ctx context.Context, ep *epochPlan, whole *balancer.Plan) ([]bal
 	return pipeline.Thumbnails(ctx, ep.prep, whole, reportThumbnails)
 }
 
-// compareStrategies reports the base plan against the baselines without
-// quarantining the planner's rejections a second time.
-func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared) (*balancer.Report, error) {
+// compareStrategies reports the base plan against the baselines (none
+// without baselines) without quarantining the planner's rejections a second
+// time.
+func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared, baselines bool) (*balancer.Report, error) {
 	plans := []*balancer.Plan{base}
 	for _, s := range balancer.Strategies() {
-		if s == base.Config.Strategy {
+		if s == base.Config.Strategy || !baselines {
 			continue
 		}
 		c := base.Config

@@ -160,7 +160,7 @@ func (ep *epochPlan) planAll(ctx context.Context, pl *balancer.Planner) error {
 // compare builds the strategy comparison of the complete base plan, with
 // its thumbnails, and records both.
 func (ep *epochPlan) compare(ctx context.Context, whole *balancer.Plan) error {
-	rep, err := compareStrategies(whole, ep.prep)
+	rep, err := compareStrategies(whole, ep.prep, ep.baselines)
 	if err != nil {
 		return err
 	}

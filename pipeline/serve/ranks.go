@@ -28,12 +28,12 @@ type rankState struct {
 	// handed is the last batch (epoch, step, micro-batch) a fetch of the
 	// rank was answered with on the core data plane, when anyHanded: no ack
 	// moves the rank past it. After a restart it is the whole step recorded
-	// in the KV bucket (rank.<dp>.<mp>.handed, written before the step's
-	// first batch is sent), so acks of what an earlier service sent count.
+	// in the KV bucket (kvHanded, written before the step's first batch is
+	// sent), so acks of what an earlier service sent count.
 	handed    proto.BatchKey
 	anyHanded bool
-	recorded  pos  // the step rank.<dp>.<mp>.handed holds, when recOK
-	recOK     bool // rank.<dp>.<mp>.handed holds recorded
+	recorded  pos  // the step kvHanded holds for the rank, when recOK
+	recOK     bool // kvHanded holds recorded
 	// unsaved: the KV write of next failed (a full disk, an outage); the
 	// next setNext to the same position writes it again.
 	unsaved bool
@@ -47,7 +47,8 @@ type handedStep struct {
 }
 
 // kvRankHanded returns the key of the last step rank (dp, mp) was handed a
-// batch of (core data plane).
+// batch of (core data plane), as services before kvHanded wrote it: read
+// when the job's bucket has no kvHanded record of its layout.
 func kvRankHanded(dp, mp int) string {
 	return "rank." + strconv.Itoa(dp) + "." + strconv.Itoa(mp) + ".handed"
 }
@@ -60,7 +61,9 @@ func kvRankHanded(dp, mp int) string {
 //   - a cursor moves forward only when the publisher handed over a step's
 //     last micro-batch of the rank's current generation (stepPublished),
 //     or to wherever a rewind or a resize puts it;
-//   - moved is closed (and replaced) whenever a cursor moves forward;
+//   - moved is closed (and replaced) whenever the least cursor moves
+//     forward (what waitTurn waits for: a wake-up per cursor move woke all
+//     N publishers N times a step), and when a resize resets the cursors;
 //   - next moves backwards only on a register (setNext with force);
 //   - a generation is written to the KV bucket before the table holds it,
 //     so nothing is published with a generation a restart could reuse.
@@ -69,7 +72,12 @@ func kvRankHanded(dp, mp int) string {
 // epochBook.mu, never after.
 type rankTable struct {
 	mu     sync.Mutex
-	handMu []sync.Mutex // per rank: serialises its rank.<dp>.<mp>.handed writes
+	handMu []sync.Mutex // per rank: serialises its handed records
+	handed *handedLog   // every rank's handed step in one KV key (kvHanded)
+	// hread: the stored kvHanded record was read (hrec, nil when absent or
+	// of another layout).
+	hread  bool
+	hrec   *handedRecord
 	ranks  []rankState
 	moved  chan struct{}
 	mp     int
@@ -81,7 +89,8 @@ type rankTable struct {
 }
 
 func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
-	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
+	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), handed: newHandedLog(n),
+		moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
 }
 
 // load reads rank r's generation and next needed step from the KV bucket;
@@ -102,14 +111,46 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		rs.next = t.epochs.norm(pos{e, st + 1})
 	}
 	rs.cursor = rs.next
-	var h handedStep
-	if ok, err = t.kv.getJSON(ctx, kvRankHanded(dp, mp), &h); err != nil {
+	h, err := t.storedHanded(ctx, r)
+	if err != nil {
 		return rs, err
-	} else if ok {
+	}
+	if h != nil {
 		rs.handed, rs.anyHanded = proto.BatchKey{Epoch: h.Epoch, Step: h.Step, MicroBatch: math.MaxInt32}, true
 		rs.recorded, rs.recOK = pos{h.Epoch, h.Step}, true
 	}
+	t.handed.loaded(r, h)
 	return rs, nil
+}
+
+// storedHanded returns rank r's handed step in the KV bucket: from the
+// kvHanded record (read once), or, when there is none of this layout, from
+// the rank's own key of an earlier service (rank.<dp>.<mp>.handed).
+func (t *rankTable) storedHanded(ctx context.Context, r int) (*handedStep, error) {
+	t.mu.Lock()
+	read, rec := t.hread, t.hrec
+	t.mu.Unlock()
+	if !read {
+		var got handedRecord
+		ok, err := t.kv.getJSON(ctx, kvHanded, &got)
+		if err != nil {
+			return nil, err
+		}
+		if ok && len(got.Ranks) == t.len() {
+			rec = &got
+		}
+		t.mu.Lock()
+		t.hread, t.hrec = true, rec
+		t.mu.Unlock()
+	}
+	if rec != nil {
+		return rec.Ranks[r], nil
+	}
+	var h handedStep
+	if ok, err := t.kv.getJSON(ctx, kvRankHanded(r/t.mp, r%t.mp), &h); err != nil || !ok {
+		return nil, err
+	}
+	return &h, nil
 }
 
 // set replaces rank r's state (restore, before anything runs).
@@ -139,6 +180,10 @@ func (t *rankTable) len() int { return len(t.ranks) }
 func (t *rankTable) minCursor() pos {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.minCursorLocked()
+}
+
+func (t *rankTable) minCursorLocked() pos {
 	m := t.ranks[0].cursor
 	for _, r := range t.ranks[1:] {
 		if r.cursor.less(m) {
@@ -156,6 +201,7 @@ func (t *rankTable) normalize() {
 		t.ranks[i].cursor = t.epochs.norm(t.ranks[i].cursor)
 		t.ranks[i].next = t.epochs.norm(t.ranks[i].next)
 	}
+	t.wakeLocked() // a cursor at an epoch's end may now name the next one's start
 }
 
 // allNeed reports whether every rank's trainer needs end or later.
@@ -192,10 +238,18 @@ func (t *rankTable) stepPublished(r int, at pos, gen int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rs := &t.ranks[r]; t.epochs.norm(rs.cursor) == at && rs.gen == gen {
+		before := t.minCursorLocked()
 		rs.cursor = t.epochs.norm(pos{at.Epoch, at.Step + 1})
-		close(t.moved)
-		t.moved = make(chan struct{})
+		if before.less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
+			t.wakeLocked()
+		}
 	}
+}
+
+// wakeLocked wakes every waitTurn.
+func (t *rankTable) wakeLocked() {
+	close(t.moved)
+	t.moved = make(chan struct{})
 }
 
 // waitTurn blocks until every rank's cursor is at p or past it. The ranks
@@ -278,7 +332,7 @@ func (t *rankTable) save(ctx context.Context, r int, next pos) error {
 
 // hand records that key is about to be sent to rank r's fetch: in memory,
 // and, when key's step is later than the one recorded, in the KV bucket
-// (rank.<dp>.<mp>.handed) first. The memory moves even when the KV write
+// (kvHanded, written for every rank waiting then at once: handedLog) first. The memory moves even when the KV write
 // fails (err): the batch is sent anyway, and only a restart before the
 // next recorded step forgets it.
 func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
@@ -298,7 +352,7 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	}
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := t.kv.putJSON(kctx, kvRankHanded(r/t.mp, r%t.mp), handedStep{at.Epoch, at.Step}); err != nil {
+	if err := t.handed.record(kctx, t.kv, r, at); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -329,6 +383,8 @@ func (t *rankTable) resetAll(p pos) {
 		t.ranks[i].cursor, t.ranks[i].next = p, p
 		t.ranks[i].anyHanded, t.ranks[i].recOK = false, false // the old layout's ranks were handed those
 	}
+	t.handed.reset()
+	t.wakeLocked()
 }
 
 // trained returns the least position every rank's trainer still needs; ok

@@ -1,0 +1,131 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// kvHanded is the KV key of every rank's handed step (handedRecord): one
+// write records the steps of all the ranks whose fetches were answered
+// meanwhile (group commit), instead of one write per rank and step
+// (rank.<dp>.<mp>.handed, which services before it wrote and a service
+// still reads when this key is absent).
+const kvHanded = "handed"
+
+// handedRecord is the value of kvHanded: Ranks[r] is the last step rank r
+// was handed a batch of, null when none.
+type handedRecord struct {
+	Ranks []*handedStep `json:"ranks"`
+}
+
+// handedLog owns the kvHanded record: what the KV bucket holds and what the
+// next write will hold. A rank's step is recorded before any batch of it is
+// sent (rankTable.hand waits for record), so the rule "a position advances
+// only over batches handed to that rank" survives a restart unchanged; only
+// the number of writes changes. While one write is in flight, the steps of
+// other ranks gather and go out together in the next, and a write starts
+// at least handedInterval after the one before: a job writes the record at
+// most 1/handedInterval times a second, whatever its rank count (a rank's
+// fetch window hides the wait; a fetch when none was written for that long
+// is recorded at once). Safe for concurrent use.
+type handedLog struct {
+	interval time.Duration // the least time between two writes' starts
+	last     time.Time     // when the last write started
+
+	mu      sync.Mutex
+	want    []*handedStep // the next write's value
+	have    []*handedStep // what the bucket holds
+	writing bool          // a write is in flight
+	done    chan struct{} // closed when that write ends
+	err     error         // the last write's error
+}
+
+// handedInterval is the least time between two writes of kvHanded.
+const handedInterval = 100 * time.Millisecond
+
+func newHandedLog(ranks int) *handedLog {
+	return &handedLog{interval: handedInterval, want: make([]*handedStep, ranks), have: make([]*handedStep, ranks), done: make(chan struct{})}
+}
+
+// loaded sets what the bucket holds for rank r (a restart).
+func (l *handedLog) loaded(r int, h *handedStep) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.want[r], l.have[r] = h, h
+}
+
+// reset forgets every rank's step (a resize: the old layout's ranks were
+// handed those); the next write records the new layout's only.
+func (l *handedLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.want)
+}
+
+func covers(h *handedStep, at pos) bool {
+	return h != nil && !(pos{h.Epoch, h.Step}).less(at)
+}
+
+// record returns once the bucket holds step at (or a later one) for rank r,
+// writing it together with every other rank's step waiting then; err is
+// the write's that was to record it.
+func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !covers(l.want[r], at) {
+		l.want[r] = &handedStep{at.Epoch, at.Step}
+	}
+	for !covers(l.have[r], at) {
+		if l.writing {
+			done := l.done
+			l.mu.Unlock()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				l.mu.Lock()
+				return fmt.Errorf("serve: record rank %d handed %v: %w", r, at, ctx.Err())
+			}
+			l.mu.Lock()
+			if l.err != nil && !covers(l.have[r], at) {
+				return l.err // the write meant to record it failed: the caller logs it and sends anyway
+			}
+			continue
+		}
+		l.writing = true
+		wait := l.interval - time.Since(l.last)
+		l.mu.Unlock()
+		var err error
+		if wait > 0 {
+			err = sleepCtx(ctx, wait) // the steps of other ranks gather meanwhile
+		}
+		l.mu.Lock()
+		var snap []*handedStep
+		if err == nil {
+			snap = slices.Clone(l.want)
+			l.last = time.Now()
+			l.mu.Unlock()
+			err = st.putJSON(ctx, kvHanded, handedRecord{Ranks: snap})
+			l.mu.Lock()
+		}
+		l.writing, l.err = false, err
+		if snap == nil {
+			l.err = nil // this caller's wait ended, not a write: the others write themselves
+		}
+		if err == nil {
+			for i, h := range snap {
+				if h != nil && !covers(l.have[i], pos{h.Epoch, h.Step}) {
+					l.have[i] = h
+				}
+			}
+		}
+		close(l.done)
+		l.done = make(chan struct{})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
