@@ -37,7 +37,7 @@ func main() {
 	bigSteps := flag.Int("big-steps", 6, "steps per epoch above -single-above")
 	epochs := flag.Int("epochs", 2, "epochs")
 	workers := flag.Int("workers", 1, "worker processes")
-	strategy := flag.String("strategy", "random", "the planner's --strategy (random: the control plane, not the balancer's search)")
+	strategy := flag.String("strategy", "mmfeed", "the planner's --strategy")
 	bin := flag.String("bin", "bin/mmfeed", "the mmfeed binary")
 	out := flag.String("out", "bench/results.json", "results file (merged with what is there)")
 	keep := flag.String("dir", "", "scratch folder (default: a temporary one, removed)")

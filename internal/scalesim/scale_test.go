@@ -42,7 +42,7 @@ func TestScale64(t *testing.T) {
 	}
 	bin, nb := repoBinaries(t)
 	sc := &Scenario{Bin: bin, NATSBin: nb, Dir: t.TempDir(), N: 64, Servers: 1, Steps: 8, Epochs: 2, PerRank: 4,
-		MicroBatches: 2, Workers: 1, RestartNATSAt: 4, KillLeaderAt: -1, Strategy: "random"}
+		MicroBatches: 2, Workers: 1, RestartNATSAt: 4, KillLeaderAt: -1}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f, err := sc.Run(ctx)
