@@ -251,7 +251,7 @@ func (w *window) worse(o *window) int {
 // more than levelTolerance above even, it moves a sample from the most loaded
 // virtual rank to the least loaded one, or swaps a sample of each, choosing
 // the transfer closest to half their gap.
-func (w *window) level(k int) { w.levelN(k, 4*w.dp*w.dp) }
+func (w *window) level(k int) { w.levelN(k, levelMoves*w.dp) }
 
 func (w *window) levelN(k, n int) {
 	for range n {

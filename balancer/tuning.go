@@ -154,6 +154,11 @@ const repairTolerance = 1e-3
 // below 1e-4).
 const levelTolerance = 1e-4
 
+// levelMoves bounds a full levelling of a step: at most levelMoves × DP
+// exchanges (was 4 × DP², which at fixed resolution, where many samples cost
+// almost the same, spent 1.7 s of a dp-512 epoch on exchanges of tiny gains).
+const levelMoves = 8
+
 // repairLevel bounds the exchanges of the levelling after each swap the
 // repair tries or makes (it levels every step in full when it ends). At dp 128
 // × 2,048 samples per step, 1 to 32 chose the same swaps as an unbounded
