@@ -358,7 +358,7 @@ func (s *packScratch) refinePositions() {
 		slices.SortFunc(order, byCost)
 		for moves := 0; moves < packPasses*len(s.items); moves++ {
 			hi := order[len(order)-1]
-			moved := slices.IndexFunc(order[:min(len(order)-1, levelTargets)], func(b int) bool { return s.levelPair(hi, b) })
+			moved := slices.IndexFunc(order[:min(len(order)-1, positionPartners)], func(b int) bool { return s.levelPair(hi, b) })
 			if moved < 0 {
 				break
 			}
