@@ -56,13 +56,13 @@ func (p *Plan) blocker(s Step, st StepStats) Blocker {
 	c := p.Config
 	m := c.model()
 	var entries []Cost
-	top := int32(-1)
+	top, topCost := int32(-1), 0.0
 	for _, r := range s.Ranks {
 		for _, mb := range r {
 			for _, e := range mb {
 				entries = append(entries, m.Cost(p.items[e.Item]))
-				if e.Weight > 0 && (top < 0 || p.ItemCost(e.Item) > p.ItemCost(top)) {
-					top = e.Item
+				if c := p.ItemCost(e.Item); e.Weight > 0 && (top < 0 || c > topCost) {
+					top, topCost = e.Item, c
 				}
 			}
 		}
@@ -71,7 +71,7 @@ func (p *Plan) blocker(s Step, st StepStats) Blocker {
 	mb := max(c.MicroBatches, 1)
 	b := Blocker{Step: s.Index, Bound: st.ImbalanceLowerBound, Item: top, ID: it.ID,
 		TextTokens: it.TextTokens, ImageTokens: it.ImageTokens,
-		RankShare: p.ItemCost(top) / st.MeanCost, MicroBatchShare: p.ItemCost(top) * float64(mb) / st.MeanCost}
+		RankShare: topCost / st.MeanCost, MicroBatchShare: topCost * float64(mb) / st.MeanCost}
 	var overhead Cost
 	if c.Pack {
 		overhead = m.MicroBatchOverhead

@@ -77,8 +77,12 @@ func (b *builder) choose(win []batch, pool []member, c []float64, stack bool) (*
 		}
 		return w, ok
 	}
+	kinds := []bool{false} // spread
+	if stack {
+		kinds = append(kinds, true)
+	}
 	var tried []*window
-	for _, stacked := range []bool{false, true}[:1+btoi(stack)] {
+	for _, stacked := range kinds {
 		l := b.dealLayers(win, c, stacked)
 		l.settle(len(pool), false)
 		if l.even() {
@@ -105,13 +109,6 @@ func (b *builder) choose(win []batch, pool []member, c []float64, stack bool) (*
 		}
 	}
 	return w, true
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // even reports whether every step is within repairTolerance of even.
