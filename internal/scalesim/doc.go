@@ -12,7 +12,7 @@
 // registers on its rank control subject (retrying while the service is
 // starting or planning), asks for a window of 4 batches ahead (proto.Fetcher:
 // the same fetch, re-ask and reassembly rules), and after each step publishes
-// one ack per micro-batch (no reply) and a feedback, and a done after an
+// one ack of its last micro-batch (no reply) and a feedback, and a done after an
 // epoch's last step; after a reconnect it sends the acks and dones of the
 // last 30 s again. With Config.Barrier the ranks meet after every step, as
 // the all-reduce makes real ranks do. Every delivered row of weight > 0 is

@@ -168,14 +168,15 @@ func (r *rank) step(ctx context.Context, f *proto.Fetcher, epoch, step int, rep 
 	if err := r.sim.meet(ctx, epoch, step); err != nil {
 		return err
 	}
-	for mb := range rep.MicroBatches {
-		subj, _ := proto.AckSubject(job, r.dp, 0)
-		k := proto.BatchKey{Job: job, Epoch: epoch, Step: step, MicroBatch: mb, DPRank: r.dp}
-		if err := r.publish(subj, proto.AckRequest(proto.NewFetchRequest(k)), true); err != nil {
-			return err
-		}
-		r.acks++
+	// One ack a step, of its last micro-batch: an ack means "every batch up
+	// to this one is applied" (docs/protocol.md section 11), as the Python
+	// client sends it.
+	ackSubj, _ := proto.AckSubject(job, r.dp, 0)
+	last := proto.BatchKey{Job: job, Epoch: epoch, Step: step, MicroBatch: rep.MicroBatches - 1, DPRank: r.dp}
+	if err := r.publish(ackSubj, proto.AckRequest(proto.NewFetchRequest(last)), true); err != nil {
+		return err
 	}
+	r.acks++
 	subj, _ := proto.RankControlSubject(job, proto.CtlFeedback, r.dp, 0)
 	fb := proto.Feedback{Job: job, Epoch: epoch, Step: step, DPRank: r.dp, ComputeSeconds: 0.01, Samples: real}
 	if err := r.publish(subj, fb, false); err != nil {

@@ -56,9 +56,18 @@ func TestScale64(t *testing.T) {
 	if f.Reconnect <= 0 {
 		t.Errorf("no rank received after the NATS restart")
 	}
-	// The handed steps of all ranks share their KV writes (one write per
-	// rank and step before: 1.0).
-	if got := f.KVStepRank["handed"]; got <= 0 || got > 0.5 {
-		t.Errorf("%.2f handed KV writes per step and rank, want (0, 0.5]", got)
+	// The handed steps and the positions of all ranks share their KV
+	// writes (one write per rank and step each before: 1.0), and no
+	// per-rank position key is written.
+	for _, kind := range []string{"handed", "positions"} {
+		if got := f.KVStepRank[kind]; got <= 0 || got > 0.5 {
+			t.Errorf("%.2f %s KV writes per step and rank, want (0, 0.5]", got, kind)
+		}
+	}
+	if f.AcksPerStepRank > 1 {
+		t.Errorf("%.2f acks per step and rank, want one (of the step's last micro-batch)", f.AcksPerStepRank)
+	}
+	if got := f.KVStepRank["step"]; got != 0 {
+		t.Errorf("%.2f rank.<dp>.<mp>.step KV writes per step and rank, want 0", got)
 	}
 }

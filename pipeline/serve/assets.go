@@ -301,34 +301,28 @@ func (s *Service) recreateState(ctx context.Context) error {
 	}
 	infos := s.epochs.allInfos()
 	ranks := s.ranks.all()
-	prevs := make([]pos, len(ranks))
-	hasPrev := make([]bool, len(ranks))
-	for r, rs := range ranks {
-		prevs[r], hasPrev[r] = s.epochs.stepBefore(rs.next)
-	}
 	for e, in := range infos {
 		if err := s.st.putJSON(ctx, kvEpochInfo+fmt.Sprint(e), in); err != nil {
 			return err
 		}
 	}
-	handed := handedRecord{Ranks: make([]*handedStep, len(ranks))}
+	handed := ranksRecord{Ranks: make([]*kvStep, len(ranks))}
+	positions := ranksRecord{Ranks: make([]*kvStep, len(ranks))}
 	for r, rs := range ranks {
 		if rs.recOK {
-			handed.Ranks[r] = &handedStep{rs.recorded.Epoch, rs.recorded.Step}
+			handed.Ranks[r] = &kvStep{rs.recorded.Epoch, rs.recorded.Step}
 		}
+		positions.Ranks[r] = s.ranks.lastCompleted(rs.next)
 	}
 	if err := s.st.putJSON(ctx, kvHanded, handed); err != nil {
 		return err
 	}
+	if err := s.st.putJSON(ctx, kvPositions, positions); err != nil {
+		return err
+	}
 	for r, rs := range ranks {
-		dp, mp := r/s.cfg.MP, r%s.cfg.MP
-		if err := s.st.putInt(ctx, kvRankGen(dp, mp), rs.gen); err != nil {
+		if err := s.st.putInt(ctx, kvRankGen(r/s.cfg.MP, r%s.cfg.MP), rs.gen); err != nil {
 			return err
-		}
-		if hasPrev[r] {
-			if err := proto.PutRankStep(ctx, s.st.kv, dp, mp, prevs[r].Epoch, prevs[r].Step); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -325,7 +325,7 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 			return ctx.Err()
 		}
 	}
-	c.setNext(ctx, rank, need, true)
+	c.setNext(rank, need, true)
 	return nil
 }
 
@@ -341,14 +341,10 @@ func replyPrefix(reply string) string {
 }
 
 // setNext records the first step rank's trainer still needs (in memory and
-// as the KV rank step; with force it may move backwards: a register) and
-// wakes the publisher when it moved.
-func (c *control) setNext(ctx context.Context, rank int, next pos, force bool) {
-	moved, err := c.ranks.setNext(ctx, rank, next, force)
-	if err != nil {
-		c.log.Warn("kv rank step", "dp", rank/c.cfg.MP, "mp", rank%c.cfg.MP, "err", err)
-	}
-	if moved {
+// in kvPositions; with force it may move backwards: a register) and wakes
+// the publisher when it moved.
+func (c *control) setNext(rank int, next pos, force bool) {
+	if c.ranks.setNext(rank, next, force) {
 		c.poke()
 	}
 }
@@ -426,7 +422,7 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 		}
 		want = c.epochs.norm(want)
 		if !bound.less(want) {
-			c.setNext(ctx, rank, want, false)
+			c.setNext(rank, want, false)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -435,7 +431,7 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 				c.rlog.warn("done:unacknowledged", "rank reports past what it acknowledged; kept at its first unacknowledged step",
 					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
 			}
-			c.setNext(ctx, rank, bound, false)
+			c.setNext(rank, bound, false)
 			return
 		}
 		select {

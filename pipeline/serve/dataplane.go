@@ -300,7 +300,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		_ = m.Respond(nil)
 	}
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
-		s.ctl.setNext(context.Background(), rank, pos{a.Epoch, a.Step + 1}, false)
+		s.ctl.setNext(rank, pos{a.Epoch, a.Step + 1}, false)
 	}
 }
 

@@ -111,7 +111,8 @@
 // fingerprint of dataset, plan, tokenizer and image settings; a mismatching
 // service refuses to start), each epoch's info (epoch.<e>: steps, plan
 // hash, the cost-model segments), the current epoch, each rank's last
-// completed step (rank.<dp>.<mp>.step, from feedback and done), each rank's
+// completed step (positions, one key for all ranks, from feedback, done and
+// a step's last ack, written at most every 100 ms: positionlog.go), each rank's
 // generation (rank.<dp>.<mp>.gen), the last step each rank's fetch was sent a
 // batch of (handed, one key for all ranks, core data plane; handedlog.go) and
 // finished. On restart the service
@@ -167,9 +168,11 @@
 // lock, with the invariants documented on the type:
 //
 //   - rankTable (ranks.go): every rank's publish cursor, next needed step,
-//     generation and connection, and their KV records (rank.<dp>.<mp>.step,
-//     .gen, and the handed record of all ranks, which handedLog writes for
-//     every rank waiting at once, at most every 100 ms). A generation is recorded before it is used; a cursor
+//     generation and connection, and their KV records (rank.<dp>.<mp>.gen,
+//     the positions record of all ranks, which positionLog writes behind
+//     the acks, and the handed record of all ranks, which handedLog writes
+//     for every rank waiting at once before their batches go; each at most
+//     every 100 ms). A generation is recorded before it is used; a cursor
 //     moves forward only when the step's last micro-batch was handed over;
 //     a rank's next needed step moves forward only over batches handed to
 //     it (an ack of anything else is refused: Service.checkAck).

@@ -8,17 +8,18 @@ import (
 	"time"
 )
 
-// kvHanded is the KV key of every rank's handed step (handedRecord): one
+// kvHanded is the KV key of every rank's handed step (ranksRecord: Ranks[r]
+// is the last step rank r was handed a batch of, null when none): one
 // write records the steps of all the ranks whose fetches were answered
 // meanwhile (group commit), instead of one write per rank and step
 // (rank.<dp>.<mp>.handed, which services before it wrote and a service
 // still reads when this key is absent).
 const kvHanded = "handed"
 
-// handedRecord is the value of kvHanded: Ranks[r] is the last step rank r
-// was handed a batch of, null when none.
-type handedRecord struct {
-	Ranks []*handedStep `json:"ranks"`
+// ranksRecord is the value of kvHanded and of kvPositions: a step per rank
+// (index dp × mp + mp rank).
+type ranksRecord struct {
+	Ranks []*kvStep `json:"ranks"`
 }
 
 // handedLog owns the kvHanded record: what the KV bucket holds and what the
@@ -36,8 +37,8 @@ type handedLog struct {
 	last     time.Time     // when the last write started
 
 	mu      sync.Mutex
-	want    []*handedStep // the next write's value
-	have    []*handedStep // what the bucket holds
+	want    []*kvStep     // the next write's value
+	have    []*kvStep     // what the bucket holds
 	writing bool          // a write is in flight
 	done    chan struct{} // closed when that write ends
 	err     error         // the last write's error
@@ -47,11 +48,11 @@ type handedLog struct {
 const handedInterval = 100 * time.Millisecond
 
 func newHandedLog(ranks int) *handedLog {
-	return &handedLog{interval: handedInterval, want: make([]*handedStep, ranks), have: make([]*handedStep, ranks), done: make(chan struct{})}
+	return &handedLog{interval: handedInterval, want: make([]*kvStep, ranks), have: make([]*kvStep, ranks), done: make(chan struct{})}
 }
 
 // loaded sets what the bucket holds for rank r (a restart).
-func (l *handedLog) loaded(r int, h *handedStep) {
+func (l *handedLog) loaded(r int, h *kvStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.want[r], l.have[r] = h, h
@@ -65,7 +66,7 @@ func (l *handedLog) reset() {
 	clear(l.want)
 }
 
-func covers(h *handedStep, at pos) bool {
+func covers(h *kvStep, at pos) bool {
 	return h != nil && !(pos{h.Epoch, h.Step}).less(at)
 }
 
@@ -76,7 +77,7 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !covers(l.want[r], at) {
-		l.want[r] = &handedStep{at.Epoch, at.Step}
+		l.want[r] = &kvStep{at.Epoch, at.Step}
 	}
 	for !covers(l.have[r], at) {
 		if l.writing {
@@ -102,12 +103,12 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 			err = sleepCtx(ctx, wait) // the steps of other ranks gather meanwhile
 		}
 		l.mu.Lock()
-		var snap []*handedStep
+		var snap []*kvStep
 		if err == nil {
 			snap = slices.Clone(l.want)
 			l.last = time.Now()
 			l.mu.Unlock()
-			err = st.putJSON(ctx, kvHanded, handedRecord{Ranks: snap})
+			err = st.putJSON(ctx, kvHanded, ranksRecord{Ranks: snap})
 			l.mu.Lock()
 		}
 		l.writing, l.err = false, err

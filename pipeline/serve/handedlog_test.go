@@ -47,7 +47,7 @@ func TestHandedStepsShareWrites(t *testing.T) {
 				t.Error(err)
 			}
 			// Recorded before hand returns: the bucket holds it now.
-			var rec handedRecord
+			var rec ranksRecord
 			if ok, err := st.getJSON(ctx, kvHanded, &rec); err != nil || !ok || !covers(rec.Ranks[r], pos{0, 2}) {
 				t.Errorf("rank %d: after hand the bucket holds %v (ok %v, err %v)", r, rec.Ranks[r], ok, err)
 			}
@@ -74,7 +74,7 @@ func TestHandedStepsShareWrites(t *testing.T) {
 	if err := kv.Delete(ctx, kvHanded); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.putJSON(ctx, kvRankHanded(3, 0), handedStep{0, 5}); err != nil {
+	if err := st.putJSON(ctx, kvRankHanded(3, 0), kvStep{0, 5}); err != nil {
 		t.Fatal(err)
 	}
 	old := newRankTable(n, 1, nil, st)

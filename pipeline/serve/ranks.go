@@ -34,14 +34,12 @@ type rankState struct {
 	anyHanded bool
 	recorded  pos  // the step kvHanded holds for the rank, when recOK
 	recOK     bool // kvHanded holds recorded
-	// unsaved: the KV write of next failed (a full disk, an outage); the
-	// next setNext to the same position writes it again.
-	unsaved bool
 }
 
-// handedStep is the KV value of rank.<dp>.<mp>.handed: every batch of the
-// rank up to this step may have been sent to it.
-type handedStep struct {
+// kvStep is a step of the job as the KV bucket records it: in kvHanded
+// (every batch of the rank up to this step may have been sent to it), in
+// rank.<dp>.<mp>.handed, and in kvPositions (the rank's last completed step).
+type kvStep struct {
 	Epoch int `json:"epoch"`
 	Step  int `json:"step"`
 }
@@ -54,8 +52,8 @@ func kvRankHanded(dp, mp int) string {
 }
 
 // rankTable owns every rank's positions and their persistence in the job's
-// KV bucket (rank.<dp>.<mp>.step: the last completed step; rank.<dp>.<mp>.gen:
-// the generation).
+// KV bucket (kvPositions: every rank's last completed step; kvHanded: the
+// last step handed; rank.<dp>.<mp>.gen: the generation).
 //
 // Invariants, under mu:
 //   - a cursor moves forward only when the publisher handed over a step's
@@ -71,18 +69,17 @@ func kvRankHanded(dp, mp int) string {
 // Positions are normalised with the epochs' step counts: mu is taken before
 // epochBook.mu, never after.
 type rankTable struct {
-	mu     sync.Mutex
-	handMu []sync.Mutex // per rank: serialises its handed records
-	handed *handedLog   // every rank's handed step in one KV key (kvHanded)
-	// hread: the stored kvHanded record was read (hrec, nil when absent or
-	// of another layout).
-	hread  bool
-	hrec   *handedRecord
-	ranks  []rankState
-	moved  chan struct{}
-	mp     int
-	epochs *epochBook
-	kv     *state // the Service's, set up before the table is used
+	mu        sync.Mutex
+	handMu    []sync.Mutex // per rank: serialises its handed records
+	handed    *handedLog   // every rank's handed step in one KV key (kvHanded)
+	positions *positionLog // every rank's last completed step in one KV key (kvPositions)
+	// what the bucket held when the service started (under mu)
+	storedHand, storedPos storedSteps
+	ranks                 []rankState
+	moved                 chan struct{}
+	mp                    int
+	epochs                *epochBook
+	kv                    *state // the Service's, set up before the table is used
 	// advanced, when set (before the control handlers run), is told each
 	// forward move of a rank's next needed step (the autoscaling rates).
 	advanced func(r int, from, to pos)
@@ -90,7 +87,7 @@ type rankTable struct {
 
 func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
 	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), handed: newHandedLog(n),
-		moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
+		positions: newPositionLog(n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
 }
 
 // load reads rank r's generation and next needed step from the KV bucket;
@@ -103,13 +100,14 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		return rs, err
 	}
 	rs.gen = gen
-	e, st, ok, err := proto.GetRankStep(ctx, t.kv.kv, dp, mp)
+	last, err := t.storedPosition(ctx, r)
 	if err != nil {
 		return rs, err
 	}
-	if ok {
-		rs.next = t.epochs.norm(pos{e, st + 1})
+	if last != nil {
+		rs.next = t.epochs.norm(pos{last.Epoch, last.Step + 1})
 	}
+	t.positions.loaded(r, last)
 	rs.cursor = rs.next
 	h, err := t.storedHanded(ctx, r)
 	if err != nil {
@@ -123,30 +121,60 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 	return rs, nil
 }
 
-// storedHanded returns rank r's handed step in the KV bucket: from the
-// kvHanded record (read once), or, when there is none of this layout, from
-// the rank's own key of an earlier service (rank.<dp>.<mp>.handed).
-func (t *rankTable) storedHanded(ctx context.Context, r int) (*handedStep, error) {
+// storedSteps is a record of every rank's step (kvHanded, kvPositions) as
+// the KV bucket held it when the service started: read once.
+type storedSteps struct {
+	read  bool
+	ranks []*kvStep // nil when absent or of another layout
+}
+
+// stored returns rank r's step in the record key, read once into c; ok is
+// false when the bucket holds no record of this layout.
+func (t *rankTable) stored(ctx context.Context, key string, c *storedSteps, r int) (s *kvStep, ok bool, err error) {
 	t.mu.Lock()
-	read, rec := t.hread, t.hrec
+	read, ranks := c.read, c.ranks
 	t.mu.Unlock()
 	if !read {
-		var got handedRecord
-		ok, err := t.kv.getJSON(ctx, kvHanded, &got)
+		var got ranksRecord
+		found, err := t.kv.getJSON(ctx, key, &got)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		if ok && len(got.Ranks) == t.len() {
-			rec = &got
+		if found && len(got.Ranks) == t.len() {
+			ranks = got.Ranks
 		}
 		t.mu.Lock()
-		t.hread, t.hrec = true, rec
+		c.read, c.ranks = true, ranks
 		t.mu.Unlock()
 	}
-	if rec != nil {
-		return rec.Ranks[r], nil
+	if ranks == nil {
+		return nil, false, nil
 	}
-	var h handedStep
+	return ranks[r], true, nil
+}
+
+// storedPosition returns rank r's last completed step in the KV bucket:
+// from the kvPositions record, or, when there is none of this layout, from
+// the rank's own key of an earlier service (rank.<dp>.<mp>.step).
+func (t *rankTable) storedPosition(ctx context.Context, r int) (*kvStep, error) {
+	if s, ok, err := t.stored(ctx, kvPositions, &t.storedPos, r); ok || err != nil {
+		return s, err
+	}
+	e, st, ok, err := proto.GetRankStep(ctx, t.kv.kv, r/t.mp, r%t.mp)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &kvStep{e, st}, nil
+}
+
+// storedHanded returns rank r's handed step in the KV bucket: from the
+// kvHanded record, or, when there is none of this layout, from the rank's
+// own key of an earlier service (rank.<dp>.<mp>.handed).
+func (t *rankTable) storedHanded(ctx context.Context, r int) (*kvStep, error) {
+	if s, ok, err := t.stored(ctx, kvHanded, &t.storedHand, r); ok || err != nil {
+		return s, err
+	}
+	var h kvStep
 	if ok, err := t.kv.getJSON(ctx, kvRankHanded(r/t.mp, r%t.mp), &h); err != nil || !ok {
 		return nil, err
 	}
@@ -290,16 +318,15 @@ func (t *rankTable) swapConn(r int, conn string) (same bool) {
 }
 
 // setNext records the first step rank r's trainer still needs, in memory
-// and as the KV rank step; with force it may move backwards (a register).
-// The KV write is not cut short by ctx's end (only bounded). It reports whether the position moved; err is the KV write's.
-func (t *rankTable) setNext(ctx context.Context, r int, next pos, force bool) (bool, error) {
+// and, by the next write of kvPositions, in the KV bucket; with force it may
+// move backwards (a register). It reports whether it set the position.
+func (t *rankTable) setNext(r int, next pos, force bool) bool {
 	t.mu.Lock()
 	rs := &t.ranks[r]
 	next = t.epochs.norm(next)
-	retry := rs.unsaved && rs.next == next
-	if !force && !rs.next.less(next) && !retry {
+	if !force && !rs.next.less(next) {
 		t.mu.Unlock()
-		return false, nil
+		return false
 	}
 	from := rs.next
 	rs.next, rs.known = next, true
@@ -307,27 +334,17 @@ func (t *rankTable) setNext(ctx context.Context, r int, next pos, force bool) (b
 	if t.advanced != nil && !force && from.less(next) {
 		t.advanced(r, from, next)
 	}
-	err := t.save(ctx, r, next)
-	t.mu.Lock()
-	if r < len(t.ranks) && t.ranks[r].next == next {
-		t.ranks[r].unsaved = err != nil
-	}
-	t.mu.Unlock()
-	return !retry, err
+	t.positions.set(r, t.lastCompleted(next))
+	return true
 }
 
-// save writes rank r's position next to the KV bucket.
-func (t *rankTable) save(ctx context.Context, r int, next pos) error {
-	prev, hasPrev := t.epochs.stepBefore(next)
-	// The position is taken: record it even when ctx ends now (the service
-	// stopping after the job's last done), within a bound.
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	dp, mp := r/t.mp, r%t.mp
-	if hasPrev {
-		return proto.PutRankStep(kctx, t.kv.kv, dp, mp, prev.Epoch, prev.Step)
+// lastCompleted is the step before next as kvPositions records it (nil:
+// next is the job's first step).
+func (t *rankTable) lastCompleted(next pos) *kvStep {
+	if prev, ok := t.epochs.stepBefore(next); ok {
+		return &kvStep{prev.Epoch, prev.Step}
 	}
-	return t.kv.delete(kctx, proto.KVRankStep(dp, mp))
+	return nil
 }
 
 // hand records that key is about to be sent to rank r's fetch: in memory,
@@ -382,6 +399,7 @@ func (t *rankTable) resetAll(p pos) {
 	for i := range t.ranks {
 		t.ranks[i].cursor, t.ranks[i].next = p, p
 		t.ranks[i].anyHanded, t.ranks[i].recOK = false, false // the old layout's ranks were handed those
+		t.positions.set(i, t.lastCompleted(p))
 	}
 	t.handed.reset()
 	t.wakeLocked()

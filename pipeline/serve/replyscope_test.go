@@ -151,12 +151,12 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 		_, err := kv.Get(ctx, kvEpochInfo+"0")
 		return err
 	})
-	keys := []string{"config", proto.KVRankStep(0, 0), proto.KVRankStep(1, 0), kvRankGen(0, 0), kvRankGen(1, 0)}
+	keys := []string{"config", kvPositions, kvRankGen(0, 0), kvRankGen(1, 0)}
 	before := kvRevisions(t, ctx, kv, keys)
 
 	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
 	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
-	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + ".rank.1.0.step",
+	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + "." + kvPositions,
 		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
 		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
 	if auth {

@@ -169,6 +169,7 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
+	g.Go(func() error { s.ranks.positions.run(gctx, &s.st, positionInterval); return nil })
 	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
@@ -217,6 +218,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	})
 	err = g.Wait()
+	// The positions moved since the last write, before the lease goes: the
+	// last acks of a finished job, or of a drain.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
+		s.log.Warn("record rank positions", "err", ferr)
+	}
+	cancel()
 	if errors.Is(err, errFinished) {
 		err = nil
 	}

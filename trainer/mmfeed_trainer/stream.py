@@ -599,11 +599,20 @@ class StreamSource(Source):
                 current = StepData(step, [], epoch=epoch)
 
     def _ack_tags(self, tags) -> None:
+        """Acknowledge JetStream chunks one by one; on the core plane send one ack, of the last
+        batch: it means "every batch up to this one is applied" (protocol section 11), so a step
+        costs one ack message, not one per micro-batch."""
+        core = [m for m in tags if isinstance(m, _CoreAck)]
+
         async def _ack_all():
             for m in tags:
+                if isinstance(m, _CoreAck):
+                    continue
                 await m.ack()
                 if getattr(m, "reply", None):  # a JetStream message (_CoreAck remembers in _send_ack)
                     self._remember(m.reply, ACK)
+            if core:
+                await max(core, key=lambda m: m.key).ack()
         self._call(_ack_all(), timeout=self.request_timeout_s)
 
     async def _keep_alive(self) -> None:
