@@ -86,11 +86,13 @@ class ParallelDims:
         return self.mesh
 
     def host_groups(self) -> dict:
-        """gloo twins of the mesh's dp and mp groups: {axis: this rank's group}. Collective over
-        the world (every rank creates every group, in the same order)."""
+        """gloo twins of the mesh's dp, pp and mp groups: {axis: this rank's group}. Collective
+        over the world (every rank creates every group, in the same order)."""
         ranks = self.mesh.mesh
         out = {}
-        for axis in (DP, MP):
+        for axis in (DP, PP, MP):
+            if axis not in self.mesh.mesh_dim_names:
+                continue
             dim = self.mesh.mesh_dim_names.index(axis)
             size = ranks.shape[dim]
             if size == 1:
@@ -102,10 +104,11 @@ class ParallelDims:
         return out
 
     def host_group(self, axis: str):
-        """A group over this rank's ``axis`` (DP or MP) whose collectives take host tensors: the
-        sizes a step exchanges go through it without touching the device (docs/trainer.md, "No
-        host syncs in the step"). None without that axis."""
-        group = self.dp_group() if axis == DP else self.mp_group()
+        """A group over this rank's ``axis`` (DP, PP or MP) whose collectives take host tensors:
+        the sizes a step exchanges (and the pipeline's message headers) go through it without
+        touching the device (docs/trainer.md, "No host syncs in the step"). None without that
+        axis."""
+        group = {DP: self.dp_group, PP: self.pp_group, MP: self.mp_group}[axis]()
         return None if group is None else self.host.get(axis, group)
 
     def coords(self) -> tuple[int, int]:

@@ -47,8 +47,12 @@ class ParallelConfig:
 
     fsdp: bool = False
     """FSDP2 ``fully_shard`` over dp instead of DDP."""
-    reshard_after_forward: bool = True
-    """FSDP2: free the gathered parameters after forward (ZeRO-3) or keep them (ZeRO-2)."""
+    reshard_after_forward: bool | None = None
+    """FSDP2: free the gathered parameters after forward (ZeRO-3) or keep them (ZeRO-2).
+    None: ZeRO-3 without pipeline parallelism, ZeRO-2 with it (as torchtitan): under a pipeline
+    schedule a stage's forwards and backwards interleave over the micro-batches, so freeing
+    after each forward gathers the stage's parameters again for every forward and backward
+    (2 x M all-gathers a step instead of one)."""
     exchange_dtype: torch.dtype = torch.float32
     """dtype of the text features sent between mp ranks (bfloat16 halves the bytes)."""
     ddp_bucket_cap_mb: int = 25
@@ -142,18 +146,24 @@ def _fsdp_policies(cfg: ParallelConfig, *, root: bool) -> dict:
     return kw
 
 
+def reshard_after_forward(cfg: ParallelConfig, pp: int) -> bool:
+    """``cfg.reshard_after_forward``, or its default for ``pp`` stages (see the field)."""
+    return cfg.reshard_after_forward if cfg.reshard_after_forward is not None else pp == 1
+
+
 def _apply_fsdp(stage: Stage, dims: ParallelDims, cfg: ParallelConfig) -> nn.Module:
     from torch.distributed.fsdp import FSDPModule, fully_shard
     mesh = dims.dp_mesh()
     inner = _fsdp_policies(cfg, root=False)
+    reshard = reshard_after_forward(cfg, dims.pp)
     for name in ("vision", "text", "fusion"):
         part = getattr(stage, name, None)
         if part is None:
             continue
         for block in part.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **inner)
-        fully_shard(part, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **inner)
-    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward,
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, **inner)
+        fully_shard(part, mesh=mesh, reshard_after_forward=reshard, **inner)
+    fully_shard(stage, mesh=mesh, reshard_after_forward=reshard,
                 **_fsdp_policies(cfg, root=True))
     # Sum over dp (the loss is already divided by the global weight); plain SUM also works on
     # gloo, which lacks the PREMUL_SUM a divide factor would otherwise use. The setters act on

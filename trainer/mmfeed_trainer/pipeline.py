@@ -30,9 +30,14 @@ forward and backward of a micro-batch are adjacent, which 1F1B breaks). The grad
 for clipping sums over dp shards (FSDP2) and the pp stages.
 
 Communication is laid out to stay NCCL-safe (only gloo on CPU is tested here; no multi-GPU
-machine was available): sends are deferred and posted in one ``batch_isend_irecv``
-group with the next receive of the stage (send forward + receive backward in the 1F1B
-steady state, as Megatron-LM pairs them), so two neighbours never both block in a send.
+machine was available): a send that the stage's next receive follows is posted with it in
+one ``batch_isend_irecv`` group (send forward + receive backward in the 1F1B steady state,
+as Megatron-LM pairs them), so two neighbours never both block in a send; a forward send
+that another forward follows (the warm-up; every forward of stage 0) is posted at once, so
+the next stage does not wait for this one's warm-up. Headers and the step plan travel on
+the pp host group (gloo) and the stages read them without a device sync; FSDP2 under pp
+keeps the gathered parameters from forward to backward (``reshard_after_forward`` False by
+default, as torchtitan).
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ from torch import nn
 
 from . import blockwrap, losses, timing
 from .batches import Batch
+from .layout import fill, grid_layout
 from .model import MMModel, length_mask, segments
 from .optim import clip_grad_norm
-from .parallel_dims import ParallelDims
+from .parallel_dims import PP, ParallelDims
 from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
 
 SCHEDULES = ("1f1b", "gpipe")
@@ -119,9 +125,12 @@ class PipelineStage(nn.Module):
     def forward(self, inp: dict) -> dict:
         carry = self._embed(inp) if self.first else inp
         packed = "vcu" in carry
+        lay = carry.get("layout")  # the host sizes stage 0's batch came with (None: none)
         if packed:
-            vkey = segments(carry["vcu"][1:] - carry["vcu"][:-1])
-            tkey = segments(carry["lengths"].clamp(min=1))
+            # What the layout lacks is read from the tensors (a device sync each).
+            lay = fill(grid_layout(lay, cu_seqlens=carry["vcu"]), lengths=carry["lengths"])
+            vkey = segments(carry["vcu"][1:] - carry["vcu"][:-1], sizes=[n + 1 for n in lay.image_counts])
+            tkey = segments(carry["lengths"].clamp(min=1), sizes=lay.text_counts)
         else:
             vkey = carry["vmask"]
             tkey = length_mask(carry["lengths"], carry["tx"].shape[1])
@@ -134,11 +143,12 @@ class PipelineStage(nn.Module):
             return {**carry, "vx": vx, "tx": tx}
         img = self.vision.head_packed(vx, carry["vcu"]) if packed else self.vision.head(vx, carry["vmask"])
         txt = self.text.head(tx, carry["lengths"])
-        logits = self.fusion(img, txt, carry["neg_text"], carry["neg_image"])
+        logits = self.fusion(img, txt, carry["neg_text"], carry["neg_image"], layout=lay)
         return {"img_emb": img.emb, "txt_emb": txt.emb, "itm_logits": logits, "logit_scale": self.itc()}
 
     def _embed(self, mb: Batch) -> dict:
-        meta = {"lengths": mb.lengths, "weight": mb.weight, "neg_text": mb.neg_text, "neg_image": mb.neg_image}
+        meta = {"lengths": mb.lengths, "weight": mb.weight, "neg_text": mb.neg_text, "neg_image": mb.neg_image,
+                "layout": mb.layout}
         if mb.packed:
             vx, vcu = self.vision.embed_packed(mb.patches, mb.cu_seqlens_image, mb.image_grid, mb.layout)
             tx, _ = self.text.embed_packed(mb.input_ids, mb.lengths, mb.layout)
@@ -163,33 +173,32 @@ class StepPlan:
 def broadcast_plan(micro_batches: list[Batch] | None, *, dims: ParallelDims, device: torch.device) -> StepPlan | None:
     """Stage 0 (which holds ``micro_batches``; None there means the end of the data) tells
     the other stages of its dp replica the step's (M, W, per-rank sizes); None = stop.
-    Every stage calls it once per step; it is a collective over the pp group."""
-    group = dims.pp_group()
+    Every stage calls it once per step; it is a collective over the pp group. M and the
+    sizes travel as host tensors on the pp host group (the schedule needs them on the host:
+    no device sync), W stays on the device."""
+    host, group = dims.host_group(PP), dims.pp_group()
     src = dims.stage_rank(0)
-    head = torch.zeros(2, dtype=torch.int64, device=device)
-    payload = None
+    head = torch.zeros(2, dtype=torch.int64)
+    sizes = total_w = None
     if dims.first_stage:
         from .step import _dp_sizes  # the same per-rank size table as without pp
         if micro_batches:
             local_w = torch.stack([mb.weight.sum() for mb in micro_batches]).sum()
             total_w = losses.global_weight(local_w, dims.dp_group())
-            sizes = _dp_sizes(micro_batches, dims, device)
-            head[0] = len(micro_batches)
-            head[1] = WIRE_DTYPES.index(total_w.dtype)
-            payload = torch.cat([total_w.reshape(1).double(),
-                                 torch.tensor(sizes, dtype=torch.float64, device=device).reshape(-1)])
-    if group is not None:
-        dist.broadcast(head, src=src, group=group)
+            sizes = torch.tensor(_dp_sizes(micro_batches, dims, device), dtype=torch.int64).reshape(-1)
+            head[0], head[1] = len(micro_batches), WIRE_DTYPES.index(total_w.dtype)
+    if host is not None:
+        dist.broadcast(head, src=src, group=host)
     m = int(head[0])
     if m == 0:
         return None
-    if payload is None:
-        payload = torch.empty(1 + m * dims.dp, dtype=torch.float64, device=device)
-    if group is not None:
-        dist.broadcast(payload, src=src, group=group)
-    total_w = payload[0].to(WIRE_DTYPES[int(head[1])])
-    sizes = [[int(v) for v in row] for row in payload[1:].view(m, dims.dp).round().long().tolist()]
-    return StepPlan(m, total_w, sizes)
+    if sizes is None:
+        sizes = torch.empty(m * dims.dp, dtype=torch.int64)
+        total_w = torch.empty((), dtype=WIRE_DTYPES[int(head[1])], device=device)
+    if host is not None:
+        dist.broadcast(sizes, src=src, group=host)
+        dist.broadcast(total_w, src=src, group=group)
+    return StepPlan(m, total_w, sizes.view(m, dims.dp).tolist())
 
 
 @dataclass(slots=True)
@@ -212,7 +221,8 @@ class Runner:
         self.module, self.dims, self.cfg, self.device = module, dims, cfg, device
         s = dims.pp_rank
         self.link = Link(prev=dims.stage_rank(s - 1) if s > 0 else None,
-                         next=dims.stage_rank(s + 1) if s < dims.pp - 1 else None, device=device, packed=cfg.pack)
+                         next=dims.stage_rank(s + 1) if s < dims.pp - 1 else None, device=device, packed=cfg.pack,
+                         host=dims.host_group(PP))
 
     def run(self, plan: StepPlan, micro_batches: list[Batch] | None,
             autocast: contextlib.AbstractContextManager | None = None,
@@ -238,7 +248,8 @@ class Runner:
                     # The sample weights bypass the stage: a mixed-precision stage casts its
                     # floating inputs to bf16, which would round them.
                     out["weight"] = inp.weight if dims.first_stage else inp["weight"]
-                    link.send_forward(i, out)
+                    # Posted at once when another forward follows (nothing to pair it with).
+                    link.send_forward(i, out, post=n + 1 < len(acts) and acts[n + 1][0] == "F")
                     saved[i] = (inp, out)
             else:
                 inp, out = saved.pop(i)
@@ -268,7 +279,10 @@ class Runner:
             self.module.set_requires_gradient_sync(enabled)
 
     def _reduce_ddp(self, clock: timing.StepClock | None) -> None:
-        """DDP semantics without FSDP2: sum the gradients over dp in one flat all-reduce."""
+        """DDP semantics without FSDP2: sum the gradients over dp in one flat all-reduce.
+        After the schedule, not overlapped with backward: a choice (docs/trainer.md,
+        "Pipeline parallelism"): only the stage's last backward, 1/M of its backward time,
+        could hide it; the sharded path (FSDP2) overlaps its reduce-scatter there."""
         group = self.dims.dp_group()
         if group is None or self.dims.fsdp:
             return
@@ -303,12 +317,12 @@ def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: tor
 
 def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
-    from .parallelize import _fsdp_policies
+    from .parallelize import _fsdp_policies, reshard_after_forward
     mesh = dims.dp_mesh()
+    reshard = reshard_after_forward(cfg, dims.pp)  # ZeRO-2 by default: see ParallelConfig
     for block in blockwrap.blocks(stage):
-        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward,
-                    **_fsdp_policies(cfg, root=False))
-    fully_shard(stage, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, **_fsdp_policies(cfg, root=True))
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, **_fsdp_policies(cfg, root=False))
+    fully_shard(stage, mesh=mesh, reshard_after_forward=reshard, **_fsdp_policies(cfg, root=True))
     for module in stage.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -328,7 +342,13 @@ class PipelineStepStats:
     global_weight: torch.Tensor | None
     grad_norm: torch.Tensor
     samples: int
-    compute_seconds: float = 0.0
+    clock: timing.StepClock | None = None
+    """The step's timeline; read it (``compute_seconds``) at a log step: on CUDA it syncs."""
+
+    @property
+    def compute_seconds(self) -> float:
+        """This stage's forward + backward time, without its waits for other stages."""
+        return self.clock.compute_seconds() if self.clock is not None else 0.0
 
 
 def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micro_batches: list[Batch] | None, *,
@@ -353,4 +373,4 @@ def train_step(runner: Runner, optimizer: torch.optim.Optimizer, scheduler, micr
     dist.broadcast(share, src=dims.stage_rank(dims.pp - 1), group=dims.pp_group())
     live = sum(mb.num_live for mb in micro_batches) if micro_batches else 0
     return PipelineStepStats(loss=share, global_weight=plan.global_weight, grad_norm=norm, samples=live,
-                             compute_seconds=clock.compute_seconds())
+                             clock=clock)

@@ -3,17 +3,27 @@ fixed-size int64 header (micro-batch index, padded/packed, then dtype code, ndim
 each tensor in ``PADDED_KEYS`` / ``PACKED_KEYS`` order) followed by those tensors; a backward
 message is the gradients of ``GRAD_KEYS``, whose shapes the receiver sent itself.
 
-Sends are queued and posted together with the stage's next receive in one
-``batch_isend_irecv`` group (or by ``flush``), so two neighbouring stages never both block
-in a send (NCCL runs a pair's sends and receives in order on one stream).
+The headers (and the micro-batch's host ``Layout``: the segment sizes the next stages'
+attention masks and the fusion need) travel on the pipeline's host group (``ParallelDims.host_group(PP)``: a gloo
+twin of the pp group on CUDA, the pp group itself on the CPU), so a receiver reads the
+shapes it must allocate without a device sync; the tensors on the device group. A send
+whose stage receives next (the 1F1B steady state: send forward + receive backward, as
+Megatron-LM pairs them) is posted together with that receive in one ``batch_isend_irecv``
+group, so two neighbouring stages never both block in a send (NCCL runs a pair's sends and
+receives in order on one stream); a send followed by another forward (the warm-up, and every
+forward of the first stage, which receives no activations) is posted at once, so the next
+stage starts on micro-batch 0 while this one computes micro-batch 1.
 """
 
 from __future__ import annotations
+
+import json
 
 import torch
 import torch.distributed as dist
 
 from . import timing
+from .layout import Layout
 
 PADDED_KEYS = ("vx", "vmask", "tx", "lengths", "weight", "neg_text", "neg_image")
 """What a padded micro-batch carries between stages, in header order."""
@@ -26,22 +36,28 @@ WIRE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torc
 """Header dtype codes (index in this tuple); bool travels as uint8."""
 _MAX_DIMS = 3
 _FIELD = 2 + _MAX_DIMS  # dtype code, ndim, dims
+_MAX_LAYOUT = 1 << 20
+"""Largest layout message (bytes of JSON) a stage accepts."""
 
 
 class Link:
     """The sends and receives of one stage with its neighbours (global ranks ``prev`` and
-    ``next``; None at the ends). Sends are queued and posted together with the next receive
-    (or by ``flush``), in one ``batch_isend_irecv`` group."""
+    ``next``; None at the ends). Tensor sends are queued until ``post`` or the next receive;
+    headers go at once on ``host`` (a gloo group; None: the default group)."""
 
-    def __init__(self, *, prev: int | None, next: int | None, device: torch.device, packed: bool):
-        self.prev, self.next, self.device = prev, next, device
+    def __init__(self, *, prev: int | None, next: int | None, device: torch.device, packed: bool, host=None):
+        self.prev, self.next, self.device, self.host = prev, next, device, host
         self.keys = PACKED_KEYS if packed else PADDED_KEYS
         self.packed = packed
         self._pending: list[dist.P2POp] = []
+        self._inflight: list = []  # posted sends (works) not waited for yet
+        self._headers: list = []  # (work, header) of header sends not waited for yet
         self._keep: list[torch.Tensor] = []  # send buffers alive until their group completes
 
-    def send_forward(self, index: int, carry: dict) -> None:
-        header = torch.zeros(2 + _FIELD * len(self.keys), dtype=torch.int64)
+    def send_forward(self, index: int, carry: dict, *, post: bool = False) -> None:
+        """Send micro-batch ``index``'s carry: its header now, its tensors with the next
+        receive, or at once with ``post`` (the stage's next action is another forward)."""
+        header = torch.zeros(self._header_len(), dtype=torch.int64)
         header[0], header[1] = index, int(self.packed)
         tensors = []
         for k, key in enumerate(self.keys):
@@ -52,14 +68,32 @@ class Link:
             header[at], header[at + 1] = WIRE_DTYPES.index(t.dtype), t.dim()
             header[at + 2:at + 2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
             tensors.append(_wire(t))
-        self._queue_send([header.to(self.device)] + tensors, self.next)
+        if self.next is None:
+            raise RuntimeError("pipeline: no stage to send to")
+        host = [header]
+        if carry.get("layout") is not None:
+            host.append(encode_layout(carry["layout"]))
+            header[-1] = host[1].numel()
+        self._headers += [(w, host) for w in dist.batch_isend_irecv(
+            [dist.P2POp(dist.isend, t, self.next, self.host) for t in host])]
+        self._queue_send(tensors, self.next)
+        if post:
+            self.post()
 
     def recv_forward(self, index: int, clock: timing.StepClock | None = None) -> dict:
         """The carry of micro-batch ``index``; its activations are leaves that require grad.
         (Here and below, the waits are comm spans of ``clock``; None: not timed.)"""
-        header = torch.empty(2 + _FIELD * len(self.keys), dtype=torch.int64, device=self.device)
-        self._exchange([dist.P2POp(dist.irecv, header, self.prev)], clock)
-        header = header.cpu()
+        header = torch.empty(self._header_len(), dtype=torch.int64)
+        with timing.comm(clock):
+            dist.recv(header, self.prev, group=self.host)
+        layout = None
+        if not 0 <= int(header[-1]) <= _MAX_LAYOUT:
+            raise RuntimeError(f"pipeline: a layout of {int(header[-1])} bytes from stage rank {self.prev}")
+        if int(header[-1]):
+            raw = torch.empty(int(header[-1]), dtype=torch.uint8)
+            with timing.comm(clock):
+                dist.recv(raw, self.prev, group=self.host)
+            layout = decode_layout(raw)
         if int(header[0]) != index or bool(header[1]) != self.packed:
             raise RuntimeError(f"pipeline: expected micro-batch {index} ({'packed' if self.packed else 'padded'}) "
                                f"from stage rank {self.prev}, got {int(header[0])} "
@@ -73,9 +107,14 @@ class Link:
                          dtype)
         self._exchange([dist.P2POp(dist.irecv, b, self.prev) for b, _ in bufs.values()], clock)
         carry = {key: (b.bool() if dtype == torch.bool else b) for key, (b, dtype) in bufs.items()}
+        carry["layout"] = layout
         for key in GRAD_KEYS:
             carry[key].requires_grad_(True)
         return carry
+
+    def _header_len(self) -> int:
+        """Micro-batch index, packed flag, a field per tensor, the layout's byte count."""
+        return 3 + _FIELD * len(self.keys)
 
     def send_backward(self, grads: list[torch.Tensor]) -> None:
         self._queue_send([g.contiguous() for g in grads], self.prev)
@@ -86,10 +125,21 @@ class Link:
         self._exchange([dist.P2POp(dist.irecv, g, self.next) for g in grads], clock)
         return grads
 
-    def flush(self, clock: timing.StepClock | None = None) -> None:
-        """Post and wait for the queued sends (end of a step, or no receive follows)."""
+    def post(self) -> None:
+        """Post the queued sends now, without waiting for them (the next receive or ``flush``
+        does)."""
         if self._pending:
+            ops, self._pending = self._pending, []
+            self._inflight += dist.batch_isend_irecv(ops)
+
+    def flush(self, clock: timing.StepClock | None = None) -> None:
+        """Post and wait for every send (the end of a step)."""
+        if self._pending or self._inflight:
             self._exchange([], clock)
+        with timing.comm(clock):
+            for work, _ in self._headers:
+                work.wait()
+        self._headers = []
 
     def _queue_send(self, tensors: list[torch.Tensor], peer: int | None) -> None:
         if peer is None:
@@ -99,11 +149,27 @@ class Link:
 
     def _exchange(self, recvs: list[dist.P2POp], clock: timing.StepClock | None) -> None:
         ops, self._pending = self._pending + recvs, []
-        if ops:
-            with timing.comm(clock):
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
+        works, self._inflight = self._inflight, []
+        with timing.comm(clock):
+            if ops:
+                works += dist.batch_isend_irecv(ops)
+            for work in works:
+                work.wait()
         self._keep = []
+
+
+def encode_layout(layout: Layout) -> torch.Tensor:
+    """A micro-batch's host ``Layout`` as a uint8 host tensor (JSON of its fields)."""
+    return torch.frombuffer(bytearray(json.dumps(layout._asdict()).encode()), dtype=torch.uint8)
+
+
+def decode_layout(raw: torch.Tensor) -> Layout:
+    def tuples(v):
+        return tuple(tuples(x) for x in v) if isinstance(v, list) else v
+    fields = json.loads(bytes(raw.tolist()))
+    if not isinstance(fields, dict) or not set(fields) <= set(Layout._fields):
+        raise RuntimeError(f"pipeline: a layout with fields {sorted(fields) if isinstance(fields, dict) else fields!r}")
+    return Layout(**{k: tuples(v) for k, v in fields.items()})
 
 
 def _wire(t: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from .parallelize import ParallelConfig
 from .position import Position
 from .prefetch import Prefetcher
 from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
-                    _maybe_fault, _Meter, _setup_distributed, log, register)
+                    _maybe_fault, _Meter, _setup_distributed, _Window, log, register)
 
 SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offload), --ac none|selective|full, "
              "--compile, --bf16, --pack, --pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
@@ -76,6 +76,17 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
                                 check_pack=not cfg.synthetic)
     losses, meter, all_meter = [], _Meter(), _Meter()
     step = start
+    window = _Window(device)  # one synchronize per log step on CUDA, as train.run
+
+    def report() -> None:  # the figures of the window's steps: feedback (stage 0), meters
+        for index, data, done, waited, compute, _ in window.close():
+            if data is not None:
+                source.feedback(data, compute_seconds=done.compute_seconds, data_wait_seconds=waited,
+                                samples=done.samples)
+            meter.add(compute, waited, done.samples, 0.0)
+            if index - start >= cfg.metrics_skip:
+                all_meter.add(compute, waited, done.samples, 0.0)
+
     try:
         while step < cfg.steps:
             _maybe_fault(step)
@@ -92,26 +103,24 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
             if stats is None:
                 log.info("end of data at step %d", step)
                 break
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            compute = time.perf_counter() - t0
+            window.add(step, host.data if host is not None else None, stats, waited, time.perf_counter() - t0, 0.0)
             if host is not None:
                 source.ack(host.data)
                 if cfg.log_ids:
                     _log_ids(cfg.log_ids, dims, host)
-                source.feedback(host.data, compute_seconds=stats.compute_seconds, data_wait_seconds=waited,
-                                samples=stats.samples)
-            meter.add(compute, waited, stats.samples, 0.0)
-            if step - start >= cfg.metrics_skip:
-                all_meter.add(compute, waited, stats.samples, 0.0)
             step += 1
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            log_step = step % cfg.log_every == 0 or step == cfg.steps
+            if window.due(log_step or step - start == cfg.metrics_skip):
+                report()
+            if log_step:
                 loss = _global_loss(stats, dims)
                 losses.append(loss)
                 _log_step(step, loss, stats, meter.summary(dims, device, None), scheduler)
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 _save(cfg, step, module, optimizer, scheduler, dims, source)
+        if window.due(True):  # the end of the data before a log step
+            report()
     finally:
         if prefetcher is not None:
             prefetcher.close()

@@ -70,7 +70,7 @@ class _Mesh:
 
 
 def test_host_groups_twin_the_mesh_axes(monkeypatch):
-    """``host_groups`` creates, on every rank and in one order, a gloo group per dp and mp
+    """``host_groups`` creates, on every rank and in one order, a gloo group per dp, pp and mp
     group of the mesh (what a CUDA mesh gets), and keeps this rank's."""
     made = []
     monkeypatch.setattr(dist, "new_group", lambda ranks, backend=None: made.append((ranks, backend)) or len(made))
@@ -86,5 +86,6 @@ def test_host_groups_twin_the_mesh_axes(monkeypatch):
     dims = ParallelDims(dp=4, pp=4, world_size=16)
     dims.mesh = _Mesh((4, 4, 1), ("dp", "pp", "mp"))
     got = dims.host_groups()
-    assert made == [([p + 4 * d for d in range(4)], "gloo") for p in range(4)]  # no mp axis
-    assert got == {"dp": 3}  # rank 6: stage 2
+    assert made == ([([p + 4 * d for d in range(4)], "gloo") for p in range(4)]  # no mp axis
+                    + [([4 * d + p for p in range(4)], "gloo") for d in range(4)])
+    assert got == {"dp": 3, "pp": 4 + 2}  # rank 6: stage 2 of dp replica 1

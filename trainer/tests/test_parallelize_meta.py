@@ -125,3 +125,8 @@ def test_dp4_pp4_fsdp_plan(fake_world, rank):
 
     _check_shards(module, shapes, dims, {n for n in shapes if held(n)})
     _check_policies(module, len(keep_v) + len(keep_t) + (mcfg.fusion_layers if stage == 3 else 0), "full")
+    # Under pp the gathered parameters stay from forward to backward (ZeRO-2, as torchtitan):
+    # 1F1B would gather them again for every micro-batch's forward and backward.
+    groups = [m._get_fsdp_state()._fsdp_param_group for m in module.modules() if isinstance(m, FSDPModule)]
+    groups = [g for g in groups if g is not None]
+    assert groups and all(g.post_forward_mesh_info is None for g in groups)

@@ -115,3 +115,18 @@ def test_p2p_pairs_agree(world_runs):
     found, total = _p2p.mismatches(str(world_runs / "p2p"), DP * PP)
     assert found == []
     assert total > 0
+
+
+def test_first_stage_posts_its_warmup_sends_at_once(world_runs):
+    """Stage 0 receives no activations, so the sends of its warm-up forwards must not wait for
+    its first receive (the first backward's gradients, after the whole warm-up): the first
+    call that carries its activations to stage 1 posts no receive, so stage 1 starts on
+    micro-batch 0 while stage 0 computes micro-batch 1."""
+    floats = {"torch.float32", "torch.float64", "torch.bfloat16"}
+    for dp in range(DP):
+        first, nxt = dp * PP, dp * PP + 1
+        calls = _p2p.batch_calls(str(world_runs / "p2p"), first)
+        carrying = [c for c in calls if any(k == "send" and peer == nxt and dt in floats for k, peer, _, dt, *_ in c)]
+        assert carrying, f"rank {first}: no activations sent"
+        assert [k for k, *_ in carrying[0]] == ["send"] * len(carrying[0]), \
+            f"rank {first}: its first activations went out with a receive: {carrying[0]}"

@@ -120,3 +120,30 @@ def test_loop_synchronizes_only_at_log_steps(monkeypatch):
     assert result.steps_done == 7
     assert len(syncs) == 3, f"{len(syncs)} synchronizes for log steps 3, 6 and 7"
     assert feedback == list(range(7))
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["padded", "packed"])
+def test_pipeline_stages_forward_without_host_syncs(pack):
+    """Under pp the stages after the first take the segment sizes from the host layout stage 0
+    sends with each micro-batch (``pipeline_link``: through its JSON encoding here), so
+    neither stage's forward reads the device; without the layout a later stage must read
+    the carried offsets (raises on meta)."""
+    from mmfeed_trainer import pipeline, pipeline_link
+    cfg = config.tiny()
+    with torch.device(META):
+        first, last = (pipeline.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))
+    mbs = _meta_batches()
+    guard = SyncGuard()
+    with guard:
+        if pack:
+            mbs = [batches.pack(mb, cfg.patch_size) for mb in mbs]
+        for mb in mbs:
+            carry = first(mb)
+            carry["layout"] = pipeline_link.decode_layout(pipeline_link.encode_layout(carry["layout"]))
+            out = last(carry)
+    assert guard.syncs == [], f"host syncs in the stages' forward: {guard.syncs}"
+    assert out["img_emb"].device == META
+    if pack:
+        carry["layout"] = None
+        with pytest.raises(RuntimeError):
+            last(carry)
