@@ -101,7 +101,7 @@ demo: build venv ## end to end: synth corpus, serve over embedded NATS, 4-rank C
 	scripts/demo.sh
 
 bench: build venv ## side-by-side benchmarks against the peers; writes bench/results.json
-	scripts/bench.sh
+	scripts/bench.sh $(BENCH_ARGS)
 
 bench-e2e: build venv ## measured step time of the bundled trainer under each strategy (also in bench)
 	scripts/bench.sh -sections e2e

@@ -31,6 +31,9 @@ import (
 //   - imgproc_fast_vs_pillow_draft: --decode fast against Pillow with draft(), the same
 //     DCT-scaling rule (both sides drafting)
 func benchImgproc(env *benchEnv) (map[string]float64, error) {
+	if err := requireTurbo(); err != nil {
+		return nil, err
+	}
 	photos := filepath.Join(env.tmp, "photos")
 	if out, err := exec.Command(env.python, "scripts/pillow_peer.py", "gen-bench", photos).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("gen-bench: %v\n%s", err, out)

@@ -19,6 +19,8 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+
+	"github.com/mmfeed/mmfeed/imgproc"
 )
 
 // section measures one thing and returns its results (ratios and the raw numbers behind them).
@@ -80,6 +82,8 @@ func main() {
 	if b, err := os.ReadFile(*out); err == nil {
 		_ = json.Unmarshal(b, &results)
 	}
+	results["jpeg_libjpeg_turbo_version"] = jpegLibraryVersion(imgproc.JPEGLibrary()) // 0: Go's image/jpeg
+	fmt.Printf("JPEG library: %s\n", imgproc.JPEGLibrary())
 	failed := false
 	for _, s := range sections {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
