@@ -63,7 +63,7 @@ func (f *imageFiles) resolve(p string, opts Options) (imageRef, int64, string, s
 		return imageRef{}, 0, ReasonMissingImage, "image file not found: " + full
 	case err != nil:
 		return imageRef{}, 0, ReasonUnreadableImage, err.Error()
-	case !within(f.realRoot, real):
+	case !below(f.realRoot, real):
 		return imageRef{}, 0, ReasonEscapesRoot, "image path " + p + " is not below " + f.root +
 			" (set --root to a folder that holds the images, or --allow-absolute-paths)"
 	}
@@ -71,6 +71,13 @@ func (f *imageFiles) resolve(p string, opts Options) (imageRef, int64, string, s
 	real, size, reason, detail := statResult(real, p, fi, err)
 	rel, _ := filepath.Rel(f.realRoot, real)
 	return imageRef{kind: refFile, root: f.realRoot, path: rel}, size, reason, detail
+}
+
+// below reports whether the resolved path real is realRoot or inside it
+// (also for the root "/", which within does not take).
+func below(realRoot, real string) bool {
+	rel, err := filepath.Rel(realRoot, real)
+	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 // fileImage reads the bytes of a row's image file (see resolve).
