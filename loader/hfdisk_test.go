@@ -268,3 +268,22 @@ func TestHFDiskImagePaths(t *testing.T) {
 		t.Fatalf("samples %+v rejects %+v", d.samples, d.rejects)
 	}
 }
+
+// writeArrowText writes one row {image: binary, text: string} as an Arrow IPC stream.
+func writeArrowText(t testing.TB, p, img, text string) {
+	t.Helper()
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "image", Type: arrow.BinaryTypes.Binary}, {Name: "text", Type: arrow.BinaryTypes.String}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	b.Field(0).(*array.BinaryBuilder).Append([]byte(img))
+	b.Field(1).(*array.StringBuilder).Append(text)
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	f, err := os.Create(p)
+	must(t, err)
+	defer f.Close()
+	w := ipc.NewWriter(f, ipc.WithSchema(sc))
+	must(t, w.Write(rec))
+	must(t, w.Close())
+}
