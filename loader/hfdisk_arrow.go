@@ -61,7 +61,7 @@ type arrowFile struct {
 // resolves the columns (ErrSchema when they are missing or of the wrong
 // type, ErrMalformedArrow when the schema cannot be read).
 func openArrow(ctx context.Context, root, path string, opts Options) (*arrowFile, error) {
-	f, _, err := openIn(root, path)
+	f, fi, err := openIn(root, path)
 	if err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", path, err)
 	}
@@ -70,7 +70,7 @@ func openArrow(ctx context.Context, root, path string, opts Options) (*arrowFile
 	if n, _ := f.ReadAt(head[:], 0); n == len(head) && bytes.HasPrefix(head[:], arrowMagic) {
 		a.pr.pos = 8
 	}
-	mr := ipc.NewMessageReader(a.pr, ipc.WithBodySizeLimit(opts.MaxRowGroupBytes), ipc.WithMetadataSizeLimit(maxArrowMetadata))
+	mr := &checkedMessages{r: a.pr, size: fi.Size(), maxBody: opts.MaxRowGroupBytes} // hfdisk_ipc.go
 	if a.rd, err = ipc.NewReaderFromMessageReader(mr); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("loader: open %s: %w: %v", path, ErrMalformedArrow, err)

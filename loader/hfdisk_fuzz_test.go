@@ -2,6 +2,9 @@ package loader
 
 import (
 	"context"
+	"errors"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,6 +48,57 @@ func FuzzHFDiskMeta(f *testing.F) {
 			if img, err := ix.ReadImage(e); err == nil && string(img) == "SECRET" {
 				t.Fatalf("read %s from outside the folder", e.Location)
 			}
+		}
+	})
+}
+
+// FuzzArrowSource feeds arbitrary bytes as an Arrow IPC file: the source
+// never panics, ends with io.EOF or ErrSchema, emits only samples that pass
+// the checks, and the index re-reads every entry it kept (or fails with an
+// error, never a panic).
+func FuzzArrowSource(f *testing.F) {
+	dir := f.TempDir()
+	seed := filepath.Join(dir, "seed.arrow")
+	writeArrowStream(f, seed, [][]hfRow{hfRows("a", 2), {{path: "x.jpg", caption: "path only"}, {img: []byte("b"), caption: " "}}}, false)
+	stream, err := os.ReadFile(seed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	writeArrowStream(f, seed, [][]hfRow{hfRows("f", 3)}, true)
+	file, err := os.ReadFile(seed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range [][]byte{stream, file, stream[:len(stream)/2], file[:len(file)-10], {}} {
+		f.Add(s)
+	}
+	p := filepath.Join(f.TempDir(), "f.arrow") // one file per worker process, rewritten per input
+	opts := Options{TextColumn: "caption", MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 12, MaxRowGroupBytes: 1 << 20}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		src := newArrowSource([]string{p}, opts.withDefaults())
+		defer src.Close()
+		for {
+			s, err := src.Next(context.Background())
+			if errors.Is(err, io.EOF) || errors.Is(err, ErrSchema) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if len(s.Image) == 0 || CheckCaption(s.Text) != "" || len(s.Text) > 1<<12 {
+				t.Errorf("emitted a bad sample %+v", s)
+			}
+		}
+		ix, err := BuildIndex(context.Background(), p, opts)
+		if err != nil {
+			return
+		}
+		defer ix.Close()
+		for _, e := range ix.Entries {
+			_, _ = ix.ReadImage(e)
 		}
 	})
 }
