@@ -63,7 +63,10 @@
 //     one, or one that cannot be read, quarantines the rest of its file with
 //     one "too_large" or "bad_arrow_file" reject; a file without the columns
 //     is one "bad_arrow_file", and ErrSchema when no file has them, naming
-//     dataset_info.json's Image and string features). Index re-reads a row
+//     dataset_info.json's Image and string features). Each IPC message's
+//     metadata is checked before the Arrow library reads it (hfdisk_ipc.go:
+//     vector lengths, field nesting and count, variadic buffer counts, no
+//     body compression, bodies within the file). Index re-reads a row
 //     from its record batch's offset in the file. Location
 //     file:b<batch>:row<row>; derived ids as for Parquet.
 //   - an image folder: every image below the folder (recursively) with a

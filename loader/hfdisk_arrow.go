@@ -29,7 +29,7 @@ const maxArrowMetadata = 1 << 20
 var arrowMagic = []byte("ARROW1")
 
 // arrowReader reads a file from a position it keeps, readChunk bytes at a
-// time, checking ctx between reads: the IPC reader reads through it, and a
+// time, checking ctx between reads: checkedMessages reads through it, and a
 // re-read moves pos to a record batch's first message.
 type arrowReader struct {
 	ctx context.Context
