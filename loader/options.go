@@ -39,7 +39,9 @@ type Options struct {
 	// "escapes_root".
 	AllowAbsolute bool
 	// Root is the folder relative manifest image paths resolve against and
-	// may not leave. Default: the manifest's folder.
+	// may not leave. Default: the manifest's folder. Image paths of Parquet
+	// and Arrow rows (imagepath.go) resolve against it too (default: the
+	// data file's folder).
 	Root string
 	// ImageColumn names the image: the Parquet column (binary, large binary,
 	// or a struct with a binary "bytes" field and optionally a "path" string
