@@ -49,12 +49,26 @@ func swapCases() []swapCase {
 		writeParquet(t, p, []pqRow{{id: "a", img: ptr("indexed image"), text: ptr("a caption")}}, false, 10)
 		return p, p
 	}
+	pqPath := func(t *testing.T, data string) (string, string) { // an HF Image struct that holds only the path
+		writeFile(t, filepath.Join(data, "img", "a.jpg"), []byte("indexed image"))
+		p := filepath.Join(data, "p.parquet")
+		writeParquet(t, p, []pqRow{{id: "a", text: ptr("a caption"), path: "img/a.jpg"}}, true, 10)
+		return p, filepath.Join(data, "img", "a.jpg")
+	}
+	arrowFile := func(t *testing.T, data string) (string, string) {
+		p := filepath.Join(data, "a.arrow")
+		must(t, os.MkdirAll(data, 0o755))
+		writeArrowText(t, p, "indexed image", "a caption")
+		return p, p
+	}
 	const all, head = "indexed image", "inde"
 	return []swapCase{
 		{"manifest/image", manifest, image, all}, {"manifest/header", manifest, header, head},
 		{"folder/image", folder, image, all}, {"folder/header", folder, header, head},
 		{"tar/image", shard, image, all}, {"tar/header", shard, header, head},
 		{"tgz/image", tgz, image, all}, {"parquet/image", pq, image, all},
+		{"parquet-path/image", pqPath, image, all}, {"parquet-path/header", pqPath, header, head},
+		{"arrow/image", arrowFile, image, all},
 	}
 }
 

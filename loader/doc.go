@@ -48,6 +48,27 @@
 //     file has usable columns, the source fails with ErrSchema). Captions
 //     over MaxCaptionBytes are "too_large". Input that makes the Parquet
 //     library panic is recovered into ErrMalformedParquet.
+//   - Parquet or Arrow image paths (imagepath.go): a row whose image
+//     struct holds a "path" and null "bytes" (HuggingFace's to_parquet of an
+//     Image column built from local files) names an image file, read under
+//     the manifest's no-escape rules with Options.Root (default: the table
+//     file's folder) as the root; an absolute path must lie below the root
+//     once its links are resolved (Options.AllowAbsolute: opened as given).
+//   - Arrow IPC (hfdisk.go, hfdisk_arrow.go): a .arrow file (a stream, as
+//     HuggingFace datasets write them, or the IPC file format), a glob of
+//     them, or a save_to_disk folder (state.json lists its data files, read
+//     in that order; a DatasetDict folder, with dataset_dict.json, is refused
+//     with its splits named). Columns as for Parquet; one record batch is
+//     read at a time, its body bounded by Options.MaxRowGroupBytes (a larger
+//     one, or one that cannot be read, quarantines the rest of its file with
+//     one "too_large" or "bad_arrow_file" reject; a file without the columns
+//     is one "bad_arrow_file", and ErrSchema when no file has them, naming
+//     dataset_info.json's Image and string features). Each IPC message's
+//     metadata is checked before the Arrow library reads it (hfdisk_ipc.go:
+//     vector lengths, field nesting and count, variadic buffer counts, no
+//     body compression, bodies within the file). Index re-reads a row
+//     from its record batch's offset in the file. Location
+//     file:b<batch>:row<row>; derived ids as for Parquet.
 //   - an image folder: every image below the folder (recursively) with a
 //     sidecar caption beside it (cat.jpg + cat.txt). Linked directories are
 //     not descended into; a linked image or caption is followed only when its

@@ -10,9 +10,9 @@ var (
 	ErrUnknownFormat = errors.New("loader: unknown dataset format")
 	// ErrNoData: a folder or glob matched no dataset files.
 	ErrNoData = errors.New("loader: no dataset files")
-	// ErrSchema: a Parquet file lacks the configured image or text column, or
+	// ErrSchema: a Parquet or Arrow file lacks the configured image or text column, or
 	// the column has a type the loader cannot read.
-	ErrSchema = errors.New("loader: unsupported parquet schema")
+	ErrSchema = errors.New("loader: unsupported Parquet or Arrow schema")
 	// ErrInvalidConfig: an Options value failed Validate.
 	ErrInvalidConfig = errors.New("loader: invalid options")
 	// ErrClosed: Next, ReadImage or ReadHeader was called after Close.

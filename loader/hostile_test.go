@@ -177,7 +177,7 @@ func TestReadNeverBlocks(t *testing.T) {
 // once, not a hang.
 func TestOpenRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{"m.jsonl", "s.tar", "p.parquet"} {
+	for _, name := range []string{"m.jsonl", "s.tar", "p.parquet", "a.arrow"} {
 		p := filepath.Join(dir, name)
 		mkfifo(t, p)
 		errc := make(chan error, 1)

@@ -19,6 +19,7 @@ const (
 	refTar                    // size bytes at offset off of the tar at path
 	refTarGz                  // size bytes at offset off of the inflated .tar.gz at path
 	refParquet                // row row of row group rg of the Parquet file at path
+	refArrow                  // row row of the record batch rg, whose first message is at off, of the Arrow file at path
 )
 
 // imageRef locates an image for re-reading. A local file is opened with
@@ -208,7 +209,7 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 		return readFileRange(ctx, e, e.ref.off, want, false)
 	case refTarGz:
 		return ix.gz.read(ctx, e, want)
-	case refParquet:
+	case refParquet, refArrow:
 		img, err := ix.pq.image(ix.opts, e.ref)
 		if err != nil {
 			return nil, fmt.Errorf("loader: read %s: %w", e.Location, err)
@@ -284,7 +285,7 @@ func (c *rowGroupCache) image(opts Options, ref imageRef) ([]byte, error) {
 	col, ok := c.cols[k]
 	if !ok {
 		var err error
-		col, err = loadImageColumn(opts, ref.root, ref.path, int(ref.rg))
+		col, err = loadTableImage(opts, ref)
 		if err != nil {
 			return nil, err
 		}

@@ -12,13 +12,14 @@ const (
 	FormatWDS     = "wds"     // WebDataset .tar shards
 	FormatParquet = "parquet" // Parquet files
 	FormatFolder  = "folder"  // images with sidecar .txt captions
+	FormatArrow   = "arrow"   // Arrow IPC files; a HuggingFace save_to_disk folder (hfdisk.go)
 )
 
 // Options configures Open. The zero value of a field means its default, so
 // Options{} is usable; DefaultOptions spells the defaults out.
 type Options struct {
-	// Format forces the dataset kind: "", "jsonl", "wds", "parquet" or
-	// "folder". "" detects it from the path.
+	// Format forces the dataset kind: "", "jsonl", "wds", "parquet",
+	// "folder" or "arrow". "" detects it from the path.
 	Format string
 	// MaxImageBytes is the largest accepted image file in bytes; larger
 	// images are quarantined as "too_large". Default 32 MiB.
@@ -38,7 +39,9 @@ type Options struct {
 	// "escapes_root".
 	AllowAbsolute bool
 	// Root is the folder relative manifest image paths resolve against and
-	// may not leave. Default: the manifest's folder.
+	// may not leave. Default: the manifest's folder. Image paths of Parquet
+	// and Arrow rows (imagepath.go) resolve against it too (default: the
+	// data file's folder).
 	Root string
 	// ImageColumn names the image: the Parquet column (binary, large binary,
 	// or a struct with a binary "bytes" field and optionally a "path" string
@@ -89,9 +92,9 @@ func DefaultOptions() Options {
 
 // Validate reports an invalid field, wrapping ErrInvalidConfig.
 func (o Options) Validate() error {
-	formats := []string{FormatAuto, FormatJSONL, FormatWDS, FormatParquet, FormatFolder}
+	formats := []string{FormatAuto, FormatJSONL, FormatWDS, FormatParquet, FormatFolder, FormatArrow}
 	if !slices.Contains(formats, o.Format) {
-		return fmt.Errorf("%w: format %q (want one of jsonl, wds, parquet, folder)", ErrInvalidConfig, o.Format)
+		return fmt.Errorf("%w: format %q (want one of jsonl, wds, parquet, folder, arrow)", ErrInvalidConfig, o.Format)
 	}
 	if _, err := parseWDSKeys(o.WDSImageKeys, o.WDSTextKeys); err != nil {
 		return err

@@ -332,10 +332,11 @@ type parquetSource struct {
 	cur     *parquetFile
 	rg      int // next row group of cur
 	g       *rowGroup
-	row     int    // next row of g
-	fileRow int64  // row number in the file of row 0 of g
-	usable  bool   // some file had a readable schema
-	lastBad string // the last file-level schema error, for the error at the end
+	row     int         // next row of g
+	fileRow int64       // row number in the file of row 0 of g
+	usable  bool        // some file had a readable schema
+	lastBad string      // the last file-level schema error, for the error at the end
+	imgs    *imageFiles // the open file's image-path resolver, made on first use (imagepath.go)
 }
 
 func newParquetSource(files []string, opts Options) *parquetSource {
@@ -381,7 +382,7 @@ func (s *parquetSource) next(ctx context.Context, withImage bool) (Entry, []byte
 			}
 			continue
 		}
-		if e, img, ok := s.entry(withImage); ok {
+		if e, img, ok := s.entry(ctx, withImage); ok {
 			s.tally.Emit()
 			return e, img, nil
 		}
@@ -416,7 +417,7 @@ func (s *parquetSource) advance(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.cur, s.rg, s.fileRow, s.usable = p, 0, 0, true
+		s.cur, s.rg, s.fileRow, s.usable, s.imgs = p, 0, 0, true, nil
 	}
 	rg := s.rg
 	s.rg++
@@ -504,7 +505,7 @@ func (s *parquetSource) loc(rg, row int) string {
 }
 
 // entry turns the current row into an entry or a reject, and moves on.
-func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
+func (s *parquetSource) entry(ctx context.Context, withImage bool) (Entry, []byte, bool) {
 	row, rg := s.row, s.rg-1
 	s.row++
 	loc := s.loc(rg, row)
@@ -516,9 +517,18 @@ func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
 		id = DeriveID(filepath.Base(s.files[s.fi]), "row"+strconv.FormatInt(s.fileRow+int64(row), 10))
 	}
 	img, name, ok := s.g.img.at(row)
-	text, hasText := s.g.text.at(row)
+	size, ref := int64(len(img)), imageRef{kind: refParquet, root: s.root, path: s.path, rg: int32(rg), row: int32(row)}
 	reason, detail := "", ""
+	if p, isPath := s.g.img.pathOnly(row); isPath { // a local file, as HF to_parquet keeps it
+		if s.imgs == nil {
+			s.imgs = newImageFiles(s.opts, filepath.Dir(s.path))
+		}
+		ref, size, reason, detail = s.imgs.resolve(p, s.opts)
+		name, ok = baseName(p), true
+	}
+	text, hasText := s.g.text.at(row)
 	switch {
+	case reason != "":
 	case !ok:
 		reason, detail = ReasonMissingImage, "null image"
 	case !hasText:
@@ -526,7 +536,7 @@ func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
 	case int64(len(text)) > s.opts.MaxCaptionBytes:
 		reason, detail = ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", len(text), s.opts.MaxCaptionBytes)
 	default:
-		if reason, detail = checkSize(int64(len(img)), s.opts.MaxImageBytes); reason == "" {
+		if reason, detail = checkSize(size, s.opts.MaxImageBytes); reason == "" {
 			reason = CheckCaption(text)
 		}
 	}
@@ -534,10 +544,12 @@ func (s *parquetSource) entry(withImage bool) (Entry, []byte, bool) {
 		s.reject(id, loc, reason, detail)
 		return Entry{}, nil, false
 	}
-	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: int64(len(img)),
-		ref: imageRef{kind: refParquet, root: s.root, path: s.path, rg: int32(rg), row: int32(row)}}
+	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: size, ref: ref}
 	if !withImage {
 		return e, nil, true
+	}
+	if ref.kind == refFile {
+		return s.readImageFile(ctx, e)
 	}
 	return e, append([]byte(nil), img...), true
 }

@@ -35,6 +35,8 @@ func Open(path string, opts Options) (Source, error) {
 		return newTarSource(files, opts), nil
 	case FormatParquet:
 		return newParquetSource(files, opts), nil
+	case FormatArrow:
+		return newArrowSource(files, opts), nil
 	default:
 		return openFolder(path, opts)
 	}
@@ -58,7 +60,7 @@ func detect(path, forced string) (string, []string, error) {
 			format = formatOfExt(path)
 		}
 		if format == FormatAuto || format == FormatFolder {
-			return "", nil, fmt.Errorf("%w: %s (want .jsonl, .tar, .tar.gz or .parquet)", ErrUnknownFormat, path)
+			return "", nil, fmt.Errorf("%w: %s (want .jsonl, .tar, .tar.gz, .parquet or .arrow)", ErrUnknownFormat, path)
 		}
 		return format, []string{path}, nil
 	}
@@ -123,6 +125,11 @@ func detectDir(dir, forced string) (string, []string, error) {
 	if forced == FormatFolder {
 		return FormatFolder, nil, nil
 	}
+	if forced == FormatAuto || forced == FormatArrow {
+		if files, ok, err := detectHFDisk(dir); ok || err != nil {
+			return FormatArrow, files, err
+		}
+	}
 	byFormat, err := listDataFiles(dir)
 	if err != nil {
 		return "", nil, err
@@ -170,6 +177,8 @@ func formatOfExt(p string) string {
 		return FormatWDS
 	case ".parquet":
 		return FormatParquet
+	case ".arrow":
+		return FormatArrow
 	}
 	return FormatAuto
 }

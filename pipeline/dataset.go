@@ -135,6 +135,9 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSomeLeft(d.Config.Input, len(p.Features.Items), q, d.scanned); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

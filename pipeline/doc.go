@@ -47,5 +47,9 @@
 //
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
-// planned + quarantined + dropped-at-tail = samples seen.
+// planned + quarantined + dropped-at-tail = samples seen. An epoch whose every sample was
+// quarantined fails (Dataset.Epoch, Prepare) with an AllQuarantinedError wrapping
+// ErrAllQuarantined: the most frequent reason, its count, one example and the flag that
+// fixes it (allquarantined.go), so `shard`, `report` and `serve` exit non-zero instead
+// of writing nothing.
 package pipeline

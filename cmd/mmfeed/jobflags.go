@@ -30,7 +30,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny"}
 	c := &j.cfg
 	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar or .tar.gz shards (file, folder, glob or data-{000..099}.tar), Parquet, or an image folder with .txt sidecars (required)")
-	fs.StringVar(&c.Loader.Root, "root", "", "folder that relative manifest image paths resolve against and may not leave (default: the manifest's folder)")
+	fs.StringVar(&c.Loader.Root, "root", "", "folder that image paths (a manifest's, or a Parquet/Arrow image struct's path) resolve against and may not leave (default: the manifest's or data file's folder)")
 	fs.BoolVar(&c.Loader.AllowAbsolute, "allow-absolute-paths", false, "accept absolute image paths in a manifest (trusted as given)")
 	fs.StringVar(&c.Loader.ImageColumn, "image-field", c.Loader.ImageColumn, "manifest field of the image path, or Parquet image column (a.b: nested; Parquet image.bytes: the struct's bytes)")
 	fs.StringVar(&c.Loader.TextColumn, "text-field", c.Loader.TextColumn, "manifest field or Parquet column of the caption")
