@@ -67,6 +67,55 @@ service would keep the rank at a step it trained, and wait for it forever at the
 Both messages are idempotent (an ack of an acknowledged message does nothing)."""
 
 
+class _NatsEvents:
+    """nats-py's error and disconnect callbacks for one rank's connection: one log line per
+    event, never a traceback (nats-py's default logs one for every refused connect, six in
+    3 s while a rank waits for its service). A refused or dropped connection while waiting or
+    reconnecting is expected: logged once at INFO, its repeats at DEBUG, and not at all after
+    ``close`` began. Anything else (authorization, a slow consumer, a protocol error) is a real
+    failure: one WARNING line each time its description changes."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.closing = False
+        self._last = ""
+
+    @staticmethod
+    def _expected(err: BaseException) -> bool:
+        import nats.errors
+        return isinstance(err, (OSError, asyncio.TimeoutError, nats.errors.StaleConnectionError,
+                                nats.errors.ConnectionClosedError, nats.errors.NoServersError))
+
+    @staticmethod
+    def describe(err: BaseException) -> str:
+        text = str(err).strip()
+        return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+    def _once(self, level: int, msg: str, *args) -> None:
+        text = msg % args
+        log.log(logging.DEBUG if text == self._last else level, "%s", text)
+        self._last = text
+
+    async def error(self, err: BaseException) -> None:
+        if self.closing:
+            log.debug("stream: NATS at %s while closing: %s", self.url, self.describe(err))
+        elif self._expected(err):
+            self._once(logging.INFO, "stream: NATS at %s unreachable (%s); trying again", self.url,
+                       type(err).__name__)
+        else:
+            self._once(logging.WARNING, "stream: NATS at %s: %s", self.url, self.describe(err))
+
+    async def disconnected(self) -> None:
+        if self.closing:
+            log.debug("stream: disconnected from NATS at %s (closing)", self.url)
+        else:
+            self._once(logging.INFO, "stream: disconnected from NATS at %s; reconnecting", self.url)
+
+    def reconnected(self) -> None:
+        self._last = ""
+        log.info("stream: reconnected to NATS at %s", self.url)
+
+
 class StreamError(RuntimeError):
     """The service refused the rank, or the stream broke the protocol."""
 
@@ -138,6 +187,7 @@ class StreamSource(Source):
         self._thread = threading.Thread(target=self._loop.run_forever, name="mmfeed-nats", daemon=True)
         self._thread.start()
         self._nc = None
+        self._events = _NatsEvents(url)
         self._sub = None
         self._epochs: dict[int, dict] = {}
         """Register reply per epoch (steps, micro_batches, plan_hash)."""
@@ -150,8 +200,14 @@ class StreamSource(Source):
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout: float | None = None):
         """Run ``coro`` in the event loop; at most ``timeout`` (default: ``request_timeout_s`` + 5 s),
-        then it is cancelled and TimeoutError raised: no call waits forever."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        then it is cancelled and TimeoutError raised: no call waits forever. After ``close``,
+        StreamError; a call ``close`` cut short raises concurrent.futures.CancelledError. Either
+        way the coroutine is awaited or closed, never left behind unawaited."""
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed: the coroutine never starts
+            coro.close()
+            raise StreamError(f"stream: {self._who()} is closed") from None
         try:
             return fut.result(self.request_timeout_s + 5 if timeout is None else timeout)
         except TimeoutError:
@@ -223,7 +279,9 @@ class StreamSource(Source):
             try:
                 body, reply = await self._register_once(epoch, resume_step, deadline)
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError) as err:
-                reply, why = None, f"no service answers yet ({type(err).__name__})"
+                reply = None
+                why = (f"no service answers yet ({type(err).__name__})" if self._nc is not None else
+                       "NATS does not accept connections there yet")
             else:
                 why = "the epoch is still being planned" if reply.get("retry") else ""
             if reply is not None and reply.get("ok"):
@@ -233,6 +291,7 @@ class StreamSource(Source):
                 if not adopted and self._adopt_layout(reply):
                     adopted = True
                     if ranks != (self.dp_rank, self.mp_rank) and self._nc is not None:
+                        self._events.closing = True
                         await self._nc.close()  # reconnect as the adopted rank (its credentials, its inbox)
                         self._nc = None
                     continue
@@ -276,14 +335,17 @@ class StreamSource(Source):
         import nats
         if self._nc is None:
             left = max(deadline - time.monotonic(), 0.1)
+            self._events = _NatsEvents(self.url)  # this connection's
 
             async def reconnected():
                 self._reconnects += 1
+                self._events.reconnected()
                 await self._replay()
             opts = self.auth.options(self.dp_rank, self.mp_rank) if self.auth else {}
             self._nc = await asyncio.wait_for(nats.connect(
                 self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5, reconnected_cb=reconnected,
+                reconnect_time_wait=0.5, reconnected_cb=reconnected, error_cb=self._events.error,
+                disconnected_cb=self._events.disconnected,
                 inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left)
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
@@ -655,6 +717,7 @@ class StreamSource(Source):
         whatever was not acknowledged is redelivered to the next incarnation, nothing is lost."""
         if self._loop.is_closed():
             return
+        self._events.closing = True
         self._keeper.cancel()
         if self._nc is not None:
             try:
@@ -667,12 +730,22 @@ class StreamSource(Source):
                     pass
             self._nc = None
         try:  # a drain cut short leaves nats-py tasks parked in the loop
-            self._call(_cancel_pending(), timeout=5.0)
+            if self._loop.is_running():
+                self._call(_cancel_pending(), timeout=5.0)
         except Exception:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
+            # Calls submitted as the loop stopped (the prefetch thread's) are queued or started
+            # as tasks that never ran: run them here, cancelled, so that their callers return
+            # now and no coroutine is destroyed unawaited.
+            for _ in range(3):  # again if a second stop request was queued
+                try:
+                    self._loop.run_until_complete(_cancel_pending())
+                    break
+                except RuntimeError:
+                    continue
             # Closed here, not left to the garbage collector: destroying a loop with pending
             # tasks logs from whatever code the collector interrupts (once inside ast.parse,
             # which CPython 3.11 then failed with "AST constructor recursion depth mismatch").
