@@ -176,6 +176,16 @@ def items(ds):
     return [(x["epoch"], x["step"], x["micro_batch"], tuple(x["ids"])) for x in ds]
 
 
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_dataloader_with_a_batch_size_says_to_pass_none(corpus, batch_size):
+    from torch.utils.data import DataLoader
+    ds = ShardDataset(corpus[2], rank=0, world_size=2)
+    with pytest.raises(TypeError, match=rf"DataLoader\(ds, batch_size={batch_size}\).*use DataLoader\(ds, batch_size=None"):
+        next(iter(DataLoader(ds, batch_size=batch_size)))
+    item = next(iter(DataLoader(ds, batch_size=None)))
+    assert item["input_ids"].dim() == 2 and isinstance(item["ids"], list)
+
+
 @pytest.mark.parametrize("stop", [1, 4, 5])
 def test_shard_dataset_state_round_trip(corpus, stop):
     shards = corpus[2]
