@@ -68,3 +68,16 @@ def test_help_gives_each_training_flag_a_text_and_its_default(capsys):
     for flag, default in (("--steps", "100"), ("--lr", "0.0003"), ("--seed", "0"), ("--log-every", "10")):
         i = out.index(f"{flag} {flag[2:].upper().replace('-', '_')} ", out.index("options:"))
         assert f"(default: {default})" in out[i:i + 200], (flag, out[i:i + 200])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--synthetic", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--synthetic", "--steps", "x"], "argument --steps: invalid int value: 'x'"),
+])
+def test_a_wrong_flag_prints_its_error_and_where_the_help_is(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2
+    assert err.splitlines() == [f"python -m mmfeed_trainer: error: {message}",
+                                "(python -m mmfeed_trainer --help lists the flags)"], err
