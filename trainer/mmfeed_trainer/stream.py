@@ -23,7 +23,13 @@ counted in ``dropped``. Every wait is bounded (``wait_s``, ``idle_timeout_s``, b
 
 nats-py is asyncio: an event loop runs in a daemon thread and the synchronous methods
 submit coroutines to it, so the prefetch thread (``steps``) and the training thread
-(``ack``, ``feedback``) can both use the source.
+(``ack``, ``feedback``) can both use the source. After ``close`` a call raises StreamError,
+and a call ``close`` cut short ends at once; no coroutine is left unawaited.
+
+Logging: connection events are one line each and never a traceback (``_NatsEvents``): a
+refused connect while waiting for the service, a disconnect and a reconnect at INFO once
+(repeats at DEBUG, nothing while closing); any other NATS error (authorization, slow
+consumer) one WARNING line. A service that never answers is one ``ServiceGone`` error.
 """
 
 from __future__ import annotations
