@@ -65,6 +65,8 @@ RESEND_ATTEMPTS = 5
 DECODE_ATTEMPTS = 3
 """Times one batch may fail to decode (after its checksum passed) before the client stops."""
 ACK = b"+ACK"
+CONNECT_WAIT_S = 0.5
+"""Pause between connect attempts, while waiting for NATS and on a reconnect."""
 REPLAY_S = 30.0
 """Acknowledgements and ``done`` reports sent within this long before a reconnect are sent
 again after it. One sent as the server died is lost with the connection, and a server killed
@@ -284,7 +286,8 @@ class StreamSource(Source):
         while True:
             try:
                 body, reply = await self._register_once(epoch, resume_step, deadline)
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError) as err:
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError,
+                    nats.errors.NoServersError) as err:
                 reply = None
                 why = (f"no service answers yet ({type(err).__name__})" if self._nc is not None else
                        "NATS does not accept connections there yet")
@@ -307,7 +310,9 @@ class StreamSource(Source):
                 raise ServiceGone(f"stream: {self._who()} could not register for epoch {epoch}: no answer on "
                                   f"{self._subject('register')} within {self.wait_s:.0f} s ({why}); is mmfeed serve "
                                   f"running for this job? (bound: wait_s, {accept.SERVICE_TIMEOUT_ENV})")
-            log.info("register: %s; asking again in %.1f s", why, pause)
+            # NATS not up yet: _NatsEvents said so once already
+            log.log(logging.DEBUG if self._nc is None else logging.INFO, "register: %s; asking again in %.1f s",
+                    why, pause)
             await asyncio.sleep(pause)
             pause = min(2 * pause, 5.0)
         want = {"colocated": "all", "modality": "vision" if self.mp_rank == 0 else "text"}[body["placement"]]
@@ -341,18 +346,23 @@ class StreamSource(Source):
         import nats
         if self._nc is None:
             left = max(deadline - time.monotonic(), 0.1)
-            self._events = _NatsEvents(self.url)  # this connection's
+            self._events.closing = False  # a new connection (after an adopted layout's close)
 
             async def reconnected():
                 self._reconnects += 1
                 self._events.reconnected()
                 await self._replay()
             opts = self.auth.options(self.dp_rank, self.mp_rank) if self.auth else {}
-            self._nc = await asyncio.wait_for(nats.connect(
-                self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5, reconnected_cb=reconnected, error_cb=self._events.error,
-                disconnected_cb=self._events.disconnected,
-                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left)
+            # The first connect tries every 0.5 s until the deadline, then gives up by itself
+            # (NoServersError): cancelling nats-py's connect loop is not reliable, it can swallow
+            # the cancellation and retry forever. Once connected, it reconnects without limit.
+            nc = await asyncio.wait_for(nats.connect(
+                self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
+                max_reconnect_attempts=max(1, int(left / CONNECT_WAIT_S)), reconnect_time_wait=CONNECT_WAIT_S,
+                reconnected_cb=reconnected, error_cb=self._events.error, disconnected_cb=self._events.disconnected,
+                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left + 2)
+            nc.options["max_reconnect_attempts"] = -1  # read at each reconnect
+            self._nc = nc
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}
