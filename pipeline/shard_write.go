@@ -19,8 +19,9 @@ import (
 // Shard writes a dataset once and the plans of o.Epochs epochs beside it, into st:
 //
 //   - data files: the first epoch's plan (plan), one Arrow IPC file per dp rank (and per
-//     part of o.PartSteps steps), one record batch per micro-batch in step order (proto's
-//     batch schema, modality "all"; pixels as tensors or JPEG; buffers compressed);
+//     part of o.PartSteps steps), in step order, a micro-batch as consecutive records of
+//     up to ShardOptions.RecordRows rows (default 1: one sample per record; proto's batch
+//     schema, modality "all"; pixels as tensors or JPEG; buffers compressed);
 //   - extra.arrow: the samples a later epoch plans that the first epoch left out (its
 //     dropped tail), once each;
 //   - epoch-%05d.index.arrow per epoch: for every (rank, step, micro-batch) row the data

@@ -50,14 +50,23 @@ from . import config, natsauth, synthetic
 from .train import TrainConfig, run
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage: a wrong flag prints its error and where the help is,
+    not the usage of every flag (40 lines that scrolled the error away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists the flags)\n")
+
+
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = argparse.ArgumentParser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = _Parser(prog="python -m mmfeed_trainer", description=__doc__.split("\n")[0],
+                usage="%(prog)s (--nats URL | --shards DIR | --synthetic) [flags]",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = p.add_argument_group("data source (exactly one)")
     src.add_argument("--nats", help="NATS URL of the mmfeed service, e.g. nats://127.0.0.1:4222")
     src.add_argument("--shards", help="folder or URL (s3://, gs://, file://) written by `mmfeed shard`: every epoch it planned")
     src.add_argument("--synthetic", action="store_true", help="generated batches (benchmarks)")
-    p.add_argument("--job", default="demo", help="job name on the service (default demo)")
+    p.add_argument("--job", default="demo", help="job name on the service")
     natsauth.add_arguments(p)
     p.add_argument("--model", default="tiny",
                    help=f"model preset {sorted(config.PRESETS)} or a FILE.json in the preset schema (the service's --model)")

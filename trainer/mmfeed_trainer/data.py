@@ -17,7 +17,8 @@ Contract
   one ``stream.Stream`` client; ``ShardDataset(directory)`` reads ``mmfeed shard`` output.
   Both are ``IterableDataset``s of already-batched micro-batches: use
   ``DataLoader(ds, batch_size=None)`` and ``num_workers=0`` (the stream prefetches in its own
-  thread; a worker process would register the rank a second time, so it raises).
+  thread; a worker process would register the rank a second time, so it raises). A
+  ``batch_size`` other than None raises TypeError saying so (items are ``MicroBatch`` dicts).
 * The rank: ``rank`` and ``world_size`` default to the ``RANK`` and ``WORLD_SIZE``
   environment variables torchrun sets (0 and 1 without them). The (dp, mp) layout and the
   placement come from the service's register reply unless given; rank = dp_rank * mp + mp_rank.
@@ -52,6 +53,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import default_collate_fn_map
 
 from .batches import Batch, record_to_batch, to_device  # noqa: F401 (to_device: re-exported, module doc)
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
@@ -65,6 +67,22 @@ HF_KEYS = ("input_ids", "attention_mask", "pixel_values", "weight")
 """Tensor keys an item carries (those of the rank's modality)."""
 
 
+class MicroBatch(dict):
+    """An item of ``StreamDataset`` and ``ShardDataset``: a plain dict (module doc) of one whole
+    micro-batch. Its type lets ``DataLoader(ds, batch_size=N)`` (forgetting
+    ``batch_size=None``) fail with what to do instead of a stack error, or, when the
+    micro-batches happen to have equal shapes, silently stacking N of them into one."""
+
+
+def _refuse_collation(batch, *, collate_fn_map=None):
+    raise TypeError(f"data: DataLoader(ds, batch_size={len(batch)}) stacks {len(batch)} items into one, but each "
+                    f"item of an mmfeed dataset already is a whole micro-batch (its samples planned together): "
+                    f"use DataLoader(ds, batch_size=None, num_workers=0)")
+
+
+default_collate_fn_map[MicroBatch] = _refuse_collation  # the map torch's default_collate consults by type
+
+
 def env_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """(rank, world size): the arguments, else torchrun's RANK / WORLD_SIZE, else (0, 1)."""
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
@@ -75,7 +93,7 @@ def env_rank(rank: int | None = None, world_size: int | None = None) -> tuple[in
 
 
 def hf_item(batch: Batch, *, micro_batches: int, device: torch.device | str | None = None,
-            normalize: bool = True) -> dict:
+            normalize: bool = True) -> MicroBatch:
     """An HF-style dict from a typed micro-batch (``batches.Batch``; see the module doc): the
     boundary where the trainer's typed batches become the documented dict items."""
     if device is not None or (normalize and batch.pixel_values is not None):
@@ -86,7 +104,7 @@ def hf_item(batch: Batch, *, micro_batches: int, device: torch.device | str | No
         out["pixel_shape"], out["pixel_dtype"] = batch.pixel_shape, batch.pixel_dtype
     out.update(ids=batch.ids, epoch=batch.epoch, step=batch.step, micro_batch=batch.micro_batch,
                micro_batches=micro_batches)
-    return out
+    return MicroBatch(out)
 
 
 def weighted_loss(per_sample: torch.Tensor, weight: torch.Tensor, *, group=None,

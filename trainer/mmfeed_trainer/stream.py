@@ -23,7 +23,13 @@ counted in ``dropped``. Every wait is bounded (``wait_s``, ``idle_timeout_s``, b
 
 nats-py is asyncio: an event loop runs in a daemon thread and the synchronous methods
 submit coroutines to it, so the prefetch thread (``steps``) and the training thread
-(``ack``, ``feedback``) can both use the source.
+(``ack``, ``feedback``) can both use the source. After ``close`` a call raises StreamError,
+and a call ``close`` cut short ends at once; no coroutine is left unawaited.
+
+Logging: connection events are one line each and never a traceback (``_NatsEvents``): a
+refused connect while waiting for the service, a disconnect and a reconnect at INFO once
+(repeats at DEBUG, nothing while closing); any other NATS error (authorization, slow
+consumer) one WARNING line. A service that never answers is one ``ServiceGone`` error.
 """
 
 from __future__ import annotations
@@ -59,12 +65,63 @@ RESEND_ATTEMPTS = 5
 DECODE_ATTEMPTS = 3
 """Times one batch may fail to decode (after its checksum passed) before the client stops."""
 ACK = b"+ACK"
+CONNECT_WAIT_S = 0.5
+"""Pause between connect attempts, while waiting for NATS and on a reconnect."""
 REPLAY_S = 30.0
 """Acknowledgements and ``done`` reports sent within this long before a reconnect are sent
 again after it. One sent as the server died is lost with the connection, and a server killed
 before it flushed its state restarts with the consumer of a moment earlier: either way the
 service would keep the rank at a step it trained, and wait for it forever at the job's end.
 Both messages are idempotent (an ack of an acknowledged message does nothing)."""
+
+
+class _NatsEvents:
+    """nats-py's error and disconnect callbacks for one rank's connection: one log line per
+    event, never a traceback (nats-py's default logs one for every refused connect, six in
+    3 s while a rank waits for its service). A refused or dropped connection while waiting or
+    reconnecting is expected: logged once at INFO, its repeats at DEBUG, and not at all after
+    ``close`` began. Anything else (authorization, a slow consumer, a protocol error) is a real
+    failure: one WARNING line each time its description changes."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.closing = False
+        self._last = ""
+
+    @staticmethod
+    def _expected(err: BaseException) -> bool:
+        import nats.errors
+        return isinstance(err, (OSError, asyncio.TimeoutError, nats.errors.StaleConnectionError,
+                                nats.errors.ConnectionClosedError, nats.errors.NoServersError))
+
+    @staticmethod
+    def describe(err: BaseException) -> str:
+        text = str(err).strip()
+        return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+    def _once(self, level: int, msg: str, *args) -> None:
+        text = msg % args
+        log.log(logging.DEBUG if text == self._last else level, "%s", text)
+        self._last = text
+
+    async def error(self, err: BaseException) -> None:
+        if self.closing:
+            log.debug("stream: NATS at %s while closing: %s", self.url, self.describe(err))
+        elif self._expected(err):
+            self._once(logging.INFO, "stream: NATS at %s unreachable (%s); trying again", self.url,
+                       type(err).__name__)
+        else:
+            self._once(logging.WARNING, "stream: NATS at %s: %s", self.url, self.describe(err))
+
+    async def disconnected(self) -> None:
+        if self.closing:
+            log.debug("stream: disconnected from NATS at %s (closing)", self.url)
+        else:
+            self._once(logging.INFO, "stream: disconnected from NATS at %s; reconnecting", self.url)
+
+    def reconnected(self) -> None:
+        self._last = ""
+        log.info("stream: reconnected to NATS at %s", self.url)
 
 
 class StreamError(RuntimeError):
@@ -138,6 +195,7 @@ class StreamSource(Source):
         self._thread = threading.Thread(target=self._loop.run_forever, name="mmfeed-nats", daemon=True)
         self._thread.start()
         self._nc = None
+        self._events = _NatsEvents(url)
         self._sub = None
         self._epochs: dict[int, dict] = {}
         """Register reply per epoch (steps, micro_batches, plan_hash)."""
@@ -150,8 +208,14 @@ class StreamSource(Source):
     # -- plumbing -------------------------------------------------------------------------
     def _call(self, coro, timeout: float | None = None):
         """Run ``coro`` in the event loop; at most ``timeout`` (default: ``request_timeout_s`` + 5 s),
-        then it is cancelled and TimeoutError raised: no call waits forever."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        then it is cancelled and TimeoutError raised: no call waits forever. After ``close``,
+        StreamError; a call ``close`` cut short raises concurrent.futures.CancelledError. Either
+        way the coroutine is awaited or closed, never left behind unawaited."""
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        except RuntimeError:  # the loop is closed: the coroutine never starts
+            coro.close()
+            raise StreamError(f"stream: {self._who()} is closed") from None
         try:
             return fut.result(self.request_timeout_s + 5 if timeout is None else timeout)
         except TimeoutError:
@@ -222,8 +286,11 @@ class StreamSource(Source):
         while True:
             try:
                 body, reply = await self._register_once(epoch, resume_step, deadline)
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError) as err:
-                reply, why = None, f"no service answers yet ({type(err).__name__})"
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError,
+                    nats.errors.NoServersError) as err:
+                reply = None
+                why = (f"no service answers yet ({type(err).__name__})" if self._nc is not None else
+                       "NATS does not accept connections there yet")
             else:
                 why = "the epoch is still being planned" if reply.get("retry") else ""
             if reply is not None and reply.get("ok"):
@@ -233,6 +300,7 @@ class StreamSource(Source):
                 if not adopted and self._adopt_layout(reply):
                     adopted = True
                     if ranks != (self.dp_rank, self.mp_rank) and self._nc is not None:
+                        self._events.closing = True
                         await self._nc.close()  # reconnect as the adopted rank (its credentials, its inbox)
                         self._nc = None
                     continue
@@ -242,7 +310,9 @@ class StreamSource(Source):
                 raise ServiceGone(f"stream: {self._who()} could not register for epoch {epoch}: no answer on "
                                   f"{self._subject('register')} within {self.wait_s:.0f} s ({why}); is mmfeed serve "
                                   f"running for this job? (bound: wait_s, {accept.SERVICE_TIMEOUT_ENV})")
-            log.info("register: %s; asking again in %.1f s", why, pause)
+            # NATS not up yet: _NatsEvents said so once already
+            log.log(logging.DEBUG if self._nc is None else logging.INFO, "register: %s; asking again in %.1f s",
+                    why, pause)
             await asyncio.sleep(pause)
             pause = min(2 * pause, 5.0)
         want = {"colocated": "all", "modality": "vision" if self.mp_rank == 0 else "text"}[body["placement"]]
@@ -276,15 +346,23 @@ class StreamSource(Source):
         import nats
         if self._nc is None:
             left = max(deadline - time.monotonic(), 0.1)
+            self._events.closing = False  # a new connection (after an adopted layout's close)
 
             async def reconnected():
                 self._reconnects += 1
+                self._events.reconnected()
                 await self._replay()
             opts = self.auth.options(self.dp_rank, self.mp_rank) if self.auth else {}
-            self._nc = await asyncio.wait_for(nats.connect(
-                self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}", max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5, reconnected_cb=reconnected,
-                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left)
+            # The first connect tries every 0.5 s until the deadline, then gives up by itself
+            # (NoServersError): cancelling nats-py's connect loop is not reliable, it can swallow
+            # the cancellation and retry forever. Once connected, it reconnects without limit.
+            nc = await asyncio.wait_for(nats.connect(
+                self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
+                max_reconnect_attempts=max(1, int(left / CONNECT_WAIT_S)), reconnect_time_wait=CONNECT_WAIT_S,
+                reconnected_cb=reconnected, error_cb=self._events.error, disconnected_cb=self._events.disconnected,
+                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left + 2)
+            nc.options["max_reconnect_attempts"] = -1  # read at each reconnect
+            self._nc = nc
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}
@@ -664,6 +742,7 @@ class StreamSource(Source):
         whatever was not acknowledged is redelivered to the next incarnation, nothing is lost."""
         if self._loop.is_closed():
             return
+        self._events.closing = True
         self._keeper.cancel()
         if self._nc is not None:
             try:
@@ -676,12 +755,22 @@ class StreamSource(Source):
                     pass
             self._nc = None
         try:  # a drain cut short leaves nats-py tasks parked in the loop
-            self._call(_cancel_pending(), timeout=5.0)
+            if self._loop.is_running():
+                self._call(_cancel_pending(), timeout=5.0)
         except Exception:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
+            # Calls submitted as the loop stopped (the prefetch thread's) are queued or started
+            # as tasks that never ran: run them here, cancelled, so that their callers return
+            # now and no coroutine is destroyed unawaited.
+            for _ in range(3):  # again if a second stop request was queued
+                try:
+                    self._loop.run_until_complete(_cancel_pending())
+                    break
+                except RuntimeError:
+                    continue
             # Closed here, not left to the garbage collector: destroying a loop with pending
             # tasks logs from whatever code the collector interrupts (once inside ast.parse,
             # which CPython 3.11 then failed with "AST constructor recursion depth mismatch").

@@ -68,3 +68,30 @@ def test_help_gives_each_training_flag_a_text_and_its_default(capsys):
     for flag, default in (("--steps", "100"), ("--lr", "0.0003"), ("--seed", "0"), ("--log-every", "10")):
         i = out.index(f"{flag} {flag[2:].upper().replace('-', '_')} ", out.index("options:"))
         assert f"(default: {default})" in out[i:i + 200], (flag, out[i:i + 200])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--synthetic", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--synthetic", "--steps", "x"], "argument --steps: invalid int value: 'x'"),
+])
+def test_a_wrong_flag_prints_its_error_and_where_the_help_is(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2
+    assert err.splitlines() == [f"python -m mmfeed_trainer: error: {message}",
+                                "(python -m mmfeed_trainer --help lists the flags)"], err
+
+
+def test_log_ids_writes_the_file_the_readme_names(tmp_path, capsys, monkeypatch):
+    import os
+    import re
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("RANK", "0")
+    assert main(["--synthetic", "--steps", "2", "--log-every", "1", "--log-ids", str(tmp_path)]) == 0
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    named = re.search(r"`--log-ids DIR`:.*?\(`(ids-rank[^`]+)`\)", readme, re.S)
+    assert named, "README: no example file name for --log-ids"
+    assert os.listdir(tmp_path) == [named.group(1)]
+    lines = [json.loads(line) for line in (tmp_path / named.group(1)).read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1] and all(line["ids"] for line in lines)
