@@ -124,4 +124,3 @@ func TestServeKeepsColumns(t *testing.T) {
 		})
 	}
 }
-
