@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -167,4 +168,31 @@ func TestScanKeeps(t *testing.T) {
 	if got := unsafe.Sizeof(Entry{}); got != 128 {
 		t.Errorf("Entry is %d bytes, want 128 (the keep row fills imageRef's padding)", got)
 	}
+}
+
+// FuzzExtractKeep: any JSON member or line gives one value per field, valid
+// UTF-8, at most MaxKeepBytes, that the table stores and decodes unchanged.
+func FuzzExtractKeep(f *testing.F) {
+	for _, s := range []string{`{"url":"http://x","label":3,"meta":{"w":0.5}}`, `{"url":`, `[1]`, "{\"url\":\"\xff\"}", `{"meta":"x"}`, ``} {
+		f.Add([]byte(s), "caption")
+	}
+	fields, err := ParseKeep("url,json:label,json:meta.w,caption")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, caption string) {
+		vals := extractKeep(fields, raw, caption)
+		if len(vals) != len(fields) {
+			t.Fatalf("%d values for %d fields", len(vals), len(fields))
+		}
+		for _, v := range vals {
+			if !utf8.ValidString(v.Text) || len(v.Text) > MaxKeepBytes || !v.Valid && v.Text != "" {
+				t.Fatalf("value %+v", v)
+			}
+		}
+		tb := newKeepTable(fields)
+		if got := tb.values(tb.add(vals)); !reflect.DeepEqual(got, vals) {
+			t.Fatalf("stored %+v, decoded %+v", vals, got)
+		}
+	})
 }
