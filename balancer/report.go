@@ -52,6 +52,9 @@ type Report struct {
 	// QuarantineReasons counts quarantined samples by reason with a few
 	// example ids (set by the caller, who owns the quarantine).
 	QuarantineReasons map[string]QuarantineGroup `json:"quarantine_reasons,omitempty"`
+	// Kept lists the source fields the batches carry (--keep) with the number
+	// of indexed samples that lack each (null in the batches); set by the caller.
+	Kept []KeptColumn `json:"kept,omitempty"`
 	// Thumbnails show the samples that drive cost (set by the caller, who can
 	// decode images; the balancer only picks them, see CostDrivers).
 	Thumbnails []Thumbnail `json:"thumbnails,omitempty"`

@@ -49,6 +49,14 @@ type QuarantineGroup struct {
 	Examples []string `json:"examples"`
 }
 
+// KeptColumn is one source field the batches carry (--keep), in a report.
+type KeptColumn struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // utf8, int64 or float64
+	// Missing counts the indexed samples that lack the field (null values).
+	Missing int64 `json:"missing"`
+}
+
 // Thumbnail is a small picture of one sample, with what it costs. The
 // balancer never decodes images: the caller (the pipeline) makes the bytes.
 type Thumbnail struct {

@@ -148,6 +148,12 @@
 // spare capacity: ~330 bytes an entry at 90-byte captions (docs/BENCHMARKS.md,
 // "Planner memory per sample").
 //
+// With Options.Keep (ParseKeep: "url,json:label,caption", see keep.go) Scan also keeps
+// named source fields of each entry (the caption, keys of the manifest line or of a
+// WebDataset .json member): Index.Kept(e) returns them, KeepTypes gives each field one type
+// over the index, KeepMissing counts entries without it. A missing or malformed value is
+// never a reject. The values are packed in the index's string blocks; Entry does not grow.
+//
 // Permutation(n, seed, epoch) gives the deterministic epoch order (see
 // order.go for the exact algorithm, reproducible in Python).
 //

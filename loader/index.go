@@ -30,6 +30,7 @@ const (
 // file).
 type imageRef struct {
 	kind refKind
+	keep uint32 // 1 + the entry's row in Index.keep (0: none); here it fills kind's padding
 	root string
 	path string
 	off  int64
@@ -62,6 +63,7 @@ type Index struct {
 	Stats Stats
 
 	opts Options
+	keep *keepTable // the kept fields' values (Options.Keep), nil without
 	pq   *rowGroupCache
 	gz   *gzSpools
 }
@@ -77,11 +79,15 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 	ix := &Index{opts: DefaultOptions(), pq: newRowGroupCache(2)}
 	var t Tally
 	onReject := func(Reject) {}
-	if er, ok := src.(entryReader); ok {
+	er, _ := src.(entryReader)
+	if er != nil {
 		ix.opts = er.shared().opts
 		if f := ix.opts.OnReject; f != nil {
 			onReject = f
 		}
+	}
+	if len(ix.opts.Keep) > 0 {
+		ix.keep = newKeepTable(ix.opts.Keep)
 	}
 	seen := make(map[uint64]int32)
 	seed := maphash.MakeSeed()
@@ -103,6 +109,9 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 			seen[h] = int32(len(ix.Entries))
 		}
 		t.Emit()
+		if ix.keep != nil {
+			e.ref.keep = ix.keep.add(extractKeep(ix.keep.fields, lastJSON(er), e.Text))
+		}
 		ix.Entries = append(ix.Entries, e)
 	}
 	ix.Entries = slices.Clone(ix.Entries) // no spare capacity: up to a quarter of the entries after append's growth

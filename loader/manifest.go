@@ -251,6 +251,7 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 	}
 	e := Entry{ID: id, Location: loc, Text: ml.Text, ImageName: baseName(ml.Image),
 		ImageSize: size, ref: imageRef{kind: refFile, root: root, path: full}}
+	m.json = line
 	if !withImage {
 		return m.packed(e, ml.Image), nil, true
 	}

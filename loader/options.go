@@ -18,6 +18,9 @@ const (
 // Options configures Open. The zero value of a field means its default, so
 // Options{} is usable; DefaultOptions spells the defaults out.
 type Options struct {
+	// Keep names the source fields carried into the batches (see keep.go,
+	// ParseKeep); Scan stores their values compactly in the index.
+	Keep []KeepField `json:",omitempty"`
 	// Format forces the dataset kind: "", "jsonl", "wds", "parquet",
 	// "folder" or "arrow". "" detects it from the path.
 	Format string

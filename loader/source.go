@@ -189,6 +189,18 @@ type base struct {
 	opts   Options
 	tally  Tally
 	closed bool
+	// json is the JSON object of the entry next returned last (a manifest
+	// line, a WebDataset .json member; nil without), read by Scan for the
+	// kept fields (Options.Keep) before the next call.
+	json []byte
+}
+
+// lastJSON is the JSON object of the entry er returned last (nil for a foreign source).
+func lastJSON(er entryReader) []byte {
+	if er == nil {
+		return nil
+	}
+	return er.shared().json
 }
 
 // Stats returns the source's counters.

@@ -47,6 +47,7 @@ type tarGroup struct {
 	text     string
 	hasText  bool
 	textRank int      // index in the text keys of the member the caption came from (lower wins)
+	json     []byte   // the .json member, when read (a text key, or kept fields)
 	exts     []string // the member extensions read, to tell a repeated member
 	id       string
 	reason   string // first problem seen in the group
@@ -357,6 +358,14 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 			return false
 		}
 		g.addCaption(s.keys, ext, data)
+		if ext == "json" {
+			g.json = data
+		}
+	case ext == "json" && g.json == nil && keepNeedsJSON(s.opts.Keep):
+		if hdr.Size > s.opts.MaxCaptionBytes { // kept fields missing, the sample fine
+			return s.skipData(g, hdr)
+		}
+		return s.readData(ctx, g, hdr, &g.json)
 	}
 	return true
 }
@@ -447,6 +456,7 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 	}
 	e := Entry{ID: id, Location: g.loc, Text: g.text, ImageName: g.imgName, ImageSize: g.imgSize,
 		ref: imageRef{kind: refTar, root: s.root, path: s.path, off: g.imgOff}}
+	s.json = g.json
 	if s.stream != nil { // a remote shard: its key, read through Options.Remote
 		e.ref.root, e.ref.path = "", s.shards[s.cur]
 	}

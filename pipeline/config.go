@@ -15,6 +15,9 @@ import (
 type Config struct {
 	// Input is the dataset: a JSONL manifest, WebDataset shards, Parquet, or an image folder.
 	Input string
+	// InputCache is the folder an input URL that is not streamed is staged in
+	// (see OpenInput; one folder per URL below it). "": DefaultInputCache().
+	InputCache string
 	// Loader configures the source (limits, Parquet columns). OnReject is set by OpenDataset.
 	Loader loader.Options
 	// Tokenizer selects the tokenizer.json and max length.

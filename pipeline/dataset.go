@@ -38,6 +38,7 @@ type Dataset struct {
 	Quarantine *loader.QuarantineWriter
 
 	proc    *imgproc.Processor
+	input   Input           // the opened Config.Input when it was a URL (closed by Close)
 	scanned []loader.Reject // the index scan's rejects, in scan order
 	thumbs  thumbCache      // the report thumbnails of its epochs
 
@@ -61,14 +62,21 @@ type featureLoad struct {
 }
 
 // OpenDataset indexes cfg.Input and opens the tokenizer and the image
-// processor. Rejects of the index scan go to quarantine (nil: counted only)
+// processor. An input URL (s3://, gs://, az://, http(s)://, file://) is opened
+// with OpenInput (streamed or staged under cfg.InputCache), and the dataset's
+// Config names what the loader reads (the local path or object key, and
+// Loader.Remote). Rejects of the index scan go to quarantine (nil: counted only)
 // and are kept, so that every Epoch quarantines them again. The feature pass
 // runs on the first Epoch. The caller closes the result.
 func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Dataset, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dataset{Config: cfg, Quarantine: loader.NewQuarantineWriter(quarantine)}
+	cfg, in, err := openConfigInput(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataset{Config: cfg, input: in, Quarantine: loader.NewQuarantineWriter(quarantine)}
 	var mu sync.Mutex
 	opts := cfg.Loader
 	opts.OnReject = func(r loader.Reject) {
@@ -79,6 +87,7 @@ func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Datase
 	}
 	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
 	if err != nil {
+		_ = in.Close()
 		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
 	}
 	d.Index = ix
@@ -93,12 +102,12 @@ func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Datase
 	return d, nil
 }
 
-// Close releases the tokenizer and the index.
+// Close releases the tokenizer, the index and an opened input URL.
 func (d *Dataset) Close() error {
 	if d.Tokenizer != nil {
 		d.Tokenizer.Close()
 	}
-	return d.Index.Close()
+	return errors.Join(d.Index.Close(), d.input.Close())
 }
 
 // Epoch orders the dataset for (plan.Seed, plan.Epoch) and reduces it to

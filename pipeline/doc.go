@@ -36,7 +36,14 @@
 // gather decompresses only the rows it reads. OpenInput streams WebDataset shards from an
 // input URL (a loader.Remote over the bucket: members as they arrive, images by ranged
 // reads) and stages other inputs with StageInput, which copies an input URL to a local
-// cache; LoadCostModel reads the cost-model files `serve` exports.
+// cache; LoadCostModel reads the cost-model files `serve` exports. OpenDataset does the
+// same for an input URL itself (Config.InputCache), so every command and every serve worker
+// reads s3://, gs://, az://, http(s):// and file:// inputs.
+//
+// Kept fields (Config.Loader.Keep, --keep): the index holds each sample's values; every
+// BatchMeta of a job gets KeepColumns(index) and every row the entry's values
+// (Preprocessor.Row), so shard files and served batches carry them as proto kept columns;
+// KeptReport puts their types and missing counts into the report.
 //
 // Config.FeatureCache keeps the features of a whole index under the dataset's
 // Fingerprint (tokenizer settings and file hash, image config, loader options, every

@@ -147,3 +147,31 @@ func (s *Store) copyObject(ctx context.Context, key string, size int64, dir stri
 	}
 	return os.Rename(tmp.Name(), dst)
 }
+
+// DefaultInputCache is the staging folder of input URLs when Config.InputCache is empty:
+// mmfeed under the user's cache folder (the temporary folder where there is none).
+func DefaultInputCache() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "mmfeed")
+	}
+	return os.TempDir()
+}
+
+// openConfigInput opens cfg.Input when it is a URL (OpenInput, staged under
+// InputCacheDir of cfg.InputCache) and returns cfg with Input and Loader.Remote naming
+// what the loader reads; a path is returned as it is, with an Input that closes nothing.
+func openConfigInput(ctx context.Context, cfg Config) (Config, Input, error) {
+	if !IsURL(cfg.Input) {
+		return cfg, Input{Path: cfg.Input}, nil
+	}
+	base := cfg.InputCache
+	if base == "" {
+		base = DefaultInputCache()
+	}
+	in, err := OpenInput(ctx, cfg.Input, InputCacheDir(base, cfg.Input))
+	if err != nil {
+		return cfg, Input{}, fmt.Errorf("pipeline: input %s: %w", cfg.Input, err)
+	}
+	cfg.Input, cfg.Loader.Remote = in.Path, in.Remote
+	return cfg, in, nil
+}

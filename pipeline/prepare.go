@@ -109,6 +109,7 @@ func (p *Prepared) Report() (*balancer.Report, error) {
 	}
 	r.Quarantined = int(p.Quarantine.Total())
 	r.QuarantineReasons = QuarantineReasons(p.Quarantine)
+	r.Kept = KeptReport(p.Index)
 	return r, p.Quarantine.Err()
 }
 

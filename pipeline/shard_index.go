@@ -366,7 +366,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 }
 
 // fingerprint names a shard run: the first epoch's plan, the image and tokenizer
-// settings, the dataset size and the options.
+// settings, the dataset size, the options and the kept columns.
 func fingerprint(prep *Prepared, plan *balancer.Plan, o ShardOptions) string {
 	h := sha256.New()
 	c := prep.Config
@@ -378,6 +378,9 @@ func fingerprint(prep *Prepared, plan *balancer.Plan, o ShardOptions) string {
 		Tokenizer any
 		Options   ShardOptions
 	}{plan.Hash(), prep.Seen(), c.Image, c.Tokenizer, o})
+	if k := KeepColumns(prep.Index); k != nil { // kept columns change the files' schema
+		json.NewEncoder(h).Encode(k)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

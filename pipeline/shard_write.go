@@ -94,6 +94,7 @@ func (w *shardWriter) batchMeta() proto.BatchMeta {
 	m := proto.BatchMeta{Job: "shard", Epoch: w.plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std,
 		Pack: w.plan.Config.Pack}
 	m.VocabSize, m.PadID = TokenizerMeta(w.prep.Tokenizer)
+	m.Keep = KeepColumns(w.prep.Index)
 	if w.o.Store == StoreJPEG {
 		m.DType = proto.DTypeJPEG
 	}

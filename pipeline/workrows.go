@@ -12,9 +12,11 @@ import (
 // with token ids and the image tensor; a sample that fails here is
 // quarantined (when its weight is positive) and kept with weight 0 and zero
 // pixels, exactly as Run does, so a row built by Row is identical to the
-// one Run builds for the same entry. Safe for concurrent use.
+// one Run builds for the same entry. The row carries the entry's kept
+// values (Config.Loader.Keep), also when it fails. Safe for concurrent use.
 func (pp *Preprocessor) Row(ctx context.Context, ent loader.Entry, planned proto.Row) proto.Row {
 	row := planned
+	row.Keep = keepValues(pp.prep.Index, ent)
 	ids, img, err := pp.process(ctx, ent)
 	if err != nil {
 		if planned.Weight > 0 && ctx.Err() == nil {

@@ -31,6 +31,9 @@ type Row struct {
 	// Weight is the sample's loss weight: 1 for real samples, 0 for the
 	// padding samples that keep ranks at equal work units.
 	Weight float32
+	// Keep holds one value per BatchMeta.Keep column, or none: every kept
+	// column null (padding rows).
+	Keep []KeepValue
 }
 
 // BatchMeta describes one micro-batch: who it is for and how its pixels are
@@ -56,6 +59,9 @@ type BatchMeta struct {
 	// model whose vocabulary is smaller. VocabSize 0: unknown, both keys
 	// absent. PadID < 0: the tokenizer has no pad token, MetaPadID absent.
 	VocabSize, PadID int
+	// Keep are the kept columns (source fields carried through, see
+	// keep.go), after the modality's columns; none by default.
+	Keep []KeepColumn `json:",omitempty"`
 }
 
 // BuildRecord builds the record of one micro-batch. Every row gets
@@ -76,12 +82,16 @@ func BuildRecord(mem memory.Allocator, meta BatchMeta, rows []Row) (arrow.Record
 			c.Release()
 		}
 	}()
-	for _, f := range schema.Fields() {
+	nk := len(meta.Keep)
+	for _, f := range schema.Fields()[:schema.NumFields()-nk] {
 		col, err := buildColumn(mem, f, meta, rows)
 		if err != nil {
 			return nil, err
 		}
 		cols = append(cols, col)
+	}
+	for i := range nk {
+		cols = append(cols, buildKeep(mem, meta, i, rows))
 	}
 	return array.NewRecordBatch(schema, cols, int64(len(rows))), nil
 }
@@ -93,6 +103,9 @@ func validateRows(meta BatchMeta, rows []Row) error {
 	var ids, pix int64
 	for i := range rows {
 		r := &rows[i]
+		if len(r.Keep) != 0 && len(r.Keep) != len(meta.Keep) {
+			return fmt.Errorf("proto: row %d (id %q): %d kept values for %d kept columns: %w", i, r.ID, len(r.Keep), len(meta.Keep), ErrInvalidRow)
+		}
 		if err := validateRow(meta, r); err != nil {
 			return fmt.Errorf("proto: row %d (id %q): %w", i, r.ID, err)
 		}

@@ -11,7 +11,10 @@
 //   - BuildRecord turns a BatchMeta and []Row into one arrow.RecordBatch whose
 //     schema is Schema(meta); EncodeIPC/DecodeIPC convert it to and from one
 //     self-contained Arrow IPC stream (schema + one record batch + EOS).
-//     The same record is written to shard files and to the wire.
+//     The same record is written to shard files and to the wire. BatchMeta.Keep
+//     adds nullable kept columns (keep.NAME: utf8, int64 or float64) after the
+//     modality's; Row.Keep holds their values (keep.go). Without Keep a record
+//     is exactly the version-1 record it always was.
 //   - Chunk splits an IPC payload into ≤ max-payload NATS messages with
 //     headers; Reassembler (streaming) and Reassemble (all at once) verify
 //     index, count, size and the CRC-32C checksum and give the payload back.

@@ -12,7 +12,7 @@ import (
 type fullValidator interface{ ValidateFull() error }
 
 // ValidateRecord checks a record's contents against its schema metadata:
-// no nulls, list offsets in bounds, one step and micro_batch value, and each
+// no nulls (but in kept columns), list offsets in bounds, one step and micro_batch value, and each
 // row's pixel count equal to the product of its pixel_shape (which equals
 // the fixed shape when there is one). It returns the parsed BatchMeta with
 // Step and MicroBatch from the columns (0 for an empty record).
@@ -22,7 +22,7 @@ func ValidateRecord(rec arrow.RecordBatch) (BatchMeta, error) {
 		return meta, err
 	}
 	for i, col := range rec.Columns() {
-		if col.NullN() != 0 {
+		if col.NullN() != 0 && !isKeepColumn(rec.ColumnName(i)) {
 			return meta, fmt.Errorf("proto: column %s has %d nulls: %w", rec.ColumnName(i), col.NullN(), ErrSchema)
 		}
 		if v, ok := col.(fullValidator); ok {
@@ -129,6 +129,7 @@ func ReadRows(rec arrow.RecordBatch) (BatchMeta, []Row, error) {
 	if meta.Modality.hasVision() {
 		readPixels(meta, cols, rows)
 	}
+	readKeep(meta, cols, rows)
 	return meta, rows, nil
 }
 

@@ -205,6 +205,7 @@ func Schema(meta BatchMeta) (*arrow.Schema, error) {
 		}
 		fields = append(fields, f)
 	}
+	fields = append(fields, keepFields(meta.Keep)...)
 	keys := []string{MetaSchemaVersion, MetaJob, MetaEpoch, MetaDPRank, MetaMPRank, MetaModality}
 	values := []string{SchemaVersion, meta.Job, strconv.Itoa(meta.Epoch), strconv.Itoa(meta.DPRank),
 		strconv.Itoa(meta.MPRank), string(meta.Modality)}
@@ -288,6 +289,9 @@ func MetaFromSchema(s *arrow.Schema) (BatchMeta, error) {
 		if err := parsePixelMeta(s, &m); err != nil {
 			return m, err
 		}
+	}
+	if m.Keep, err = parseKeepColumns(s); err != nil {
+		return m, err
 	}
 	if err := m.Validate(); err != nil {
 		return m, fmt.Errorf("%w: %w", err, ErrSchema)
@@ -393,6 +397,9 @@ func (m BatchMeta) Validate() error {
 	}
 	if m.VocabSize < 0 || m.VocabSize > math.MaxInt32 || m.VocabSize > 0 && m.PadID >= m.VocabSize {
 		return fmt.Errorf("proto: vocab size %d, pad id %d (want pad id < vocab size, or vocab size 0 for unknown): %w", m.VocabSize, m.PadID, ErrInvalidMeta)
+	}
+	if err := validateKeep(m.Keep); err != nil {
+		return err
 	}
 	if !m.Modality.hasVision() {
 		return nil

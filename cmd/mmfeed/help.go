@@ -14,7 +14,7 @@ var flagGroups = []struct {
 	title string
 	names []string // exact names, or prefixes ending in "-"
 }{
-	{"Dataset", []string{"input", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "quarantine"}},
+	{"Dataset", []string{"input", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "keep", "quarantine"}},
 	{"Plan", []string{"dp", "mp", "pp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
 	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "workers"}},

@@ -37,6 +37,11 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&c.Loader.IDColumn, "id-field", c.Loader.IDColumn, "manifest field or Parquet column of the sample id (optional)")
 	fs.StringVar(&c.Loader.WDSImageKeys, "wds-image-keys", loader.DefaultWDSImageKeys, "WebDataset member extensions holding the image")
 	fs.StringVar(&c.Loader.WDSTextKeys, "wds-text-keys", loader.DefaultWDSTextKeys, "WebDataset caption members in priority order: ext (whole member) or ext:field (JSON field, a.b nested)")
+	fs.Func("keep", "source fields the batches carry as columns keep.NAME: caption, a top-level key (url), json:a.b (a path in the manifest line or the WebDataset .json), name=field renames; e.g. url,json:label,caption", func(v string) error {
+		f, err := loader.ParseKeep(v)
+		c.Loader.Keep = f
+		return err
+	})
 	fs.IntVar(&c.Plan.DP, "dp", c.Plan.DP, "data-parallel ranks")
 	fs.IntVar(&c.Plan.MicroBatches, "micro-batches", c.Plan.MicroBatches, "micro-batches per rank and step")
 	fs.IntVar(&c.Plan.PP, "pp", 0, "the trainer's pipeline stages per dp rank (trainer --pp; 0 or 1: none): the plan levels micro-batches for the pipeline; only stage 0 of each dp rank receives data")

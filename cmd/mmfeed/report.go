@@ -82,6 +82,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}{rep, sims})
 	}
 	fmt.Fprintf(stdout, "%s: %d samples seen, %d quarantined\n", cfg.Input, prep.Seen(), rep.Quarantined)
+	if l := pipeline.KeptLine(rep.Kept); l != "" {
+		fmt.Fprintln(stdout, l)
+	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}

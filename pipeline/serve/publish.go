@@ -270,6 +270,7 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: step, DPRank: dp, MPRank: mp,
 		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
 	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
+	meta.Keep = pipeline.KeepColumns(ep.prep.Index)
 	if mod != proto.ModalityText {
 		meta.DType = img.DType
 		if img.Policy != "dynamic" {

@@ -162,6 +162,7 @@ func (sw *ShardWorkers) meta(plan *balancer.Plan) func(step, r int) (proto.Batch
 		m := proto.BatchMeta{Job: sw.cfg.Job, Epoch: plan.Config.Epoch, Step: step, DPRank: r, Modality: proto.ModalityAll,
 			DType: img.DType, Mean: mean, Std: std, Pack: plan.Config.Pack}
 		m.VocabSize, m.PadID = pipeline.TokenizerMeta(sw.prep.Tokenizer)
+		m.Keep = pipeline.KeepColumns(sw.prep.Index)
 		if img.Policy != "dynamic" {
 			m.Shape = []int{3, img.Size, img.Size}
 		}

@@ -104,6 +104,9 @@ func verifyMeta(rec arrow.RecordBatch, want proto.BatchMeta) error {
 	if !rec.Schema().Metadata().Equal(ws.Metadata()) || !pixelMetaEqual(rec.Schema(), ws) {
 		return rejected(rejectSchema, "schema metadata %v, planned %v", rec.Schema().Metadata(), ws.Metadata())
 	}
+	if !slices.Equal(got.Keep, want.Keep) {
+		return rejected(rejectSchema, "kept columns %v, planned %v", got.Keep, want.Keep)
+	}
 	return nil
 }
 

@@ -13,6 +13,10 @@ tensors (pinned on request):
   float32), its ``pixel_mean`` / ``pixel_std`` and ``pixel_shape`` int64 (B, 3); and the
   deterministic ITM negatives ``neg_text`` / ``neg_image`` int64 (B,).
 
+* kept source fields (``mmfeed --keep url,json:label``): ``keep``, a dict from each kept
+  column's name (``keep.url`` -> ``"url"``) to its values, one Python ``str`` / ``int`` /
+  ``float`` or None (missing) per row; None when the record has no kept columns.
+
 A field a role does not receive is None. ``Batch.to_dict()`` is the untyped form the stream
 client (``stream.Stream``) hands out and ``data`` turns into HF-style items: the same names,
 except that ``ids`` is keyed ``id``, and None fields left out.
@@ -99,6 +103,8 @@ class Batch:
     image_grid: torch.Tensor | None = None
     neg_text: torch.Tensor | None = None
     neg_image: torch.Tensor | None = None
+    keep: dict[str, list] | None = None
+    """Kept source fields by name, one value (or None) per row (``--keep``)."""
     layout: layouts.Layout | None = None
     """The per-sample sizes on the host (``layout``): recorded by ``to`` from the host tensors,
     completed by ``pack``; the packed forward reads them instead of the device."""
@@ -156,7 +162,7 @@ class Batch:
                "num_live": self.num_live}
         for name in ("weight", "input_ids", "attention_mask", "lengths", "cu_seqlens_text", "pixel_values",
                      "pixel_shape", "pixel_mean", "pixel_std", "pixel_dtype", "patches", "cu_seqlens_image",
-                     "image_grid", "neg_text", "neg_image"):
+                     "image_grid", "neg_text", "neg_image", "keep"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -271,6 +277,20 @@ def _vision(rb: pa.RecordBatch, ids: list[str], pin: bool) -> dict:
             "pixel_dtype": dtype}
 
 
+def _keep(rb: pa.RecordBatch) -> dict[str, list] | None:
+    """The kept columns (``keys.KEEP_COLUMN_PREFIX`` + name: utf8, int64 or float64, nullable)
+    by name, as Python lists; None when there are none."""
+    out: dict[str, list] = {}
+    for i, field in enumerate(rb.schema):
+        if not field.name.startswith(keys.KEEP_COLUMN_PREFIX):
+            continue
+        t = field.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_int64(t) or pa.types.is_float64(t)):
+            raise BatchError(f"batch: kept column {field.name!r} is {t}, want utf8, int64 or float64")
+        out[field.name[len(keys.KEEP_COLUMN_PREFIX):]] = rb.column(i).to_pylist()
+    return out or None
+
+
 def _int_scalar(rb: pa.RecordBatch, name: str) -> int:
     col = _column(rb, name).to_numpy(zero_copy_only=False)
     if (col != col[0]).any():
@@ -328,7 +348,7 @@ def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 
         fields.update(_vision(rb, ids, pin))
         fields["neg_text"], fields["neg_image"] = itm_negatives(weight)
     out = Batch(ids=ids, step=_int_scalar(rb, "step"), micro_batch=_int_scalar(rb, "micro_batch"), weight=weight,
-                num_live=int((weight > 0).sum()), **fields)
+                num_live=int((weight > 0).sum()), keep=_keep(rb), **fields)
     return out.pin_memory() if pin else out
 
 

@@ -27,6 +27,8 @@ Contract
   (float32, 0 for padding rows), ``ids`` (list of str), and the ints ``epoch``, ``step``,
   ``micro_batch`` and ``micro_batches`` (per step: the step's last has micro_batch + 1 ==
   micro_batches). A rank gets only its modality's tensors under modality placement.
+  With ``mmfeed --keep url,json:label`` an item also has ``keep``: ``item["keep"]["url"]`` is
+  the micro-batch's urls, one ``str``/``int``/``float`` or None (missing) per row.
   ``device=`` moves the tensors there and normalizes the pixels on it (uint8 on the wire:
   4x fewer bytes to copy); ``normalize=False`` leaves ``pixel_values`` in the wire dtype and
   adds ``pixel_mean``/``pixel_std``: call ``to_device(batch, device)`` yourself.
@@ -104,6 +106,8 @@ def hf_item(batch: Batch, *, micro_batches: int, device: torch.device | str | No
         out["pixel_shape"], out["pixel_dtype"] = batch.pixel_shape, batch.pixel_dtype
     out.update(ids=batch.ids, epoch=batch.epoch, step=batch.step, micro_batch=batch.micro_batch,
                micro_batches=micro_batches)
+    if batch.keep is not None:
+        out["keep"] = batch.keep
     return MicroBatch(out)
 
 

@@ -13,6 +13,8 @@ _META = _DOC["schema_metadata"]
 
 SCHEMA_VERSION: str = _DOC["schema_version"]
 """Value of ``META_SCHEMA_VERSION`` this trainer reads."""
+KEEP_COLUMN_PREFIX: str = _DOC["keep_column_prefix"]
+"""Prefix of the kept columns (``mmfeed --keep``): ``keep.url`` carries the source's ``url``."""
 META_SCHEMA_VERSION: str = _META["schema_version"]
 META_JOB: str = _META["job"]
 META_EPOCH: str = _META["epoch"]
