@@ -135,6 +135,7 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	if err != nil {
 		return nil, err
 	}
+	augmentFeatures(&p.Features, cfg.Image, plan.Epoch)
 	return p, nil
 }
 
