@@ -193,8 +193,10 @@ func (a Augment) Sample(r Rand, w, h int) Crop {
 	area := float64(w) * float64(h)
 	logLo, logHi := math.Log(a.Ratio[0]), math.Log(a.Ratio[1])
 	for range 10 {
-		target := area * (a.Scale[0] + (a.Scale[1]-a.Scale[0])*unit(r))
-		ar := math.Exp(logLo + (logHi-logLo)*unit(r))
+		// float64() conversions stop the compiler fusing into FMA (arm64,
+		// GOAMD64=v3), so Python's unfused arithmetic gives the same boxes.
+		target := area * (a.Scale[0] + float64((a.Scale[1]-a.Scale[0])*unit(r)))
+		ar := math.Exp(logLo + float64((logHi-logLo)*unit(r)))
 		cw := int(math.RoundToEven(math.Sqrt(target * ar)))
 		ch := int(math.RoundToEven(math.Sqrt(target / ar)))
 		if cw > 0 && cw <= w && ch > 0 && ch <= h {
