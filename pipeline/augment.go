@@ -53,3 +53,13 @@ func checkAugmentEpochs(img imgproc.Config, epochs int) error {
 	}
 	return nil
 }
+
+// OutputSize is the tensor width and height the preprocessing produces for
+// sample id (a w×h display-oriented image) in epoch under img, its random
+// resized crop included: what a planner expects a worker's row to hold.
+func OutputSize(img imgproc.Config, epoch int, id string, w, h int) (ow, oh int) {
+	if !img.Augment.RRC {
+		return img.OutputSize(w, h)
+	}
+	return img.AugmentedSize(w, h, AugmentCrop(img, epoch, id, w, h))
+}
