@@ -196,7 +196,8 @@ func TestAugmentFixedPolicyKeepsItems(t *testing.T) {
 	}
 }
 
-// A shard set of several epochs cannot carry each epoch's crops: refused.
+// A shard set of several epochs cannot carry each epoch's crops: refused;
+// one of a single epoch records its augmentation in shard.json.
 func TestShardRefusesAugmentedEpochs(t *testing.T) {
 	cfg := testConfig(corpus(t, 40, "jsonl"))
 	cfg.Image.Augment = imgproc.Augment{FlipP: 0.5}
@@ -206,7 +207,11 @@ func TestShardRefusesAugmentedEpochs(t *testing.T) {
 		t.Fatalf("2 epochs under --augment: %v, want ErrAugmentEpochs", err)
 	}
 	o.Epochs = 1
-	if _, _, err := runShard(t, cfg, t.TempDir(), o, 0); err != nil {
+	dir := t.TempDir()
+	if _, _, err := runShard(t, cfg, dir, o, 0); err != nil {
 		t.Fatalf("1 epoch under --augment: %v", err)
+	}
+	if m := readManifest(t, dir); m.Augment == nil || *m.Augment != cfg.Image.Augment {
+		t.Errorf("shard.json augment %v, want %+v", m.Augment, cfg.Image.Augment)
 	}
 }

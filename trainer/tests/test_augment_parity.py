@@ -125,6 +125,8 @@ def shard(mmfeed, corpus_dir, out, *flags):
                     "--micro-batches", "1", "--global-batch", "8", "--dtype", "uint8", "--workers", "2",
                     "--seed", "1", "--augment-seed", str(SEED), "--epoch", str(EPOCH), "--patch-size", str(PATCH),
                     "--out", str(out), *flags], check=True, capture_output=True)
+    aug = json.loads((out / "shard.json").read_text())["augment"]  # the set records its augmentation
+    assert aug["rrc"] and aug["flip_p"] == 0.5 and aug["seed"] == SEED, aug
     got = {}
     for step in ShardSource(str(out), 0).steps({}):
         for rb in step.records:
