@@ -97,6 +97,10 @@ type Config struct {
 	// draft(mode, size) rule; 2 is its thumbnail() reducing gap. In
 	// [1, 64]; ignored by DecodeExact.
 	JPEGDraftGap float64
+	// Augment is the seeded augmentation ProcessSample applies (zero: none);
+	// see augment.go and docs/augment.md. Left out of the JSON when zero,
+	// so configs without it hash as before.
+	Augment Augment `json:",omitzero"`
 }
 
 // Decode modes (Config.Decode).
@@ -181,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxImagePixels < 1 || c.MaxFileBytes < 1 {
 		return bad("limits must be positive (pixels %d, bytes %d)", c.MaxImagePixels, c.MaxFileBytes)
+	}
+	if err := c.Augment.Validate(); err != nil {
+		return err
 	}
 	switch c.Decode {
 	case DecodeExact:

@@ -31,6 +31,14 @@
 // concurrent use; per-call scratch buffers come from a sync.Pool. Run one
 // goroutine per core for throughput; each call is single-threaded.
 //
+// Augmentation: Config.Augment (ParseAugment: "rrc,hflip", see docs/augment.md) is
+// applied only by ProcessSample, with the sample's parameters drawn from a generator the
+// caller gives (Augment.Sample: torchvision's RandomResizedCrop.get_params and a flip
+// draw, from the header size alone): crop, resize the box (AugmentedSize: Size×Size, or
+// the dynamic resize of the box), flip. On the exact decode path the result equals
+// torchvision's resized_crop + hflip on the same PIL image, bit for bit. Process and
+// ProcessInto ignore Config.Augment.
+//
 // Decoding: Config.Decode DecodeExact (default) decodes every image at full size, so
 // tensors are bit-identical to Pillow/torchvision; DecodeFast lets the libjpeg-turbo
 // build decode JPEGs scaled by 1/2, 1/4 or 1/8 in the DCT domain with Pillow's draft()

@@ -28,6 +28,8 @@ type Image struct {
 	SrcWidth, SrcHeight int
 	// Format is the sniffed source format.
 	Format string
+	// Crop is the augmentation applied (ProcessSample); zero otherwise.
+	Crop Crop
 }
 
 // Processor decodes and transforms images for one Config. It is safe for
@@ -45,6 +47,7 @@ type Processor struct {
 // scratch holds per-call reusable buffers.
 type scratch struct {
 	rgb, rot, out []byte
+	crop          []byte // the augmentation's crop box
 	res           resampler
 	cplx          []float32
 	turbo         []byte
@@ -71,7 +74,7 @@ func NewProcessor(c Config) (*Processor, error) {
 const maxPooled = 32 << 20
 
 func (p *Processor) release(s *scratch) {
-	for _, b := range []*[]byte{&s.rgb, &s.rot, &s.turbo, &s.res.tmp} {
+	for _, b := range []*[]byte{&s.rgb, &s.rot, &s.crop, &s.turbo, &s.res.tmp} {
 		if cap(*b) > maxPooled {
 			*b = nil
 		}
@@ -101,6 +104,12 @@ func (p *Processor) TensorBytes(w, h int) int {
 // (cap(dst) >= TensorBytes), so callers can decode straight into a batch
 // buffer; Image.Data then aliases dst. Otherwise it allocates, like Process.
 func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
+	return p.process(dst, data, nil)
+}
+
+// process is ProcessInto, augmented by Config.Augment with parameters drawn
+// from r when r is not nil.
+func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			img, err = Image{}, fmt.Errorf("imgproc: process: panic: %v: %w", r, ErrCorrupt)
@@ -123,10 +132,18 @@ func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 	if hdr.Orientation >= 5 {
 		rawW, rawH = rawH, rawW
 	}
-	g, _ := p.cfg.plan(hdr.Width, hdr.Height)
+	var cr Crop
+	if r != nil {
+		cr = p.cfg.Augment.Sample(r, hdr.Width, hdr.Height)
+	}
+	g, _ := p.cfg.augmentPlan(hdr.Width, hdr.Height, cr)
 	s := p.pool.Get().(*scratch)
 	defer p.release(s)
-	pix, w, h, err := p.decodeRGB(data, hdr, rawW, rawH, g, s)
+	dg := g
+	if cr.cropped() { // decode at full size: the box is in full-size pixels
+		dg = geom{rw: hdr.Width, rh: hdr.Height}
+	}
+	pix, w, h, err := p.decodeRGB(data, hdr, rawW, rawH, dg, s)
 	if err != nil {
 		return Image{}, err
 	}
@@ -134,8 +151,14 @@ func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 		pix, w, h = orient(pix, w, h, hdr.Orientation, s.rot)
 		s.rot, s.rgb = s.rgb, pix
 	}
+	if cr.cropped() {
+		pix, w, h = cropRGB(pix, w, cr, s)
+	}
 	s.out = grow(s.out, 3*g.ow*g.oh)
 	s.res.resize(pix, w, h, g, p.kern, s.out)
+	if cr.Flip {
+		flipRGB(s.out, g.ow, g.oh)
+	}
 	img = Image{
 		DType:     p.cfg.DType,
 		Shape:     [3]int{3, g.oh, g.ow},
@@ -145,6 +168,7 @@ func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 		SrcWidth:  hdr.Width,
 		SrcHeight: hdr.Height,
 		Format:    hdr.Format,
+		Crop:      cr,
 	}
 	img.Complexity, s.cplx = pixelComplexity(s.out, g.ow, g.oh, s.cplx)
 	n := 3 * g.ow * g.oh * p.cfg.ElemSize()

@@ -147,6 +147,7 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	if err := checkSomeLeft(d.Config.Input, len(p.Features.Items), q, d.scanned); err != nil {
 		return nil, err
 	}
+	augmentFeatures(&p.Features, cfg.Image, plan.Epoch)
 	return p, nil
 }
 

@@ -52,6 +52,14 @@
 // computed. DirFeatureCache is one in a folder (`shard`, `report`); serve's is in the
 // JetStream object store.
 //
+// Augmentation (Config.Image.Augment, docs/augment.md): a sample's random resized crop and
+// flip are drawn from AugmentRand(seed, epoch, id) and its header size alone, so
+// Dataset.Epoch reprices its image tokens with the epoch's crop under dynamic resolution
+// (fixed policies keep Size×Size), Preprocessor.EpochRow builds a row of a named epoch
+// (a worker's batch item), and OutputSize is the shape a planner expects. Shard refuses
+// several epochs under augmentation (ErrAugmentEpochs): its data files hold one epoch's
+// crops.
+//
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
 // planned + quarantined + dropped-at-tail = samples seen. An epoch whose every sample was

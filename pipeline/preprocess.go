@@ -140,7 +140,7 @@ func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer
 
 // process tokenizes the caption and decodes, resizes and normalizes the image of ent.
 // A transient read error is retried up to readAttempts times.
-func (pp *Preprocessor) process(ctx context.Context, ent loader.Entry) ([]int32, imgproc.Image, error) {
+func (pp *Preprocessor) process(ctx context.Context, epoch int, ent loader.Entry) ([]int32, imgproc.Image, error) {
 	ids, err := pp.prep.Tokenizer.Encode(ent.Text)
 	if err != nil {
 		return nil, imgproc.Image{}, err
@@ -149,14 +149,15 @@ func (pp *Preprocessor) process(ctx context.Context, ent loader.Entry) ([]int32,
 	if err != nil {
 		return ids, imgproc.Image{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
-	img, err := pp.decode(ctx, data)
+	img, err := pp.decode(ctx, data, epoch, ent.ID)
 	return ids, img, err
 }
 
 // decode runs the image processor once the pixels of data's header fit in
 // the in-flight budget (a header that does not parse costs nothing: the
-// processor rejects it without a pixel buffer).
-func (pp *Preprocessor) decode(ctx context.Context, data []byte) (imgproc.Image, error) {
+// processor rejects it without a pixel buffer), augmented for (epoch, id)
+// when the config asks for it.
+func (pp *Preprocessor) decode(ctx context.Context, data []byte, epoch int, id string) (imgproc.Image, error) {
 	if h, err := imgproc.ReadHeader(data); err == nil {
 		n := min(int64(h.Width)*int64(h.Height), pp.budget)
 		if err := pp.pixels.Acquire(ctx, n); err != nil {
@@ -167,6 +168,9 @@ func (pp *Preprocessor) decode(ctx context.Context, data []byte) (imgproc.Image,
 		defer pp.inFlight.Add(-n)
 		for peak := pp.peakInFlight.Load(); cur > peak && !pp.peakInFlight.CompareAndSwap(peak, cur); peak = pp.peakInFlight.Load() {
 		}
+	}
+	if a := pp.proc.Config().Augment; a.Enabled() {
+		return pp.proc.ProcessSample(nil, data, AugmentRand(a.Seed, epoch, id))
 	}
 	return pp.proc.Process(data)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/loader"
 )
 
@@ -35,6 +36,9 @@ type ShardManifest struct {
 	Mean        [3]float32 `json:"mean"`
 	Std         [3]float32 `json:"std"`
 	PartSteps   int        `json:"part_steps"`
+	// Augment is the augmentation the pixels carry (imgproc.Augment, its
+	// seed included; absent without one): one epoch's crops, that of Epochs[0].
+	Augment *imgproc.Augment `json:"augment,omitempty"`
 	// Files are the data files; an index's file column is a position in this list.
 	Files  []ShardFile      `json:"files"`
 	Epochs []EpochIndexInfo `json:"epochs"`
@@ -274,6 +278,9 @@ func (w *shardWriter) finish(ctx context.Context, epochs []epochPlan) (ShardSumm
 		Shape: w.meta.Shape, Mean: w.meta.Mean, Std: w.meta.Std, PartSteps: w.o.PartSteps, Files: files, Epochs: sum.Epochs}
 	if w.o.Store == StoreJPEG {
 		m.JPEGQuality = w.o.JPEGQuality
+	}
+	if a := w.prep.Config.Image.Augment; a.Enabled() {
+		m.Augment = &a
 	}
 	return sum, writeJSON(ctx, w.st, manifestFile, m)
 }

@@ -53,6 +53,9 @@ func ShardFrom(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Sto
 	if err := o.Validate(prep.Config.Image.DType); err != nil {
 		return sum, err
 	}
+	if err := checkAugmentEpochs(prep.Config.Image, o.Epochs); err != nil {
+		return sum, err
+	}
 	epochs, err := planEpochs(prep, plan, o.Epochs)
 	if err != nil {
 		return sum, err
@@ -282,7 +285,7 @@ func (w *shardWriter) requarantine(items []int32) {
 	for _, it := range items {
 		e := w.prep.Features.Entry(int(it))
 		reason, detail := ReasonImageCorrupt, "failed in the interrupted run, decodes now"
-		if _, _, err := pp.process(context.Background(), e); err != nil { // a few samples, at the start of a resumed run
+		if _, _, err := pp.process(context.Background(), w.prep.Config.Plan.Epoch, e); err != nil { // a few samples, at the start of a resumed run
 			reason, detail = reasonOf(err), err.Error()
 		}
 		w.prep.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: reason, Detail: detail})

@@ -15,9 +15,16 @@ import (
 // one Run builds for the same entry. The row carries the entry's kept
 // values (Config.Loader.Keep), also when it fails. Safe for concurrent use.
 func (pp *Preprocessor) Row(ctx context.Context, ent loader.Entry, planned proto.Row) proto.Row {
+	return pp.EpochRow(ctx, pp.prep.Config.Plan.Epoch, ent, planned)
+}
+
+// EpochRow is Row for a sample of epoch, which selects its augmentation
+// (Config.Image.Augment): a worker's batch item names its epoch, a
+// Preprocessor of Dataset.Preprocessor has none of its own.
+func (pp *Preprocessor) EpochRow(ctx context.Context, epoch int, ent loader.Entry, planned proto.Row) proto.Row {
 	row := planned
 	row.Keep = keepValues(pp.prep.Index, ent)
-	ids, img, err := pp.process(ctx, ent)
+	ids, img, err := pp.process(ctx, epoch, ent)
 	if err != nil {
 		if planned.Weight > 0 && ctx.Err() == nil {
 			pp.prep.Quarantine.Write(loader.Reject{ID: ent.ID, Location: ent.Location, Reason: reasonOf(err), Detail: err.Error()})

@@ -17,7 +17,7 @@ var flagGroups = []struct {
 	{"Dataset", []string{"input", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "keep", "quarantine"}},
 	{"Plan", []string{"dp", "mp", "pp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
-	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "workers"}},
+	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "augment", "augment-seed", "workers"}},
 	{"NATS", []string{"nats", "nats-", "insecure", "tls-", "asset-check", "stuck-after", "give-up-after", "data-dir", "stream-", "replicas", "max-ack-pending", "ack-wait"}},
 	{"Output, logging and config", []string{"out", "json", "http", "http-token", "no-wait", "v", "log-format", "progress-every", "config"}},
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
@@ -24,6 +25,8 @@ type jobFlags struct {
 	patchSize int
 	costScale string
 	costModel string
+	augment   string
+	augSeed   string // "" : the job seed
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
@@ -73,6 +76,8 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.StringVar(&c.Image.Decode, "decode", c.Image.Decode, "JPEG decoding: exact (full size, bit-identical to Pillow/torchvision) or fast (DCT-domain downscaling, Pillow's draft(); see docs/imgproc.md for its PSNR)")
 	fs.IntVar(&c.Image.MaxImagePixels, "max-image-pixels", c.Image.MaxImagePixels, "decompression-bomb limit, pixels")
 	fs.IntVar(&c.Workers, "workers", 0, "preprocessing goroutines (0: all cores)")
+	fs.StringVar(&j.augment, "augment", "", "seeded augmentation, per sample from (--augment-seed, epoch, id): rrc (random resized crop, rrc:scale=0.08-1:ratio=0.75-1.3333333333333333) and/or hflip (hflip:p=0.5), comma-separated; see docs/augment.md")
+	fs.StringVar(&j.augSeed, "augment-seed", "", "seed of --augment (default: --seed)")
 	return j
 }
 
@@ -124,6 +129,9 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 		c.Plan.Budget.MaxTokens, c.Plan.Budget.MaxPaddedTokens = c.Plan.Budget.MaxPaddedTokens, 0
 	}
 	c.Image.PatchSize = shape.PatchSize // image tokens counted in the model's patches
+	if c.Image.Augment, err = j.augmentation(c.Plan.Seed); err != nil {
+		return c, err
+	}
 	if c.Input == "" {
 		return c, fmt.Errorf("--input is required")
 	}
@@ -133,6 +141,23 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 		c.Input = rest
 	}
 	return c, c.Validate()
+}
+
+// augmentation resolves --augment and --augment-seed (default: seed).
+func (j *jobFlags) augmentation(seed uint64) (imgproc.Augment, error) {
+	a, err := imgproc.ParseAugment(j.augment)
+	if err != nil {
+		return a, fmt.Errorf("--augment: %w", err)
+	}
+	if j.augSeed != "" {
+		if seed, err = strconv.ParseUint(j.augSeed, 10, 64); err != nil {
+			return a, fmt.Errorf("--augment-seed %q: want an unsigned integer", j.augSeed)
+		}
+	}
+	if a.Enabled() {
+		a.Seed = seed
+	}
+	return a, nil
 }
 
 // scaleModel multiplies each component's coefficients by the factors "vision,text,fusion".

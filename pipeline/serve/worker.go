@@ -317,7 +317,7 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
 				s.ID, ds.ds.Config.Input, ErrJobMismatch)
 		}
-		rows[i] = ds.pp.Row(ctx, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
+		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
 			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
 	}
 	if w.cfg.buildDelay > 0 {

@@ -455,7 +455,8 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 }
 
 // plannedShapes returns the C,H,W tensor shape of each planned row: the
-// image policy's output size for the image's header size (the features').
+// image policy's output size for the image's header size (the features'),
+// of the epoch's crop under augmentation.
 // Nil when the features have no sizes.
 func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
 	if len(src.feats.Sizes) != len(src.feats.Items) {
@@ -464,7 +465,7 @@ func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
 	out := make([][3]int32, len(entries))
 	for i, e := range entries {
 		sz := src.feats.Sizes[e.Item]
-		w, h := src.img.OutputSize(sz.X, sz.Y)
+		w, h := pipeline.OutputSize(src.img, src.epoch, src.feats.Items[e.Item].ID, sz.X, sz.Y) // its crop under --augment
 		out[i] = [3]int32{3, int32(h), int32(w)}
 	}
 	return out
