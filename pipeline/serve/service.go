@@ -123,6 +123,10 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 func (s *Service) Run(ctx context.Context) error {
 	defer s.data.close() // after the epochs that share it
 	defer s.epochs.closeAll()
+	ro, err := s.openReportOut()
+	if err != nil {
+		return err
+	}
 	s.tasks.open(ctx)
 	if err := s.startNATS(ctx); err != nil {
 		s.tasks.close()
@@ -169,6 +173,10 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
+	if ro != nil {
+		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
+		defer ro.atExit(s) // after the parts stopped, before the epochs close
+	}
 	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
