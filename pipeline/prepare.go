@@ -109,6 +109,7 @@ func (p *Prepared) Report() (*balancer.Report, error) {
 	}
 	r.Quarantined = int(p.Quarantine.Total())
 	r.QuarantineReasons = QuarantineReasons(p.Quarantine)
+	r.TextTruncation = p.TextTruncation()
 	return r, p.Quarantine.Err()
 }
 

@@ -358,6 +358,7 @@ func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epo
 	}
 	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
 		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds(), "first_window_seconds", ep.firstWindow.Seconds())
+	s.truncWarn.Do(func() { warnTruncation(s.log, ep.prep) }) // the captions are the same every epoch
 	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
 		ep.close()
 		return nil, err

@@ -194,6 +194,7 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared, baselines b
 		return nil, err
 	}
 	r.Quarantined = int(prep.Quarantine.Total())
+	r.TextTruncation = prep.TextTruncation()
 	return r, nil
 }
 

@@ -144,6 +144,9 @@ func TestReportOutEndToEnd(t *testing.T) {
 		t.Fatalf("report-e0.json: reason %q epoch %d, report %v, %d epochs; want epoch_end of epoch 0 with its comparison", rr.Run.Reason, rr.Run.Epoch, rr.Report != nil, len(rr.Run.Epochs))
 	}
 	checkEpochMeasured(t, rr.Run.Epochs[0], steps, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
+	if tt := rr.Report.TextTruncation; tt == nil || tt.MaxLength != 128 || tt.Captions == 0 {
+		t.Errorf("report-e0.json text_truncation %+v, want the captions counted at max length 128", tt)
+	}
 	if rr.Run.StepsTrained != steps || rr.Run.FinishedTraining {
 		t.Errorf("run: %d steps trained (finished %v), want epoch 0's %d, not finished", rr.Run.StepsTrained, rr.Run.FinishedTraining, steps)
 	}

@@ -47,6 +47,8 @@ type Service struct {
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *workPlanner
+	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
+	truncWarn sync.Once
 
 	// Connections and JetStream assets, set up before Run starts its parts.
 	ns         *server.Server
