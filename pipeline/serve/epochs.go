@@ -352,6 +352,9 @@ func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epo
 	if err != nil {
 		return nil, err
 	}
+	if err := s.recordJob(ctx); err != nil {
+		return nil, err
+	}
 	ep, err := prepareEpochTo(ctx, s.cfg, ds, e, stored, s.modelFor(), s.quarantine)
 	if err != nil {
 		return nil, err

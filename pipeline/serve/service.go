@@ -47,6 +47,8 @@ type Service struct {
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *workPlanner
+	// newJob is a new job's record until it is written (recordJob).
+	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
 	truncWarn sync.Once
 
@@ -351,16 +353,32 @@ func (s *Service) checkJob(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ok {
-		pending, err := s.checkResize(rec, stored)
-		if err != nil || pending {
-			return err // a pending resize writes the record once it is decided
-		}
-		if err := rec.compatible(stored); err != nil {
-			return err
-		}
+	if !ok { // a new job: recorded once its dataset opened (recordJob), so a wrong --input leaves no record
+		s.newJob.Store(&rec)
+		return nil
+	}
+	pending, err := s.checkResize(rec, stored)
+	if err != nil || pending {
+		return err // a pending resize writes the record once it is decided
+	}
+	if err := rec.compatible(stored); err != nil {
+		return err
 	}
 	return s.st.putJSON(ctx, proto.KVConfig, rec)
+}
+
+// recordJob writes a new job's record (checkJob) once; planEpoch calls it
+// after the dataset opened, before the first epoch's info is written.
+func (s *Service) recordJob(ctx context.Context) error {
+	rec := s.newJob.Load()
+	if rec == nil {
+		return nil
+	}
+	if err := s.st.putJSON(ctx, proto.KVConfig, *rec); err != nil {
+		return err
+	}
+	s.newJob.CompareAndSwap(rec, nil)
+	return nil
 }
 
 // restore reads the epochs planned so far, each rank's generation and last
