@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -58,5 +59,50 @@ func TestCleanEndRefusalNotAtInfo(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "register refused") {
 		t.Errorf("the clean end's refusal is logged at INFO or above:\n%s", logs.String())
+	}
+}
+
+// TestJobMismatchNamesWhatChanged: a refused job record names the settings
+// that changed, not only two fingerprints.
+func TestJobMismatchNamesWhatChanged(t *testing.T) {
+	c := DefaultConfig()
+	c.Job, c.Pipeline.Input = "job-1", "data.jsonl"
+	rec, err := c.jobRecord()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := rec
+	old.Settings = nil // a record written before settings were named
+	tests := []struct {
+		name   string
+		edit   func(*Config)
+		stored JobRecord
+		want   []string
+		lacks  string
+	}{
+		{"seed", func(c *Config) { c.Pipeline.Plan.Seed = 9 }, rec, []string{"changed: Plan.seed ("}, "Input"},
+		{"image size", func(c *Config) { c.Pipeline.Image.Size = 64 }, rec, []string{"changed: Image.Size ("}, "Plan."},
+		{"input", func(c *Config) { c.Pipeline.Input = "other.jsonl" }, rec, []string{"changed: Input ("}, "Image."},
+		{"dp and seed", func(c *Config) { c.Pipeline.Plan.DP = 4; c.Pipeline.Plan.Seed = 9 }, rec, []string{"dp 8 → 4", "Plan.seed", "Plan.dp"}, "Input"},
+		{"old record", func(c *Config) { c.Pipeline.Plan.Seed = 9 }, old, []string{"predates naming them"}, "Plan.seed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := c
+			tc.edit(&d)
+			r, _ := d.jobRecord()
+			err := r.compatible(tc.stored)
+			if !errors.Is(err, ErrJobMismatch) {
+				t.Fatalf("got %v, want ErrJobMismatch", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: does not name %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), tc.lacks) {
+				t.Errorf("%v: names %q, which did not change", err, tc.lacks)
+			}
+		})
 	}
 }
