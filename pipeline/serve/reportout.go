@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,7 +157,7 @@ func (ro *reportOut) epochEnds(s *Service) {
 	}
 	for e := s.cfg.Pipeline.Plan.Epoch; e < p.Epoch && e <= s.cfg.lastEpoch(); e++ {
 		if !ro.written[e] {
-			ro.write(s, e, reasonEpochEnd)
+			ro.write(s, e, reasonEpochEnd, true)
 		}
 	}
 }
@@ -181,16 +182,21 @@ func (ro *reportOut) atExit(s *Service) {
 	if !ok {
 		cur = s.cfg.Pipeline.Plan.Epoch
 	}
+	epochs := []int{cur}
 	for _, em := range s.live.record.summary() {
-		if !ro.written[em.Epoch] && em.Epoch != cur {
+		epochs = append(epochs, em.Epoch)
+	}
+	slices.Sort(epochs)
+	for _, e := range slices.Compact(epochs) {
+		if !ro.written[e] {
 			reason := reasonExit
-			if em.Epoch < p.Epoch {
+			if e < p.Epoch {
 				reason = reasonEpochEnd
 			}
-			ro.write(s, em.Epoch, reason)
+			ro.write(s, e, reason, true)
 		}
 	}
-	ro.write(s, cur, reasonExit) // last: report-latest is the current epoch's
+	ro.write(s, cur, reasonExit, false) // last: report-latest is the current epoch's, at exit
 }
 
 // remember keeps the comparisons of the epochs held in memory. Caller holds ro.mu.
@@ -213,16 +219,19 @@ func (ro *reportOut) remember(s *Service) {
 	}
 }
 
-// write writes epoch e's files and the latest ones. Caller holds ro.mu.
-func (ro *reportOut) write(s *Service, e int, reason string) {
+// write writes the latest files and, with epochFile, epoch e's. Caller holds ro.mu.
+func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 	rr := s.runReport(e, reason, ro.reports[e])
 	js, err := json.MarshalIndent(rr, "", "  ")
 	if err == nil {
 		var page bytes.Buffer
 		if err = writeRunHTML(&page, rr, ro.page.liveView(rr.Report, rr.Live)); err == nil {
 			js = append(js, '\n')
-			name := fmt.Sprintf("report-e%d", e)
-			for _, base := range []string{name, "report-latest"} {
+			bases := []string{"report-latest"}
+			if epochFile {
+				bases = append([]string{fmt.Sprintf("report-e%d", e)}, bases...)
+			}
+			for _, base := range bases {
 				if err = writeAtomic(filepath.Join(ro.dir, base+".json"), js); err != nil {
 					break
 				}
@@ -236,7 +245,7 @@ func (ro *reportOut) write(s *Service, e int, reason string) {
 		s.log.Warn("run report not written", "dir", ro.dir, "epoch", e, "err", err)
 		return
 	}
-	ro.written[e] = true
+	ro.written[e] = ro.written[e] || epochFile
 	s.log.Info("run report written", "dir", ro.dir, "epoch", e, "reason", reason,
 		"steps_trained", rr.Run.StepsTrained, "steps_published", rr.Run.StepsPublished)
 }
@@ -321,6 +330,10 @@ func writeAtomic(path string, b []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp's 0600 would hide the report from its readers
+		tmp.Close()
+		return err
+	}
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		return err

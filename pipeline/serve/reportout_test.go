@@ -186,8 +186,11 @@ func TestReportOutEndToEnd(t *testing.T) {
 	}
 	rr1, _ := readRunReport(t, filepath.Join(cfg.ReportOut, "report-e1.json"))
 	latest, js := readRunReport(t, filepath.Join(cfg.ReportOut, "report-latest.json"))
-	if rr1.Run.Epoch != 1 || len(rr1.Run.Epochs) != 2 {
-		t.Fatalf("report-e1.json: epoch %d with %d epochs, want epoch 1 with 2", rr1.Run.Epoch, len(rr1.Run.Epochs))
+	if rr1.Run.Epoch != 1 || len(rr1.Run.Epochs) != 2 || rr1.Run.Reason != reasonEpochEnd {
+		t.Fatalf("report-e1.json: epoch %d with %d epochs, reason %q; want epoch 1 with 2, epoch_end", rr1.Run.Epoch, len(rr1.Run.Epochs), rr1.Run.Reason)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.ReportOut, "report-e1.html")); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("report-e1.html: %v %v, want mode 0644", fi.Mode(), err)
 	}
 	if latest.Run.Reason != reasonExit || latest.Run.Epoch != 1 || !latest.Run.FinishedTraining || !latest.Run.FinishedPublishing ||
 		latest.Run.StepsTrained != 2*steps || latest.Run.StepsTotal != 2*steps || latest.Live.StepsTrained != 2*steps {
