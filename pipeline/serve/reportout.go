@@ -155,8 +155,8 @@ func (ro *reportOut) epochEnds(s *Service) {
 	if !ok {
 		return
 	}
-	for e := s.cfg.Pipeline.Plan.Epoch; e < p.Epoch && e <= s.cfg.lastEpoch(); e++ {
-		if !ro.written[e] {
+	for _, e := range s.live.record.epochList() { // the epochs this service published
+		if e < p.Epoch && !ro.written[e] {
 			ro.write(s, e, reasonEpochEnd, true)
 		}
 	}
@@ -182,10 +182,7 @@ func (ro *reportOut) atExit(s *Service) {
 	if !ok {
 		cur = s.cfg.Pipeline.Plan.Epoch
 	}
-	epochs := []int{cur}
-	for _, em := range s.live.record.summary() {
-		epochs = append(epochs, em.Epoch)
-	}
+	epochs := append(s.live.record.epochList(), cur)
 	slices.Sort(epochs)
 	for _, e := range slices.Compact(epochs) {
 		if !ro.written[e] {
@@ -199,9 +196,11 @@ func (ro *reportOut) atExit(s *Service) {
 	ro.write(s, cur, reasonExit, false) // last: report-latest is the current epoch's, at exit
 }
 
-// remember keeps the comparisons of the epochs held in memory. Caller holds ro.mu.
+// remember keeps the comparisons of the epochs held in memory (the current
+// one and its neighbours). Caller holds ro.mu.
 func (ro *reportOut) remember(s *Service) {
-	for e := s.cfg.Pipeline.Plan.Epoch; e <= s.cfg.lastEpoch(); e++ {
+	cur, _ := s.live.currentEpoch()
+	for e := max(cur-1, s.cfg.Pipeline.Plan.Epoch); e <= min(cur+1, s.cfg.lastEpoch()); e++ {
 		if ro.reports[e] != nil {
 			continue
 		}
@@ -211,7 +210,6 @@ func (ro *reportOut) remember(s *Service) {
 			}
 		}
 	}
-	cur, _ := s.live.currentEpoch()
 	for e := range ro.reports { // keep two epochs before the current one
 		if e < cur-2 && ro.written[e] {
 			delete(ro.reports, e)

@@ -201,3 +201,10 @@ func (r *runRecord) partialBefore(p pos) bool {
 	}
 	return false
 }
+
+// epochList returns the epochs recorded, in order.
+func (r *runRecord) epochList() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.epochs))
+}
