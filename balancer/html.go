@@ -196,9 +196,10 @@ func safeMIME(m string) string {
 }
 
 var funcs = template.FuncMap{
-	"f4": func(v float64) string { return fmt.Sprintf("%.4f", v) },
-	"f3": func(v float64) string { return fmt.Sprintf("%.3f", v) },
-	"g":  func(v float64) string { return fmt.Sprintf("%.6g", v) },
+	"f4":  func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"f3":  func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"g":   func(v float64) string { return fmt.Sprintf("%.6g", v) },
+	"pct": func(v float64) float64 { return 100 * v },
 }
 
 var pageTmpl = template.Must(template.New("report").Funcs(funcs).Parse(`<!DOCTYPE html>
@@ -240,6 +241,7 @@ setTimeout(tick,2000)})();
 <h3>Compute efficiency over steps</h3>{{.Steps.Efficiency}}
 <h2>Samples (mmfeed plan)</h2>
 <div class="grid">{{range .Hists}}<figure>{{.SVG}}<figcaption>mean <span data-key="histograms.{{.Key}}.mean">{{g .H.Mean}}</span>, p50 <span data-key="histograms.{{.Key}}.p50">{{g .H.P50}}</span>, p99 <span data-key="histograms.{{.Key}}.p99">{{g .H.P99}}</span>, max <span data-key="histograms.{{.Key}}.max">{{g .H.Max}}</span></figcaption></figure>{{end}}</div>
+{{with .R.TextTruncation}}<p id="truncation">captions truncated at max length <span data-key="text_truncation.max_length">{{.MaxLength}}</span>: <span data-key="text_truncation.at_max_length">{{.AtMaxLength}}</span> of <span data-key="text_truncation.captions">{{.Captions}}</span> ({{printf "%.1f" (pct .Share)}}%){{if gt .Share 0.01}} <b>more than 1%: their text is cut, raise --max-length to keep it</b>{{end}}</p>{{end}}
 {{if .Thumbs}}<h3>The samples that drive cost</h3>
 <div class="grid thumbs">{{range .Thumbs}}<figure><img src="{{.Src}}" alt="{{.ID}}" width="{{.Width}}" height="{{.Height}}"><figcaption><b>{{.Kind}}</b> {{.ID}}<br>text {{.TextTokens}}, image {{.ImageTokens}} tokens<br>cost {{g .Cost}} {{$.R.Unit}}</figcaption></figure>{{end}}</div>{{end}}
 <h2>Quarantine</h2>

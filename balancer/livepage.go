@@ -15,14 +15,17 @@ import (
 // calibration fit over time. The service fills it from its live report; the
 // JSON paths of its numbers (data-key in the page) are those of /v1/report.
 type LiveView struct {
-	Job      string
+	Job string
+	// Finished says every step is published (the trainers may still be
+	// training: Done says both).
 	Finished bool
 	// StepsPublished counts the steps published to every rank (all epochs);
-	// StepsTotal is the job's step count when known (0: unknown).
-	StepsPublished, StepsTotal int
-	Samples                    int64
-	ElapsedSeconds             float64
-	SamplesPerSecond           float64
+	// StepsTrained those every rank acknowledged; StepsTotal is the job's
+	// step count when known (0: unknown).
+	StepsPublished, StepsTrained, StepsTotal int
+	Samples                                  int64
+	ElapsedSeconds                           float64
+	SamplesPerSecond                         float64
 	// Unit is the predicted cost's unit before the first calibration.
 	Unit string
 	// Steps are the newest published steps, oldest first.
@@ -52,16 +55,26 @@ type FitPoint struct {
 	PriorRelErr float64
 }
 
-// ETASeconds estimates the time left from the publishing rate so far; -1
-// when unknown.
+// Done reports whether every step is published and trained.
+func (l *LiveView) Done() bool {
+	return l.Finished && l.StepsTotal > 0 && l.StepsTrained >= l.StepsTotal
+}
+
+// ETASeconds estimates the time left to the trainers' end from the training
+// rate so far (the publishing rate before any step is trained); -1 when
+// unknown.
 func (l *LiveView) ETASeconds() float64 {
-	if l.Finished {
+	if l.Done() {
 		return 0
 	}
-	if l.StepsTotal <= 0 || l.StepsPublished <= 0 || l.ElapsedSeconds <= 0 {
+	done := l.StepsTrained
+	if done <= 0 && !l.Finished {
+		done = l.StepsPublished
+	}
+	if l.StepsTotal <= 0 || done <= 0 || l.ElapsedSeconds <= 0 {
 		return -1
 	}
-	return l.ElapsedSeconds / float64(l.StepsPublished) * float64(max(l.StepsTotal-l.StepsPublished, 0))
+	return l.ElapsedSeconds / float64(done) * float64(max(l.StepsTotal-done, 0))
 }
 
 // measured reports whether every rank reported the step.
@@ -85,7 +98,8 @@ func WriteLiveHTML(w io.Writer, l *LiveView) error {
 
 type liveData struct {
 	L                 *LiveView
-	Percent           float64
+	Percent           float64 // trained
+	PublishedPercent  float64
 	ETA               string
 	Last              *LiveStepView
 	LastRanks         []liveRank
@@ -105,7 +119,8 @@ type liveRank struct {
 func renderLive(l *LiveView) template.HTML {
 	d := liveData{L: l, ETA: "unknown"}
 	if l.StepsTotal > 0 {
-		d.Percent = 100 * float64(l.StepsPublished) / float64(l.StepsTotal)
+		d.Percent = 100 * float64(l.StepsTrained) / float64(l.StepsTotal)
+		d.PublishedPercent = 100 * float64(l.StepsPublished) / float64(l.StepsTotal)
 	}
 	if eta := l.ETASeconds(); eta >= 0 {
 		d.ETA = (time.Duration(eta) * time.Second).String()
@@ -190,9 +205,11 @@ func maxOf(v []float64) float64 {
 func nan() float64 { return math.NaN() }
 
 var liveTmpl = template.Must(template.New("live").Funcs(funcs).Parse(`<div data-finished="{{.L.Finished}}">
-<p>job <b>{{.L.Job}}</b>: <span data-key="live.steps_published">{{.L.StepsPublished}}</span>{{if .L.StepsTotal}} of {{.L.StepsTotal}}{{end}} steps published
-{{if .L.StepsTotal}}<progress value="{{.L.StepsPublished}}" max="{{.L.StepsTotal}}"></progress> {{printf "%.1f" .Percent}}%{{end}}
-{{if .L.Finished}}<b>finished</b>{{else}}ETA <span id="eta">{{.ETA}}</span>{{end}}<br>
+<p>job <b>{{.L.Job}}</b>: <span data-key="live.steps_trained">{{.L.StepsTrained}}</span>{{if .L.StepsTotal}} of {{.L.StepsTotal}}{{end}} steps trained (acknowledged by every rank)
+{{if .L.StepsTotal}}<progress id="trained" value="{{.L.StepsTrained}}" max="{{.L.StepsTotal}}"></progress> {{printf "%.1f" .Percent}}%{{end}}<br>
+<span data-key="live.steps_published">{{.L.StepsPublished}}</span>{{if .L.StepsTotal}} of {{.L.StepsTotal}}{{end}} steps published
+{{if .L.StepsTotal}}<progress id="published" value="{{.L.StepsPublished}}" max="{{.L.StepsTotal}}"></progress> {{printf "%.1f" .PublishedPercent}}%{{end}}
+{{if .L.Done}}<b>finished</b>{{else}}{{if .L.Finished}}<b>publishing finished</b>, trainers still training; {{end}}ETA <span id="eta">{{.ETA}}</span>{{end}}<br>
 <span data-key="live.throughput.samples">{{.L.Samples}}</span> samples in {{printf "%.1f" .L.ElapsedSeconds}} s:
 {{printf "%.1f" .L.SamplesPerSecond}} samples/s</p>
 {{if .Last}}<h3>Predicted and measured step time per rank, step {{.Last.Step}} (the newest every rank reported)</h3>

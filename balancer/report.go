@@ -58,6 +58,9 @@ type Report struct {
 	// Thumbnails show the samples that drive cost (set by the caller, who can
 	// decode images; the balancer only picks them, see CostDrivers).
 	Thumbnails []Thumbnail `json:"thumbnails,omitempty"`
+	// TextTruncation counts the captions cut at the tokenizer's maximum
+	// length (set by the caller, who knows the tokenizer).
+	TextTruncation *TextTruncation `json:"text_truncation,omitempty"`
 	// Blockers explain the mmfeed plan's steps that no split can bring
 	// within ImbalanceTarget (Plan.Blockers, at most MaxBlockers).
 	Blockers []Blocker `json:"blockers,omitempty"`

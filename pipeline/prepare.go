@@ -110,6 +110,7 @@ func (p *Prepared) Report() (*balancer.Report, error) {
 	r.Quarantined = int(p.Quarantine.Total())
 	r.QuarantineReasons = QuarantineReasons(p.Quarantine)
 	r.Kept = KeptReport(p.Index)
+	r.TextTruncation = p.TextTruncation()
 	return r, p.Quarantine.Err()
 }
 

@@ -51,6 +51,7 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer prep.Close()
 	logFeatureCache(stderr, prep)
+	warnTruncation(stderr, prep)
 	rep, err := prep.Report()
 	if err != nil {
 		return err
@@ -85,6 +86,9 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if l := pipeline.KeptLine(rep.Kept); l != "" {
 		fmt.Fprintln(stdout, l)
 	}
+	if tt := rep.TextTruncation; tt != nil {
+		fmt.Fprintf(stdout, "captions truncated at --max-length %d: %d of %d (%.1f%%)\n", tt.MaxLength, tt.AtMaxLength, tt.Captions, 100*tt.Share)
+	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -113,6 +117,14 @@ func writeReportHTML(ctx context.Context, path string, prep *pipeline.Prepared, 
 		return err
 	}
 	return pipeline.WriteFile(path, func(w io.Writer) error { return balancer.WriteHTML(w, rep) })
+}
+
+// warnTruncation warns on stderr when more than 1% of the captions were
+// truncated at --max-length (pipeline.TruncationWarning).
+func warnTruncation(stderr io.Writer, prep *pipeline.Prepared) {
+	if w := pipeline.TruncationWarning(prep.TextTruncation()); w != "" {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
 }
 
 func parseInts(s string) ([]int, error) {

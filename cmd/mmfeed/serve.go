@@ -52,6 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", c.MaxAckPending, "per-rank prefetch bound, chunks")
 	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "redelivery timeout of unacknowledged chunks")
 	fs.StringVar(&c.CostModelOut, "cost-model-out", "", "rewrite this file with the cost model after every refit (what --cost-model reads)")
+	fs.StringVar(&c.ReportOut, "report-out", "", "write the run report (JSON + HTML: the balance report, the live section and the measured per-rank step times, imbalance measured vs predicted, quarantine) to this directory at every epoch's end and on exit")
 	fs.IntVar(&c.Recalibrate, "recalibrate", c.Recalibrate, "refit the cost model from trainer feedback: 0 at epoch boundaries, K every K steps, -1 never")
 	fs.StringVar(&c.HTTP, "http", "127.0.0.1:8080", "live report address (\"\": none)")
 	fs.StringVar(&c.HTTPToken, "http-token", os.Getenv("MMFEED_HTTP_TOKEN"), "bearer token for the HTTP endpoints (default $MMFEED_HTTP_TOKEN)")

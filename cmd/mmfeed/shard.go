@@ -82,6 +82,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer prep.Close()
 	logFeatureCache(stderr, prep)
+	warnTruncation(stderr, prep)
 	plan, err := prep.Plan(cfg.Plan.Strategy)
 	if err != nil {
 		return err

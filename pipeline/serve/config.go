@@ -84,6 +84,11 @@ type Config struct {
 	// CostModelOut, when set, is rewritten with the cost model after every refit
 	// (pipeline.CostModelExport, what --cost-model reads).
 	CostModelOut string
+	// ReportOut, when set, is a directory that receives the run report
+	// (reportout.go): report-e<epoch>.json and .html when every rank has
+	// trained past the epoch, and report-latest.json and .html at each of
+	// those and when Run returns (SIGTERM and ctx included). Created if missing.
+	ReportOut string
 
 	// NoBaselines leaves the other strategies out of the live report's
 	// comparison: each epoch is then planned once, with the job's strategy,

@@ -19,7 +19,16 @@
 // server by default, or external URLs with user/password, token, NKey or
 // credentials and TLS), stream bounds and the HTTP address. Outputs are the
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
-// endpoints (/v1/report, /metrics, /healthz, /) and Stats.
+// endpoints (/v1/report, /metrics, /healthz, /) and Stats; with ReportOut,
+// the run report (reportout.go): report-e<epoch>.json/.html once every rank
+// trained past the epoch and report-latest.json/.html, also when Run returns
+// (SIGTERM and ctx included), each written atomically: the epoch's strategy
+// comparison, the live section, and the measured figures of every epoch
+// (runRecord: each dp rank's step times, measured imbalance beside the
+// predicted one on the same steps, quarantine, steps trained beside
+// published). The live report's steps_trained counts the steps every rank
+// acknowledged (the least next needed position); finished says only that
+// everything is published.
 //
 // # Roles
 //
@@ -108,8 +117,10 @@
 // # Resume
 //
 // The KV bucket mmfeed_<job> holds the job record (config: layout and a
-// fingerprint of dataset, plan, tokenizer and image settings; a mismatching
-// service refuses to start), each epoch's info (epoch.<e>: steps, plan
+// fingerprint of dataset, plan, tokenizer and image settings, with a hash
+// per setting; a mismatching service refuses to start, naming what changed;
+// a new job's record is written once its dataset opened, so a start that
+// cannot open its input records nothing), each epoch's info (epoch.<e>: steps, plan
 // hash, the cost-model segments), the current epoch, each rank's last
 // completed step (positions, one key for all ranks, from feedback, done and
 // a step's last ack, written at most every 100 ms: positionlog.go), each rank's
@@ -208,7 +219,10 @@
 //     and Run waits for them before it returns: no goroutine of the service
 //     outlives Run.
 //   - calibrator (calibrate.go), live (live.go), health (assets.go): the
-//     cost-model observations, the live report and /healthz's state.
+//     cost-model observations, the live report and /healthz's state; the
+//     live report's runRecord (reportout_record.go, a leaf lock) keeps the
+//     whole run's measured figures, and reportOut (reportout.go) writes
+//     them from its own goroutine and once more after the parts stopped.
 //   - autoscaler (autoscale.go, planner role): the ranks' step advances
 //     and data waits and the workers' finished items, each kept for the
 //     window; the gauges are computed from them at scrape time.

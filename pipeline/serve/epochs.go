@@ -352,12 +352,16 @@ func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epo
 	if err != nil {
 		return nil, err
 	}
+	if err := s.recordJob(ctx); err != nil {
+		return nil, err
+	}
 	ep, err := prepareEpochTo(ctx, s.cfg, ds, e, stored, s.modelFor(), s.quarantine)
 	if err != nil {
 		return nil, err
 	}
 	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
 		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds(), "first_window_seconds", ep.firstWindow.Seconds())
+	s.truncWarn.Do(func() { warnTruncation(s.log, ep.prep) }) // the captions are the same every epoch
 	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
 		ep.close()
 		return nil, err

@@ -68,9 +68,14 @@ type Live struct {
 	FirstEpoch int    `json:"first_epoch"`
 	LastEpoch  int    `json:"last_epoch"`
 	// StepsPerEpoch is the current epoch's step count; StepsPublished counts
-	// the steps published to every rank so far (all epochs).
+	// the steps published to every rank so far (all epochs); StepsTrained
+	// counts the steps every rank has acknowledged (fed back or acked: the
+	// least next needed position over the ranks, from FirstEpoch on; 0
+	// until every rank registered). Finished says everything is published:
+	// the trainers are done when StepsTrained reaches the job's steps.
 	StepsPerEpoch  int  `json:"steps_per_epoch"`
 	StepsPublished int  `json:"steps_published"`
+	StepsTrained   int  `json:"steps_trained"`
 	Finished       bool `json:"finished"`
 	// Models lists the cost models of the current epoch's steps.
 	Models []Segment `json:"models"`
@@ -106,11 +111,12 @@ type live struct {
 	index          map[pos]*LiveStep
 	stepsPublished int
 	quarant        map[int]*loader.QuarantineWriter
+	record         *runRecord // the run report's measurements (reportout.go); its lock is a leaf
 }
 
 func newLive(cfg Config) *live {
 	return &live{dp: cfg.Pipeline.Plan.DP, mp: cfg.MP, placement: cfg.Pipeline.Plan.Placement,
-		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}}
+		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(cfg.Pipeline.Plan.DP, cfg.MP)}
 }
 
 func (l *live) setEpoch(ep *epochPlan) {
@@ -146,6 +152,7 @@ func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
 		l.steps = slices.DeleteFunc(l.steps, func(x *LiveStep) bool { return x == old })
 	} else {
 		l.stepsPublished++
+		l.record.published(st.Epoch, st.Step, pred)
 	}
 	l.index[k] = st
 	l.steps = append(l.steps, st)
@@ -159,6 +166,7 @@ func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
 func (l *live) measured(fb proto.Feedback) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.record.measured(fb)
 	st := l.index[pos{fb.Epoch, fb.Step}]
 	if st == nil || fb.DPRank >= len(st.MeasuredSeconds) {
 		return
@@ -199,7 +207,11 @@ func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
 // current epoch, or of the one before until the current one's is built);
 // nil before the first epoch's plan and comparison are complete
 // (planningStatus says how far it is).
-func (s *Service) snapshot() *LiveReport {
+func (s *Service) snapshot() *LiveReport { return s.liveSnapshot(false) }
+
+// liveSnapshot is snapshot; with anyway, before the comparison is built it
+// returns the live section with a nil Report instead of nil (the run report).
+func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	l := s.live
 	cal, nobs := s.cal.snapshot()
 	q := l.quarantined()
@@ -211,17 +223,21 @@ func (s *Service) snapshot() *LiveReport {
 			_, _, report, _ = ep.prog.state()
 		}
 	}
-	if report == nil {
+	if report == nil && !anyway {
 		l.mu.Unlock()
 		return nil
 	}
-	rep := *report
-	var total int64
-	for _, n := range q {
-		total += n
+	var rep *balancer.Report
+	if report != nil {
+		c := *report
+		var total int64
+		for _, n := range q {
+			total += n
+		}
+		c.Quarantined = int(total)
+		c.QuarantineReasons = reasons
+		rep = &c
 	}
-	rep.Quarantined = int(total)
-	rep.QuarantineReasons = reasons
 	lv := Live{Job: s.cfg.Job, Epoch: l.info.Epoch, FirstEpoch: s.cfg.Pipeline.Plan.Epoch, LastEpoch: s.cfg.lastEpoch(),
 		StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished, Models: slices.Clone(l.info.Segments),
 		Calibration: cal, Observations: nobs, Quarantined: q}
@@ -241,6 +257,7 @@ func (s *Service) snapshot() *LiveReport {
 	}
 	l.mu.Unlock()
 	lv.Finished = s.finishedPublishing()
+	lv.StepsTrained = s.stepsTrained()
 	for r, rs := range s.ranks.all() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
 		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.next.Epoch, NextStep: rs.next.Step,
@@ -252,7 +269,7 @@ func (s *Service) snapshot() *LiveReport {
 		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
 		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
 	}
-	return &LiveReport{Report: &rep, Live: lv}
+	return &LiveReport{Report: rep, Live: lv}
 }
 
 // imbalance is max/mean (1 for an empty or all-zero step).

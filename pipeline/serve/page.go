@@ -26,17 +26,24 @@ func (p *reportPage) view() (*balancer.Report, *balancer.LiveView) {
 	if r == nil {
 		return nil, nil
 	}
-	l := r.Live
-	lv := &balancer.LiveView{Job: l.Job, Finished: l.Finished, StepsPublished: l.StepsPublished,
+	return r.Report, p.liveView(r.Report, r.Live)
+}
+
+// liveView is the page's live section of l; r gives the cost unit (nil: none).
+func (p *reportPage) liveView(r *balancer.Report, l Live) *balancer.LiveView {
+	lv := &balancer.LiveView{Job: l.Job, Finished: l.Finished, StepsPublished: l.StepsPublished, StepsTrained: l.StepsTrained,
 		StepsTotal: l.StepsPerEpoch * (l.LastEpoch - l.FirstEpoch + 1), Samples: l.Throughput.Samples,
 		ElapsedSeconds: l.Throughput.ElapsedSeconds, SamplesPerSecond: l.Throughput.SamplesPerSecond,
-		Unit: r.Unit, Quarantined: l.Quarantined}
+		Quarantined: l.Quarantined}
+	if r != nil {
+		lv.Unit = r.Unit
+	}
 	for _, st := range l.Steps {
 		lv.Steps = append(lv.Steps, balancer.LiveStepView{Epoch: st.Epoch, Step: st.Step, PredictedSeconds: st.PredictedSeconds,
 			PredictedCost: st.PredictedCost, MeasuredSeconds: st.MeasuredSeconds, DataWaitSeconds: st.DataWaitSeconds})
 	}
 	lv.Fit = p.fitHistory(l.Calibration)
-	return r.Report, lv
+	return lv
 }
 
 // fitHistory returns the fit at up to fitPoints observation counts, ending

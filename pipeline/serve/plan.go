@@ -195,6 +195,7 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared, baselines b
 	}
 	r.Quarantined = int(prep.Quarantine.Total())
 	r.Kept = pipeline.KeptReport(prep.Index)
+	r.TextTruncation = prep.TextTruncation()
 	return r, nil
 }
 

@@ -47,6 +47,10 @@ type Service struct {
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *workPlanner
+	// newJob is a new job's record until it is written (recordJob).
+	newJob atomic.Pointer[JobRecord]
+	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
+	truncWarn sync.Once
 
 	// Connections and JetStream assets, set up before Run starts its parts.
 	ns         *server.Server
@@ -123,6 +127,10 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 func (s *Service) Run(ctx context.Context) error {
 	defer s.data.close() // after the epochs that share it
 	defer s.epochs.closeAll()
+	ro, err := s.openReportOut()
+	if err != nil {
+		return err
+	}
 	s.tasks.open(ctx)
 	if err := s.startNATS(ctx); err != nil {
 		s.tasks.close()
@@ -170,6 +178,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
 	g.Go(func() error { s.ranks.positions.run(gctx, &s.st, positionInterval); return nil })
+	if ro != nil {
+		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
+		defer ro.atExit(s) // after the parts stopped, before the epochs close
+	}
 	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
@@ -349,16 +361,32 @@ func (s *Service) checkJob(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ok {
-		pending, err := s.checkResize(rec, stored)
-		if err != nil || pending {
-			return err // a pending resize writes the record once it is decided
-		}
-		if err := rec.compatible(stored); err != nil {
-			return err
-		}
+	if !ok { // a new job: recorded once its dataset opened (recordJob), so a wrong --input leaves no record
+		s.newJob.Store(&rec)
+		return nil
+	}
+	pending, err := s.checkResize(rec, stored)
+	if err != nil || pending {
+		return err // a pending resize writes the record once it is decided
+	}
+	if err := rec.compatible(stored); err != nil {
+		return err
 	}
 	return s.st.putJSON(ctx, proto.KVConfig, rec)
+}
+
+// recordJob writes a new job's record (checkJob) once; planEpoch calls it
+// after the dataset opened, before the first epoch's info is written.
+func (s *Service) recordJob(ctx context.Context) error {
+	rec := s.newJob.Load()
+	if rec == nil {
+		return nil
+	}
+	if err := s.st.putJSON(ctx, proto.KVConfig, *rec); err != nil {
+		return err
+	}
+	s.newJob.CompareAndSwap(rec, nil)
+	return nil
 }
 
 // restore reads the epochs planned so far, each rank's generation and last

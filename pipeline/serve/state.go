@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +39,10 @@ type JobRecord struct {
 	// Fingerprint is the SHA-256 of the dataset path, plan, tokenizer and
 	// image configuration: the inputs of the plan besides seed and epoch.
 	Fingerprint string `json:"fingerprint"`
+	// Settings hashes each setting Fingerprint covers, by path (Input,
+	// Plan.Seed, Image.Size, …; values are not stored), so that a refusal
+	// names the settings that changed (absent in older records).
+	Settings map[string]string `json:"settings,omitempty"`
 }
 
 // Segment records the cost model the steps from FromStep on were planned with.
@@ -85,16 +90,16 @@ func (c Config) jobRecordAt(dp int) (JobRecord, error) {
 	}
 	sum := sha256.Sum256(b)
 	return JobRecord{Job: c.Job, DP: p.Plan.DP, MP: c.MP, Placement: p.Plan.Placement.String(),
-		FirstEpoch: p.Plan.Epoch, Epochs: c.Epochs, Fingerprint: hex.EncodeToString(sum[:])}, nil
+		FirstEpoch: p.Plan.Epoch, Epochs: c.Epochs, Fingerprint: hex.EncodeToString(sum[:]), Settings: settingHashes(b)}, nil
 }
 
 // compatible reports why a stored record cannot be resumed by r.
 func (r JobRecord) compatible(stored JobRecord) error {
 	if stored.Job != r.Job || stored.DP != r.DP || stored.MP != r.MP || stored.Placement != r.Placement ||
 		stored.FirstEpoch != r.FirstEpoch || stored.Fingerprint != r.Fingerprint {
-		return fmt.Errorf("serve: job %s was started with dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s, this service has dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s (use another job name or a fresh data dir): %w",
+		return fmt.Errorf("serve: job %s was started with dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s, this service has dp=%d mp=%d placement=%s first epoch %d fingerprint %.12s; changed: %s (use another job name or a fresh data dir): %w",
 			stored.Job, stored.DP, stored.MP, stored.Placement, stored.FirstEpoch, stored.Fingerprint,
-			r.DP, r.MP, r.Placement, r.FirstEpoch, r.Fingerprint, ErrJobMismatch)
+			r.DP, r.MP, r.Placement, r.FirstEpoch, r.Fingerprint, strings.Join(r.changes(stored), "; "), ErrJobMismatch)
 	}
 	return nil
 }
