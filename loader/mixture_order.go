@@ -180,11 +180,11 @@ func MixtureOrder(sizes, counts []int, seed, epoch uint64) []Draw {
 
 // strideSource is one source's place in the interleaving.
 type strideSource struct {
-	i    int     // source
-	d    int     // its draws
-	k    int     // draws taken
-	u    float64 // phase
-	key  float64 // (k + u) / d
+	i   int     // source
+	d   int     // its draws
+	k   int     // draws taken
+	u   float64 // phase
+	key float64 // (k + u) / d
 }
 
 type strideHeap []strideSource
