@@ -15,6 +15,9 @@ import (
 type Config struct {
 	// Input is the dataset: a JSONL manifest, WebDataset shards, Parquet, or an image folder.
 	Input string
+	// Mixture, instead of Input, is a weighted mixture of datasets
+	// (docs/mixtures.md; loader.LoadMixture reads one from YAML).
+	Mixture *loader.Mixture
 	// Loader configures the source (limits, Parquet columns). OnReject is set by OpenDataset.
 	Loader loader.Options
 	// Tokenizer selects the tokenizer.json and max length.
@@ -60,8 +63,15 @@ func DefaultConfig() Config {
 
 // Validate checks every part.
 func (c Config) Validate() error {
-	if c.Input == "" {
+	switch {
+	case c.Input == "" && c.Mixture == nil:
 		return errors.New("pipeline: no input")
+	case c.Input != "" && c.Mixture != nil:
+		return errors.New("pipeline: both an input and a mixture: give one")
+	case c.Mixture != nil:
+		if err := c.Mixture.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Workers < 0 {
 		return fmt.Errorf("pipeline: workers %d < 0", c.Workers)
