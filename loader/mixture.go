@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"gopkg.in/yaml.v2"
 )
@@ -156,7 +157,7 @@ func defaultSourceName(p string) string {
 }
 
 func joinRel(dir, p string) string {
-	if p == "" || filepath.IsAbs(p) {
+	if p == "" || filepath.IsAbs(p) || strings.Contains(p, "://") { // a URL stays as given
 		return p
 	}
 	return filepath.Join(dir, p)

@@ -114,7 +114,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	el := time.Since(start).Seconds()
-	fmt.Fprintln(stdout, shardLine(cfg.Input, prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
+	fmt.Fprintln(stdout, shardLine(cfg.InputName(), prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
 	fmt.Fprintf(stdout, "wrote %d data files (%d record batches, %d rows, %.1f MB, %s, %s) and %d epoch indexes to %s in %.1fs (%.0f samples/s)\n",
 		len(sum.Files), sum.Batches, sum.Rows, float64(sum.Bytes)/1e6, storeLabel(o, cfg.Image.DType), o.Compression,
 		len(sum.Epochs), *out, el, float64(sum.Rows)/el)
