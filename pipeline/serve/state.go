@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -79,7 +80,8 @@ func (c Config) jobRecordAt(dp int) (JobRecord, error) {
 		Plan      balancer.Config
 		Tokenizer any
 		Image     any
-	}{p.Input, p.Plan, p.Tokenizer, p.Image})
+		Mixture   *loader.Mixture `json:",omitempty"` // absent for a plain input: its fingerprint is unchanged
+	}{p.Input, p.Plan, p.Tokenizer, p.Image, p.Mixture})
 	if err != nil {
 		return JobRecord{}, fmt.Errorf("serve: fingerprint: %w", err)
 	}
