@@ -248,3 +248,18 @@ func sumInts(xs []int) int {
 	}
 	return n
 }
+
+// BenchmarkMixtureOrder orders an epoch of 1M draws of a 6:3:1 mixture
+// (the heaviest source once through, the lightest repeated): compare with
+// BenchmarkPermutation/samples=1000000, the order of one dataset of that size.
+func BenchmarkMixtureOrder(b *testing.B) {
+	sizes := []int{600_000, 300_000, 50_000}
+	counts, err := MixtureCounts(mix3(0), sizes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		MixtureOrder(sizes, counts, 1, 2)
+	}
+}
