@@ -45,7 +45,13 @@
 // computed. DirFeatureCache is one in a folder (`shard`, `report`); serve's is in the
 // JetStream object store.
 //
+// Config.Mixture, instead of Config.Input, makes the dataset a weighted mixture (mixture.go,
+// docs/mixtures.md): one combined index, and an epoch of draws in which a repeated sample
+// is a distinct item with its draw id; Prepared.MixtureReport gives each source's share,
+// samples, tokens and cost per step of a plan.
+//
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
-// planned + quarantined + dropped-at-tail = samples seen.
+// planned + quarantined + dropped-at-tail = samples seen (for a mixture: = draws, plus the
+// index scan's rejects).
 package pipeline
