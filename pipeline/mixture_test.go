@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -226,5 +227,55 @@ func TestMixtureFingerprint(t *testing.T) {
 	}
 	if a == b {
 		t.Fatal("another weight gives the same fingerprint")
+	}
+}
+
+// TestOrderDraws: a sample drawn twice is two items with distinct ids (the
+// repetition's is its draw id, in Items and Entry), and a rejected sample
+// drawn twice is quarantined twice, once under each draw id.
+func TestOrderDraws(t *testing.T) {
+	dir := t.TempDir()
+	var man bytes.Buffer
+	for _, id := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, id+".jpg"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		man.WriteString(`{"id": "` + id + `", "image": "` + id + `.jpg", "text": "t"}` + "\n")
+	}
+	mp := filepath.Join(dir, "m.jsonl")
+	if err := os.WriteFile(mp, man.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ix, err := loader.BuildIndex(context.Background(), mp, loader.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []EntryFeatures{
+		{Item: balancer.Item{ID: "a", TextTokens: 3}},
+		{Item: balancer.Item{ID: "b"}, Reject: &loader.Reject{ID: "b", Reason: "image_unsupported"}},
+	}
+	var qb bytes.Buffer
+	q := loader.NewQuarantineWriter(&qb)
+	f, err := orderFeatures(ix, all, []int{0, 1, 0, 1}, []int32{0, 0, 1, 1}, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, it := range f.Items {
+		got = append(got, it.ID+"="+f.Entry(i).ID)
+	}
+	if want := "[a=a a#1=a#1]"; fmt.Sprint(got) != want || f.Repeat(1) != 1 || f.Repeat(0) != 0 {
+		t.Fatalf("items %v, want %s with repeats 0, 1", got, want)
+	}
+	rj, err := loader.ReadQuarantine(&qb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range rj {
+		ids = append(ids, r.ID)
+	}
+	if fmt.Sprint(ids) != "[b b#1]" {
+		t.Fatalf("quarantined %v, want [b b#1]", ids)
 	}
 }

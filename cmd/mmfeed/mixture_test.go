@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,5 +57,19 @@ func TestMixtureFlag(t *testing.T) {
 				t.Fatalf("sources %+v", s)
 			}
 		})
+	}
+}
+
+// TestShardMixtureOneEpoch: shard refuses a mixture over several epochs
+// before it indexes anything (the sources here do not even exist).
+func TestShardMixtureOneEpoch(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "mix.yaml")
+	if err := os.WriteFile(p, []byte("sources:\n  - {path: none.jsonl, weight: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := runShard(context.Background(), []string{"--mixture", p, "--out", filepath.Join(dir, "out"), "--epochs", "2"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "one epoch per run") {
+		t.Fatalf("error %v, want the one-epoch refusal", err)
 	}
 }
