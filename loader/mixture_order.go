@@ -18,7 +18,7 @@ import (
 //     (the first on ties) and n_h its samples, so d_h = n_h: the heaviest
 //     source is taken once through; with Draws = D, the largest-remainder
 //     split of D in proportion to the weights (ties to the earlier source).
-//     A cap then lowers d_i to Cap.
+//     A cap then lowers d_i to Cap. A source with d_i = 0 is an error.
 //   - Within source i, draw k takes sample perm_{i,p}[k mod n_i] of pass
 //     p = k div n_i, where perm_{i,p} = Permutation(n_i, seed_{i,p}, epoch)
 //     and seed_{i,p} = mix(seed ^ mix(GOLDEN ^ (i<<32 | p))). A sample is
@@ -71,6 +71,9 @@ func MixtureCounts(m *Mixture, sizes []int) ([]int, error) {
 	for i, s := range m.Sources {
 		if s.Cap > 0 && counts[i] > s.Cap {
 			counts[i] = s.Cap
+		}
+		if counts[i] == 0 {
+			return nil, fmt.Errorf("%w: source %q gets no draw in an epoch: raise its weight or the draws", ErrInvalidMixture, s.Name)
 		}
 		total += counts[i]
 	}

@@ -45,6 +45,9 @@ func TestMixtureCounts(t *testing.T) {
 	if _, err := MixtureCounts(mix3(0), []int{10, 0, 10}); !errors.Is(err, ErrInvalidMixture) || !strings.Contains(err.Error(), "coco") {
 		t.Fatalf("empty source: %v, want ErrInvalidMixture naming coco", err)
 	}
+	if _, err := MixtureCounts(mix3(0), []int{2, 10, 10}); !errors.Is(err, ErrInvalidMixture) || !strings.Contains(err.Error(), `"own" gets no draw`) {
+		t.Fatalf("a source rounded to no draws: %v, want ErrInvalidMixture naming own", err)
+	}
 }
 
 // TestMixtureProportions: 6:3:1 over an epoch are realised within ±1%, and
