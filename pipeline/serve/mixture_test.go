@@ -72,6 +72,10 @@ func testServeMixture(t *testing.T, role string) {
 			t.Fatalf("trainer %d: %v", i, err)
 		}
 	}
+	rep := r.s.snapshot() // the /v1/report object
+	if rep == nil || rep.Mixture == nil || len(rep.Mixture.Sources) != 3 || rep.Mixture.Sources[1].Name != "coco" || rep.Mixture.Planned == 0 {
+		t.Fatalf("/v1/report has no per-source lines of the mixture: %+v", rep)
+	}
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
 	}
