@@ -157,6 +157,13 @@
 // Permutation(n, seed, epoch) gives the deterministic epoch order (see
 // order.go for the exact algorithm, reproducible in Python).
 //
+// A Mixture (mixture.go; LoadMixture reads its YAML file) is a weighted
+// mixture of datasets: CombineIndexes joins the sources' indexes into one
+// (ids "<source>/<id>", each entry read by its own source), MixtureCounts
+// gives each source's draws per epoch and MixtureOrder the epoch's draws,
+// a pure function of (sizes, counts, seed, epoch) (mixture_order.go); a
+// repeated draw's id is DrawID(id, repeat) (docs/mixtures.md).
+//
 // # Concurrency
 //
 // A Source is not safe for concurrent use; call Next from one goroutine.

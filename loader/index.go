@@ -30,6 +30,7 @@ const (
 // file).
 type imageRef struct {
 	kind refKind
+	part uint16 // the part of a mixture's index (CombineIndexes) that reads it
 	keep uint32 // 1 + the entry's row in Index.keep (0: none); here it fills kind's padding
 	root string
 	path string
@@ -62,10 +63,11 @@ type Index struct {
 	// Seen == len(Entries) + Quarantined.
 	Stats Stats
 
-	opts Options
-	keep *keepTable // the kept fields' values (Options.Keep), nil without
-	pq   *rowGroupCache
-	gz   *gzSpools
+	opts  Options
+	keep  *keepTable // the kept fields' values (Options.Keep), nil without
+	pq    *rowGroupCache
+	gz    *gzSpools
+	parts []*Index // a mixture's sources (CombineIndexes): each entry is read by its part
 }
 
 // Scan reads all entries of src into an Index. Built-in sources (from Open)
@@ -201,6 +203,9 @@ func (ix *Index) ReadHeader(e Entry, n int) ([]byte, error) {
 
 // read returns the first n bytes of the image, or all of it when n < 0.
 func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
+	if ix.parts != nil && int(e.ref.part) < len(ix.parts) {
+		return ix.parts[e.ref.part].read(ctx, e, n)
+	}
 	if e.ImageSize > ix.opts.MaxImageBytes {
 		return nil, fmt.Errorf("loader: read %s: image %d bytes > max %d: %w", e.Location, e.ImageSize, ix.opts.MaxImageBytes, ErrTooLarge)
 	}
@@ -259,6 +264,9 @@ func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool
 // Close releases cached Parquet row groups and removes the inflated copies
 // of .tar.gz shards. The index stays readable (a later read inflates again).
 func (ix *Index) Close() error {
+	if ix.parts != nil {
+		return closeParts(ix.parts)
+	}
 	ix.pq.clear()
 	if ix.gz != nil {
 		return ix.gz.close()

@@ -18,6 +18,9 @@ type Config struct {
 	// InputCache is the folder an input URL that is not streamed is staged in
 	// (see OpenInput; one folder per URL below it). "": DefaultInputCache().
 	InputCache string
+	// Mixture, instead of Input, is a weighted mixture of datasets
+	// (docs/mixtures.md; loader.LoadMixture reads one from YAML).
+	Mixture *loader.Mixture
 	// Loader configures the source (limits, Parquet columns). OnReject is set by OpenDataset.
 	Loader loader.Options
 	// Tokenizer selects the tokenizer.json and max length.
@@ -63,8 +66,15 @@ func DefaultConfig() Config {
 
 // Validate checks every part.
 func (c Config) Validate() error {
-	if c.Input == "" {
+	switch {
+	case c.Input == "" && c.Mixture == nil:
 		return errors.New("pipeline: no input")
+	case c.Input != "" && c.Mixture != nil:
+		return errors.New("pipeline: both an input and a mixture: give one")
+	case c.Mixture != nil:
+		if err := c.Mixture.Validate(); err != nil {
+			return err
+		}
 	}
 	if c.Workers < 0 {
 		return fmt.Errorf("pipeline: workers %d < 0", c.Workers)

@@ -14,7 +14,8 @@ import (
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
-// Dataset is a dataset opened once per job: the index of Config.Input, the
+// Dataset is a dataset opened once per job: the index of Config.Input (or of
+// Config.Mixture's sources, combined: mixture.go), the
 // tokenizer, the image processor, the index scan's rejects and, from the
 // first Epoch on, every entry's features (computed once, or read from
 // Config.FeatureCache once). Epoch orders it for an epoch: what the planner
@@ -39,6 +40,7 @@ type Dataset struct {
 
 	proc    *imgproc.Processor
 	input   Input           // the opened Config.Input when it was a URL (closed by Close)
+	mix     *mixtureSet     // Config.Mixture's sources (nil: Config.Input)
 	scanned []loader.Reject // the index scan's rejects, in scan order
 	thumbs  thumbCache      // the report thumbnails of its epochs
 
@@ -85,12 +87,18 @@ func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Datase
 		mu.Unlock()
 		_ = d.Quarantine.Write(r)
 	}
-	ix, err := loader.BuildIndex(ctx, cfg.Input, opts)
+	if cfg.Mixture != nil {
+		d.mix, err = openMixture(ctx, cfg, opts.OnReject)
+		if err == nil {
+			d.Index = d.mix.index.Index
+		}
+	} else {
+		d.Index, err = loader.BuildIndex(ctx, cfg.Input, opts)
+	}
 	if err != nil {
 		_ = in.Close()
-		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.Input, err)
+		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.InputName(), err)
 	}
-	d.Index = ix
 	d.Tokenizer, err = tokenize.Open(cfg.Tokenizer)
 	if err == nil {
 		d.proc, err = imgproc.NewProcessor(cfg.Image)
@@ -135,11 +143,11 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	}
 	p := &Prepared{Config: cfg, Index: d.Index, Quarantine: q, Tokenizer: d.Tokenizer, ds: d,
 		Fingerprint: l.fingerprint, FeaturesCached: l.cached, FeatureCacheErr: l.cacheErr}
-	perm := loader.Permutation(len(d.Index.Entries), plan.Seed, uint64(plan.Epoch))
+	perm, repeats := d.order(plan.Seed, uint64(plan.Epoch))
 	if l.store != nil {
-		p.Features, err = orderStored(d.Index, l.store, perm, q)
+		p.Features, err = orderStored(d.Index, l.store, perm, repeats, q)
 	} else {
-		p.Features, err = orderFeatures(d.Index, l.all, perm, q)
+		p.Features, err = orderFeatures(d.Index, l.all, perm, repeats, q)
 	}
 	if err != nil {
 		return nil, err
@@ -149,6 +157,15 @@ func (d *Dataset) Epoch(ctx context.Context, plan balancer.Config, quarantine io
 	}
 	augmentFeatures(&p.Features, cfg.Image, plan.Epoch)
 	return p, nil
+}
+
+// order is the epoch order of (seed, epoch): a permutation of the index, or
+// a mixture's draws (entry positions and their repeats, nil when none).
+func (d *Dataset) order(seed, epoch uint64) ([]int, []int32) {
+	if d.mix != nil {
+		return d.mix.order(seed, epoch)
+	}
+	return loader.Permutation(len(d.Index.Entries), seed, epoch), nil
 }
 
 // features returns the dataset's feature pass, running it on the first

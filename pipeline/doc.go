@@ -60,11 +60,16 @@
 // several epochs under augmentation (ErrAugmentEpochs): its data files hold one epoch's
 // crops.
 //
+// Config.Mixture, instead of Config.Input, makes the dataset a weighted mixture (mixture.go,
+// docs/mixtures.md): one combined index, and an epoch of draws in which a repeated sample
+// is a distinct item with its draw id; Prepared.MixtureReport gives each source's share,
+// samples, tokens and cost per step of a plan.
+//
 // Every sample is accounted for: a sample whose features or preprocessing fail is written
 // to the quarantine (loader.QuarantineWriter) with a reason code, and
-// planned + quarantined + dropped-at-tail = samples seen. An epoch whose every sample was
-// quarantined fails (Dataset.Epoch, Prepare) with an AllQuarantinedError wrapping
-// ErrAllQuarantined: the most frequent reason, its count, one example and the flag that
-// fixes it (allquarantined.go), so `shard`, `report` and `serve` exit non-zero instead
-// of writing nothing.
+// planned + quarantined + dropped-at-tail = samples seen (for a mixture: = draws, plus the
+// index scan's rejects). An epoch whose every sample was quarantined fails (Dataset.Epoch,
+// Prepare) with an AllQuarantinedError wrapping ErrAllQuarantined: the most frequent
+// reason, its count, one example and the flag that fixes it (allquarantined.go), so
+// `shard`, `report` and `serve` exit non-zero instead of writing nothing.
 package pipeline

@@ -99,8 +99,14 @@ func Fingerprint(cfg Config, ix *loader.Index) (string, error) {
 		binary.LittleEndian.PutUint64(n[:], uint64(e.ImageSize))
 		h.Write(n[:])
 	}
-	if cfg.Loader.Remote == nil {
-		files, err := localInputFiles(cfg.Input)
+	if cfg.Mixture != nil { // the sources, their options, weights and caps
+		field(cfg.inputDefinition())
+	}
+	for _, in := range cfg.inputPaths() {
+		if cfg.Loader.Remote != nil {
+			break
+		}
+		files, err := localInputFiles(in)
 		if err != nil {
 			return "", err
 		}

@@ -56,23 +56,24 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 }
 
 // orderFeatures orders all (the features of ix.Entries) as perm (an epoch's
-// permutation of the index), quarantining the rejects.
-func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
+// permutation of the index, or a mixture's draws with their repeats: nil
+// for none), quarantining the rejects.
+func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, repeats []int32, q *loader.QuarantineWriter) (Features, error) {
 	if len(all) != len(ix.Entries) {
 		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
 	}
-	return orderFeaturesOf(ix, func(i int) EntryFeatures { return all[i] }, perm, q)
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return all[i] }, perm, repeats, q)
 }
 
 // orderStored is orderFeatures on the compact store of the features.
-func orderStored(ix *loader.Index, s *featureStore, perm []int, q *loader.QuarantineWriter) (Features, error) {
-	return orderFeaturesOf(ix, func(i int) EntryFeatures { return s.at(ix, i) }, perm, q)
+func orderStored(ix *loader.Index, s *featureStore, perm []int, repeats []int32, q *loader.QuarantineWriter) (Features, error) {
+	return orderFeaturesOf(ix, func(i int) EntryFeatures { return s.at(ix, i) }, perm, repeats, q)
 }
 
 // orderFeaturesOf orders the features at(i) of ix.Entries[i] as perm.
-func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int, q *loader.QuarantineWriter) (Features, error) {
-	if len(perm) != len(ix.Entries) {
-		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(perm), len(ix.Entries))
+func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repeats []int32, q *loader.QuarantineWriter) (Features, error) {
+	if repeats != nil || len(perm) != len(ix.Entries) {
+		return orderDraws(ix, at, perm, repeats, q)
 	}
 	if len(ix.Entries) > math.MaxInt32 {
 		return Features{}, fmt.Errorf("pipeline: index of %d entries: more than %d", len(ix.Entries), math.MaxInt32)

@@ -35,6 +35,7 @@ type Features struct {
 	Formats []string
 
 	entries []loader.Entry // what Order indexes
+	repeats []int32        // a mixture's repeat of each item (nil: none, mixture.go)
 }
 
 // NewFeatures returns the features of entries (item i of entries[i]: Order
@@ -50,8 +51,24 @@ func NewFeatures(entries []loader.Entry, items []balancer.Item, sizes []image.Po
 // Len is the number of entries.
 func (f *Features) Len() int { return len(f.Order) }
 
-// Entry returns entry i (the one of Items[i]).
-func (f *Features) Entry(i int) loader.Entry { return f.entries[f.Order[i]] }
+// Entry returns entry i (the one of Items[i]); a mixture's repeated draw
+// carries its draw id (loader.DrawID), as Items[i] does.
+func (f *Features) Entry(i int) loader.Entry {
+	e := f.entries[f.Order[i]]
+	if f.repeats != nil && f.repeats[i] > 0 {
+		e.ID = loader.DrawID(e.ID, int(f.repeats[i]))
+	}
+	return e
+}
+
+// Repeat returns item i's repeat in a mixture epoch (0: its sample's first
+// draw, and always for a plain input).
+func (f *Features) Repeat(i int) int {
+	if f.repeats == nil {
+		return 0
+	}
+	return int(f.repeats[i])
+}
 
 // ExtractFeatures computes text tokens (tokenize, truncated), image tokens (from the image
 // header and the resize policy) and header complexity for every entry, on workers

@@ -60,11 +60,11 @@ func TestFeatureStoreKeepsEveryFeature(t *testing.T) {
 		t.Errorf("store holds %.1f bytes per entry, want ≤ %.0f (an EntryFeatures is %d)", got, limit, unsafe.Sizeof(EntryFeatures{}))
 	}
 	perm := loader.Permutation(len(all), 7, 1)
-	want, err := orderFeatures(ix, all, perm, loader.NewQuarantineWriter(nil))
+	want, err := orderFeatures(ix, all, perm, nil, loader.NewQuarantineWriter(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := orderStored(ix, s, perm, loader.NewQuarantineWriter(nil))
+	got, err := orderStored(ix, s, perm, nil, loader.NewQuarantineWriter(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,6 +105,9 @@ func planEpochs(prep *Prepared, first *balancer.Plan, n int) ([]epochPlan, error
 	if n == 1 {
 		return out, nil
 	}
+	if prep.ds != nil && prep.ds.mix != nil { // later epochs draw other samples and repeats
+		return nil, fmt.Errorf("pipeline: a mixture is sharded one epoch at a time (--epochs 1, and --epoch E for each), not %d", n)
+	}
 	key := func(e loader.Entry) string { return e.Location + "\x00" + e.ID }
 	at := make(map[string]int32, f.Len())
 	for i := range f.Len() {

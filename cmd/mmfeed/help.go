@@ -14,7 +14,7 @@ var flagGroups = []struct {
 	title string
 	names []string // exact names, or prefixes ending in "-"
 }{
-	{"Dataset", []string{"input", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "keep", "quarantine"}},
+	{"Dataset", []string{"input", "mixture", "root", "allow-absolute-paths", "image-field", "text-field", "id-field", "wds-", "keep", "quarantine"}},
 	{"Plan", []string{"dp", "mp", "pp", "micro-batches", "global-batch", "global-tokens", "mb-", "lookahead", "placement", "sync", "strategy", "tail", "seed", "epoch", "epochs", "simulate-ranks"}},
 	{"Model and cost model", []string{"model", "patch-size", "cost-scale", "recalibrate"}},
 	{"Tokenizer and images", []string{"tokenizer", "max-length", "resize", "image-size", "min-pixels", "max-pixels", "dtype", "norm", "max-image-pixels", "augment", "augment-seed", "workers"}},
@@ -25,7 +25,7 @@ var flagGroups = []struct {
 // examples are printed under each command's flags.
 var examples = map[string][]string{
 	"synth":  {"mmfeed synth --out /tmp/corpus --samples 2000 --seed 7"},
-	"report": {"mmfeed report --input /tmp/corpus/manifest.jsonl --dp 8 --global-batch 128", "mmfeed report --input export.parquet --image-field image.bytes --text-field caption --dp 4 --json"},
+	"report": {"mmfeed report --input /tmp/corpus/manifest.jsonl --dp 8 --global-batch 128", "mmfeed report --input export.parquet --image-field image.bytes --text-field caption --dp 4 --json", "mmfeed report --mixture mix.yaml --dp 8 --global-batch 256   # weighted sources, docs/mixtures.md"},
 	"shard": {"mmfeed shard --input captions.jsonl --root train2017 --image-field file_name --dp 2 --global-batch 32 --out /tmp/shards",
 		"mmfeed shard --input /shared/manifest.jsonl --dp 8 --global-batch 128 --out s3://bucket/shards --nats nats://n0:4222   # workers: serve --role worker"},
 	"creds": {"mmfeed creds --job demo --dp 2 --mp 2 --out /etc/mmfeed/demo --tls-hosts feeder.internal"},

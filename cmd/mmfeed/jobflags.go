@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -27,12 +28,14 @@ type jobFlags struct {
 	costModel string
 	augment   string
 	augSeed   string // "" : the job seed
+	mixture   string
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny"}
 	c := &j.cfg
 	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar or .tar.gz shards (file, folder, glob or data-{000..099}.tar), Parquet, or an image folder with .txt sidecars (required)")
+	fs.StringVar(&j.mixture, "mixture", "", "instead of --input: a YAML file of a weighted mixture of datasets, each with its own format options, weight and cap (docs/mixtures.md); the format flags below are every source's defaults")
 	fs.StringVar(&c.Loader.Root, "root", "", "folder that image paths (a manifest's, or a Parquet/Arrow image struct's path) resolve against and may not leave (default: the manifest's or data file's folder)")
 	fs.BoolVar(&c.Loader.AllowAbsolute, "allow-absolute-paths", false, "accept absolute image paths in a manifest (trusted as given)")
 	fs.StringVar(&c.Loader.ImageColumn, "image-field", c.Loader.ImageColumn, "manifest field of the image path, or Parquet image column (a.b: nested; Parquet image.bytes: the struct's bytes)")
@@ -132,8 +135,16 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	if c.Image.Augment, err = j.augmentation(c.Plan.Seed); err != nil {
 		return c, err
 	}
-	if c.Input == "" {
-		return c, fmt.Errorf("--input is required")
+	switch {
+	case c.Input != "" && j.mixture != "":
+		return c, fmt.Errorf("--input and --mixture are exclusive: give one")
+	case j.mixture != "":
+		if c.Mixture, err = loadMixture(j.mixture); err != nil {
+			return c, fmt.Errorf("--mixture: %w", err)
+		}
+		return c, c.Validate()
+	case c.Input == "":
+		return c, fmt.Errorf("--input (or --mixture) is required")
 	}
 	// A file:// URL is the local path it names, for every command (serve and
 	// report took it for a path and failed on "stat file:///…").
@@ -158,6 +169,29 @@ func (j *jobFlags) augmentation(seed uint64) (imgproc.Augment, error) {
 		a.Seed = seed
 	}
 	return a, nil
+}
+
+// loadMixture reads a mixture file; its sources' paths become absolute (the
+// workers of serve and shard --nats open them as the planner names them)
+// and must be local.
+func loadMixture(path string) (*loader.Mixture, error) {
+	m, err := loader.LoadMixture(path)
+	if err != nil {
+		return nil, err
+	}
+	for i := range m.Sources {
+		s := &m.Sources[i]
+		if pipeline.IsURL(s.Path) {
+			return nil, fmt.Errorf("source %s: path %s: mixture sources are local paths (stage a URL first)", s.Name, s.Path)
+		}
+		if s.Path, err = filepath.Abs(s.Path); err == nil && s.Root != "" {
+			s.Root, err = filepath.Abs(s.Root)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // scaleModel multiplies each component's coefficients by the factors "vision,text,fusion".

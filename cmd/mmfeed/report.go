@@ -73,16 +73,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
+	mix, err := mixtureReport(prep)
+	if err != nil {
+		return err
+	}
 	if *asJSON {
-		if sims == nil {
+		if sims == nil && mix == nil {
 			return rep.WriteJSON(stdout)
 		}
 		return writeJSON(stdout, struct {
 			*balancer.Report
-			Simulation []balancer.SimResult `json:"simulation"`
-		}{rep, sims})
+			Mixture    *pipeline.MixtureReport `json:"mixture,omitempty"`
+			Simulation []balancer.SimResult    `json:"simulation,omitempty"`
+		}{rep, mix, sims})
 	}
-	fmt.Fprintf(stdout, "%s: %d samples seen, %d quarantined\n", cfg.Input, prep.Seen(), rep.Quarantined)
+	fmt.Fprintf(stdout, "%s: %d samples seen, %d quarantined\n", cfg.InputName(), prep.Seen(), rep.Quarantined)
 	if l := pipeline.KeptLine(rep.Kept); l != "" {
 		fmt.Fprintln(stdout, l)
 	}
@@ -91,6 +96,12 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := rep.WriteTable(stdout); err != nil {
 		return err
+	}
+	if mix != nil {
+		fmt.Fprintln(stdout)
+		if err := mix.WriteText(stdout); err != nil {
+			return err
+		}
 	}
 	if sims != nil {
 		fmt.Fprintf(stdout, "\nsimulated at scale (%d samples per rank, bootstrap of this corpus, ranks meet at every %s):\n", max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP), cfg.Plan.Sync)
@@ -101,6 +112,19 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// mixtureReport is the per-source report of a mixture's plan (nil for a
+// plain input).
+func mixtureReport(prep *pipeline.Prepared) (*pipeline.MixtureReport, error) {
+	if prep.Config.Mixture == nil {
+		return nil, nil
+	}
+	plan, err := prep.Plan(prep.Config.Plan.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	return prep.MixtureReport(plan), nil
 }
 
 // reportThumbnails is how many heaviest and how many extreme-aspect samples a

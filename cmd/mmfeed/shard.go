@@ -49,6 +49,9 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.Mixture != nil && o.Epochs > 1 {
+		return fmt.Errorf("--mixture with --epochs %d: a mixture is sharded one epoch per run (--epochs 1, --epoch E for each; docs/mixtures.md)", o.Epochs)
+	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
 	cfg.FeatureCache = featureCache(*fcache)
 	if err := nf.checkInput(&cfg); err != nil {
@@ -115,7 +118,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	el := time.Since(start).Seconds()
-	fmt.Fprintln(stdout, shardLine(cfg.Input, prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
+	fmt.Fprintln(stdout, shardLine(cfg.InputName(), prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
 	if l := pipeline.KeptLine(rep.Kept); l != "" {
 		fmt.Fprintln(stdout, l)
 	}

@@ -38,7 +38,7 @@ func bindShardNATSFlags(fs *flag.FlagSet) *shardNATSFlags {
 // checkInput makes the input path absolute, which the workers open as the
 // planner names it; an input URL is refused with --nats.
 func (f *shardNATSFlags) checkInput(cfg *pipeline.Config) error {
-	if f.urls == "" {
+	if f.urls == "" || cfg.Mixture != nil { // a mixture's paths are absolute already
 		return nil
 	}
 	if pipeline.IsURL(cfg.Input) {

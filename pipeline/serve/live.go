@@ -96,7 +96,10 @@ type Live struct {
 // the current epoch (strategy comparison) plus "live".
 type LiveReport struct {
 	*balancer.Report
-	Live Live `json:"live"`
+	// Mixture is a mixture's per-source lines (`mmfeed report --json`'s
+	// "mixture"); absent for a plain input.
+	Mixture *pipeline.MixtureReport `json:"mixture,omitempty"`
+	Live    Live                    `json:"live"`
 }
 
 // live holds the report's moving parts.
@@ -218,9 +221,11 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	reasons := l.quarantineReasons()
 	l.mu.Lock()
 	var report *balancer.Report
+	var mix *pipeline.MixtureReport
 	for _, ep := range []*epochPlan{l.ep, l.prev} {
 		if ep != nil && report == nil {
 			_, _, report, _ = ep.prog.state()
+			mix = ep.prog.mixtureReport()
 		}
 	}
 	if report == nil && !anyway {
@@ -269,7 +274,7 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
 		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
 	}
-	return &LiveReport{Report: rep, Live: lv}
+	return &LiveReport{Report: rep, Mixture: mix, Live: lv}
 }
 
 // imbalance is max/mean (1 for an empty or all-zero step).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // planning is the progress of an epoch's plan: the first window is planned
@@ -29,6 +30,9 @@ type planning struct {
 	changed chan struct{}    // closed and replaced whenever the above change
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the goroutine returned; nil: none started
+
+	// mixture is a mixture's per-source lines, set with report (mixture.go).
+	mixture *pipeline.MixtureReport
 }
 
 func newPlanning(total int) *planning {
@@ -168,6 +172,7 @@ func (ep *epochPlan) compare(ctx context.Context, whole *balancer.Plan) error {
 	if rep.Thumbnails, err = thumbnails(ctx, ep, whole); err != nil {
 		return err
 	}
+	ep.prog.setMixture(ep.prep.MixtureReport(whole))
 	ep.prog.finish(whole, rep)
 	return nil
 }

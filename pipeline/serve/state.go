@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -84,7 +85,8 @@ func (c Config) jobRecordAt(dp int) (JobRecord, error) {
 		Plan      balancer.Config
 		Tokenizer any
 		Image     any
-	}{p.Input, p.Plan, p.Tokenizer, p.Image})
+		Mixture   *loader.Mixture `json:",omitempty"` // absent for a plain input: its fingerprint is unchanged
+	}{p.Input, p.Plan, p.Tokenizer, p.Image, p.Mixture})
 	if err != nil {
 		return JobRecord{}, fmt.Errorf("serve: fingerprint: %w", err)
 	}

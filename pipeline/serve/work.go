@@ -145,6 +145,7 @@ type workLoader struct {
 // the image policy.
 type workConfig struct {
 	Input             string          `json:"input"`
+	Mixture           *loader.Mixture `json:"mixture,omitempty"`
 	Loader            workLoader      `json:"loader"`
 	Tokenizer         tokenize.Config `json:"tokenizer"`
 	TokenizerSHA      string          `json:"tokenizer_sha256"`
@@ -170,7 +171,7 @@ func newWorkConfig(pc pipeline.Config) (workConfig, []byte, error) {
 	sum := sha256.Sum256(tok)
 	tc := pc.Tokenizer
 	tc.Path = ""
-	return workConfig{Input: pc.Input, Loader: workLoader{Options: pc.Loader}, Tokenizer: tc,
+	return workConfig{Input: pc.Input, Mixture: pc.Mixture, Loader: workLoader{Options: pc.Loader}, Tokenizer: tc,
 		TokenizerSHA: hex.EncodeToString(sum[:]), Image: pc.Image, MaxPixelsInFlight: pc.MaxPixelsInFlight}, tok, nil
 }
 
@@ -189,6 +190,7 @@ func (c workConfig) hash() (string, []byte, error) {
 func (c workConfig) pipelineConfig(tokenizer string) pipeline.Config {
 	pc := pipeline.DefaultConfig()
 	pc.Input, pc.Loader, pc.Tokenizer, pc.Image, pc.MaxPixelsInFlight = c.Input, c.Loader.Options, c.Tokenizer, c.Image, c.MaxPixelsInFlight
+	pc.Mixture = c.Mixture
 	pc.Tokenizer.Path = tokenizer
 	pc.Workers = 1
 	return pc

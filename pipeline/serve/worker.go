@@ -312,10 +312,10 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 	t0 := time.Now()
 	rows := make([]proto.Row, len(it.Samples))
 	for i, s := range it.Samples {
-		j, ok := ds.byID[s.ID]
+		j, ok := ds.entry(s.ID)
 		if !ok {
 			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
-				s.ID, ds.ds.Config.Input, ErrJobMismatch)
+				s.ID, ds.ds.Config.InputName(), ErrJobMismatch)
 		}
 		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
 			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
