@@ -271,7 +271,7 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
 	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if mod != proto.ModalityText {
-		meta.DType = img.DType
+		meta.DType, meta.Resize = pipeline.PixelEncoding(img)
 		if img.Policy != "dynamic" {
 			meta.Shape = []int{3, img.Size, img.Size}
 		}
