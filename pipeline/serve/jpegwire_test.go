@@ -133,4 +133,3 @@ func TestServeJPEGWire(t *testing.T) {
 		})
 	}
 }
-
