@@ -165,3 +165,28 @@ def decode_pixels(rows: list, shapes: torch.Tensor, dtype: str, resize: str | No
     for i, img in enumerate(imgs):
         out[i, :, :img.shape[1], :img.shape[2]] = img
     return out
+
+
+def check_record(rb: pa.RecordBatch) -> None:
+    """The wire's limits on every row of a JPEG micro-batch record, before anything decodes it
+    (the stream client calls it where it checks a received batch); other records pass."""
+    if "pixel_values" not in rb.schema.names or "pixel_shape" not in rb.schema.names:
+        return
+    md = rb.schema.field("pixel_values").metadata or {}
+    dtype = md.get(b"dtype", b"").decode(errors="replace")
+    if dtype not in JPEG_DTYPES:
+        return
+    parse_resize(dtype, md.get(keys.FIELD_RESIZE.encode(), b"").decode(errors="replace"))
+    col, shapes = rb.column("pixel_values"), rb.column("pixel_shape")
+    if not pa.types.is_list(col.type) or col.type.value_type != pa.uint8() or col.null_count:
+        raise JPEGError(f"{dtype} pixel_values is {col.type}, want list<uint8> without nulls")
+    offsets = col.offsets.to_numpy(zero_copy_only=False)
+    shp = shapes.flatten().to_numpy(zero_copy_only=False).reshape(-1, 3)
+    if len(shp) != len(col):
+        raise JPEGError(f"{len(shp)} pixel shapes for {len(col)} rows")
+    mv = memoryview(col.values.to_numpy(zero_copy_only=False))
+    for i in range(len(col)):
+        try:
+            check_row(dtype, mv[offsets[i]:offsets[i + 1]], tuple(int(v) for v in shp[i]))
+        except JPEGError as err:
+            raise JPEGError(f"row {i}: {err}") from None

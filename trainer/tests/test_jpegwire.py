@@ -30,7 +30,7 @@ from mmfeed_trainer.stream import Stream
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
 PLAN = ["--dp", "1", "--global-batch", "8", "--micro-batches", "2", "--image-size", "48", "--seed", "5"]
-FLOOR_DB = {"jpeg": 30.0, "jpeg-source": 25.0}
+FLOOR_DB = {"jpeg": 30.0, "jpeg-source": 30.0}
 """PSNR floors against the exact uint8 pixels: q95 re-encoding; and the source's own JPEG
 resized by torchvision (antialiased, not Pillow-exact) on top of the source's own loss."""
 
@@ -206,3 +206,19 @@ def test_bad_jpegs_are_batch_errors():
     b = record_to_batch(bad)
     with pytest.raises(BatchError, match=repr(b.ids[-1])):
         b.decoded()
+
+
+def test_check_record_refuses_what_record_to_batch_refuses():
+    """The stream client's check (``jpegwire.check_record``, before the prefetcher) and
+    ``record_to_batch`` apply the same limits; good and non-JPEG records pass it."""
+    from mmfeed_trainer import jpegwire  # noqa: PLC0415
+    rb, exact = jpeg_record()
+    jpegwire.check_record(rb)
+    jpegwire.check_record(synthetic.step_records(synthetic.SynthConfig(dtype="uint8"), 0, 0)[0])
+    _, h, w = exact.pixel_shape[0].tolist()
+    good = encode_jpeg(image(exact, 0), quality=95).numpy().tobytes()
+    bad, _ = jpeg_record(rows=[good] * (exact.size - 1) + [_header_with_size(good, h, w + 1)], shape=(3, h, w))
+    with pytest.raises(jpegwire.JPEGError, match=f"row {exact.size - 1}: .*planned"):
+        jpegwire.check_record(bad)
+    with pytest.raises(BatchError, match="planned"):
+        record_to_batch(bad)
