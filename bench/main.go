@@ -42,6 +42,7 @@ var sections = []section{
 	{"e2e", benchE2E},
 	{"shard", benchShard},
 	{"quality", benchQuality},
+	{"jpegwire", benchJPEGWire},
 }
 
 type benchEnv struct {
