@@ -44,6 +44,7 @@ var sections = []section{
 	{"e2e", benchE2E},
 	{"shard", benchShard},
 	{"quality", benchQuality},
+	{"jpegwire", benchJPEGWire},
 }
 
 type benchEnv struct {

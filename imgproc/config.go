@@ -76,6 +76,8 @@ type Config struct {
 	Mean, Std [3]float32
 	// DType is DTypeFloat16 (default), DTypeFloat32, DTypeBFloat16 or
 	// DTypeUint8. Float outputs are (x/255-mean)/std computed in float32.
+	// DTypeJPEG and DTypeJPEGSource (wire.go) are lossy opt-in encodings
+	// of the uint8 tensor.
 	DType string
 	// Background is composited under transparent pixels (default opaque
 	// white). Its alpha is ignored.
@@ -179,7 +181,7 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.DType {
-	case DTypeFloat16, DTypeFloat32, DTypeBFloat16, DTypeUint8:
+	case DTypeFloat16, DTypeFloat32, DTypeBFloat16, DTypeUint8, DTypeJPEG, DTypeJPEGSource:
 	default:
 		return bad("unknown dtype %q", c.DType)
 	}
@@ -213,9 +215,10 @@ func (c Config) MeanStd() (mean, std [3]float32) {
 	return c.Mean, c.Std
 }
 
-// ElemSize is the byte size of one output element for the DType.
+// ElemSize is the byte size of one output element for the DType (1 for the
+// JPEG wire dtypes: the uint8 tensor before encoding).
 func (c Config) ElemSize() int {
-	switch c.DType {
+	switch c.pixelDType() {
 	case DTypeFloat32:
 		return 4
 	case DTypeUint8:

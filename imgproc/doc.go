@@ -23,6 +23,12 @@
 // ReadHeader, Config.OutputSize/ImageTokens and HeaderComplexity give the
 // planner what it needs without decoding.
 //
+// JPEG wire dtypes (wire.go; opt-in and lossy): DTypeJPEG encodes the uint8
+// tensor as a baseline JPEG (Image.Data is the JPEG, Shape its size);
+// DTypeJPEGSource returns an acceptable source JPEG's own bytes without
+// decoding it (Image.Source true, Shape the planned size; SourceJPEGAcceptable
+// says which) and encodes any other source like DTypeJPEG.
+//
 // Errors: every failure wraps one of ErrEmpty, ErrTooLarge, ErrUnsupported,
 // ErrCorrupt (ErrConfig for configuration); decoder panics are recovered as
 // ErrCorrupt. Nothing here panics on bad input.

@@ -30,6 +30,10 @@ type Image struct {
 	Format string
 	// Crop is the augmentation applied (ProcessSample); zero otherwise.
 	Crop Crop
+	// Source is true when Data is the source file's own bytes
+	// (DTypeJPEGSource with an acceptable JPEG); Shape is then the planned
+	// size the trainer resizes it to.
+	Source bool
 }
 
 // Processor decodes and transforms images for one Config. It is safe for
@@ -64,7 +68,7 @@ func NewProcessor(c Config) (*Processor, error) {
 		p.kern = bicubicKernel
 	}
 	p.mean, p.std = c.MeanStd()
-	p.norm = newNormalizer(c.DType, p.mean, p.std)
+	p.norm = newNormalizer(c.pixelDType(), p.mean, p.std)
 	p.pool.New = func() any { return new(scratch) }
 	return p, nil
 }
@@ -103,6 +107,8 @@ func (p *Processor) TensorBytes(w, h int) int {
 // ProcessInto is Process writing the tensor into dst when it is large enough
 // (cap(dst) >= TensorBytes), so callers can decode straight into a batch
 // buffer; Image.Data then aliases dst. Otherwise it allocates, like Process.
+// Under the JPEG wire dtypes dst only holds the uint8 tensor before encoding:
+// Data is the JPEG (or, DTypeJPEGSource, data itself when acceptable).
 func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 	return p.process(dst, data, nil)
 }
@@ -127,6 +133,9 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 	}
 	if hdr.Width > p.cfg.MaxImagePixels/hdr.Height {
 		return Image{}, fmt.Errorf("imgproc: %s %dx%d > %d pixels: %w", hdr.Format, hdr.Width, hdr.Height, p.cfg.MaxImagePixels, ErrTooLarge)
+	}
+	if p.cfg.DType == DTypeJPEGSource && SourceJPEGAcceptable(hdr) {
+		return p.sourceImage(data, hdr), nil
 	}
 	rawW, rawH := hdr.Width, hdr.Height
 	if hdr.Orientation >= 5 {
@@ -178,5 +187,5 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 		img.Data = make([]byte, n)
 	}
 	p.norm.encode(s.out, g.ow, g.oh, img.Data)
-	return img, nil
+	return p.wireEncode(img)
 }

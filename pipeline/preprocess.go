@@ -33,6 +33,8 @@ type Preprocessor struct {
 	budget       int64
 	inFlight     atomic.Int64 // pixels being decoded now
 	peakInFlight atomic.Int64
+	// jpegSource and jpegFallback count the jpeg-source images (jpegwire.go).
+	jpegSource, jpegFallback atomic.Int64
 }
 
 // NewPreprocessor builds the image processor of the prepared config.
@@ -189,6 +191,6 @@ func (pp *Preprocessor) zeroRow(row proto.Row, ids []int32) proto.Row {
 		row.InputIDs = []int32{}
 	}
 	row.PixelShape = [3]int32{3, int32(h), int32(w)}
-	row.Pixels = make([]byte, 3*h*w*c.ElemSize())
+	row.Pixels = zeroPixels(c, h, w)
 	return row
 }

@@ -59,6 +59,9 @@ func DefaultShardOptions() ShardOptions {
 func (o ShardOptions) Validate(img string) error {
 	switch o.Store {
 	case StoreTensor:
+		if proto.IsJPEGDType(img) {
+			return fmt.Errorf("pipeline: --dtype %s is a wire mode; shards store JPEG with --store jpeg", img)
+		}
 	case StoreJPEG:
 		if img != proto.DTypeUint8 {
 			return fmt.Errorf("pipeline: --store jpeg needs --dtype uint8 (JPEG keeps raw pixels), have %s", img)

@@ -31,6 +31,7 @@ func (pp *Preprocessor) EpochRow(ctx context.Context, epoch int, ent loader.Entr
 		}
 		return pp.zeroRow(row, ids)
 	}
+	pp.countJPEGSource(img)
 	row.InputIDs = ids
 	row.Pixels = img.Data
 	row.PixelShape = [3]int32{int32(img.Shape[0]), int32(img.Shape[1]), int32(img.Shape[2])}

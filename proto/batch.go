@@ -62,6 +62,9 @@ type BatchMeta struct {
 	// Keep are the kept columns (source fields carried through, see
 	// keep.go), after the modality's columns; none by default.
 	Keep []KeepColumn `json:",omitempty"`
+	// Resize is "<policy>/<filter>" under DTypeJPEGSource (FieldResize),
+	// empty otherwise.
+	Resize string `json:",omitempty"`
 }
 
 // BuildRecord builds the record of one micro-batch. Every row gets
@@ -141,11 +144,8 @@ func validateRow(meta BatchMeta, r *Row) error {
 	if meta.Shape != nil && (int(r.PixelShape[0]) != meta.Shape[0] || int(r.PixelShape[1]) != meta.Shape[1] || int(r.PixelShape[2]) != meta.Shape[2]) {
 		return fmt.Errorf("pixel shape %v differs from the batch's fixed shape %v: %w", r.PixelShape, meta.Shape, ErrInvalidRow)
 	}
-	if meta.DType == DTypeJPEG {
-		if len(r.Pixels) == 0 || int64(len(r.Pixels)) > n*2+MaxJPEGOverhead {
-			return fmt.Errorf("%d JPEG bytes for shape %v (want 1 to 2 per pixel value + %d): %w", len(r.Pixels), r.PixelShape, MaxJPEGOverhead, ErrInvalidRow)
-		}
-		return nil
+	if IsJPEGDType(meta.DType) {
+		return validateJPEGRow(meta.DType, r.PixelShape[:], n, int64(len(r.Pixels)))
 	}
 	if want := n * int64(DTypeSize(meta.DType)); int64(len(r.Pixels)) != want {
 		return fmt.Errorf("%d pixel bytes, want %d for shape %v of %s: %w", len(r.Pixels), want, r.PixelShape, meta.DType, ErrInvalidRow)

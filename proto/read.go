@@ -86,9 +86,9 @@ func checkPixels(meta BatchMeta, pv *array.List, ps *array.FixedSizeList) error 
 			return fmt.Errorf("proto: row %d pixel_shape %v, fixed shape %v: %w", i, s, meta.Shape, ErrSchema)
 		}
 		start, end := pv.ValueOffsets(i)
-		if meta.DType == DTypeJPEG {
-			if end-start < 1 || end-start > 2*n+MaxJPEGOverhead {
-				return fmt.Errorf("proto: row %d has %d JPEG bytes for shape %v: %w", i, end-start, s, ErrSchema)
+		if IsJPEGDType(meta.DType) {
+			if err := validateJPEGRow(meta.DType, s, n, end-start); err != nil {
+				return fmt.Errorf("proto: row %d: %w: %w", i, err, ErrSchema)
 			}
 			continue
 		}

@@ -63,9 +63,10 @@ const (
 	DTypeFloat32  = "float32"  // arrow float32
 	DTypeBFloat16 = "bfloat16" // arrow uint16 holding the bfloat16 bit pattern
 	DTypeUint8    = "uint8"    // raw pixels; normalize with mean/std on the GPU
-	// DTypeJPEG (shard files only): each row's pixel_values is one baseline
-	// JPEG of the resized, cropped RGB image (pixel_shape is its decoded C,H,W);
-	// the reader decodes it to uint8 and normalizes with mean/std like uint8.
+	// DTypeJPEG (shard files and the opt-in JPEG wire): each row's
+	// pixel_values is one baseline JPEG of the resized, cropped RGB image
+	// (pixel_shape is its decoded C,H,W); the reader decodes it to uint8 and
+	// normalizes with mean/std like uint8. DTypeJPEGSource: jpegwire.go.
 	DTypeJPEG = "jpeg"
 )
 
@@ -77,7 +78,7 @@ func DTypeSize(dtype string) int {
 		return 2
 	case DTypeFloat32:
 		return 4
-	case DTypeUint8, DTypeJPEG:
+	case DTypeUint8, DTypeJPEG, DTypeJPEGSource:
 		return 1
 	}
 	return 0
@@ -92,10 +93,10 @@ func pixelElemType(dtype string) (arrow.DataType, error) {
 		return arrow.PrimitiveTypes.Float32, nil
 	case DTypeBFloat16:
 		return arrow.PrimitiveTypes.Uint16, nil
-	case DTypeUint8, DTypeJPEG:
+	case DTypeUint8, DTypeJPEG, DTypeJPEGSource:
 		return arrow.PrimitiveTypes.Uint8, nil
 	}
-	return nil, fmt.Errorf("proto: dtype %q (want float16|float32|bfloat16|uint8|jpeg): %w", dtype, ErrInvalidMeta)
+	return nil, fmt.Errorf("proto: dtype %q (want float16|float32|bfloat16|uint8|jpeg|jpeg-source): %w", dtype, ErrInvalidMeta)
 }
 
 // Modality selects the columns a record carries.
@@ -228,10 +229,12 @@ func pixelMetadata(meta BatchMeta) arrow.Metadata {
 		b, _ := json.Marshal(meta.Shape)
 		shape = string(b)
 	}
-	return arrow.NewMetadata(
-		[]string{FieldDType, FieldLayout, FieldShape, FieldMean, FieldStd},
-		[]string{meta.DType, LayoutCHW, shape, floatsJSON(meta.Mean), floatsJSON(meta.Std)},
-	)
+	keys := []string{FieldDType, FieldLayout, FieldShape, FieldMean, FieldStd}
+	values := []string{meta.DType, LayoutCHW, shape, floatsJSON(meta.Mean), floatsJSON(meta.Std)}
+	if meta.Resize != "" {
+		keys, values = append(keys, FieldResize), append(values, meta.Resize)
+	}
+	return arrow.NewMetadata(keys, values)
 }
 
 // floatsJSON formats float32s with the shortest representation that parses
@@ -337,7 +340,7 @@ func parsePixelMeta(s *arrow.Schema, m *BatchMeta) error {
 		}
 		return ""
 	}
-	m.DType = get(FieldDType)
+	m.DType, m.Resize = get(FieldDType), get(FieldResize)
 	if l := get(FieldLayout); l != LayoutCHW {
 		return fmt.Errorf("proto: pixel layout %q, want %q: %w", l, LayoutCHW, ErrSchema)
 	}
@@ -407,13 +410,16 @@ func (m BatchMeta) Validate() error {
 	if _, err := pixelElemType(m.DType); err != nil {
 		return err
 	}
+	if err := m.validateResize(); err != nil {
+		return err
+	}
 	if m.Shape != nil {
 		if len(m.Shape) != 3 || slices.ContainsFunc(m.Shape, func(d int) bool { return d <= 0 || d > math.MaxInt32 }) {
 			return fmt.Errorf("proto: fixed shape %v (want 3 positive dims C,H,W or nil for dynamic): %w", m.Shape, ErrInvalidMeta)
 		}
 	}
 	for i, s := range m.Std {
-		if (m.DType == DTypeUint8 || m.DType == DTypeJPEG) && (s == 0 || math.IsNaN(float64(s))) {
+		if (m.DType == DTypeUint8 || IsJPEGDType(m.DType)) && (s == 0 || math.IsNaN(float64(s))) {
 			return fmt.Errorf("proto: std[%d]=%v with dtype uint8 (the trainer divides by it): %w", i, s, ErrInvalidMeta)
 		}
 	}

@@ -74,7 +74,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.IntVar(&c.Image.Size, "image-size", c.Image.Size, "output side S for square and shorter-crop")
 	fs.IntVar(&c.Image.MinPixels, "min-pixels", c.Image.MinPixels, "dynamic: fewest pixels per image")
 	fs.IntVar(&c.Image.MaxPixels, "max-pixels", c.Image.MaxPixels, "dynamic: most pixels per image")
-	fs.StringVar(&c.Image.DType, "dtype", c.Image.DType, "pixel dtype on the wire: float16, float32, bfloat16 or uint8")
+	fs.StringVar(&c.Image.DType, "dtype", c.Image.DType, "pixel dtype on the wire: float16, float32, bfloat16 or uint8 (exact), or the lossy opt-in jpeg (resized baseline JPEG, decoded on the trainer's device) or jpeg-source (an acceptable source JPEG's own bytes, resized on the trainer; others as jpeg)")
 	fs.StringVar(&c.Image.Norm, "norm", c.Image.Norm, "normalization preset: imagenet or clip")
 	fs.StringVar(&c.Image.Decode, "decode", c.Image.Decode, "JPEG decoding: exact (full size, bit-identical to Pillow/torchvision) or fast (DCT-domain downscaling, Pillow's draft(); see docs/imgproc.md for its PSNR)")
 	fs.IntVar(&c.Image.MaxImagePixels, "max-image-pixels", c.Image.MaxImagePixels, "decompression-bomb limit, pixels")

@@ -272,7 +272,7 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	meta.Keep = pipeline.KeepColumns(ep.prep.Index)
 	if mod != proto.ModalityText {
-		meta.DType = img.DType
+		meta.DType, meta.Resize = pipeline.PixelEncoding(img)
 		if img.Policy != "dynamic" {
 			meta.Shape = []int{3, img.Size, img.Size}
 		}

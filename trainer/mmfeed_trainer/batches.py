@@ -42,8 +42,15 @@ and makes ``pixel_values`` a normalised float32 tensor on the device: uint8 -> (
 with the mean/std of the field metadata, bfloat16 from its raw uint16 bits, float16/float32 as
 they are. Every wire dtype therefore gives the same tensor up to that dtype's rounding.
 
-Bad input (missing column, wrong type, pixel count not C*H*W, unknown dtype) raises
-``BatchError`` (a ValueError) naming the column or sample id.
+JPEG micro-batches (dtype ``jpeg`` or ``jpeg-source``: the opt-in JPEG wire and JPEG shard
+sets) keep their rows encoded on the host (``pixel_jpeg``, a list of 1-D uint8 tensors, each
+checked against the wire's limits; ``pixel_values`` None) until ``Batch.decoded(device)`` (the
+prefetcher, on the trainer's device) or ``Batch.to`` decodes the whole micro-batch into the uint8
+``pixel_values`` of the exact uint8 path (``jpegwire``).
+
+Bad input (missing column, wrong type, pixel count not C*H*W, unknown dtype, a JPEG row over
+its limits or that does not decode) raises ``BatchError`` (a ValueError) naming the column or
+sample id.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from . import keys
+from . import jpegwire, keys
 from . import layout as layouts
 from .losses import itm_negatives
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
@@ -97,6 +104,10 @@ class Batch:
     pixel_mean: torch.Tensor | None = None
     pixel_std: torch.Tensor | None = None
     pixel_dtype: str | None = None
+    pixel_jpeg: list[torch.Tensor] | None = None
+    """JPEG micro-batches only, until decoded: each row's bytes (module doc)."""
+    pixel_resize: str | None = None
+    """``jpeg-source`` only: the resize the decode applies (``jpegwire``)."""
     patches: torch.Tensor | None = None
     """Packed vision only (with ``cu_seqlens_image`` and ``image_grid``)."""
     cu_seqlens_image: torch.Tensor | None = None
@@ -138,14 +149,27 @@ class Batch:
         """Host tensors in pinned memory (for asynchronous copies to CUDA)."""
         return self.map_tensors(lambda t: t if t.is_pinned() else t.pin_memory())
 
+    def decoded(self, device: torch.device | str = "cpu") -> Batch:
+        """A JPEG micro-batch with its rows decoded into uint8 ``pixel_values`` on ``device``
+        (``jpegwire.decode_pixels``); any other batch as it is."""
+        if self.pixel_jpeg is None:
+            return self
+        try:
+            px = jpegwire.decode_pixels(self.pixel_jpeg, self.pixel_shape, self.pixel_dtype, self.pixel_resize,
+                                        self.ids, device)
+        except jpegwire.JPEGError as err:
+            raise BatchError(f"batch: step {self.step} micro-batch {self.micro_batch}: {err}") from err
+        return self.replace(pixel_values=px, pixel_jpeg=None, pixel_resize=None, pixel_dtype="uint8")
+
     def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
         """On ``device``, with the pixels normalised to float32 there (module doc); a host
         batch records its ``layout`` first (nothing to read back from the device later)."""
-        out = self.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
-        if out.layout is None and self.weight.device.type == "cpu":
-            out.layout = self.host_layout()
+        src = self.decoded(device)
+        out = src.map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
+        if out.layout is None and src.weight.device.type == "cpu":
+            out.layout = src.host_layout()
         if out.pixel_values is not None:
-            out.pixel_values = _normalise(out.pixel_values, self.pixel_dtype, out.pixel_mean, out.pixel_std,
+            out.pixel_values = _normalise(out.pixel_values, src.pixel_dtype, out.pixel_mean, out.pixel_std,
                                           out.pixel_shape)
         if out.patches is not None and out.patches.dtype != torch.float32:  # packed on the host
             out.patches = _normalise_patches(out.patches, out.pixel_mean, out.pixel_std)
@@ -214,13 +238,18 @@ def _text(rb: pa.RecordBatch, pad_id: int) -> dict:
             "lengths": torch.from_numpy(lengths.copy())}
 
 
-def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
+def _pixel_field_meta(rb: pa.RecordBatch) -> dict[str, str]:
     _column(rb, "pixel_values")  # present, with a list type
     field = rb.schema.field("pixel_values")
-    md = {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
+    return {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
+
+
+def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
+    md = _pixel_field_meta(rb)
     dtype = md.get("dtype")
-    if dtype not in WIRE_DTYPES:
-        raise BatchError(f"batch: pixel_values dtype metadata {dtype!r}, want one of {sorted(WIRE_DTYPES)}")
+    if dtype not in WIRE_DTYPES and dtype not in jpegwire.JPEG_DTYPES:
+        raise BatchError(f"batch: pixel_values dtype metadata {dtype!r}, want one of "
+                         f"{sorted([*WIRE_DTYPES, *jpegwire.JPEG_DTYPES])}")
     if md.get("layout", "CHW") != "CHW":
         raise BatchError(f"batch: pixel_values layout {md.get('layout')!r}, want CHW")
     try:
@@ -248,6 +277,8 @@ def _vision(rb: pa.RecordBatch, ids: list[str], pin: bool) -> dict:
     lengths, flat = _list_parts(_column(rb, "pixel_values"), "pixel_values")
     shape_col = _column(rb, "pixel_shape")
     shapes = shape_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 3)
+    if dtype in jpegwire.JPEG_DTYPES:
+        return _jpeg_vision(rb, ids, dtype, mean, std, lengths, flat, shapes)
     if (shapes < 0).any() or (shapes.prod(axis=1) != lengths).any():
         bad = int(np.nonzero((shapes < 0).any(axis=1) | (shapes.prod(axis=1) != lengths))[0][0])
         raise BatchError(f"batch: sample {ids[bad]!r} has {lengths[bad]} pixel values, shape {shapes[bad].tolist()}")
@@ -289,6 +320,24 @@ def _keep(rb: pa.RecordBatch) -> dict[str, list] | None:
             raise BatchError(f"batch: kept column {field.name!r} is {t}, want utf8, int64 or float64")
         out[field.name[len(keys.KEEP_COLUMN_PREFIX):]] = rb.column(i).to_pylist()
     return out or None
+
+
+def _jpeg_vision(rb: pa.RecordBatch, ids: list[str], dtype: str, mean: list[float], std: list[float],
+                 lengths: np.ndarray, flat: pa.Array, shapes: np.ndarray) -> dict:
+    """The vision fields of a JPEG micro-batch: rows checked and kept encoded (module doc)."""
+    if len(mean) != 3 or len(std) != 3:
+        raise BatchError(f"batch: {dtype} pixels need mean/std of 3 channels, have {len(mean)}/{len(std)}")
+    bad = np.nonzero((shapes[:, 0] != 3) | (shapes[:, 1:] < 1).any(axis=1))[0]
+    if len(bad):
+        raise BatchError(f"batch: {dtype} sample {ids[bad[0]]!r} has shape {shapes[bad[0]].tolist()}, want 3,H,W")
+    try:
+        resize = jpegwire.parse_resize(dtype, _pixel_field_meta(rb).get(keys.FIELD_RESIZE))
+        rows = jpegwire.host_rows(dtype, lengths, flat, shapes, ids)
+    except jpegwire.JPEGError as err:
+        raise BatchError(f"batch: {err}") from err
+    return {"pixel_values": None, "pixel_jpeg": rows, "pixel_resize": resize,
+            "pixel_shape": torch.from_numpy(shapes.copy()), "pixel_mean": torch.tensor(mean, dtype=torch.float32),
+            "pixel_std": torch.tensor(std, dtype=torch.float32), "pixel_dtype": dtype}
 
 
 def _int_scalar(rb: pa.RecordBatch, name: str) -> int:

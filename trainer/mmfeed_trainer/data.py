@@ -279,6 +279,7 @@ class ShardDataset(IterableDataset):
                     break  # the source goes on into the next stored epoch: one at a time here
                 for rec in data.records:
                     mb = record_to_batch(rec, role=self.role, pad_id=self.pad_id).replace(epoch=self._pos.epoch)
+                    mb = mb.decoded(self.device or "cpu")  # JPEG sets: on the item's device
                     if self._pos.skips(mb.slot):
                         continue
                     self._pos.handed_out(mb.slot, len(data.records))

@@ -27,3 +27,12 @@ META_VOCAB_SIZE: str = _META["vocab_size"]
 """The tokenizer's vocabulary size (decimal); absent when unknown."""
 META_PAD_ID: str = _META["pad_id"]
 """The tokenizer's pad id (decimal); absent when unknown or the tokenizer has none."""
+
+_JPEG_SOURCE = _DOC["jpeg_source"]
+DTYPE_JPEG_SOURCE: str = _JPEG_SOURCE["dtype"]
+"""The wire dtype whose rows are source JPEGs the trainer resizes (``jpegwire``)."""
+FIELD_RESIZE: str = _JPEG_SOURCE["resize_key"]
+"""``pixel_values`` field metadata key of ``jpeg-source`` batches: ``"<policy>/<filter>"``."""
+MAX_SOURCE_JPEG_BYTES: int = _JPEG_SOURCE["max_bytes"]
+MAX_SOURCE_JPEG_PIXELS: int = _JPEG_SOURCE["max_pixels"]
+"""The most bytes of a ``jpeg-source`` row, and pixels its JPEG header may declare."""

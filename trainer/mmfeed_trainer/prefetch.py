@@ -4,7 +4,13 @@ while the current step computes; measure how long the training thread waits for 
 On CUDA the host tensors are pinned and copied on a separate stream (``non_blocking``), so the
 copy of step s+1 overlaps the compute of step s; ``HostStep.ready()`` makes the compute stream
 wait for that copy and tells the caching allocator the tensors are used there. Without a
-device (``device=None``) the steps stay host tensors (``stream.Stream`` builds on this)."""
+device (``device=None``) the steps stay host tensors (``stream.Stream`` builds on this).
+
+JPEG micro-batches (``jpegwire``) are decoded here, a whole micro-batch at once, on the
+trainer's device: on CUDA by ``Batch.to`` on the copy stream (nvJPEG; ``host_batches`` keep the
+encoded rows), otherwise on the CPU in this thread; either way the step gets the pixels the uint8
+path gives, normalised on the device. A JPEG that breaks the wire's limits or does not decode
+raises ``BatchError`` in the training thread, like any malformed batch."""
 
 from __future__ import annotations
 
@@ -92,6 +98,8 @@ class Prefetcher:
         want = self._pack if self._check else None
         host = [batches.record_to_batch(r, role=role, pad_id=pad_id, pin=cuda, pack=want,
                                         vocab_size=self._vocab).replace(epoch=data.epoch) for r in data.records]
+        if not cuda:  # JPEG micro-batches decode here, on the CPU (under CUDA: in ``to``, on the device)
+            host = [mb.decoded("cpu") for mb in host]
         if self._device is None:
             return HostStep(data, host, host)
         if not cuda:  # pack first: normalise and copy only the real pixels

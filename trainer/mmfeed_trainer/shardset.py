@@ -8,9 +8,11 @@ yields ``(step, [record per micro-batch])`` of one rank in one epoch, following 
 index: the rows are gathered from the data files (written once, for every epoch) and the
 ``step``, ``micro_batch``, ``weight`` and ``cost`` columns are the epoch's.
 
-JPEG sets (``store == "jpeg"``) are decoded here to uint8 CHW pixels, so every record has the
-wire schema ``batches.record_to_batch`` reads; ``decode_jpeg_column(col, device)`` decodes on a
-CUDA device instead (``torchvision.io.decode_jpeg``), for readers that keep pixels on the GPU.
+JPEG sets (``store == "jpeg"``) are decoded here to uint8 CHW pixels (``decode=True``, the
+default), so every record has the uint8 wire schema; with ``decode=False`` (what ``ShardSource``
+and so the trainer use) the records keep their JPEG ``pixel_values``, the layout of the ``jpeg``
+wire dtype, and the prefetcher decodes each micro-batch on the trainer's device (``jpegwire``).
+``decode_jpeg_column(col, device)`` decodes a column on a given device.
 A malformed set (missing file, index out of range, bad JPEG) raises ``ShardError``, which
 names the file. Every path ``shard.json`` lists must stay inside the set's root (relative, no
 ``..``; for a local set also after resolving links), and each data file is checked against the
@@ -78,10 +80,11 @@ def check_name(name) -> str:
 class ShardSet:
     """A shard set's manifest and its open files. Not safe for concurrent use."""
 
-    def __init__(self, location: str, *, cache_records: int = 64, verify: bool = True):
+    def __init__(self, location: str, *, cache_records: int = 64, verify: bool = True, decode: bool = True):
         """``verify``: check each data file's SHA-256 the first time it is opened (one extra
-        read of the file); False leaves it to ``verify()``."""
-        self.location, self._verify = location, verify
+        read of the file); False leaves it to ``verify()``. ``decode``: JPEG sets' records
+        come decoded to uint8 (False: as stored, for a decode on the trainer's device)."""
+        self.location, self._verify, self._decode = location, verify, decode
         self.fs, self.base = open_filesystem(location)
         try:
             with self.fs.open_input_stream(self._path(MANIFEST)) as f:
@@ -235,7 +238,7 @@ class ShardSet:
         rb = _set(rb, "micro_batch", pa.array(ix["micro_batch"][g], pa.int32()))
         rb = _set(rb, "weight", pa.array(ix["weight"][g], pa.float32()))
         rb = _set(rb, "cost", pa.array(ix["cost"][g], pa.float64()))
-        if self.store == "jpeg":
+        if self.store == "jpeg" and self._decode:
             rb = decode_jpeg_record(rb)
         return rb
 

@@ -103,7 +103,8 @@ class ShardSource(Source):
     trainer runs every epoch the set was planned for. A folder of ``rank-%05d.arrow`` files
     without a manifest (older sets) is one epoch, read as it is. Both mp ranks of a dp replica
     read the same rows; ``batches.record_to_batch`` keeps the columns of the rank's role.
-    Local files are memory-mapped; JPEG sets are decoded to uint8 on the CPU.
+    Local files are memory-mapped; JPEG sets keep their JPEG pixels, which the prefetcher
+    decodes on the trainer's device (``jpegwire``).
     """
 
     def __init__(self, directory: str, dp_rank: int):
@@ -111,7 +112,7 @@ class ShardSource(Source):
         self.dp_rank = dp_rank
         self.set: ShardSet | None = None
         if "://" in directory or os.path.exists(os.path.join(directory, MANIFEST)):
-            self.set = ShardSet(directory)
+            self.set = ShardSet(directory, decode=False)
             if not 0 <= dp_rank < self.set.manifest["dp"]:
                 raise ValueError(f"shards: {directory} has {self.set.manifest['dp']} dp ranks, not rank {dp_rank}")
             return

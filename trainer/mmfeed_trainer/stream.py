@@ -46,7 +46,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from . import accept, keys
+from . import accept, jpegwire, keys
 from .batches import Batch
 from .natsauth import NatsAuth
 from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
@@ -479,6 +479,7 @@ class StreamSource(Source):
             step, mb = rec.column("step")[0].as_py(), rec.column("micro_batch")[0].as_py()
             if (step, mb) != (k.step, k.micro_batch):
                 raise StreamError(f"stream: batch {k}: columns say step {step} micro-batch {mb}")
+        jpegwire.check_record(rec)  # JPEG rows within the wire's limits before anything decodes them
         return rec
 
     def _checked(self, m, requested) -> ChunkHeader | None:

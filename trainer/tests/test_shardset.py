@@ -59,7 +59,7 @@ def test_source_follows_each_epoch_index(corpus, tmp_path, flags):
             assert (weights == ix["weight"]).all()
             for d in steps:
                 assert len(d.records) == 2 and [rb.column("micro_batch")[0].as_py() for rb in d.records] == [0, 1]
-                b = record_to_batch(d.records[0])
+                b = record_to_batch(d.records[0]).decoded()  # JPEG sets decode in the prefetcher
                 assert str(b.pixel_values.dtype) == "torch.uint8"
                 assert tuple(b.pixel_values.shape[1:]) == (3, 32, 32)
     # the epochs differ: a shuffled plan per epoch
@@ -81,8 +81,8 @@ def test_jpeg_close_to_uint8(corpus, tmp_path):
     a = next(iter(ShardSource(str(tmp_path / "u8"), 0).steps({}))).records[0]
     b = next(iter(ShardSource(str(tmp_path / "jpg"), 0).steps({}))).records[0]
     assert a.column("id").equals(b.column("id"))
-    x = a.column("pixel_values").values.to_numpy().astype(np.float64)
-    y = b.column("pixel_values").values.to_numpy().astype(np.float64)
+    x = record_to_batch(a).pixel_values.numpy().astype(np.float64)
+    y = record_to_batch(b).decoded().pixel_values.numpy().astype(np.float64)  # kept as JPEG until the prefetcher
     psnr = 10 * np.log10(255 ** 2 / max(np.mean((x - y) ** 2), 1e-12))
     assert psnr > 30, psnr
 
