@@ -277,3 +277,23 @@ func TestProcessSampleFlipOnly(t *testing.T) {
 		t.Fatalf("no generator: %v, want ErrConfig", err)
 	}
 }
+
+// TestJPEGSourceRefusesAugment: jpeg-source passes the source bytes through
+// and the trainer resizes them, so a crop drawn here would be lost; jpeg
+// (crop, then encode) takes it.
+func TestJPEGSourceRefusesAugment(t *testing.T) {
+	aug, err := ParseAugment("rrc,hflip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		dtype string
+		ok    bool
+	}{{DTypeJPEGSource, false}, {DTypeJPEG, true}, {DTypeUint8, true}} {
+		c := DefaultConfig()
+		c.DType, c.Augment = tt.dtype, aug
+		if err := c.Validate(); (err == nil) != tt.ok {
+			t.Errorf("dtype %s with --augment: %v, want ok %v", tt.dtype, err, tt.ok)
+		}
+	}
+}

@@ -191,6 +191,11 @@ func (c Config) Validate() error {
 	if err := c.Augment.Validate(); err != nil {
 		return err
 	}
+	if c.DType == DTypeJPEGSource && c.Augment.Enabled() {
+		// The one mode that resizes on the trainer's device: the source bytes
+		// pass through uncropped (docs/augment.md, "GPU modes").
+		return bad("dtype %s sends the source's own bytes and resizes them on the trainer's device, so it cannot carry the crop augmentation draws: use dtype %s (the worker crops, then encodes)", DTypeJPEGSource, DTypeJPEG)
+	}
 	switch c.Decode {
 	case DecodeExact:
 	case DecodeFast:
