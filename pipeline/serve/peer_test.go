@@ -27,7 +27,7 @@ func TestPythonPeerTrains(t *testing.T) {
 	cfg.Epochs, cfg.Recalibrate = 2, -1
 	cfg.DataPlane = proto.DataPlaneJetStream // the peer follows protocol section 9
 	r := start(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second) // the peers ask again while a loaded machine plans
 	defer cancel()
 	type line struct {
 		Epoch, Step, MB int

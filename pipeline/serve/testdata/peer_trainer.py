@@ -26,6 +26,23 @@ def header(msg, name):
     return vals
 
 
+async def register(nc, job, reg, deadline_s=90.0):
+    """The register of protocol section 7: asked again while the epoch is being planned
+    (``retry: true``) or the answer is slow (a loaded machine), until deadline_s."""
+    end = asyncio.get_running_loop().time() + deadline_s
+    while True:
+        try:
+            msg = await nc.request(f"mmfeed.{job}.ctl.register", json.dumps(reg).encode(), timeout=30)
+            rep = json.loads(msg.data)
+            if rep["ok"] or not rep.get("retry"):
+                return rep
+        except nats.errors.TimeoutError:
+            pass
+        if asyncio.get_running_loop().time() > end:
+            raise SystemExit("register: no answer within the deadline")
+        await asyncio.sleep(0.5)
+
+
 async def main():
     url, job = sys.argv[1], sys.argv[2]
     dp, mp, dp_rank, mp_rank = (int(x) for x in sys.argv[3:7])
@@ -40,7 +57,7 @@ async def main():
     while True:
         reg = {"job": job, "dp_rank": dp_rank, "mp_rank": mp_rank, "dp": dp, "mp": mp,
                "placement": placement, "epoch": epoch, "resume_step": 0}
-        rep = json.loads((await nc.request(f"mmfeed.{job}.ctl.register", json.dumps(reg).encode(), timeout=30)).data)
+        rep = await register(nc, job, reg)
         if not rep["ok"]:
             if "outside the job" in rep["error"]:
                 break
