@@ -18,9 +18,10 @@ import (
 //
 //   - "caption": the sample's text as the source read it (every source);
 //   - "url" (any bare name): a top-level key of the sample's JSON object,
-//     taken literally (dots included): the manifest line, or the .json
+//     taken literally (dots included): the manifest line, the .json
 //     member of a WebDataset sample (img2dataset writes "url", "key",
-//     "status", "caption", ... there);
+//     "status", "caption", ... there), or a Parquet row's columns of those
+//     names (parquetkeep.go: a struct column is an object);
 //   - "json:a.b": a dotted path into that same JSON object ("json:url" is
 //     "url").
 //
@@ -30,8 +31,8 @@ import (
 // Values: a JSON string is kept as text (invalid UTF-8 repaired to U+FFFD),
 // a JSON number as its number text, true/false as text, an object or array
 // as its compact JSON text, and null, an absent key, a path through a
-// non-object, an unparsable JSON member or a source without JSON (Parquet,
-// image folders: only "caption" there) as missing. A missing value is never
+// non-object, an unparsable JSON member or a source without JSON (image
+// folders and Arrow files: only "caption" there) as missing. A missing value is never
 // a reject: it is null in its column and counted (Index.KeepMissing). Values
 // are cut at MaxKeepBytes (at a rune boundary).
 //

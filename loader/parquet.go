@@ -133,7 +133,8 @@ func (c *scalarColumn) at(row int) (string, bool) {
 type parquetFile struct {
 	pf               *file.Reader
 	fr               *pqarrow.FileReader
-	img, text, idCol int // top-level field indices; idCol -1 when absent
+	img, text, idCol int            // top-level field indices; idCol -1 when absent
+	keep             map[string]int // the kept fields' columns (parquetkeep.go)
 }
 
 // openParquet opens the Parquet file path below root (see openIn).
@@ -155,6 +156,7 @@ func openParquet(root, path string, opts Options) (*parquetFile, error) {
 	if err := checkTypes(sc.Field(p.img).Type, sc.Field(p.text).Type); err != nil {
 		return nil, errors.Join(fmt.Errorf("loader: %s: %w", path, err), pf.Close())
 	}
+	p.keep = keepColumns(sc, opts.Keep)
 	return p, nil
 }
 
@@ -252,10 +254,14 @@ func (p *parquetFile) columnBytes(rg int, name string) (_ int64, err error) {
 	return n, nil
 }
 
-// checkRowGroup bounds the bytes of the image and text columns of rg before
-// they are loaded.
+// checkRowGroup bounds the bytes of the image, text and kept columns of rg
+// before they are loaded.
 func (p *parquetFile) checkRowGroup(rg int, opts Options) error {
-	for _, name := range []string{opts.ImageColumn, opts.TextColumn} {
+	names := []string{opts.ImageColumn, opts.TextColumn}
+	for name := range p.keep {
+		names = append(names, name)
+	}
+	for _, name := range names {
 		n, err := p.columnBytes(rg, name)
 		if err != nil {
 			return fmt.Errorf("%w: row group %d: %v", ErrMalformedParquet, rg, err)
@@ -308,6 +314,7 @@ func loadImageColumn(opts Options, root, path string, rg int) (*imageColumn, err
 type rowGroup struct {
 	img      *imageColumn
 	text, id *scalarColumn
+	keep     []keptColumn // Options.Keep's columns (parquetkeep.go)
 	rows     int
 }
 
@@ -319,6 +326,9 @@ func (g *rowGroup) release() {
 		if c != nil {
 			c.col.Release()
 		}
+	}
+	for _, k := range g.keep {
+		k.col.Release()
 	}
 }
 
@@ -458,6 +468,9 @@ func (s *parquetSource) readRowGroup(ctx context.Context, rg int) (*rowGroup, er
 		}
 	}
 	if err == nil {
+		err = s.readKeep(ctx, g, rg)
+	}
+	if err == nil {
 		err = g.checkLengths()
 	}
 	if err != nil {
@@ -475,6 +488,11 @@ func (g *rowGroup) checkLengths() error {
 	for _, c := range []*scalarColumn{g.text, g.id} {
 		if c != nil && c.col.Len() != n {
 			return fmt.Errorf("%w: columns hold %d and %d rows", ErrMalformedParquet, n, c.col.Len())
+		}
+	}
+	for _, k := range g.keep {
+		if k.col.Len() != n {
+			return fmt.Errorf("%w: columns hold %d and %d rows", ErrMalformedParquet, n, k.col.Len())
 		}
 	}
 	return nil
@@ -545,6 +563,7 @@ func (s *parquetSource) entry(ctx context.Context, withImage bool) (Entry, []byt
 		return Entry{}, nil, false
 	}
 	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: size, ref: ref}
+	s.json = s.g.rowJSON(row) // the kept fields' object (Scan reads it before the next row)
 	if !withImage {
 		return e, nil, true
 	}

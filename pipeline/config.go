@@ -25,6 +25,12 @@ type Config struct {
 	Loader loader.Options
 	// Tokenizer selects the tokenizer.json and max length.
 	Tokenizer tokenize.Config
+	// ModelVocab, when > 0, is the vocabulary of the model the batches are
+	// for (the --model preset given on the command line, named ModelName): a
+	// tokenizer with more ids is refused when the dataset opens, not at the
+	// trainer's first step. 0: no check.
+	ModelVocab int    `json:",omitempty"`
+	ModelName  string `json:",omitempty"`
 	// Image is the resize policy, normalization and output dtype.
 	Image imgproc.Config
 	// Plan is the balancer configuration (dp, micro-batches, global batch, strategy, ...).

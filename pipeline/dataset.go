@@ -87,6 +87,10 @@ func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Datase
 		mu.Unlock()
 		_ = d.Quarantine.Write(r)
 	}
+	if d.Tokenizer, err = openTokenizer(cfg); err != nil { // before the index: fail fast
+		_ = in.Close()
+		return nil, err
+	}
 	if cfg.Mixture != nil {
 		d.mix, err = openMixture(ctx, cfg, opts.OnReject)
 		if err == nil {
@@ -96,18 +100,35 @@ func OpenDataset(ctx context.Context, cfg Config, quarantine io.Writer) (*Datase
 		d.Index, err = loader.BuildIndex(ctx, cfg.Input, opts)
 	}
 	if err != nil {
+		d.Tokenizer.Close()
 		_ = in.Close()
 		return nil, fmt.Errorf("pipeline: index %s: %w", cfg.InputName(), err)
 	}
-	d.Tokenizer, err = tokenize.Open(cfg.Tokenizer)
-	if err == nil {
-		d.proc, err = imgproc.NewProcessor(cfg.Image)
-	}
+	d.proc, err = imgproc.NewProcessor(cfg.Image)
 	if err != nil {
 		d.Close()
 		return nil, err
 	}
 	return d, nil
+}
+
+// ErrVocab: the tokenizer has more ids than the model's embedding
+// (Config.ModelVocab).
+var ErrVocab = errors.New("tokenizer vocabulary larger than the model's")
+
+// openTokenizer opens cfg's tokenizer and checks it against cfg.ModelVocab.
+func openTokenizer(cfg Config) (*tokenize.Tokenizer, error) {
+	tk, err := tokenize.Open(cfg.Tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	if vocab, _ := TokenizerMeta(tk); cfg.ModelVocab > 0 && vocab > cfg.ModelVocab {
+		tk.Close()
+		return nil, fmt.Errorf("pipeline: the tokenizer has %d ids and model %s embeds %d: the trainer would refuse the batches at its first step; "+
+			"give a --model whose vocab_size is at least %d (a preset or FILE.json), or leave --model out when the trainer grows its embedding (--resize-vocab): %w",
+			vocab, cfg.ModelName, cfg.ModelVocab, vocab, ErrVocab)
+	}
+	return tk, nil
 }
 
 // Close releases the tokenizer, the index and an opened input URL.

@@ -29,10 +29,11 @@ type jobFlags struct {
 	augment   string
 	augSeed   string // "" : the job seed
 	mixture   string
+	fs        *flag.FlagSet // to tell a given --model from the default
 }
 
 func bindJobFlags(fs *flag.FlagSet) *jobFlags {
-	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny"}
+	j := &jobFlags{cfg: pipeline.DefaultConfig(), placement: "colocated", sync: "micro-batch", strategy: "mmfeed", tail: "drop", model: "tiny", fs: fs}
 	c := &j.cfg
 	fs.StringVar(&c.Input, "input", "", "dataset: JSONL manifest, WebDataset .tar or .tar.gz shards (file, folder, glob or data-{000..099}.tar), Parquet, or an image folder with .txt sidecars (required)")
 	fs.StringVar(&j.mixture, "mixture", "", "instead of --input: a YAML file of a weighted mixture of datasets, each with its own format options, weight and cap (docs/mixtures.md); the format flags below are every source's defaults")
@@ -106,6 +107,9 @@ func (j *jobFlags) config() (pipeline.Config, error) {
 	shape, err := balancer.Preset(j.model)
 	if err != nil {
 		return c, err
+	}
+	if j.fs != nil && set(j.fs, "model") { // the model the batches are for: check its vocabulary
+		c.ModelVocab, c.ModelName = shape.Vocab, j.model
 	}
 	if j.patchSize != 0 {
 		if shape.PatchSize = j.patchSize; j.patchSize < 0 {
