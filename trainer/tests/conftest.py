@@ -1,5 +1,6 @@
 """Test setup: import mmfeed_trainer from the source tree (also in spawned/torchrun children)."""
 
+import logging
 import os
 import sys
 
@@ -25,3 +26,17 @@ def mmfeed():
             pytest.fail(f"{MMFEED_BIN} missing (make build)")
         pytest.skip(f"{MMFEED_BIN} missing (make build)")
     return MMFEED_BIN
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    """Each test leaves no stream handler on the root logger, and its level as it was: a test that runs
+    ``python -m mmfeed_trainer``'s ``main`` in-process installs a handler on the stderr pytest
+    captures for it, and a later test's log line would hit that closed file (a "Logging
+    error" traceback on stderr, which the quiet-logging tests check for)."""
+    before, level = list(logging.root.handlers), logging.root.level
+    yield
+    for h in list(logging.root.handlers):
+        if h not in before and type(h) is logging.StreamHandler:  # not pytest's capture handlers
+            logging.root.removeHandler(h)
+    logging.root.setLevel(level)
