@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -107,12 +108,17 @@ func TestResizeService(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		from, to, mp int
-	}{{"2to1", 2, 1, 1}, {"1to2", 1, 2, 1}, {"4to2", 4, 2, 1}, {"4to8", 4, 8, 1}, {"2to1_mp2", 2, 1, 2}} {
-		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to, tc.mp) })
+		mixture      bool
+	}{{"2to1", 2, 1, 1, false}, {"1to2", 1, 2, 1, false}, {"4to2", 4, 2, 1, false}, {"4to8", 4, 8, 1, false},
+		{"2to1_mp2", 2, 1, 2, false}, {"2to4_mixture", 2, 4, 1, true}} {
+		t.Run(tc.name, func(t *testing.T) { testResizeService(t, tc.from, tc.to, tc.mp, tc.mixture) })
 	}
 }
 
-func testResizeService(t *testing.T, from, to, mp int) {
+// testResizeService resizes a job from dp from to dp to inside epoch 0;
+// with mixture its dataset is a 6:3:1 mixture with repeated draws, whose
+// every draw is applied once across the resize (docs/mixtures.md).
+func testResizeService(t *testing.T, from, to, mp int, mixture bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	placement := "colocated"
@@ -120,6 +126,14 @@ func testResizeService(t *testing.T, from, to, mp int) {
 		placement = "modality"
 	}
 	old := testConfig(t, corpus(t, 120), from, mp, placement)
+	if mixture {
+		old.Pipeline.Input = ""
+		old.Pipeline.Mixture = &loader.Mixture{Sources: []loader.MixtureSource{
+			{Name: "web", Path: corpus(t, 60), Weight: 6},
+			{Name: "coco", Path: mixtureCorpus(t, 20, "wds", 8), Weight: 3},
+			{Name: "own", Path: mixtureCorpus(t, 6, "jsonl", 9), Weight: 1},
+		}}
+	}
 	old.Recalibrate = -1
 	old.QuarantineDir = t.TempDir()
 	old.Pipeline.Plan.GlobalBatch = max(8, 2*to) // micro-batches 2 of every new rank hold a sample
