@@ -171,6 +171,9 @@ func shardExpectation(t testing.TB, cfg Config, epoch int) expected {
 		t.Fatal(err)
 	}
 	ex := expected{plan: plan, rows: map[[3]int][]proto.Row{}, seen: int(prep.Seen()), steps: len(plan.Steps)}
+	if pc.Mixture != nil { // an epoch of a mixture is its draws (docs/mixtures.md), not the samples indexed
+		ex.seen = len(prep.Features.Items) + int(prep.Quarantine.Total())
+	}
 	for r := range pc.Plan.DP {
 		f, err := os.Open(dir + "/" + pipeline.RankFile(r))
 		if err != nil {
