@@ -382,7 +382,7 @@ func (s *arrowSource) entry(ctx context.Context, withImage bool) (Entry, []byte,
 	return e, append([]byte(nil), img...), true
 }
 
-// rowReason classifies a table row (a reason found earlier wins).
+// rowReason classifies a table row, Parquet or Arrow (a reason found earlier wins).
 func rowReason(reason, detail string, hasImage, hasText bool, size int64, text string, opts Options) (string, string) {
 	switch {
 	case reason != "":

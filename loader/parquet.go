@@ -545,19 +545,7 @@ func (s *parquetSource) entry(ctx context.Context, withImage bool) (Entry, []byt
 		name, ok = baseName(p), true
 	}
 	text, hasText := s.g.text.at(row)
-	switch {
-	case reason != "":
-	case !ok:
-		reason, detail = ReasonMissingImage, "null image"
-	case !hasText:
-		reason, detail = ReasonMissingCaption, "null text"
-	case int64(len(text)) > s.opts.MaxCaptionBytes:
-		reason, detail = ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", len(text), s.opts.MaxCaptionBytes)
-	default:
-		if reason, detail = checkSize(size, s.opts.MaxImageBytes); reason == "" {
-			reason = CheckCaption(text)
-		}
-	}
+	reason, detail = rowReason(reason, detail, ok, hasText, size, text, s.opts)
 	if reason != "" {
 		s.reject(id, loc, reason, detail)
 		return Entry{}, nil, false
