@@ -54,6 +54,7 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
 	cfg.FeatureCache = featureCache(*fcache)
+	cfg.InputCache = *inputCache // a mixture's URL sources are staged there too
 	if err := nf.checkInput(&cfg); err != nil {
 		return err
 	}
