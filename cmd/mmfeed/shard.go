@@ -115,7 +115,8 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := st.WriteFile(ctx, "report.json", rep.WriteJSON); err != nil {
 		return err
 	}
-	if err := st.WriteFile(ctx, "report.html", func(w io.Writer) error { return balancer.WriteHTML(w, rep) }); err != nil {
+	mix := prep.MixtureReport(plan) // nil for a plain input
+	if err := st.WriteFile(ctx, "report.html", func(w io.Writer) error { return pipeline.WriteReportHTML(w, rep, mix) }); err != nil {
 		return err
 	}
 	el := time.Since(start).Seconds()
