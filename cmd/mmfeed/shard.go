@@ -47,9 +47,6 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if cfg.Mixture != nil && o.Epochs > 1 {
-		return fmt.Errorf("--mixture with --epochs %d: a mixture is sharded one epoch per run (--epochs 1, --epoch E for each; docs/mixtures.md)", o.Epochs)
-	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
 	cfg.FeatureCache = featureCache(*fcache)
 	cfg.InputCache = *inputCache // a mixture's URL sources are staged there too

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,5 +178,51 @@ func testServeMixture(t *testing.T, role string) {
 	}
 	if repeats == 0 {
 		t.Error("no repeated draw was applied: the test checks no repetition")
+	}
+}
+
+// TestShardMixtureEpochsWithWorkers: `shard --mixture --epochs 2 --nats`
+// writes the files a local run writes, byte for byte: the later epoch's new
+// draws (samples the first epoch did not draw, and repetitions), stored in
+// extra.arrow, are built by a worker from their draw ids too.
+func TestShardMixtureEpochsWithWorkers(t *testing.T) {
+	pc := testConfig(t, "", 2, 1, "colocated").Pipeline
+	pc.Mixture = &loader.Mixture{Sources: []loader.MixtureSource{
+		{Name: "web", Path: corpus(t, 60), Weight: 6},
+		{Name: "coco", Path: mixtureCorpus(t, 10, "wds", 8), Weight: 3},
+		{Name: "own", Path: mixtureCorpus(t, 40, "jsonl", 9), Weight: 1, Cap: 8},
+	}}
+	o := pipeline.DefaultShardOptions()
+	o.Epochs = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	localDir, _, _ := shardLocal(t, ctx, pc, o, nil)
+	ns := embeddedNATS(t)
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	werr := make(chan error, 1)
+	go func() {
+		werr <- RunWorker(wctx, WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
+	}()
+	remoteDir, _, _ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
+		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sw.Close() })
+		return sw.Run
+	})
+	stopWorkers()
+	if err := <-werr; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("worker: %v", err)
+	}
+	local, remote := readTree(t, localDir), readTree(t, remoteDir)
+	if len(local) != len(remote) {
+		t.Errorf("%d files locally, %d with the workers", len(local), len(remote))
+	}
+	for name, b := range local {
+		if !bytes.Equal(b, remote[name]) {
+			t.Errorf("%s: differs (%d bytes local, %d with workers)", name, len(b), len(remote[name]))
+		}
 	}
 }
