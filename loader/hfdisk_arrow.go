@@ -348,38 +348,10 @@ func (s *arrowSource) rejectRest(err error) {
 func (s *arrowSource) entry(ctx context.Context, withImage bool) (Entry, []byte, bool) {
 	row := s.row
 	s.row++
-	loc := s.files[s.fi] + ":b" + strconv.Itoa(s.batch) + ":row" + strconv.Itoa(row)
-	id := ""
-	if s.g.id != nil {
-		id, _ = s.g.id.at(row)
-	}
-	if id == "" {
-		id = DeriveID(filepath.Base(s.files[s.fi]), "row"+strconv.FormatInt(s.fileRow+int64(row), 10))
-	}
-	img, name, ok := s.g.img.at(row)
-	size, ref := int64(len(img)), imageRef{kind: refArrow, root: s.root, path: s.path, off: s.off, rg: int32(s.batch), row: int32(row)}
-	reason, detail := "", ""
-	if p, isPath := s.g.img.pathOnly(row); isPath {
-		if s.imgs == nil {
-			s.imgs = newImageFiles(s.opts, filepath.Dir(s.path))
-		}
-		ref, size, reason, detail = s.imgs.resolve(p, s.opts)
-		name, ok = baseName(p), true
-	}
-	text, hasText := s.g.text.at(row)
-	reason, detail = rowReason(reason, detail, ok, hasText, size, text, s.opts)
-	if reason != "" {
-		s.reject(id, loc, reason, detail)
-		return Entry{}, nil, false
-	}
-	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: size, ref: ref}
-	switch {
-	case !withImage:
-		return e, nil, true
-	case ref.kind == refFile:
-		return s.readImageFile(ctx, e)
-	}
-	return e, append([]byte(nil), img...), true
+	t := tableRow{file: s.files[s.fi], dir: filepath.Dir(s.path), fileRow: s.fileRow,
+		loc: s.files[s.fi] + ":b" + strconv.Itoa(s.batch) + ":row" + strconv.Itoa(row),
+		ref: imageRef{kind: refArrow, root: s.root, path: s.path, off: s.off, rg: int32(s.batch), row: int32(row)}}
+	return s.tableEntry(ctx, s.g, row, t, &s.imgs, withImage)
 }
 
 // rowReason classifies a table row, Parquet or Arrow (a reason found earlier wins).
