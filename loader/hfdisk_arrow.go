@@ -55,6 +55,7 @@ type arrowFile struct {
 	pr               *arrowReader
 	rd               *ipc.Reader
 	img, text, idCol int
+	keep             map[string]int // the kept fields' columns (parquetkeep.go)
 }
 
 // openArrow opens the Arrow file path below root, reads its schema and
@@ -94,6 +95,7 @@ func (a *arrowFile) resolve(opts Options) error {
 	if a.img < 0 || a.text < 0 {
 		return fmt.Errorf("%w: lacks column %q or %q (have %v)", ErrSchema, opts.ImageColumn, opts.TextColumn, fieldNames(sc))
 	}
+	a.keep = keepColumns(sc, opts.Keep)
 	return checkTypes(sc.Field(a.img).Type, sc.Field(a.text).Type)
 }
 
@@ -137,6 +139,9 @@ func (a *arrowFile) rowGroup(rec arrow.RecordBatch) (g *rowGroup, err error) {
 	if a.idCol >= 0 {
 		cols = append(cols, a.idCol)
 	}
+	for _, i := range a.keep {
+		cols = append(cols, i)
+	}
 	for _, i := range cols {
 		if err := validateColumn(rec.Column(i)); err != nil {
 			return nil, fmt.Errorf("%w: column %q: %v", ErrMalformedArrow, rec.ColumnName(i), err)
@@ -150,6 +155,9 @@ func (a *arrowFile) rowGroup(rec arrow.RecordBatch) (g *rowGroup, err error) {
 	}
 	if g.text, err = newScalarColumn(chunked(a.text), true); err == nil && a.idCol >= 0 {
 		g.id, _ = newScalarColumn(chunked(a.idCol), false)
+	}
+	for name, i := range a.keep {
+		g.keep = append(g.keep, newKeptColumn(name, chunked(i)))
 	}
 	if err == nil {
 		err = g.checkLengths()
