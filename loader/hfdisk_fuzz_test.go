@@ -73,7 +73,8 @@ func FuzzArrowSource(f *testing.F) {
 		f.Add(s)
 	}
 	p := filepath.Join(f.TempDir(), "f.arrow") // one file per worker process, rewritten per input
-	keep, err := ParseKeep("image,json:image.path,caption") // kept columns of hostile batches too
+	// kept columns of hostile batches too
+	keep, err := ParseKeep("image,json:image.path,caption")
 	if err != nil {
 		f.Fatal(err)
 	}
