@@ -70,9 +70,13 @@
 //     from its record batch's offset in the file. Location
 //     file:b<batch>:row<row>; derived ids as for Parquet.
 //   - an image folder: every image below the folder (recursively) with a
-//     sidecar caption beside it (cat.jpg + cat.txt). Linked directories are
-//     not descended into; a linked image or caption is followed only when its
-//     target stays inside the folder ("escapes_root" otherwise).
+//     sidecar caption beside it (cat.jpg + cat.txt), or with a row in a
+//     metadata.jsonl or metadata.csv of its folder or one above (the HF
+//     imagefolder layout, folder_meta.go: file_name, the caption in
+//     Options.TextColumn, other columns for Options.Keep). Linked
+//     directories are not descended into; a linked image, caption or
+//     metadata file is followed only when its target stays inside the
+//     folder ("escapes_root" otherwise).
 //
 // Multi-file inputs are read in lexical path order.
 //

@@ -14,14 +14,17 @@ import (
 
 // folderItem is one image (or an orphan caption) of an image folder.
 type folderItem struct {
-	rel     string // image (or orphan caption) path relative to the folder, slash-separated
-	caption string // sidecar path relative to the folder, "" when absent
-	orphan  bool   // a caption without an image
+	rel     string      // image (or orphan caption) path relative to the folder, slash-separated
+	caption string      // sidecar path relative to the folder, "" when absent
+	orphan  bool        // a caption without an image
+	meta    *folderMeta // the image's metadata row (folder_meta.go), nil when none
 }
 
 // folderSource reads images with sidecar captions below a folder. The
 // sidecar of "a/cat.jpg" is "a/cat.txt" (the extension after the last dot is
 // replaced). A .txt without any image is quarantined as "missing_image".
+// An image with a row in a metadata.jsonl or metadata.csv (HF imagefolder,
+// folder_meta.go) takes its caption and kept fields from that row instead.
 // Images and captions must be regular files inside the folder: a symbolic
 // link is followed only when its target stays inside (else "escapes_root"),
 // and a named pipe, device or socket is quarantined as "not_regular_file"
@@ -42,22 +45,41 @@ func openFolder(dir string, opts Options) (*folderSource, error) {
 	if realRoot, err = filepath.Abs(realRoot); err != nil {
 		return nil, fmt.Errorf("loader: open %s: %w", dir, err)
 	}
-	items, err := listFolder(dir)
+	items, metas, err := listFolder(dir)
 	if err != nil {
 		return nil, err
 	}
 	if len(items) == 0 {
 		return nil, fmt.Errorf("%w: no images or captions under %s", ErrNoData, dir)
 	}
-	return &folderSource{base: base{opts: opts}, dir: dir, realRoot: realRoot, items: items}, nil
+	s := &folderSource{base: base{opts: opts}, dir: dir, realRoot: realRoot, items: items}
+	if len(metas) > 0 {
+		s.attachMetadata(metas)
+	}
+	return s, nil
 }
 
-// listFolder walks dir in lexical order and pairs images with captions.
+// attachMetadata reads the metadata files and gives each listed image its row.
+func (s *folderSource) attachMetadata(metas []string) {
+	images := make(map[string]bool, len(s.items))
+	for _, it := range s.items {
+		if !it.orphan {
+			images[it.rel] = true
+		}
+	}
+	rows := s.readMetadata(metas, images)
+	for i := range s.items {
+		s.items[i].meta = rows[s.items[i].rel]
+	}
+}
+
+// listFolder walks dir in lexical order and pairs images with captions;
+// it returns the metadata files too (folder_meta.go), in walk order.
 // Every non-directory entry with an image or .txt extension is listed
 // (pipes, devices and links too: they are checked, and quarantined, when
 // read). The walk does not descend into linked directories.
-func listFolder(dir string) ([]folderItem, error) {
-	var images []string
+func listFolder(dir string) ([]folderItem, []string, error) {
+	var images, metas []string
 	captions := map[string]bool{} // stem → has .txt
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -75,15 +97,17 @@ func listFolder(dir string) ([]folderItem, error) {
 		switch {
 		case isImageExt(ext):
 			images = append(images, rel)
+		case isFolderMetadata(rel):
+			metas = append(metas, rel)
 		case strings.EqualFold(ext, ".txt"):
 			captions[strings.TrimSuffix(rel, ext)] = true
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("loader: list %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("loader: list %s: %w", dir, err)
 	}
-	return pairFolder(images, captions), nil
+	return pairFolder(images, captions), metas, nil
 }
 
 // pairFolder matches images (in walk order) with their sidecars and appends
@@ -149,7 +173,7 @@ func (s *folderSource) entry(ctx context.Context, it folderItem, withImage bool)
 		s.reject(strings.TrimSuffix(it.rel, ".txt"), loc, ReasonMissingImage, "caption without image")
 		return Entry{}, nil, false
 	}
-	text, reason, detail := s.caption(ctx, it)
+	text, reason, detail := s.captionOf(ctx, it)
 	if reason == "" {
 		reason = CheckCaption(text)
 	}
@@ -177,6 +201,23 @@ func (s *folderSource) entry(ctx context.Context, it folderItem, withImage bool)
 		return Entry{}, nil, false
 	}
 	return e, img, true
+}
+
+// captionOf is the caption of it: its metadata row's (whose JSON object it
+// leaves in s.json for the kept fields), else its sidecar's.
+func (s *folderSource) captionOf(ctx context.Context, it folderItem) (string, string, string) {
+	s.json = nil
+	if it.meta == nil {
+		return s.caption(ctx, it)
+	}
+	s.json = it.meta.json // Scan reads it before the next entry
+	switch m := it.meta; {
+	case !m.hasText:
+		return "", ReasonMissingCaption, "metadata row without " + s.opts.TextColumn
+	case int64(len(m.text)) > s.opts.MaxCaptionBytes:
+		return "", ReasonTooLarge, fmt.Sprintf("caption %d bytes > max %d", len(m.text), s.opts.MaxCaptionBytes)
+	}
+	return it.meta.text, "", ""
 }
 
 // caption reads the sidecar caption of it: a regular file inside the folder

@@ -13,7 +13,8 @@ import (
 )
 
 // fuzzNames are the paths a FuzzFolderSource input can create.
-var fuzzNames = []string{"a.jpg", "a.txt", "b.PNG", "b.txt", "sub/c.jpg", "sub/c.txt", "d.webp", "d.txt", "sub/e.jpeg", "e.txt"}
+var fuzzNames = []string{"a.jpg", "a.txt", "b.PNG", "b.txt", "sub/c.jpg", "sub/c.txt", "d.webp", "d.txt", "sub/e.jpeg", "e.txt",
+	FolderMetadataJSONL, "sub/" + FolderMetadataCSV}
 
 const fuzzSecret = "SECRET outside the dataset"
 
@@ -53,12 +54,14 @@ func buildFuzzFolder(t *testing.T, data []byte) string {
 }
 
 // FuzzFolderSource builds hostile folders (links in and out, pipes, devices,
-// directories named like images): the source never blocks, never reads
+// directories named like images, metadata files): the source never blocks, never reads
 // outside the folder, never emits a bad sample and keeps its counters.
 func FuzzFolderSource(f *testing.F) {
 	f.Add([]byte{0, 0, 3, 'i', 'm', 'g', 0, 1, 2, 'h', 'i'})
 	f.Add([]byte{0, 0, 1, 'x', 2, 1, 0, 4, 2, 0, 0, 3, 1, 3, 9, 0})
 	f.Add([]byte{5, 0, 0, 0, 1, 4, 'c', 'a', 't', 's', 1, 2, 0})
+	f.Add(append([]byte{0, 0, 1, 'x', 0, 10, 35}, `{"file_name":"a.jpg","text":"a"}`+"\nnot json\n"...))
+	f.Add(append([]byte{0, 4, 1, 'x', 0, 11, 20}, "file_name,text\nc.jpg,c\n"...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := buildFuzzFolder(t, data)
 		src, err := Open(dir, Options{Format: FormatFolder, MaxCaptionBytes: 1 << 10})

@@ -1,7 +1,9 @@
 package loader
 
 import (
+	"context"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -41,5 +43,94 @@ func TestFolderSource(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("got rejects %v, want %v", got, want)
+	}
+}
+
+// TestFolderMetadata: an image folder in the HF imagefolder layout takes
+// each image's caption from its metadata.jsonl or metadata.csv row (a
+// subfolder's file_name relative to its metadata file's folder), and --keep
+// reads the row's other columns (a JSON label, a url); an image without a
+// row keeps its sidecar; bad rows are quarantined with a reason. Before, the
+// metadata files were ignored: captions came from .txt sidecars only and
+// --keep kept only "caption".
+func TestFolderMetadata(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, body, sub string
+	}{
+		{"jsonl", FolderMetadataJSONL, `{"file_name": "a.jpg", "text": "a cat", "label": 3, "url": "http://e/a"}
+{"file_name": "cats/b.png", "text": "b cat", "label": 5}
+not json
+{"file_name": "../up.jpg", "text": "x"}
+{"file_name": "gone.jpg", "text": "x"}
+{"file_name": "a.jpg", "text": "again"}
+{"file_name": "c.jpg", "label": 1}
+`, `{"file_name": "d.jpg", "text": "d dog", "label": 9}` + "\n"},
+		{"csv", FolderMetadataCSV, `file_name,text,label,url
+a.jpg,a cat,3,http://e/a
+cats/b.png,"b cat",5,
+"bad"quote,x,1,
+../up.jpg,x,1,
+gone.jpg,x,1,
+a.jpg,again,1,
+`, "file_name,text,label\nd.jpg,d dog,9\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, data := range map[string]string{
+				"a.jpg": "img-a", "a.txt": "a sidecar the row overrides", "cats/b.png": "img-b", "c.jpg": "img-c",
+				"e.jpg": "img-e", "e.txt": "e from its sidecar", tc.file: tc.body, "dogs/" + tc.file: tc.sub, "dogs/d.jpg": "img-d",
+			} {
+				writeFile(t, filepath.Join(dir, name), []byte(data))
+			}
+			keep, err := ParseKeep("json:label,url,caption")
+			must(t, err)
+			opts := DefaultOptions()
+			opts.Keep = keep
+			var rejects []Reject
+			opts.OnReject = func(r Reject) { rejects = append(rejects, r) }
+			ix, err := BuildIndex(context.Background(), dir, opts)
+			must(t, err)
+			defer ix.Close()
+			got := map[string]string{}
+			kept := map[string][]KeepValue{}
+			for _, e := range ix.Entries {
+				got[e.ID] = e.Text
+				kept[e.ID] = ix.Kept(e)
+			}
+			want := map[string]string{"a.jpg": "a cat", "cats/b.png": "b cat", "dogs/d.jpg": "d dog", "e.jpg": "e from its sidecar"}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("captions %v, want %v", got, want)
+			}
+			v := func(s string) KeepValue { return KeepValue{Text: s, Valid: true} }
+			label := func(s string) KeepValue { // a JSON number, a CSV string
+				if tc.name == "csv" {
+					return v(s)
+				}
+				return KeepValue{Text: s, Num: true, Valid: true}
+			}
+			url := KeepValue{}
+			if tc.name == "csv" {
+				url = v("") // an empty CSV cell is an empty string
+			}
+			for id, w := range map[string][]KeepValue{
+				"a.jpg":      {label("3"), v("http://e/a"), v("a cat")},
+				"cats/b.png": {label("5"), url, v("b cat")},
+				"dogs/d.jpg": {label("9"), {}, v("d dog")},
+				"e.jpg":      {{}, {}, v("e from its sidecar")},
+			} {
+				if !reflect.DeepEqual(kept[id], w) {
+					t.Errorf("%s: kept %+v, want %+v", id, kept[id], w)
+				}
+			}
+			reasons := map[string]int{}
+			for _, r := range rejects {
+				reasons[r.Reason]++
+			}
+			// c.jpg: a row without text (jsonl), no row and no sidecar (csv)
+			wantReasons := map[string]int{ReasonBadManifestLine: 1, ReasonEscapesRoot: 1, ReasonMissingImage: 1, ReasonDuplicateID: 1, ReasonMissingCaption: 1}
+			if !reflect.DeepEqual(reasons, wantReasons) {
+				t.Errorf("rejects %v (%+v), want %v", reasons, rejects, wantReasons)
+			}
+		})
 	}
 }

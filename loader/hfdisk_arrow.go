@@ -55,6 +55,7 @@ type arrowFile struct {
 	pr               *arrowReader
 	rd               *ipc.Reader
 	img, text, idCol int
+	keep             map[string]int // the kept fields' columns (parquetkeep.go)
 }
 
 // openArrow opens the Arrow file path below root, reads its schema and
@@ -94,6 +95,7 @@ func (a *arrowFile) resolve(opts Options) error {
 	if a.img < 0 || a.text < 0 {
 		return fmt.Errorf("%w: lacks column %q or %q (have %v)", ErrSchema, opts.ImageColumn, opts.TextColumn, fieldNames(sc))
 	}
+	a.keep = keepColumns(sc, opts.Keep)
 	return checkTypes(sc.Field(a.img).Type, sc.Field(a.text).Type)
 }
 
@@ -137,6 +139,9 @@ func (a *arrowFile) rowGroup(rec arrow.RecordBatch) (g *rowGroup, err error) {
 	if a.idCol >= 0 {
 		cols = append(cols, a.idCol)
 	}
+	for _, i := range a.keep {
+		cols = append(cols, i)
+	}
 	for _, i := range cols {
 		if err := validateColumn(rec.Column(i)); err != nil {
 			return nil, fmt.Errorf("%w: column %q: %v", ErrMalformedArrow, rec.ColumnName(i), err)
@@ -150,6 +155,9 @@ func (a *arrowFile) rowGroup(rec arrow.RecordBatch) (g *rowGroup, err error) {
 	}
 	if g.text, err = newScalarColumn(chunked(a.text), true); err == nil && a.idCol >= 0 {
 		g.id, _ = newScalarColumn(chunked(a.idCol), false)
+	}
+	for name, i := range a.keep {
+		g.keep = append(g.keep, newKeptColumn(name, chunked(i)))
 	}
 	if err == nil {
 		err = g.checkLengths()
@@ -348,38 +356,10 @@ func (s *arrowSource) rejectRest(err error) {
 func (s *arrowSource) entry(ctx context.Context, withImage bool) (Entry, []byte, bool) {
 	row := s.row
 	s.row++
-	loc := s.files[s.fi] + ":b" + strconv.Itoa(s.batch) + ":row" + strconv.Itoa(row)
-	id := ""
-	if s.g.id != nil {
-		id, _ = s.g.id.at(row)
-	}
-	if id == "" {
-		id = DeriveID(filepath.Base(s.files[s.fi]), "row"+strconv.FormatInt(s.fileRow+int64(row), 10))
-	}
-	img, name, ok := s.g.img.at(row)
-	size, ref := int64(len(img)), imageRef{kind: refArrow, root: s.root, path: s.path, off: s.off, rg: int32(s.batch), row: int32(row)}
-	reason, detail := "", ""
-	if p, isPath := s.g.img.pathOnly(row); isPath {
-		if s.imgs == nil {
-			s.imgs = newImageFiles(s.opts, filepath.Dir(s.path))
-		}
-		ref, size, reason, detail = s.imgs.resolve(p, s.opts)
-		name, ok = baseName(p), true
-	}
-	text, hasText := s.g.text.at(row)
-	reason, detail = rowReason(reason, detail, ok, hasText, size, text, s.opts)
-	if reason != "" {
-		s.reject(id, loc, reason, detail)
-		return Entry{}, nil, false
-	}
-	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: size, ref: ref}
-	switch {
-	case !withImage:
-		return e, nil, true
-	case ref.kind == refFile:
-		return s.readImageFile(ctx, e)
-	}
-	return e, append([]byte(nil), img...), true
+	t := tableRow{file: s.files[s.fi], dir: filepath.Dir(s.path), fileRow: s.fileRow,
+		loc: s.files[s.fi] + ":b" + strconv.Itoa(s.batch) + ":row" + strconv.Itoa(row),
+		ref: imageRef{kind: refArrow, root: s.root, path: s.path, off: s.off, rg: int32(s.batch), row: int32(row)}}
+	return s.tableEntry(ctx, s.g, row, t, &s.imgs, withImage)
 }
 
 // rowReason classifies a table row, Parquet or Arrow (a reason found earlier wins).

@@ -73,7 +73,12 @@ func FuzzArrowSource(f *testing.F) {
 		f.Add(s)
 	}
 	p := filepath.Join(f.TempDir(), "f.arrow") // one file per worker process, rewritten per input
-	opts := Options{TextColumn: "caption", MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 12, MaxRowGroupBytes: 1 << 20}
+	// kept columns of hostile batches too
+	keep, err := ParseKeep("image,json:image.path,caption")
+	if err != nil {
+		f.Fatal(err)
+	}
+	opts := Options{TextColumn: "caption", MaxImageBytes: 1 << 16, MaxCaptionBytes: 1 << 12, MaxRowGroupBytes: 1 << 20, Keep: keep}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)

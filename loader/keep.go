@@ -20,8 +20,10 @@ import (
 //   - "url" (any bare name): a top-level key of the sample's JSON object,
 //     taken literally (dots included): the manifest line, the .json
 //     member of a WebDataset sample (img2dataset writes "url", "key",
-//     "status", "caption", ... there), or a Parquet row's columns of those
-//     names (parquetkeep.go: a struct column is an object);
+//     "status", "caption", ... there), a Parquet or Arrow (HF
+//     save_to_disk) row's columns of those names (parquetkeep.go: a struct
+//     column is an object), or an image folder's metadata.jsonl/csv row
+//     (folder_meta.go: a CSV value is a string);
 //   - "json:a.b": a dotted path into that same JSON object ("json:url" is
 //     "url").
 //
@@ -31,8 +33,9 @@ import (
 // Values: a JSON string is kept as text (invalid UTF-8 repaired to U+FFFD),
 // a JSON number as its number text, true/false as text, an object or array
 // as its compact JSON text, and null, an absent key, a path through a
-// non-object, an unparsable JSON member or a source without JSON (image
-// folders and Arrow files: only "caption" there) as missing. A missing value is never
+// non-object, an unparsable JSON member or a sample without JSON (an image
+// folder's image with a sidecar .txt and no metadata row: only "caption"
+// there) as missing. A missing value is never
 // a reject: it is null in its column and counted (Index.KeepMissing). Values
 // are cut at MaxKeepBytes (at a rune boundary).
 //

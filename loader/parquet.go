@@ -526,37 +526,7 @@ func (s *parquetSource) loc(rg, row int) string {
 func (s *parquetSource) entry(ctx context.Context, withImage bool) (Entry, []byte, bool) {
 	row, rg := s.row, s.rg-1
 	s.row++
-	loc := s.loc(rg, row)
-	id := ""
-	if s.g.id != nil {
-		id, _ = s.g.id.at(row)
-	}
-	if id == "" {
-		id = DeriveID(filepath.Base(s.files[s.fi]), "row"+strconv.FormatInt(s.fileRow+int64(row), 10))
-	}
-	img, name, ok := s.g.img.at(row)
-	size, ref := int64(len(img)), imageRef{kind: refParquet, root: s.root, path: s.path, rg: int32(rg), row: int32(row)}
-	reason, detail := "", ""
-	if p, isPath := s.g.img.pathOnly(row); isPath { // a local file, as HF to_parquet keeps it
-		if s.imgs == nil {
-			s.imgs = newImageFiles(s.opts, filepath.Dir(s.path))
-		}
-		ref, size, reason, detail = s.imgs.resolve(p, s.opts)
-		name, ok = baseName(p), true
-	}
-	text, hasText := s.g.text.at(row)
-	reason, detail = rowReason(reason, detail, ok, hasText, size, text, s.opts)
-	if reason != "" {
-		s.reject(id, loc, reason, detail)
-		return Entry{}, nil, false
-	}
-	e := Entry{ID: id, Location: loc, Text: text, ImageName: name, ImageSize: size, ref: ref}
-	s.json = s.g.rowJSON(row) // the kept fields' object (Scan reads it before the next row)
-	if !withImage {
-		return e, nil, true
-	}
-	if ref.kind == refFile {
-		return s.readImageFile(ctx, e)
-	}
-	return e, append([]byte(nil), img...), true
+	t := tableRow{file: s.files[s.fi], dir: filepath.Dir(s.path), loc: s.loc(rg, row), fileRow: s.fileRow,
+		ref: imageRef{kind: refParquet, root: s.root, path: s.path, rg: int32(rg), row: int32(row)}}
+	return s.tableEntry(ctx, s.g, row, t, &s.imgs, withImage)
 }

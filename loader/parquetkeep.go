@@ -8,7 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
-// Kept fields of a Parquet row (Options.Keep): a bare name is a top-level
+// Kept fields of a Parquet row or an Arrow (HF save_to_disk) row
+// (Options.Keep): a bare name is a top-level
 // column, json:a.b a path into the top-level struct (or map) column a. The
 // row's kept columns are turned into one JSON object, {column: value} (as
 // arrow-go marshals a value: structs as objects, lists as arrays), which
@@ -48,22 +49,33 @@ func (s *parquetSource) readKeep(ctx context.Context, g *rowGroup, rg int) error
 		if err != nil {
 			return err
 		}
-		k := keptColumn{name: name, col: col}
-		row := 0
-		for _, ch := range col.Chunks() {
-			k.starts = append(k.starts, row)
-			row += ch.Len()
-		}
-		g.keep = append(g.keep, k)
+		g.keep = append(g.keep, newKeptColumn(name, col))
 	}
 	return nil
 }
 
-// rowJSON is row's kept columns as a JSON object (nil without kept columns).
-func (g *rowGroup) rowJSON(row int) []byte {
+// newKeptColumn is the kept column name of col (which it takes over).
+func newKeptColumn(name string, col *arrow.Chunked) keptColumn {
+	k := keptColumn{name: name, col: col}
+	row := 0
+	for _, ch := range col.Chunks() {
+		k.starts = append(k.starts, row)
+		row += ch.Len()
+	}
+	return k
+}
+
+// rowJSON is row's kept columns as a JSON object (nil without kept columns,
+// and when a value cannot be read: its fields are missing).
+func (g *rowGroup) rowJSON(row int) (out []byte) {
 	if len(g.keep) == 0 {
 		return nil
 	}
+	defer func() { // a hostile nested value arrow-go's accessors cannot read
+		if recover() != nil {
+			out = nil
+		}
+	}()
 	obj := make(map[string]any, len(g.keep))
 	for _, k := range g.keep {
 		c, i := locate(k.starts, row)

@@ -9,18 +9,15 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
-// TestParquetKeeps: a Parquet source keeps top-level columns by name and
-// paths into a struct column (json:meta.label), typed over the index, with
-// nulls and absent columns missing; a kept column counts against the row
-// group's byte bound.
-func TestParquetKeeps(t *testing.T) {
-	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
-	defer mem.AssertSize(t, 0)
+// keepRecord is a table of three rows with kept columns: url (a null in
+// row 1) and meta, a struct whose label is an int (meta null in row 2).
+func keepRecord(mem memory.Allocator) (*arrow.Schema, arrow.RecordBatch) {
 	meta := arrow.StructOf(arrow.Field{Name: "label", Type: arrow.PrimitiveTypes.Int64, Nullable: true})
 	sc := arrow.NewSchema([]arrow.Field{
 		{Name: "image", Type: arrow.BinaryTypes.Binary},
@@ -50,9 +47,15 @@ func TestParquetKeeps(t *testing.T) {
 			sb.FieldBuilder(0).(*array.Int64Builder).Append(r.label)
 		}
 	}
-	rec := b.NewRecordBatch()
+	return sc, b.NewRecordBatch()
+}
+
+// writeKeepParquet writes keepRecord to a Parquet file in dir.
+func writeKeepParquet(t *testing.T, mem memory.Allocator, dir string) string {
+	t.Helper()
+	sc, rec := keepRecord(mem)
 	defer rec.Release()
-	p := filepath.Join(t.TempDir(), "k.parquet")
+	p := filepath.Join(dir, "k.parquet")
 	f, err := os.Create(p)
 	must(t, err)
 	w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(), pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
@@ -60,7 +63,45 @@ func TestParquetKeeps(t *testing.T) {
 	must(t, w.Write(rec))
 	must(t, w.Close())
 	_ = f.Close() // pqarrow's writer closed it
+	return p
+}
 
+// writeKeepArrow writes keepRecord as an HF save_to_disk folder in dir (an
+// Arrow IPC stream, as datasets writes it, with its two JSON files).
+func writeKeepArrow(t *testing.T, mem memory.Allocator, dir string) string {
+	t.Helper()
+	sc, rec := keepRecord(mem)
+	defer rec.Release()
+	f, err := os.Create(filepath.Join(dir, "data-00000-of-00001.arrow"))
+	must(t, err)
+	w := ipc.NewWriter(f, ipc.WithSchema(sc), ipc.WithAllocator(mem))
+	must(t, w.Write(rec))
+	must(t, w.Close())
+	must(t, f.Close())
+	must(t, os.WriteFile(filepath.Join(dir, "dataset_info.json"), []byte(`{"features": {}}`), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "state.json"), []byte(`{"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}`), 0o644))
+	return dir
+}
+
+// TestTableKeeps: a Parquet file and an HF save_to_disk folder (Arrow) keep
+// top-level columns by name and paths into a struct column
+// (json:meta.label), typed over the index, with nulls and absent columns
+// missing. Before, an Arrow source kept only the caption.
+func TestTableKeeps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(*testing.T, memory.Allocator, string) string
+	}{{"parquet", writeKeepParquet}, {"arrow", writeKeepArrow}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+			defer mem.AssertSize(t, 0)
+			checkTableKeeps(t, tc.write(t, mem, t.TempDir()))
+		})
+	}
+}
+
+func checkTableKeeps(t *testing.T, p string) {
+	t.Helper()
 	fields, err := ParseKeep("url,json:meta.label,caption,absent")
 	must(t, err)
 	opts := DefaultOptions()
@@ -88,6 +129,16 @@ func TestParquetKeeps(t *testing.T) {
 	if missing := ix.KeepMissing(); !reflect.DeepEqual(missing, []int64{1, 1, 0, 3}) {
 		t.Errorf("missing %v", missing)
 	}
+}
+
+// TestParquetKeepBound: a kept column counts against the row group's byte
+// bound.
+func TestParquetKeepBound(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	p := writeKeepParquet(t, mem, t.TempDir())
+	fields, err := ParseKeep("url,json:meta.label,caption,absent")
+	must(t, err)
 
 	// The smallest row-group bound the image and text columns fit: the kept
 	// columns (a longer url column) exceed it, so with them the group is refused.

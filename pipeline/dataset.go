@@ -131,12 +131,17 @@ func openTokenizer(cfg Config) (*tokenize.Tokenizer, error) {
 	return tk, nil
 }
 
-// Close releases the tokenizer, the index and an opened input URL.
+// Close releases the tokenizer, the index and an opened input URL (a
+// mixture's: every source's).
 func (d *Dataset) Close() error {
 	if d.Tokenizer != nil {
 		d.Tokenizer.Close()
 	}
-	return errors.Join(d.Index.Close(), d.input.Close())
+	err := errors.Join(d.Index.Close(), d.input.Close())
+	if d.mix != nil {
+		err = errors.Join(err, d.mix.closeInputs())
+	}
+	return err
 }
 
 // Epoch orders the dataset for (plan.Seed, plan.Epoch) and reduces it to

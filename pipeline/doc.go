@@ -18,8 +18,8 @@
 // (Dataset.Preprocessor); the report thumbnails its epochs make are kept for the next. A
 // Dataset is safe for concurrent use; its owner closes it after the Prepared epochs it
 // gave, which share its index and tokenizer. Prepare is OpenDataset and one Epoch, for
-// jobs that order the dataset once (`report`; `shard`, whose later epochs permute the first
-// one's features); its result closes the dataset.
+// jobs that order the dataset once (`report`; `shard`, whose later epochs are that
+// dataset's Epoch too); its result closes the dataset.
 //
 // Memory (issue 21, docs/BENCHMARKS.md "Planner memory per sample"): the dataset keeps
 // its features in columns of ~25 bytes an entry (ids are the index entries' own
@@ -27,9 +27,11 @@
 // (Features.Order, Entry) rather than copying them; the index's entries, with their
 // captions and locations, are most of what a planner holds.
 //
-// Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow IPC data
-// files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the samples only
-// later epochs use, one plan index per epoch and a manifest written last, into a Store (a
+// RunShard is `mmfeed shard` (the command parses flags into a ShardJob and prints its
+// ShardResult). Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow
+// IPC data files of the first epoch's plan (tensor or JPEG pixels, zstd/lz4 buffers), the
+// draws only later epochs plan (Dataset.Epoch of each: a mixture's too), stored once, one
+// plan index per epoch and a manifest written last, into a Store (a
 // folder or an s3/gs/az/file URL through gocloud.dev/blob; objects appear only when complete).
 // A rerun with the same fingerprint keeps every part whose files still hash as recorded.
 // Data files hold one sample per record batch (ShardOptions.RecordRows), so a later epoch's

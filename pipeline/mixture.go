@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"math"
@@ -26,20 +27,25 @@ import (
 type mixtureSet struct {
 	def    *loader.Mixture
 	index  *loader.MixtureIndex
-	counts []int // draws per epoch, per source (loader.MixtureCounts)
+	counts []int   // draws per epoch, per source (loader.MixtureCounts)
+	inputs []Input // the sources' opened URLs (OpenInput), closed by closeInputs
 }
 
 // openMixture indexes every source of cfg.Mixture with its own format
 // options and combines them; onReject receives every source's rejects, ids
-// prefixed with the source's name as in the combined index.
+// prefixed with the source's name as in the combined index. A source whose
+// path is a URL is opened as --input's is (openSourceInput): streamed with
+// its own Remote, or staged under cfg.InputCache.
 func openMixture(ctx context.Context, cfg Config, onReject func(loader.Reject)) (*mixtureSet, error) {
 	m := cfg.Mixture
+	set := &mixtureSet{def: m}
 	parts := make([]*loader.Index, 0, len(m.Sources))
 	names := make([]string, 0, len(m.Sources))
 	closeAll := func() {
 		for _, p := range parts {
 			p.Close()
 		}
+		set.closeInputs()
 	}
 	for _, s := range m.Sources {
 		opts := s.Options(cfg.Loader)
@@ -50,7 +56,12 @@ func openMixture(ctx context.Context, cfg Config, onReject func(loader.Reject)) 
 			}
 			onReject(r)
 		}
-		ix, err := loader.BuildIndex(ctx, s.Path, opts)
+		path, err := set.openSourceInput(ctx, cfg, s.Path, &opts)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("pipeline: mixture source %s: %w", name, err)
+		}
+		ix, err := loader.BuildIndex(ctx, path, opts)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("pipeline: mixture source %s: index %s: %w", name, s.Path, err)
@@ -70,9 +81,42 @@ func openMixture(ctx context.Context, cfg Config, onReject func(loader.Reject)) 
 	counts, err := loader.MixtureCounts(m, sizes)
 	if err != nil {
 		mi.Close()
+		set.closeInputs()
 		return nil, fmt.Errorf("pipeline: mixture: %w", err)
 	}
-	return &mixtureSet{def: m, index: mi, counts: counts}, nil
+	set.index, set.counts = mi, counts
+	return set, nil
+}
+
+// openSourceInput returns the path the loader reads for a source's path:
+// the path itself, or for a URL what OpenInput gives (the same URLs as
+// Config.Input: file://, s3://, gs://, az://, http(s):// shards), its
+// Remote set in opts. The opened input is closed by closeInputs.
+func (s *mixtureSet) openSourceInput(ctx context.Context, cfg Config, path string, opts *loader.Options) (string, error) {
+	if !IsURL(path) {
+		return path, nil
+	}
+	base := cfg.InputCache
+	if base == "" {
+		base = DefaultInputCache()
+	}
+	in, err := OpenInput(ctx, path, InputCacheDir(base, path))
+	if err != nil {
+		return "", fmt.Errorf("input %s: %w", path, err)
+	}
+	s.inputs = append(s.inputs, in)
+	opts.Remote = in.Remote
+	return in.Path, nil
+}
+
+// closeInputs closes the sources' opened URLs.
+func (s *mixtureSet) closeInputs() error {
+	var errs []error
+	for _, in := range s.inputs {
+		errs = append(errs, in.Close())
+	}
+	s.inputs = nil
+	return errors.Join(errs...)
 }
 
 // order returns the epoch's draws as entry positions of the combined index
@@ -125,14 +169,18 @@ func (c Config) inputDefinition() string {
 	return "mixture:" + string(b)
 }
 
-// inputPaths lists the job's dataset paths: Input, or each mixture source's.
+// inputPaths lists the job's local dataset paths: Input, or each mixture
+// source's that is not a URL (a URL source's content is named by its
+// entries, which the fingerprint hashes, as a streamed --input's is).
 func (c Config) inputPaths() []string {
 	if c.Mixture == nil {
 		return []string{c.Input}
 	}
-	out := make([]string, len(c.Mixture.Sources))
-	for i, s := range c.Mixture.Sources {
-		out[i] = s.Path
+	out := make([]string, 0, len(c.Mixture.Sources))
+	for _, s := range c.Mixture.Sources {
+		if !IsURL(s.Path) {
+			out = append(out, s.Path)
+		}
 	}
 	return out
 }

@@ -86,57 +86,85 @@ var IndexSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "cost", Type: arrow.PrimitiveTypes.Float64},
 }, nil)
 
-// epochPlan is one epoch's plan over a permutation of the first epoch's items.
+// epochPlan is one epoch's plan over its own draws, each mapped to a stored
+// item.
 type epochPlan struct {
 	plan   *balancer.Plan
-	toItem []int32 // plan item → first-epoch feature index
+	toItem []int32 // plan item → stored item (shardWriter.stored)
 }
 
-// planEpochs plans epochs first..first+n-1 over the first epoch's features: epoch e's
-// items are the features in the order loader.Index.Order gives for e, exactly what
-// Prepare would extract for that epoch, without reading an image header again.
-func planEpochs(prep *Prepared, first *balancer.Plan, n int) ([]epochPlan, error) {
+// planEpochs plans epochs first..first+n-1. Each later epoch is the one
+// Dataset.Epoch orders for (seed, e), exactly what serve and Prepare give
+// for that epoch (a permutation, or a mixture's draws), planned with the
+// first epoch's config: one epoch-order path, no image header read again.
+// stored is the items the set stores: the first epoch's features, then the
+// draws later epochs plan that the first epoch does not hold (a mixture
+// draws other samples and repetitions each epoch; a plain input's epochs
+// hold the same samples, so nothing is added). A draw is the same stored
+// item in every epoch when its location and draw id are.
+func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int) (epochs []epochPlan, stored Features, err error) {
 	f := prep.Features
+	stored = f
+	stored.Order, stored.Items = slices.Clip(f.Order), slices.Clip(f.Items) // appends never write into prep's
+	stored.Sizes, stored.Formats, stored.repeats = slices.Clip(f.Sizes), slices.Clip(f.Formats), slices.Clip(f.repeats)
 	ident := make([]int32, len(f.Items))
 	for i := range ident {
 		ident[i] = int32(i)
 	}
-	out := []epochPlan{{plan: first, toItem: ident}}
+	epochs = []epochPlan{{plan: first, toItem: ident}}
 	if n == 1 {
-		return out, nil
+		return epochs, stored, nil
 	}
-	if prep.ds != nil && prep.ds.mix != nil { // later epochs draw other samples and repeats
-		return nil, fmt.Errorf("pipeline: a mixture is sharded one epoch at a time (--epochs 1, and --epoch E for each), not %d", n)
+	if prep.ds == nil {
+		return nil, stored, fmt.Errorf("pipeline: plan %d epochs: the prepared epoch has no dataset", n)
 	}
 	key := func(e loader.Entry) string { return e.Location + "\x00" + e.ID }
 	at := make(map[string]int32, f.Len())
 	for i := range f.Len() {
-		e := f.Entry(i)
-		if _, dup := at[key(e)]; !dup {
-			at[key(e)] = int32(i)
+		if k := key(f.Entry(i)); !hasItem(at, k) {
+			at[k] = int32(i)
 		}
 	}
-	ix := prep.Index
 	for e := first.Config.Epoch + 1; e < first.Config.Epoch+n; e++ {
-		perm := loader.Permutation(len(ix.Entries), first.Config.Seed, uint64(e))
-		ep := epochPlan{toItem: make([]int32, 0, len(f.Items))}
-		items := make([]balancer.Item, 0, len(f.Items))
-		for _, p := range perm {
-			if i, ok := at[key(ix.Entries[p])]; ok {
-				ep.toItem = append(ep.toItem, i)
-				items = append(items, f.Items[i])
-			}
-		}
 		c := first.Config
 		c.Epoch = e
-		plan, err := balancer.Build(items, c)
+		pe, err := prep.ds.Epoch(ctx, c, nil) // its rejects are the first epoch's samples, quarantined there
 		if err != nil {
-			return nil, fmt.Errorf("pipeline: plan epoch %d: %w", e, err)
+			return nil, stored, fmt.Errorf("pipeline: order epoch %d: %w", e, err)
 		}
-		ep.plan = plan
-		out = append(out, ep)
+		ep := epochPlan{toItem: make([]int32, pe.Features.Len())}
+		for i := range pe.Features.Len() {
+			k := key(pe.Features.Entry(i))
+			j, ok := at[k]
+			if !ok {
+				j = int32(stored.Len())
+				appendDraw(&stored, &pe.Features, i)
+				at[k] = j
+			}
+			ep.toItem[i] = j
+		}
+		if ep.plan, err = balancer.Build(pe.Features.Items, c); err != nil {
+			return nil, stored, fmt.Errorf("pipeline: plan epoch %d: %w", e, err)
+		}
+		epochs = append(epochs, ep)
 	}
-	return out, nil
+	return epochs, stored, nil
+}
+
+func hasItem(m map[string]int32, k string) bool { _, ok := m[k]; return ok }
+
+// appendDraw appends item i of src (features of the same index as dst) to dst.
+func appendDraw(dst, src *Features, i int) {
+	if rep := src.Repeat(i); rep > 0 && dst.repeats == nil {
+		dst.repeats = make([]int32, dst.Len())
+	}
+	if dst.repeats != nil {
+		dst.repeats = append(dst.repeats, int32(src.Repeat(i)))
+	}
+	dst.Order = append(dst.Order, src.Order[i])
+	dst.Items = append(dst.Items, src.Items[i])
+	dst.Sizes = append(dst.Sizes, src.Sizes[i])
+	dst.Formats = append(dst.Formats, src.Formats[i])
 }
 
 // rowLoc is where a sample's row lives in the data files.
@@ -145,8 +173,8 @@ type rowLoc struct{ file, record, row int32 }
 // locations maps first-epoch items to their stored row: the first real row, else the
 // first padding copy.
 func (w *shardWriter) locations() map[int32]rowLoc {
-	loc := make(map[int32]rowLoc, len(w.prep.Features.Items))
-	real := make(map[int32]bool, len(w.prep.Features.Items))
+	loc := make(map[int32]rowLoc, len(w.stored.Items))
+	real := make(map[int32]bool, len(w.stored.Items))
 	per := w.o.recordRows()
 	next := make([]int, w.lay.files()) // the next record of each data file
 	for k, s := range w.plan.Steps {
@@ -198,10 +226,20 @@ func extraItems(epochs []epochPlan, loc map[int32]rowLoc) []int32 {
 const extraRecordRows = 64
 
 // writeExtra preprocesses the samples only later epochs use into extra.arrow.
+// Their items index w.stored, which may hold more than prep's features (a
+// mixture's later draws): while it runs, prep.Features is w.stored, so that
+// the step source (a Preprocessor, or the workers', which read the
+// Prepared's features) builds their rows; prep's own are back when it
+// returns (the report plans them).
 func (w *shardWriter) writeExtra(ctx context.Context, epochs []epochPlan) error {
 	items := extraItems(epochs, w.locations())
 	if len(items) == 0 {
 		return nil
+	}
+	if w.stored.Len() > w.prep.Features.Len() {
+		own := w.prep.Features
+		w.prep.Features = w.stored
+		defer func() { w.prep.Features = own }()
 	}
 	if rec, ok := w.verifiedPart(ctx, extraRecordName); ok {
 		w.reuse(rec)
@@ -361,7 +399,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 					info.Samples++
 				}
 				info.Rows++
-				b.Field(0).(*array.StringBuilder).Append(w.prep.Features.Entry(int(it)).ID)
+				b.Field(0).(*array.StringBuilder).Append(w.stored.Entry(int(it)).ID)
 				b.Field(1).(*array.Int32Builder).Append(int32(s.Index))
 				b.Field(2).(*array.Int32Builder).Append(int32(m))
 				b.Field(3).(*array.Int32Builder).Append(l.file)

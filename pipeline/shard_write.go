@@ -56,11 +56,11 @@ func ShardFrom(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Sto
 	if err := checkAugmentEpochs(prep.Config.Image, o.Epochs); err != nil {
 		return sum, err
 	}
-	epochs, err := planEpochs(prep, plan, o.Epochs)
+	epochs, stored, err := planEpochs(ctx, prep, plan, o.Epochs)
 	if err != nil {
 		return sum, err
 	}
-	w := &shardWriter{prep: prep, plan: plan, st: st, o: o, src: src, lay: newLayout(plan, o.PartSteps), mem: memory.NewGoAllocator()}
+	w := &shardWriter{prep: prep, plan: plan, stored: stored, st: st, o: o, src: src, lay: newLayout(plan, o.PartSteps), mem: memory.NewGoAllocator()}
 	w.meta = w.batchMeta()
 	w.fingerprint = fingerprint(prep, plan, o)
 	if err := w.start(ctx); err != nil {
@@ -79,6 +79,7 @@ func ShardFrom(ctx context.Context, prep *Prepared, plan *balancer.Plan, st *Sto
 type shardWriter struct {
 	prep        *Prepared
 	plan        *balancer.Plan
+	stored      Features // the items the set stores (planEpochs): prep's, then later epochs' draws
 	st          *Store
 	o           ShardOptions
 	src         StepSource // nil: a local Preprocessor
@@ -283,7 +284,7 @@ func (w *shardWriter) requarantine(items []int32) {
 		return
 	}
 	for _, it := range items {
-		e := w.prep.Features.Entry(int(it))
+		e := w.stored.Entry(int(it))
 		reason, detail := ReasonImageCorrupt, "failed in the interrupted run, decodes now"
 		if _, _, err := pp.process(context.Background(), w.prep.Config.Plan.Epoch, e); err != nil { // a few samples, at the start of a resumed run
 			reason, detail = reasonOf(err), err.Error()

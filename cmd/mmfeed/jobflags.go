@@ -175,9 +175,10 @@ func (j *jobFlags) augmentation(seed uint64) (imgproc.Augment, error) {
 	return a, nil
 }
 
-// loadMixture reads a mixture file; its sources' paths become absolute (the
-// workers of serve and shard --nats open them as the planner names them)
-// and must be local.
+// loadMixture reads a mixture file; its sources' local paths become
+// absolute (the workers of serve and shard --nats open them as the planner
+// names them); a URL path (file://, s3://, gs://, az://, http(s)://) stays
+// as given and is opened as --input's is.
 func loadMixture(path string) (*loader.Mixture, error) {
 	m, err := loader.LoadMixture(path)
 	if err != nil {
@@ -186,7 +187,7 @@ func loadMixture(path string) (*loader.Mixture, error) {
 	for i := range m.Sources {
 		s := &m.Sources[i]
 		if pipeline.IsURL(s.Path) {
-			return nil, fmt.Errorf("source %s: path %s: mixture sources are local paths (stage a URL first)", s.Name, s.Path)
+			continue
 		}
 		if s.Path, err = filepath.Abs(s.Path); err == nil && s.Root != "" {
 			s.Root, err = filepath.Abs(s.Root)

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // TestMixtureFlag: --mixture loads the file with absolute source paths;
@@ -34,7 +34,6 @@ func TestMixtureFlag(t *testing.T) {
 		{"missing file", []string{"--mixture", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"bad weight", []string{"--mixture", write("w.yaml", "sources:\n  - {path: a, weight: 0}\n")}, "weight 0"},
 		{"unknown key", []string{"--mixture", write("k.yaml", "sources:\n  - {path: a, weight: 1, caption: x}\n")}, "field caption not found"},
-		{"url source", []string{"--mixture", write("u.yaml", "sources:\n  - {path: 's3://b/x.tar', weight: 1}\n")}, "local paths"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
@@ -60,16 +59,56 @@ func TestMixtureFlag(t *testing.T) {
 	}
 }
 
-// TestShardMixtureOneEpoch: shard refuses a mixture over several epochs
-// before it indexes anything (the sources here do not even exist).
-func TestShardMixtureOneEpoch(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "mix.yaml")
-	if err := os.WriteFile(p, []byte("sources:\n  - {path: none.jsonl, weight: 1}\n"), 0o644); err != nil {
+// TestMixtureFlagURLSource: a source's URL path (as --input takes) stays as
+// written, not made absolute as a local path; before, it was refused.
+func TestMixtureFlagURLSource(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "u.yaml")
+	urls := []string{"s3://b/x.tar", "file:///data/a/manifest.jsonl", "https://example.org/shard-{000..003}.tar"}
+	body := "sources:\n"
+	for i, u := range urls {
+		body += "  - {name: s" + string(rune('0'+i)) + ", path: '" + u + "', weight: 1}\n"
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := runShard(context.Background(), []string{"--mixture", p, "--out", filepath.Join(dir, "out"), "--epochs", "2"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "one epoch per run") {
-		t.Fatalf("error %v, want the one-epoch refusal", err)
+	m, err := loadMixture(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range m.Sources {
+		if s.Path != urls[i] {
+			t.Errorf("source %d: path %q, want %q", i, s.Path, urls[i])
+		}
+	}
+}
+
+// TestShardMixtureEpochs: `shard --mixture --epochs 2` writes two epoch
+// indexes (the second its own draws of the mixture), says so in its summary,
+// and its report.html shows the per-source lines. Before, it was refused
+// ("one epoch per run").
+func TestShardMixtureEpochs(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range [][]string{{"web", "jsonl", "60"}, {"own", "wds", "30"}} {
+		mmfeed(t, "synth", "--out", filepath.Join(dir, c[0]), "--format", c[1], "--samples", c[2], "--seed", "3")
+	}
+	p := filepath.Join(dir, "mix.yaml")
+	body := "sources:\n  - {name: web, path: web/manifest.jsonl, weight: 3}\n  - {name: own, path: own, weight: 1, cap: 10}\n"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	stdout := mmfeed(t, "shard", "--mixture", p, "--out", out, "--epochs", "2", "--dp", "2", "--global-batch", "8",
+		"--image-size", "32", "--feature-cache", "off")
+	if !strings.Contains(stdout, "and 2 epoch indexes to") {
+		t.Errorf("summary %q, want 2 epoch indexes", stdout)
+	}
+	for _, f := range []string{pipeline.IndexFile(0), pipeline.IndexFile(1), "shard.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	page, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil || !strings.Contains(string(page), `data-key="mixture.sources.1.share"`) {
+		t.Errorf("report.html has no per-source lines (%v)", err)
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -18,6 +20,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve"
 )
 
 // The README's example outputs come from this test: each fenced block after a
@@ -34,7 +39,7 @@ import (
 
 // goldenBlocks are the marked blocks, in README order; a README without one
 // fails (a deleted marker would silently stop the check).
-var goldenBlocks = []string{"synth", "report", "report-pack", "coco", "parquet", "shard", "inspect"}
+var goldenBlocks = []string{"synth", "report", "report-pack", "wds-gz", "coco", "parquet", "shard", "shard-nats", "inspect"}
 
 // goldenScale rewrites the README's commands for a fast run.
 var goldenScale = strings.NewReplacer("--samples 2000", "--samples 320")
@@ -50,9 +55,15 @@ func setupSamples() string {
 
 // goldenSetup makes what a block's commands read that the README takes as given.
 var goldenSetup = map[string]func(t *testing.T, work string){
-	"coco":    cocoFolder,
-	"parquet": parquetExport,
+	"wds-gz":     wdsShard,
+	"coco":       cocoFolder,
+	"parquet":    parquetExport,
+	"shard-nats": natsWorkers,
 }
+
+// goldenRewrite maps what a README command names to what the check runs
+// instead (a server's real address); outputs are mapped back. Setups fill it.
+var goldenRewrite = map[string]string{}
 
 // TestMain lets the test binary stand in for bin/mmfeed in the README's shell
 // commands: run under the name mmfeed, it is the command.
@@ -112,6 +123,9 @@ func TestReadmeGolden(t *testing.T) {
 		var got []string
 		for _, c := range b.cmds {
 			shell := strings.ReplaceAll(c.shell, "/tmp/", work+"/")
+			for readme, real := range goldenRewrite {
+				shell = strings.ReplaceAll(shell, readme, real)
+			}
 			if !update {
 				shell = goldenScale.Replace(shell)
 			}
@@ -122,7 +136,11 @@ func TestReadmeGolden(t *testing.T) {
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("%s: %s: %v\n%s", b.name, shell, err, out.String())
 			}
-			outLines := strings.Split(strings.TrimRight(strings.ReplaceAll(out.String(), work+"/", "/tmp/"), "\n"), "\n")
+			text := strings.ReplaceAll(out.String(), work+"/", "/tmp/")
+			for readme, real := range goldenRewrite {
+				text = strings.ReplaceAll(text, real, readme)
+			}
+			outLines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 			if out.Len() == 0 {
 				outLines = nil
 			}
@@ -420,4 +438,46 @@ func TestDocsDescribeTheShardLayout(t *testing.T) {
 			t.Errorf("%s: the rank files' layout is not \"each sample a one-row record batch\"", doc)
 		}
 	}
+}
+
+// wdsShard writes the WebDataset shard the gzip example compresses:
+// wds/shard-000000.tar, at the README's size (a smaller one could fall
+// under the truncation warning's 1%).
+func wdsShard(t *testing.T, work string) {
+	mmfeed(t, "synth", "--out", filepath.Join(work, "wds"), "--format", "wds", "--samples", "300", "--seed", "7")
+}
+
+// readmeNATS is the NATS URL the README's `shard --nats` example names.
+const readmeNATS = "nats://127.0.0.1:4299"
+
+// natsWorkers starts what the `shard --nats` example takes as running: a
+// JetStream server (on a free port, which goldenRewrite puts in place of
+// readmeNATS) and two workers on it, stopped when the test ends.
+func natsWorkers(t *testing.T, work string) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	must(t, err)
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 2)
+	for range 2 {
+		go func() {
+			errc <- serve.RunWorker(ctx, serve.WorkerConfig{NATS: serve.NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
+				Logger: slog.New(slog.DiscardHandler)})
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range 2 {
+			if err := <-errc; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		}
+		ns.Shutdown()
+		delete(goldenRewrite, readmeNATS)
+	})
+	goldenRewrite[readmeNATS] = ns.ClientURL()
 }

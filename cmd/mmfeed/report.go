@@ -131,7 +131,8 @@ func mixtureReport(prep *pipeline.Prepared) (*pipeline.MixtureReport, error) {
 // report page shows.
 const reportThumbnails = 6
 
-// writeReportHTML writes the report page, with thumbnails, to path.
+// writeReportHTML writes the report page, with thumbnails and a mixture's
+// per-source section, to path.
 func writeReportHTML(ctx context.Context, path string, prep *pipeline.Prepared, rep *balancer.Report) error {
 	plan, err := prep.Plan(prep.Config.Plan.Strategy)
 	if err != nil {
@@ -140,7 +141,8 @@ func writeReportHTML(ctx context.Context, path string, prep *pipeline.Prepared, 
 	if rep.Thumbnails, err = pipeline.Thumbnails(ctx, prep, plan, reportThumbnails); err != nil {
 		return err
 	}
-	return pipeline.WriteFile(path, func(w io.Writer) error { return balancer.WriteHTML(w, rep) })
+	mix := prep.MixtureReport(plan) // nil for a plain input
+	return pipeline.WriteFile(path, func(w io.Writer) error { return pipeline.WriteReportHTML(w, rep, mix) })
 }
 
 // warnTruncation warns on stderr when more than 1% of the captions were

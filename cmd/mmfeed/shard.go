@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -49,76 +47,25 @@ func runShard(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if cfg.Mixture != nil && o.Epochs > 1 {
-		return fmt.Errorf("--mixture with --epochs %d: a mixture is sharded one epoch per run (--epochs 1, --epoch E for each; docs/mixtures.md)", o.Epochs)
-	}
 	cfg.Progress = progressBar(stderr, "features", "samples")
 	cfg.FeatureCache = featureCache(*fcache)
+	cfg.InputCache = *inputCache // a mixture's URL sources are staged there too
 	if err := nf.checkInput(&cfg); err != nil {
 		return err
 	}
-	if pipeline.IsURL(cfg.Input) {
-		in, err := pipeline.OpenInput(ctx, cfg.Input, pipeline.InputCacheDir(*inputCache, cfg.Input))
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		if in.Staged {
-			fmt.Fprintf(stderr, "staged %s in %s\n", cfg.Input, in.Path)
-		}
-		cfg.Input, cfg.Loader.Remote = in.Path, in.Remote
-	}
-	if err := o.Validate(cfg.Image.DType); err != nil {
-		return err
-	}
-	st, err := pipeline.OpenStore(ctx, *out)
+	res, err := pipeline.RunShard(ctx, pipeline.ShardJob{Config: cfg, Out: *out, Options: o, InputCache: *inputCache, Thumbnails: reportThumbnails,
+		Staged:   func(input, path string) { fmt.Fprintf(stderr, "staged %s in %s\n", input, path) },
+		Prepared: func(prep *pipeline.Prepared) { logFeatureCache(stderr, prep); warnTruncation(stderr, prep) },
+		Source: func(ctx context.Context, prep *pipeline.Prepared) (pipeline.StepSource, func(), error) {
+			return nf.source(ctx, prep, stderr)
+		},
+		Progress: progressBar(stderr, "preprocessing", "steps")})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	var quarantine bytes.Buffer // written to the store at the end, also after an error
-	defer func() { _ = st.WriteFile(context.WithoutCancel(ctx), "quarantine.jsonl", copyOf(&quarantine)) }()
-	start := time.Now()
-	prep, err := pipeline.Prepare(ctx, cfg, &quarantine)
-	if err != nil {
-		return err
-	}
-	defer prep.Close()
-	logFeatureCache(stderr, prep)
-	warnTruncation(stderr, prep)
-	plan, err := prep.Plan(cfg.Plan.Strategy)
-	if err != nil {
-		return err
-	}
-	src, closeSrc, err := nf.source(ctx, prep, stderr)
-	if err != nil {
-		return err
-	}
-	defer closeSrc()
-	sum, err := pipeline.ShardFrom(ctx, prep, plan, st, o, src, progressBar(stderr, "preprocessing", "steps"))
-	if err != nil {
-		return err
-	}
-	// plan.jsonl holds the weights the files store: 0 for a sample that failed to decode.
-	if err := st.WriteFile(ctx, "plan.jsonl", pipeline.StoredPlan(plan, sum.Failed).WriteJSONL); err != nil {
-		return err
-	}
-	// The report is written last so that its quarantine count includes decode failures.
-	rep, err := prep.Report()
-	if err != nil {
-		return err
-	}
-	if rep.Thumbnails, err = pipeline.Thumbnails(ctx, prep, plan, reportThumbnails); err != nil {
-		return err
-	}
-	if err := st.WriteFile(ctx, "report.json", rep.WriteJSON); err != nil {
-		return err
-	}
-	if err := st.WriteFile(ctx, "report.html", func(w io.Writer) error { return balancer.WriteHTML(w, rep) }); err != nil {
-		return err
-	}
-	el := time.Since(start).Seconds()
-	fmt.Fprintln(stdout, shardLine(cfg.InputName(), prep.Seen(), sum.Planned(plan), len(sum.Failed), rep))
+	sum, rep := res.Summary, res.Report
+	el := res.Elapsed.Seconds()
+	fmt.Fprintln(stdout, shardLine(res.Input, res.Seen, sum.Planned(res.Plan), len(sum.Failed), rep))
 	if l := pipeline.KeptLine(rep.Kept); l != "" {
 		fmt.Fprintln(stdout, l)
 	}
@@ -162,8 +109,4 @@ func set(fs *flag.FlagSet, name string) bool {
 	found := false
 	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
 	return found
-}
-
-func copyOf(b *bytes.Buffer) func(io.Writer) error {
-	return func(w io.Writer) error { _, err := w.Write(b.Bytes()); return err }
 }

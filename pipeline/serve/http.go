@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -24,7 +23,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(withRuntimeMetrics(s.reg), promhttp.HandlerOpts{})))
 	mux.Handle("GET /v1/report", s.auth(http.HandlerFunc(s.reportJSON)))
 	mux.Handle("GET /v1/cost-model", s.auth(http.HandlerFunc(s.costModelJSON)))
-	mux.Handle("GET /{$}", s.auth(balancer.LiveHandler(page.view)))
+	mux.Handle("GET /{$}", s.auth(page.handler()))
 	return mux
 }
 

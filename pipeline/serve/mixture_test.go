@@ -1,14 +1,24 @@
 package serve
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/reportcheck"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/loader/synth"
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // mixtureCorpus generates a corpus of n samples in format with seed.
@@ -23,12 +33,50 @@ func mixtureCorpus(t testing.TB, n int, format string, seed uint64) string {
 	return sum.Path
 }
 
+// getPage returns the body of a GET of path from h.
+func getPage(t *testing.T, h http.Handler, path string) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, w.Code, w.Body)
+	}
+	return w.Body.String()
+}
+
+// checkMixtureHTML checks that page shows each mixture source's line (its
+// name, share, samples, draws, tokens and cost per step) with the numbers
+// of the JSON report js, and that every numbered value of the page matches.
+func checkMixtureHTML(t *testing.T, what, page string, js []byte) {
+	t.Helper()
+	n, err := reportcheck.Compare(page, js)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	var r struct{ Mixture *pipeline.MixtureReport }
+	if err := json.Unmarshal(js, &r); err != nil || r.Mixture == nil {
+		t.Fatalf("%s: the JSON has no mixture (%v)", what, err)
+	}
+	vals := reportcheck.Values(page)
+	for i, s := range r.Mixture.Sources {
+		for _, f := range []string{"weight", "want_share", "share", "samples", "draws", "samples_per_step", "text_tokens_per_step", "image_tokens_per_step", "cost_per_step"} {
+			if _, ok := vals[fmt.Sprintf("mixture.sources.%d.%s", i, f)]; !ok {
+				t.Errorf("%s: source %s shows no %s (%d numbers checked)", what, s.Name, f, n)
+			}
+		}
+		if !strings.Contains(page, "<td>"+s.Name+"</td>") {
+			t.Errorf("%s: no line names source %s", what, s.Name)
+		}
+	}
+}
+
 // TestServeMixture serves a 6:3:1 mixture whose small sources repeat
 // samples, through the workers' path (ids looked up by draw id), to two
 // trainer ranks (role all, and a planner whose items a worker builds); one crashes mid-epoch and resumes from a checkpoint two
 // steps behind its acks. Every rank gets exactly the rows `shard` writes for
 // the same mixture and epoch, and every planned draw, repetitions included,
-// is applied exactly once.
+// is applied exactly once. The live page and the --report-out pages show
+// the per-source lines of /v1/report's and the file's "mixture".
 func TestServeMixture(t *testing.T) {
 	for _, role := range []string{RoleAll, RolePlanner} {
 		t.Run(role, func(t *testing.T) { testServeMixture(t, role) })
@@ -47,6 +95,7 @@ func testServeMixture(t *testing.T, role string) {
 	}}
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
+	cfg.ReportOut = t.TempDir()
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -76,8 +125,21 @@ func testServeMixture(t *testing.T, role string) {
 	if rep == nil || rep.Mixture == nil || len(rep.Mixture.Sources) != 3 || rep.Mixture.Sources[1].Name != "coco" || rep.Mixture.Planned == 0 {
 		t.Fatalf("/v1/report has no per-source lines of the mixture: %+v", rep)
 	}
+	js, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMixtureHTML(t, "GET /", getPage(t, r.s.Handler(), "/"), js)
 	if err := r.wait(t, 30*time.Second); err != nil {
 		t.Fatalf("service: %v", err)
+	}
+	for _, base := range []string{"report-latest", "report-e0"} {
+		page, err1 := os.ReadFile(filepath.Join(cfg.ReportOut, base+".html"))
+		js, err2 := os.ReadFile(filepath.Join(cfg.ReportOut, base+".json"))
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		checkMixtureHTML(t, "--report-out "+base, string(page), js)
 	}
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
@@ -116,5 +178,51 @@ func testServeMixture(t *testing.T, role string) {
 	}
 	if repeats == 0 {
 		t.Error("no repeated draw was applied: the test checks no repetition")
+	}
+}
+
+// TestShardMixtureEpochsWithWorkers: `shard --mixture --epochs 2 --nats`
+// writes the files a local run writes, byte for byte: the later epoch's new
+// draws (samples the first epoch did not draw, and repetitions), stored in
+// extra.arrow, are built by a worker from their draw ids too.
+func TestShardMixtureEpochsWithWorkers(t *testing.T) {
+	pc := testConfig(t, "", 2, 1, "colocated").Pipeline
+	pc.Mixture = &loader.Mixture{Sources: []loader.MixtureSource{
+		{Name: "web", Path: corpus(t, 60), Weight: 6},
+		{Name: "coco", Path: mixtureCorpus(t, 10, "wds", 8), Weight: 3},
+		{Name: "own", Path: mixtureCorpus(t, 40, "jsonl", 9), Weight: 1, Cap: 8},
+	}}
+	o := pipeline.DefaultShardOptions()
+	o.Epochs = 2
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	localDir, _, _ := shardLocal(t, ctx, pc, o, nil)
+	ns := embeddedNATS(t)
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer stopWorkers()
+	werr := make(chan error, 1)
+	go func() {
+		werr <- RunWorker(wctx, WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
+	}()
+	remoteDir, _, _ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
+		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sw.Close() })
+		return sw.Run
+	})
+	stopWorkers()
+	if err := <-werr; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("worker: %v", err)
+	}
+	local, remote := readTree(t, localDir), readTree(t, remoteDir)
+	if len(local) != len(remote) {
+		t.Errorf("%d files locally, %d with the workers", len(local), len(remote))
+	}
+	for name, b := range local {
+		if !bytes.Equal(b, remote[name]) {
+			t.Errorf("%s: differs (%d bytes local, %d with workers)", name, len(b), len(remote[name]))
+		}
 	}
 }

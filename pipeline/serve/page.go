@@ -1,9 +1,13 @@
 package serve
 
 import (
+	"bytes"
+	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // fitPoints is how many prefixes of the observations the fit history refits.
@@ -18,6 +22,39 @@ type reportPage struct {
 	mu   sync.Mutex
 	n    int // observations the cached history covers
 	hist []balancer.FitPoint
+}
+
+// handler serves `/`: balancer.LiveHandler of view, except that the full
+// page of a mixture carries its per-source section (the /v1/report
+// "mixture" lines, pipeline.InsertMixtureHTML). The JSON and the polled
+// live fragment are LiveHandler's.
+func (p *reportPage) handler() http.Handler {
+	plain := balancer.LiveHandler(p.view)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		if q.Get("format") == "json" || q.Get("part") == "live" || strings.Contains(req.Header.Get("Accept"), "application/json") {
+			plain.ServeHTTP(w, req)
+			return
+		}
+		r := p.s.snapshot()
+		if r == nil || r.Mixture == nil {
+			plain.ServeHTTP(w, req)
+			return
+		}
+		var page bytes.Buffer
+		if err := balancer.WritePage(&page, r.Report, p.liveView(r.Report, r.Live), "?part=live"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		b, err := pipeline.InsertMixtureHTML(page.Bytes(), r.Mixture)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(b)
+	})
 }
 
 // view returns the report and its live section, or nils before the first epoch.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // The run report (Config.ReportOut, `serve --report-out DIR`) is what the
@@ -40,8 +41,11 @@ type RunReport struct {
 	// Report is the epoch's strategy comparison (`mmfeed report --json`),
 	// absent when no epoch was planned; its quarantine counts are the epoch's.
 	*balancer.Report
-	Live Live       `json:"live"`
-	Run  RunSummary `json:"run"`
+	// Mixture is a mixture epoch's per-source lines (/v1/report's
+	// "mixture"), with Report; absent for a plain input.
+	Mixture *pipeline.MixtureReport `json:"mixture,omitempty"`
+	Live    Live                    `json:"live"`
+	Run     RunSummary              `json:"run"`
 }
 
 // RunSummary is what the trainers did, as the service saw it.
@@ -117,6 +121,7 @@ type reportOut struct {
 	page    *reportPage
 	written map[int]bool
 	reports map[int]*balancer.Report
+	mixes   map[int]*pipeline.MixtureReport // a mixture epoch's per-source lines, beside reports
 }
 
 // openReportOut creates Config.ReportOut; nil without one.
@@ -127,7 +132,8 @@ func (s *Service) openReportOut() (*reportOut, error) {
 	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
 		return nil, fmt.Errorf("serve: --report-out: %w", err)
 	}
-	return &reportOut{dir: s.cfg.ReportOut, page: &reportPage{s: s}, written: map[int]bool{}, reports: map[int]*balancer.Report{}}, nil
+	return &reportOut{dir: s.cfg.ReportOut, page: &reportPage{s: s}, written: map[int]bool{}, reports: map[int]*balancer.Report{},
+		mixes: map[int]*pipeline.MixtureReport{}}, nil
 }
 
 // reportLoop writes each epoch's files once every rank trained past it,
@@ -206,20 +212,21 @@ func (ro *reportOut) remember(s *Service) {
 		}
 		if ep := s.epochs.plan(e); ep != nil && ep.prog != nil {
 			if _, _, rep, _ := ep.prog.state(); rep != nil {
-				ro.reports[e] = rep
+				ro.reports[e], ro.mixes[e] = rep, ep.prog.mixtureReport()
 			}
 		}
 	}
 	for e := range ro.reports { // keep two epochs before the current one
 		if e < cur-2 && ro.written[e] {
 			delete(ro.reports, e)
+			delete(ro.mixes, e)
 		}
 	}
 }
 
 // write writes the latest files and, with epochFile, epoch e's. Caller holds ro.mu.
 func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
-	rr := s.runReport(e, reason, ro.reports[e])
+	rr := s.runReport(e, reason, ro.reports[e], ro.mixes[e])
 	js, err := json.MarshalIndent(rr, "", "  ")
 	if err == nil {
 		var page bytes.Buffer
@@ -248,13 +255,13 @@ func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 		"steps_trained", rr.Run.StepsTrained, "steps_published", rr.Run.StepsPublished)
 }
 
-// runReport assembles epoch e's file: rep is e's comparison when known
-// (else the live report's).
-func (s *Service) runReport(e int, reason string, rep *balancer.Report) RunReport {
+// runReport assembles epoch e's file: rep is e's comparison and mix its
+// mixture lines when known (else the live report's).
+func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pipeline.MixtureReport) RunReport {
 	snap := s.liveSnapshot(true)
 	rr := RunReport{Live: snap.Live}
 	if rep == nil {
-		rep = snap.Report
+		rep, mix = snap.Report, snap.Mixture
 	}
 	if rep != nil {
 		c := *rep
@@ -263,7 +270,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report) RunRepor
 		for _, g := range c.QuarantineReasons {
 			c.Quarantined += int(g.Count)
 		}
-		rr.Report = &c
+		rr.Report, rr.Mixture = &c, mix
 	}
 	trained, ok := s.ranks.trained()
 	if !ok {

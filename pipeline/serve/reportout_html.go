@@ -7,11 +7,13 @@ import (
 	"io"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // writeRunHTML writes a run report page: the balance report page of the
 // epoch's comparison with its live section as it was (no polling), and the
-// measured section before the page's end. Every number of the measured
+// measured section before the page's end; a mixture's per-source section
+// (pipeline.InsertMixtureHTML) as the live page has it. Every number of the measured
 // section carries data-key, its path in the JSON file (docs/report.md).
 func writeRunHTML(w io.Writer, rr RunReport, lv *balancer.LiveView) error {
 	var sec bytes.Buffer
@@ -32,7 +34,10 @@ func writeRunHTML(w io.Writer, rr RunReport, lv *balancer.LiveView) error {
 	if err := balancer.WritePage(&page, rr.Report, lv, ""); err != nil {
 		return err
 	}
-	b := page.Bytes()
+	b, err := pipeline.InsertMixtureHTML(page.Bytes(), rr.Mixture)
+	if err != nil {
+		return err
+	}
 	end := bytes.LastIndex(b, []byte("</body>"))
 	if end < 0 {
 		return fmt.Errorf("serve: run report: the report page has no </body>")
