@@ -99,7 +99,7 @@ type jpegWireInput struct{ label, path string }
 
 // jpegWireRoundCount is how many times each mode runs on an input, the modes interleaved
 // round by round so that a change in the machine's load falls on all of them alike.
-const jpegWireRoundCount = 3
+const jpegWireRoundCount = 5
 
 // jpegWireRounds runs every mode on in jpegWireRoundCount times and returns, per mode, the
 // directory of its payloads (written in the first round) and the run of median CPU time.
