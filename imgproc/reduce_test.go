@@ -143,6 +143,43 @@ func TestDecodeReduce(t *testing.T) {
 	}
 }
 
+// TestDecodeReduceAugmented: with the crop augmentation, DecodeReduce reduces the cropped
+// box (same crop, same shape as DecodeExact) within the PSNR floor.
+func TestDecodeReduceAugmented(t *testing.T) {
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, smoothImage(1900, 1300)); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.DType = DTypeUint8
+	c.Augment = Augment{RRC: true, Scale: DefaultScale, Ratio: DefaultRatio, FlipP: 0.5}
+	pe, err := NewProcessor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Decode = DecodeReduce
+	pr, err := NewProcessor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seed := range uint64(6) {
+		a, err := pe.ProcessSample(nil, buf.Bytes(), &splitmix{seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := pr.ProcessSample(nil, buf.Bytes(), &splitmix{seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Crop != b.Crop || a.Shape != b.Shape {
+			t.Fatalf("seed %d: crop %+v shape %v, want %+v %v", seed, b.Crop, b.Shape, a.Crop, a.Shape)
+		}
+		if got := psnrU8(a.Data, b.Data); got < 35 {
+			t.Errorf("seed %d crop %+v: PSNR %.2f dB against exact, want >= 35", seed, a.Crop, got)
+		}
+	}
+}
+
 // TestDecodeReducePSNR measures what DecodeReduce costs in quality: the PSNR of its uint8
 // tensors against DecodeExact's on the real corpus's images (corpusImages: 400 spread over
 // it, all formats; skipped without one). docs/imgproc.md quotes the log.
