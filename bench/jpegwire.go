@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -19,12 +21,14 @@ import (
 )
 
 // jpegWireModes are the pixel dtypes benchJPEGWire compares (key, dtype, decode mode); uint8
-// is the exact reference of the PSNR, jpeg_fast the jpeg wire with --decode fast.
+// is the exact reference of the PSNR, jpeg_fast the jpeg wire with --decode fast, jpeg_reduce
+// with --decode reduce (the lossy worker path: n/8 DCT scale, box reduce).
 var jpegWireModes = []struct{ key, dtype, decode string }{
 	{"float16", imgproc.DTypeFloat16, imgproc.DecodeExact},
 	{"uint8", imgproc.DTypeUint8, imgproc.DecodeExact},
 	{"jpeg", imgproc.DTypeJPEG, imgproc.DecodeExact},
 	{"jpeg_fast", imgproc.DTypeJPEG, imgproc.DecodeFast},
+	{"jpeg_reduce", imgproc.DTypeJPEG, imgproc.DecodeReduce},
 	{"jpeg_source", imgproc.DTypeJPEGSource, imgproc.DecodeExact},
 }
 
@@ -34,7 +38,9 @@ const jpegWireSamples = 160
 
 // benchJPEGWire: what a worker spends per sample under each pixel dtype — the CPU seconds
 // of Preprocessor.Run (read, tokenize, decode, resize, encode the pixels; one goroutine,
-// one core; jpeg_fast: the jpeg dtype with --decode fast) plus proto.BuildRecord and EncodeIPC of every micro-batch of 16 (no transport) —
+// one core; jpeg_fast and jpeg_reduce: the jpeg dtype with --decode fast or reduce) plus
+// proto.BuildRecord and EncodeIPC of every micro-batch of 16 (no transport; the median of
+// jpegWireRoundCount interleaved rounds) —
 // and the Arrow IPC bytes per sample that go on the wire, on the same plan of the same
 // input, 224 px shorter-crop. Inputs: every 10th sample of the real corpus (mostly PNG) and
 // its JPEG files alone (where jpeg-source can pass sources through), or a generated corpus.
@@ -49,20 +55,17 @@ func benchJPEGWire(env *benchEnv) (map[string]float64, error) {
 	out := map[string]float64{}
 	var pyArgs []string
 	for _, in := range inputs {
-		dirs := map[string]string{}
+		dirs, ms, err := jpegWireRounds(env, in)
+		if err != nil {
+			return nil, err
+		}
 		for _, md := range jpegWireModes {
-			mode := md.key
-			dir := filepath.Join(env.tmp, "jpegwire-"+in.label+"-"+mode)
-			m, err := jpegWireRun(in.path, md.dtype, md.decode, dir)
-			if err != nil {
-				return nil, fmt.Errorf("%s %s: %w", in.label, mode, err)
-			}
-			dirs[mode] = dir
+			mode, m := md.key, ms[md.key]
 			k := "jpegwire_" + in.label + "_" + mode
 			out[k+"_worker_cpu_ms_per_sample"] = 1e3 * m.cpuSeconds / float64(m.rows)
 			out[k+"_wire_bytes_per_sample"] = float64(m.bytes) / float64(m.rows)
-			line := fmt.Sprintf("   %s corpus, %-11s %d rows: %.2f worker CPU-ms/sample, %.1f KB/sample on the wire",
-				in.label, mode+":", m.rows, 1e3*m.cpuSeconds/float64(m.rows), float64(m.bytes)/float64(m.rows)/1e3)
+			line := fmt.Sprintf("   %s corpus, %-12s %d rows: %.2f worker CPU-ms/sample (median of %d rounds), %.1f KB/sample on the wire",
+				in.label, mode+":", m.rows, 1e3*m.cpuSeconds/float64(m.rows), jpegWireRoundCount, float64(m.bytes)/float64(m.rows)/1e3)
 			if md.dtype == imgproc.DTypeJPEGSource {
 				n := m.counts.Source + m.counts.Fallback
 				out[k+"_passthrough_fraction"] = float64(m.counts.Source) / float64(max(n, 1))
@@ -71,11 +74,11 @@ func benchJPEGWire(env *benchEnv) (map[string]float64, error) {
 			fmt.Println(line)
 		}
 		k := "jpegwire_" + in.label + "_"
-		for _, mode := range []string{"uint8", "jpeg", "jpeg_fast", "jpeg_source"} {
+		for _, mode := range []string{"uint8", "jpeg", "jpeg_fast", "jpeg_reduce", "jpeg_source"} {
 			out[k+mode+"_cpu_vs_float16"] = out[k+mode+"_worker_cpu_ms_per_sample"] / out[k+"float16_worker_cpu_ms_per_sample"]
 			out[k+mode+"_bytes_vs_float16"] = out[k+mode+"_wire_bytes_per_sample"] / out[k+"float16_wire_bytes_per_sample"]
 		}
-		pyArgs = append(pyArgs, in.label, dirs["uint8"], dirs["jpeg"], dirs["jpeg_fast"], dirs["jpeg_source"])
+		pyArgs = append(pyArgs, in.label, dirs["uint8"], dirs["jpeg"], dirs["jpeg_fast"], dirs["jpeg_reduce"], dirs["jpeg_source"])
 	}
 	py, err := exec.Command("taskset", append([]string{"-c", "0", env.python, "-c", jpegWireScript}, pyArgs...)...).CombinedOutput()
 	if err != nil {
@@ -93,6 +96,37 @@ func benchJPEGWire(env *benchEnv) (map[string]float64, error) {
 }
 
 type jpegWireInput struct{ label, path string }
+
+// jpegWireRoundCount is how many times each mode runs on an input, the modes interleaved
+// round by round so that a change in the machine's load falls on all of them alike.
+const jpegWireRoundCount = 5
+
+// jpegWireRounds runs every mode on in jpegWireRoundCount times and returns, per mode, the
+// directory of its payloads (written in the first round) and the run of median CPU time.
+func jpegWireRounds(env *benchEnv, in jpegWireInput) (map[string]string, map[string]jpegWireMeasure, error) {
+	dirs := map[string]string{}
+	runs := map[string][]jpegWireMeasure{}
+	for r := range jpegWireRoundCount {
+		for _, md := range jpegWireModes {
+			dir := ""
+			if r == 0 {
+				dir = filepath.Join(env.tmp, "jpegwire-"+in.label+"-"+md.key)
+				dirs[md.key] = dir
+			}
+			m, err := jpegWireRun(in.path, md.dtype, md.decode, dir)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s %s: %w", in.label, md.key, err)
+			}
+			runs[md.key] = append(runs[md.key], m)
+		}
+	}
+	med := map[string]jpegWireMeasure{}
+	for k, ms := range runs {
+		slices.SortFunc(ms, func(a, b jpegWireMeasure) int { return cmp.Compare(a.cpuSeconds, b.cpuSeconds) })
+		med[k] = ms[len(ms)/2]
+	}
+	return dirs, med, nil
+}
 
 // jpegWireInputs: the real corpus's every 10th sample and its JPEGs, or a generated corpus.
 func jpegWireInputs(env *benchEnv) ([]jpegWireInput, error) {
@@ -166,7 +200,7 @@ type jpegWireMeasure struct {
 
 // jpegWireRun preprocesses input's plan (dp 1, micro-batches of 16) with pixel dtype mode on
 // one goroutine, encodes every micro-batch as the service does and writes the payloads to
-// dir (one file each, in plan order).
+// dir (one file each, in plan order; none when dir is empty).
 func jpegWireRun(input, mode, decode, dir string) (jpegWireMeasure, error) {
 	var m jpegWireMeasure
 	cfg := pipeline.DefaultConfig()
@@ -186,9 +220,6 @@ func jpegWireRun(input, mode, decode, dir string) (jpegWireMeasure, error) {
 	}
 	pp, err := pipeline.NewPreprocessor(prep)
 	if err != nil {
-		return m, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return m, err
 	}
 	mean, std := cfg.Image.MeanStd()
@@ -223,6 +254,12 @@ func jpegWireRun(input, mode, decode, dir string) (jpegWireMeasure, error) {
 	if m.rows == 0 {
 		return m, fmt.Errorf("no rows planned from %s", input)
 	}
+	if dir == "" {
+		return m, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return m, err
+	}
 	for i, p := range payloads {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%06d.arrow", i)), p, 0o644); err != nil {
 			return m, err
@@ -231,7 +268,8 @@ func jpegWireRun(input, mode, decode, dir string) (jpegWireMeasure, error) {
 	return m, nil
 }
 
-// jpegWireScript (argv: label, uint8, jpeg, jpeg_fast, jpeg_source dirs, repeated per input)
+// jpegWireScript (argv: label, uint8, jpeg, jpeg_fast, jpeg_reduce, jpeg_source dirs, repeated
+// per input)
 // decodes every payload as the trainer's prefetcher does on the CPU and prints one JSON
 // object: decode CPU-ms per sample and PSNR (median, 5th percentile) against uint8.
 const jpegWireScript = `
@@ -251,10 +289,10 @@ def batches(d, decode):
 
 out = {}
 args = sys.argv[1:]
-for j in range(0, len(args), 5):
-    label, u8, jp, fast, src = args[j:j + 5]
+for j in range(0, len(args), 6):
+    label, u8, jp, fast, red, src = args[j:j + 6]
     exact = list(batches(u8, False))
-    for mode, d in (("jpeg", jp), ("jpeg_fast", fast), ("jpeg_source", src)):
+    for mode, d in (("jpeg", jp), ("jpeg_fast", fast), ("jpeg_reduce", red), ("jpeg_source", src)):
         t, n = time.process_time(), 0
         got = []
         for b in batches(d, True):

@@ -87,13 +87,15 @@ type Config struct {
 	MaxImagePixels int
 	// MaxFileBytes rejects larger inputs with ErrTooLarge (default 64<<20).
 	MaxFileBytes int
-	// Decode is DecodeExact (default) or DecodeFast. Exact decodes every
-	// image at full size, so tensors are bit-identical to Pillow/torchvision.
-	// Fast lets the libjpeg-turbo build decode JPEGs at 1/2, 1/4 or 1/8
-	// scale in the DCT domain (see JPEGDraftGap); other formats, and the
-	// pure-Go build, decode at full size either way.
+	// Decode is DecodeExact (default), DecodeFast or DecodeReduce. Exact
+	// decodes every image at full size, so tensors are bit-identical to
+	// Pillow/torchvision. Fast lets the libjpeg-turbo build decode JPEGs at
+	// 1/2, 1/4 or 1/8 scale in the DCT domain (see JPEGDraftGap); other
+	// formats, and the pure-Go build, decode at full size either way.
+	// Reduce is Fast plus a box reduction of every format before the
+	// resize (reduce.go): lossy, for the JPEG wire dtypes' worker CPU.
 	Decode string
-	// JPEGDraftGap is the safety factor of DecodeFast: the smallest DCT
+	// JPEGDraftGap is the safety factor of DecodeFast and DecodeReduce: the smallest DCT
 	// scale is chosen whose result is still at least JPEGDraftGap times the
 	// resize target on both axes. 1 (default) is Pillow's
 	// draft(mode, size) rule; 2 is its thumbnail() reducing gap. In
@@ -111,11 +113,15 @@ const (
 	DecodeExact = "exact"
 	// DecodeFast decodes JPEGs scaled in the DCT domain (Pillow's draft()).
 	DecodeFast = "fast"
+	// DecodeReduce is DecodeFast plus a box reduction before the resize
+	// (Pillow's reducing_gap 2; reduce.go), for every format.
+	DecodeReduce = "reduce"
 )
 
-// draftGap is the gap the decoder uses: 0 (full size) unless DecodeFast.
+// draftGap is the gap the decoder uses: 0 (full size) unless DecodeFast or
+// DecodeReduce.
 func (c Config) draftGap() float64 {
-	if c.Decode == DecodeFast {
+	if c.Decode == DecodeFast || c.Decode == DecodeReduce {
 		return c.JPEGDraftGap
 	}
 	return 0
@@ -198,12 +204,12 @@ func (c Config) Validate() error {
 	}
 	switch c.Decode {
 	case DecodeExact:
-	case DecodeFast:
+	case DecodeFast, DecodeReduce:
 		if !(c.JPEGDraftGap >= 1 && c.JPEGDraftGap <= 64) {
 			return bad("jpeg draft gap %v not in [1, 64]", c.JPEGDraftGap)
 		}
 	default:
-		return bad("unknown decode mode %q (want %s or %s)", c.Decode, DecodeExact, DecodeFast)
+		return bad("unknown decode mode %q (want %s, %s or %s)", c.Decode, DecodeExact, DecodeFast, DecodeReduce)
 	}
 	return nil
 }

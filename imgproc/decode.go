@@ -60,7 +60,8 @@ func (p *Processor) decodeRGB(data []byte, hdr Header, rawW, rawH int, g geom, s
 		if hdr.Orientation >= 5 {
 			tw, th = th, tw
 		}
-		pix, w, h, ok, err := turboDecode(data, rawW, rawH, tw, th, p.cfg.draftGap(), s)
+		num, den := p.cfg.dctScale(rawW, rawH, tw, th)
+		pix, w, h, ok, err := turboDecode(data, rawW, rawH, num, den, s)
 		if err != nil || ok {
 			return pix, w, h, err
 		}

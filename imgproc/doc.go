@@ -23,8 +23,8 @@
 // ReadHeader, Config.OutputSize/ImageTokens and HeaderComplexity give the
 // planner what it needs without decoding.
 //
-// JPEG wire dtypes (wire.go; opt-in and lossy): DTypeJPEG encodes the uint8
-// tensor as a baseline JPEG (Image.Data is the JPEG, Shape its size);
+// JPEG wire dtypes (wire.go; opt-in and lossy): DTypeJPEG encodes the resized RGB
+// pixels (the uint8 tensor's) as a baseline JPEG (Image.Data is the JPEG, Shape its size);
 // DTypeJPEGSource returns an acceptable source JPEG's own bytes without
 // decoding it (Image.Source true, Shape the planned size; SourceJPEGAcceptable
 // says which) and encodes any other source like DTypeJPEG.
@@ -48,7 +48,11 @@
 // Decoding: Config.Decode DecodeExact (default) decodes every image at full size, so
 // tensors are bit-identical to Pillow/torchvision; DecodeFast lets the libjpeg-turbo
 // build decode JPEGs scaled by 1/2, 1/4 or 1/8 in the DCT domain with Pillow's draft()
-// rule (Config.JPEGDraftGap), trading a measured PSNR (docs/imgproc.md) for speed.
+// rule (Config.JPEGDraftGap), trading a measured PSNR (docs/imgproc.md) for speed;
+// DecodeReduce (reduce.go), meant for the JPEG wire dtypes, decodes JPEGs at the smallest
+// n/8 DCT scale still at least JPEGDraftGap times the resize target and box-reduces any
+// decoded image more than twice the target (Pillow's reducing_gap 2) before the resize:
+// lossy, with its PSNR against DecodeExact measured in docs/imgproc.md.
 //
 // Build: the default build is pure Go. With the build tag turbojpeg3 (cgo and the
 // libjpeg-turbo 3.x static library that scripts/build-libjpeg-turbo.sh builds into

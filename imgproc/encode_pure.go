@@ -2,5 +2,5 @@
 
 package imgproc
 
-// turboEncode is absent without libjpeg-turbo: EncodeJPEG uses image/jpeg.
-func turboEncode(chw []byte, h, w, quality int) ([]byte, bool, error) { return nil, false, nil }
+// turboEncode is absent without libjpeg-turbo: encodeRGB uses image/jpeg.
+func turboEncode(rgb []byte, h, w, quality int) ([]byte, bool, error) { return nil, false, nil }

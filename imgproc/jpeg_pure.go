@@ -9,6 +9,6 @@ func JPEGLibrary() string { return "Go image/jpeg" }
 const haveTurbo = false
 
 // turboDecode is the pure-Go build's stub: it never handles the image.
-func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) ([]byte, int, int, bool, error) {
+func turboDecode(data []byte, rawW, rawH, num, den int, s *scratch) ([]byte, int, int, bool, error) {
 	return nil, 0, 0, false, nil
 }

@@ -44,12 +44,12 @@ func newTJHandle() *tjHandle {
 
 // turboDecode decodes a YCbCr or grayscale JPEG to packed RGB with
 // libjpeg-turbo (accurate integer IDCT, fancy upsampling: what Pillow
-// gets). With gap > 0 (DecodeFast) it scales in the DCT domain by 1/2, 1/4
-// or 1/8 using Pillow's draft() rule for a requested size of
-// ceil(gap*tw)×ceil(gap*th).
+// gets), scaled in the DCT domain by num/den (Config.dctScale: 1/1 exact,
+// Pillow's draft() 1/2, 1/4 or 1/8 for DecodeFast, n/8 for DecodeReduce) to
+// ceil(rawW*num/den)×ceil(rawH*num/den).
 // ok is false, and the caller falls back to the Go decoder (which
 // classifies errors), for CMYK/YCCK images, warnings and errors.
-func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) ([]byte, int, int, bool, error) {
+func turboDecode(data []byte, rawW, rawH, num, den int, s *scratch) ([]byte, int, int, bool, error) {
 	if len(data) == 0 {
 		return nil, 0, 0, false, nil
 	}
@@ -69,8 +69,7 @@ func turboDecode(data []byte, rawW, rawH, tw, th int, gap float64, s *scratch) (
 	if int(w) != rawW || int(h) != rawH || (cs != C.TJCS_YCbCr && cs != C.TJCS_GRAY && cs != C.TJCS_RGB) {
 		return nil, 0, 0, false, nil
 	}
-	sc := draftScale(rawW, rawH, tw, th, gap)
-	ow, oh := (rawW+sc-1)/sc, (rawH+sc-1)/sc
+	ow, oh := (rawW*num+den-1)/den, (rawH*num+den-1)/den
 	s.turbo = grow(s.turbo, 3*ow*oh)
 	dst := (*C.uchar)(unsafe.Pointer(&s.turbo[0]))
 	flags := C.int(C.TJFLAG_ACCURATEDCT | C.TJFLAG_STOPONWARNING | C.TJFLAG_LIMITSCANS)

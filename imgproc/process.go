@@ -55,7 +55,9 @@ type scratch struct {
 	res           resampler
 	cplx          []float32
 	turbo         []byte
-	turboState    any // *tjHandle in the turbojpeg build
+	turboState    any      // *tjHandle in the turbojpeg build
+	red           []byte   // DecodeReduce's box-reduced image
+	redAcc        []uint32 // its row accumulator
 }
 
 // NewProcessor validates c and precomputes lookup tables.
@@ -78,7 +80,7 @@ func NewProcessor(c Config) (*Processor, error) {
 const maxPooled = 32 << 20
 
 func (p *Processor) release(s *scratch) {
-	for _, b := range []*[]byte{&s.rgb, &s.rot, &s.crop, &s.turbo, &s.res.tmp} {
+	for _, b := range []*[]byte{&s.rgb, &s.rot, &s.crop, &s.turbo, &s.red, &s.res.tmp} {
 		if cap(*b) > maxPooled {
 			*b = nil
 		}
@@ -107,8 +109,8 @@ func (p *Processor) TensorBytes(w, h int) int {
 // ProcessInto is Process writing the tensor into dst when it is large enough
 // (cap(dst) >= TensorBytes), so callers can decode straight into a batch
 // buffer; Image.Data then aliases dst. Otherwise it allocates, like Process.
-// Under the JPEG wire dtypes dst only holds the uint8 tensor before encoding:
-// Data is the JPEG (or, DTypeJPEGSource, data itself when acceptable).
+// Under the JPEG wire dtypes dst is not used: Data is the JPEG (or,
+// DTypeJPEGSource, data itself when acceptable).
 func (p *Processor) ProcessInto(dst, data []byte) (img Image, err error) {
 	return p.process(dst, data, nil)
 }
@@ -163,6 +165,10 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 	if cr.cropped() {
 		pix, w, h = cropRGB(pix, w, cr, s)
 	}
+	if fx, fy := reduceFactors(w, h, g.rw, g.rh); p.cfg.Decode == DecodeReduce && fx*fy > 1 {
+		s.red, s.redAcc, w, h = boxReduce(pix, w, h, fx, fy, s.redAcc, s.red)
+		pix = s.red
+	}
 	s.out = grow(s.out, 3*g.ow*g.oh)
 	s.res.resize(pix, w, h, g, p.kern, s.out)
 	if cr.Flip {
@@ -180,6 +186,9 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 		Crop:      cr,
 	}
 	img.Complexity, s.cplx = pixelComplexity(s.out, g.ow, g.oh, s.cplx)
+	if IsJPEGWire(p.cfg.DType) {
+		return p.wireEncode(img, s.out)
+	}
 	n := 3 * g.ow * g.oh * p.cfg.ElemSize()
 	if cap(dst) >= n {
 		img.Data = dst[:n]
@@ -187,5 +196,5 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 		img.Data = make([]byte, n)
 	}
 	p.norm.encode(s.out, g.ow, g.oh, img.Data)
-	return p.wireEncode(img)
+	return img, nil
 }

@@ -59,13 +59,10 @@ func (p *Processor) sourceImage(data []byte, hdr Header) Image {
 		Complexity: HeaderComplexity(hdr), SrcWidth: hdr.Width, SrcHeight: hdr.Height, Format: hdr.Format, Source: true}
 }
 
-// wireEncode re-encodes the uint8 tensor of img as JPEG for the JPEG wire
-// dtypes; other dtypes are returned unchanged.
-func (p *Processor) wireEncode(img Image) (Image, error) {
-	if !IsJPEGWire(p.cfg.DType) {
-		return img, nil
-	}
-	b, err := EncodeJPEG(img.Data, img.Shape[1], img.Shape[2], WireJPEGQuality)
+// wireEncode sets img.Data to the JPEG of rgb, the packed RGB pixels of
+// img.Shape, for the JPEG wire dtypes.
+func (p *Processor) wireEncode(img Image, rgb []byte) (Image, error) {
+	b, err := encodeRGB(rgb, img.Shape[1], img.Shape[2], WireJPEGQuality)
 	if err != nil {
 		return Image{}, fmt.Errorf("imgproc: %s wire: %w", p.cfg.DType, err)
 	}

@@ -77,7 +77,7 @@ func bindJobFlags(fs *flag.FlagSet) *jobFlags {
 	fs.IntVar(&c.Image.MaxPixels, "max-pixels", c.Image.MaxPixels, "dynamic: most pixels per image")
 	fs.StringVar(&c.Image.DType, "dtype", c.Image.DType, "pixel dtype on the wire: float16, float32, bfloat16 or uint8 (exact), or the lossy opt-in jpeg (resized baseline JPEG, decoded on the trainer's device) or jpeg-source (an acceptable source JPEG's own bytes, resized on the trainer; others as jpeg)")
 	fs.StringVar(&c.Image.Norm, "norm", c.Image.Norm, "normalization preset: imagenet or clip")
-	fs.StringVar(&c.Image.Decode, "decode", c.Image.Decode, "JPEG decoding: exact (full size, bit-identical to Pillow/torchvision) or fast (DCT-domain downscaling, Pillow's draft(); see docs/imgproc.md for its PSNR)")
+	fs.StringVar(&c.Image.Decode, "decode", c.Image.Decode, "image decoding: exact (full size, bit-identical to Pillow/torchvision), fast (JPEG DCT-domain downscaling, Pillow's draft()) or reduce (fast at n/8 scales plus a box reduction before the resize, for --dtype jpeg; see docs/imgproc.md for their PSNR)")
 	fs.IntVar(&c.Image.MaxImagePixels, "max-image-pixels", c.Image.MaxImagePixels, "decompression-bomb limit, pixels")
 	fs.IntVar(&c.Workers, "workers", 0, "preprocessing goroutines (0: all cores)")
 	fs.StringVar(&j.augment, "augment", "", "seeded augmentation, per sample from (--augment-seed, epoch, id): rrc (random resized crop, rrc:scale=0.08-1:ratio=0.75-1.3333333333333333) and/or hflip (hflip:p=0.5), comma-separated; see docs/augment.md")

@@ -113,6 +113,7 @@ func TestDecodeFlag(t *testing.T) {
 		{nil, imgproc.DecodeExact, false},
 		{[]string{"--decode", "fast"}, imgproc.DecodeFast, false},
 		{[]string{"--decode", "exact"}, imgproc.DecodeExact, false},
+		{[]string{"--decode", "reduce", "--dtype", "jpeg"}, imgproc.DecodeReduce, false},
 		{[]string{"--decode", "draft"}, "", true},
 	}
 	for _, tt := range tests {
