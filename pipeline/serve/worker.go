@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -198,7 +199,7 @@ func (w *worker) loop(ctx context.Context, cons jetstream.Consumer) error {
 				return ctx.Err()
 			}
 			w.log.Warn("work queue fetch", "err", err)
-			if err := sleepCtx(ctx, time.Second); err != nil {
+			if err := ctxutil.Sleep(ctx, time.Second); err != nil {
 				return err
 			}
 			continue
@@ -321,7 +322,7 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
 	}
 	if w.cfg.buildDelay > 0 {
-		if err := sleepCtx(ctx, w.cfg.buildDelay); err != nil {
+		if err := ctxutil.Sleep(ctx, w.cfg.buildDelay); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -412,7 +413,7 @@ func (w *worker) reportFailure(ctx context.Context, subj, id string, err error) 
 	if perr := w.nc.PublishMsg(msg); perr != nil {
 		w.log.Debug("failure report", "item", id, "err", perr)
 	}
-	return sleepCtx(ctx, failPause)
+	return ctxutil.Sleep(ctx, failPause)
 }
 
 // dataset returns the worker's dataset of a job's config, opening it (and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -419,7 +420,7 @@ func (w *workPlanner) publish(ctx context.Context, b []byte) error {
 			return err
 		}
 		w.log.Warn("work item not stored, retrying", "err", err)
-		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+		if err := ctxutil.Sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
