@@ -265,18 +265,8 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	if err != nil {
 		return proto.BatchMeta{}, err
 	}
-	img := ep.prep.Config.Image
-	mean, std := img.MeanStd()
-	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: step, DPRank: dp, MPRank: mp,
-		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
-	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
-	meta.Keep = pipeline.KeepColumns(ep.prep.Index)
-	if mod != proto.ModalityText {
-		meta.DType, meta.Resize = pipeline.PixelEncoding(img)
-		if img.Policy != "dynamic" {
-			meta.Shape = []int{3, img.Size, img.Size}
-		}
-	}
+	meta := ep.prep.BatchMeta(s.cfg.Job, ep.info.Epoch, mod, ep.prep.Config.Plan.Pack)
+	meta.Step, meta.DPRank, meta.MPRank = step, dp, mp
 	return meta, nil
 }
 
