@@ -181,7 +181,7 @@ func (pp *Preprocessor) decode(ctx context.Context, data []byte, epoch int, id s
 func (pp *Preprocessor) zeroRow(row proto.Row, ids []int32) proto.Row {
 	c := pp.prep.Config.Image
 	h, w := c.Size, c.Size
-	if c.Policy == "dynamic" { // one patch is the smallest valid image
+	if c.Policy == imgproc.PolicyDynamic { // one patch is the smallest valid image
 		h, w = c.PatchSize, c.PatchSize
 		row.ImageTokens = 1
 	}
