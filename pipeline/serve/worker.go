@@ -332,14 +332,8 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 	mem := memory.NewGoAllocator()
 	out := make([][]byte, len(it.Metas))
 	for mp, meta := range it.Metas {
-		rec, err := proto.BuildRecord(mem, meta, rows)
-		if err != nil {
-			return nil, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
-		}
-		out[mp], err = proto.EncodeIPC(rec)
-		rec.Release()
-		if err != nil {
-			return nil, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+		if out[mp], _, _, err = encodeRows(mem, meta, rows); err != nil {
+			return nil, 0, err
 		}
 	}
 	return out, time.Since(t0), nil
