@@ -318,8 +318,7 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
 				s.ID, ds.ds.Config.InputName(), ErrJobMismatch)
 		}
-		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entries[j], proto.Row{ID: s.ID, TextTokens: s.TextTokens,
-			ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight})
+		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entries[j], s.row())
 	}
 	if w.cfg.buildDelay > 0 {
 		if err := ctxutil.Sleep(ctx, w.cfg.buildDelay); err != nil {

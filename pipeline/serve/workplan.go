@@ -436,11 +436,8 @@ func (w *workPlanner) detectsHeavy() bool {
 func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost itemCost) (*batchItem, error) {
 	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]workSample, len(entries))}
-	f := src.feats
 	for i, e := range entries {
-		item := f.Items[e.Item]
-		it.Samples[i] = workSample{ID: f.Entry(int(e.Item)).ID, TextTokens: int32(item.TextTokens), ImageTokens: int32(item.ImageTokens),
-			Cost: plan.Config.Placement.StepCost(plan.Config.Model.Cost(item)), Weight: e.Weight}
+		it.Samples[i] = sampleOf(pipeline.PlannedRow(src.feats, plan, e))
 	}
 	for mp := range w.mp {
 		meta, err := src.meta(step, dp*w.mp+mp)
