@@ -56,7 +56,7 @@ type PartitionConfig struct {
 	Pack bool `json:"pack,omitempty"`
 	// PP is the trainer's pipeline stages (0 or 1: none). Above 1 a rank's
 	// step costs (Σ micro-batch + (PP − 1) × costliest micro-batch) / PP
-	// (pipeline.go), and Partition also levels micro-batches within ranks.
+	// (pipecost.go), and Partition also levels micro-batches within ranks.
 	PP int `json:"pp,omitempty"`
 }
 
