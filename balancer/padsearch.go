@@ -94,18 +94,8 @@ func (jb *job) padSearch(sc *padScratch) {
 // of rank a and those of rank b (b == a: within a), counting the exchanges it
 // evaluates in evals.
 func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int) exchange {
+	ps := jb.newPadSearch(sc, a, b, evals)
 	m := jb.cfg.MicroBatches
-	pl := jb.cfg.Placement
-	bud := jb.cfg.Budget
-	limited := !bud.Unlimited()
-	bar := sc.step[a] * (1 - minGain)
-	// An exchange that keeps the pair's maximum but lowers its total (less
-	// padding computed) is taken too: padding is the secondary objective.
-	totalBar := sc.step[a] * (1 - minGain)
-	if a != b {
-		totalBar = (sc.step[a] + sc.step[b]) * (1 - minGain)
-	}
-	var best exchange
 	for g := a * m; g < (a+1)*m; g++ {
 		gg := &sc.groups[g]
 		for xi, i := range gg.members {
@@ -115,102 +105,161 @@ func (jb *job) bestPadExchange(sc *padScratch, a, b int, swaps bool, evals *int)
 				if h == g {
 					continue
 				}
-				hh := &sc.groups[h]
-				base := sc.rank[a].Sub(gg.cost)
-				other := sc.rank[b].Sub(hh.cost)
-				if a == b {
-					base = base.Sub(hh.cost)
-				}
-				// first prices g's side (rank a) after the exchange; it
-				// reports false when the exchange cannot win (a gets heavier
-				// than it is, or than best).
-				first := func(ng mbShape) (Cost, float64, bool) {
-					*evals++
-					cg := jb.padCost(ng)
-					if a == b {
-						return cg, 0, true
-					}
-					na := pl.StepCost(base.Add(cg))
-					return cg, na, !(na > sc.step[a] || (best.ok && na > best.score))
-				}
-				// second prices h's side and keeps the exchange if it is the best.
-				second := func(cg Cost, na float64, nh mbShape, xj int) {
-					var score, total float64
-					if a == b {
-						score = pl.StepCost(base.Add(cg).Add(jb.padCost(nh)))
-						total = score
-					} else {
-						nb := pl.StepCost(other.Add(jb.padCost(nh)))
-						score, total = max(na, nb), na+nb
-					}
-					if score >= bar && (score > sc.step[a] || total >= totalBar) {
-						return
-					}
-					if e := (exchange{g: g, h: h, xi: xi, xj: xj, score: score, total: total, ok: true}); e.better(best) {
-						best = e
-					}
-				}
-				if len(gg.members) > 1 {
-					nh := hh.shape().with(it)
-					if bud.Fits(gw.count, gw.maxL, gw.sumP) && bud.Fits(nh.count, nh.maxL, nh.sumP) {
-						if cg, na, ok := first(gw); ok {
-							second(cg, na, nh, -1)
-						}
-					}
-				}
-				if !swaps {
-					continue
-				}
-				// When a group's cost cannot fall as its maxima grow
-				// (jb.growingCost), no swap leaves g cheaper than g without i
-				// at its old count: if that already makes rank a heavier than
-				// it is or than best, first refuses every swap with h, which
-				// are then only counted.
-				countOnly := false
-				if a != b && jb.growingCost {
-					floor := pl.StepCost(base.Add(jb.padCost(mbShape{count: len(gg.members), maxL: gw.maxL, maxP: gw.maxP})))
-					countOnly = floor > sc.step[a] || (best.ok && floor > best.score)
-				}
-				// With a cost blind to complexity (jb.shapePriced) a swap is
-				// priced by the new groups' longest L and largest P alone: a
-				// swap that leaves them as the previous one did scores the
-				// same, and loses the tie to it (the earlier index), so it is
-				// counted but not priced again.
-				var prev [4]int
-				priced := false
-				for xj, j := range hh.members {
-					jt := &jb.items[j]
-					if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
-						(a != b || *jt == it) {
-						continue // j costs a at least what i did (padded costs grow with L, P, complexity)
-					}
-					// The new groups' longest L and their budget fields,
-					// before their shapes are built.
-					ngL, nhL := max(gw.maxL, jt.TextTokens), max(hh.maxWithout(jt.TextTokens), it.TextTokens)
-					if limited && (!bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens)) {
-						continue
-					}
-					if countOnly {
-						*evals++
-						continue
-					}
-					ngP, nhP := max(gw.maxP, jt.ImageTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
-					if jb.shapePriced {
-						key := [4]int{ngL, ngP, nhL, nhP}
-						if priced && key == prev {
-							*evals++
-							continue
-						}
-						prev, priced = key, true
-					}
-					if cg, na, ok := first(gw.with(*jt)); ok {
-						second(cg, na, hh.without(*jt).with(it), xj)
-					}
+				pr := ps.pair(g, h, xi, it, gw)
+				ps.tryMove(&pr)
+				if swaps {
+					ps.trySwaps(&pr)
 				}
 			}
 		}
 	}
-	return best
+	return ps.best
+}
+
+// padSearch is one bestPadExchange: the two ranks, the bars an exchange must
+// pass and the best exchange so far.
+type padSearch struct {
+	jb      *job
+	sc      *padScratch
+	a, b    int
+	pl      Placement
+	bud     Budget
+	limited bool
+	bar     float64
+	// An exchange that keeps the pair's maximum but lowers its total (less
+	// padding computed) is taken too: padding is the secondary objective.
+	totalBar float64
+	evals    *int
+	best     exchange
+}
+
+func (jb *job) newPadSearch(sc *padScratch, a, b int, evals *int) padSearch {
+	ps := padSearch{jb: jb, sc: sc, a: a, b: b, pl: jb.cfg.Placement, bud: jb.cfg.Budget, evals: evals}
+	ps.limited = !ps.bud.Unlimited()
+	ps.bar = sc.step[a] * (1 - minGain)
+	ps.totalBar = sc.step[a] * (1 - minGain)
+	if a != b {
+		ps.totalBar = (sc.step[a] + sc.step[b]) * (1 - minGain)
+	}
+	return ps
+}
+
+// padPair is member xi (item it) of group g, to move to or swap with a
+// member of group h: gw is g without it, base and other the costs of ranks
+// a and b without g and h.
+type padPair struct {
+	g, h, xi    int
+	gg, hh      *group
+	it          Item
+	gw          mbShape
+	base, other Cost
+}
+
+func (ps *padSearch) pair(g, h, xi int, it Item, gw mbShape) padPair {
+	pr := padPair{g: g, h: h, xi: xi, gg: &ps.sc.groups[g], hh: &ps.sc.groups[h], it: it, gw: gw}
+	pr.base = ps.sc.rank[ps.a].Sub(pr.gg.cost)
+	pr.other = ps.sc.rank[ps.b].Sub(pr.hh.cost)
+	if ps.a == ps.b {
+		pr.base = pr.base.Sub(pr.hh.cost)
+	}
+	return pr
+}
+
+// first prices g's side (rank a) after the exchange; it reports false when
+// the exchange cannot win (a gets heavier than it is, or than best).
+func (ps *padSearch) first(pr *padPair, ng mbShape) (Cost, float64, bool) {
+	*ps.evals++
+	cg := ps.jb.padCost(ng)
+	if ps.a == ps.b {
+		return cg, 0, true
+	}
+	na := ps.pl.StepCost(pr.base.Add(cg))
+	return cg, na, !(na > ps.sc.step[ps.a] || (ps.best.ok && na > ps.best.score))
+}
+
+// second prices h's side and keeps the exchange if it is the best.
+func (ps *padSearch) second(pr *padPair, cg Cost, na float64, nh mbShape, xj int) {
+	var score, total float64
+	if ps.a == ps.b {
+		score = ps.pl.StepCost(pr.base.Add(cg).Add(ps.jb.padCost(nh)))
+		total = score
+	} else {
+		nb := ps.pl.StepCost(pr.other.Add(ps.jb.padCost(nh)))
+		score, total = max(na, nb), na+nb
+	}
+	if score >= ps.bar && (score > ps.sc.step[ps.a] || total >= ps.totalBar) {
+		return
+	}
+	if e := (exchange{g: pr.g, h: pr.h, xi: pr.xi, xj: xj, score: score, total: total, ok: true}); e.better(ps.best) {
+		ps.best = e
+	}
+}
+
+// tryMove prices moving it from g to h.
+func (ps *padSearch) tryMove(pr *padPair) {
+	if len(pr.gg.members) <= 1 {
+		return
+	}
+	nh := pr.hh.shape().with(pr.it)
+	if ps.bud.Fits(pr.gw.count, pr.gw.maxL, pr.gw.sumP) && ps.bud.Fits(nh.count, nh.maxL, nh.sumP) {
+		if cg, na, ok := ps.first(pr, pr.gw); ok {
+			ps.second(pr, cg, na, nh, -1)
+		}
+	}
+}
+
+// trySwaps prices swapping it with each member of h.
+func (ps *padSearch) trySwaps(pr *padPair) {
+	jb, gw, hh, it := ps.jb, pr.gw, pr.hh, pr.it
+	countOnly := ps.swapsCountOnly(pr)
+	// With a cost blind to complexity (jb.shapePriced) a swap is
+	// priced by the new groups' longest L and largest P alone: a
+	// swap that leaves them as the previous one did scores the
+	// same, and loses the tie to it (the earlier index), so it is
+	// counted but not priced again.
+	var prev [4]int
+	priced := false
+	for xj, j := range hh.members {
+		jt := &jb.items[j]
+		if jt.TextTokens >= it.TextTokens && jt.ImageTokens >= it.ImageTokens && jt.Complexity >= it.Complexity &&
+			(ps.a != ps.b || *jt == it) {
+			continue // j costs a at least what i did (padded costs grow with L, P, complexity)
+		}
+		// The new groups' longest L and their budget fields,
+		// before their shapes are built.
+		ngL, nhL := max(gw.maxL, jt.TextTokens), max(hh.maxWithout(jt.TextTokens), it.TextTokens)
+		if ps.limited && (!ps.bud.Fits(gw.count+1, ngL, gw.sumP+jt.ImageTokens) || !ps.bud.Fits(len(hh.members), nhL, hh.sumP-jt.ImageTokens+it.ImageTokens)) {
+			continue
+		}
+		if countOnly {
+			*ps.evals++
+			continue
+		}
+		ngP, nhP := max(gw.maxP, jt.ImageTokens), max(hh.maxPWithout(jt.ImageTokens), it.ImageTokens)
+		if jb.shapePriced {
+			key := [4]int{ngL, ngP, nhL, nhP}
+			if priced && key == prev {
+				*ps.evals++
+				continue
+			}
+			prev, priced = key, true
+		}
+		if cg, na, ok := ps.first(pr, gw.with(*jt)); ok {
+			ps.second(pr, cg, na, hh.without(*jt).with(it), xj)
+		}
+	}
+}
+
+// swapsCountOnly: when a group's cost cannot fall as its maxima grow
+// (jb.growingCost), no swap leaves g cheaper than g without i at its old
+// count: if that already makes rank a heavier than it is or than best,
+// first refuses every swap with h, which are then only counted.
+func (ps *padSearch) swapsCountOnly(pr *padPair) bool {
+	if ps.a == ps.b || !ps.jb.growingCost {
+		return false
+	}
+	floor := ps.pl.StepCost(pr.base.Add(ps.jb.padCost(mbShape{count: len(pr.gg.members), maxL: pr.gw.maxL, maxP: pr.gw.maxP})))
+	return floor > ps.sc.step[ps.a] || (ps.best.ok && floor > ps.best.score)
 }
 
 // with returns s after adding it.

@@ -80,97 +80,124 @@ func (p *Plan) Stats() []StepStats {
 	return out
 }
 
+// stepAcc is what stepStats gathers over a step's micro-batches.
+type stepAcc struct {
+	entries []Cost      // every entry's cost
+	slot    []float64   // per micro-batch position, the slowest rank's cost
+	real    Cost        // Σ over real entries
+	mbCost  [][]float64 // per rank, its micro-batches' step costs
+	sum     float64     // Σ over ranks of their cost
+}
+
 func (p *Plan) stepStats(m CostModel, s Step) StepStats {
 	st := StepStats{Step: s.Index, RankCost: make([]float64, len(s.Ranks))}
-	var sum float64
-	var entries []Cost
-	pl := p.Config.Placement
-	pack := p.Config.Pack
-	var slot []float64 // per micro-batch position, the slowest rank's cost
-	var real Cost      // Σ over real entries
-	mbCost := make([][]float64, len(s.Ranks))
+	acc := stepAcc{mbCost: make([][]float64, len(s.Ranks))}
 	for r, rank := range s.Ranks {
-		var c Cost
-		for j, mb := range rank {
-			longest, sumL := 0, 0
-			for _, e := range mb {
-				it := p.items[e.Item]
-				ec := m.Cost(it)
-				entries = append(entries, ec)
-				longest = max(longest, it.TextTokens)
-				sumL += it.TextTokens
-				if e.Weight > 0 {
-					st.RealCost += ec.Total()
-					real = real.Add(ec)
-					st.RealTokens += int64(it.TextTokens)
-					st.Samples++
-				} else {
-					st.Padding++
-				}
-			}
-			if pack {
-				st.PaddedTokens += int64(sumL)
-			} else {
-				st.PaddedTokens += int64(len(mb)) * int64(longest)
-			}
-			mc := m.MicroBatchCost(p.MicroBatchFeatures(mb), pack)
-			st.PaddedCost += mc.Total()
-			c = c.Add(mc)
-			if j == len(slot) {
-				slot = append(slot, 0)
-			}
-			slot[j] = max(slot[j], pl.StepCost(mc))
-			mbCost[r] = append(mbCost[r], pl.StepCost(mc))
-		}
-		st.RankCost[r] = pl.StepCost(c)
+		st.RankCost[r] = p.Config.Placement.StepCost(p.rankStats(m, rank, r, &st, &acc))
 		st.MaxCost = max(st.MaxCost, st.RankCost[r])
-		sum += st.RankCost[r]
+		acc.sum += st.RankCost[r]
 	}
+	p.stepCosts(&st, &acc, len(s.Ranks))
+	p.stepBounds(m, &st, &acc, len(s.Ranks))
+	return st
+}
+
+// rankStats adds rank r's micro-batches to st and acc and returns the
+// rank's cost (its micro-batches' sum).
+func (p *Plan) rankStats(m CostModel, rank []MicroBatch, r int, st *StepStats, acc *stepAcc) Cost {
+	pl, pack := p.Config.Placement, p.Config.Pack
+	var c Cost
+	for j, mb := range rank {
+		longest, sumL := p.entryStats(m, mb, st, acc)
+		if pack {
+			st.PaddedTokens += int64(sumL)
+		} else {
+			st.PaddedTokens += int64(len(mb)) * int64(longest)
+		}
+		mc := m.MicroBatchCost(p.MicroBatchFeatures(mb), pack)
+		st.PaddedCost += mc.Total()
+		c = c.Add(mc)
+		if j == len(acc.slot) {
+			acc.slot = append(acc.slot, 0)
+		}
+		acc.slot[j] = max(acc.slot[j], pl.StepCost(mc))
+		acc.mbCost[r] = append(acc.mbCost[r], pl.StepCost(mc))
+	}
+	return c
+}
+
+// entryStats adds the entries of micro-batch mb to st and acc and returns
+// its longest caption and the sum of its caption lengths.
+func (p *Plan) entryStats(m CostModel, mb MicroBatch, st *StepStats, acc *stepAcc) (longest, sumL int) {
+	for _, e := range mb {
+		it := p.items[e.Item]
+		ec := m.Cost(it)
+		acc.entries = append(acc.entries, ec)
+		longest = max(longest, it.TextTokens)
+		sumL += it.TextTokens
+		if e.Weight > 0 {
+			st.RealCost += ec.Total()
+			acc.real = acc.real.Add(ec)
+			st.RealTokens += int64(it.TextTokens)
+			st.Samples++
+		} else {
+			st.Padding++
+		}
+	}
+	return longest, sumL
+}
+
+// stepCosts sets the step's cost (MaxCost, under micro-batch sync and
+// pipelining), the ranks' mean and the ideal cost of a step of dp ranks.
+func (p *Plan) stepCosts(st *StepStats, acc *stepAcc, dp int) {
 	if p.Config.Sync == SyncMicroBatch {
 		var synced float64
-		for _, c := range slot {
+		for _, c := range acc.slot {
 			synced += c
 		}
 		st.MaxCost = max(st.MaxCost, synced)
 	}
 	pp := max(p.Config.PP, 1)
 	if pp > 1 { // pipelined: a replica's step is its micro-batches' flow through pp stages
-		sum = 0
-		for r, mbs := range mbCost {
+		acc.sum = 0
+		for r, mbs := range acc.mbCost {
 			st.RankCost[r] = PipelineRankCost(mbs, pp)
-			sum += st.RankCost[r]
+			acc.sum += st.RankCost[r]
 		}
-		st.MaxCost = PipelineStepCost(mbCost, pp, p.Config.Sync)
+		st.MaxCost = PipelineStepCost(acc.mbCost, pp, p.Config.Sync)
 	}
-	if len(s.Ranks) > 0 {
-		st.MeanCost = sum / float64(len(s.Ranks))
+	if dp > 0 { // pp stages share a replica's work
+		st.MeanCost = acc.sum / float64(dp)
+		rc := acc.real
+		st.IdealCost = (p.Config.Placement.StepCost(Cost{Vision: rc.Vision, Text: rc.Text}) + rc.Fusion) / float64(dp) / float64(pp)
 	}
-	if dp := float64(len(s.Ranks)); dp > 0 { // pp stages share a replica's work
-		st.IdealCost = (pl.StepCost(Cost{Vision: real.Vision, Text: real.Text}) + real.Fusion) / dp / float64(pp)
-	}
+}
+
+// stepBounds sets the step's cost lower bound and its imbalance with the
+// imbalance's lower bound.
+func (p *Plan) stepBounds(m CostModel, st *StepStats, acc *stepAcc, dp int) {
+	pl, pack, pp := p.Config.Placement, p.Config.Pack, max(p.Config.PP, 1)
 	var overhead Cost
 	if pack {
 		overhead = m.MicroBatchOverhead
 	}
-	st.CostLowerBound = StepCostLowerBound(entries, len(s.Ranks), len(slot), pl, p.Config.Sync, overhead)
+	st.CostLowerBound = StepCostLowerBound(acc.entries, dp, len(acc.slot), pl, p.Config.Sync, overhead)
 	var maxEntry float64 // the costliest micro-batch costs at least this (pipeline bounds)
 	if pp > 1 {
-		for _, e := range entries {
+		for _, e := range acc.entries {
 			maxEntry = max(maxEntry, pl.StepCost(e.Add(overhead)))
 		}
-		st.CostLowerBound = pipelineLowerBound(st.CostLowerBound, maxEntry, len(slot), pp, p.Config.Sync)
+		st.CostLowerBound = pipelineLowerBound(st.CostLowerBound, maxEntry, len(acc.slot), pp, p.Config.Sync)
 	}
 	st.Imbalance, st.ImbalanceLowerBound = 1, 1
 	if st.MeanCost > 0 {
 		st.Imbalance = st.MaxCost / st.MeanCost
-		lb := pipelineLowerBound(RankCostLowerBound(entries, len(s.Ranks), p.Config.Placement), maxEntry,
-			len(slot), pp, SyncStep)
+		lb := pipelineLowerBound(RankCostLowerBound(acc.entries, dp, pl), maxEntry, len(acc.slot), pp, SyncStep)
 		if pack {
 			lb = st.CostLowerBound // the mean is the split's own: a bound on Imbalance
 		}
 		st.ImbalanceLowerBound = max(1, lb/st.MeanCost)
 	}
-	return st
 }
 
 // ImbalanceTarget is the per-step imbalance the quality target asks of p99

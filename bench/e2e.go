@@ -80,14 +80,7 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 	parts := os.Getenv("MMFEED_E2E_PARTS")
 	out := map[string]float64{}
 	var groups []balancer.StepTimeGroup
-	only := os.Getenv("MMFEED_E2E_CASES")
-	var selected []e2eCase
-	for _, c := range cases {
-		if (parts == "" || strings.Contains(parts, "steps")) && (only == "" || slices.Contains(strings.Split(only, ","), c.label)) {
-			selected = append(selected, c)
-		}
-	}
-	runs, err := runE2ECases(env, selected, st)
+	runs, err := runE2ECases(env, selectE2ECases(cases, parts, os.Getenv("MMFEED_E2E_CASES")), st)
 	if err != nil {
 		return nil, err
 	}
@@ -100,52 +93,9 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 		printE2ETable(c, res)
 		g := balancer.StepTimeGroup{Title: c.title}
 		for _, s := range e2eStrategies {
-			r := res[s.String()]
-			k := fmt.Sprintf("e2e_%s_%s_", c.label, s)
-			out[k+"step_ms_mean"] = 1e3 * r.StepMean
-			out[k+"step_ms_p50"] = 1e3 * r.StepP50
-			out[k+"step_ms_p99"] = 1e3 * r.StepP99
-			out[k+"idle_ms_mean"] = 1e3 * r.IdleMean
-			out[k+"sync_ms_mean"] = 1e3 * r.SyncMean
-			out[k+"data_wait_fraction"] = r.DataWaitFraction
-			out[k+"padding_eff"] = r.PaddingEff
-			out[k+"imb_predicted"] = r.ImbPredicted
-			out[k+"imb_measured"] = r.ImbMeasured
-			if r.ImbPredicted > 0 {
-				// The plan's predicted imbalance is the FLOP prior's.
-				out[k+"imb_measured_over_predicted"] = r.ImbMeasured / r.ImbPredicted
-			}
-			if r.ImbCalibratedRatio > 0 {
-				// After calibration (calibratedImbalance: refit on the other round's rank-steps).
-				out[k+"imb_measured_over_calibrated"] = r.ImbCalibratedRatio
-				out[k+"calib_fit_mean_rel_err"] = r.CalibFitErr
-			}
-			g.Runs = append(g.Runs, balancer.StepTimes{Strategy: s.String(), Seconds: r.StepSeconds,
-				IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured})
+			g.Runs = append(g.Runs, e2eStrategyFigures(out, c, s, res[s.String()]))
 		}
-		mm, rnd := res[balancer.StrategyMmfeed.String()], res[balancer.StrategyRandom.String()]
-		if packed := res[e2eVariant{balancer.StrategyMmfeed, true}.String()]; packed.StepMean > 0 {
-			ratio := rnd.StepMean / packed.StepMean
-			out["e2e_step_time_random_over_mmfeed_packed_"+c.label] = ratio
-			if packed.ImbPredicted > 0 {
-				out["e2e_packed_"+c.label+"_imb_measured_over_prior"] = packed.ImbMeasured / packed.ImbPredicted
-			}
-			if packed.ImbCalibratedRatio > 0 {
-				// The key: measured over predicted imbalance after calibration.
-				out["e2e_packed_"+c.label+"_imb_measured_over_predicted"] = packed.ImbCalibratedRatio
-				fmt.Printf("   packed (%s): measured / predicted imbalance after calibration %.4f (fit error %.1f%%), FLOP prior %.4f\n",
-					c.label, packed.ImbCalibratedRatio, 100*packed.CalibFitErr, packed.ImbMeasured/packed.ImbPredicted)
-			}
-			fmt.Printf("   step time random (padded) / mmfeed packed (%s): mean %.3f×\n", c.label, ratio)
-		}
-		if mm.StepMean > 0 {
-			ratio := rnd.StepMean / mm.StepMean
-			out["e2e_step_time_random_over_mmfeed_"+c.label] = ratio
-			out["e2e_step_time_random_over_mmfeed_"+c.label+"_median"] = rnd.StepP50 / mm.StepP50
-			out["e2e_compute_random_over_mmfeed_"+c.label] = rnd.ComputeMean / mm.ComputeMean
-			fmt.Printf("   step time random / mmfeed (%s): mean %.3f×, median %.3f×; rank compute %.3f×\n",
-				c.label, ratio, rnd.StepP50/mm.StepP50, rnd.ComputeMean/mm.ComputeMean)
-		}
+		e2eRatios(out, c, res)
 		groups = append(groups, g)
 	}
 	if parts == "" || strings.Contains(parts, "calib") {
@@ -161,6 +111,73 @@ func benchE2E(env *benchEnv) (map[string]float64, error) {
 		}
 	}
 	return out, nil
+}
+
+// selectE2ECases returns the cases to run for the strategy comparison:
+// none unless parts is empty or names "steps"; those whose label only
+// lists (comma-separated), or all when only is empty.
+func selectE2ECases(cases []e2eCase, parts, only string) []e2eCase {
+	var selected []e2eCase
+	for _, c := range cases {
+		if (parts == "" || strings.Contains(parts, "steps")) && (only == "" || slices.Contains(strings.Split(only, ","), c.label)) {
+			selected = append(selected, c)
+		}
+	}
+	return selected
+}
+
+// e2eStrategyFigures adds case c's figures of strategy s (result r) to out
+// and returns its runs for the step-time page.
+func e2eStrategyFigures(out map[string]float64, c e2eCase, s e2eVariant, r e2eResult) balancer.StepTimes {
+	k := fmt.Sprintf("e2e_%s_%s_", c.label, s)
+	out[k+"step_ms_mean"] = 1e3 * r.StepMean
+	out[k+"step_ms_p50"] = 1e3 * r.StepP50
+	out[k+"step_ms_p99"] = 1e3 * r.StepP99
+	out[k+"idle_ms_mean"] = 1e3 * r.IdleMean
+	out[k+"sync_ms_mean"] = 1e3 * r.SyncMean
+	out[k+"data_wait_fraction"] = r.DataWaitFraction
+	out[k+"padding_eff"] = r.PaddingEff
+	out[k+"imb_predicted"] = r.ImbPredicted
+	out[k+"imb_measured"] = r.ImbMeasured
+	if r.ImbPredicted > 0 {
+		// The plan's predicted imbalance is the FLOP prior's.
+		out[k+"imb_measured_over_predicted"] = r.ImbMeasured / r.ImbPredicted
+	}
+	if r.ImbCalibratedRatio > 0 {
+		// After calibration (calibratedImbalance: refit on the other round's rank-steps).
+		out[k+"imb_measured_over_calibrated"] = r.ImbCalibratedRatio
+		out[k+"calib_fit_mean_rel_err"] = r.CalibFitErr
+	}
+	return balancer.StepTimes{Strategy: s.String(), Seconds: r.StepSeconds,
+		IdleFraction: r.IdleFraction, ImbalancePredicted: r.ImbPredicted, ImbalanceMeasured: r.ImbMeasured}
+}
+
+// e2eRatios adds case c's step-time ratios of random over mmfeed (padded
+// and packed) to out and prints them.
+func e2eRatios(out map[string]float64, c e2eCase, res map[string]e2eResult) {
+	mm, rnd := res[balancer.StrategyMmfeed.String()], res[balancer.StrategyRandom.String()]
+	if packed := res[e2eVariant{balancer.StrategyMmfeed, true}.String()]; packed.StepMean > 0 {
+		ratio := rnd.StepMean / packed.StepMean
+		out["e2e_step_time_random_over_mmfeed_packed_"+c.label] = ratio
+		if packed.ImbPredicted > 0 {
+			out["e2e_packed_"+c.label+"_imb_measured_over_prior"] = packed.ImbMeasured / packed.ImbPredicted
+		}
+		if packed.ImbCalibratedRatio > 0 {
+			// The key: measured over predicted imbalance after calibration.
+			out["e2e_packed_"+c.label+"_imb_measured_over_predicted"] = packed.ImbCalibratedRatio
+			fmt.Printf("   packed (%s): measured / predicted imbalance after calibration %.4f (fit error %.1f%%), FLOP prior %.4f\n",
+				c.label, packed.ImbCalibratedRatio, 100*packed.CalibFitErr, packed.ImbMeasured/packed.ImbPredicted)
+		}
+		fmt.Printf("   step time random (padded) / mmfeed packed (%s): mean %.3f×\n", c.label, ratio)
+	}
+	if mm.StepMean > 0 {
+		ratio := rnd.StepMean / mm.StepMean
+		out["e2e_step_time_random_over_mmfeed_"+c.label] = ratio
+		out["e2e_step_time_random_over_mmfeed_"+c.label+"_median"] = rnd.StepP50 / mm.StepP50
+		out["e2e_compute_random_over_mmfeed_"+c.label] = rnd.ComputeMean / mm.ComputeMean
+		fmt.Printf("   step time random / mmfeed (%s): mean %.3f×, median %.3f×; rank compute %.3f×\n",
+			c.label, ratio, rnd.StepP50/mm.StepP50, rnd.ComputeMean/mm.ComputeMean)
+	}
 }
 
 // e2eCases: a generated corpus with strong skew, one without skew, and the real corpus

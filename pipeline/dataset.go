@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
@@ -201,7 +202,7 @@ func (d *Dataset) features(ctx context.Context) (*featureLoad, error) {
 	for {
 		d.mu.Lock()
 		l := d.load
-		run := l == nil || (isClosed(l.done) && l.err != nil)
+		run := l == nil || (ctxutil.Closed(l.done) && l.err != nil)
 		if run {
 			l = &featureLoad{done: make(chan struct{})}
 			d.load = l
@@ -257,13 +258,4 @@ func (d *Dataset) FeaturePasses() int { return int(d.passes.Load()) }
 // (a worker's batch items): no epoch, rejects to d.Quarantine.
 func (d *Dataset) Preprocessor() *Preprocessor {
 	return newPreprocessor(&Prepared{Config: d.Config, Index: d.Index, Quarantine: d.Quarantine, Tokenizer: d.Tokenizer, ds: d}, d.proc)
-}
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }

@@ -74,4 +74,14 @@
 // Prepare) with an AllQuarantinedError wrapping ErrAllQuarantined: the most frequent
 // reason, its count, one example and the flag that fixes it (allquarantined.go), so
 // `shard`, `report` and `serve` exit non-zero instead of writing nothing.
+//
+// One builder per fact (issue 24): a fact that several jobs share is built by one function.
+// Prepared.BatchMeta is the batch metadata of a job (tokenizer, kept columns, packing,
+// normalization, pixel encoding and shape, none under imgproc.PolicyDynamic) for shard files
+// (which set the store's dtype), served batches (which set the step and the ranks) and shard
+// work items alike; PlannedRow is a plan entry's row before preprocessing (id, token counts,
+// step cost, weight), which Preprocessor.Run preprocesses here and a serve batch item
+// carries to a worker; serve's encodeRows builds and encodes every micro-batch payload, the
+// publisher's and the worker's. Waits shared with proto and serve (a pause that ends with
+// its context, a non-blocking done test) are internal/ctxutil's Sleep and Closed.
 package pipeline

@@ -134,10 +134,18 @@ func (pp *Preprocessor) Run(ctx context.Context, plan *balancer.Plan, emit func(
 
 // row preprocesses one plan entry.
 func (pp *Preprocessor) row(ctx context.Context, plan *balancer.Plan, e balancer.Entry) proto.Row {
-	f := pp.prep.Features
-	ent, it := f.Entry(int(e.Item)), f.Items[e.Item]
+	f := &pp.prep.Features
+	return pp.Row(ctx, f.Entry(int(e.Item)), PlannedRow(f, plan, e))
+}
+
+// PlannedRow is entry e's row as plan has it, before preprocessing: the
+// sample's id and token counts (f's), its step cost under the plan's model
+// and placement, and its weight. The one builder of it for local and
+// remote preprocessing (a worker's batch item carries these fields).
+func PlannedRow(f *Features, plan *balancer.Plan, e balancer.Entry) proto.Row {
+	it := f.Items[e.Item]
 	cost := plan.Config.Placement.StepCost(plan.Config.Model.Cost(it))
-	return pp.Row(ctx, ent, proto.Row{ID: ent.ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight})
+	return proto.Row{ID: f.Entry(int(e.Item)).ID, TextTokens: int32(it.TextTokens), ImageTokens: int32(it.ImageTokens), Cost: cost, Weight: e.Weight}
 }
 
 // process tokenizes the caption and decodes, resizes and normalizes the image of ent.
@@ -181,7 +189,7 @@ func (pp *Preprocessor) decode(ctx context.Context, data []byte, epoch int, id s
 func (pp *Preprocessor) zeroRow(row proto.Row, ids []int32) proto.Row {
 	c := pp.prep.Config.Image
 	h, w := c.Size, c.Size
-	if c.Policy == "dynamic" { // one patch is the smallest valid image
+	if c.Policy == imgproc.PolicyDynamic { // one patch is the smallest valid image
 		h, w = c.PatchSize, c.PatchSize
 		row.ImageTokens = 1
 	}

@@ -92,18 +92,12 @@ type shardWriter struct {
 	reused      int
 }
 
+// batchMeta is the metadata of the run's batches: the job's
+// (Prepared.BatchMeta) as job "shard", with the store's pixel dtype.
 func (w *shardWriter) batchMeta() proto.BatchMeta {
-	img := w.prep.Config.Image
-	mean, std := img.MeanStd()
-	m := proto.BatchMeta{Job: "shard", Epoch: w.plan.Config.Epoch, Modality: proto.ModalityAll, DType: img.DType, Mean: mean, Std: std,
-		Pack: w.plan.Config.Pack}
-	m.VocabSize, m.PadID = TokenizerMeta(w.prep.Tokenizer)
-	m.Keep = KeepColumns(w.prep.Index)
+	m := w.prep.BatchMeta("shard", w.plan.Config.Epoch, proto.ModalityAll, w.plan.Config.Pack)
 	if w.o.Store == StoreJPEG {
 		m.DType = proto.DTypeJPEG
-	}
-	if img.Policy != imgproc.PolicyDynamic {
-		m.Shape = []int{3, img.Size, img.Size}
 	}
 	return m
 }

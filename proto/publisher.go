@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
 // PublisherConfig configures a Publisher.
@@ -115,7 +117,7 @@ func (p *Publisher) Publish(ctx context.Context, key BatchKey, gen int, payload 
 		}
 		st.Retries += len(failed)
 		todo = failed
-		if err := sleepCtx(ctx, backoff); err != nil {
+		if err := ctxutil.Sleep(ctx, backoff); err != nil {
 			return st, fmt.Errorf("proto: publish %v: %d of %d chunks unacknowledged: %w", key, len(todo), len(msgs), err)
 		}
 		backoff = min(2*backoff, p.cfg.RetryMax)
@@ -240,16 +242,4 @@ func retryable(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) ||
 		errors.Is(err, jetstream.ErrTooManyStalledMsgs)
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

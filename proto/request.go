@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
 // RegisterAttempt is how long RegisterRank waits for one answer before it
@@ -68,7 +70,7 @@ func requestAgain(ctx context.Context, nc *nats.Conn, subj string, data []byte, 
 			return nil, ctx.Err()
 		case errors.Is(err, errReconnected), errors.Is(err, context.DeadlineExceeded):
 		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrReconnectBufExceeded):
-			if err := sleepCtx(ctx, pause); err != nil {
+			if err := ctxutil.Sleep(ctx, pause); err != nil {
 				return nil, err
 			}
 			pause = min(2*pause, 2*time.Second)

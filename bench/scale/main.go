@@ -54,23 +54,9 @@ func main() {
 		}
 		defer os.RemoveAll(dir)
 	}
-	var runs []*scalesim.Scenario
-	for _, s := range strings.Split(*ns, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			log.Fatalf("-n: %v", err)
-		}
-		sc := &scalesim.Scenario{N: n, Servers: 3, Steps: *steps, Epochs: *epochs, KillLeaderAt: -1}
-		if n > *single {
-			sc.Servers, sc.Steps = 1, *bigSteps
-		}
-		// Mid second epoch, leaving the steps that a rank's window (2 steps)
-		// does not hide before the end.
-		sc.RestartNATSAt = min(sc.Steps+sc.Steps/2, sc.Steps*sc.Epochs-4)
-		runs = append(runs, sc)
-	}
-	if *failover > 0 {
-		runs = append(runs, &scalesim.Scenario{N: *failover, Servers: 3, Steps: *steps, Epochs: *epochs, RestartNATSAt: -1, KillLeaderAt: *steps / 2})
+	runs, err := ladder(*ns, *single, *steps, *bigSteps, *epochs, *failover)
+	if err != nil {
+		log.Fatal(err)
 	}
 	results := map[string]float64{}
 	if b, err := os.ReadFile(*out); err == nil {
@@ -81,25 +67,7 @@ func main() {
 	for i, sc := range runs {
 		sc.Bin, sc.NATSBin, sc.PerRank, sc.MicroBatches, sc.Workers, sc.Strategy = *bin, natsBin, 4, 2, *workers, *strategy
 		sc.Dir, sc.Log = filepath.Join(dir, fmt.Sprintf("run%d-n%d", i, sc.N)), os.Stderr
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-		t0 := time.Now()
-		f, err := sc.Run(ctx)
-		cancel()
-		if err != nil {
-			log.Printf("N=%d: %v", sc.N, err)
-			if f == nil {
-				continue
-			}
-		}
-		prefix := fmt.Sprintf("scale_n%d_", sc.N)
-		if sc.KillLeaderAt >= 0 {
-			prefix = fmt.Sprintf("scale_failover_n%d_", sc.N)
-		}
-		m := f.Map(prefix)
-		maps.Copy(results, m)
-		results[prefix+"servers"] = float64(sc.Servers)
-		log.Printf("N=%d done in %v", sc.N, time.Since(t0).Round(time.Second))
-		printFigures(prefix, m)
+		runScenario(sc, results)
 	}
 	load, _ = os.ReadFile("/proc/loadavg")
 	fmt.Printf("load after: %s", load)
@@ -110,6 +78,57 @@ func main() {
 	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// ladder returns the scenarios of the rank counts ns (comma-separated),
+// each restarting a nats-server mid second epoch, and the failover run at
+// failover ranks (0: none). Above single ranks a run has one server and
+// bigSteps steps.
+func ladder(ns string, single, steps, bigSteps, epochs, failover int) ([]*scalesim.Scenario, error) {
+	var runs []*scalesim.Scenario
+	for _, s := range strings.Split(ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("-n: %v", err)
+		}
+		sc := &scalesim.Scenario{N: n, Servers: 3, Steps: steps, Epochs: epochs, KillLeaderAt: -1}
+		if n > single {
+			sc.Servers, sc.Steps = 1, bigSteps
+		}
+		// Mid second epoch, leaving the steps that a rank's window (2 steps)
+		// does not hide before the end.
+		sc.RestartNATSAt = min(sc.Steps+sc.Steps/2, sc.Steps*sc.Epochs-4)
+		runs = append(runs, sc)
+	}
+	if failover > 0 {
+		runs = append(runs, &scalesim.Scenario{N: failover, Servers: 3, Steps: steps, Epochs: epochs, RestartNATSAt: -1, KillLeaderAt: steps / 2})
+	}
+	return runs, nil
+}
+
+// runScenario runs sc and merges its figures into results under its
+// scale_n<N>_ (or scale_failover_n<N>_) keys; a run that failed before it
+// had figures adds none.
+func runScenario(sc *scalesim.Scenario, results map[string]float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	t0 := time.Now()
+	f, err := sc.Run(ctx)
+	cancel()
+	if err != nil {
+		log.Printf("N=%d: %v", sc.N, err)
+		if f == nil {
+			return
+		}
+	}
+	prefix := fmt.Sprintf("scale_n%d_", sc.N)
+	if sc.KillLeaderAt >= 0 {
+		prefix = fmt.Sprintf("scale_failover_n%d_", sc.N)
+	}
+	m := f.Map(prefix)
+	maps.Copy(results, m)
+	results[prefix+"servers"] = float64(sc.Servers)
+	log.Printf("N=%d done in %v", sc.N, time.Since(t0).Round(time.Second))
+	printFigures(prefix, m)
 }
 
 func printFigures(prefix string, m map[string]float64) {

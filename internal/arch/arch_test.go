@@ -30,7 +30,7 @@ var (
 	tokenizers = "github.com/daulet/tokenizers"
 	arrow      = "github.com/apache/arrow-go/"
 	prom       = "github.com/prometheus/"
-	core       = []string{"balancer", "imgproc", "loader", "proto", "tokenize"}
+	core       = []string{"balancer", "imgproc", "internal/ctxutil", "loader", "proto", "tokenize"}
 )
 
 // rules is the architecture of DESIGN.md's package table, one row per package.
@@ -40,7 +40,7 @@ var rules = map[string]rule{
 	"loader/synth": {module: []string{"loader"}, deny: []string{nats, tokenizers, prom}},
 	"imgproc":      {deny: []string{nats, tokenizers, arrow, prom}},
 	"tokenize":     {deny: []string{nats, imaging, xImage, arrow, prom}},
-	"proto": {deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
+	"proto": {module: []string{"internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":             {module: core, deny: []string{natsServer, prom}},
 	"pipeline/serve":       {module: append([]string{"pipeline"}, core...)},
@@ -48,12 +48,13 @@ var rules = map[string]rule{
 	"cmd/mmfeed":           {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
 	"internal/arch":        {deny: []string{nats, arrow}},
 	"internal/testpeer":    {},
+	"internal/ctxutil":     {imports: []string{}}, // the standard library only
 	"internal/testnats":    {deny: []string{arrow, prom}},
 	"internal/hostile":     {module: []string{"loader"}, deny: []string{nats, prom}},
 	"internal/reportcheck": {deny: []string{nats, arrow, prom}},
 	"internal/browsertest": {deny: []string{nats, arrow, prom}},
-	"internal/scalesim":    {module: []string{"proto"}, deny: []string{natsServer, prom}},
-	"bench/scale":          {module: []string{"proto", "internal/scalesim"}, deny: []string{natsServer, prom}},
+	"internal/scalesim":    {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, prom}},
+	"bench/scale":          {module: []string{"proto", "internal/scalesim", "internal/ctxutil"}, deny: []string{natsServer, prom}},
 }
 
 type goPackage struct {

@@ -5,7 +5,13 @@
 // comment. A package missing from the table fails the test, so a new package
 // declares its rules when it is added.
 //
-// Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...`.
+// Size limits (size_test.go): no non-test Go file of the module over 600
+// lines, no function over 80 (a named list of the ones other work is
+// shortening, which only shrinks), and image policies compared with
+// imgproc's constants, never with a string literal.
+//
+// Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and
+// the module's Go sources.
 // Outputs: test failures naming the package and the offending dependency.
 // Ownership and concurrency: no exported API; the tests run `go list`.
 package arch

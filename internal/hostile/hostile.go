@@ -51,11 +51,35 @@ type Case struct {
 func Dataset(t *testing.T, format string) (string, []Case) {
 	dir := t.TempDir()
 	good := pngBytes(t, image.NewRGBA(image.Rect(0, 0, 40, 30)))
-	kinds := []struct {
-		id, text string
-		img      []byte
-		reason   string
-	}{
+	kinds := sampleKinds(t, good)
+	var want []Case
+	for _, k := range kinds {
+		want = append(want, Case{ID: k.id, Reason: k.reason})
+	}
+	switch format {
+	case "jsonl":
+		want = writeJSONL(t, dir, kinds, good, want)
+	case "folder":
+		want = writeFolder(t, dir, kinds, good, want)
+	case "wds":
+		want = writeWDS(t, dir, kinds, good, want)
+	case "parquet":
+		want = writeParquet(t, dir, kinds, want)
+	}
+	return dir, want
+}
+
+// kind is one sample every format carries: its caption, image bytes and the
+// quarantine reason it must get.
+type kind struct {
+	id, text string
+	img      []byte
+	reason   string
+}
+
+// sampleKinds are the samples every format carries, good ones last.
+func sampleKinds(t *testing.T, good []byte) []kind {
+	kinds := []kind{
 		{"truncated", "a truncated jpeg", jpegBytes(t)[:300], "image_corrupt"},
 		{"zero-byte", "an empty file", nil, loader.ReasonEmptyImage},
 		{"garbage", "random bytes", bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 64), "image_unsupported"},
@@ -72,97 +96,105 @@ func Dataset(t *testing.T, format string) (string, []Case) {
 		{"emoji", "🐈🐈‍⬛🌈✨", good, ""},
 	}
 	for i := range 12 {
-		kinds = append(kinds, struct {
-			id, text string
-			img      []byte
-			reason   string
-		}{fmt.Sprintf("good-%02d", i), fmt.Sprintf("a good caption number %d", i), good, ""})
+		kinds = append(kinds, kind{fmt.Sprintf("good-%02d", i), fmt.Sprintf("a good caption number %d", i), good, ""})
 	}
-	var want []Case
+	return kinds
+}
+
+// writeJSONL writes a manifest dataset of kinds with the manifest's own
+// hostile lines (malformed, missing fields, paths out, a link out, a FIFO,
+// a duplicate id) and returns want with their cases.
+func writeJSONL(t *testing.T, dir string, kinds []kind, good []byte, want []Case) []Case {
+	var lines []string
 	for _, k := range kinds {
-		want = append(want, Case{ID: k.id, Reason: k.reason})
+		writeTestFile(t, filepath.Join(dir, "img", k.id+".jpg"), k.img)
+		lines = append(lines, jsonLine(t, map[string]any{"id": k.id, "image": "img/" + k.id + ".jpg", "text": k.text}))
 	}
-	switch format {
-	case "jsonl":
-		var lines []string
-		for _, k := range kinds {
-			writeTestFile(t, filepath.Join(dir, "img", k.id+".jpg"), k.img)
-			lines = append(lines, jsonLine(t, map[string]any{"id": k.id, "image": "img/" + k.id + ".jpg", "text": k.text}))
+	outside := filepath.Join(t.TempDir(), "secret.jpg")
+	writeTestFile(t, outside, good)
+	mustOK(t, os.Symlink(outside, filepath.Join(dir, "img", "link.jpg")))
+	fifo(t, filepath.Join(dir, "img", "fifo.jpg"))
+	lines = append(lines,
+		`{"id": "malformed", "image": "img/good-00.jpg", "text": "x"`,
+		`{"id": "no-image", "text": "x"}`,
+		`{"id": "no-text", "image": "img/good-00.jpg"}`,
+		jsonLine(t, map[string]any{"id": "dotdot", "image": "../secret.jpg", "text": "x"}),
+		jsonLine(t, map[string]any{"id": "absolute", "image": outside, "text": "x"}),
+		jsonLine(t, map[string]any{"id": "link-out", "image": "img/link.jpg", "text": "x"}),
+		jsonLine(t, map[string]any{"id": "fifo", "image": "img/fifo.jpg", "text": "x"}),
+		jsonLine(t, map[string]any{"id": "good-00", "image": "img/good-01.jpg", "text": "a duplicate id"}),
+	)
+	writeTestFile(t, filepath.Join(dir, "manifest.jsonl"), []byte(strings.Join(lines, "\n")))
+	for i, k := range kinds {
+		if k.id == "huge-caption" { // a line over the limit is not parsed: found by its line
+			want[i].Loc = fmt.Sprintf("manifest.jsonl:%d", i+1)
 		}
-		outside := filepath.Join(t.TempDir(), "secret.jpg")
-		writeTestFile(t, outside, good)
-		mustOK(t, os.Symlink(outside, filepath.Join(dir, "img", "link.jpg")))
-		fifo(t, filepath.Join(dir, "img", "fifo.jpg"))
-		lines = append(lines,
-			`{"id": "malformed", "image": "img/good-00.jpg", "text": "x"`,
-			`{"id": "no-image", "text": "x"}`,
-			`{"id": "no-text", "image": "img/good-00.jpg"}`,
-			jsonLine(t, map[string]any{"id": "dotdot", "image": "../secret.jpg", "text": "x"}),
-			jsonLine(t, map[string]any{"id": "absolute", "image": outside, "text": "x"}),
-			jsonLine(t, map[string]any{"id": "link-out", "image": "img/link.jpg", "text": "x"}),
-			jsonLine(t, map[string]any{"id": "fifo", "image": "img/fifo.jpg", "text": "x"}),
-			jsonLine(t, map[string]any{"id": "good-00", "image": "img/good-01.jpg", "text": "a duplicate id"}),
-		)
-		writeTestFile(t, filepath.Join(dir, "manifest.jsonl"), []byte(strings.Join(lines, "\n")))
-		for i, k := range kinds {
-			if k.id == "huge-caption" { // a line over the limit is not parsed: found by its line
-				want[i].Loc = fmt.Sprintf("manifest.jsonl:%d", i+1)
-			}
-		}
-		want = append(want, Case{ID: "no-image", Reason: loader.ReasonMissingImage},
-			Case{ID: "no-text", Reason: loader.ReasonMissingCaption},
-			Case{ID: "dotdot", Reason: loader.ReasonEscapesRoot}, Case{ID: "absolute", Reason: loader.ReasonEscapesRoot},
-			Case{ID: "link-out", Reason: loader.ReasonEscapesRoot}, Case{ID: "fifo", Reason: loader.ReasonNotRegular},
-			Case{ID: "malformed", Reason: loader.ReasonBadManifestLine, Loc: fmt.Sprintf("manifest.jsonl:%d", len(kinds)+1)})
-		// the duplicate shares good-00's id: the accounting check counts it.
-	case "folder":
-		for _, k := range kinds {
-			writeTestFile(t, filepath.Join(dir, k.id+".jpg"), k.img)
-			writeTestFile(t, filepath.Join(dir, k.id+".txt"), []byte(k.text))
-		}
-		secret := filepath.Join(t.TempDir(), "pw.txt")
-		writeTestFile(t, secret, []byte("secret"))
-		writeTestFile(t, filepath.Join(dir, "link-out.jpg"), good)
-		mustOK(t, os.Symlink(secret, filepath.Join(dir, "link-out.txt")))
-		writeTestFile(t, filepath.Join(dir, "fifo.jpg"), good)
-		fifo(t, filepath.Join(dir, "fifo.txt"))
-		want = append(want, Case{ID: "link-out.jpg", Reason: loader.ReasonEscapesRoot},
-			Case{ID: "fifo.jpg", Reason: loader.ReasonNotRegular})
-		for i := range want[:len(kinds)] {
-			want[i].ID += ".jpg"
-		}
-	case "wds":
-		var buf bytes.Buffer
-		tw := tar.NewWriter(&buf)
-		for _, k := range kinds {
-			tarMember(t, tw, k.id+".jpg", k.img)
-			tarMember(t, tw, k.id+".txt", []byte(k.text))
-		}
-		tarMember(t, tw, "../../slip.jpg", good)
-		tarMember(t, tw, "../../slip.txt", []byte("tar-slip"))
-		mustOK(t, tw.Flush())
-		data := buf.Bytes()
-		var tail bytes.Buffer // a second shard whose last member is cut short
-		tw2 := tar.NewWriter(&tail)
-		tarMember(t, tw2, "cut.txt", []byte("truncated member"))
-		tarMember(t, tw2, "cut.jpg", good)
-		mustOK(t, tw2.Flush())
-		writeTestFile(t, filepath.Join(dir, "a.tar"), data)
-		writeTestFile(t, filepath.Join(dir, "b.tar"), tail.Bytes()[:3*512+len(good)/2]) // two headers, the caption, half the image
-		want = append(want, Case{ID: "../../slip", Reason: loader.ReasonEscapesRoot},
-			Case{ID: "cut", Reason: loader.ReasonBrokenTar})
-	case "parquet":
-		var rows []pqRow
-		for _, k := range kinds {
-			rows = append(rows, pqRow{id: k.id, img: k.img, text: k.text})
-		}
-		writeHostileParquet(t, filepath.Join(dir, "a.parquet"), rows)
-		writeTestFile(t, filepath.Join(dir, "b.parquet"), []byte("PAR1 not really parquet PAR1"))
-		writeWrongTypes(t, filepath.Join(dir, "c.parquet"))
-		want = append(want, Case{ID: "not-parquet", Reason: loader.ReasonBadParquetFile, Loc: "b.parquet"},
-			Case{ID: "wrong-types", Reason: loader.ReasonBadParquetFile, Loc: "c.parquet"})
 	}
-	return dir, want
+	// the duplicate shares good-00's id: the accounting check counts it.
+	return append(want, Case{ID: "no-image", Reason: loader.ReasonMissingImage},
+		Case{ID: "no-text", Reason: loader.ReasonMissingCaption},
+		Case{ID: "dotdot", Reason: loader.ReasonEscapesRoot}, Case{ID: "absolute", Reason: loader.ReasonEscapesRoot},
+		Case{ID: "link-out", Reason: loader.ReasonEscapesRoot}, Case{ID: "fifo", Reason: loader.ReasonNotRegular},
+		Case{ID: "malformed", Reason: loader.ReasonBadManifestLine, Loc: fmt.Sprintf("manifest.jsonl:%d", len(kinds)+1)})
+}
+
+// writeFolder writes an image folder of kinds with a caption linked out and
+// a FIFO caption; ids are the image file names.
+func writeFolder(t *testing.T, dir string, kinds []kind, good []byte, want []Case) []Case {
+	for _, k := range kinds {
+		writeTestFile(t, filepath.Join(dir, k.id+".jpg"), k.img)
+		writeTestFile(t, filepath.Join(dir, k.id+".txt"), []byte(k.text))
+	}
+	secret := filepath.Join(t.TempDir(), "pw.txt")
+	writeTestFile(t, secret, []byte("secret"))
+	writeTestFile(t, filepath.Join(dir, "link-out.jpg"), good)
+	mustOK(t, os.Symlink(secret, filepath.Join(dir, "link-out.txt")))
+	writeTestFile(t, filepath.Join(dir, "fifo.jpg"), good)
+	fifo(t, filepath.Join(dir, "fifo.txt"))
+	want = append(want, Case{ID: "link-out.jpg", Reason: loader.ReasonEscapesRoot},
+		Case{ID: "fifo.jpg", Reason: loader.ReasonNotRegular})
+	for i := range want[:len(kinds)] {
+		want[i].ID += ".jpg"
+	}
+	return want
+}
+
+// writeWDS writes a WebDataset shard of kinds with a tar-slip member, and a
+// second shard whose last member is cut short.
+func writeWDS(t *testing.T, dir string, kinds []kind, good []byte, want []Case) []Case {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, k := range kinds {
+		tarMember(t, tw, k.id+".jpg", k.img)
+		tarMember(t, tw, k.id+".txt", []byte(k.text))
+	}
+	tarMember(t, tw, "../../slip.jpg", good)
+	tarMember(t, tw, "../../slip.txt", []byte("tar-slip"))
+	mustOK(t, tw.Flush())
+	data := buf.Bytes()
+	var tail bytes.Buffer // a second shard whose last member is cut short
+	tw2 := tar.NewWriter(&tail)
+	tarMember(t, tw2, "cut.txt", []byte("truncated member"))
+	tarMember(t, tw2, "cut.jpg", good)
+	mustOK(t, tw2.Flush())
+	writeTestFile(t, filepath.Join(dir, "a.tar"), data)
+	writeTestFile(t, filepath.Join(dir, "b.tar"), tail.Bytes()[:3*512+len(good)/2]) // two headers, the caption, half the image
+	return append(want, Case{ID: "../../slip", Reason: loader.ReasonEscapesRoot},
+		Case{ID: "cut", Reason: loader.ReasonBrokenTar})
+}
+
+// writeParquet writes a Parquet file of kinds, a file that is not Parquet
+// and one of the wrong column types.
+func writeParquet(t *testing.T, dir string, kinds []kind, want []Case) []Case {
+	var rows []pqRow
+	for _, k := range kinds {
+		rows = append(rows, pqRow{id: k.id, img: k.img, text: k.text})
+	}
+	writeHostileParquet(t, filepath.Join(dir, "a.parquet"), rows)
+	writeTestFile(t, filepath.Join(dir, "b.parquet"), []byte("PAR1 not really parquet PAR1"))
+	writeWrongTypes(t, filepath.Join(dir, "c.parquet"))
+	return append(want, Case{ID: "not-parquet", Reason: loader.ReasonBadParquetFile, Loc: "b.parquet"},
+		Case{ID: "wrong-types", Reason: loader.ReasonBadParquetFile, Loc: "c.parquet"})
 }
 
 func jsonLine(t *testing.T, v any) string {

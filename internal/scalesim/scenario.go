@@ -68,19 +68,13 @@ type snapshot struct {
 	varz              Varz
 }
 
+// scenarioJob is the job name every scenario serves.
+const scenarioJob = "scale"
+
 // Run runs the scenario and returns its figures; the error says what failed
 // (a missing, repeated sample included).
 func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
-	if err := os.MkdirAll(sc.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	samples := sc.N * sc.PerRank * sc.Steps
-	corpus := filepath.Join(sc.Dir, "corpus")
-	if out, err := exec.CommandContext(ctx, sc.Bin, "synth", "--out", corpus, "--samples", strconv.Itoa(samples),
-		"--skew", "none", "--seed", "1").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("scalesim: synth: %v: %s", err, out)
-	}
-	ids, err := manifestIDs(filepath.Join(corpus, "manifest.jsonl"))
+	corpus, ids, err := sc.makeCorpus(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -89,150 +83,219 @@ func (sc *Scenario) Run(ctx context.Context) (*Figures, error) {
 		return nil, err
 	}
 	defer ns.Stop()
-	const job = "scale"
-	kv, err := countKV(ns.URLs(), job)
+	kv, err := countKV(ns.URLs(), scenarioJob)
 	if err != nil {
 		return nil, err
 	}
 	defer kv.close()
-	var procs []*Proc
-	defer func() {
-		for _, p := range procs {
-			p.Stop(10 * time.Second)
-		}
-	}()
-	planner := func(name string) (*Proc, error) {
-		p, err := Start(name, filepath.Join(sc.Dir, name+".log"), sc.Bin, "serve", "--role", "planner",
-			"--input", filepath.Join(corpus, "manifest.jsonl"), "--dp", strconv.Itoa(sc.N),
-			"--global-batch", strconv.Itoa(sc.N*sc.PerRank), "--micro-batches", strconv.Itoa(sc.MicroBatches),
-			"--image-size", "32", "--seed", "5", "--job", job, "--epochs", strconv.Itoa(sc.Epochs),
-			"--recalibrate", "-1", "--nats", strings.Join(ns.URLs(), ","), "--replicas", strconv.Itoa(sc.Servers),
-			"--lease-ttl", "3s", "--data-dir", filepath.Join(sc.Dir, name), "--http", "",
-			"--strategy", cmp.Or(sc.Strategy, "mmfeed"), "--report-baselines=false")
-		if err == nil {
-			procs = append(procs, p)
-		}
-		return p, err
-	}
+	r := &scenarioRun{sc: sc, corpus: corpus, ns: ns, kv: kv, total: sc.Steps * sc.Epochs}
+	defer r.stopAll()
 	t0 := time.Now()
-	leader, err := planner("planner-a")
-	if err != nil {
+	if err := r.start(); err != nil {
 		return nil, err
-	}
-	for i := range sc.Workers {
-		url := ns.URLs()[i%len(ns.URLs())]
-		p, err := Start(fmt.Sprintf("worker-%d", i), filepath.Join(sc.Dir, fmt.Sprintf("worker-%d.log", i)),
-			sc.Bin, "serve", "--role", "worker", "--nats", url, "--slots", "1")
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-	}
-	workers := procs[1:]
-	usage := func() snapshot {
-		s := snapshot{at: time.Now(), planner: leader.Usage(), nats: ns.Usage(), kv: kv.counts(), varz: ns.Varz()}
-		for _, w := range workers {
-			x := w.Usage()
-			s.wk.CPU += x.CPU
-		}
-		return s
-	}
-	var (
-		mu            sync.Mutex
-		first, last   snapshot
-		beforeRestart snapshot // the servers' usage just before the restart
-		eventAt       time.Time
-		eventStep     int
-		eventErr      error
-		events        sync.WaitGroup
-		total         = sc.Steps * sc.Epochs
-	)
-	onStep := func(epoch, step, g int) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch g {
-		case 0:
-			first = usage()
-		case total - 1:
-			last = usage()
-		}
-		if g == sc.RestartNATSAt || g == sc.KillLeaderAt {
-			eventAt, eventStep = time.Now(), g
-			events.Add(1)
-			go func() {
-				defer events.Done()
-				var err error
-				if g == sc.RestartNATSAt {
-					mu.Lock()
-					beforeRestart = usage()
-					mu.Unlock()
-					sc.logf("restarting nats-server 0 after step %d", g)
-					err = ns.Restart(0)
-				} else {
-					sc.logf("kill -9 of the leading planner after step %d", g)
-					leader.killed.Store(true)
-					leader.Kill9()
-				}
-				mu.Lock()
-				eventErr = err
-				mu.Unlock()
-			}()
-		}
-		if sc.KillLeaderAt >= 0 && g == 0 {
-			events.Add(1)
-			go func() { // the standby, started once the leader leads
-				defer events.Done()
-				if _, err := planner("planner-b"); err != nil {
-					mu.Lock()
-					eventErr = err
-					mu.Unlock()
-				}
-			}()
-		}
 	}
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	go watchExit(sctx, leader, stop)
-	res, err := Run(sctx, Config{URLs: ns.URLs(), Job: job, DP: sc.N, Epochs: sc.Epochs, Barrier: true, StepTime: sc.StepTime, OnStep: onStep})
+	go watchExit(sctx, r.leader, stop)
+	res, err := Run(sctx, Config{URLs: ns.URLs(), Job: scenarioJob, DP: sc.N, Epochs: sc.Epochs, Barrier: true, StepTime: sc.StepTime, OnStep: r.onStep})
 	if cause := context.Cause(sctx); err != nil && cause != nil && cause != context.Canceled {
 		err = cause
 	}
-	events.Wait()
+	r.events.Wait()
 	if err == nil {
-		err = eventErr
+		err = r.eventErr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("scalesim: N=%d: %w (logs in %s)", sc.N, err, sc.Dir)
 	}
-	f := sc.figures(res, ids, t0, first, last)
-	if sc.RestartNATSAt > 0 && !beforeRestart.at.IsZero() {
-		// The servers' CPU and messages over the steps before the restart.
-		steps := time.Duration(sc.RestartNATSAt)
-		f.NATSCPUStep = (beforeRestart.nats.CPU - first.nats.CPU) / steps
-		f.ServerMsgsStepRank = float64(beforeRestart.varz.InMsgs+beforeRestart.varz.OutMsgs-first.varz.InMsgs-first.varz.OutMsgs) /
-			float64(sc.RestartNATSAt*sc.N)
-		f.NATSRSS = beforeRestart.nats.PeakRSS
-	}
-	if !eventAt.IsZero() {
-		// A rank holds up to its fetch window (4 batches) asked for before
-		// the event: count a batch of a step past that.
-		ahead := (4 + sc.MicroBatches - 1) / sc.MicroBatches
-		g := eventStep + 1 + ahead
-		d, ok := res.ReceivesAgain(eventAt, g/sc.Steps, g%sc.Steps)
-		if !ok {
-			return f, fmt.Errorf("scalesim: N=%d: some rank never received again after the event", sc.N)
-		}
-		if sc.RestartNATSAt >= 0 {
-			f.Reconnect = d
-		} else {
-			f.Failover = d
-		}
+	f := sc.figures(res, ids, t0, r.first, r.last)
+	if err := r.eventFigures(f, res); err != nil {
+		return f, err
 	}
 	if err := res.Check(ids, sc.Epochs); err != nil {
 		return f, err
 	}
 	f.Exact = true
 	return f, nil
+}
+
+// makeCorpus synthesizes the scenario's corpus in sc.Dir and returns its
+// path with the ids of its manifest.
+func (sc *Scenario) makeCorpus(ctx context.Context) (string, []string, error) {
+	if err := os.MkdirAll(sc.Dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	samples := sc.N * sc.PerRank * sc.Steps
+	corpus := filepath.Join(sc.Dir, "corpus")
+	if out, err := exec.CommandContext(ctx, sc.Bin, "synth", "--out", corpus, "--samples", strconv.Itoa(samples),
+		"--skew", "none", "--seed", "1").CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("scalesim: synth: %v: %s", err, out)
+	}
+	ids, err := manifestIDs(filepath.Join(corpus, "manifest.jsonl"))
+	return corpus, ids, err
+}
+
+// scenarioRun is one Run's processes and what its step events record; mu
+// guards the snapshots, the event fields and procs.
+type scenarioRun struct {
+	sc      *Scenario
+	corpus  string
+	ns      *NATS
+	kv      *kvCounter
+	total   int // steps over every epoch
+	leader  *Proc
+	workers []*Proc
+
+	mu            sync.Mutex
+	procs         []*Proc
+	first, last   snapshot
+	beforeRestart snapshot // the servers' usage just before the restart
+	eventAt       time.Time
+	eventStep     int
+	eventErr      error
+	events        sync.WaitGroup
+}
+
+// start starts the leading planner and the workers.
+func (r *scenarioRun) start() error {
+	leader, err := r.planner("planner-a")
+	if err != nil {
+		return err
+	}
+	r.leader = leader
+	for i := range r.sc.Workers {
+		url := r.ns.URLs()[i%len(r.ns.URLs())]
+		p, err := Start(fmt.Sprintf("worker-%d", i), filepath.Join(r.sc.Dir, fmt.Sprintf("worker-%d.log", i)),
+			r.sc.Bin, "serve", "--role", "worker", "--nats", url, "--slots", "1")
+		if err != nil {
+			return err
+		}
+		r.add(p)
+		r.workers = append(r.workers, p)
+	}
+	return nil
+}
+
+// planner starts a planner process named name.
+func (r *scenarioRun) planner(name string) (*Proc, error) {
+	sc := r.sc
+	p, err := Start(name, filepath.Join(sc.Dir, name+".log"), sc.Bin, "serve", "--role", "planner",
+		"--input", filepath.Join(r.corpus, "manifest.jsonl"), "--dp", strconv.Itoa(sc.N),
+		"--global-batch", strconv.Itoa(sc.N*sc.PerRank), "--micro-batches", strconv.Itoa(sc.MicroBatches),
+		"--image-size", "32", "--seed", "5", "--job", scenarioJob, "--epochs", strconv.Itoa(sc.Epochs),
+		"--recalibrate", "-1", "--nats", strings.Join(r.ns.URLs(), ","), "--replicas", strconv.Itoa(sc.Servers),
+		"--lease-ttl", "3s", "--data-dir", filepath.Join(sc.Dir, name), "--http", "",
+		"--strategy", cmp.Or(sc.Strategy, "mmfeed"), "--report-baselines=false")
+	if err == nil {
+		r.add(p)
+	}
+	return p, err
+}
+
+func (r *scenarioRun) add(p *Proc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs = append(r.procs, p)
+}
+
+func (r *scenarioRun) stopAll() {
+	r.mu.Lock()
+	procs := r.procs
+	r.mu.Unlock()
+	for _, p := range procs {
+		p.Stop(10 * time.Second)
+	}
+}
+
+// usage is a snapshot of the planner's, the servers' and the workers' usage.
+func (r *scenarioRun) usage() snapshot {
+	s := snapshot{at: time.Now(), planner: r.leader.Usage(), nats: r.ns.Usage(), kv: r.kv.counts(), varz: r.ns.Varz()}
+	for _, w := range r.workers {
+		x := w.Usage()
+		s.wk.CPU += x.CPU
+	}
+	return s
+}
+
+// onStep is the rank simulator's step callback: it snapshots the first and
+// last steps and sets off the scenario's events.
+func (r *scenarioRun) onStep(epoch, step, g int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch g {
+	case 0:
+		r.first = r.usage()
+	case r.total - 1:
+		r.last = r.usage()
+	}
+	if g == r.sc.RestartNATSAt || g == r.sc.KillLeaderAt {
+		r.eventAt, r.eventStep = time.Now(), g
+		r.events.Add(1)
+		go r.event(g)
+	}
+	if r.sc.KillLeaderAt >= 0 && g == 0 {
+		r.events.Add(1)
+		go func() { // the standby, started once the leader leads
+			defer r.events.Done()
+			if _, err := r.planner("planner-b"); err != nil {
+				r.mu.Lock()
+				r.eventErr = err
+				r.mu.Unlock()
+			}
+		}()
+	}
+}
+
+// event restarts the first NATS server or kills the leading planner after
+// step g.
+func (r *scenarioRun) event(g int) {
+	defer r.events.Done()
+	var err error
+	if g == r.sc.RestartNATSAt {
+		r.mu.Lock()
+		r.beforeRestart = r.usage()
+		r.mu.Unlock()
+		r.sc.logf("restarting nats-server 0 after step %d", g)
+		err = r.ns.Restart(0)
+	} else {
+		r.sc.logf("kill -9 of the leading planner after step %d", g)
+		r.leader.killed.Store(true)
+		r.leader.Kill9()
+	}
+	r.mu.Lock()
+	r.eventErr = err
+	r.mu.Unlock()
+}
+
+// eventFigures adds to f the servers' figures before a restart and the
+// time the ranks took to receive again after the event.
+func (r *scenarioRun) eventFigures(f *Figures, res *Result) error {
+	sc, first, before := r.sc, r.first, r.beforeRestart
+	if sc.RestartNATSAt > 0 && !before.at.IsZero() {
+		// The servers' CPU and messages over the steps before the restart.
+		steps := time.Duration(sc.RestartNATSAt)
+		f.NATSCPUStep = (before.nats.CPU - first.nats.CPU) / steps
+		f.ServerMsgsStepRank = float64(before.varz.InMsgs+before.varz.OutMsgs-first.varz.InMsgs-first.varz.OutMsgs) /
+			float64(sc.RestartNATSAt*sc.N)
+		f.NATSRSS = before.nats.PeakRSS
+	}
+	if r.eventAt.IsZero() {
+		return nil
+	}
+	// A rank holds up to its fetch window (4 batches) asked for before
+	// the event: count a batch of a step past that.
+	ahead := (4 + sc.MicroBatches - 1) / sc.MicroBatches
+	g := r.eventStep + 1 + ahead
+	d, ok := res.ReceivesAgain(r.eventAt, g/sc.Steps, g%sc.Steps)
+	if !ok {
+		return fmt.Errorf("scalesim: N=%d: some rank never received again after the event", sc.N)
+	}
+	if sc.RestartNATSAt >= 0 {
+		f.Reconnect = d
+	} else {
+		f.Failover = d
+	}
+	return nil
 }
 
 func (sc *Scenario) figures(res *Result, ids []string, t0 time.Time, first, last snapshot) *Figures {

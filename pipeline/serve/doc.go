@@ -195,7 +195,7 @@
 //     held in memory (the active epoch, the one before, and the next one
 //     while it is planned ahead), one shared preparation per epoch, and the
 //     plan-ahead goroutines, which the publisher waits for.
-//   - planning (planning.go): how far an epoch's plan is (steps planned,
+//   - planning (lookahead.go): how far an epoch's plan is (steps planned,
 //     the comparison when built), raised by the epoch's background planner
 //     after it wrote the window's ep.steps and ep.feats; a leaf lock. The
 //     plan's close stops the planner and waits for it.

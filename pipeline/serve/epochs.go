@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -219,21 +220,12 @@ func (b *epochBook) job(e int) (*planJob, bool) {
 		return nil, false
 	}
 	job := b.jobs[e]
-	if job == nil || (job.err != nil && isDone(job.done)) {
+	if job == nil || (job.err != nil && ctxutil.Closed(job.done)) {
 		job = &planJob{done: make(chan struct{})}
 		b.jobs[e] = job
 		return job, true
 	}
 	return job, false
-}
-
-func isDone(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 func (b *epochBook) run(ctx context.Context, e int, job *planJob) {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
 // kvHanded is the KV key of every rank's handed step (ranksRecord: Ranks[r]
@@ -100,7 +102,7 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 		l.mu.Unlock()
 		var err error
 		if wait > 0 {
-			err = sleepCtx(ctx, wait) // the steps of other ranks gather meanwhile
+			err = ctxutil.Sleep(ctx, wait) // the steps of other ranks gather meanwhile
 		}
 		l.mu.Lock()
 		var snap []*kvStep

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -91,7 +92,7 @@ func (l *lease) await(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if sleepCtx(ctx, min(l.ttl/8, 100*time.Millisecond)) != nil {
+		if ctxutil.Sleep(ctx, min(l.ttl/8, 100*time.Millisecond)) != nil {
 			return err
 		}
 	}
@@ -120,7 +121,7 @@ func (l *lease) acquire(ctx context.Context) error {
 			l.log.Info("standing by: another service leads the job", "leader", holder, "ttl", l.ttl)
 			waiting = true
 		}
-		if err := sleepCtx(ctx, l.ttl/8); err != nil {
+		if err := ctxutil.Sleep(ctx, l.ttl/8); err != nil {
 			return err
 		}
 	}
@@ -134,7 +135,7 @@ func (l *lease) acquire(ctx context.Context) error {
 func (l *lease) hold(ctx context.Context, giveUp time.Duration) error {
 	fenced := false
 	for {
-		if err := sleepCtx(ctx, l.ttl/4); err != nil {
+		if err := ctxutil.Sleep(ctx, l.ttl/4); err != nil {
 			return nil
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
@@ -251,16 +252,5 @@ func (l *lease) release() {
 	defer cancel()
 	if err := l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev)); err != nil && !isWrongRevision(err) {
 		l.log.Warn("lease release", "err", err)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

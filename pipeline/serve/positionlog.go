@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
 // kvPositions is the KV key of every rank's last completed step
@@ -79,7 +81,7 @@ func (l *positionLog) run(ctx context.Context, st *state, interval time.Duration
 		if l.flush(ctx, st) != nil {
 			l.poke()
 		}
-		if sleepCtx(ctx, interval) != nil {
+		if ctxutil.Sleep(ctx, interval) != nil {
 			return
 		}
 	}

@@ -265,37 +265,39 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	if err != nil {
 		return proto.BatchMeta{}, err
 	}
-	img := ep.prep.Config.Image
-	mean, std := img.MeanStd()
-	meta := proto.BatchMeta{Job: s.cfg.Job, Epoch: ep.info.Epoch, Step: step, DPRank: dp, MPRank: mp,
-		Modality: mod, Mean: mean, Std: std, Pack: ep.prep.Config.Plan.Pack}
-	meta.VocabSize, meta.PadID = pipeline.TokenizerMeta(ep.prep.Tokenizer)
-	meta.Keep = pipeline.KeepColumns(ep.prep.Index)
-	if mod != proto.ModalityText {
-		meta.DType, meta.Resize = pipeline.PixelEncoding(img)
-		if img.Policy != "dynamic" {
-			meta.Shape = []int{3, img.Size, img.Size}
-		}
-	}
+	meta := ep.prep.BatchMeta(s.cfg.Job, ep.info.Epoch, mod, ep.prep.Config.Plan.Pack)
+	meta.Step, meta.DPRank, meta.MPRank = step, dp, mp
 	return meta, nil
 }
 
-// encodeBatch builds and encodes one micro-batch's record.
+// encodeBatch builds and encodes one micro-batch's record (encodeRows),
+// timing both stages.
 func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
+	payload, build, encode, err := encodeRows(mem, meta, rows)
+	if err != nil {
+		return nil, err
+	}
+	s.met.stage(stageBuild, build)
+	s.met.stage(stageEncode, encode)
+	return payload, nil
+}
+
+// encodeRows builds one micro-batch's record from rows and encodes it as an
+// Arrow IPC payload, the one way served batches and work results are made;
+// build and encode are the times the two took.
+func encodeRows(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) (payload []byte, build, encode time.Duration, err error) {
 	t0 := time.Now()
 	rec, err := proto.BuildRecord(mem, meta, rows)
 	if err != nil {
-		return nil, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+		return nil, 0, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
 	}
 	t1 := time.Now()
-	payload, err := proto.EncodeIPC(rec)
+	payload, err = proto.EncodeIPC(rec)
 	rec.Release()
 	if err != nil {
-		return nil, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+		return nil, 0, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
 	}
-	s.met.stage(stageBuild, t1.Sub(t0))
-	s.met.stage(stageEncode, time.Since(t1))
-	return payload, nil
+	return payload, t1.Sub(t0), time.Since(t1), nil
 }
 
 // rankPublisher publishes one rank's queued payloads in order until the

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -91,7 +92,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if isDone(r.decided) {
+	if ctxutil.Closed(r.decided) {
 		point := r.point
 		if (pos{epoch, step}).less(point) && !(pos{epoch, step} == pos{point.Epoch - 1, r.baseSteps()}) {
 			return fmt.Errorf("serve: register at epoch %d step %d: the job was resized to dp=%d at epoch %d step %d; earlier steps were planned for dp=%d: %w",
@@ -174,7 +175,7 @@ func (s *Service) awaitResize(ctx context.Context) error {
 // epoch was not planned before: it is planned for the new dp alone).
 func (s *Service) resizeInfo(e int, stored *EpochInfo) *EpochInfo {
 	r := s.resize
-	if r == nil || !isDone(r.decided) || e != r.point.Epoch || r.base == nil || r.base.Epoch != e {
+	if r == nil || !ctxutil.Closed(r.decided) || e != r.point.Epoch || r.base == nil || r.base.Epoch != e {
 		return stored
 	}
 	info := *r.base

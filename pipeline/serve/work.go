@@ -70,6 +70,16 @@ type workSample struct {
 	Weight      float32 `json:"w"`
 }
 
+// sampleOf is the planned row r (pipeline.PlannedRow) as an item carries it.
+func sampleOf(r proto.Row) workSample {
+	return workSample{ID: r.ID, TextTokens: r.TextTokens, ImageTokens: r.ImageTokens, Cost: r.Cost, Weight: r.Weight}
+}
+
+// row is the planned row the sample carries, as the worker preprocesses it.
+func (s workSample) row() proto.Row {
+	return proto.Row{ID: s.ID, TextTokens: s.TextTokens, ImageTokens: s.ImageTokens, Cost: s.Cost, Weight: s.Weight}
+}
+
 // batchItem is one micro-batch of one dp rank to preprocess and encode, for
 // every mp rank of it.
 type batchItem struct {

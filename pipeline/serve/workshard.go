@@ -156,16 +156,10 @@ func (sw *ShardWorkers) Run(ctx context.Context, plan *balancer.Plan, emit func(
 
 // meta is the batch metadata of a shard item (mp 1: modality all).
 func (sw *ShardWorkers) meta(plan *balancer.Plan) func(step, r int) (proto.BatchMeta, error) {
-	img := sw.prep.Config.Image
-	mean, std := img.MeanStd()
+	base := sw.prep.BatchMeta(sw.cfg.Job, plan.Config.Epoch, proto.ModalityAll, plan.Config.Pack)
 	return func(step, r int) (proto.BatchMeta, error) {
-		m := proto.BatchMeta{Job: sw.cfg.Job, Epoch: plan.Config.Epoch, Step: step, DPRank: r, Modality: proto.ModalityAll,
-			DType: img.DType, Mean: mean, Std: std, Pack: plan.Config.Pack}
-		m.VocabSize, m.PadID = pipeline.TokenizerMeta(sw.prep.Tokenizer)
-		m.Keep = pipeline.KeepColumns(sw.prep.Index)
-		if img.Policy != "dynamic" {
-			m.Shape = []int{3, img.Size, img.Size}
-		}
+		m := base
+		m.Step, m.DPRank = step, r
 		return m, nil
 	}
 }
