@@ -194,13 +194,13 @@ class Batch:
 
 
 _TYPE_CHECKS = {
-    "id": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "utf8"),
-    "step": (pa.types.is_integer, "int32"),
-    "micro_batch": (pa.types.is_integer, "int32"),
-    "weight": (pa.types.is_floating, "float32"),
-    "input_ids": (lambda t: pa.types.is_list(t) and pa.types.is_integer(t.value_type), "list<int32>"),
-    "pixel_values": (pa.types.is_list, "list<E>"),
-    "pixel_shape": (lambda t: pa.types.is_fixed_size_list(t) and t.list_size == 3
+    keys.COL_ID: (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "utf8"),
+    keys.COL_STEP: (pa.types.is_integer, "int32"),
+    keys.COL_MICRO_BATCH: (pa.types.is_integer, "int32"),
+    keys.COL_WEIGHT: (pa.types.is_floating, "float32"),
+    keys.COL_INPUT_IDS: (lambda t: pa.types.is_list(t) and pa.types.is_integer(t.value_type), "list<int32>"),
+    keys.COL_PIXEL_VALUES: (pa.types.is_list, "list<E>"),
+    keys.COL_PIXEL_SHAPE: (lambda t: pa.types.is_fixed_size_list(t) and t.list_size == 3
                     and pa.types.is_integer(t.value_type), "fixed_size_list<int32>[3]"),
 }
 
@@ -228,7 +228,7 @@ def _list_parts(arr: pa.Array, name: str) -> tuple[np.ndarray, pa.Array]:
 
 
 def _text(rb: pa.RecordBatch, pad_id: int) -> dict:
-    lengths, flat = _list_parts(_column(rb, "input_ids"), "input_ids")
+    lengths, flat = _list_parts(_column(rb, keys.COL_INPUT_IDS), keys.COL_INPUT_IDS)
     ids = flat.to_numpy(zero_copy_only=False).astype(np.int64)
     width = max(int(lengths.max(initial=0)), 1)
     out = np.full((len(lengths), width), pad_id, dtype=np.int64)
@@ -239,22 +239,22 @@ def _text(rb: pa.RecordBatch, pad_id: int) -> dict:
 
 
 def _pixel_field_meta(rb: pa.RecordBatch) -> dict[str, str]:
-    _column(rb, "pixel_values")  # present, with a list type
-    field = rb.schema.field("pixel_values")
+    _column(rb, keys.COL_PIXEL_VALUES)  # present, with a list type
+    field = rb.schema.field(keys.COL_PIXEL_VALUES)
     return {k.decode(): v.decode() for k, v in (field.metadata or {}).items()}
 
 
 def _pixel_meta(rb: pa.RecordBatch) -> tuple[str, list[float], list[float]]:
     md = _pixel_field_meta(rb)
-    dtype = md.get("dtype")
+    dtype = md.get(keys.FIELD_DTYPE)
     if dtype not in WIRE_DTYPES and dtype not in jpegwire.JPEG_DTYPES:
         raise BatchError(f"batch: pixel_values dtype metadata {dtype!r}, want one of "
                          f"{sorted([*WIRE_DTYPES, *jpegwire.JPEG_DTYPES])}")
-    if md.get("layout", "CHW") != "CHW":
-        raise BatchError(f"batch: pixel_values layout {md.get('layout')!r}, want CHW")
+    if md.get(keys.FIELD_LAYOUT, keys.LAYOUT_CHW) != keys.LAYOUT_CHW:
+        raise BatchError(f"batch: pixel_values layout {md.get(keys.FIELD_LAYOUT)!r}, want {keys.LAYOUT_CHW}")
     try:
-        mean = [float(v) for v in json.loads(md.get("mean", "[0,0,0]"))]
-        std = [float(v) for v in json.loads(md.get("std", "[1,1,1]"))]
+        mean = [float(v) for v in json.loads(md.get(keys.FIELD_MEAN, "[0,0,0]"))]
+        std = [float(v) for v in json.loads(md.get(keys.FIELD_STD, "[1,1,1]"))]
     except (ValueError, TypeError) as err:
         raise BatchError(f"batch: pixel_values mean/std metadata: {err}") from err
     return dtype, mean, std
@@ -274,8 +274,8 @@ def _values(values: pa.Array, dtype: str) -> np.ndarray:
 
 def _vision(rb: pa.RecordBatch, ids: list[str], pin: bool) -> dict:
     dtype, mean, std = _pixel_meta(rb)
-    lengths, flat = _list_parts(_column(rb, "pixel_values"), "pixel_values")
-    shape_col = _column(rb, "pixel_shape")
+    lengths, flat = _list_parts(_column(rb, keys.COL_PIXEL_VALUES), keys.COL_PIXEL_VALUES)
+    shape_col = _column(rb, keys.COL_PIXEL_SHAPE)
     shapes = shape_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 3)
     if dtype in jpegwire.JPEG_DTYPES:
         return _jpeg_vision(rb, ids, dtype, mean, std, lengths, flat, shapes)
@@ -384,8 +384,8 @@ def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 
                              f"this trainer runs {'packed' if pack else 'padded'} micro-batches (--pack)")
     if rb.num_rows == 0:
         raise BatchError("batch: empty micro-batch (ranks must get padding samples instead)")
-    ids = [str(v) for v in _column(rb, "id").to_pylist()]
-    weight_col = _column(rb, "weight")
+    ids = [str(v) for v in _column(rb, keys.COL_ID).to_pylist()]
+    weight_col = _column(rb, keys.COL_WEIGHT)
     weight = torch.from_numpy(weight_col.cast(pa.float32()).fill_null(0).to_numpy(zero_copy_only=False).copy())
     if not torch.isfinite(weight).all() or (weight < 0).any():
         raise BatchError("batch: weights must be finite and >= 0")
@@ -396,8 +396,8 @@ def record_to_batch(rb: pa.RecordBatch, *, role: str = ROLE_FULL, pad_id: int = 
     if role in (ROLE_FULL, ROLE_VISION):
         fields.update(_vision(rb, ids, pin))
         fields["neg_text"], fields["neg_image"] = itm_negatives(weight)
-    out = Batch(ids=ids, step=_int_scalar(rb, "step"), micro_batch=_int_scalar(rb, "micro_batch"), weight=weight,
-                num_live=int((weight > 0).sum()), keep=_keep(rb), **fields)
+    out = Batch(ids=ids, step=_int_scalar(rb, keys.COL_STEP), micro_batch=_int_scalar(rb, keys.COL_MICRO_BATCH),
+                weight=weight, num_live=int((weight > 0).sum()), keep=_keep(rb), **fields)
     return out.pin_memory() if pin else out
 
 

@@ -237,7 +237,8 @@ class StreamSource(Source):
     def _subject(self, kind: str) -> str:
         """The rank's own control subject (docs/protocol.md section 2): credentials scoped to
         this rank may publish only there."""
-        return f"mmfeed.{self.job}.ctl.{kind}.{self.dp_rank}.{self.mp_rank}"
+        return keys.subject("rank_control", job=self.job, kind=keys.CONTROL_KINDS[kind], dp=self.dp_rank,
+                            mp=self.mp_rank)
 
     def _publish(self, kind: str, body: dict, *, replay: bool = False) -> None:
         """Publish a control message; ``replay``: it is idempotent and sent again after a
@@ -360,7 +361,8 @@ class StreamSource(Source):
                 self.url, name=f"mmfeed-trainer-{self.dp_rank}-{self.mp_rank}",
                 max_reconnect_attempts=max(1, int(left / CONNECT_WAIT_S)), reconnect_time_wait=CONNECT_WAIT_S,
                 reconnected_cb=reconnected, error_cb=self._events.error, disconnected_cb=self._events.disconnected,
-                inbox_prefix=f"_INBOX.mmfeed.{self.job}.{self.dp_rank}.{self.mp_rank}", **opts), timeout=left + 2)
+                inbox_prefix=keys.subject("inbox_prefix", job=self.job, dp=self.dp_rank, mp=self.mp_rank),
+                **opts), timeout=left + 2)
             nc.options["max_reconnect_attempts"] = -1  # read at each reconnect
             self._nc = nc
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
@@ -476,7 +478,7 @@ class StreamSource(Source):
         if meta != (k.job, str(k.epoch), str(k.dp_rank), str(k.mp_rank)):
             raise StreamError(f"stream: batch {k}: schema metadata {meta} differs from the chunk headers")
         if rec.num_rows:
-            step, mb = rec.column("step")[0].as_py(), rec.column("micro_batch")[0].as_py()
+            step, mb = rec.column(keys.COL_STEP)[0].as_py(), rec.column(keys.COL_MICRO_BATCH)[0].as_py()
             if (step, mb) != (k.step, k.micro_batch):
                 raise StreamError(f"stream: batch {k}: columns say step {step} micro-batch {mb}")
         jpegwire.check_record(rec)  # JPEG rows within the wire's limits before anything decodes them

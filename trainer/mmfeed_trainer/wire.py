@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import keys
+
 _POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 
 
@@ -111,11 +113,11 @@ class ChunkError(ValueError):
     """A chunk whose headers break section 3 of the protocol (terminate it alone)."""
 
 
-HEADERS = ("Mmfeed-Job", "Mmfeed-Epoch", "Mmfeed-Step", "Mmfeed-Micro-Batch", "Mmfeed-Dp-Rank",
-           "Mmfeed-Mp-Rank", "Mmfeed-Chunk", "Mmfeed-Size", "Mmfeed-Checksum", "Mmfeed-Schema")
+HEADERS = keys.REQUIRED_HEADERS
+"""The headers every chunk carries (``schema_keys.json``, shared with the Go service)."""
 _NUM = re.compile(r"0|[1-9][0-9]{0,9}")
 _JOB = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_CHECKSUM = re.compile(r"crc32c:([0-9a-f]{8})")
+_CHECKSUM = re.compile(re.escape(keys.CHECKSUM_PREFIX) + r"([0-9a-f]{8})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +130,8 @@ class BatchKey:
     mp_rank: int
 
     def msg_id(self, index: int, gen: int) -> str:
-        base = f"{self.job}.{self.epoch}.{self.step}.{self.micro_batch}.{self.dp_rank}.{self.mp_rank}.{index}"
-        return base + (f".g{gen}" if gen > 0 else "")
+        return keys.msg_id(job=self.job, epoch=self.epoch, step=self.step, micro_batch=self.micro_batch,
+                           dp_rank=self.dp_rank, mp_rank=self.mp_rank, chunk=index, generation=gen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,46 +159,48 @@ def parse_header(headers: dict | None) -> ChunkHeader:
     for name in HEADERS:
         if name not in headers:
             raise ChunkError(f"wire: header {name} missing")
-    job = headers["Mmfeed-Job"]
+    job = headers[keys.HDR_JOB]
     if not _JOB.fullmatch(job):
-        raise ChunkError(f"wire: header Mmfeed-Job={job!r} is not a job name")
-    if headers["Mmfeed-Schema"] != "1":
-        raise ChunkError(f"wire: unknown schema version {headers['Mmfeed-Schema']!r}")
-    key = BatchKey(job, _num(headers, "Mmfeed-Epoch"), _num(headers, "Mmfeed-Step"),
-                   _num(headers, "Mmfeed-Micro-Batch"), _num(headers, "Mmfeed-Dp-Rank"), _num(headers, "Mmfeed-Mp-Rank"))
-    parts = headers["Mmfeed-Chunk"].split("/")
+        raise ChunkError(f"wire: header {keys.HDR_JOB}={job!r} is not a job name")
+    if headers[keys.HDR_SCHEMA] != keys.SCHEMA_VERSION:
+        raise ChunkError(f"wire: unknown schema version {headers[keys.HDR_SCHEMA]!r}")
+    key = BatchKey(job, _num(headers, keys.HDR_EPOCH), _num(headers, keys.HDR_STEP),
+                   _num(headers, keys.HDR_MICRO_BATCH), _num(headers, keys.HDR_DP_RANK),
+                   _num(headers, keys.HDR_MP_RANK))
+    parts = headers[keys.HDR_CHUNK].split("/")
     if len(parts) != 2 or not all(_NUM.fullmatch(p) for p in parts):
-        raise ChunkError(f"wire: header Mmfeed-Chunk={headers['Mmfeed-Chunk']!r} is not i/n")
+        raise ChunkError(f"wire: header {keys.HDR_CHUNK}={headers[keys.HDR_CHUNK]!r} is not i/n")
     index, count = int(parts[0]), int(parts[1])
     if not 0 <= index < count:
         raise ChunkError(f"wire: chunk {index}/{count} out of range")
-    size = _num(headers, "Mmfeed-Size")
+    size = _num(headers, keys.HDR_SIZE)
     if size <= 0:
-        raise ChunkError(f"wire: header Mmfeed-Size={headers['Mmfeed-Size']!r} must be > 0")
-    m = _CHECKSUM.fullmatch(headers["Mmfeed-Checksum"])
+        raise ChunkError(f"wire: header {keys.HDR_SIZE}={headers[keys.HDR_SIZE]!r} must be > 0")
+    m = _CHECKSUM.fullmatch(headers[keys.HDR_CHECKSUM])
     if not m:
-        raise ChunkError(f"wire: header Mmfeed-Checksum={headers['Mmfeed-Checksum']!r} is not crc32c:<8 hex>")
-    gen = _num(headers, "Mmfeed-Generation") if "Mmfeed-Generation" in headers else 0
-    if "Mmfeed-Generation" in headers and gen == 0:
-        raise ChunkError("wire: Mmfeed-Generation must be positive when present")
-    msg_id = headers.get("Nats-Msg-Id")
+        raise ChunkError(f"wire: header {keys.HDR_CHECKSUM}={headers[keys.HDR_CHECKSUM]!r} is not "
+                         f"{keys.CHECKSUM_PREFIX}<8 hex>")
+    gen = _num(headers, keys.HDR_GENERATION) if keys.HDR_GENERATION in headers else 0
+    if keys.HDR_GENERATION in headers and gen == 0:
+        raise ChunkError(f"wire: {keys.HDR_GENERATION} must be positive when present")
+    msg_id = headers.get(keys.HDR_MSG_ID)
     if msg_id is not None and msg_id != key.msg_id(index, gen):
-        raise ChunkError(f"wire: Nats-Msg-Id {msg_id!r} differs from {key.msg_id(index, gen)!r}")
+        raise ChunkError(f"wire: {keys.HDR_MSG_ID} {msg_id!r} differs from {key.msg_id(index, gen)!r}")
     return ChunkHeader(key, gen, index, count, size, int(m.group(1), 16))
 
 
 def make_chunks(key: BatchKey, payload: bytes, chunk_size: int, gen: int = 0) -> list[tuple[dict, bytes]]:
     """(headers, data) of every chunk of ``payload`` (a publisher; used by tests and tools)."""
     n = -(-len(payload) // chunk_size)
-    checksum = f"crc32c:{crc32c(payload):08x}"
+    checksum = f"{keys.CHECKSUM_PREFIX}{crc32c(payload):08x}"
     out = []
     for i in range(n):
-        h = {"Mmfeed-Job": key.job, "Mmfeed-Epoch": str(key.epoch), "Mmfeed-Step": str(key.step),
-             "Mmfeed-Micro-Batch": str(key.micro_batch), "Mmfeed-Dp-Rank": str(key.dp_rank),
-             "Mmfeed-Mp-Rank": str(key.mp_rank), "Mmfeed-Chunk": f"{i}/{n}", "Mmfeed-Size": str(len(payload)),
-             "Mmfeed-Checksum": checksum, "Mmfeed-Schema": "1", "Nats-Msg-Id": key.msg_id(i, gen)}
+        h = {keys.HDR_JOB: key.job, keys.HDR_EPOCH: str(key.epoch), keys.HDR_STEP: str(key.step),
+             keys.HDR_MICRO_BATCH: str(key.micro_batch), keys.HDR_DP_RANK: str(key.dp_rank),
+             keys.HDR_MP_RANK: str(key.mp_rank), keys.HDR_CHUNK: f"{i}/{n}", keys.HDR_SIZE: str(len(payload)),
+             keys.HDR_CHECKSUM: checksum, keys.HDR_SCHEMA: keys.SCHEMA_VERSION, keys.HDR_MSG_ID: key.msg_id(i, gen)}
         if gen:
-            h["Mmfeed-Generation"] = str(gen)
+            h[keys.HDR_GENERATION] = str(gen)
         out.append((h, payload[i * chunk_size:(i + 1) * chunk_size]))
     return out
 
