@@ -579,8 +579,10 @@ class MMModel(nn.Module):
         return ModelOutput(img.emb, txt.emb, logits, self.itc())
 
 
-def flops_per_sample(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> float:
-    """Approximate training FLOPs (forward + backward = 3 x forward) of one sample.
+def flops_parts(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> dict[str, float]:
+    """The forward FLOPs of one sample by part: ``patch_embed``, one ``vision_block``, one
+    ``text_block``, and the whole ``fusion`` (its blocks on 3 pairs). ``flops_per_sample`` and
+    the pipeline stages' counts (``pipeline.stage_flops``) are sums of these.
 
     Counts matmuls only: 2 x params x tokens for the linear layers plus 4 x n x m x d for
     attention; fusion runs on 3 pairs per sample (positive and two ITM negatives).
@@ -594,7 +596,28 @@ def flops_per_sample(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> f
         return lin + att
 
     nv, nt = image_tokens + 1, max(text_tokens, 1)
-    vision = cfg.vision_layers * block(cfg.vision_hidden, nv, 0) + 2 * nv * 3 * cfg.patch_size ** 2 * cfg.vision_hidden
-    text = cfg.text_layers * block(cfg.text_hidden, nt, 0)
-    fusion = 3 * cfg.fusion_layers * block(cfg.fusion_hidden, nt, nv, cross=cfg.vision_hidden)
-    return 3.0 * (vision + text + fusion)
+    return {"patch_embed": 2 * nv * 3 * cfg.patch_size ** 2 * cfg.vision_hidden,
+            "vision_block": block(cfg.vision_hidden, nv, 0), "text_block": block(cfg.text_hidden, nt, 0),
+            "fusion": 3 * cfg.fusion_layers * block(cfg.fusion_hidden, nt, nv, cross=cfg.vision_hidden)}
+
+
+def flops_per_sample(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> float:
+    """Approximate training FLOPs (forward + backward = 3 x forward) of one sample
+    (``flops_parts``)."""
+    f = flops_parts(cfg, text_tokens, image_tokens)
+    vision = cfg.vision_layers * f["vision_block"] + f["patch_embed"]
+    text = cfg.text_layers * f["text_block"]
+    return 3.0 * (vision + text + f["fusion"])
+
+
+def micro_batch_flops(cfg: ModelConfig, mb) -> float:
+    """Training FLOPs of one micro-batch (a ``batches.Batch`` with both modalities) as the
+    model computes it, every row counted (padding samples too): padded, each row at the
+    padded caption length and the padded patch grid (rows x columns of the largest height and
+    width); packed, each sample at its own length and grid."""
+    if mb.packed:
+        lengths, grid = mb.lengths.tolist(), mb.image_grid.tolist()
+        return sum(flops_per_sample(cfg, n, gh * gw) for n, (gh, gw) in zip(lengths, grid))
+    b, width = mb.input_ids.shape
+    h, w = mb.pixel_values.shape[2:]
+    return b * flops_per_sample(cfg, width, (h // cfg.patch_size) * (w // cfg.patch_size))

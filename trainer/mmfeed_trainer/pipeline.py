@@ -52,7 +52,7 @@ from torch import nn
 from . import blockwrap, losses, timing
 from .batches import Batch
 from .layout import fill, grid_layout
-from .model import MMModel, length_mask, segments
+from .model import MMModel, flops_parts, length_mask, segments
 from .optim import clip_grad_norm
 from .parallel_dims import PP, ParallelDims
 from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
@@ -70,6 +70,20 @@ def split_blocks(n: int, pp: int) -> list[range]:
         size = base + (1 if s < extra else 0)
         out.append(range(start, start + size))
         start += size
+    return out
+
+
+def stage_flops(cfg, text_tokens: int, image_tokens: int, pp: int) -> list[float]:
+    """Training FLOPs of one sample on each of ``pp`` stages (``model.flops_parts``): every
+    stage its ``split_blocks`` share of each tower, the first also the patch embedding, the
+    last also the fusion. They sum to ``model.flops_per_sample``."""
+    f = flops_parts(cfg, text_tokens, image_tokens)
+    vis, txt = split_blocks(cfg.vision_layers, pp), split_blocks(cfg.text_layers, pp)
+    out = []
+    for s in range(pp):
+        fwd = len(vis[s]) * f["vision_block"] + len(txt[s]) * f["text_block"]
+        fwd += (f["patch_embed"] if s == 0 else 0) + (f["fusion"] if s == pp - 1 else 0)
+        out.append(3.0 * fwd)
     return out
 
 

@@ -164,11 +164,11 @@ def test_flops_match_go_golden():
     import json
     from pathlib import Path
 
-    from mmfeed_trainer.config import model_config
+    from mmfeed_trainer.config import model_config, preset_names
 
     path = Path(__file__).resolve().parents[2] / "balancer" / "testdata" / "flops_golden.json"
     golden = json.loads(path.read_text())
-    assert {g["preset"] for g in golden} == {"tiny", "base"}
+    assert {g["preset"] for g in golden} == set(preset_names())
     for g in golden:
         got = flops_per_sample(model_config(g["preset"]), g["text_tokens"], g["image_tokens"])
         assert got == g["flops"], g
