@@ -24,22 +24,8 @@ from .parallel_dims import ParallelDims
 from .parallelize import ParallelConfig
 from .position import Position
 from .prefetch import Prefetcher
-from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
-                    _maybe_fault, _Meter, _setup_distributed, _Window, log, register)
-
-SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offload), --ac none|selective|full, "
-             "--compile, --bf16, --pack, --pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
-"""What --pp > 1 supports, for the errors that refuse the rest."""
-
-
-def validate_pipeline(cfg: TrainConfig) -> None:
-    """ValueError for what --pp > 1 does not support (yet), naming what it does."""
-    pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
-    unsupported = [flag for flag, on in (("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
-                   if on]
-    if unsupported:
-        raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 (supported there: {SUPPORTED})")
-
+from .train_common import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step,
+                           _make_source, _maybe_fault, _Meter, _setup_distributed, _Window, log, register)
 
 def run_pipeline(cfg: TrainConfig) -> RunResult:
     """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""
