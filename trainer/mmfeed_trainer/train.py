@@ -20,11 +20,10 @@ from .parallelize import ParallelConfig, parallelize
 from .pipeline_ckpt import refuse_pipelined
 from .position import Position
 from .prefetch import Prefetcher
-from .sources import SyntheticSource
 from .step import train_step
-from .train_common import (FAULT_ENV, RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step,
-                           _make_source, _maybe_fault, _Meter, _setup_distributed, _Window, check_pack, log,
-                           register)
+from .train_common import (FAULT_ENV, Meter, RunResult, TrainConfig, Window, append_ids, check_pack,  # noqa: F401
+                           global_loss, load_pretrained, log, log_progress, maybe_fault, register, setup_distributed)
+from .train_common import make_source as _make_source  # the name scripts/e2e_rank.py wraps to time the source
 
 
 def _check_resizable(cfg: TrainConfig, path: str, saved_dp: int) -> None:
@@ -66,7 +65,7 @@ def run(cfg: TrainConfig) -> RunResult:
     if cfg.pp > 1:
         from .train_pipeline import run_pipeline
         return run_pipeline(cfg)
-    world, device = _setup_distributed()
+    world, device = setup_distributed()
     peak_flops = _peak_flops(cfg, device)
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
@@ -89,7 +88,7 @@ def run(cfg: TrainConfig) -> RunResult:
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # init on the GPU directly (same seed, same values on every rank)
         model = MMModel(mcfg)
-    _load_pretrained(model, cfg)
+    load_pretrained(model, cfg)
     module = parallelize(model, dims=dims, device=device,
                          cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
                                             mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload,
@@ -108,9 +107,9 @@ def run(cfg: TrainConfig) -> RunResult:
                             vocab_size=mcfg.vocab_size,
                             depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                             check_pack=not cfg.synthetic)
-    losses, meter, all_meter = [], _Meter(), _Meter()
+    losses, meter, all_meter = [], Meter(), Meter()
     step, last, warmup_s = start, None, 0.0
-    window = _Window(device)
+    window = Window(device)
 
     def report() -> None:  # the figures of the window's steps: feedback, meters
         nonlocal warmup_s
@@ -125,7 +124,7 @@ def run(cfg: TrainConfig) -> RunResult:
 
     try:
         while step < cfg.steps:
-            _maybe_fault(step)
+            maybe_fault(step)
             try:
                 host, waited = prefetcher.next()
             except StopIteration:
@@ -143,16 +142,16 @@ def run(cfg: TrainConfig) -> RunResult:
             window.add(step, host.data, stats, waited, time.perf_counter() - t0, flops)
             source.ack(host.data)
             if cfg.log_ids:
-                _log_ids(cfg.log_ids, dims, host)
+                append_ids(cfg.log_ids, dims, host)
             step += 1
             log_step = step % cfg.log_every == 0 or step == cfg.steps
             if window.due(log_step or step - start == cfg.metrics_skip):
                 report()
             if log_step:
-                loss = _global_loss(stats, dims)
+                loss = global_loss(stats, dims)
                 if loss is not None:
                     losses.append(loss)
-                _log_step(step, loss, stats, meter.summary(dims, device, peak_flops), scheduler)
+                log_progress(step, loss, stats, meter.summary(dims, device, peak_flops), scheduler)
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer,

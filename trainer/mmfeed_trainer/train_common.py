@@ -139,7 +139,7 @@ class RunResult:
     metrics: dict
 
 
-def _setup_distributed() -> tuple[int, torch.device]:
+def setup_distributed() -> tuple[int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
@@ -172,7 +172,7 @@ def register(source: Source, position: Position, resume: str | None, pack: bool)
     check_pack(bool(reply.get("pack", False)), pack, "the service")
 
 
-def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
+def make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     if cfg.shards:
         return ShardSource(cfg.shards, dims.dp_rank)
     if cfg.synthetic:
@@ -181,7 +181,7 @@ def _make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
     return StreamSource(url=cfg.nats, job=cfg.job, dims=dims, auth=cfg.nats_auth)
 
 
-def _maybe_fault(step: int) -> None:
+def maybe_fault(step: int) -> None:
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
@@ -192,7 +192,7 @@ def _maybe_fault(step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class _Meter:
+class Meter:
     """Per-step timings and throughput, averaged between log lines."""
 
     def __init__(self):
@@ -226,7 +226,7 @@ class _Meter:
         return out
 
 
-class _Window:
+class Window:
     """The steps trained since the device was last synchronized. On CUDA a step's figures --
     its wall time and the clock's events (``StepStats.compute_seconds``) -- need a
     synchronize, so the loop closes the window only at log steps, at the end of the warm-up
@@ -260,7 +260,7 @@ class _Window:
         return out
 
 
-def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
+def load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
     """Every rank reads the local checkpoints (same values everywhere, before sharding)."""
     from . import pretrained
     for path, load, what in ((cfg.init_vision, pretrained.load_vit, "ViT"), (cfg.init_text, pretrained.load_bert, "BERT")):
@@ -270,7 +270,7 @@ def _load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
                      what, path, len(report.loaded), len(report.ignored))
 
 
-def _global_loss(stats, dims: ParallelDims) -> float | None:
+def global_loss(stats, dims: ParallelDims) -> float | None:
     """The step loss summed over dp (a collective over dp on the loss ranks)."""
     if stats.loss is None:
         return None
@@ -280,7 +280,7 @@ def _global_loss(stats, dims: ParallelDims) -> float | None:
     return float(loss)
 
 
-def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) -> None:
+def log_progress(step: int, loss: float | None, stats, summary: dict, scheduler) -> None:
     if dist.is_initialized() and dist.get_rank() != 0:
         return
     lr = scheduler.get_last_lr()[0]
@@ -291,7 +291,7 @@ def _log_step(step: int, loss: float | None, stats, summary: dict, scheduler) ->
              summary["samples_per_s"], extra)
 
 
-def _log_ids(directory: str, dims: ParallelDims, host) -> None:
+def append_ids(directory: str, dims: ParallelDims, host) -> None:
     """Append one JSON line with the live (weight > 0) ids of this rank's consumed step."""
     rank = dist.get_rank() if dist.is_initialized() else 0
     ids = [[i for i, w in zip(mb.ids, mb.weight.tolist()) if w > 0] for mb in host.host_batches]

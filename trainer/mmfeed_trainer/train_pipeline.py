@@ -24,12 +24,12 @@ from .parallel_dims import ParallelDims
 from .parallelize import ParallelConfig
 from .position import Position
 from .prefetch import Prefetcher
-from .train_common import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step,
-                           _make_source, _maybe_fault, _Meter, _setup_distributed, _Window, log, register)
+from .train_common import (Meter, RunResult, TrainConfig, Window, append_ids, global_loss, load_pretrained, log,
+                           log_progress, make_source, maybe_fault, register, setup_distributed)
 
 def run_pipeline(cfg: TrainConfig) -> RunResult:
     """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""
-    world, device = _setup_distributed()
+    world, device = setup_distributed()
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, pp=cfg.pp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
     bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
@@ -37,7 +37,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = MMModel(mcfg)
-    _load_pretrained(model, cfg)
+    load_pretrained(model, cfg)
     module = pipeline.parallelize_pipeline(
         model, dims=dims, device=device,
         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
@@ -54,15 +54,15 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     source = prefetcher = None
     if dims.first_stage:  # the only stage that receives data
-        source = _make_source(cfg, dims)
+        source = make_source(cfg, dims)
         register(source, position, resume, cfg.pack)
         prefetcher = Prefetcher(source, position=position.to_dict(), role=dims.role,
                                 pad_id=mcfg.pad_token_id, device=device, vocab_size=mcfg.vocab_size,
                                 depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                                 check_pack=not cfg.synthetic)
-    losses, meter, all_meter = [], _Meter(), _Meter()
+    losses, meter, all_meter = [], Meter(), Meter()
     step = start
-    window = _Window(device)  # one synchronize per log step on CUDA, as train.run
+    window = Window(device)  # one synchronize per log step on CUDA, as train.run
 
     def report() -> None:  # the figures of the window's steps: feedback (stage 0), meters
         for index, data, done, waited, compute, _ in window.close():
@@ -75,7 +75,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
 
     try:
         while step < cfg.steps:
-            _maybe_fault(step)
+            maybe_fault(step)
             host, mbs, waited = None, None, 0.0
             if prefetcher is not None:
                 try:
@@ -93,15 +93,15 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
             if host is not None:
                 source.ack(host.data)
                 if cfg.log_ids:
-                    _log_ids(cfg.log_ids, dims, host)
+                    append_ids(cfg.log_ids, dims, host)
             step += 1
             log_step = step % cfg.log_every == 0 or step == cfg.steps
             if window.due(log_step or step - start == cfg.metrics_skip):
                 report()
             if log_step:
-                loss = _global_loss(stats, dims)
+                loss = global_loss(stats, dims)
                 losses.append(loss)
-                _log_step(step, loss, stats, meter.summary(dims, device, None), scheduler)
+                log_progress(step, loss, stats, meter.summary(dims, device, None), scheduler)
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 _save(cfg, step, module, optimizer, scheduler, dims, source)

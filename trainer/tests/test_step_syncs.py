@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from mmfeed_trainer import batches, config, optim, synthetic, train
+from mmfeed_trainer import batches, config, optim, sources, synthetic, train
 from mmfeed_trainer import model as model_mod
 from mmfeed_trainer.model import MMModel
 from mmfeed_trainer.parallel_dims import ParallelDims
@@ -107,14 +107,14 @@ def test_loop_synchronizes_only_at_log_steps(monkeypatch):
     a log step closes the window: one synchronize per log step, feedback for every step."""
     syncs, feedback = [], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
-    real_init = train._Window.__init__
+    real_init = train.Window.__init__
 
     def cuda_window(self, device):
         real_init(self, device)
         self.cuda = True  # the CUDA schedule on the CPU (the clock itself stays a CPU clock)
 
-    monkeypatch.setattr(train._Window, "__init__", cuda_window)
-    monkeypatch.setattr(train.SyntheticSource, "feedback", lambda self, data, **kw: feedback.append(data.step))
+    monkeypatch.setattr(train.Window, "__init__", cuda_window)
+    monkeypatch.setattr(sources.SyntheticSource, "feedback", lambda self, data, **kw: feedback.append(data.step))
     result = train.run(train.TrainConfig(synthetic=True, steps=7, log_every=3,
                                          synth=synthetic.SynthConfig(micro_batches=1, max_samples=3)))
     assert result.steps_done == 7
