@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from . import keys
+from .. import keys
 
 CLS_ID, SEP_ID = 101, 102
 MEAN = (0.48145466, 0.4578275, 0.40821073)

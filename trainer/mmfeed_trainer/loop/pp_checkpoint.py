@@ -30,8 +30,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from .checkpoint import _prune, _step_dir, _write_atomic, latest  # noqa: F401 (latest: re-exported)
-from .parallel_dims import ParallelDims
-from .position import Position
+from ..parallel.parallel_dims import ParallelDims
+from ..data.position import Position
 
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 _DCP_DIR = "pp"

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from . import keys, synthetic
+from .. import keys
+from . import synthetic
 from .position import Position
 from .shardset import MANIFEST, ShardSet
 

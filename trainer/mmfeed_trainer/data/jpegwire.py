@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from . import keys
+from .. import keys
 
 JPEG_DTYPES = ("jpeg", keys.DTYPE_JPEG_SOURCE)
 MAX_JPEG_OVERHEAD = 4096

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .. import accept, jpegwire, keys
+from .. import accept, jpegwire
+from ... import keys
 from ..wire import Assembled, ChunkError, ChunkHeader, Reassembler, parse_header
 from .errors import ServiceGone, StreamError
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from .. import accept
 from ..natsauth import NatsAuth
-from ..parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
+from ...parallel.parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 from ..position import Position
 from ..sources import Source, StepData
 from .acks import Acks

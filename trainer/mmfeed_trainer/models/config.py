@@ -72,7 +72,7 @@ class ModelConfig:
             raise ValueError(f"model config: init_temperature must be in (0, 1), got {self.init_temperature}")
 
 
-PRESET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
 """The model presets, one JSON file each, in the schema the Go service reads too
 (balancer/presets holds a generated copy; a Go test fails when they drift)."""
 SCHEMA_ONLY = ("name", "description")

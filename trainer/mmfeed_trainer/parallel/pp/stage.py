@@ -49,13 +49,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import blockwrap, losses, timing
-from .batches import Batch
-from .layout import fill, grid_layout
-from .model import MMModel, flops_parts, length_mask, segments
-from .optim import clip_grad_norm
-from .parallel_dims import PP, ParallelDims
-from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
+from .. import blockwrap
+from ...models import losses
+from ... import timing
+from ...data.batches import Batch
+from ...data.layout import fill, grid_layout
+from ...models.model import MMModel, flops_parts, length_mask, segments
+from ..optim import clip_grad_norm
+from ..parallel_dims import PP, ParallelDims
+from .link import WIRE_DTYPES, GRAD_KEYS, Link
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -195,7 +197,7 @@ def broadcast_plan(micro_batches: list[Batch] | None, *, dims: ParallelDims, dev
     head = torch.zeros(2, dtype=torch.int64)
     sizes = total_w = None
     if dims.first_stage:
-        from .step import _dp_sizes  # the same per-rank size table as without pp
+        from ..step import _dp_sizes  # the same per-rank size table as without pp
         if micro_batches:
             local_w = torch.stack([mb.weight.sum() for mb in micro_batches]).sum()
             total_w = losses.global_weight(local_w, dims.dp_group())
@@ -331,7 +333,7 @@ def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: tor
 
 def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
-    from .parallelize import _fsdp_policies, reshard_after_forward
+    from ..parallelize import _fsdp_policies, reshard_after_forward
     mesh = dims.dp_mesh()
     reshard = reshard_after_forward(cfg, dims.pp)  # ZeRO-2 by default: see ParallelConfig
     for block in blockwrap.blocks(stage):

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import timing
+from .. import timing
 
 def _acc(x: torch.Tensor) -> torch.Tensor:
     """At least float32 for the softmax (bf16/fp16 logits under autocast), float64 stays."""

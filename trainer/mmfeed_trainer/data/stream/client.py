@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Iterator
 
 from ..batches import Batch
-from ..parallel_dims import ROLE_FULL, ParallelDims
+from ...parallel.parallel_dims import ROLE_FULL, ParallelDims
 from ..prefetch import Prefetcher
 from ..sources import StepData
 from .errors import StreamError

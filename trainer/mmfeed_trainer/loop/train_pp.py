@@ -17,15 +17,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, config, pipeline, pipeline_ckpt
-from .model import MMModel
-from .optim import build_optimizer
-from .parallel_dims import ParallelDims
-from .parallelize import ParallelConfig
-from .position import Position
-from .prefetch import Prefetcher
-from .train_common import (Meter, RunResult, TrainConfig, Window, append_ids, global_loss, load_pretrained, log,
-                           log_progress, make_source, maybe_fault, register, setup_distributed)
+from . import checkpoint, pp_checkpoint as pipeline_ckpt
+from ..models import config
+from ..parallel.pp import stage as pipeline
+from ..models.model import MMModel
+from ..parallel.optim import build_optimizer
+from ..parallel.parallel_dims import ParallelDims
+from ..parallel.parallelize import ParallelConfig
+from ..data.position import Position
+from ..data.prefetch import Prefetcher
+from .common import (Meter, RunResult, TrainConfig, Window, append_ids, global_loss, load_pretrained, log,
+                     log_progress, make_source, maybe_fault, register, setup_distributed)
 
 def run_pipeline(cfg: TrainConfig) -> RunResult:
     """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import keys
+from .. import keys
 
 _POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
 

@@ -11,19 +11,20 @@ import warnings
 
 import torch
 
-from . import checkpoint, config
-from .model import MMModel, flops_per_sample
-from .batches import Batch
-from .optim import build_optimizer
-from .parallel_dims import ParallelDims
-from .parallelize import ParallelConfig, parallelize
-from .pipeline_ckpt import refuse_pipelined
-from .position import Position
-from .prefetch import Prefetcher
-from .step import train_step
-from .train_common import (FAULT_ENV, Meter, RunResult, TrainConfig, Window, append_ids, check_pack,  # noqa: F401
-                           global_loss, load_pretrained, log, log_progress, maybe_fault, register, setup_distributed)
-from .train_common import make_source as _make_source  # the name scripts/e2e_rank.py wraps to time the source
+from . import checkpoint
+from ..models import config
+from ..models.model import MMModel, flops_per_sample
+from ..data.batches import Batch
+from ..parallel.optim import build_optimizer
+from ..parallel.parallel_dims import ParallelDims
+from ..parallel.parallelize import ParallelConfig, parallelize
+from .pp_checkpoint import refuse_pipelined
+from ..data.position import Position
+from ..data.prefetch import Prefetcher
+from ..parallel.step import train_step
+from .common import (FAULT_ENV, Meter, RunResult, TrainConfig, Window, append_ids, check_pack, global_loss,
+                     load_pretrained, log, log_progress, maybe_fault, register, setup_distributed)
+from .common import make_source as _make_source  # the name scripts/e2e_rank.py wraps to time the source
 
 
 def _check_resizable(cfg: TrainConfig, path: str, saved_dp: int) -> None:
@@ -63,7 +64,7 @@ def run(cfg: TrainConfig) -> RunResult:
     """Train per ``cfg`` in this process (one rank of a torchrun world); returns a summary."""
     cfg.validate()
     if cfg.pp > 1:
-        from .train_pipeline import run_pipeline
+        from .train_pp import run_pipeline
         return run_pipeline(cfg)
     world, device = setup_distributed()
     peak_flops = _peak_flops(cfg, device)

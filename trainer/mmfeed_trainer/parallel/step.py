@@ -15,8 +15,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import losses, timing
-from .batches import Batch
+from ..models import losses
+from .. import timing
+from ..data.batches import Batch
 from .optim import clip_grad_norm
 from .parallel_dims import DP, ParallelDims
 from .parallelize import grad_sync, unwrap

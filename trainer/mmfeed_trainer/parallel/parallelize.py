@@ -28,10 +28,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import blockwrap, timing
-from .batches import Batch
+from . import blockwrap
+from .. import timing
+from ..data.batches import Batch
 from .exchange import Exchange
-from .model import MMModel
+from ..models.model import MMModel
 from .parallel_dims import MP, ROLE_FULL, ROLE_TEXT, ROLE_VISION, ParallelDims
 
 ROLE_PARTS = {

@@ -22,8 +22,8 @@ import json
 import torch
 import torch.distributed as dist
 
-from . import timing
-from .layout import Layout
+from ... import timing
+from ...data.layout import Layout
 
 PADDED_KEYS = ("vx", "vmask", "tx", "lengths", "weight", "neg_text", "neg_image")
 """What a padded micro-batch carries between stages, in header order."""

@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batches import Batch
+from ..data.batches import Batch
 from .config import ModelConfig
 from .docmask import document_mask
-from .layout import Layout, fill, grid_layout
+from ..data.layout import Layout, fill, grid_layout
 
 
 class ImageFeatures(NamedTuple):

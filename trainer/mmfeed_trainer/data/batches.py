@@ -63,10 +63,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from . import jpegwire, keys
+from . import jpegwire
+from .. import keys
 from . import layout as layouts
-from .losses import itm_negatives
-from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+from ..models.losses import itm_negatives
+from ..parallel.parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 
 WIRE_DTYPES = {"float16": pa.float16(), "float32": pa.float32(), "bfloat16": pa.uint16(), "uint8": pa.uint8()}
 

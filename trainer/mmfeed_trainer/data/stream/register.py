@@ -7,8 +7,9 @@ import json
 import logging
 import time
 
-from .. import accept, keys
-from ..parallel_dims import ParallelDims
+from .. import accept
+from ... import keys
+from ...parallel.parallel_dims import ParallelDims
 from .errors import ServiceGone, StreamError
 
 log = logging.getLogger("mmfeed_trainer.stream")

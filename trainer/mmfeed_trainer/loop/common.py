@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import config, pipeline
-from .model import MMModel
-from .natsauth import NatsAuth
-from .parallel_dims import ParallelDims, backend_for
-from .parallelize import ParallelConfig
-from .position import Position
-from .sources import ShardSource, Source, SyntheticSource
-from .synthetic import SynthConfig
+from ..models import config
+from ..parallel.pp import stage as pipeline
+from ..models.model import MMModel
+from ..data.natsauth import NatsAuth
+from ..parallel.parallel_dims import ParallelDims, backend_for
+from ..parallel.parallelize import ParallelConfig
+from ..data.position import Position
+from ..data.sources import ShardSource, Source, SyntheticSource
+from ..data.synthetic import SynthConfig
 
 log = logging.getLogger("mmfeed_trainer")
 
@@ -177,7 +178,7 @@ def make_source(cfg: TrainConfig, dims: ParallelDims) -> Source:
         return ShardSource(cfg.shards, dims.dp_rank)
     if cfg.synthetic:
         return SyntheticSource(cfg.synth, dims.dp_rank)
-    from .stream import StreamSource
+    from ..data.stream import StreamSource
     return StreamSource(url=cfg.nats, job=cfg.job, dims=dims, auth=cfg.nats_auth)
 
 
@@ -262,7 +263,7 @@ class Window:
 
 def load_pretrained(model: MMModel, cfg: TrainConfig) -> None:
     """Every rank reads the local checkpoints (same values everywhere, before sharding)."""
-    from . import pretrained
+    from ..models import pretrained
     for path, load, what in ((cfg.init_vision, pretrained.load_vit, "ViT"), (cfg.init_text, pretrained.load_bert, "BERT")):
         if path:
             report = load(model, path)
