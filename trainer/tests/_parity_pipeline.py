@@ -8,11 +8,13 @@ import dataclasses
 import os
 
 import torch
-from mmfeed_trainer import blockwrap, optim, pipeline, synthetic
-from mmfeed_trainer.checkpoint import full_model_state
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig
+from mmfeed_trainer.parallel import blockwrap, optim
+from mmfeed_trainer.parallel.pp import stage as pipeline
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.loop.checkpoint import full_model_state
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig
 
 import _parity
 

@@ -11,10 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mmfeed_trainer import batches, keys, synthetic
-from mmfeed_trainer.config import model_config, preset_names
-from mmfeed_trainer.model import flops_per_sample, micro_batch_flops
-from mmfeed_trainer.pipeline import stage_flops
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer import keys
+from mmfeed_trainer.models.config import model_config, preset_names
+from mmfeed_trainer.models.model import flops_per_sample, micro_batch_flops
+from mmfeed_trainer.parallel.pp.stage import stage_flops
 
 TESTDATA = Path(__file__).resolve().parents[2] / "balancer" / "testdata"
 UPDATE = os.environ.get("MMFEED_UPDATE_GOLDEN") == "1"

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from mmfeed_trainer import keys, synthetic
+from mmfeed_trainer import keys
+from mmfeed_trainer.data import synthetic
 
 
 def test_keys_are_those_of_the_shared_file():
@@ -41,13 +42,13 @@ def test_columns_are_those_of_the_shared_file():
 
 
 def test_pixel_dtypes_are_those_of_the_shared_file():
-    from mmfeed_trainer import batches, jpegwire
+    from mmfeed_trainer.data import batches, jpegwire
     assert set(batches.WIRE_DTYPES) | set(jpegwire.JPEG_DTYPES) == set(_shared()["pixel_field"]["dtypes"])
 
 
 def test_chunk_headers_are_those_of_the_shared_file():
     """wire.make_chunks writes, and wire.parse_header requires, the shared header set."""
-    from mmfeed_trainer import wire
+    from mmfeed_trainer.data import wire
     chunk = _shared()["chunk"]
     names = chunk["headers"]
     key = wire.BatchKey("j-1", 3, 14, 1, 5, 9)
@@ -76,8 +77,8 @@ def test_subjects_are_those_of_the_shared_file():
 
 def test_stream_uses_the_shared_subjects():
     """StreamSource's control subjects come from the shared patterns (no NATS needed)."""
-    from mmfeed_trainer.parallel_dims import ParallelDims
-    from mmfeed_trainer.stream import StreamSource
+    from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+    from mmfeed_trainer.data.stream import StreamSource
     src = StreamSource(url="nats://127.0.0.1:1", job="j", dims=ParallelDims(dp=4, mp=2, world_size=8), ranks=(3, 1))
     try:
         for kind in keys.CONTROL_KINDS:

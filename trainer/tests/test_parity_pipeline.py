@@ -13,7 +13,7 @@ import _p2p
 import _parity
 import _parity_pipeline as pp_harness
 from _dist import run_world
-from mmfeed_trainer import pipeline
+from mmfeed_trainer.parallel.pp import stage as pipeline
 
 DP, PP = 2, 2
 F32, F64 = torch.float32, torch.float64

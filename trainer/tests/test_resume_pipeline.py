@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from _dist import free_port
-from mmfeed_trainer import pipeline_ckpt, synthetic, train
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.train import TrainConfig
+from mmfeed_trainer.loop import pp_checkpoint as pipeline_ckpt, train
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.loop.train import TrainConfig
 
 STEPS, PP = 4, 2
 

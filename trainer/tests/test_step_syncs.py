@@ -16,12 +16,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from mmfeed_trainer import batches, config, optim, sources, synthetic, train
-from mmfeed_trainer import model as model_mod
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, parallelize
-from mmfeed_trainer.step import train_step
+from mmfeed_trainer.data import batches, sources, synthetic
+from mmfeed_trainer.models import config
+from mmfeed_trainer.parallel import optim
+from mmfeed_trainer.loop import train
+from mmfeed_trainer.models import model as model_mod
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, parallelize
+from mmfeed_trainer.parallel.step import train_step
 
 META = torch.device("meta")
 _ATEN = torch.ops.aten
@@ -128,7 +131,7 @@ def test_pipeline_stages_forward_without_host_syncs(pack):
     sends with each micro-batch (``pipeline_link``: through its JSON encoding here), so
     neither stage's forward reads the device; without the layout a later stage must read
     the carried offsets (raises on meta)."""
-    from mmfeed_trainer import pipeline, pipeline_link
+    from mmfeed_trainer.parallel.pp import stage as pipeline, link as pipeline_link
     cfg = config.tiny()
     with torch.device(META):
         first, last = (pipeline.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pytest
 
 from _dist import free_port
-from mmfeed_trainer import stream, synthetic, wire
-import mmfeed_trainer.stream.jetstream  # noqa: F401 (patched: RESEND_ATTEMPTS)
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.sources import StepData
-from mmfeed_trainer.stream import StreamError, StreamSource, fetch_size
+from mmfeed_trainer.data import stream, synthetic, wire
+import mmfeed_trainer.data.stream.jetstream
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.data.sources import StepData
+from mmfeed_trainer.data.stream import StreamError, StreamSource, fetch_size
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "t1"
@@ -251,7 +251,7 @@ def test_close_waits_for_the_prefetch_thread(nats_url, svc, monkeypatch):
     thread converts the next step; left running, that daemon thread was inside torch when the
     interpreter exited, which aborted the example with "terminate called without an active
     exception" after it had trained (test_lightning, CI of stop 18)."""
-    from mmfeed_trainer import batches
+    from mmfeed_trainer.data import batches
     convert = batches.record_to_batch
 
     def slow(*a, **kw):
@@ -504,7 +504,7 @@ def test_unanswered_resend_is_a_clear_error(nats_url, svc, monkeypatch):
 def test_a_call_the_stopped_loop_never_ran_closes_its_coroutine():
     """A call timed out because the loop stopped (``close`` raced the prefetch thread) closes
     its coroutine, instead of leaving it to warn 'coroutine ... was never awaited' at exit."""
-    from mmfeed_trainer.stream.loop import run_in
+    from mmfeed_trainer.data.stream.loop import run_in
 
     loop = asyncio.new_event_loop()  # never run: as after close
     try:

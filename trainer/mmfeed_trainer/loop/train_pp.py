@@ -29,6 +29,7 @@ from ..data.prefetch import Prefetcher
 from .common import (Meter, RunResult, TrainConfig, Window, append_ids, global_loss, load_pretrained, log,
                      log_progress, make_source, maybe_fault, register, setup_distributed)
 
+
 def run_pipeline(cfg: TrainConfig) -> RunResult:
     """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""
     world, device = setup_distributed()

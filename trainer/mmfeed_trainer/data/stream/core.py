@@ -7,14 +7,10 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from ..wire import Assembled, BatchKey, ChunkHeader, Reassembler
-
-if TYPE_CHECKING:
-    from .source import StreamSource
 
 log = logging.getLogger("mmfeed_trainer.stream")
 
@@ -132,7 +128,7 @@ class _CoreAck:
 
     __slots__ = ("source", "key")
 
-    def __init__(self, source: StreamSource, key: tuple[int, int, int]):
+    def __init__(self, source: CorePlane, key: tuple[int, int, int]):
         self.source, self.key = source, key
 
     async def ack(self) -> None:
