@@ -1,5 +1,11 @@
 """The trainer's modules import each other in one direction only: no import cycle between
-them, counting the imports inside functions (a lazy import is still a dependency)."""
+them, counting the imports inside functions (a lazy import is still a dependency), and each
+layer imports only the layers below it (docs/trainer.md, "Layout"):
+
+    data (loading) < models < parallel (pp too) < loop
+
+with ``keys`` (wire names shared with Go) and ``timing`` (rank-local clocks) usable by all,
+and one exception: the data layer reads the rank layout (``parallel.parallel_dims``)."""
 
 import ast
 import os
@@ -77,6 +83,45 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
+
+
+LAYERS = ("data", "models", "parallel", "loop")
+SHARED = {f"{ROOT}.keys", f"{ROOT}.timing"}
+EXCEPTIONS = {("data", f"{ROOT}.parallel.parallel_dims")}
+
+
+def layer(module: str) -> str:
+    """The layer of a module: its subpackage, or "top" for the package's own modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in (*LAYERS, "integrations") else "top"
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for name, targets in sorted(graph.items()):
+        own = layer(name)
+        if own == "top":
+            continue
+        below = set(LAYERS[:LAYERS.index(own) + 1]) if own in LAYERS else {"data", "integrations"}
+        for t in sorted(targets):
+            ok = layer(t) in below or t in SHARED or (own, t) in EXCEPTIONS
+            if not ok:
+                out.append(f"{name} imports {t}")
+    return out
+
+
+def test_layers_import_only_lower_layers():
+    assert violations(import_graph()) == []
+
+
+def test_layer_violations_are_found():
+    g = {f"{ROOT}.data.batches": {f"{ROOT}.models.losses", f"{ROOT}.keys"},
+         f"{ROOT}.models.model": {f"{ROOT}.data.batches"}, f"{ROOT}.parallel.step": {f"{ROOT}.loop.common"},
+         f"{ROOT}.data.datasets": {f"{ROOT}.parallel.parallel_dims"}, f"{ROOT}.stream": {f"{ROOT}.data.stream"},
+         f"{ROOT}.data.sources": {f"{ROOT}.stream"}}
+    assert violations(g) == [f"{ROOT}.data.batches imports {ROOT}.models.losses",
+                             f"{ROOT}.data.sources imports {ROOT}.stream",
+                             f"{ROOT}.parallel.step imports {ROOT}.loop.common"]
 
 
 def test_cycles_are_found():

@@ -66,7 +66,7 @@ import torch
 from . import jpegwire
 from .. import keys
 from . import layout as layouts
-from ..models.losses import itm_negatives
+from .negatives import itm_negatives
 from ..parallel.parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 
 WIRE_DTYPES = {"float16": pa.float16(), "float32": pa.float32(), "bfloat16": pa.uint16(), "uint8": pa.uint8()}
