@@ -131,10 +131,10 @@ def test_pipeline_stages_forward_without_host_syncs(pack):
     sends with each micro-batch (``pipeline_link``: through its JSON encoding here), so
     neither stage's forward reads the device; without the layout a later stage must read
     the carried offsets (raises on meta)."""
-    from mmfeed_trainer.parallel.pp import stage as pipeline, link as pipeline_link
+    from mmfeed_trainer.parallel.pp import link as pp_link, stage as pp_stage
     cfg = config.tiny()
     with torch.device(META):
-        first, last = (pipeline.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))
+        first, last = (pp_stage.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))
     mbs = _meta_batches()
     guard = SyncGuard()
     with guard:
@@ -142,7 +142,7 @@ def test_pipeline_stages_forward_without_host_syncs(pack):
             mbs = [batches.pack(mb, cfg.patch_size) for mb in mbs]
         for mb in mbs:
             carry = first(mb)
-            carry["layout"] = pipeline_link.decode_layout(pipeline_link.encode_layout(carry["layout"]))
+            carry["layout"] = pp_link.decode_layout(pp_link.encode_layout(carry["layout"]))
             out = last(carry)
     assert guard.syncs == [], f"host syncs in the stages' forward: {guard.syncs}"
     assert out["img_emb"].device == META

@@ -1,4 +1,4 @@
-"""What the plain loop (``train``) and the pipelined one (``train_pipeline``) share: the run's
+"""What the plain loop (``train``) and the pipelined one (``train_pp``) share: the run's
 configuration and result, distributed setup, the data source and its registration, fault
 injection, the meters and the synchronization window, pretrained weights, step logging.
 Both loops import from here; neither imports the other's internals."""
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ..models import config
-from ..parallel.pp import stage as pipeline
+from ..parallel.pp import stage as pp_stage
 from ..models.model import MMModel
 from ..data.natsauth import NatsAuth
 from ..parallel.parallel_dims import ParallelDims, backend_for
@@ -43,7 +43,7 @@ class TrainConfig:
     dp: int = 1
     mp: int = 1
     pp: int = 1
-    """Pipeline stages (``pipeline``): > 1 splits each tower's blocks over pp ranks."""
+    """Pipeline stages (``parallel.pp``): > 1 splits each tower's blocks over pp ranks."""
     pp_schedule: str = "1f1b"
     """Pipeline schedule: 1f1b or gpipe."""
     fsdp: bool = False
@@ -310,7 +310,7 @@ SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offlo
 
 def validate_pipeline(cfg: TrainConfig) -> None:
     """ValueError for what --pp > 1 does not support (yet), naming what it does."""
-    pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
+    pp_stage.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
     unsupported = [flag for flag, on in (("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
                    if on]
     if unsupported:

@@ -8,7 +8,7 @@ Layout under ``ckpt_dir`` (the same step directories and ``latest`` as ``checkpo
     latest                        "step-00000040", written by global rank 0 after a barrier
 
 One DCP checkpoint holds every stage: a stage's parameter names are those of ``MMModel``
-(``pipeline.PipelineStage``), so the stages' names are disjoint, and dp replicas (or FSDP2
+(``parallel.pp.stage.PipelineStage``), so the stages' names are disjoint, and dp replicas (or FSDP2
 shards) of a stage write one copy. The optimizer state is flattened to one entry per
 parameter name (``flatten_optimizer_state_dict``) so that the stages' param groups, which name
 different parameters, do not collide either.

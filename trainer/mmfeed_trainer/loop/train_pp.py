@@ -2,9 +2,9 @@
 
 Stage 0 of each dp replica is the only rank with a data source: it registers with the
 service (``pp`` in its layout), prefetches, acknowledges and reports feedback. Every stage
-runs the same loop; ``pipeline.train_step`` tells the later stages how many micro-batches
+runs the same loop; ``pp.stage.train_step`` tells the later stages how many micro-batches
 the step has, or that the data ended. ``--ckpt-dir`` saves every stage and resumes in the same
-layout (``pipeline_ckpt``; stage 0 keeps the data position). MFU is left out of the summary.
+layout (``pp_checkpoint``; stage 0 keeps the data position). MFU is left out of the summary.
 What pp does not support is refused up front by ``validate_pipeline``, naming what it does.
 """
 
@@ -17,9 +17,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, pp_checkpoint as pipeline_ckpt
+from . import checkpoint, pp_checkpoint
 from ..models import config
-from ..parallel.pp import stage as pipeline
+from ..parallel.pp import stage as pp_stage
 from ..models.model import MMModel
 from ..parallel.optim import build_optimizer
 from ..parallel.parallel_dims import ParallelDims
@@ -41,17 +41,17 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     with torch.device(device):
         model = MMModel(mcfg)
     load_pretrained(model, cfg)
-    module = pipeline.parallelize_pipeline(
+    module = pp_stage.parallelize_pipeline(
         model, dims=dims, device=device,
         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
                            mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload))
-    runner = pipeline.Runner(module, dims=dims, device=device,
-                             cfg=pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
+    runner = pp_stage.Runner(module, dims=dims, device=device,
+                             cfg=pp_stage.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
     start, position = 0, Position()
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     if resume:
-        extra = pipeline_ckpt.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        extra = pp_checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
         start, position = extra["next_step"], checkpoint.resume_position(extra)
         log.info("resumed from %s at step %d (data position %s)", resume, start, position.to_dict())
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
@@ -87,7 +87,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
                 except StopIteration:
                     mbs = []  # tells the other stages the data ended
             t0 = time.perf_counter()
-            stats = pipeline.train_step(runner, optimizer, scheduler, mbs, max_grad_norm=cfg.optim.max_grad_norm,
+            stats = pp_stage.train_step(runner, optimizer, scheduler, mbs, max_grad_norm=cfg.optim.max_grad_norm,
                                         autocast=autocast)
             if stats is None:
                 log.info("end of data at step %d", step)
@@ -124,7 +124,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
 
 
 def _save(cfg: TrainConfig, step: int, module, optimizer, scheduler, dims: ParallelDims, source) -> None:
-    pipeline_ckpt.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer, scheduler=scheduler,
+    pp_checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer, scheduler=scheduler,
                        dims=dims, stream_position=source.position() if source is not None else None)
 
 

@@ -582,7 +582,7 @@ class MMModel(nn.Module):
 def flops_parts(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> dict[str, float]:
     """The forward FLOPs of one sample by part: ``patch_embed``, one ``vision_block``, one
     ``text_block``, and the whole ``fusion`` (its blocks on 3 pairs). ``flops_per_sample`` and
-    the pipeline stages' counts (``pipeline.stage_flops``) are sums of these.
+    the pipeline stages' counts (``parallel.pp.stage.stage_flops``) are sums of these.
 
     Counts matmuls only: 2 x params x tokens for the linear layers plus 4 x n x m x d for
     attention; fusion runs on 3 pairs per sample (positive and two ITM negatives).

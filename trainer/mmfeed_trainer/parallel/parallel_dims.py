@@ -13,7 +13,7 @@ MP = "mp"
 """Mesh axis of modality parallelism (mp rank 0: vision + fusion + losses, mp rank 1: text)."""
 PP = "pp"
 """Mesh axis of pipeline parallelism (stage 0 embeds and receives the data, the last stage
-runs the fusion and the losses; ``pipeline``)."""
+runs the fusion and the losses; ``parallel.pp``)."""
 
 ROLE_FULL = "full"
 ROLE_VISION = "vision"

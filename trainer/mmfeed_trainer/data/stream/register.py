@@ -124,7 +124,7 @@ class Registration:
         body = {"job": self.job, "dp_rank": self.dp_rank, "mp_rank": self.mp_rank,
                 "dp": self.dims.dp, "mp": self.dims.mp, "placement": self._placement(),
                 "epoch": epoch, "resume_step": resume_step}
-        if self.dims.pp > 1:  # a pipelined trainer registers from stage 0 only (``pipeline``)
+        if self.dims.pp > 1:  # a pipelined trainer registers from stage 0 only (``parallel.pp``)
             body["pp"] = self.dims.pp
         msg = await self._nc.request(self._subject("register"), json.dumps(body).encode(),
                                      timeout=self.request_timeout_s)

@@ -1,4 +1,4 @@
-"""Point-to-point messages between pipeline stages (``pipeline``): a forward message is a
+"""Point-to-point messages between pipeline stages (``stage``): a forward message is a
 fixed-size int64 header (micro-batch index, padded/packed, then dtype code, ndim and shape of
 each tensor in ``PADDED_KEYS`` / ``PACKED_KEYS`` order) followed by those tensors; a backward
 message is the gradients of ``GRAD_KEYS``, whose shapes the receiver sent itself.
