@@ -78,7 +78,7 @@ func sameMap(t *testing.T, what string, want, got map[string]string) {
 
 // TestColumnsMatchTrainer fails when the Arrow column names, the columns of
 // each modality or the pixel field metadata drift from the shared file that
-// mmfeed_trainer/batches.py reads.
+// mmfeed_trainer/data/batches.py reads.
 func TestColumnsMatchTrainer(t *testing.T) {
 	doc := readShared(t)
 	sameMap(t, "column", doc.Columns, map[string]string{
@@ -127,7 +127,7 @@ func TestColumnsMatchTrainer(t *testing.T) {
 
 // TestChunkHeadersMatchTrainer fails when the chunk header names, which of
 // them are required, the checksum prefix or the message id layout drift from
-// the shared file that mmfeed_trainer/wire.py reads; it checks the headers
+// the shared file that mmfeed_trainer/data/wire.py reads; it checks the headers
 // Header writes and ParseChunkHeader requires, not only the constants.
 func TestChunkHeadersMatchTrainer(t *testing.T) {
 	c := readShared(t).Chunk
@@ -190,7 +190,7 @@ func TestChunkHeadersMatchTrainer(t *testing.T) {
 
 // TestSubjectsMatchTrainer fails when a subject, inbox, stream, consumer or
 // bucket name, or a control kind, drifts from the shared patterns that
-// mmfeed_trainer/stream.py fills.
+// mmfeed_trainer/data/stream fills.
 func TestSubjectsMatchTrainer(t *testing.T) {
 	doc := readShared(t)
 	pattern := map[string]string{}
