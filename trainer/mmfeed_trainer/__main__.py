@@ -46,8 +46,9 @@ import logging
 import os
 import sys
 
-from . import config, natsauth, synthetic
-from .train import TrainConfig, run
+from .models import config
+from .data import natsauth, synthetic
+from .loop.train import TrainConfig, run
 
 
 class _Parser(argparse.ArgumentParser):

@@ -4,7 +4,7 @@ The balancer calibrates its cost model from each rank's own compute time; the wa
 step is useless for that (collectives make every rank finish together). ``StepClock`` keeps
 one timeline per step -- host ``perf_counter`` on CPU, CUDA events on the GPU stream, so no
 host sync is needed until ``compute_seconds()``, which the training loop calls only at log
-steps (``train._Window``) -- and:
+steps (``loop.common.Window``) -- and:
 
 * ``comm()`` brackets every blocking exchange with other ranks the step itself issues (the
   global-weight all-reduce, the contrastive all-gather, the mp feature exchange); its span is

@@ -17,7 +17,7 @@ import sys
 
 from torch.utils.data import DataLoader
 
-from mmfeed_trainer.data import StreamDataset
+from mmfeed_trainer.data.datasets import StreamDataset
 
 
 def consume(url, job, *, take=-1, state=None, rank=None, world_size=None):

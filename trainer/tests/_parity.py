@@ -13,12 +13,14 @@ import os
 
 import torch
 import torch.distributed as dist
-from mmfeed_trainer import batches, config, losses, optim, synthetic
-from mmfeed_trainer.checkpoint import full_model_state
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, parallelize
-from mmfeed_trainer.step import train_step
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer.models import config, losses
+from mmfeed_trainer.parallel import optim
+from mmfeed_trainer.loop.checkpoint import full_model_state
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, parallelize
+from mmfeed_trainer.parallel.step import train_step
 
 SEED = 1234
 STEPS = 3

@@ -8,11 +8,13 @@ import dataclasses
 import os
 
 import torch
-from mmfeed_trainer import blockwrap, optim, pipeline, synthetic
-from mmfeed_trainer.checkpoint import full_model_state
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig
+from mmfeed_trainer.parallel import blockwrap, optim
+from mmfeed_trainer.parallel.pp import stage as pp_stage
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.loop.checkpoint import full_model_state
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig
 
 import _parity
 
@@ -41,12 +43,12 @@ def worker(rank: int, world: int, dp: int, pp: int, scenarios: list[tuple], outd
         dims.build_mesh("cpu")
         torch.manual_seed(_parity.SEED)
         model = MMModel(_parity.model_cfg()).to(dtype)
-        module = pipeline.parallelize_pipeline(model, dims=dims, cfg=ParallelConfig(fsdp=fsdp, **OPTIONS[options]),
+        module = pp_stage.parallelize_pipeline(model, dims=dims, cfg=ParallelConfig(fsdp=fsdp, **OPTIONS[options]),
                                                device=cpu)
         block_dtypes = []
         for block in blockwrap.blocks(module):
             block.register_forward_pre_hook(lambda _m, args: block_dtypes.append(str(args[0].dtype)))
-        runner = pipeline.Runner(module, dims=dims, cfg=pipeline.PipelineConfig(schedule=schedule, pack=pack),
+        runner = pp_stage.Runner(module, dims=dims, cfg=pp_stage.PipelineConfig(schedule=schedule, pack=pack),
                                  device=cpu)
         ocfg = _parity.optim_cfg()
         opt, sched = optim.build_optimizer(module, ocfg)
@@ -56,12 +58,12 @@ def worker(rank: int, world: int, dp: int, pp: int, scenarios: list[tuple], outd
             mbs = None
             if dims.first_stage:  # only stage 0 reads data
                 mbs = [_parity._batch(r, "full", dtype, pack) for r in synthetic.step_records(scfg, step, dims.dp_rank)]
-            stats = pipeline.train_step(runner, opt, sched, mbs, max_grad_norm=ocfg.max_grad_norm)
+            stats = pp_stage.train_step(runner, opt, sched, mbs, max_grad_norm=ocfg.max_grad_norm)
             loss = stats.loss.clone()
             torch.distributed.all_reduce(loss, group=dims.dp_group())
             step_losses.append(float(loss))
             norms.append(float(stats.grad_norm))
-        assert pipeline.train_step(runner, opt, sched, [] if dims.first_stage else None,
+        assert pp_stage.train_step(runner, opt, sched, [] if dims.first_stage else None,
                                    max_grad_norm=ocfg.max_grad_norm) is None, "end of data must stop every stage"
         param_dtypes = sorted({str(p.dtype) for p in module.parameters()})
         state = full_model_state(module)

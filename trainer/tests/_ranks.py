@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from mmfeed_trainer.stream import Stream
+from mmfeed_trainer.data.stream import Stream
 
 
 class StreamRanks:

@@ -18,7 +18,7 @@ from PIL import Image, ImageOps
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as F
 
-from mmfeed_trainer.sources import ShardSource
+from mmfeed_trainer.data.sources import ShardSource
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15

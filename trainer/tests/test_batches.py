@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from mmfeed_trainer import batches, synthetic
+from mmfeed_trainer.data import batches, synthetic
 
 CPU = torch.device("cpu")
 

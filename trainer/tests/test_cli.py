@@ -53,7 +53,7 @@ def test_packed_synthetic_run_trains_like_the_padded_one(capsys, monkeypatch):
 
 
 def test_pack_mismatch_with_the_plan_is_refused():
-    from mmfeed_trainer.train import check_pack
+    from mmfeed_trainer.loop.train import check_pack
     check_pack(True, True, "the service")
     with pytest.raises(ValueError, match="planned packed micro-batches"):
         check_pack(True, False, "the service")

@@ -26,7 +26,7 @@ import torch
 from _data_consumer import consume
 from _dist import free_port, run_world
 from test_stream import wait_for_port
-from mmfeed_trainer.data import ShardDataset, StreamDataset, weighted_loss
+from mmfeed_trainer.data.datasets import ShardDataset, StreamDataset, weighted_loss
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
@@ -267,7 +267,7 @@ def test_hf_datasets_loads_the_shards(corpus, tmp_path):
 
 def test_shard_file_names_match_the_go_writer(corpus):
     """The names ``mmfeed shard`` writes (Go's pipeline.RankFile) are the ones ShardSource opens."""
-    from mmfeed_trainer.sources import ShardSource
+    from mmfeed_trainer.data.sources import ShardSource
     written = sorted(f for f in os.listdir(corpus[2]) if f.endswith(".arrow"))
     src = [ShardSource(corpus[2], r) for r in range(2)]
     opened = {f["path"] for f in src[0].set.files} | {e["path"] for e in src[0].set.epochs.values()}

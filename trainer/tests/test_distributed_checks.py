@@ -14,9 +14,9 @@ import torch.distributed as dist
 
 import _p2p
 from _dist import run_world
-from mmfeed_trainer.batches import Batch
-from mmfeed_trainer.parallel_dims import DP, ParallelDims
-from mmfeed_trainer.step import _dp_sizes
+from mmfeed_trainer.data.batches import Batch
+from mmfeed_trainer.parallel.parallel_dims import DP, ParallelDims
+from mmfeed_trainer.parallel.step import _dp_sizes
 
 
 def _host_sizes(rank, outdir):

@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from mmfeed_trainer import batches, blockwrap, config, docmask, model, synthetic
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer.parallel import blockwrap
+from mmfeed_trainer.models import config, docmask, model
 
 CPU = torch.device("cpu")
 

@@ -30,11 +30,12 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from _dist import free_port, run_world
-from mmfeed_trainer import checkpoint, config
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.optim import build_optimizer
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, parallelize
+from mmfeed_trainer.loop import checkpoint
+from mmfeed_trainer.models import config
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.optim import build_optimizer
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, parallelize
 from test_stream import wait_for_port
 from test_train_serve import BIN, REPO, consumed, stop_serve
 

@@ -20,12 +20,13 @@ from torchvision.io import encode_jpeg
 
 from _dist import free_port
 from test_stream import wait_for_port
-from mmfeed_trainer import keys, synthetic
-from mmfeed_trainer.batches import BatchError, record_to_batch
-from mmfeed_trainer.parallel_dims import ROLE_FULL
-from mmfeed_trainer.prefetch import Prefetcher
-from mmfeed_trainer.sources import Source, StepData
-from mmfeed_trainer.stream import Stream
+from mmfeed_trainer import keys
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.data.batches import BatchError, record_to_batch
+from mmfeed_trainer.parallel.parallel_dims import ROLE_FULL
+from mmfeed_trainer.data.prefetch import Prefetcher
+from mmfeed_trainer.data.sources import Source, StepData
+from mmfeed_trainer.data.stream import Stream
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")
@@ -211,7 +212,7 @@ def test_bad_jpegs_are_batch_errors():
 def test_check_record_refuses_what_record_to_batch_refuses():
     """The stream client's check (``jpegwire.check_record``, before the prefetcher) and
     ``record_to_batch`` apply the same limits; good and non-JPEG records pass it."""
-    from mmfeed_trainer import jpegwire  # noqa: PLC0415
+    from mmfeed_trainer.data import jpegwire  # noqa: PLC0415
     rb, exact = jpeg_record()
     jpegwire.check_record(rb)
     jpegwire.check_record(synthetic.step_records(synthetic.SynthConfig(dtype="uint8"), 0, 0)[0])

@@ -16,10 +16,10 @@ import pytest
 from _dist import free_port
 from test_stream import wait_for_port
 from mmfeed_trainer import keys
-from mmfeed_trainer.batches import BatchError, record_to_batch
-from mmfeed_trainer.data import hf_item
-from mmfeed_trainer.sources import ShardSource
-from mmfeed_trainer.stream import Stream
+from mmfeed_trainer.data.batches import BatchError, record_to_batch
+from mmfeed_trainer.data.datasets import hf_item
+from mmfeed_trainer.data.sources import ShardSource
+from mmfeed_trainer.data.stream import Stream
 
 KEEP = "url,json:label,caption"
 PLAN = ["--dp", "2", "--global-batch", "8", "--micro-batches", "2", "--image-size", "32", "--seed", "5",

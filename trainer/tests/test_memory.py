@@ -17,12 +17,14 @@ import torch.distributed as dist
 
 import _parity
 from _dist import run_world
-from mmfeed_trainer import blockwrap, config, losses, optim, synthetic
-from mmfeed_trainer.checkpoint import full_model_state
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, Stage, parallelize
-from mmfeed_trainer.step import train_step
+from mmfeed_trainer.parallel import blockwrap, optim
+from mmfeed_trainer.models import config, losses
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.loop.checkpoint import full_model_state
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, Stage, parallelize
+from mmfeed_trainer.parallel.step import train_step
 
 
 def _micro_batch():

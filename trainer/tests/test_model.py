@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from mmfeed_trainer import batches, config, losses, synthetic
-from mmfeed_trainer.model import MMModel, flops_per_sample
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer.models import config, losses
+from mmfeed_trainer.models.model import MMModel, flops_per_sample
 
 CPU = torch.device("cpu")
 
@@ -164,11 +165,11 @@ def test_flops_match_go_golden():
     import json
     from pathlib import Path
 
-    from mmfeed_trainer.config import model_config
+    from mmfeed_trainer.models.config import model_config, preset_names
 
     path = Path(__file__).resolve().parents[2] / "balancer" / "testdata" / "flops_golden.json"
     golden = json.loads(path.read_text())
-    assert {g["preset"] for g in golden} == {"tiny", "base"}
+    assert {g["preset"] for g in golden} == set(preset_names())
     for g in golden:
         got = flops_per_sample(model_config(g["preset"]), g["text_tokens"], g["image_tokens"])
         assert got == g["flops"], g

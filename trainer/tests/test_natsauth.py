@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from mmfeed_trainer.__main__ import parse_args
-from mmfeed_trainer.natsauth import NatsAuth
+from mmfeed_trainer.data.natsauth import NatsAuth
 
 
 def test_rank_placeholders_and_password_file(tmp_path):

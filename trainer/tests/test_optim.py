@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmfeed_trainer import optim
-from mmfeed_trainer.config import OptimConfig
+from mmfeed_trainer.parallel import optim
+from mmfeed_trainer.models.config import OptimConfig
 
 PARAMS = 600
 """Parameter tensors of the test module: more than the base model's 525."""

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mmfeed_trainer.parallel_dims import ParallelDims, ROLE_FULL
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims, ROLE_FULL
 
 
 @pytest.mark.parametrize("dp,mp,world,message", [

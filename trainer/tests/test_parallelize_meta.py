@@ -16,11 +16,12 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from mmfeed_trainer import blockwrap, config
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ROLE_PARTS, ParallelConfig, parallelize
-from mmfeed_trainer.pipeline import parallelize_pipeline, split_blocks
+from mmfeed_trainer.parallel import blockwrap
+from mmfeed_trainer.models import config
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ROLE_PARTS, ParallelConfig, parallelize
+from mmfeed_trainer.parallel.pp.stage import parallelize_pipeline, split_blocks
 
 META = torch.device("meta")
 WORLD = 16

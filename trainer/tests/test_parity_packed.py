@@ -13,8 +13,9 @@
 import pytest
 import torch
 
-from mmfeed_trainer import batches, config, losses, synthetic
-from mmfeed_trainer.model import MMModel
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer.models import config, losses
+from mmfeed_trainer.models.model import MMModel
 
 F64 = torch.float64
 TOL = 1e-6
@@ -106,7 +107,7 @@ def test_segment_attention_paths_match_the_dense_mask():
     for self- and cross-attention packings."""
     import warnings
 
-    from mmfeed_trainer.model import flex_segment_attention, segment_attention, segments
+    from mmfeed_trainer.models.model import flex_segment_attention, segment_attention, segments
     torch.manual_seed(0)
     q_seg = torch.tensor([0, 0, 0, 1, 2, 2])
     kv_seg = torch.tensor([0, 1, 1, 1, 2, 2, 2, 2])

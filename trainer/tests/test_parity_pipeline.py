@@ -13,7 +13,7 @@ import _p2p
 import _parity
 import _parity_pipeline as pp_harness
 from _dist import run_world
-from mmfeed_trainer import pipeline
+from mmfeed_trainer.parallel.pp import stage as pp_stage
 
 DP, PP = 2, 2
 F32, F64 = torch.float32, torch.float64
@@ -93,18 +93,18 @@ def test_parity_pipeline_dp2_pp2_mixed_precision_selective_ac(world_runs, refere
     (3, 1, 4, "F0 F1 B0 F2 B1 F3 B2 B3"),
 ])
 def test_schedule_1f1b(pp, stage, m, want):
-    assert " ".join(f"{k}{i}" for k, i in pipeline.schedule("1f1b", pp, stage, m)) == want
+    assert " ".join(f"{k}{i}" for k, i in pp_stage.schedule("1f1b", pp, stage, m)) == want
 
 
 def test_schedule_gpipe_and_unknown():
-    assert pipeline.schedule("gpipe", 2, 0, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+    assert pp_stage.schedule("gpipe", 2, 0, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
     with pytest.raises(ValueError, match="schedule"):
-        pipeline.schedule("zb", 2, 0, 2)
+        pp_stage.schedule("zb", 2, 0, 2)
 
 
 @pytest.mark.parametrize("n,pp,want", [(2, 2, [1, 1]), (5, 2, [3, 2]), (1, 2, [1, 0]), (12, 4, [3, 3, 3, 3])])
 def test_split_blocks(n, pp, want):
-    runs = pipeline.split_blocks(n, pp)
+    runs = pp_stage.split_blocks(n, pp)
     assert [len(r) for r in runs] == want
     assert [i for r in runs for i in r] == list(range(n))
 

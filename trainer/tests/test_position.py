@@ -4,7 +4,7 @@ import pickle
 
 import pytest
 
-from mmfeed_trainer.position import STATE_VERSION, Position
+from mmfeed_trainer.data.position import STATE_VERSION, Position
 
 
 @pytest.mark.parametrize("stored, want", [

@@ -2,10 +2,10 @@
 
 import pytest
 
-from mmfeed_trainer import synthetic
-from mmfeed_trainer.parallel_dims import ROLE_FULL
-from mmfeed_trainer.prefetch import Prefetcher
-from mmfeed_trainer.sources import Source, StepData
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.parallel.parallel_dims import ROLE_FULL
+from mmfeed_trainer.data.prefetch import Prefetcher
+from mmfeed_trainer.data.sources import Source, StepData
 
 
 class ThreeEpochs(Source):
@@ -66,7 +66,7 @@ def test_a_stuck_thread_is_an_error_within_the_sources_bound():
     does not bound itself hung the training thread."""
     import threading
     import time
-    from mmfeed_trainer.prefetch import PrefetchTimeout
+    from mmfeed_trainer.data.prefetch import PrefetchTimeout
 
     release = threading.Event()
 

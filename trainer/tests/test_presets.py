@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from mmfeed_trainer import config
-from mmfeed_trainer.model import MMModel
+from mmfeed_trainer.models import config
+from mmfeed_trainer.models.model import MMModel
 
 
 def test_presets_load_with_their_sizes():

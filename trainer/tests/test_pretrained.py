@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from mmfeed_trainer import config, pretrained
-from mmfeed_trainer.model import MMModel
+from mmfeed_trainer.models import config, pretrained
+from mmfeed_trainer.models.model import MMModel
 
 D, HEADS, LAYERS, P, G = 64, 4, 2, 16, 4
 EPS = 1e-6

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from _dist import free_port
-from mmfeed_trainer import synthetic
+from mmfeed_trainer.data import synthetic
 
 STEPS = 6
 

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from _dist import free_port
-from mmfeed_trainer import pipeline_ckpt, synthetic, train
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.train import TrainConfig
+from mmfeed_trainer.loop import pp_checkpoint, train
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.loop.train import TrainConfig
 
 STEPS, PP = 4, 2
 
@@ -65,7 +66,7 @@ def test_pipeline_checkpoint_resumes_to_the_uninterrupted_run(tmp_path):
     with pytest.raises(ValueError, match="was written with --pp 2: resume it with the same --dp 1 --pp 2"):
         train.run(TrainConfig(shards=str(shards), steps=STEPS, ckpt_dir=str(tmp_path / "ckpt")))
     with pytest.raises(ValueError, match=r"dp, mp, pp, fsdp = \(1, 1, 2, False\); this run has \(2, 1, 2, True\)"):
-        pipeline_ckpt.extras(str(tmp_path / "ckpt" / "step-00000004"), ParallelDims(dp=2, pp=2, world_size=4, fsdp=True))
+        pp_checkpoint.extras(str(tmp_path / "ckpt" / "step-00000004"), ParallelDims(dp=2, pp=2, world_size=4, fsdp=True))
 
 
 @pytest.mark.parametrize("flags,named", [

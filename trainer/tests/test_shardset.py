@@ -6,9 +6,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from mmfeed_trainer.batches import record_to_batch
-from mmfeed_trainer.shardset import ShardError, ShardSet
-from mmfeed_trainer.sources import ShardSource
+from mmfeed_trainer.data.batches import record_to_batch
+from mmfeed_trainer.data.shardset import ShardError, ShardSet
+from mmfeed_trainer.data.sources import ShardSource
 
 DP = 2
 
@@ -100,7 +100,7 @@ def test_bad_sets_raise_shard_error(corpus, tmp_path):
 
 def test_shards_carry_the_tokenizer_and_a_too_small_model_is_refused(corpus, tmp_path):
     import os  # noqa: PLC0415
-    from mmfeed_trainer.batches import BatchError, tokenizer_meta  # noqa: PLC0415
+    from mmfeed_trainer.data.batches import BatchError, tokenizer_meta  # noqa: PLC0415
     shard(corpus, tmp_path / "bert", "--epochs", "1")
     rec = next(iter(ShardSource(str(tmp_path / "bert"), 0).steps({}))).records[0]
     assert tokenizer_meta(rec) == (30522, 0)  # bert-base-uncased's vocabulary and [PAD]
@@ -116,8 +116,8 @@ def test_shards_carry_the_tokenizer_and_a_too_small_model_is_refused(corpus, tmp
 def test_resize_vocab_trains_on_a_larger_tokenizer(corpus, tmp_path, monkeypatch):
     """Llama 3 ids (128256) on the tiny model (30522): refused by default, trained with --resize-vocab."""
     import os  # noqa: PLC0415
-    from mmfeed_trainer.batches import BatchError  # noqa: PLC0415
-    from mmfeed_trainer.train import TrainConfig, run  # noqa: PLC0415
+    from mmfeed_trainer.data.batches import BatchError  # noqa: PLC0415
+    from mmfeed_trainer.loop.train import TrainConfig, run  # noqa: PLC0415
     llama = os.path.join(os.environ["MMFEED_TOKENIZER_DIR"], "Meta-Llama-3-8B-Instruct.json")
     shard(corpus, tmp_path / "llama", "--epochs", "1", "--tokenizer", llama)
     assert ShardSource(str(tmp_path / "llama"), 0).data_vocab() == 128256

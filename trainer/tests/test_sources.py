@@ -2,8 +2,8 @@
 
 import pytest
 
-from mmfeed_trainer import synthetic
-from mmfeed_trainer.sources import ShardSource, SyntheticSource, group_by_step
+from mmfeed_trainer.data import synthetic
+from mmfeed_trainer.data.sources import ShardSource, SyntheticSource, group_by_step
 
 
 def test_shard_source_yields_steps_in_order_and_resumes(tmp_path):

@@ -16,12 +16,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from mmfeed_trainer import batches, config, optim, synthetic, train
-from mmfeed_trainer import model as model_mod
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, parallelize
-from mmfeed_trainer.step import train_step
+from mmfeed_trainer.data import batches, sources, synthetic
+from mmfeed_trainer.models import config
+from mmfeed_trainer.parallel import optim
+from mmfeed_trainer.loop import train
+from mmfeed_trainer.models import model as model_mod
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, parallelize
+from mmfeed_trainer.parallel.step import train_step
 
 META = torch.device("meta")
 _ATEN = torch.ops.aten
@@ -107,14 +110,14 @@ def test_loop_synchronizes_only_at_log_steps(monkeypatch):
     a log step closes the window: one synchronize per log step, feedback for every step."""
     syncs, feedback = [], []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: syncs.append(1))
-    real_init = train._Window.__init__
+    real_init = train.Window.__init__
 
     def cuda_window(self, device):
         real_init(self, device)
         self.cuda = True  # the CUDA schedule on the CPU (the clock itself stays a CPU clock)
 
-    monkeypatch.setattr(train._Window, "__init__", cuda_window)
-    monkeypatch.setattr(train.SyntheticSource, "feedback", lambda self, data, **kw: feedback.append(data.step))
+    monkeypatch.setattr(train.Window, "__init__", cuda_window)
+    monkeypatch.setattr(sources.SyntheticSource, "feedback", lambda self, data, **kw: feedback.append(data.step))
     result = train.run(train.TrainConfig(synthetic=True, steps=7, log_every=3,
                                          synth=synthetic.SynthConfig(micro_batches=1, max_samples=3)))
     assert result.steps_done == 7
@@ -128,10 +131,10 @@ def test_pipeline_stages_forward_without_host_syncs(pack):
     sends with each micro-batch (``pipeline_link``: through its JSON encoding here), so
     neither stage's forward reads the device; without the layout a later stage must read
     the carried offsets (raises on meta)."""
-    from mmfeed_trainer import pipeline, pipeline_link
+    from mmfeed_trainer.parallel.pp import link as pp_link, stage as pp_stage
     cfg = config.tiny()
     with torch.device(META):
-        first, last = (pipeline.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))
+        first, last = (pp_stage.PipelineStage(MMModel(cfg), s, 2) for s in (0, 1))
     mbs = _meta_batches()
     guard = SyncGuard()
     with guard:
@@ -139,7 +142,7 @@ def test_pipeline_stages_forward_without_host_syncs(pack):
             mbs = [batches.pack(mb, cfg.patch_size) for mb in mbs]
         for mb in mbs:
             carry = first(mb)
-            carry["layout"] = pipeline_link.decode_layout(pipeline_link.encode_layout(carry["layout"]))
+            carry["layout"] = pp_link.decode_layout(pp_link.encode_layout(carry["layout"]))
             out = last(carry)
     assert guard.syncs == [], f"host syncs in the stages' forward: {guard.syncs}"
     assert out["img_emb"].device == META

@@ -20,10 +20,11 @@ import pyarrow as pa
 import pytest
 
 from _dist import free_port
-from mmfeed_trainer import stream, synthetic, wire
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.sources import StepData
-from mmfeed_trainer.stream import StreamError, StreamSource, fetch_size
+from mmfeed_trainer.data import stream, synthetic, wire
+import mmfeed_trainer.data.stream.jetstream
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.data.sources import StepData
+from mmfeed_trainer.data.stream import StreamError, StreamSource, fetch_size
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOB = "t1"
@@ -250,7 +251,7 @@ def test_close_waits_for_the_prefetch_thread(nats_url, svc, monkeypatch):
     thread converts the next step; left running, that daemon thread was inside torch when the
     interpreter exited, which aborted the example with "terminate called without an active
     exception" after it had trained (test_lightning, CI of stop 18)."""
-    from mmfeed_trainer import batches
+    from mmfeed_trainer.data import batches
     convert = batches.record_to_batch
 
     def slow(*a, **kw):
@@ -489,7 +490,7 @@ def test_undecodable_batch_is_asked_for_again(nats_url, svc):
 
 def test_unanswered_resend_is_a_clear_error(nats_url, svc, monkeypatch):
     """A resend nobody answers is retried, then the rank stops with an error instead of waiting."""
-    monkeypatch.setattr(stream, "RESEND_ATTEMPTS", 2)
+    monkeypatch.setattr(stream.jetstream, "RESEND_ATTEMPTS", 2)
     svc.answer = False
     svc.publish(0, 0, corrupt=True)
     src = StreamSource(url=nats_url, job=JOB, dims=ParallelDims(), idle_timeout_s=30, request_timeout_s=0.5)
@@ -503,9 +504,7 @@ def test_unanswered_resend_is_a_clear_error(nats_url, svc, monkeypatch):
 def test_a_call_the_stopped_loop_never_ran_closes_its_coroutine():
     """A call timed out because the loop stopped (``close`` raced the prefetch thread) closes
     its coroutine, instead of leaving it to warn 'coroutine ... was never awaited' at exit."""
-    import types
-
-    from mmfeed_trainer.stream import StreamSource
+    from mmfeed_trainer.data.stream.loop import run_in
 
     loop = asyncio.new_event_loop()  # never run: as after close
     try:
@@ -513,9 +512,8 @@ def test_a_call_the_stopped_loop_never_ran_closes_its_coroutine():
             return 1
 
         coro = take()
-        src = types.SimpleNamespace(_loop=loop, request_timeout_s=0.05)
         with pytest.raises(TimeoutError):
-            StreamSource._call(src, coro, timeout=0.05)
+            run_in(loop, coro, 0.05, "a test")
         assert coro.cr_frame is None, "the coroutine was left unstarted and open"
     finally:
         loop.close()

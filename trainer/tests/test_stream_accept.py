@@ -13,9 +13,10 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 
-from mmfeed_trainer import accept, keys, synthetic, wire
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.stream import ServiceGone, StreamSource
+from mmfeed_trainer.data import accept, synthetic, wire
+from mmfeed_trainer import keys
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.data.stream import ServiceGone, StreamSource
 from test_stream import start_nats
 
 JOB = "acc"

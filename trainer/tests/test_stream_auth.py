@@ -18,8 +18,8 @@ import pytest
 
 from _dist import free_port
 from test_stream import wait_for_port
-from mmfeed_trainer.natsauth import NatsAuth
-from mmfeed_trainer.stream import Stream, StreamError
+from mmfeed_trainer.data.natsauth import NatsAuth
+from mmfeed_trainer.data.stream import Stream, StreamError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")

@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from _dist import free_port
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.stream import ServiceGone, StreamError, StreamSource
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.data.stream import ServiceGone, StreamError, StreamSource
 
 
 def source(url: str, wait_s: float = 30.0) -> StreamSource:
@@ -89,7 +89,7 @@ def test_waiting_for_a_service_logs_one_line_and_no_traceback(caplog, capfd):
 
 def test_a_real_failure_is_one_warning_line_and_closing_is_quiet(caplog):
     import nats.errors
-    from mmfeed_trainer.stream import _NatsEvents
+    from mmfeed_trainer.data.stream import _NatsEvents
     events = _NatsEvents("nats://127.0.0.1:4222")
     caplog.set_level(logging.DEBUG, logger="mmfeed_trainer.stream")
     for err in (nats.errors.AuthorizationError(), nats.errors.AuthorizationError(), nats.errors.SlowConsumerError(

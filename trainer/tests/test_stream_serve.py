@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from _dist import free_port
 from test_stream import wait_for_port
-from mmfeed_trainer.stream import Stream
+from mmfeed_trainer.data.stream import Stream
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(REPO, "bin", "mmfeed")

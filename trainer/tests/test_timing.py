@@ -8,11 +8,14 @@ import pytest
 import torch
 
 from _dist import run_world
-from mmfeed_trainer import batches, config, optim, synthetic, timing
-from mmfeed_trainer.model import MMModel
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.parallelize import ParallelConfig, parallelize
-from mmfeed_trainer.step import train_step
+from mmfeed_trainer.data import batches, synthetic
+from mmfeed_trainer.models import config
+from mmfeed_trainer.parallel import optim
+from mmfeed_trainer import timing
+from mmfeed_trainer.models.model import MMModel
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.parallel.parallelize import ParallelConfig, parallelize
+from mmfeed_trainer.parallel.step import train_step
 
 CPU = torch.device("cpu")
 

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from mmfeed_trainer.parallel_dims import ParallelDims
-from mmfeed_trainer.stream import StreamError, StreamSource
+from mmfeed_trainer.parallel.parallel_dims import ParallelDims
+from mmfeed_trainer.data.stream import StreamError, StreamSource
 
 from _dist import free_port
 from test_stream import wait_for_port

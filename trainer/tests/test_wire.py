@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from mmfeed_trainer import wire
+from mmfeed_trainer.data import wire
 
 KEY = wire.BatchKey("job-1", 0, 42, 1, 3, 0)
 

@@ -8,7 +8,7 @@ Layout under ``ckpt_dir`` (the same step directories and ``latest`` as ``checkpo
     latest                        "step-00000040", written by global rank 0 after a barrier
 
 One DCP checkpoint holds every stage: a stage's parameter names are those of ``MMModel``
-(``pipeline.PipelineStage``), so the stages' names are disjoint, and dp replicas (or FSDP2
+(``parallel.pp.stage.PipelineStage``), so the stages' names are disjoint, and dp replicas (or FSDP2
 shards) of a stage write one copy. The optimizer state is flattened to one entry per
 parameter name (``flatten_optimizer_state_dict``) so that the stages' param groups, which name
 different parameters, do not collide either.
@@ -30,8 +30,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from .checkpoint import _prune, _step_dir, _write_atomic, latest  # noqa: F401 (latest: re-exported)
-from .parallel_dims import ParallelDims
-from .position import Position
+from ..parallel.parallel_dims import ParallelDims
+from ..data.position import Position
 
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 _DCP_DIR = "pp"

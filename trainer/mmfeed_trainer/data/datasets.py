@@ -58,7 +58,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from .batches import Batch, record_to_batch, to_device  # noqa: F401 (to_device: re-exported, module doc)
-from .parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
+from ..parallel.parallel_dims import ROLE_FULL, ROLE_TEXT, ROLE_VISION
 from .position import STATE_VERSION, Position  # noqa: F401 (STATE_VERSION: re-exported)
 from .sources import ShardSource
 from .stream import Stream

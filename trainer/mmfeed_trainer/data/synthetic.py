@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from . import keys
+from .. import keys
 
 CLS_ID, SEP_ID = 101, 102
 MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -72,16 +72,18 @@ def encode_float(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def pixel_field(dtype: str, shape: list[int] | None = None) -> pa.Field:
-    md = {"dtype": dtype, "layout": "CHW", "shape": json.dumps(shape),
-          "mean": json.dumps(list(MEAN)), "std": json.dumps(list(STD))}
-    return pa.field("pixel_values", pa.list_(_ARROW_PIXEL[dtype]), metadata=md)
+    md = {keys.FIELD_DTYPE: dtype, keys.FIELD_LAYOUT: keys.LAYOUT_CHW, keys.FIELD_SHAPE: json.dumps(shape),
+          keys.FIELD_MEAN: json.dumps(list(MEAN)), keys.FIELD_STD: json.dumps(list(STD))}
+    return pa.field(keys.COL_PIXEL_VALUES, pa.list_(_ARROW_PIXEL[dtype]), metadata=md)
 
 
 def schema(dtype: str, *, dp_rank: int = 0, job: str = "synthetic") -> pa.Schema:
-    fields = [pa.field("id", pa.string()), pa.field("step", pa.int32()), pa.field("micro_batch", pa.int32()),
-              pa.field("input_ids", pa.list_(pa.int32())), pixel_field(dtype),
-              pa.field("pixel_shape", pa.list_(pa.int32(), 3)), pa.field("text_tokens", pa.int32()),
-              pa.field("image_tokens", pa.int32()), pa.field("cost", pa.float64()), pa.field("weight", pa.float32())]
+    types = {keys.COL_ID: pa.string(), keys.COL_STEP: pa.int32(), keys.COL_MICRO_BATCH: pa.int32(),
+             keys.COL_INPUT_IDS: pa.list_(pa.int32()), keys.COL_PIXEL_SHAPE: pa.list_(pa.int32(), 3),
+             keys.COL_TEXT_TOKENS: pa.int32(), keys.COL_IMAGE_TOKENS: pa.int32(), keys.COL_COST: pa.float64(),
+             keys.COL_WEIGHT: pa.float32()}
+    fields = [pixel_field(dtype) if name == keys.COL_PIXEL_VALUES else pa.field(name, types[name])
+              for name in keys.MODALITY_COLUMNS["all"]]
     md = {keys.META_SCHEMA_VERSION: keys.SCHEMA_VERSION, keys.META_JOB: job, keys.META_EPOCH: "0",
           keys.META_DP_RANK: str(dp_rank), keys.META_MP_RANK: "0", keys.META_MODALITY: "all"}
     return pa.schema(fields, metadata=md)
@@ -107,21 +109,22 @@ def micro_batch(cfg: SynthConfig, step: int, dp_rank: int, mb: int) -> pa.Record
     if all(s["weight"] == 0 for s in samples):
         samples[0] = _sample(rng, cfg, pad=False)
     ids = [f"s{step}-r{dp_rank}-m{mb}-{i}" for i in range(n)]
-    arrays = [
-        pa.array(ids, pa.string()),
-        pa.array([step] * n, pa.int32()),
-        pa.array([mb] * n, pa.int32()),
-        pa.array([s["ids"] for s in samples], pa.list_(pa.int32())),
-        pa.ListArray.from_arrays(
+    arrays = {
+        keys.COL_ID: pa.array(ids, pa.string()),
+        keys.COL_STEP: pa.array([step] * n, pa.int32()),
+        keys.COL_MICRO_BATCH: pa.array([mb] * n, pa.int32()),
+        keys.COL_INPUT_IDS: pa.array([s["ids"] for s in samples], pa.list_(pa.int32())),
+        keys.COL_PIXEL_VALUES: pa.ListArray.from_arrays(
             pa.array(np.cumsum([0] + [len(s["pixels"]) for s in samples]), pa.int32()),
             pa.array(np.concatenate([s["pixels"] for s in samples]), _ARROW_PIXEL[cfg.dtype])),
-        pa.array([s["shape"] for s in samples], pa.list_(pa.int32(), 3)),
-        pa.array([len(s["ids"]) for s in samples], pa.int32()),
-        pa.array([s["image_tokens"] for s in samples], pa.int32()),
-        pa.array([float(len(s["ids"]) + s["image_tokens"]) for s in samples], pa.float64()),
-        pa.array([s["weight"] for s in samples], pa.float32()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema(cfg.dtype, dp_rank=dp_rank))
+        keys.COL_PIXEL_SHAPE: pa.array([s["shape"] for s in samples], pa.list_(pa.int32(), 3)),
+        keys.COL_TEXT_TOKENS: pa.array([len(s["ids"]) for s in samples], pa.int32()),
+        keys.COL_IMAGE_TOKENS: pa.array([s["image_tokens"] for s in samples], pa.int32()),
+        keys.COL_COST: pa.array([float(len(s["ids"]) + s["image_tokens"]) for s in samples], pa.float64()),
+        keys.COL_WEIGHT: pa.array([s["weight"] for s in samples], pa.float32()),
+    }
+    sch = schema(cfg.dtype, dp_rank=dp_rank)
+    return pa.RecordBatch.from_arrays([arrays[name] for name in sch.names], schema=sch)
 
 
 def step_records(cfg: SynthConfig, step: int, dp_rank: int) -> list[pa.RecordBatch]:

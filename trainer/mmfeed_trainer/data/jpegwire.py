@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from . import keys
+from .. import keys
 
 JPEG_DTYPES = ("jpeg", keys.DTYPE_JPEG_SOURCE)
 MAX_JPEG_OVERHEAD = 4096
@@ -170,14 +170,14 @@ def decode_pixels(rows: list, shapes: torch.Tensor, dtype: str, resize: str | No
 def check_record(rb: pa.RecordBatch) -> None:
     """The wire's limits on every row of a JPEG micro-batch record, before anything decodes it
     (the stream client calls it where it checks a received batch); other records pass."""
-    if "pixel_values" not in rb.schema.names or "pixel_shape" not in rb.schema.names:
+    if keys.COL_PIXEL_VALUES not in rb.schema.names or keys.COL_PIXEL_SHAPE not in rb.schema.names:
         return
-    md = rb.schema.field("pixel_values").metadata or {}
-    dtype = md.get(b"dtype", b"").decode(errors="replace")
+    md = rb.schema.field(keys.COL_PIXEL_VALUES).metadata or {}
+    dtype = md.get(keys.FIELD_DTYPE.encode(), b"").decode(errors="replace")
     if dtype not in JPEG_DTYPES:
         return
     parse_resize(dtype, md.get(keys.FIELD_RESIZE.encode(), b"").decode(errors="replace"))
-    col, shapes = rb.column("pixel_values"), rb.column("pixel_shape")
+    col, shapes = rb.column(keys.COL_PIXEL_VALUES), rb.column(keys.COL_PIXEL_SHAPE)
     if not pa.types.is_list(col.type) or col.type.value_type != pa.uint8() or col.null_count:
         raise JPEGError(f"{dtype} pixel_values is {col.type}, want list<uint8> without nulls")
     offsets = col.offsets.to_numpy(zero_copy_only=False)

@@ -2,9 +2,9 @@
 
 Stage 0 of each dp replica is the only rank with a data source: it registers with the
 service (``pp`` in its layout), prefetches, acknowledges and reports feedback. Every stage
-runs the same loop; ``pipeline.train_step`` tells the later stages how many micro-batches
+runs the same loop; ``pp.stage.train_step`` tells the later stages how many micro-batches
 the step has, or that the data ended. ``--ckpt-dir`` saves every stage and resumes in the same
-layout (``pipeline_ckpt``; stage 0 keeps the data position). MFU is left out of the summary.
+layout (``pp_checkpoint``; stage 0 keeps the data position). MFU is left out of the summary.
 What pp does not support is refused up front by ``validate_pipeline``, naming what it does.
 """
 
@@ -17,33 +17,22 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, config, pipeline, pipeline_ckpt
-from .model import MMModel
-from .optim import build_optimizer
-from .parallel_dims import ParallelDims
-from .parallelize import ParallelConfig
-from .position import Position
-from .prefetch import Prefetcher
-from .train import (RunResult, TrainConfig, _global_loss, _load_pretrained, _log_ids, _log_step, _make_source,
-                    _maybe_fault, _Meter, _setup_distributed, _Window, log, register)
-
-SUPPORTED = ("--fsdp or DDP over dp (with --fsdp: --mixed-precision, --cpu-offload), --ac none|selective|full, "
-             "--compile, --bf16, --pack, --pp-schedule 1f1b|gpipe, --ckpt-dir (save and resume in the same layout)")
-"""What --pp > 1 supports, for the errors that refuse the rest."""
-
-
-def validate_pipeline(cfg: TrainConfig) -> None:
-    """ValueError for what --pp > 1 does not support (yet), naming what it does."""
-    pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack).validate()
-    unsupported = [flag for flag, on in (("--allow-resize", cfg.allow_resize), ("--resize-vocab", cfg.resize_vocab))
-                   if on]
-    if unsupported:
-        raise ValueError(f"train: {', '.join(unsupported)} not supported with --pp > 1 (supported there: {SUPPORTED})")
+from . import checkpoint, pp_checkpoint
+from ..models import config
+from ..parallel.pp import stage as pp_stage
+from ..models.model import MMModel
+from ..parallel.optim import build_optimizer
+from ..parallel.parallel_dims import ParallelDims
+from ..parallel.parallelize import ParallelConfig
+from ..data.position import Position
+from ..data.prefetch import Prefetcher
+from .common import (Meter, RunResult, TrainConfig, Window, append_ids, global_loss, load_pretrained, log,
+                     log_progress, make_source, maybe_fault, register, setup_distributed)
 
 
 def run_pipeline(cfg: TrainConfig) -> RunResult:
     """``train.run`` for pp > 1 (one rank of a dp x pp torchrun world)."""
-    world, device = _setup_distributed()
+    world, device = setup_distributed()
     dims = ParallelDims(dp=cfg.dp, mp=cfg.mp, pp=cfg.pp, world_size=world, fsdp=cfg.fsdp)
     dims.build_mesh(device.type)
     bf16 = cfg.bf16 if cfg.bf16 is not None else (device.type == "cuda" and not cfg.mixed_precision)
@@ -51,32 +40,32 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = MMModel(mcfg)
-    _load_pretrained(model, cfg)
-    module = pipeline.parallelize_pipeline(
+    load_pretrained(model, cfg)
+    module = pp_stage.parallelize_pipeline(
         model, dims=dims, device=device,
         cfg=ParallelConfig(fsdp=cfg.fsdp, ac=cfg.ac, compile=cfg.compile, compile_backend=cfg.compile_backend,
                            mixed_precision=cfg.mixed_precision, cpu_offload=cfg.cpu_offload))
-    runner = pipeline.Runner(module, dims=dims, device=device,
-                             cfg=pipeline.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
+    runner = pp_stage.Runner(module, dims=dims, device=device,
+                             cfg=pp_stage.PipelineConfig(schedule=cfg.pp_schedule, pack=cfg.pack))
     optimizer, scheduler = build_optimizer(module, cfg.optim)
     start, position = 0, Position()
     resume = checkpoint.latest(cfg.ckpt_dir) if cfg.ckpt_dir else None
     if resume:
-        extra = pipeline_ckpt.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
+        extra = pp_checkpoint.load(resume, module=module, optimizer=optimizer, scheduler=scheduler, dims=dims)
         start, position = extra["next_step"], checkpoint.resume_position(extra)
         log.info("resumed from %s at step %d (data position %s)", resume, start, position.to_dict())
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     source = prefetcher = None
     if dims.first_stage:  # the only stage that receives data
-        source = _make_source(cfg, dims)
+        source = make_source(cfg, dims)
         register(source, position, resume, cfg.pack)
         prefetcher = Prefetcher(source, position=position.to_dict(), role=dims.role,
                                 pad_id=mcfg.pad_token_id, device=device, vocab_size=mcfg.vocab_size,
                                 depth=cfg.prefetch, pack=cfg.pack, patch_size=mcfg.patch_size,
                                 check_pack=not cfg.synthetic)
-    losses, meter, all_meter = [], _Meter(), _Meter()
+    losses, meter, all_meter = [], Meter(), Meter()
     step = start
-    window = _Window(device)  # one synchronize per log step on CUDA, as train.run
+    window = Window(device)  # one synchronize per log step on CUDA, as train.run
 
     def report() -> None:  # the figures of the window's steps: feedback (stage 0), meters
         for index, data, done, waited, compute, _ in window.close():
@@ -89,7 +78,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
 
     try:
         while step < cfg.steps:
-            _maybe_fault(step)
+            maybe_fault(step)
             host, mbs, waited = None, None, 0.0
             if prefetcher is not None:
                 try:
@@ -98,7 +87,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
                 except StopIteration:
                     mbs = []  # tells the other stages the data ended
             t0 = time.perf_counter()
-            stats = pipeline.train_step(runner, optimizer, scheduler, mbs, max_grad_norm=cfg.optim.max_grad_norm,
+            stats = pp_stage.train_step(runner, optimizer, scheduler, mbs, max_grad_norm=cfg.optim.max_grad_norm,
                                         autocast=autocast)
             if stats is None:
                 log.info("end of data at step %d", step)
@@ -107,15 +96,15 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
             if host is not None:
                 source.ack(host.data)
                 if cfg.log_ids:
-                    _log_ids(cfg.log_ids, dims, host)
+                    append_ids(cfg.log_ids, dims, host)
             step += 1
             log_step = step % cfg.log_every == 0 or step == cfg.steps
             if window.due(log_step or step - start == cfg.metrics_skip):
                 report()
             if log_step:
-                loss = _global_loss(stats, dims)
+                loss = global_loss(stats, dims)
                 losses.append(loss)
-                _log_step(step, loss, stats, meter.summary(dims, device, None), scheduler)
+                log_progress(step, loss, stats, meter.summary(dims, device, None), scheduler)
                 meter.reset()
             if cfg.ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
                 _save(cfg, step, module, optimizer, scheduler, dims, source)
@@ -135,7 +124,7 @@ def run_pipeline(cfg: TrainConfig) -> RunResult:
 
 
 def _save(cfg: TrainConfig, step: int, module, optimizer, scheduler, dims: ParallelDims, source) -> None:
-    pipeline_ckpt.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer, scheduler=scheduler,
+    pp_checkpoint.save(cfg.ckpt_dir, next_step=step, module=module, optimizer=optimizer, scheduler=scheduler,
                        dims=dims, stream_position=source.position() if source is not None else None)
 
 

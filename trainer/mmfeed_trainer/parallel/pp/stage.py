@@ -49,13 +49,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import blockwrap, losses, timing
-from .batches import Batch
-from .layout import fill, grid_layout
-from .model import MMModel, length_mask, segments
-from .optim import clip_grad_norm
-from .parallel_dims import PP, ParallelDims
-from .pipeline_link import WIRE_DTYPES, GRAD_KEYS, Link
+from .. import blockwrap
+from ...models import losses
+from ... import timing
+from ...data.batches import Batch
+from ...data.layout import fill, grid_layout
+from ...models.model import MMModel, flops_parts, length_mask, segments
+from ..optim import clip_grad_norm
+from ..parallel_dims import PP, ParallelDims
+from .link import WIRE_DTYPES, GRAD_KEYS, Link
 
 SCHEDULES = ("1f1b", "gpipe")
 
@@ -70,6 +72,20 @@ def split_blocks(n: int, pp: int) -> list[range]:
         size = base + (1 if s < extra else 0)
         out.append(range(start, start + size))
         start += size
+    return out
+
+
+def stage_flops(cfg, text_tokens: int, image_tokens: int, pp: int) -> list[float]:
+    """Training FLOPs of one sample on each of ``pp`` stages (``model.flops_parts``): every
+    stage its ``split_blocks`` share of each tower, the first also the patch embedding, the
+    last also the fusion. They sum to ``model.flops_per_sample``."""
+    f = flops_parts(cfg, text_tokens, image_tokens)
+    vis, txt = split_blocks(cfg.vision_layers, pp), split_blocks(cfg.text_layers, pp)
+    out = []
+    for s in range(pp):
+        fwd = len(vis[s]) * f["vision_block"] + len(txt[s]) * f["text_block"]
+        fwd += (f["patch_embed"] if s == 0 else 0) + (f["fusion"] if s == pp - 1 else 0)
+        out.append(3.0 * fwd)
     return out
 
 
@@ -181,7 +197,7 @@ def broadcast_plan(micro_batches: list[Batch] | None, *, dims: ParallelDims, dev
     head = torch.zeros(2, dtype=torch.int64)
     sizes = total_w = None
     if dims.first_stage:
-        from .step import _dp_sizes  # the same per-rank size table as without pp
+        from ..step import _dp_sizes  # the same per-rank size table as without pp
         if micro_batches:
             local_w = torch.stack([mb.weight.sum() for mb in micro_batches]).sum()
             total_w = losses.global_weight(local_w, dims.dp_group())
@@ -317,7 +333,7 @@ def parallelize_pipeline(model: MMModel, *, dims: ParallelDims, cfg, device: tor
 
 def _apply_fsdp(stage: PipelineStage, dims: ParallelDims, cfg) -> None:
     from torch.distributed.fsdp import FSDPModule, fully_shard
-    from .parallelize import _fsdp_policies, reshard_after_forward
+    from ..parallelize import _fsdp_policies, reshard_after_forward
     mesh = dims.dp_mesh()
     reshard = reshard_after_forward(cfg, dims.pp)  # ZeRO-2 by default: see ParallelConfig
     for block in blockwrap.blocks(stage):

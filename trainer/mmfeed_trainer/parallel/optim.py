@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .config import OptimConfig
+from ..models.config import OptimConfig
 
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict]:

@@ -23,8 +23,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import timing
-from .model import TextFeatures
+from .. import timing
+from ..models.model import TextFeatures
 
 
 class _SendWithGrad(torch.autograd.Function):

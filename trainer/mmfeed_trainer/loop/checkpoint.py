@@ -31,9 +31,9 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from .parallel_dims import ParallelDims
-from .parallelize import unwrap
-from .position import Position
+from ..parallel.parallel_dims import ParallelDims
+from ..parallel.parallelize import unwrap
+from ..data.position import Position
 
 LATEST = "latest"
 

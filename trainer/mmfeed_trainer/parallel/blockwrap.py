@@ -40,7 +40,7 @@ def blocks(stage: nn.Module) -> list[nn.Module]:
         part = getattr(stage, name, None)
         if part is not None:
             # A pipeline stage keeps its share of a tower's blocks in a ModuleDict keyed by
-            # the block's index in the whole tower (``pipeline``).
+            # the block's index in the whole tower (``pp.stage``).
             out.extend(part.blocks.values() if isinstance(part.blocks, nn.ModuleDict) else part.blocks)
     return out
 

@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import timing
+from .. import timing
+from ..data.negatives import itm_negatives  # noqa: F401 (the conversion draws them: data.batches)
 
 def _acc(x: torch.Tensor) -> torch.Tensor:
     """At least float32 for the softmax (bf16/fp16 logits under autocast), float64 stays."""
@@ -85,28 +86,6 @@ def itc_sum(img_emb: torch.Tensor, txt_emb: torch.Tensor, weight: torch.Tensor, 
                  + F.cross_entropy(_acc(t2i), target, reduction="none"))
     live = weight > 0
     return torch.where(live, per * weight, torch.zeros_like(per)).sum()
-
-
-def itm_negatives(weight: torch.Tensor, segments: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deterministic in-batch ITM negatives, chosen within each segment (a dp rank's batch).
-
-    Among a segment's live samples v_0..v_{n-1}, image v_k is paired with text v_{k+1} and
-    text v_k with image v_{k+1} (indices mod n). Returns (neg_text, neg_image) int64 index
-    tensors over the whole batch; samples with no negative (dead, or n < 2) point to
-    themselves and are dropped by ``itm_sum`` via ``has_negative``.
-    """
-    w = weight.detach().cpu()
-    segments = segments or [w.shape[0]]
-    if sum(segments) != w.shape[0]:
-        raise ValueError(f"itm negatives: segments {segments} do not sum to batch size {w.shape[0]}")
-    neg = torch.arange(w.shape[0], dtype=torch.int64)
-    start = 0
-    for n in segments:
-        live = torch.nonzero(w[start:start + n] > 0).flatten() + start
-        if live.numel() >= 2:
-            neg[live] = live.roll(-1)
-        start += n
-    return neg, neg.clone()
 
 
 def has_negative(neg: torch.Tensor) -> torch.Tensor:

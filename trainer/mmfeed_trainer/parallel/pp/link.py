@@ -1,4 +1,4 @@
-"""Point-to-point messages between pipeline stages (``pipeline``): a forward message is a
+"""Point-to-point messages between pipeline stages (``stage``): a forward message is a
 fixed-size int64 header (micro-batch index, padded/packed, then dtype code, ndim and shape of
 each tensor in ``PADDED_KEYS`` / ``PACKED_KEYS`` order) followed by those tensors; a backward
 message is the gradients of ``GRAD_KEYS``, whose shapes the receiver sent itself.
@@ -22,8 +22,8 @@ import json
 import torch
 import torch.distributed as dist
 
-from . import timing
-from .layout import Layout
+from ... import timing
+from ...data.layout import Layout
 
 PADDED_KEYS = ("vx", "vmask", "tx", "lengths", "weight", "neg_text", "neg_image")
 """What a padded micro-batch carries between stages, in header order."""
