@@ -134,49 +134,17 @@ func (m *WorkCostModel) solve() {
 }
 
 // ridgeSolve solves the ridge system over the active dimensions (the
-// others' coefficients are 0) by Gaussian elimination with partial
-// pivoting; ok is false for a singular system.
+// others' coefficients are 0) with the package's least-squares solve
+// (solveSubset); ok is false for a singular system.
 func ridgeSolve(xtx [WorkDims][WorkDims]float64, xty, prior, lambda WorkCost, active [WorkDims]bool) (WorkCost, bool) {
-	var idx []int
-	for i, a := range active {
-		if a {
-			idx = append(idx, i)
-		}
+	g := make([][]float64, WorkDims)
+	b := make([]float64, WorkDims)
+	for i := range g {
+		g[i] = xtx[i][:]
+		b[i] = xty[i] + lambda[i]*prior[i]
 	}
-	k := len(idx)
-	a := make([][]float64, k)
-	for r, i := range idx {
-		a[r] = make([]float64, k+1)
-		for c, j := range idx {
-			a[r][c] = xtx[i][j]
-		}
-		a[r][r] += lambda[i]
-		a[r][k] = xty[i] + lambda[i]*prior[i]
-	}
-	for col := range k {
-		piv := col
-		for r := col + 1; r < k; r++ {
-			if math.Abs(a[r][col]) > math.Abs(a[piv][col]) {
-				piv = r
-			}
-		}
-		if math.Abs(a[piv][col]) < 1e-300 {
-			return WorkCost{}, false
-		}
-		a[col], a[piv] = a[piv], a[col]
-		for r := range k {
-			if r == col {
-				continue
-			}
-			f := a[r][col] / a[col][col]
-			for c := col; c <= k; c++ {
-				a[r][c] -= f * a[col][c]
-			}
-		}
-	}
+	z, ok := solveSubset(g, b, lambda[:], active[:])
 	var out WorkCost
-	for r, i := range idx {
-		out[i] = a[r][k] / a[r][r]
-	}
-	return out, true
+	copy(out[:], z)
+	return out, ok
 }
