@@ -119,6 +119,16 @@ func (s *Service) ClientURL() string { return s.clientURL }
 // HTTPAddr is the HTTP server's address (after Ready), "" without one.
 func (s *Service) HTTPAddr() string { return s.httpAddr }
 
+// DialInProcess connects a client to the embedded server in process (after
+// Ready), for consumers running in the same process (bench/). It fails
+// with an external deployment (connect to ClientURL there).
+func (s *Service) DialInProcess(opts ...nats.Option) (*nats.Conn, error) {
+	if s.ns == nil {
+		return nil, fmt.Errorf("serve: no embedded server to dial in process: %w", ErrInvalidConfig)
+	}
+	return nats.Connect("", append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)...)
+}
+
 // Registry is the Prometheus registry the service's metrics are in.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
 
