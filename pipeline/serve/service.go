@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -262,14 +263,14 @@ var errFinished = errors.New("finished")
 
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
-	var sec *embeddedSecurity
+	var sec *natsenv.Security
 	if !nc.External() {
-		pass, err := randomSecret()
+		pass, err := natsenv.RandomSecret()
 		if err != nil {
 			return err
 		}
-		sec = &embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass}
-		ns, err := startEmbedded(nc, sec)
+		sec = &natsenv.Security{Insecure: s.cfg.Insecure, ServicePass: pass}
+		ns, err := natsenv.StartEmbedded(nc, sec)
 		if err != nil {
 			return err
 		}
@@ -278,11 +279,11 @@ func (s *Service) startNATS(ctx context.Context) error {
 			s.clientURL = ns.ClientURL()
 		}
 	} else {
-		s.clientURL = redact(joinURLs(nc.URLs))
+		s.clientURL = natsenv.Redact(joinURLs(nc.URLs))
 	}
 	// Per-user permissions scope each credential's inbox: replies must go there.
-	s.replies.strict.Store(sec != nil && sec.asUser)
-	conn, err := connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
+	s.replies.strict.Store(sec.PerUser())
+	conn, err := natsenv.Connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
 	if err != nil {
 		s.stopNATS()
 		return err
@@ -294,6 +295,11 @@ func (s *Service) startNATS(ctx context.Context) error {
 	}
 	_ = ctx
 	return nil
+}
+
+// connect is natsenv.Connect, for the worker and the shard writer.
+func connect(cfg NATSConfig, embedded *server.Server, sec *natsenv.Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	return natsenv.Connect(cfg, embedded, sec, log, extra...)
 }
 
 func (s *Service) stopNATS() {
