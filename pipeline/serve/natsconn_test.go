@@ -34,3 +34,31 @@ func TestNATSListenPortTaken(t *testing.T) {
 		t.Errorf("took %v to say so", d)
 	}
 }
+
+// startNATS honours its context: one that has ended leaves no server or
+// connection behind (the listen port stays free) and says why.
+func TestStartNATSHonoursContext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := testConfig(t, "unused", 1, 1, "colocated")
+	cfg.NATS.Listen = addr
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.startNATS(ctx); !errors.Is(err, context.Canceled) {
+		s.stopNATS()
+		t.Fatalf("startNATS with an ended context: %v, want context.Canceled", err)
+	}
+	again, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the NATS port is held after a cancelled start: %v", err)
+	}
+	again.Close()
+}

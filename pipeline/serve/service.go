@@ -261,6 +261,9 @@ func (s *Service) Run(ctx context.Context) error {
 // errFinished stops the supervision group when the publisher is done.
 var errFinished = errors.New("finished")
 
+// startNATS starts the embedded server (or not, with an external
+// deployment) and connects the service: within ctx, and when ctx ends
+// first the server is stopped and the error wraps ctx's.
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
 	var sec *natsenv.Security
@@ -270,7 +273,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 			return err
 		}
 		sec = &natsenv.Security{Insecure: s.cfg.Insecure, ServicePass: pass}
-		ns, err := natsenv.StartEmbedded(nc, sec)
+		ns, err := natsenv.StartEmbedded(ctx, nc, sec)
 		if err != nil {
 			return err
 		}
@@ -293,7 +296,10 @@ func (s *Service) startNATS(ctx context.Context) error {
 		s.stopNATS()
 		return fmt.Errorf("serve: jetstream: %w", err)
 	}
-	_ = ctx
+	if err := ctx.Err(); err != nil { // ended while connecting: nothing stays up
+		s.stopNATS()
+		return fmt.Errorf("serve: nats: %w", err)
+	}
 	return nil
 }
 

@@ -31,7 +31,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	conf, ids := writeAuth(t, cfg.Job, 2, 1)
 	// A NATS server with the `mmfeed creds` users only (what
 	// `nats-server -c auth.conf` runs); the planner connects as service.
-	ns, err := natsenv.StartEmbedded(NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
+	ns, err := natsenv.StartEmbedded(context.Background(), NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
 		&natsenv.Security{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package natsenv
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -75,7 +76,7 @@ func TestEmbeddedAuthModes(t *testing.T) {
 				cfg.ServerTLSCA = filepath.Join(dir, TLSCAFile)
 			}
 			sec := &Security{ServicePass: "internal"}
-			s, err := StartEmbedded(cfg, sec)
+			s, err := StartEmbedded(context.Background(), cfg, sec)
 			if err != nil {
 				t.Fatal(err)
 			}

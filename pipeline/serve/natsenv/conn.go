@@ -1,6 +1,7 @@
 package natsenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,8 +44,13 @@ const internalUser = "mmfeed-serve-internal"
 // pull of a few chunks never exceeds it. ServerConfig (users, permissions,
 // TLS, ...) and the ServerTLS fields apply; a listener on a non-loopback
 // address without authentication is refused (ErrInsecure) unless
-// sec.Insecure.
-func StartEmbedded(cfg Config, sec *Security) (*server.Server, error) {
+// sec.Insecure. It waits up to 30 s for the server to accept connections,
+// and no longer than ctx: when ctx ends first the server is shut down and
+// the error wraps ctx's.
+func StartEmbedded(ctx context.Context, cfg Config, sec *Security) (*server.Server, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("serve: embedded nats server: %w", err)
+	}
 	opts, err := embeddedOptions(cfg, sec)
 	if err != nil {
 		return nil, err
@@ -57,11 +63,30 @@ func StartEmbedded(cfg Config, sec *Security) (*server.Server, error) {
 		return nil, fmt.Errorf("serve: embedded nats server: %w", err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	if err := awaitReady(ctx, s, 30*time.Second); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("serve: embedded nats server not ready after 30s")
+		s.WaitForShutdown()
+		return nil, err
 	}
 	return s, nil
+}
+
+// readyPoll is how often awaitReady looks at ctx while the server starts.
+const readyPoll = 50 * time.Millisecond
+
+// awaitReady waits until s accepts connections, for at most limit and no
+// longer than ctx.
+func awaitReady(ctx context.Context, s *server.Server, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for !s.ReadyForConnections(min(readyPoll, time.Until(deadline))) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("serve: embedded nats server: %w", err)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("serve: embedded nats server not ready after %v", limit)
+		}
+	}
+	return nil
 }
 
 // portFree says so when the embedded server's fixed listen port is taken

@@ -1,8 +1,13 @@
 package natsenv
 
 import (
+	"context"
 	"errors"
+	"net"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // TestEmbeddedListenNeedsAuth: a non-loopback NATS listener without
@@ -39,4 +44,57 @@ func TestRedact(t *testing.T) {
 	if want := "nats://***@host:4222,tls://h2:4222"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// freePort returns a loopback address no one listens on (just closed).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// StartEmbedded honours its context: one that has ended starts nothing (the
+// listen port stays free), and the wait for a server that never becomes
+// ready ends with ctx, not after its 30 s.
+func TestStartEmbeddedHonoursContext(t *testing.T) {
+	t.Run("ended before", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		addr := freePort(t)
+		cfg := Config{Listen: addr, DataDir: t.TempDir(), MaxPayload: 1 << 20}
+		s, err := StartEmbedded(ctx, cfg, &Security{})
+		if !errors.Is(err, context.Canceled) || s != nil {
+			t.Fatalf("got %v, %v; want no server and context.Canceled", s, err)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("the listen port is held after a cancelled start: %v", err)
+		}
+		ln.Close()
+	})
+	t.Run("ends during the wait", func(t *testing.T) {
+		opts, err := embeddedOptions(Config{DataDir: t.TempDir(), MaxPayload: 1 << 20}, &Security{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := server.NewServer(opts) // never started: never ready
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		err = awaitReady(ctx, s, 30*time.Second)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v, want context.DeadlineExceeded", err)
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("returned after %v, want about ctx's 200ms", d)
+		}
+	})
 }

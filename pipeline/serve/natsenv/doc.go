@@ -8,7 +8,7 @@
 // store under DataDir, in-process only or listening on Listen, loading
 // ServerConfig and the ServerTLS files) or external URLs with one
 // authentication method and TLS. StartEmbedded starts the embedded server
-// and returns once it accepts connections; Connect opens the
+// and returns once it accepts connections (or ctx ends); Connect opens the
 // service's connection, in process to the embedded server (with the
 // configured token, or as the service's own user when the configuration has
 // users) or to the external URLs, reconnecting forever. ClientOptions gives

@@ -1,6 +1,7 @@
 package natsenv
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestEmbeddedClientCertificates(t *testing.T) {
 	cliCert, cliKey := filepath.Join(dir, TLSClientCertFile), filepath.Join(dir, TLSClientKeyFile)
 	nc := Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxPayload: 1 << 20,
 		ServerTLSCert: cert, ServerTLSKey: key, ServerTLSCA: ca}
-	s, err := StartEmbedded(nc, &Security{})
+	s, err := StartEmbedded(context.Background(), nc, &Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
