@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -146,6 +147,10 @@ type Config struct {
 	// Registry receives the Prometheus metrics (nil: a fresh registry, served
 	// on /metrics).
 	Registry *prometheus.Registry
+	// Allocator allocates the Arrow records the service builds (the
+	// batches it publishes and the viewers' copies); each is released once
+	// encoded (nil: memory.DefaultAllocator).
+	Allocator memory.Allocator
 }
 
 // NATSConfig selects and authenticates the NATS deployment

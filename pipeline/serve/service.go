@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -29,6 +30,7 @@ type Service struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 	met *metrics
+	mem memory.Allocator // the Arrow records' (Config.Allocator)
 
 	// The parts.
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
@@ -84,7 +86,11 @@ func New(cfg Config) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
+	mem := cfg.Allocator
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
 	s.epochs = newEpochBook(s.planEpoch)
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
