@@ -164,29 +164,83 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer ls.release()
 	s.fence = ls.await
+	var subs subscriptions
+	defer subs.unsubscribe()
+	if err := s.prepare(ctx, &subs); err != nil {
+		return err
+	}
+	if ro != nil {
+		defer ro.atExit(s) // after the parts stopped, before the epochs close
+	}
+	return s.runResult(ctx, s.supervise(ctx, ls, ro, &subs))
+}
+
+// subscriptions are the service's NATS subscriptions, unsubscribed when Run
+// returns.
+type subscriptions []*nats.Subscription
+
+func (subs *subscriptions) unsubscribe() {
+	for _, sub := range *subs {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// prepare sets up the feature cache, the job's JetStream assets and state,
+// the work queue (planner role) and the control handlers, whose
+// subscriptions it adds to subs.
+func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 	if err := s.setupFeatureCache(); err != nil {
 		return err
 	}
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
-	var wsubs []*nats.Subscription
 	if s.cfg.Role == RolePlanner { // before a register can start planning
-		if wsubs, err = s.setupWork(ctx); err != nil {
+		wsubs, err := s.setupWork(ctx)
+		*subs = append(*subs, wsubs...)
+		if err != nil {
 			return err
 		}
 	}
-	subs, err := s.ctl.subscribe(s.nc)
-	subs = append(subs, wsubs...)
-	defer func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
+	csubs, err := s.ctl.subscribe(s.nc)
+	*subs = append(*subs, csubs...)
+	return err
+}
+
+// supervise runs the parts in one errgroup with ctx until the publisher
+// finishes or a part fails, then records the positions the last acks moved.
+func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs *subscriptions) error {
+	g, gctx := errgroup.WithContext(ctx)
+	s.startParts(g, gctx, ls, ro)
+	if s.cfg.core() {
+		dsubs, err := s.subscribeData(gctx)
+		if err != nil {
+			return err
 		}
-	}()
-	if err != nil {
+		*subs = append(*subs, dsubs...)
+	}
+	if err := s.startHTTP(g, gctx); err != nil {
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	close(s.ready)
+	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
+		"epochs", s.cfg.Epochs)
+	s.startPublisher(g, gctx)
+	err := g.Wait()
+	// The positions moved since the last write, before the lease goes: the
+	// last acks of a finished job, or of a drain.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
+		s.log.Warn("record rank positions", "err", ferr)
+	}
+	cancel()
+	return err
+}
+
+// startParts starts the lease renewal, the local workers, the progress
+// log, the positions log, the report writer, the asset watch and the
+// stream poll in g.
+func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *lease, ro *reportOut) {
 	g.Go(func() error { return ls.hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
@@ -197,42 +251,43 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { s.ranks.positions.run(gctx, &s.st, positionInterval); return nil })
 	if ro != nil {
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
-		defer ro.atExit(s) // after the parts stopped, before the epochs close
 	}
 	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
 	}
-	if s.cfg.core() {
-		dsubs, err := s.subscribeData(gctx)
-		if err != nil {
-			return err
-		}
-		subs = append(subs, dsubs...)
+}
+
+// startHTTP listens on Config.HTTP (when set) and serves the handler in g
+// until gctx ends, then shuts the server down within 5 s.
+func (s *Service) startHTTP(g *errgroup.Group, gctx context.Context) error {
+	if s.cfg.HTTP == "" {
+		return nil
 	}
-	if s.cfg.HTTP != "" {
-		ln, err := listenHTTP(s.cfg)
-		if err != nil {
-			return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
-		}
-		s.httpAddr = ln.Addr().String()
-		srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
-		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve: http: %w", err)
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
+	ln, err := listenHTTP(s.cfg)
+	if err != nil {
+		return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
 	}
-	close(s.ready)
-	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
-		"epochs", s.cfg.Epochs)
+	s.httpAddr = ln.Addr().String()
+	srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+// startPublisher runs the publish loop in g; its end stops the group
+// (errFinished).
+func (s *Service) startPublisher(g *errgroup.Group, gctx context.Context) {
 	done := make(chan struct{})
 	g.Go(func() error {
 		defer close(done)
@@ -246,20 +301,17 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	})
-	err = g.Wait()
-	// The positions moved since the last write, before the lease goes: the
-	// last acks of a finished job, or of a drain.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
-		s.log.Warn("record rank positions", "err", ferr)
-	}
-	cancel()
+}
+
+// runResult is what Run returns for the group's err: nil once everything
+// is published, and on a drain (SIGINT/SIGTERM: ctx canceled).
+func (s *Service) runResult(ctx context.Context, err error) error {
 	if errors.Is(err, errFinished) {
-		err = nil
+		return nil
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		s.log.Info("stopped", "reason", context.Cause(ctx))
-		return nil // SIGINT/SIGTERM: a clean drain
+		return nil // a clean drain
 	}
 	return err
 }
