@@ -209,18 +209,27 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 
 // supervise runs the parts in one errgroup with ctx until the publisher
 // finishes or a part fails, then records the positions the last acks moved.
+// When the data subscriptions or the HTTP listener fail, the parts already
+// started are stopped and waited for before it returns.
 func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs *subscriptions) error {
-	g, gctx := errgroup.WithContext(ctx)
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(pctx)
 	s.startParts(g, gctx, ls, ro)
+	abort := func(err error) error {
+		stop()
+		_ = g.Wait()
+		return err
+	}
 	if s.cfg.core() {
 		dsubs, err := s.subscribeData(gctx)
 		if err != nil {
-			return err
+			return abort(err)
 		}
 		*subs = append(*subs, dsubs...)
 	}
 	if err := s.startHTTP(g, gctx); err != nil {
-		return err
+		return abort(err)
 	}
 	close(s.ready)
 	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
