@@ -20,6 +20,9 @@ type rule struct {
 	// imports, when set, lists the only outside import path prefixes its
 	// non-test files may import directly (the standard library aside).
 	imports []string
+	// denyImports lists packages (the standard library's too) its non-test
+	// files must not import directly, though a dependency may.
+	denyImports []string
 }
 
 var (
@@ -31,6 +34,9 @@ var (
 	arrow      = "github.com/apache/arrow-go/"
 	prom       = "github.com/prometheus/"
 	core       = []string{"balancer", "imgproc", "loader", "proto", "tokenize"}
+	// harness is what the service's packages leave to bench/ and the
+	// command: profiling (issue 24 moved serve's throughput harness out).
+	harness = []string{"runtime/pprof"}
 )
 
 // rules is the architecture of DESIGN.md's package table, one row per package.
@@ -43,8 +49,8 @@ var rules = map[string]rule{
 	"proto": {deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":               {module: core, deny: []string{natsServer, prom}},
-	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...)},
-	"pipeline/serve/natsenv": {module: []string{"proto"}, deny: []string{imaging, xImage, tokenizers, prom}},
+	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...), denyImports: harness},
+	"pipeline/serve/natsenv": {module: []string{"proto"}, deny: []string{imaging, xImage, tokenizers, prom}, denyImports: harness},
 	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "loader/synth"}, core...)},
 	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "loader/synth", "bench"}, core...)},
 	"internal/arch":          {deny: []string{nats, arrow}},
@@ -59,7 +65,9 @@ var rules = map[string]rule{
 
 type goPackage struct {
 	ImportPath string
+	Dir        string
 	Doc        string
+	GoFiles    []string
 	Imports    []string
 	Deps       []string
 }
@@ -92,6 +100,9 @@ func TestImportRules(t *testing.T) {
 			continue
 		}
 		for _, imp := range p.Imports {
+			if slices.Contains(r.denyImports, imp) {
+				t.Errorf("%s imports %s (denied to it: %v)", rel, imp, r.denyImports)
+			}
 			if r.imports != nil && !stdlib(imp) && !strings.HasPrefix(imp, module+"/") && !hasPrefix(imp, r.imports) {
 				t.Errorf("%s imports %s, outside its allowed %v", rel, imp, r.imports)
 			}

@@ -1,11 +1,14 @@
 // Package arch holds the module's architecture tests and nothing else: one
 // table of the import rules of every package (which packages of this module
-// each may depend on, directly or transitively, and which outside modules it
-// must not), and the rule that every package states its contract in a doc
-// comment. A package missing from the table fails the test, so a new package
-// declares its rules when it is added.
+// each may depend on, directly or transitively, which outside modules it
+// must not, and which packages it must not import directly), the rule that
+// every package states its contract in a doc comment, and the size limits
+// (no function over 80 lines, no file over 600, but for a listed few still
+// to be split). A package missing from the table fails the test, so a new
+// package declares its rules when it is added.
 //
-// Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...`.
+// Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and
+// the non-test Go files it names.
 // Outputs: test failures naming the package and the offending dependency.
 // Ownership and concurrency: no exported API; the tests run `go list`.
 package arch
