@@ -30,6 +30,15 @@
 // rank running its micro-batches costliest first) or only at the gradient
 // all-reduce ([SyncStep]: the slowest rank's total).
 //
+// The CPU cost model of preprocessing is here too: [WorkCostModel] predicts
+// a work item's seconds on one worker core from its [WorkCost] (megapixels
+// by format, megabytes, samples), by ridge regression towards a prior shape
+// with forgetting, fitted to the workers' measured times (the planner role
+// of pipeline/serve builds the WorkCost from the features and holds the
+// model under its lock). It and [Calibrate] share one least-squares solve
+// (nnls.go, solveSubset: Cholesky over the active columns with a diagonal
+// ridge).
+//
 // # Outputs
 //
 // [Build] produces a [Plan]: steps × dp ranks × micro-batches × entries, where an

@@ -72,6 +72,10 @@ func nnls(g [][]float64, h []float64) []float64 {
 	passive := make([]bool, n)
 	w := make([]float64, n)
 	const tol = 1e-12
+	ridge := make([]float64, n) // a tiny ridge for collinear columns
+	for j := range ridge {
+		ridge[j] = 1e-12
+	}
 	gradient := func() {
 		for j := range n {
 			w[j] = h[j]
@@ -93,7 +97,7 @@ func nnls(g [][]float64, h []float64) []float64 {
 		}
 		passive[t] = true
 		for inner := 0; inner < 3*n+3; inner++ {
-			z := solvePassive(g, h, passive)
+			z, _ := solveSubset(g, h, ridge, passive)
 			if z[t] <= 0 && inner == 0 {
 				passive[t] = false // numerically useless column
 				break
@@ -122,11 +126,15 @@ func nnls(g [][]float64, h []float64) []float64 {
 	return x
 }
 
-// solvePassive solves G_PP z_P = h_P by Cholesky (with a tiny ridge for
-// collinear columns); z is 0 off P.
-func solvePassive(g [][]float64, h []float64, passive []bool) []float64 {
+// solveSubset is the package's one least-squares solve, shared by nnls
+// and WorkCostModel: it solves (G_SS + diag(ridge_S)) z_S = b_S for the
+// indices S where active is true, by Cholesky (G symmetric, G_SS + ridge
+// positive definite); z is 0 off S. ok is false when a pivot was not
+// positive (the system is singular or not positive definite): z is then
+// finite but not a solution.
+func solveSubset(g [][]float64, b, ridge []float64, active []bool) (z []float64, ok bool) {
 	var idx []int
-	for j, p := range passive {
+	for j, p := range active {
 		if p {
 			idx = append(idx, j)
 		}
@@ -136,25 +144,27 @@ func solvePassive(g [][]float64, h []float64, passive []bool) []float64 {
 	for a := range l {
 		l[a] = make([]float64, k)
 	}
+	ok = true
 	for a := range k {
-		for b := 0; b <= a; b++ {
-			s := g[idx[a]][idx[b]]
-			if a == b {
-				s += 1e-12
+		for c := 0; c <= a; c++ {
+			s := g[idx[a]][idx[c]]
+			if a == c {
+				s += ridge[idx[a]]
 			}
-			for c := range b {
-				s -= l[a][c] * l[b][c]
+			for d := range c {
+				s -= l[a][d] * l[c][d]
 			}
-			if a == b {
+			if a == c {
+				ok = ok && s > 1e-300
 				l[a][a] = math.Sqrt(math.Max(s, 1e-300))
 			} else {
-				l[a][b] = s / l[b][b]
+				l[a][c] = s / l[c][c]
 			}
 		}
 	}
 	v := make([]float64, k)
 	for a := range k {
-		s := h[idx[a]]
+		s := b[idx[a]]
 		for c := range a {
 			s -= l[a][c] * v[c]
 		}
@@ -167,9 +177,9 @@ func solvePassive(g [][]float64, h []float64, passive []bool) []float64 {
 		}
 		v[a] = s / l[a][a]
 	}
-	z := make([]float64, len(h))
+	z = make([]float64, len(b))
 	for a, j := range idx {
 		z[j] = v[a]
 	}
-	return z
+	return z, ok
 }

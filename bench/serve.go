@@ -92,7 +92,7 @@ func benchServe(env *benchEnv) (map[string]float64, error) {
 	cfg.Job = "bench"
 	cfg.Pipeline.Input = input
 	cfg.Pipeline.Plan.DP, cfg.Pipeline.Plan.GlobalBatch = 2, 32
-	res, err := serve.Throughput(context.Background(), cfg)
+	res, err := Throughput(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}

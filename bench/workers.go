@@ -33,7 +33,7 @@ func benchWorkers(env *benchEnv) (map[string]float64, error) {
 		cfg.Job = fmt.Sprintf("bench-workers-%d", n)
 		cfg.Pipeline.Input = input
 		cfg.Pipeline.Plan.DP, cfg.Pipeline.Plan.GlobalBatch = 2, 32
-		rate, st, times, err := serve.PlannerThroughput(context.Background(), cfg, func(url string) (func(), error) {
+		rate, st, times, err := PlannerThroughput(context.Background(), cfg, func(url string) (func(), error) {
 			return startWorkerProcs(url, n)
 		})
 		if err != nil {

@@ -123,18 +123,9 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 			img, err = Image{}, fmt.Errorf("imgproc: process: panic: %v: %w", r, ErrCorrupt)
 		}
 	}()
-	if len(data) == 0 {
-		return Image{}, ErrEmpty
-	}
-	if len(data) > p.cfg.MaxFileBytes {
-		return Image{}, fmt.Errorf("imgproc: %d bytes > limit %d: %w", len(data), p.cfg.MaxFileBytes, ErrTooLarge)
-	}
-	hdr, err := ReadHeader(data)
+	hdr, err := p.checkedHeader(data)
 	if err != nil {
 		return Image{}, err
-	}
-	if hdr.Width > p.cfg.MaxImagePixels/hdr.Height {
-		return Image{}, fmt.Errorf("imgproc: %s %dx%d > %d pixels: %w", hdr.Format, hdr.Width, hdr.Height, p.cfg.MaxImagePixels, ErrTooLarge)
 	}
 	if p.cfg.DType == DTypeJPEGSource && SourceJPEGAcceptable(hdr) {
 		return p.sourceImage(data, hdr), nil
@@ -197,4 +188,23 @@ func (p *Processor) process(dst, data []byte, r Rand) (img Image, err error) {
 	}
 	p.norm.encode(s.out, g.ow, g.oh, img.Data)
 	return img, nil
+}
+
+// checkedHeader reads data's header after the size limits: the file's bytes,
+// then its pixels.
+func (p *Processor) checkedHeader(data []byte) (Header, error) {
+	if len(data) == 0 {
+		return Header{}, ErrEmpty
+	}
+	if len(data) > p.cfg.MaxFileBytes {
+		return Header{}, fmt.Errorf("imgproc: %d bytes > limit %d: %w", len(data), p.cfg.MaxFileBytes, ErrTooLarge)
+	}
+	hdr, err := ReadHeader(data)
+	if err != nil {
+		return Header{}, err
+	}
+	if hdr.Width > p.cfg.MaxImagePixels/hdr.Height {
+		return Header{}, fmt.Errorf("imgproc: %s %dx%d > %d pixels: %w", hdr.Format, hdr.Width, hdr.Height, p.cfg.MaxImagePixels, ErrTooLarge)
+	}
+	return hdr, nil
 }

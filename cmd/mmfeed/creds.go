@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 )
 
 func init() {
@@ -45,11 +45,11 @@ func runCreds(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w", err)
 	}
-	ids, err := serve.JobIdentities(*job, *dp, *mp)
+	ids, err := natsenv.JobIdentities(*job, *dp, *mp)
 	if err != nil {
 		return err
 	}
-	text, err := serve.AuthConfig(ids)
+	text, err := natsenv.AuthConfig(ids)
 	if err != nil {
 		return err
 	}
@@ -65,13 +65,13 @@ func runCreds(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s (users %s, %s, %s (read only) and %d trainer ranks) and one <user>.pass each in %s\n",
-		authConfFile, serve.ServiceUser, serve.WorkerUser, serve.ViewerUser, *dp**mp, *out)
+		authConfFile, natsenv.ServiceUser, natsenv.WorkerUser, natsenv.ViewerUser, *dp**mp, *out)
 	if *tlsHosts != "" {
 		if err := writeTLS(*out, strings.Split(*tlsHosts, ","), *tlsValid, *force); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "wrote %s, %s, %s, %s, %s\n", serve.TLSCAFile, serve.TLSServerCertFile, serve.TLSServerKeyFile,
-			serve.TLSClientCertFile, serve.TLSClientKeyFile)
+		fmt.Fprintf(stdout, "wrote %s, %s, %s, %s, %s\n", natsenv.TLSCAFile, natsenv.TLSServerCertFile, natsenv.TLSServerKeyFile,
+			natsenv.TLSClientCertFile, natsenv.TLSClientKeyFile)
 	}
 	return nil
 }
@@ -105,10 +105,10 @@ func writeNew(path string, data []byte, mode os.FileMode, replace bool) error {
 	return nil
 }
 
-// tlsFiles are the files serve.WriteTLS writes.
-var tlsFiles = []string{serve.TLSCAFile, serve.TLSServerCertFile, serve.TLSServerKeyFile, serve.TLSClientCertFile, serve.TLSClientKeyFile}
+// tlsFiles are the files natsenv.WriteTLS writes.
+var tlsFiles = []string{natsenv.TLSCAFile, natsenv.TLSServerCertFile, natsenv.TLSServerKeyFile, natsenv.TLSClientCertFile, natsenv.TLSClientKeyFile}
 
-// writeTLS has serve.WriteTLS write the CA and certificates into a fresh
+// writeTLS has natsenv.WriteTLS write the CA and certificates into a fresh
 // private folder (0700, a name nobody can plant in beforehand) inside out,
 // then moves each file into out with writeNew, keeping its mode (0644 for
 // certificates, 0600 for keys), and removes the folder.
@@ -118,7 +118,7 @@ func writeTLS(out string, hosts []string, valid time.Duration, replace bool) err
 		return fmt.Errorf("creds: %w", err)
 	}
 	defer os.RemoveAll(stage)
-	if err := serve.WriteTLS(stage, hosts, valid); err != nil {
+	if err := natsenv.WriteTLS(stage, hosts, valid); err != nil {
 		return err
 	}
 	for _, name := range tlsFiles {

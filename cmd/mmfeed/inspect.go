@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
@@ -55,7 +56,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *natsURL != "" {
 		source = "job " + *job
 		var opts []nats.Option
-		if opts, err = serve.ClientOptions(auth); err != nil {
+		if opts, err = natsenv.ClientOptions(auth); err != nil {
 			return err
 		}
 		samples, err = streamStep(ctx, *natsURL, *job, *epoch, *step, *rank, tk, opts...)
@@ -89,7 +90,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // pipeline.ReadStreamStep).
 func streamStep(ctx context.Context, url, job string, epoch, step, rank int, tk *tokenize.Tokenizer, opts ...nats.Option) ([]pipeline.SheetSample, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("mmfeed inspect"), nats.Timeout(10 * time.Second),
-		nats.CustomInboxPrefix(serve.ViewerInboxPrefix)}, opts...)...)
+		nats.CustomInboxPrefix(natsenv.ViewerInboxPrefix)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}

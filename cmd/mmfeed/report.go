@@ -61,32 +61,50 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
-	var sims []balancer.SimResult
-	if *simulate != "" {
-		ranks, err := parseInts(*simulate)
-		if err != nil {
-			return fmt.Errorf("--simulate-ranks: %w", err)
-		}
-		perRank := max(1, cfg.Plan.GlobalBatch/cfg.Plan.DP)
-		sims, err = balancer.Simulate(prep.Features.Items, cfg.Plan, balancer.SimulateConfig{Ranks: ranks, PerRank: perRank, Seed: cfg.Plan.Seed})
-		if err != nil {
-			return err
-		}
+	sims, err := simulateRanks(*simulate, prep, cfg.Plan)
+	if err != nil {
+		return err
 	}
 	mix, err := mixtureReport(prep)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if sims == nil && mix == nil {
-			return rep.WriteJSON(stdout)
-		}
-		return writeJSON(stdout, struct {
-			*balancer.Report
-			Mixture    *pipeline.MixtureReport `json:"mixture,omitempty"`
-			Simulation []balancer.SimResult    `json:"simulation,omitempty"`
-		}{rep, mix, sims})
+		return writeReportJSON(stdout, rep, mix, sims)
 	}
+	return writeReportText(stdout, cfg, prep, rep, mix, sims)
+}
+
+// simulateRanks estimates the random/mmfeed step-time ratio at the dp sizes
+// of spec (--simulate-ranks; "": none), with the job's samples per rank.
+func simulateRanks(spec string, prep *pipeline.Prepared, plan balancer.Config) ([]balancer.SimResult, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	ranks, err := parseInts(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--simulate-ranks: %w", err)
+	}
+	perRank := max(1, plan.GlobalBatch/plan.DP)
+	return balancer.Simulate(prep.Features.Items, plan, balancer.SimulateConfig{Ranks: ranks, PerRank: perRank, Seed: plan.Seed})
+}
+
+// writeReportJSON prints report --json: the report, with the mixture's and
+// the simulation's sections when there are any.
+func writeReportJSON(stdout io.Writer, rep *balancer.Report, mix *pipeline.MixtureReport, sims []balancer.SimResult) error {
+	if sims == nil && mix == nil {
+		return rep.WriteJSON(stdout)
+	}
+	return writeJSON(stdout, struct {
+		*balancer.Report
+		Mixture    *pipeline.MixtureReport `json:"mixture,omitempty"`
+		Simulation []balancer.SimResult    `json:"simulation,omitempty"`
+	}{rep, mix, sims})
+}
+
+// writeReportText prints report's table, then the mixture's and the
+// simulation's sections when there are any.
+func writeReportText(stdout io.Writer, cfg pipeline.Config, prep *pipeline.Prepared, rep *balancer.Report, mix *pipeline.MixtureReport, sims []balancer.SimResult) error {
 	fmt.Fprintf(stdout, "%s: %d samples seen, %d quarantined\n", cfg.InputName(), prep.Seen(), rep.Quarantined)
 	if l := pipeline.KeptLine(rep.Kept); l != "" {
 		fmt.Fprintln(stdout, l)

@@ -20,6 +20,9 @@ type rule struct {
 	// imports, when set, lists the only outside import path prefixes its
 	// non-test files may import directly (the standard library aside).
 	imports []string
+	// denyImports lists packages (the standard library's too) its non-test
+	// files must not import directly, though a dependency may.
+	denyImports []string
 }
 
 var (
@@ -31,6 +34,9 @@ var (
 	arrow      = "github.com/apache/arrow-go/"
 	prom       = "github.com/prometheus/"
 	core       = []string{"balancer", "imgproc", "internal/ctxutil", "loader", "proto", "tokenize"}
+	// harness is what the service's packages leave to bench/ and the
+	// command: profiling (issue 24 moved serve's throughput harness out).
+	harness = []string{"runtime/pprof"}
 )
 
 // rules is the architecture of DESIGN.md's package table, one row per package.
@@ -42,24 +48,27 @@ var rules = map[string]rule{
 	"tokenize":     {deny: []string{nats, imaging, xImage, arrow, prom}},
 	"proto": {module: []string{"internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
-	"pipeline":             {module: core, deny: []string{natsServer, prom}},
-	"pipeline/serve":       {module: append([]string{"pipeline"}, core...)},
-	"bench":                {module: append([]string{"pipeline", "pipeline/serve", "loader/synth"}, core...)},
-	"cmd/mmfeed":           {module: append([]string{"pipeline", "pipeline/serve", "loader/synth", "bench"}, core...)},
-	"internal/arch":        {deny: []string{nats, arrow}},
-	"internal/testpeer":    {},
-	"internal/ctxutil":     {imports: []string{}}, // the standard library only
-	"internal/testnats":    {deny: []string{arrow, prom}},
-	"internal/hostile":     {module: []string{"loader"}, deny: []string{nats, prom}},
-	"internal/reportcheck": {deny: []string{nats, arrow, prom}},
-	"internal/browsertest": {deny: []string{nats, arrow, prom}},
-	"internal/scalesim":    {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, prom}},
-	"bench/scale":          {module: []string{"proto", "internal/scalesim", "internal/ctxutil"}, deny: []string{natsServer, prom}},
+	"pipeline":               {module: core, deny: []string{natsServer, prom}},
+	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...), denyImports: harness},
+	"pipeline/serve/natsenv": {module: []string{"proto", "internal/ctxutil"}, deny: []string{imaging, xImage, tokenizers, prom}, denyImports: harness},
+	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "loader/synth"}, core...)},
+	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "loader/synth", "bench"}, core...)},
+	"internal/arch":          {deny: []string{nats, arrow}},
+	"internal/testpeer":      {},
+	"internal/ctxutil":       {imports: []string{}}, // the standard library only
+	"internal/testnats":      {deny: []string{arrow, prom}},
+	"internal/hostile":       {module: []string{"loader"}, deny: []string{nats, prom}},
+	"internal/reportcheck":   {deny: []string{nats, arrow, prom}},
+	"internal/browsertest":   {deny: []string{nats, arrow, prom}},
+	"internal/scalesim":      {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, prom}},
+	"bench/scale":            {module: []string{"proto", "internal/scalesim", "internal/ctxutil"}, deny: []string{natsServer, prom}},
 }
 
 type goPackage struct {
 	ImportPath string
+	Dir        string
 	Doc        string
+	GoFiles    []string
 	Imports    []string
 	Deps       []string
 }
@@ -92,6 +101,9 @@ func TestImportRules(t *testing.T) {
 			continue
 		}
 		for _, imp := range p.Imports {
+			if slices.Contains(r.denyImports, imp) {
+				t.Errorf("%s imports %s (denied to it: %v)", rel, imp, r.denyImports)
+			}
 			if r.imports != nil && !stdlib(imp) && !strings.HasPrefix(imp, module+"/") && !hasPrefix(imp, r.imports) {
 				t.Errorf("%s imports %s, outside its allowed %v", rel, imp, r.imports)
 			}

@@ -1,13 +1,14 @@
 // Package arch holds the module's architecture tests and nothing else: one
 // table of the import rules of every package (which packages of this module
-// each may depend on, directly or transitively, and which outside modules it
-// must not), and the rule that every package states its contract in a doc
-// comment. A package missing from the table fails the test, so a new package
-// declares its rules when it is added.
+// each may depend on, directly or transitively, which outside modules it
+// must not, and which packages it must not import directly), the rule that
+// every package states its contract in a doc comment, and the size limits
+// below. A package missing from the table fails the test, so a new
+// package declares its rules when it is added.
 //
 // Size limits (size_test.go): no non-test Go file of the module over 600
-// lines, no function over 80 (a named list of the ones other work is
-// shortening, which only shrinks), and image policies compared with
+// lines, no function over 80 (longFuncs names any exception, and only
+// shrinks), and image policies compared with
 // imgproc's constants, never with a string literal.
 //
 // Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,7 +100,7 @@ func trueSeconds(tr *trainer, epoch, step int) float64 {
 // starting a bare JetStream server on the service's store.
 func storedInfo(t *testing.T, _ string, cfg Config) EpochInfo {
 	t.Helper()
-	ns, err := startEmbedded(NATSConfig{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20}, &embeddedSecurity{})
+	ns, err := natsenv.StartEmbedded(context.Background(), NATSConfig{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20}, &natsenv.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}

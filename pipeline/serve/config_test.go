@@ -95,13 +95,6 @@ func TestJobRecordCompatible(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
-	got := redact("nats://user:pw@host:4222,tls://h2:4222")
-	if want := "nats://***@host:4222,tls://h2:4222"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 func TestReplyPrefix(t *testing.T) {
 	for reply, want := range map[string]string{"_INBOX.abc.7": "_INBOX.abc", "_INBOX.x": "_INBOX", "": "", "nodot": ""} {
 		if got := replyPrefix(reply); got != want {

@@ -17,7 +17,9 @@
 // plan with dp, micro-batches, global batch, placement, seed, first epoch),
 // the job name, mp, the number of epochs, the NATS deployment (the embedded
 // server by default, or external URLs with user/password, token, NKey or
-// credentials and TLS), stream bounds and the HTTP address. Outputs are the
+// credentials and TLS: natsenv.Config), stream bounds, the HTTP address,
+// and the memory.Allocator the Arrow records are built with (Allocator;
+// each record is released once encoded). Outputs are the
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
 // endpoints (/v1/report, /metrics, /healthz, /) and Stats; with ReportOut,
 // the run report (reportout.go): report-e<epoch>.json/.html once every rank
@@ -164,13 +166,15 @@
 //
 // # Ownership and concurrency
 //
-// A Service is created by New and run once by Run. Run takes the job's
-// lease, sets up the connection and the JetStream assets, installs the
-// control handlers, then supervises its parts in one errgroup with Run's
-// context: the lease renewal, the publisher, the progress log, the asset
-// watch, the stream poll, the HTTP server (and the local workers). The first
-// part to fail, ctx (SIGINT/SIGTERM in the command) or the publisher's end
-// stops them all. Ready, ClientURL, HTTPAddr, Stats, Handler and Registry
+// A Service is created by New and run once by Run. Run starts NATS (the
+// embedded server and the connection, within ctx), takes the job's lease,
+// sets up the JetStream assets, installs the control handlers, then
+// supervises its parts in one errgroup with Run's context: the lease
+// renewal, the publisher, the progress log, the asset watch, the stream
+// poll, the HTTP server (and the local workers). The first part to fail,
+// ctx (SIGINT/SIGTERM in the command) or the publisher's end stops them
+// all; a start that fails once parts run (the data subscriptions, the HTTP
+// listener) stops and waits for them before Run returns. Ready, ClientURL, HTTPAddr, Stats, Handler and Registry
 // are safe for concurrent use. The Service owns its NATS connection,
 // embedded server, dataset and prepared epochs and releases them when Run
 // returns.
@@ -231,6 +235,31 @@
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
 // scrape reads memory only (positions, the outbox, the stream state
 // pollStream keeps): it makes no NATS or JetStream request.
+//
+// # Packages
+//
+// serve is being split into packages whose boundaries are the owners
+// (issue 24). Out of it so far:
+//
+//   - natsenv (pipeline/serve/natsenv): the embedded server
+//     (StartEmbedded), the service's connection (Connect), the job's
+//     credentials and permissions (JobIdentities, AuthConfig), the TLS
+//     files (WriteTLS) and the names of the assets they scope (work stream,
+//     consumer, subjects and buckets, quarantine bucket). It holds no state;
+//     serve owns the server and the connection it returns. NATSConfig is
+//     natsenv.Config, and serve's ErrInvalidConfig and ErrInsecure are
+//     natsenv's.
+//   - the CPU work-cost model: balancer.WorkCostModel, beside the other
+//     cost models and sharing their least-squares solve; serve builds an
+//     item's cost from the features (itemcost.go) and workPlanner holds the
+//     model under its lock.
+//   - the throughput harness (Throughput, PlannerThroughput, with pprof
+//     labels and rusage): bench/, which reaches the embedded server through
+//     Service.DialInProcess.
+//
+// internal/arch tests the import rules between them (natsenv imports proto
+// only; neither serve nor natsenv imports runtime/pprof) and the size
+// limits.
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the

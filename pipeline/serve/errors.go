@@ -1,12 +1,16 @@
 package serve
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+)
 
 // Sentinel errors. The service wraps them with context ("serve: ...: %w"), so
 // test with errors.Is.
 var (
 	// ErrInvalidConfig: a Config field is out of range or inconsistent.
-	ErrInvalidConfig = errors.New("invalid config")
+	ErrInvalidConfig = natsenv.ErrInvalidConfig
 	// ErrJobMismatch: the job's state in the KV bucket was written by a service
 	// with another configuration (dataset, layout, batch shape, seed, ...);
 	// resuming it would change the plan under the trainers.
@@ -18,7 +22,7 @@ var (
 	ErrEpochRange = errors.New("epoch outside the job")
 	// ErrInsecure: NATS or HTTP would listen on a non-loopback address
 	// without authentication, and Config.Insecure is not set.
-	ErrInsecure = errors.New("listening without authentication")
+	ErrInsecure = natsenv.ErrInsecure
 	// ErrState: a value in the job's KV bucket is malformed.
 	ErrState = errors.New("malformed service state")
 )

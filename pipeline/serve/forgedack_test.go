@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,7 +77,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 	cfg := testConfig(t, corpus(t, 60), 2, 1, "colocated")
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
-	var ids map[string]Identity
+	var ids map[string]natsenv.Identity
 	if auth {
 		var conf string
 		conf, ids = writeAuth(t, cfg.Job, 2, 1)
@@ -97,7 +98,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 	ranks := []int{0, 1}
 	if auth { // rank 0's own credential: it may publish its own ack subject only
 		inbox, _ := proto.InboxPrefix(cfg.Job, 0, 0)
-		id := ids[TrainerUser(0, 0)]
+		id := ids[natsenv.TrainerUser(0, 0)]
 		opts, ranks = append(opts, nats.UserInfo(id.User, id.Password), nats.CustomInboxPrefix(inbox)), []int{0}
 	}
 	nc, err := nats.Connect(url, opts...)

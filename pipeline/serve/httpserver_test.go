@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -100,14 +101,14 @@ func TestRuntimeMetrics(t *testing.T) {
 // HTTP, gets nothing.
 func TestHTTPTLS(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteTLS(dir, nil, time.Hour); err != nil {
+	if err := natsenv.WriteTLS(dir, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, corpus(t, 16), 2, 1, "colocated")
-	cfg.HTTPTLSCert, cfg.HTTPTLSKey = filepath.Join(dir, TLSServerCertFile), filepath.Join(dir, TLSServerKeyFile)
+	cfg.HTTPTLSCert, cfg.HTTPTLSKey = filepath.Join(dir, natsenv.TLSServerCertFile), filepath.Join(dir, natsenv.TLSServerKeyFile)
 	cfg.HTTPToken = "t0ken"
 	r := start(t, cfg)
-	pem, err := os.ReadFile(filepath.Join(dir, TLSCAFile))
+	pem, err := os.ReadFile(filepath.Join(dir, natsenv.TLSCAFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,13 +24,13 @@ var slowAuth = nats.Timeout(20 * time.Second)
 
 // writeAuth writes a job's identities as a NATS server configuration file
 // and returns them by user name.
-func writeAuth(t testing.TB, job string, dp, mp int) (string, map[string]Identity) {
+func writeAuth(t testing.TB, job string, dp, mp int) (string, map[string]natsenv.Identity) {
 	t.Helper()
-	ids, err := JobIdentities(job, dp, mp)
+	ids, err := natsenv.JobIdentities(job, dp, mp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := AuthConfig(ids)
+	conf, err := natsenv.AuthConfig(ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func writeAuth(t testing.TB, job string, dp, mp int) (string, map[string]Identit
 	if err := os.WriteFile(path, conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	byUser := map[string]Identity{}
+	byUser := map[string]natsenv.Identity{}
 	for _, id := range ids {
 		byUser[id.User] = id
 	}
@@ -104,7 +105,7 @@ func testRankPermissions(t *testing.T, plane string) {
 		nc.Close()
 		t.Fatal("anonymous connection accepted by a server with users")
 	}
-	watch, err := nats.Connect(url, nats.UserInfo(ServiceUser, ids[ServiceUser].Password), slowAuth)
+	watch, err := nats.Connect(url, nats.UserInfo(natsenv.ServiceUser, ids[natsenv.ServiceUser].Password), slowAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func testRankPermissions(t *testing.T, plane string) {
 
 	var v violations
 	inbox, _ := proto.InboxPrefix(cfg.Job, 0, 0)
-	r0 := ids[TrainerUser(0, 0)]
+	r0 := ids[natsenv.TrainerUser(0, 0)]
 	nc, err := nats.Connect(url, nats.UserInfo(r0.User, r0.Password), slowAuth, nats.CustomInboxPrefix(inbox), nats.ErrorHandler(v.handler))
 	if err != nil {
 		t.Fatalf("rank 0 with its credential: %v", err)
@@ -186,11 +187,11 @@ func testRankPermissions(t *testing.T, plane string) {
 // trainEpoch0Once runs the job's trainers through epoch 0, each with its own
 // rank's credential when ids is not nil, waits for the service to end and
 // checks that every sample was applied exactly once or quarantined.
-func trainEpoch0Once(t *testing.T, ctx context.Context, r *running, cfg Config, url string, ids map[string]Identity) {
+func trainEpoch0Once(t *testing.T, ctx context.Context, r *running, cfg Config, url string, ids map[string]natsenv.Identity) {
 	t.Helper()
 	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
 		if ids != nil {
-			id := ids[TrainerUser(tr.dp, tr.mp)]
+			id := ids[natsenv.TrainerUser(tr.dp, tr.mp)]
 			tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
 		}
 	})
@@ -200,118 +201,6 @@ func trainEpoch0Once(t *testing.T, ctx context.Context, r *running, cfg Config, 
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
-}
-
-// TestEmbeddedListenNeedsAuth: a non-loopback NATS listener or HTTP address
-// without authentication is refused unless Insecure; with users or a
-// token it is allowed.
-func TestEmbeddedListenNeedsAuth(t *testing.T) {
-	conf, _ := writeAuth(t, "job-1", 1, 1)
-	tests := []struct {
-		name     string
-		listen   string
-		conf     string
-		insecure bool
-		want     error
-	}{
-		{"loopback", "127.0.0.1:0", "", false, nil},
-		{"localhost", "localhost:0", "", false, nil},
-		{"in-process", "", "", false, nil},
-		{"every address", "0.0.0.0:0", "", false, ErrInsecure},
-		{"every address, insecure", "0.0.0.0:0", "", true, nil},
-		{"every address, users", "0.0.0.0:0", conf, false, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			nc := NATSConfig{Listen: tc.listen, ServerConfig: tc.conf, DataDir: t.TempDir(), MaxPayload: 1 << 20}
-			_, err := embeddedOptions(nc, &embeddedSecurity{insecure: tc.insecure})
-			if !errors.Is(err, tc.want) {
-				t.Errorf("got %v, want %v", err, tc.want)
-			}
-		})
-	}
-	for _, tc := range []struct {
-		http, token string
-		insecure    bool
-		want        error
-	}{
-		{"127.0.0.1:0", "", false, nil}, {"[::1]:0", "", false, nil}, {":8080", "", false, ErrInsecure},
-		{"0.0.0.0:8080", "", false, ErrInsecure}, {"0.0.0.0:8080", "secret", false, nil}, {"0.0.0.0:8080", "", true, nil},
-	} {
-		c := testConfig(t, "unused", 1, 1, "colocated")
-		c.HTTP, c.HTTPToken, c.Insecure = tc.http, tc.token, tc.insecure
-		if err := c.Validate(); errors.Is(err, ErrInsecure) != (tc.want != nil) { // other fields may fail too
-
-			t.Errorf("http %q token %q insecure %v: got %v, want %v", tc.http, tc.token, tc.insecure, err, tc.want)
-		}
-	}
-}
-
-// TestEmbeddedAuthModes: whatever authentication the --nats-config file
-// sets up (a users list, a single user, a token, client certificates
-// only), the service's own in-process connection gets in, and a client
-// with the configured credentials too, and an anonymous one does not.
-func TestEmbeddedAuthModes(t *testing.T) {
-	dir := t.TempDir()
-	if err := WriteTLS(dir, nil, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	users, ids := writeAuth(t, "job-1", 1, 1)
-	tests := []struct {
-		name, conf string
-		tlsCA      bool
-		client     []nats.Option
-	}{
-		{"users", "", false, []nats.Option{nats.UserInfo(TrainerUser(0, 0), ids[TrainerUser(0, 0)].Password), slowAuth}},
-		{"single user", `authorization { user: alice, password: wonderland }`, false, []nats.Option{nats.UserInfo("alice", "wonderland")}},
-		{"token", `authorization { token: "s3cret" }`, false, []nats.Option{nats.Token("s3cret")}},
-		{"client certificates", "", true, []nats.Option{nats.ClientCert(filepath.Join(dir, TLSClientCertFile), filepath.Join(dir, TLSClientKeyFile))}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := NATSConfig{Listen: "127.0.0.1:0", DataDir: t.TempDir(), MaxPayload: 1 << 20, ReconnectWait: time.Second}
-			switch {
-			case tc.name == "users":
-				cfg.ServerConfig = users
-			case tc.conf != "":
-				cfg.ServerConfig = filepath.Join(t.TempDir(), "nats.conf")
-				if err := os.WriteFile(cfg.ServerConfig, []byte(tc.conf), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tc.tlsCA {
-				cfg.ServerTLSCert, cfg.ServerTLSKey = filepath.Join(dir, TLSServerCertFile), filepath.Join(dir, TLSServerKeyFile)
-				cfg.ServerTLSCA = filepath.Join(dir, TLSCAFile)
-			}
-			sec := &embeddedSecurity{servicePass: "internal"}
-			s, err := startEmbedded(cfg, sec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Shutdown()
-			svc, err := connect(cfg, s, sec, testLogger(t))
-			if err != nil {
-				t.Fatalf("service connection: %v", err)
-			}
-			defer svc.Close()
-			if err := svc.Publish("mmfeed.job-1.ctl.done", nil); err != nil || svc.Flush() != nil {
-				t.Fatalf("service publish: %v", err)
-			}
-			var trust []nats.Option
-			if tc.tlsCA {
-				trust = append(trust, nats.RootCAs(filepath.Join(dir, TLSCAFile)))
-			}
-			if c, err := nats.Connect(s.ClientURL(), append(trust, tc.client...)...); err != nil {
-				t.Errorf("client with the configured credentials: %v", err)
-			} else {
-				c.Close()
-			}
-			if c, err := nats.Connect(s.ClientURL(), trust...); err == nil {
-				c.Close()
-				t.Error("anonymous client accepted")
-			}
-		})
-	}
 }
 
 // TestNATSAuthViewer: the viewer credential of `mmfeed creds` reads a
@@ -340,9 +229,9 @@ func testViewer(t *testing.T, plane string) {
 	r := start(t, cfg)
 	url := r.s.ClientURL()
 	var v violations
-	viewer := ids[ViewerUser]
+	viewer := ids[natsenv.ViewerUser]
 	nc, err := nats.Connect(url, nats.UserInfo(viewer.User, viewer.Password), slowAuth,
-		nats.CustomInboxPrefix(ViewerInboxPrefix), nats.ErrorHandler(v.handler))
+		nats.CustomInboxPrefix(natsenv.ViewerInboxPrefix), nats.ErrorHandler(v.handler))
 	if err != nil {
 		t.Fatalf("viewer with its credential: %v", err)
 	}
@@ -405,4 +294,24 @@ func testViewer(t *testing.T, plane string) {
 		}
 	}
 	trainEpoch0Once(t, ctx, r, cfg, url, ids)
+}
+
+// TestHTTPListenNeedsToken: an HTTP address on a non-loopback host without
+// a token is refused unless Insecure.
+func TestHTTPListenNeedsToken(t *testing.T) {
+	for _, tc := range []struct {
+		http, token string
+		insecure    bool
+		want        error
+	}{
+		{"127.0.0.1:0", "", false, nil}, {"[::1]:0", "", false, nil}, {":8080", "", false, ErrInsecure},
+		{"0.0.0.0:8080", "", false, ErrInsecure}, {"0.0.0.0:8080", "secret", false, nil}, {"0.0.0.0:8080", "", true, nil},
+	} {
+		c := testConfig(t, "unused", 1, 1, "colocated")
+		c.HTTP, c.HTTPToken, c.Insecure = tc.http, tc.token, tc.insecure
+		if err := c.Validate(); errors.Is(err, ErrInsecure) != (tc.want != nil) { // other fields may fail too
+
+			t.Errorf("http %q token %q insecure %v: got %v, want %v", tc.http, tc.token, tc.insecure, err, tc.want)
+		}
+	}
 }

@@ -109,7 +109,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 		queues[r] = make(chan outMsg, stepQueue*s.cfg.Pipeline.Plan.MicroBatches)
 		g.Go(func() error { return s.rankPublisher(gctx, r, queues[r]) })
 	}
-	mem := memory.NewGoAllocator()
+	mem := s.mem
 	var err error
 	if s.work != nil {
 		err = s.work.reset(gctx)

@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/proto"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // QuarantineBucket returns the KV bucket of a job's quarantine records:
 // mmfeed_<job>_quarantine.
-func QuarantineBucket(job string) string { return proto.BucketName(job) + "_quarantine" }
+func QuarantineBucket(job string) string { return natsenv.QuarantineBucket(job) }
 
 // QuarantineKey returns the key of a sample's quarantine record: "s." and
 // the sample id in unpadded base64url (any id is a valid key that way), or

@@ -2,9 +2,13 @@
 
 package serve
 
-import "golang.org/x/crypto/bcrypt"
+import (
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+)
 
 // Under the race detector bcrypt runs several times slower: the cheapest
 // cost keeps a connect's password check under the server's first PING
-// (natsauth.go, passwordHashCost). The hashes are still real bcrypt.
-func init() { passwordHashCost = bcrypt.MinCost }
+// (natsauth.go, natsenv.PasswordHashCost). The hashes are still real bcrypt.
+func init() { natsenv.PasswordHashCost = bcrypt.MinCost }

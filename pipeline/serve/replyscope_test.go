@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,8 +36,8 @@ func TestCheckReply(t *testing.T) {
 		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, replyForeign},
 		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, replyForeign},
 		{"the worker's inbox", WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
-		{"the viewer's inbox from a rank", ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
-		{"the viewer's own", ViewerInboxPrefix + ".a", true, []string{ViewerInboxPrefix}, ""},
+		{"the viewer's inbox from a rank", natsenv.ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the viewer's own", natsenv.ViewerInboxPrefix + ".a", true, []string{natsenv.ViewerInboxPrefix}, ""},
 		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, replyService},
 		{"the service's inbox, job-wide", ServiceInboxPrefix + ".a.1", false, nil, replyService},
 		{"a local worker's result", ServiceInboxPrefix + ".a.1", true, workerInboxes, ""},
@@ -116,7 +117,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	cfg.DataPlane = plane
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
-	var ids map[string]Identity
+	var ids map[string]natsenv.Identity
 	if auth {
 		var conf string
 		conf, ids = writeAuth(t, cfg.Job, 2, 1)
@@ -138,7 +139,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	svc := as(ServiceUser, "_INBOX.test")
+	svc := as(natsenv.ServiceUser, "_INBOX.test")
 	js, err := jetstream.New(svc)
 	if err != nil {
 		t.Fatal(err)
@@ -196,8 +197,8 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 			t.Fatal(err)
 		}
 	}
-	send(as(TrainerUser(0, 0), rank0), trainerAttacks)
-	send(as(ViewerUser, ViewerInboxPrefix), viewerAttacks)
+	send(as(natsenv.TrainerUser(0, 0), rank0), trainerAttacks)
+	send(as(natsenv.ViewerUser, natsenv.ViewerInboxPrefix), viewerAttacks)
 	want := float64(len(trainerAttacks) + len(viewerAttacks))
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if n := sumCounter(t, r.s, "mmfeed_serve_replies_refused_total"); n != want {

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -28,6 +30,7 @@ type Service struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 	met *metrics
+	mem memory.Allocator // the Arrow records' (Config.Allocator)
 
 	// The parts.
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
@@ -83,7 +86,11 @@ func New(cfg Config) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
+	mem := cfg.Allocator
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
 	s.epochs = newEpochBook(s.planEpoch)
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
@@ -119,6 +126,16 @@ func (s *Service) ClientURL() string { return s.clientURL }
 // HTTPAddr is the HTTP server's address (after Ready), "" without one.
 func (s *Service) HTTPAddr() string { return s.httpAddr }
 
+// DialInProcess connects a client to the embedded server in process (after
+// Ready), for consumers running in the same process (bench/). It fails
+// with an external deployment (connect to ClientURL there).
+func (s *Service) DialInProcess(opts ...nats.Option) (*nats.Conn, error) {
+	if s.ns == nil {
+		return nil, fmt.Errorf("serve: no embedded server to dial in process: %w", ErrInvalidConfig)
+	}
+	return nats.Connect("", append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)...)
+}
+
 // Registry is the Prometheus registry the service's metrics are in.
 func (s *Service) Registry() *prometheus.Registry { return s.reg }
 
@@ -147,29 +164,92 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer ls.release()
 	s.fence = ls.await
+	var subs subscriptions
+	defer subs.unsubscribe()
+	if err := s.prepare(ctx, &subs); err != nil {
+		return err
+	}
+	if ro != nil {
+		defer ro.atExit(s) // after the parts stopped, before the epochs close
+	}
+	return s.runResult(ctx, s.supervise(ctx, ls, ro, &subs))
+}
+
+// subscriptions are the service's NATS subscriptions, unsubscribed when Run
+// returns.
+type subscriptions []*nats.Subscription
+
+func (subs *subscriptions) unsubscribe() {
+	for _, sub := range *subs {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// prepare sets up the feature cache, the job's JetStream assets and state,
+// the work queue (planner role) and the control handlers, whose
+// subscriptions it adds to subs.
+func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 	if err := s.setupFeatureCache(); err != nil {
 		return err
 	}
 	if err := s.setup(ctx); err != nil {
 		return err
 	}
-	var wsubs []*nats.Subscription
 	if s.cfg.Role == RolePlanner { // before a register can start planning
-		if wsubs, err = s.setupWork(ctx); err != nil {
+		wsubs, err := s.setupWork(ctx)
+		*subs = append(*subs, wsubs...)
+		if err != nil {
 			return err
 		}
 	}
-	subs, err := s.ctl.subscribe(s.nc)
-	subs = append(subs, wsubs...)
-	defer func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
-		}
-	}()
-	if err != nil {
+	csubs, err := s.ctl.subscribe(s.nc)
+	*subs = append(*subs, csubs...)
+	return err
+}
+
+// supervise runs the parts in one errgroup with ctx until the publisher
+// finishes or a part fails, then records the positions the last acks moved.
+// When the data subscriptions or the HTTP listener fail, the parts already
+// started are stopped and waited for before it returns.
+func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs *subscriptions) error {
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(pctx)
+	s.startParts(g, gctx, ls, ro)
+	abort := func(err error) error {
+		stop()
+		_ = g.Wait()
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	if s.cfg.core() {
+		dsubs, err := s.subscribeData(gctx)
+		if err != nil {
+			return abort(err)
+		}
+		*subs = append(*subs, dsubs...)
+	}
+	if err := s.startHTTP(g, gctx); err != nil {
+		return abort(err)
+	}
+	close(s.ready)
+	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
+		"epochs", s.cfg.Epochs)
+	s.startPublisher(g, gctx)
+	err := g.Wait()
+	// The positions moved since the last write, before the lease goes: the
+	// last acks of a finished job, or of a drain.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
+		s.log.Warn("record rank positions", "err", ferr)
+	}
+	cancel()
+	return err
+}
+
+// startParts starts the lease renewal, the local workers, the progress
+// log, the positions log, the report writer, the asset watch and the
+// stream poll in g.
+func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *lease, ro *reportOut) {
 	g.Go(func() error { return ls.hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
@@ -180,42 +260,43 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { s.ranks.positions.run(gctx, &s.st, positionInterval); return nil })
 	if ro != nil {
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
-		defer ro.atExit(s) // after the parts stopped, before the epochs close
 	}
 	g.Go(func() error { return s.watchAssets(gctx) })
 	if !s.cfg.core() {
 		g.Go(func() error { return s.pollStream(gctx) })
 	}
-	if s.cfg.core() {
-		dsubs, err := s.subscribeData(gctx)
-		if err != nil {
-			return err
-		}
-		subs = append(subs, dsubs...)
+}
+
+// startHTTP listens on Config.HTTP (when set) and serves the handler in g
+// until gctx ends, then shuts the server down within 5 s.
+func (s *Service) startHTTP(g *errgroup.Group, gctx context.Context) error {
+	if s.cfg.HTTP == "" {
+		return nil
 	}
-	if s.cfg.HTTP != "" {
-		ln, err := listenHTTP(s.cfg)
-		if err != nil {
-			return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
-		}
-		s.httpAddr = ln.Addr().String()
-		srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
-		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve: http: %w", err)
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return srv.Shutdown(sctx)
-		})
+	ln, err := listenHTTP(s.cfg)
+	if err != nil {
+		return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
 	}
-	close(s.ready)
-	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
-		"epochs", s.cfg.Epochs)
+	s.httpAddr = ln.Addr().String()
+	srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+// startPublisher runs the publish loop in g; its end stops the group
+// (errFinished).
+func (s *Service) startPublisher(g *errgroup.Group, gctx context.Context) {
 	done := make(chan struct{})
 	g.Go(func() error {
 		defer close(done)
@@ -229,20 +310,17 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	})
-	err = g.Wait()
-	// The positions moved since the last write, before the lease goes: the
-	// last acks of a finished job, or of a drain.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
-		s.log.Warn("record rank positions", "err", ferr)
-	}
-	cancel()
+}
+
+// runResult is what Run returns for the group's err: nil once everything
+// is published, and on a drain (SIGINT/SIGTERM: ctx canceled).
+func (s *Service) runResult(ctx context.Context, err error) error {
 	if errors.Is(err, errFinished) {
-		err = nil
+		return nil
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		s.log.Info("stopped", "reason", context.Cause(ctx))
-		return nil // SIGINT/SIGTERM: a clean drain
+		return nil // a clean drain
 	}
 	return err
 }
@@ -250,16 +328,19 @@ func (s *Service) Run(ctx context.Context) error {
 // errFinished stops the supervision group when the publisher is done.
 var errFinished = errors.New("finished")
 
+// startNATS starts the embedded server (or not, with an external
+// deployment) and connects the service: within ctx, and when ctx ends
+// first the server is stopped and the error wraps ctx's.
 func (s *Service) startNATS(ctx context.Context) error {
 	nc := s.cfg.NATS
-	var sec *embeddedSecurity
+	var sec *natsenv.Security
 	if !nc.External() {
-		pass, err := randomSecret()
+		pass, err := natsenv.RandomSecret()
 		if err != nil {
 			return err
 		}
-		sec = &embeddedSecurity{insecure: s.cfg.Insecure, servicePass: pass}
-		ns, err := startEmbedded(nc, sec)
+		sec = &natsenv.Security{Insecure: s.cfg.Insecure, ServicePass: pass}
+		ns, err := natsenv.StartEmbedded(ctx, nc, sec)
 		if err != nil {
 			return err
 		}
@@ -268,11 +349,11 @@ func (s *Service) startNATS(ctx context.Context) error {
 			s.clientURL = ns.ClientURL()
 		}
 	} else {
-		s.clientURL = redact(joinURLs(nc.URLs))
+		s.clientURL = natsenv.Redact(joinURLs(nc.URLs))
 	}
 	// Per-user permissions scope each credential's inbox: replies must go there.
-	s.replies.strict.Store(sec != nil && sec.asUser)
-	conn, err := connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
+	s.replies.strict.Store(sec.PerUser())
+	conn, err := natsenv.Connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
 	if err != nil {
 		s.stopNATS()
 		return err
@@ -282,8 +363,16 @@ func (s *Service) startNATS(ctx context.Context) error {
 		s.stopNATS()
 		return fmt.Errorf("serve: jetstream: %w", err)
 	}
-	_ = ctx
+	if err := ctx.Err(); err != nil { // ended while connecting: nothing stays up
+		s.stopNATS()
+		return fmt.Errorf("serve: nats: %w", err)
+	}
 	return nil
+}
+
+// connect is natsenv.Connect, for the worker and the shard writer.
+func connect(cfg NATSConfig, embedded *server.Server, sec *natsenv.Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+	return natsenv.Connect(cfg, embedded, sec, log, extra...)
 }
 
 func (s *Service) stopNATS() {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -106,7 +104,7 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 		return nil, false, err
 	}
 	meta.MicroBatch = key.MicroBatch
-	payload, err := s.encodeBatch(memory.NewGoAllocator(), meta, rows)
+	payload, err := s.encodeBatch(s.mem, meta, rows)
 	return payload, false, err
 }
 

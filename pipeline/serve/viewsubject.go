@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -50,7 +51,7 @@ func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
 		s.ctl.badControl("view", err)
 		return
 	}
-	if !s.replies.allow("view", m, ViewerInboxPrefix) {
+	if !s.replies.allow("view", m, natsenv.ViewerInboxPrefix) {
 		return
 	}
 	s.startView(ctx, rank, m.Reply, req.Key())

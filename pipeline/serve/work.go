@@ -13,6 +13,7 @@ import (
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/mmfeed/mmfeed/tokenize"
 	"github.com/nats-io/nats.go"
@@ -36,10 +37,10 @@ const (
 // one durable pull consumer that every worker shares.
 const (
 	// WorkStream is the work-queue stream of every job's work items.
-	WorkStream = "MMFEED_WORK"
+	WorkStream = natsenv.WorkStream
 	// WorkConsumer is the workers' shared durable consumer of WorkStream.
-	WorkConsumer = "workers"
-	workPrefix   = "mmfeedwork"
+	WorkConsumer = natsenv.WorkConsumer
+	workPrefix   = natsenv.WorkPrefix
 )
 
 // Headers of a worker's result messages.
@@ -51,14 +52,14 @@ const (
 )
 
 // workItemsSubject is where a job's work items are published.
-func workItemsSubject(job string) string { return workPrefix + "." + job + ".items" }
+func workItemsSubject(job string) string { return natsenv.WorkItemsSubject(job) }
 
 // workResultSubject is where workers send a job's results (core NATS).
-func workResultSubject(job string) string { return workPrefix + "." + job + ".result" }
+func workResultSubject(job string) string { return natsenv.WorkResultSubject(job) }
 
 // WorkBucket is the object store of a job's preprocessing configs and
 // tokenizer files, which batch items name by hash.
-func WorkBucket(job string) string { return proto.BucketName(job) + "_work" }
+func WorkBucket(job string) string { return natsenv.WorkBucket(job) }
 
 // workSample is one planned sample of a batch item: the row as the plan has
 // it (the worker adds token ids and the image tensor).

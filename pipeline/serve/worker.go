@@ -89,7 +89,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		if cfg.NATS.ReconnectWait <= 0 {
 			cfg.NATS.ReconnectWait = 250 * time.Millisecond
 		}
-		if err := cfg.NATS.validate(); err != nil {
+		if err := cfg.NATS.Validate(); err != nil {
 			return err
 		}
 	}

@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // WorkerInboxPrefix is the reply inbox prefix of a worker's own connection
-// (`--role worker`): the worker credential may subscribe there only, never
-// to a trainer's inbox (proto.InboxPrefix) or a batch subject.
-const WorkerInboxPrefix = "_INBOX.mmfeedworker"
+// (natsenv.WorkerInboxPrefix).
+const WorkerInboxPrefix = natsenv.WorkerInboxPrefix
 
 // refusedFor is how long a worker remembers that the server refused it a
 // subject (permissions can change on a server reload).

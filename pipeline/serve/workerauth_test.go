@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,18 +31,18 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	conf, ids := writeAuth(t, cfg.Job, 2, 1)
 	// A NATS server with the `mmfeed creds` users only (what
 	// `nats-server -c auth.conf` runs); the planner connects as service.
-	ns, err := startEmbedded(NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
-		&embeddedSecurity{})
+	ns, err := natsenv.StartEmbedded(context.Background(), NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
+		&natsenv.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Shutdown()
 	url := ns.ClientURL()
-	svc := ids[ServiceUser]
+	svc := ids[natsenv.ServiceUser]
 	cfg.NATS = NATSConfig{URLs: []string{url}, User: svc.User, Password: svc.Password, ReconnectWait: 50 * time.Millisecond}
 	r := start(t, cfg)
 	asService := []nats.Option{nats.UserInfo(svc.User, svc.Password), slowAuth}
-	wk := ids[WorkerUser]
+	wk := ids[natsenv.WorkerUser]
 
 	testWorkerForbidden(t, url, wk)
 
@@ -84,7 +85,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	}
 
 	trs := runTrainersWith(t, ctx, cfg, url, []int{0}, true, func(tr *trainer) {
-		id := ids[TrainerUser(tr.dp, tr.mp)]
+		id := ids[natsenv.TrainerUser(tr.dp, tr.mp)]
 		tr.natsOpts = []nats.Option{nats.UserInfo(id.User, id.Password), slowAuth}
 	})
 	quarantined := countKeys(t, js, QuarantineBucket(cfg.Job))
@@ -110,7 +111,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 
 // testWorkerForbidden checks that the worker credential is refused every
 // subject beyond its role.
-func testWorkerForbidden(t *testing.T, url string, wk Identity) {
+func testWorkerForbidden(t *testing.T, url string, wk natsenv.Identity) {
 	t.Helper()
 	var v violations
 	nc, err := nats.Connect(url, nats.UserInfo(wk.User, wk.Password), slowAuth,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,7 @@ type featureItem struct {
 }
 
 // workFeaturesSubject is where workers send a job's feature results.
-func workFeaturesSubject(job string) string { return workPrefix + "." + job + ".features" }
+func workFeaturesSubject(job string) string { return natsenv.WorkFeaturesSubject(job) }
 
 // featureResults collects the results of the feature items in flight, and
 // the workers' failure reports of them. Only the items of a pass in

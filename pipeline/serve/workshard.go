@@ -73,7 +73,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if cfg.NATS.ReconnectWait <= 0 {
 		cfg.NATS.ReconnectWait = 250 * time.Millisecond
 	}
-	if err := cfg.NATS.validate(); err != nil {
+	if err := cfg.NATS.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.Ahead = cmp.Or(cfg.Ahead, 4)

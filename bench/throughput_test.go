@@ -1,9 +1,15 @@
-package serve
+package main
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/loader/synth"
+	"github.com/mmfeed/mmfeed/pipeline/serve"
 )
 
 // BenchmarkThroughput serves a synthetic corpus end to end (all
@@ -43,4 +49,36 @@ func TestThroughputSmoke(t *testing.T) {
 	if res.Samples == 0 || res.ServeSamplesPerSecond <= 0 || res.ShardSamplesPerSecond <= 0 || res.Stats.Batches == 0 {
 		t.Errorf("got %+v, want samples, both rates and batches", res)
 	}
+}
+
+// corpus writes n synthetic samples (5% bad) and returns the manifest.
+func corpus(t testing.TB, n int) string {
+	t.Helper()
+	cfg := synth.DefaultConfig()
+	cfg.Out, cfg.Samples, cfg.Seed, cfg.Format, cfg.BadFraction = t.TempDir(), n, 7, "jsonl", 0.05
+	sum, err := synth.Generate(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum.Path
+}
+
+// testConfig serves input to dp × mp ranks with small images.
+func testConfig(t testing.TB, input string, dp, mp int, placement string) serve.Config {
+	t.Helper()
+	c := serve.DefaultConfig()
+	c.Job, c.MP = "job-1", mp
+	c.Pipeline.Input = input
+	c.Pipeline.Plan.DP, c.Pipeline.Plan.MicroBatches, c.Pipeline.Plan.GlobalBatch = dp, 2, 4*dp
+	pl, err := balancer.ParsePlacement(placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Pipeline.Plan.Placement = pl
+	c.Pipeline.Image.Size, c.Pipeline.Image.PatchSize = 32, 16
+	c.Pipeline.Workers = 2
+	c.NATS.DataDir = t.TempDir()
+	c.StreamMaxBytes = 64 << 20
+	c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return c
 }

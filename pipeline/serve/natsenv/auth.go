@@ -1,4 +1,4 @@
-package serve
+package natsenv
 
 import (
 	"bytes"
@@ -111,7 +111,7 @@ func WorkerPermissions(job string) *server.Permissions {
 			"$JS.API.CONSUMER.CREATE." + obj + ".>", "$JS.API.CONSUMER.DELETE." + obj + ".>", "$JS.FC." + obj + ".>",
 			// The quarantine bucket: KeyValue, and Create (its check of a deleted key reads it).
 			"$JS.API.STREAM.INFO." + kv, "$JS.API.DIRECT.GET." + kv + ".>", "$KV." + q + ".>",
-			workResultSubject(job), workFeaturesSubject(job),
+			WorkResultSubject(job), WorkFeaturesSubject(job),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{WorkerInboxPrefix + ".>"}},
 	}
@@ -169,7 +169,7 @@ func JobIdentities(job string, dp, mp int) ([]Identity, error) {
 		}
 	}
 	for i := range ids {
-		pw, err := randomSecret()
+		pw, err := RandomSecret()
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +178,7 @@ func JobIdentities(job string, dp, mp int) ([]Identity, error) {
 	return ids, nil
 }
 
-func randomSecret() (string, error) {
+func RandomSecret() (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("serve: random password: %w", err)
@@ -186,13 +186,13 @@ func randomSecret() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// passwordHashCost is the bcrypt cost of the hashes AuthConfig writes. The
+// PasswordHashCost is the bcrypt cost of the hashes AuthConfig writes. The
 // server checks a password at every connect; tests built with the race
 // detector lower it (race_test.go), where a cost-10 check at a load of 10
 // takes over the 2 s after which the server sends its first PING, which
 // nats.go refuses during CONNECT ("expected 'PONG', got 'PING'",
 // nats-server#1174).
-var passwordHashCost = bcrypt.DefaultCost
+var PasswordHashCost = bcrypt.DefaultCost
 
 // AuthConfig renders identities as a NATS server configuration file (JSON,
 // which the NATS configuration format accepts): an authorization block with
@@ -207,7 +207,7 @@ func AuthConfig(ids []Identity) ([]byte, error) {
 	}
 	users := make([]user, len(ids))
 	for i, id := range ids {
-		h, err := bcrypt.GenerateFromPassword([]byte(id.Password), passwordHashCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(id.Password), PasswordHashCost)
 		if err != nil {
 			return nil, fmt.Errorf("serve: hash password of %s: %w", id.User, err)
 		}

@@ -1,4 +1,4 @@
-package serve
+package main
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,8 +39,8 @@ type ThroughputResult struct {
 	// run's CPU seconds: the transport's cost relative to preprocessing
 	// (publish time includes waiting for JetStream acks, so it is an upper
 	// bound).
-	TransportShare float64 `json:"transport_share"`
-	Stats          Stats   `json:"stats"`
+	TransportShare float64     `json:"transport_share"`
+	Stats          serve.Stats `json:"stats"`
 }
 
 // Throughput prepares cfg's first epoch, writes it with pipeline.WriteShards
@@ -47,7 +48,7 @@ type ThroughputResult struct {
 // connections only, memory stream, no HTTP) to dp × mp in-process consumers
 // that acknowledge every batch, and reports both rates. In a CPU profile the
 // two phases' samples carry the label phase=shard or phase=serve.
-func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
+func Throughput(ctx context.Context, cfg serve.Config) (ThroughputResult, error) {
 	var res ThroughputResult
 	dir, err := os.MkdirTemp("", "mmfeed-throughput-")
 	if err != nil {
@@ -75,9 +76,9 @@ func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
 	pprof.SetGoroutineLabels(ctx) // the service's and the consumers' goroutines inherit it
 
 	cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = 1, "", "", -1
-	cfg.NATS = NATSConfig{DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
+	cfg.NATS = serve.NATSConfig{DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
-	s, err := New(cfg)
+	s, err := serve.New(cfg)
 	if err != nil {
 		return res, err
 	}
@@ -92,8 +93,8 @@ func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
 		return res, err
 	}
 	var wg sync.WaitGroup
-	cerrs := make([]error, cfg.ranks())
-	for r := range cfg.ranks() {
+	cerrs := make([]error, ranksOf(cfg))
+	for r := range ranksOf(cfg) {
 		wg.Go(func() { cerrs[r] = drainRank(rctx, s, cfg, r/cfg.MP, r%cfg.MP) })
 	}
 	wg.Wait()
@@ -119,14 +120,14 @@ func Throughput(ctx context.Context, cfg Config) (ThroughputResult, error) {
 
 // drainRank is a minimal trainer rank: register, take every batch of the
 // epoch, acknowledge it, report done.
-func drainRank(ctx context.Context, s *Service, cfg Config, dp, mp int) error {
-	nc, err := nats.Connect("", nats.InProcessServer(s.ns))
+func drainRank(ctx context.Context, s *serve.Service, cfg serve.Config, dp, mp int) error {
+	nc, err := s.DialInProcess()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	reg := proto.Register{Job: cfg.Job, DPRank: dp, MPRank: mp, DP: cfg.Pipeline.Plan.DP, MP: cfg.MP,
-		Placement: cfg.layout().Placement, Epoch: cfg.Pipeline.Plan.Epoch}
+		Placement: cfg.Pipeline.Plan.Placement.String(), Epoch: cfg.Pipeline.Plan.Epoch}
 	b, err := proto.EncodeControl(reg)
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func drainRank(ctx context.Context, s *Service, cfg Config, dp, mp int) error {
 }
 
 // rankReader returns a rank's reader on the service's data plane.
-func rankReader(ctx context.Context, nc *nats.Conn, cfg Config, rep proto.RegisterReply, dp, mp int) (interface {
+func rankReader(ctx context.Context, nc *nats.Conn, cfg serve.Config, rep proto.RegisterReply, dp, mp int) (interface {
 	Next(context.Context) (*proto.Batch, error)
 	Close()
 }, error) {
@@ -197,3 +198,6 @@ func cpuSeconds() float64 {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
+
+// ranksOf is the dp × mp trainer ranks of cfg.
+func ranksOf(cfg serve.Config) int { return cfg.Pipeline.Plan.DP * cfg.MP }

@@ -1,4 +1,4 @@
-package serve
+package main
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve"
 )
 
 // PlannerThroughput serves cfg's first epoch with a planner (role planner,
@@ -16,18 +18,18 @@ import (
 // caller starts its worker processes there) and stops them at the end. It
 // returns the real samples per second from Run until every rank
 // acknowledged its last batch, and the service's stats and item times.
-func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url string) (stop func(), err error)) (float64, Stats, WorkTimes, error) {
+func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(url string) (stop func(), err error)) (float64, serve.Stats, serve.WorkTimes, error) {
 	dir, err := os.MkdirTemp("", "mmfeed-planner-")
 	if err != nil {
-		return 0, Stats{}, WorkTimes{}, err
+		return 0, serve.Stats{}, serve.WorkTimes{}, err
 	}
 	defer os.RemoveAll(dir)
-	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = RolePlanner, 1, "", "", -1
-	cfg.NATS = NATSConfig{Listen: "127.0.0.1:0", DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
+	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = serve.RolePlanner, 1, "", "", -1
+	cfg.NATS = serve.NATSConfig{Listen: "127.0.0.1:0", DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
-	s, err := New(cfg)
+	s, err := serve.New(cfg)
 	if err != nil {
-		return 0, Stats{}, WorkTimes{}, err
+		return 0, serve.Stats{}, serve.WorkTimes{}, err
 	}
 	t0 := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -37,28 +39,28 @@ func PlannerThroughput(ctx context.Context, cfg Config, startWorkers func(url st
 	select {
 	case <-s.Ready():
 	case err := <-errc:
-		return 0, Stats{}, WorkTimes{}, err
+		return 0, serve.Stats{}, serve.WorkTimes{}, err
 	}
 	stop, err := startWorkers(s.ClientURL())
 	if err != nil {
 		cancel()
 		<-errc
-		return 0, Stats{}, WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
+		return 0, serve.Stats{}, serve.WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
 	}
 	defer stop()
 	var wg sync.WaitGroup
-	cerrs := make([]error, cfg.ranks())
-	for r := range cfg.ranks() {
+	cerrs := make([]error, ranksOf(cfg))
+	for r := range ranksOf(cfg) {
 		wg.Go(func() { cerrs[r] = drainRank(rctx, s, cfg, r/cfg.MP, r%cfg.MP) })
 	}
 	wg.Wait()
 	if err := errors.Join(cerrs...); err != nil {
 		cancel()
 		<-errc
-		return 0, Stats{}, WorkTimes{}, err
+		return 0, serve.Stats{}, serve.WorkTimes{}, err
 	}
 	if err := <-errc; err != nil {
-		return 0, Stats{}, WorkTimes{}, err
+		return 0, serve.Stats{}, serve.WorkTimes{}, err
 	}
 	st := s.Stats()
 	return float64(st.Samples) / time.Since(t0).Seconds(), st, s.WorkTimes(), nil

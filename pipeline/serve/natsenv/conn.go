@@ -1,6 +1,7 @@
-package serve
+package natsenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,31 +16,41 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// embeddedSecurity is what the service adds to the embedded server's
+// Security is what the service adds to the embedded server's
 // options: whether a non-loopback listener without authentication is
 // allowed, and the password of the service's own in-process user, added
 // when the configuration has users. embeddedOptions fills in how the
 // service then connects (token or user).
-type embeddedSecurity struct {
-	insecure    bool
-	servicePass string
+type Security struct {
+	Insecure    bool   // a non-loopback listener without authentication is allowed
+	ServicePass string // the service's own user's password (RandomSecret)
 	token       string // the configured token: the service connects with it
 	asUser      bool   // the service connects as internalUser with servicePass
 }
+
+// PerUser reports whether the service connects as its own user of an
+// embedded server with per-user permissions (each credential's inbox is
+// scoped; replies must go there). False for a nil Security.
+func (sec *Security) PerUser() bool { return sec != nil && sec.asUser }
 
 // internalUser is the service's own user on an embedded server that
 // authenticates clients (its password is random per start).
 const internalUser = "mmfeed-serve-internal"
 
-// startEmbedded starts the in-process JetStream server: file store under
+// StartEmbedded starts the in-process JetStream server: file store under
 // DataDir, loopback or in-process only unless Listen names another host.
 // Its max_pending (what it queues for one client before dropping it as a
 // slow consumer) is at least 8 messages of max_payload, so that a trainer's
 // pull of a few chunks never exceeds it. ServerConfig (users, permissions,
 // TLS, ...) and the ServerTLS fields apply; a listener on a non-loopback
 // address without authentication is refused (ErrInsecure) unless
-// sec.insecure.
-func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error) {
+// sec.Insecure. It waits up to 30 s for the server to accept connections,
+// and no longer than ctx: when ctx ends first the server is shut down and
+// the error wraps ctx's.
+func StartEmbedded(ctx context.Context, cfg Config, sec *Security) (*server.Server, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("serve: embedded nats server: %w", err)
+	}
 	opts, err := embeddedOptions(cfg, sec)
 	if err != nil {
 		return nil, err
@@ -52,11 +63,30 @@ func startEmbedded(cfg NATSConfig, sec *embeddedSecurity) (*server.Server, error
 		return nil, fmt.Errorf("serve: embedded nats server: %w", err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
+	if err := awaitReady(ctx, s, 30*time.Second); err != nil {
 		s.Shutdown()
-		return nil, fmt.Errorf("serve: embedded nats server not ready after 30s")
+		s.WaitForShutdown()
+		return nil, err
 	}
 	return s, nil
+}
+
+// readyPoll is how often awaitReady looks at ctx while the server starts.
+const readyPoll = 50 * time.Millisecond
+
+// awaitReady waits until s accepts connections, for at most limit and no
+// longer than ctx.
+func awaitReady(ctx context.Context, s *server.Server, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for !s.ReadyForConnections(min(readyPoll, time.Until(deadline))) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("serve: embedded nats server: %w", err)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("serve: embedded nats server not ready after %v", limit)
+		}
+	}
+	return nil
 }
 
 // portFree says so when the embedded server's fixed listen port is taken
@@ -76,7 +106,7 @@ func portFree(host string, port int) error {
 	return ln.Close()
 }
 
-func embeddedOptions(cfg NATSConfig, sec *embeddedSecurity) (*server.Options, error) {
+func embeddedOptions(cfg Config, sec *Security) (*server.Options, error) {
 	opts := &server.Options{}
 	if cfg.ServerConfig != "" {
 		var err error
@@ -121,11 +151,11 @@ func embeddedOptions(cfg NATSConfig, sec *embeddedSecurity) (*server.Options, er
 		opts.Users = append(opts.Users, &server.User{Username: opts.Username, Password: opts.Password})
 		opts.Username, opts.Password = "", ""
 	}
-	if (len(opts.Users) > 0 || len(opts.Nkeys) > 0) && sec.servicePass != "" {
-		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: sec.servicePass, Permissions: allPermissions()})
+	if (len(opts.Users) > 0 || len(opts.Nkeys) > 0) && sec.ServicePass != "" {
+		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: sec.ServicePass, Permissions: allPermissions()})
 		sec.asUser = true
 	}
-	if !authed && !sec.insecure && cfg.Listen != "" && !loopback(opts.Host) {
+	if !authed && !sec.Insecure && cfg.Listen != "" && !Loopback(opts.Host) {
 		return nil, fmt.Errorf("serve: nats listens on %s without authentication (--nats-config with users, or --insecure): %w", cfg.Listen, ErrInsecure)
 	}
 	return opts, nil
@@ -140,7 +170,7 @@ func authenticates(o *server.Options) bool {
 }
 
 // loopback reports whether host is a loopback name or address.
-func loopback(host string) bool {
+func Loopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}
@@ -152,7 +182,7 @@ func loopback(host string) bool {
 // (with the configured token, or as internalUser: sec), or to the external URLs with the configured authentication and TLS;
 // extra options come last. It reconnects forever; disconnects and
 // reconnects are logged.
-func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
+func Connect(cfg Config, embedded *server.Server, sec *Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("mmfeed-serve"), nats.MaxReconnects(-1), nats.ReconnectWait(cfg.ReconnectWait),
 		nats.RetryOnFailedConnect(false), nats.ReconnectBufSize(64 << 20),
@@ -170,7 +200,7 @@ func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log
 		case sec != nil && sec.token != "":
 			opts = append(opts, nats.Token(sec.token))
 		case sec != nil && sec.asUser:
-			opts = append(opts, nats.UserInfo(internalUser, sec.servicePass))
+			opts = append(opts, nats.UserInfo(internalUser, sec.ServicePass))
 		}
 	} else {
 		url = strings.Join(cfg.URLs, ",")
@@ -182,7 +212,7 @@ func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log
 	}
 	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("serve: connect to nats %s: %w", redact(url), err)
+		return nil, fmt.Errorf("serve: connect to nats %s: %w", Redact(url), err)
 	}
 	return nc, nil
 }
@@ -191,9 +221,9 @@ func connect(cfg NATSConfig, embedded *server.Server, sec *embeddedSecurity, log
 // external deployment as cfg says (user/password, token, NKey seed or
 // credentials file; TLS CA and client certificate): what a tool like
 // `mmfeed inspect` adds to its connection.
-func ClientOptions(cfg NATSConfig) ([]nats.Option, error) { return authOptions(cfg) }
+func ClientOptions(cfg Config) ([]nats.Option, error) { return authOptions(cfg) }
 
-func authOptions(cfg NATSConfig) ([]nats.Option, error) {
+func authOptions(cfg Config) ([]nats.Option, error) {
 	var opts []nats.Option
 	switch {
 	case cfg.User != "" || cfg.Password != "":
@@ -219,7 +249,7 @@ func authOptions(cfg NATSConfig) ([]nats.Option, error) {
 }
 
 // redact drops user info from URLs for messages.
-func redact(urls string) string {
+func Redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
 		if at := strings.LastIndex(u, "@"); at >= 0 {
