@@ -141,12 +141,20 @@
 // size) into an Index, without reading image bytes for manifest, WebDataset
 // and folder sources; Index.ReadImage and Index.ReadHeader re-read bytes per
 // entry later (WebDataset members by their offset in the uncompressed tar,
-// so indexed WebDataset corpora can be shuffled globally). Planning therefore
-// holds captions and locations in memory, never image bytes. A manifest's
-// index packs each entry's strings end to end in 64 KiB blocks (arena.go) and
-// keeps the line's own relative image path, and Scan leaves the entries no
-// spare capacity: ~330 bytes an entry at 90-byte captions (docs/BENCHMARKS.md,
-// "Planner memory per sample").
+// so indexed WebDataset corpora can be shuffled globally). Planning never
+// holds image bytes. Entries are read through accessors: Len, ID(i) (the
+// id alone, no read), Entry(i), Entries(lo, hi) (a range, consecutive
+// records in one read), All, and View (what a pipeline's Features keep).
+// A manifest's index is packed (packed.go): it keeps each entry's id (all
+// ids end to end in one slice), the offset, length, line number and a
+// 16-bit checksum of its line, the image size and the kept-fields row, 36
+// bytes plus the id, and re-reads the line whenever an entry is
+// materialised, so its Text, Location, ImageName and image path are what
+// the line says, byte for byte as Next gives them; a line that changed
+// since indexing (checksum or id) materialises a stale entry, whose image
+// reads fail with ErrStale. Other sources keep their entries whole, their
+// strings packed end to end in 64 KiB blocks (arena.go); Scan leaves no
+// spare capacity (docs/BENCHMARKS.md, "Planner memory per sample").
 //
 // With Options.Keep (ParseKeep: "url,json:label,caption", see keep.go) Scan also keeps
 // named source fields of each entry (the caption, keys of the manifest line or of a

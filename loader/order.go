@@ -74,10 +74,10 @@ func Permutation(n int, seed, epoch uint64) []int {
 // Order returns the entries of ix in the epoch order of (seed, epoch).
 // The slice is new; the entries share their strings with ix.
 func (ix *Index) Order(seed, epoch uint64) []Entry {
-	perm := Permutation(len(ix.Entries), seed, epoch)
+	perm := Permutation(ix.Len(), seed, epoch)
 	out := make([]Entry, len(perm))
 	for i, p := range perm {
-		out[i] = ix.Entries[p]
+		out[i] = ix.Entry(p)
 	}
 	return out
 }

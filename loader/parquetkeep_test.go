@@ -76,7 +76,7 @@ func TestParquetKeeps(t *testing.T) {
 		{v("http://e/2.jpg"), {}, v("caption 2"), {}},
 	}
 	var got [][]KeepValue
-	for _, e := range ix.Entries {
+	for _, e := range ix.All() {
 		got = append(got, ix.Kept(e))
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -99,7 +99,7 @@ func TestParquetKeeps(t *testing.T) {
 			return 0
 		}
 		defer ix.Close()
-		return len(ix.Entries)
+		return ix.Len()
 	}
 	bound := int64(1)
 	for count(nil, bound) < 3 {

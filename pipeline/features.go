@@ -34,8 +34,9 @@ type Features struct {
 	// header: with Sizes and the entry's ImageSize, what decoding it costs.
 	Formats []string
 
-	entries []loader.Entry // what Order indexes
-	repeats []int32        // a mixture's repeat of each item (nil: none, mixture.go)
+	entries []loader.Entry   // what Order indexes, or
+	view    loader.EntryView // the index entries Order indexes (entries nil)
+	repeats []int32          // a mixture's repeat of each item (nil: none, mixture.go)
 }
 
 // NewFeatures returns the features of entries (item i of entries[i]: Order
@@ -54,7 +55,12 @@ func (f *Features) Len() int { return len(f.Order) }
 // Entry returns entry i (the one of Items[i]); a mixture's repeated draw
 // carries its draw id (loader.DrawID), as Items[i] does.
 func (f *Features) Entry(i int) loader.Entry {
-	e := f.entries[f.Order[i]]
+	var e loader.Entry
+	if f.entries == nil && f.view != nil {
+		e = f.view.Entry(int(f.Order[i]))
+	} else {
+		e = f.entries[f.Order[i]]
+	}
 	if f.repeats != nil && f.repeats[i] > 0 {
 		e.ID = loader.DrawID(e.ID, int(f.repeats[i]))
 	}
@@ -82,7 +88,7 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 // extractFeatures is ExtractFeatures with a progress callback (Config.Progress).
 func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
 	img imgproc.Config, q *loader.QuarantineWriter, workers int, progress func(done, total int)) (Features, error) {
-	all, err := computeFeatures(ctx, ix, entries, tk, img, workers, progress)
+	all, err := computeFeatures(ctx, ix, listOf(entries), tk, img, workers, progress)
 	if err != nil {
 		return Features{}, err
 	}
@@ -103,14 +109,29 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 	return f, q.Err()
 }
 
+// entryList is the entries a feature pass reads: n of them, materialised
+// a range at a time (an index re-reads a range of records in one read).
+type entryList struct {
+	n     int
+	slice func(lo, hi int) []loader.Entry
+}
+
+// listOf lists entries.
+func listOf(entries []loader.Entry) entryList {
+	return entryList{len(entries), func(lo, hi int) []loader.Entry { return entries[lo:hi] }}
+}
+
+// indexList lists the entries of ix.
+func indexList(ix *loader.Index) entryList { return entryList{ix.Len(), ix.Entries} }
+
 // computeFeatures computes the features of entries (rejects included), in
 // their order, on workers goroutines, one chunk of captions at a time.
-func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
+func computeFeatures(ctx context.Context, ix *loader.Index, entries entryList, tk *tokenize.Tokenizer,
 	img imgproc.Config, workers int, progress func(done, total int)) ([]EntryFeatures, error) {
-	out := make([]EntryFeatures, len(entries))
+	out := make([]EntryFeatures, entries.n)
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
-	chunks := (len(entries) + featureChunk - 1) / featureChunk
+	chunks := (entries.n + featureChunk - 1) / featureChunk
 	for range max(1, workers) {
 		wg.Go(func() {
 			texts := make([]string, 0, featureChunk)
@@ -119,9 +140,10 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 				if c >= chunks {
 					return
 				}
-				lo, hi := c*featureChunk, min(len(entries), (c+1)*featureChunk)
+				lo, hi := c*featureChunk, min(entries.n, (c+1)*featureChunk)
+				chunk := entries.slice(lo, hi)
 				texts = texts[:0]
-				for _, e := range entries[lo:hi] {
+				for _, e := range chunk {
 					texts = append(texts, e.Text)
 				}
 				// Token counts only, one cgo call per chunk (tokenize.CountBatch).
@@ -131,9 +153,9 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 					if cerr == nil {
 						cerr = errs[i-lo]
 					}
-					out[i] = featuresOf(ix, entries[i], counts, i-lo, cerr, img)
-					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
-						progress(n, len(entries))
+					out[i] = featuresOf(ix, chunk[i-lo], counts, i-lo, cerr, img)
+					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == entries.n) {
+						progress(n, entries.n)
 					}
 				}
 			}

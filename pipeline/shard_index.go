@@ -116,13 +116,13 @@ func planEpochs(prep *Prepared, first *balancer.Plan, n int) ([]epochPlan, error
 			at[key(e)] = int32(i)
 		}
 	}
-	ix := prep.Index
+	entries := prep.Index.All()
 	for e := first.Config.Epoch + 1; e < first.Config.Epoch+n; e++ {
-		perm := loader.Permutation(len(ix.Entries), first.Config.Seed, uint64(e))
+		perm := loader.Permutation(len(entries), first.Config.Seed, uint64(e))
 		ep := epochPlan{toItem: make([]int32, 0, len(f.Items))}
 		items := make([]balancer.Item, 0, len(f.Items))
 		for _, p := range perm {
-			if i, ok := at[key(ix.Entries[p])]; ok {
+			if i, ok := at[key(entries[p])]; ok {
 				ep.toItem = append(ep.toItem, i)
 				items = append(items, f.Items[i])
 			}
