@@ -163,6 +163,11 @@ func (p *packedEntries) entries(lo, hi int) []Entry {
 		start := p.recs[i].off
 		buf = slices.Grow(buf[:0], int(end-start))[:end-start]
 		err := p.files[p.recs[i].file].readAt(buf, start)
+		if err != nil && j > i+1 { // one record at a time: the good ones still read
+			j = i + 1
+			buf = buf[:p.recs[i].n]
+			err = p.files[p.recs[i].file].readAt(buf, start)
+		}
 		for k := i; k < j; k++ {
 			var rec []byte
 			if err == nil {
