@@ -271,6 +271,8 @@ func (ix *Index) EntryBytes() int64 {
 type EntryView interface {
 	Len() int
 	Entry(i int) Entry
+	ID(i int) string       // entry i's id, without materialising it
+	ImageSize(i int) int64 // entry i's ImageSize, without materialising it
 }
 
 // View returns the entries of ix as an EntryView.
@@ -284,8 +286,18 @@ func (ix *Index) View() EntryView {
 // wholeEntries is the EntryView of entries kept whole.
 type wholeEntries []Entry
 
-func (w wholeEntries) Len() int          { return len(w) }
-func (w wholeEntries) Entry(i int) Entry { return w[i] }
+func (w wholeEntries) Len() int              { return len(w) }
+func (w wholeEntries) Entry(i int) Entry     { return w[i] }
+func (w wholeEntries) ID(i int) string       { return w[i].ID }
+func (w wholeEntries) ImageSize(i int) int64 { return w[i].ImageSize }
+
+// ImageSize returns entry i's ImageSize without materialising the entry.
+func (ix *Index) ImageSize(i int) int64 {
+	if ix.packed != nil {
+		return ix.packed.ImageSize(i)
+	}
+	return ix.entries[i].ImageSize
+}
 
 // All returns every entry: Entries(0, Len()).
 func (ix *Index) All() []Entry { return ix.Entries(0, ix.Len()) }

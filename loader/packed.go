@@ -225,3 +225,9 @@ func (p *packedEntries) Len() int { return p.len() }
 
 // Entry implements EntryView.
 func (p *packedEntries) Entry(i int) Entry { return p.entries(i, i+1)[0] }
+
+// ID implements EntryView.
+func (p *packedEntries) ID(i int) string { return p.id(i) }
+
+// ImageSize implements EntryView.
+func (p *packedEntries) ImageSize(i int) int64 { return p.recs[i].size }

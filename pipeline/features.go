@@ -67,6 +67,28 @@ func (f *Features) Entry(i int) loader.Entry {
 	return e
 }
 
+// ID returns entry i's id (Entry(i).ID) without materialising the entry.
+func (f *Features) ID(i int) string {
+	var id string
+	if f.entries == nil && f.view != nil {
+		id = f.view.ID(int(f.Order[i]))
+	} else {
+		id = f.entries[f.Order[i]].ID
+	}
+	if f.repeats != nil && f.repeats[i] > 0 {
+		id = loader.DrawID(id, int(f.repeats[i]))
+	}
+	return id
+}
+
+// ImageSize returns entry i's ImageSize without materialising the entry.
+func (f *Features) ImageSize(i int) int64 {
+	if f.entries == nil && f.view != nil {
+		return f.view.ImageSize(int(f.Order[i]))
+	}
+	return f.entries[f.Order[i]].ImageSize
+}
+
 // Repeat returns item i's repeat in a mixture epoch (0: its sample's first
 // draw, and always for a plain input).
 func (f *Features) Repeat(i int) int {

@@ -361,7 +361,7 @@ func (w *shardWriter) indexRecord(ep epochPlan, rank int, loc map[int32]rowLoc, 
 					info.Samples++
 				}
 				info.Rows++
-				b.Field(0).(*array.StringBuilder).Append(w.prep.Features.Entry(int(it)).ID)
+				b.Field(0).(*array.StringBuilder).Append(w.prep.Features.ID(int(it)))
 				b.Field(1).(*array.Int32Builder).Append(int32(s.Index))
 				b.Field(2).(*array.Int32Builder).Append(int32(m))
 				b.Field(3).(*array.Int32Builder).Append(l.file)

@@ -40,7 +40,7 @@ func costOf(f *pipeline.Features, mb []balancer.Entry) itemCost {
 		} else {
 			x[costOtherMP] += mp
 		}
-		x[costMB] += float64(f.Entry(int(e.Item)).ImageSize) / 1e6
+		x[costMB] += float64(f.ImageSize(int(e.Item))) / 1e6
 		x[costSamples]++
 	}
 	return x

@@ -438,7 +438,7 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 	f := src.feats
 	for i, e := range entries {
 		item := f.Items[e.Item]
-		it.Samples[i] = workSample{ID: f.Entry(int(e.Item)).ID, TextTokens: int32(item.TextTokens), ImageTokens: int32(item.ImageTokens),
+		it.Samples[i] = workSample{ID: f.ID(int(e.Item)), TextTokens: int32(item.TextTokens), ImageTokens: int32(item.ImageTokens),
 			Cost: plan.Config.Placement.StepCost(plan.Config.Model.Cost(item)), Weight: e.Weight}
 	}
 	for mp := range w.mp {
@@ -611,7 +611,7 @@ func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
 		for m, mb := range mbs {
 			rows := make([]proto.Row, len(mb))
 			for i, e := range mb {
-				rows[i] = proto.Row{ID: f.Entry(int(e.Item)).ID, Weight: e.Weight}
+				rows[i] = proto.Row{ID: f.ID(int(e.Item)), Weight: e.Weight}
 			}
 			sb.Rows[r][m] = rows
 		}
