@@ -138,7 +138,7 @@ func accountFeatures(f pipeline.Features) featureBytes {
 		entries: int64(cap(f.Order)) * int64(unsafe.Sizeof(int32(0))),
 		items:   int64(cap(f.Items)) * int64(unsafe.Sizeof(balancer.Item{})),
 		sizes:   int64(cap(f.Sizes)) * int64(unsafe.Sizeof(image.Point{})),
-		formats: int64(cap(f.Formats)) * int64(unsafe.Sizeof("")),
+		formats: f.FormatBytes(),
 	}
 }
 

@@ -86,7 +86,7 @@ func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int,
 		}
 	}
 	f := Features{Order: make([]int32, 0, n), Items: make([]balancer.Item, 0, n),
-		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n), view: ix.View()}
+		Sizes: make([]image.Point, 0, n), formats: newFormatColumn(n), view: ix.View()}
 	for _, i := range perm {
 		id, ef := ix.ID(i), at(i)
 		if ef.Reject != nil {
@@ -99,7 +99,8 @@ func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int,
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }

@@ -30,9 +30,8 @@ type Features struct {
 	Items []balancer.Item
 	// Sizes holds each image's display width and height (EXIF orientation applied).
 	Sizes []image.Point
-	// Formats holds each image's format (imgproc.Format*), sniffed from its
-	// header: with Sizes and the entry's ImageSize, what decoding it costs.
-	Formats []string
+	// formats holds each image's format (Format(i)).
+	formats formatColumn
 
 	entries []loader.Entry   // what Order indexes, or
 	view    loader.EntryView // the index entries Order indexes (entries nil)
@@ -46,7 +45,26 @@ func NewFeatures(entries []loader.Entry, items []balancer.Item, sizes []image.Po
 	for i := range order {
 		order[i] = int32(i)
 	}
-	return Features{Order: order, Items: items, Sizes: sizes, Formats: formats, entries: entries}
+	f := Features{Order: order, Items: items, Sizes: sizes, formats: newFormatColumn(len(formats)), entries: entries}
+	for _, s := range formats {
+		f.formats.append(s)
+	}
+	f.formats.done()
+	return f
+}
+
+// FormatBytes is what the formats hold in memory (one byte an item while
+// at most 256 distinct formats came).
+func (f *Features) FormatBytes() int64 { return f.formats.bytes() }
+
+// Format returns item i's image format (imgproc.Format*), sniffed from its
+// header: with Sizes and the entry's ImageSize, what decoding it costs; ""
+// for an item without one.
+func (f *Features) Format(i int) string {
+	if i < 0 || i >= f.formats.len() {
+		return ""
+	}
+	return f.formats.at(i)
 }
 
 // Len is the number of entries.
@@ -126,8 +144,9 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }
 

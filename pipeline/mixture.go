@@ -162,7 +162,7 @@ func orderDraws(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repe
 		return Features{}, fmt.Errorf("pipeline: %d draws with %d repeats", len(perm), len(repeats))
 	}
 	f := Features{Order: make([]int32, 0, len(perm)), Items: make([]balancer.Item, 0, len(perm)),
-		Sizes: make([]image.Point, 0, len(perm)), Formats: make([]string, 0, len(perm)), view: ix.View()}
+		Sizes: make([]image.Point, 0, len(perm)), formats: newFormatColumn(len(perm)), view: ix.View()}
 	for k, i := range perm {
 		if i < 0 || i >= ix.Len() {
 			return Features{}, fmt.Errorf("pipeline: draw %d of entry %d: index of %d", k, i, ix.Len())
@@ -193,7 +193,8 @@ func orderDraws(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repe
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }

@@ -35,7 +35,7 @@ func costOf(f *pipeline.Features, mb []balancer.Entry) itemCost {
 	for _, e := range mb {
 		sz := f.Sizes[e.Item]
 		mp := float64(sz.X) * float64(sz.Y) / 1e6
-		if int(e.Item) < len(f.Formats) && f.Formats[e.Item] == imgproc.FormatJPEG {
+		if f.Format(int(e.Item)) == imgproc.FormatJPEG {
 			x[costJPEGMP] += mp
 		} else {
 			x[costOtherMP] += mp
