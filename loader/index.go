@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"unsafe"
@@ -119,6 +120,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 			break
 		}
 		if err != nil {
+			ix.closeFiles()
 			return nil, err
 		}
 		h := maphash.String(seed, e.ID)
@@ -138,6 +140,7 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 	}
 	if ix.packed != nil {
 		ix.packed.done()
+		runtime.AddCleanup(ix, func(p *packedEntries) { p.close() }, ix.packed)
 	}
 	ix.entries = slices.Clone(ix.entries) // no spare capacity: up to a quarter of the entries after append's growth
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
@@ -155,6 +158,7 @@ func (ix *Index) add(e Entry, rs recordSource) {
 			return
 		}
 		ix.entries = ix.packed.entries(0, ix.packed.len())
+		ix.closeFiles()
 		ix.packed = nil
 	}
 	if rs != nil {
@@ -163,8 +167,18 @@ func (ix *Index) add(e Entry, rs recordSource) {
 	ix.entries = append(ix.entries, e)
 }
 
-// release drops the entries (CombineIndexes: the mixture keeps its own).
-func (ix *Index) release() { ix.entries, ix.packed = nil, nil }
+// release drops the entries (CombineIndexes: the mixture keeps its own)
+// and closes the files a packed index holds open.
+func (ix *Index) release() {
+	ix.closeFiles()
+	ix.entries, ix.packed = nil, nil
+}
+
+func (ix *Index) closeFiles() {
+	if ix.packed != nil {
+		ix.packed.close()
+	}
+}
 
 // IndexOf returns an index over entries, kept whole (a caller's own
 // listing, a test): their images cannot be re-read (ErrNoImageRef).
@@ -350,7 +364,7 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 	}
 	switch e.ref.kind {
 	case refStale:
-		return nil, fmt.Errorf("loader: read %s: %s: %w", e.Location, e.ref.path, ErrStale)
+		return nil, staleErr(e)
 	case refFile:
 		return readFileRange(ctx, e, 0, want, true)
 	case refTar:
@@ -398,17 +412,22 @@ func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool
 	return buf, nil
 }
 
-// Close releases cached Parquet row groups and removes the inflated copies
-// of .tar.gz shards. The index stays readable (a later read inflates again).
+// Close releases cached Parquet row groups, closes the manifests a packed
+// index holds open and removes the inflated copies of .tar.gz shards. The
+// index stays readable (a later read opens or inflates again).
 func (ix *Index) Close() error {
 	if ix.parts != nil {
 		return closeParts(ix.parts)
 	}
 	ix.pq.clear()
-	if ix.gz != nil {
-		return ix.gz.close()
+	var err error
+	if ix.packed != nil {
+		err = ix.packed.close()
 	}
-	return nil
+	if ix.gz != nil {
+		err = errors.Join(err, ix.gz.close())
+	}
+	return err
 }
 
 // rowGroupCache keeps the image columns of the last few Parquet row groups

@@ -1,23 +1,29 @@
 package loader
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"math"
+	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"unsafe"
 )
 
 // record locates the source record an entry was read from (a manifest
-// line), so the index can drop the entry's strings and re-read them.
+// line, a WebDataset shard's caption member), so the index can drop the
+// entry's strings and re-read them.
 type record struct {
 	file *recordFile
-	off  int64  // the record's first byte in the file
-	n    uint32 // its length in bytes
-	line uint32 // its line number (Location)
-	sum  uint16 // recordSum of its bytes
+	off  int64     // the record's first byte in the file
+	n    uint32    // its length in bytes
+	line uint32    // its line number (Location; manifests)
+	sum  uint16    // recordSum of its bytes
+	tar  tarRecord // the rest of a WebDataset entry (file.tar)
 	// plain: the image reference is the one the record names (the
 	// manifest folder's resolved root and the line's own image string);
 	// else the index keeps the entry's root and path.
@@ -26,7 +32,7 @@ type record struct {
 }
 
 // recordSource is a built-in source whose entries the index can re-read
-// from their records: manifests.
+// from their records: manifests and local uncompressed WebDataset shards.
 type recordSource interface {
 	// packRecords switches the source to records: an entry read without
 	// its image keeps no copies of its strings.
@@ -40,20 +46,51 @@ type recordSource interface {
 // file: each read opens it), so two indexes of the same data compare equal
 // with reflect.DeepEqual, as whole entries do.
 type recordFile struct {
-	loc    string // the file as locations name it
-	abs    string // the file to open
-	root   string // the resolved root a plain entry's image path is below
-	name   string // the base name derived ids use
-	fields manifestFields
+	loc        string // the file as locations name it
+	root, path string // the file, opened with openIn(root, path)
+	imgRoot    string // manifests: the resolved root a plain entry's image path is below
+	name       string // manifests: the base name derived ids use
+	fields     manifestFields
+	tar        bool    // a WebDataset shard: records are caption members
+	keys       wdsKeys // its keys
+}
+
+// heldRecords holds the open file of the first maxHeld manifests of each
+// packed index, so a manifest removed or replaced after indexing still
+// reads as indexed (a dataset is opened once); kept out of recordFile so
+// that its values stay comparable. Other record files open per read.
+var heldRecords sync.Map // *recordFile → *os.File
+
+// maxHeld is how many manifests an index keeps open.
+const maxHeld = 64
+
+// hold opens rf and keeps it open until release.
+func (rf *recordFile) hold() {
+	if f, _, err := openIn(rf.root, rf.path); err == nil {
+		heldRecords.Store(rf, f)
+	}
+}
+
+// release closes the file hold opened (a later read opens it again).
+func (rf *recordFile) release() error {
+	if f, ok := heldRecords.LoadAndDelete(rf); ok {
+		return f.(*os.File).Close()
+	}
+	return nil
 }
 
 // readAt reads len(buf) bytes at off.
 func (rf *recordFile) readAt(buf []byte, off int64) error {
-	f, _, err := openRegular(rf.abs)
-	if err != nil {
-		return err
+	var f *os.File
+	if held, ok := heldRecords.Load(rf); ok {
+		f = held.(*os.File)
+	} else {
+		var err error
+		if f, _, err = openIn(rf.root, rf.path); err != nil {
+			return err
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	if _, err := f.ReadAt(buf, off); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -77,7 +114,7 @@ type packedRec struct {
 	off  int64  // record offset
 	size int64  // ImageSize
 	n    uint32 // record length
-	line uint32
+	aux  uint32 // manifests: the line number; shards: the text key's rank | the image name's suffix << 8
 	keep uint32 // imageRef.keep
 	file uint16 // index into packedEntries.files
 	sum  uint16 // a checksum of the record's bytes, to tell a changed record
@@ -94,6 +131,7 @@ type packedEntries struct {
 	recs  []packedRec
 	files []*recordFile
 	refs  map[int32]imageRef // entries whose root and path are not their record's
+	tar   packedTar          // the columns of WebDataset entries
 }
 
 // maxSpan is the most bytes one read of consecutive records takes.
@@ -113,9 +151,18 @@ func (p *packedEntries) add(e Entry, r record) bool {
 			}
 			f = len(p.files)
 			p.files = append(p.files, r.file)
+			if !r.file.tar && f < maxHeld {
+				r.file.hold()
+			}
 		}
 	}
-	if !r.plain {
+	aux := r.line
+	if r.file.tar {
+		var ok bool
+		if aux, ok = p.tar.add(len(p.recs), e, r.tar); !ok {
+			return false
+		}
+	} else if !r.plain {
 		if p.refs == nil {
 			p.refs = map[int32]imageRef{}
 		}
@@ -123,7 +170,7 @@ func (p *packedEntries) add(e Entry, r record) bool {
 	}
 	p.ids = append(p.ids, e.ID...)
 	p.idEnd = append(p.idEnd, uint32(len(p.ids)))
-	p.recs = append(p.recs, packedRec{off: r.off, size: e.ImageSize, n: r.n, line: r.line,
+	p.recs = append(p.recs, packedRec{off: r.off, size: e.ImageSize, n: r.n, aux: aux,
 		keep: e.ref.keep, file: uint16(f), sum: r.sum})
 	return true
 }
@@ -131,6 +178,7 @@ func (p *packedEntries) add(e Entry, r record) bool {
 // done drops the spare capacity of the columns.
 func (p *packedEntries) done() {
 	p.ids, p.idEnd, p.recs = slices.Clip(slices.Clone(p.ids)), slices.Clone(p.idEnd), slices.Clone(p.recs)
+	p.tar.done()
 }
 
 func (p *packedEntries) len() int { return len(p.recs) }
@@ -187,29 +235,68 @@ func (p *packedEntries) entries(lo, hi int) []Entry {
 func (p *packedEntries) entry(i int, rec []byte, err error) Entry {
 	r := p.recs[i]
 	rf := p.files[r.file]
-	e := Entry{ID: p.id(i), Location: rf.loc + ":" + strconv.FormatUint(uint64(r.line), 10), ImageSize: r.size}
-	e.ref.keep = r.keep
 	if err == nil && recordSum(rec) != r.sum {
-		err = fmt.Errorf("record changed since it was indexed")
+		err = errChanged
 	}
+	if rf.tar {
+		return p.tar.entry(i, p.id(i), r, rf, rec, err)
+	}
+	e := Entry{ID: p.id(i), Location: rf.loc + ":" + strconv.FormatUint(uint64(r.aux), 10), ImageSize: r.size}
+	e.ref.keep = r.keep
 	var ml manifestLine
 	if err == nil {
 		var ok bool
 		var id string
 		if ml, id, ok = rf.parse(rec); !ok || id != e.ID {
-			err = fmt.Errorf("record changed since it was indexed")
+			err = errChanged
 		}
 	}
 	if err != nil {
-		e.ref.kind, e.ref.path = refStale, err.Error()
-		return e
+		return stale(e, err)
 	}
 	e.Text, e.ImageName = ml.Text, baseName(ml.Image)
-	e.ref.kind, e.ref.root, e.ref.path = refFile, rf.root, ml.Image
+	e.ref.kind, e.ref.root, e.ref.path = refFile, rf.imgRoot, ml.Image
 	if ref, ok := p.refs[int32(i)]; ok {
 		e.ref.root, e.ref.path = ref.root, ref.path
 	}
 	return e
+}
+
+// close releases the files held open.
+func (p *packedEntries) close() error {
+	var errs []error
+	for _, rf := range p.files {
+		errs = append(errs, rf.release())
+	}
+	return errors.Join(errs...)
+}
+
+// errChanged says a record no longer reads as indexed.
+var errChanged = errors.New("record changed since it was indexed")
+
+// staleErrs are what a stale entry's reads fail with: ErrStale, or the
+// sentinel the record's read failed with (imageRef.row holds the position).
+var staleErrs = []error{ErrStale, ErrEscapesRoot, ErrNotRegular, fs.ErrNotExist, ErrTooLarge}
+
+// stale returns e marked stale by err: its image reads fail with the
+// sentinel err wraps, else ErrStale.
+func stale(e Entry, err error) Entry {
+	e.ref.kind, e.ref.root, e.ref.path, e.ref.row = refStale, "", err.Error(), 0
+	for i, s := range staleErrs {
+		if i > 0 && errors.Is(err, s) {
+			e.ref.row = int32(i)
+		}
+	}
+	return e
+}
+
+// staleErr is the error a stale entry's reads fail with.
+func staleErr(e Entry) error {
+	s := ErrStale
+	if int(e.ref.row) < len(staleErrs) {
+		s = staleErrs[e.ref.row]
+	}
+	return fmt.Errorf("loader: read %s: %s: %w", e.Location, e.ref.path, s)
 }
 
 // recordSum is the 16-bit checksum packedRec keeps of a record.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,7 +16,17 @@ import (
 // checkEntriesEqualNext checks that every entry of the index of path,
 // materialised one at a time and as a range, is what Next gives: the same
 // id, location, caption (byte for byte), image name, size and image bytes.
-func checkEntriesEqualNext(t testing.TB, path string, opts Options, wantPacked bool) {
+// packedWant says what form the index must take: packed, whole, or
+// either (a fuzzed input).
+type packedWant int
+
+const (
+	wantWhole packedWant = iota
+	wantPacked
+	wantEither
+)
+
+func checkEntriesEqualNext(t testing.TB, path string, opts Options, want packedWant) {
 	t.Helper()
 	d := drain(t, path, opts)
 	seen := map[string]bool{}
@@ -30,8 +41,8 @@ func checkEntriesEqualNext(t testing.TB, path string, opts Options, wantPacked b
 	ix, err := BuildIndex(context.Background(), path, opts)
 	must(t, err)
 	defer ix.Close()
-	if got := ix.packed != nil; got != wantPacked {
-		t.Fatalf("index packed %v, want %v", got, wantPacked)
+	if got := ix.packed != nil; want != wantEither && got != (want == wantPacked) {
+		t.Fatalf("index packed %v, want %v", got, want == wantPacked)
 	}
 	if ix.Len() != len(d.samples) {
 		t.Fatalf("index has %d entries, Next gave %d", ix.Len(), len(d.samples))
@@ -76,21 +87,24 @@ func TestPackedManifestEntriesEqualNext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkEntriesEqualNext(t, manifestFixture(t, tt.lines), tt.opts, true)
+			checkEntriesEqualNext(t, manifestFixture(t, tt.lines), tt.opts, wantPacked)
 		})
 	}
 	t.Run("absolute path", func(t *testing.T) {
 		img := filepath.Join(t.TempDir(), "abs.jpg")
 		writeFile(t, img, []byte("absolute"))
 		line := fmt.Sprintf(`{"image":%q,"text":"one","id":"a"}`, img)
-		checkEntriesEqualNext(t, manifestFixture(t, []string{line}), Options{AllowAbsolute: true}, true)
+		checkEntriesEqualNext(t, manifestFixture(t, []string{line}), Options{AllowAbsolute: true}, wantPacked)
+	})
+	t.Run("webdataset shards", func(t *testing.T) {
+		checkEntriesEqualNext(t, synthCorpus(t, "wds", 90, 0.2).Path, Options{}, wantPacked)
 	})
 	t.Run("glob of manifests", func(t *testing.T) {
 		dir := t.TempDir()
 		writeFile(t, filepath.Join(dir, "img", "a.jpg"), []byte("aaa"))
 		writeFile(t, filepath.Join(dir, "m1.jsonl"), []byte(`{"image":"img/a.jpg","text":"one"}`+"\n"+`{"image":"img/a.jpg","text":"two"}`+"\n"))
 		writeFile(t, filepath.Join(dir, "m2.jsonl"), []byte(`{"image":"img/a.jpg","text":"three"}`+"\n"))
-		checkEntriesEqualNext(t, filepath.Join(dir, "m*.jsonl"), Options{}, true)
+		checkEntriesEqualNext(t, filepath.Join(dir, "m*.jsonl"), Options{}, wantPacked)
 	})
 }
 
@@ -113,7 +127,6 @@ func TestWholeIndexEntriesEqualNext(t *testing.T) {
 	writeFile(t, gz, gzBytes(t, tarBytes(t, []member{{name: "k1.jpg", data: "img1"}, {name: "k1.txt", data: "cap one"},
 		{name: "k2.jpg", data: "img2"}, {name: "k2.txt", data: "cap two"}})))
 	tests := []struct{ name, path, text string }{
-		{"wds", synthCorpus(t, "wds", 30, 0.2).Path, ""},
 		{"wds gz", gz, ""},
 		{"parquet", pq, ""},
 		{"arrow", hf, "caption"},
@@ -121,7 +134,7 @@ func TestWholeIndexEntriesEqualNext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkEntriesEqualNext(t, tt.path, Options{SpoolDir: t.TempDir(), TextColumn: tt.text}, false)
+			checkEntriesEqualNext(t, tt.path, Options{SpoolDir: t.TempDir(), TextColumn: tt.text}, wantWhole)
 		})
 	}
 }
@@ -132,16 +145,15 @@ func TestPackedEntryOfAChangedLineIsStale(t *testing.T) {
 	lines := []string{`{"image":"img/ok.jpg","text":"first","id":"a"}`, `{"image":"img/ok.jpg","text":"other","id":"b"}`,
 		`{"image":"img/ok.jpg","text":"third","id":"c"}`}
 	tests := []struct {
-		name    string
-		change  func(string) string
-		stale   []bool
-		wantIDs []string
+		name   string
+		change func(string) string
+		want   []error // each entry's read error: nil, ErrStale, or what reading the record failed with
 	}{
-		{"same length caption", func(s string) string { return strings.Replace(s, "other", "OTHER", 1) }, []bool{false, true, false}, nil},
-		{"same length id", func(s string) string { return strings.Replace(s, `"id":"b"`, `"id":"x"`, 1) }, []bool{false, true, false}, nil},
-		{"lines moved", func(s string) string { return "\n" + s }, []bool{true, true, true}, nil},
-		{"file cut short", func(s string) string { return s[:len(s)/2] }, []bool{false, true, true}, nil},
-		{"file removed", nil, []bool{true, true, true}, nil},
+		{"same length caption", func(s string) string { return strings.Replace(s, "other", "OTHER", 1) }, []error{nil, ErrStale, nil}},
+		{"same length id", func(s string) string { return strings.Replace(s, `"id":"b"`, `"id":"x"`, 1) }, []error{nil, ErrStale, nil}},
+		{"lines moved", func(s string) string { return "\n" + s }, []error{ErrStale, ErrStale, ErrStale}},
+		{"file cut short", func(s string) string { return s[:len(s)/2] }, []error{nil, ErrStale, ErrStale}},
+		{"file removed", nil, []error{nil, nil, nil}}, // the index holds the manifest open
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,14 +169,35 @@ func TestPackedEntryOfAChangedLineIsStale(t *testing.T) {
 			}
 			for i, e := range ix.All() {
 				_, err := ix.ReadImage(e)
-				if stale := errors.Is(err, ErrStale); stale != tt.stale[i] || (!stale && err != nil) {
-					t.Errorf("entry %d (%s): read error %v, want stale %v", i, e.ID, err, tt.stale[i])
+				if (err == nil) != (tt.want[i] == nil) || (err != nil && !errors.Is(err, tt.want[i])) {
+					t.Errorf("entry %d (%s): read error %v, want %v", i, e.ID, err, tt.want[i])
 				}
 				if e.ID != ix.ID(i) || e.Location != fmt.Sprintf("%s:%d", manifest, i+1) {
 					t.Errorf("entry %d: id %q location %q, want the indexed ones", i, e.ID, e.Location)
 				}
 			}
 		})
+	}
+}
+
+// A packed index holds its manifest open until Close; after that a read
+// opens it again, by path.
+func TestPackedIndexHoldsItsManifest(t *testing.T) {
+	manifest := manifestFixture(t, []string{`{"image":"img/ok.jpg","text":"first","id":"a"}`})
+	ix, err := BuildIndex(context.Background(), manifest, Options{})
+	must(t, err)
+	must(t, os.Rename(manifest, manifest+".old"))
+	writeFile(t, manifest, []byte(`{"image":"img/ok.jpg","text":"FIRST","id":"a"}`))
+	if e := ix.Entry(0); e.Text != "first" {
+		t.Errorf("replaced manifest: caption %q, want the indexed line's", e.Text)
+	}
+	must(t, ix.Close())
+	if _, err := ix.ReadImage(ix.Entry(0)); !errors.Is(err, ErrStale) {
+		t.Errorf("after Close, the replaced line reads with error %v, want ErrStale", err)
+	}
+	must(t, os.Remove(manifest))
+	if _, err := ix.ReadImage(ix.Entry(0)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Close, the removed manifest reads with error %v, want ErrNotExist", err)
 	}
 }
 
@@ -215,6 +248,63 @@ func FuzzPackedManifestRereads(f *testing.F) {
 		}
 		manifest := manifestFixture(t, nil)
 		writeFile(t, manifest, data)
-		checkEntriesEqualNext(t, manifest, Options{}, true)
+		checkEntriesEqualNext(t, manifest, Options{}, wantPacked)
+	})
+}
+
+// A local WebDataset shard's packed index re-reads each caption member:
+// what it materialises is what Next gives, whichever member the caption
+// came from.
+func TestPackedWDSEntriesEqualNext(t *testing.T) {
+	tests := []struct {
+		name    string
+		members []member
+		opts    Options
+	}{
+		{"txt captions", []member{{"a.jpg", "img-a"}, {"a.txt", "cap a"}, {"b.png", "img-b"}, {"b.txt", "cap b"}}, Options{}},
+		{"json field caption and id", []member{{"a.jpg", "img-a"}, {"a.json", `{"caption":"from json","id":"ID-a"}`},
+			{"b.jpg", "img-b"}, {"b.json", `{"caption":"b \u00e9","id":7}`}}, Options{WDSTextKeys: "json:caption"}},
+		{"first text key wins", []member{{"a.jpg", "img-a"}, {"a.json", `{"caption":"json"}`}, {"a.txt", "txt"},
+			{"b.jpg", "img-b"}, {"b.json", `{"caption":"only json"}`}}, Options{WDSTextKeys: "txt;json:caption"}},
+		{"dirs, dots and case", []member{{"d/x/k1.JPG", "img-1"}, {"d/x/k1.TXT", "one"}, {"d/k2.seg.png", "img-2"}, {"d/k2.txt", "two"}}, Options{}},
+		{"rejects between", []member{{"a.jpg", "img-a"}, {"a.txt", "cap a"}, {"n.jpg", "no caption"}, {"e.jpg", "x"}, {"e.txt", "  "},
+			{"c.jpg", "img-c"}, {"c.txt", "cap c"}}, Options{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := filepath.Join(t.TempDir(), "s.tar")
+			writeFile(t, shard, tarBytes(t, tt.members))
+			checkEntriesEqualNext(t, shard, tt.opts, wantPacked)
+		})
+	}
+}
+
+// A caption member that changed after indexing materialises stale.
+func TestPackedWDSChangedCaptionIsStale(t *testing.T) {
+	shard := filepath.Join(t.TempDir(), "s.tar")
+	writeFile(t, shard, tarBytes(t, []member{{"a.jpg", "img-a"}, {"a.txt", "cap a"}, {"b.jpg", "img-b"}, {"b.txt", "cap b"}}))
+	ix, err := BuildIndex(context.Background(), shard, Options{})
+	must(t, err)
+	writeFile(t, shard, tarBytes(t, []member{{"a.jpg", "img-a"}, {"a.txt", "cap a"}, {"b.jpg", "img-b"}, {"b.txt", "CAP B"}}))
+	for i, want := range []error{nil, ErrStale} {
+		if _, err := ix.ReadImage(ix.Entry(i)); (err == nil) != (want == nil) || (err != nil && !errors.Is(err, want)) {
+			t.Errorf("entry %d: read error %v, want %v", i, err, want)
+		}
+	}
+}
+
+// FuzzPackedWDSRereads: whatever the shard's bytes, the index (packed when
+// the shard reads) materialises what Next gives; the text keys take
+// captions from .txt members and from a .json member's field.
+func FuzzPackedWDSRereads(f *testing.F) {
+	f.Add(tarBytes(f, []member{{"a.jpg", "img-a"}, {"a.txt", "cap a"}, {"b.jpg", "img-b"}, {"b.json", `{"caption":"b","id":"x"}`}}))
+	f.Add(tarBytes(f, []member{{"d/k.seg.PNG", "img"}, {"d/k.json", `{"caption":{"x":1}}`}, {"d/k.txt", "t"}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		shard := filepath.Join(t.TempDir(), "s.tar")
+		writeFile(t, shard, data)
+		checkEntriesEqualNext(t, shard, Options{WDSTextKeys: "txt;json:caption"}, wantEither)
 	})
 }
