@@ -308,3 +308,35 @@ func FuzzPackedWDSRereads(f *testing.F) {
 		checkEntriesEqualNext(t, shard, Options{WDSTextKeys: "txt;json:caption"}, wantEither)
 	})
 }
+
+// Entries materialise concurrently (workers preprocess in parallel).
+func TestPackedEntriesConcurrently(t *testing.T) {
+	for _, path := range []string{synthCorpus(t, "jsonl", 80, 0.1).Path, synthCorpus(t, "wds", 80, 0.1).Path} {
+		ix, err := BuildIndex(context.Background(), path, Options{})
+		must(t, err)
+		want := ix.All()
+		errc := make(chan error, 8)
+		for g := range 8 {
+			go func() {
+				for i := range want {
+					j := (i + g*11) % len(want)
+					if e := ix.Entry(j); e != want[j] {
+						errc <- fmt.Errorf("entry %d: %+v, want %+v", j, e, want[j])
+						return
+					}
+					if _, err := ix.ReadImage(want[j]); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- nil
+			}()
+		}
+		for range 8 {
+			if err := <-errc; err != nil {
+				t.Error(err)
+			}
+		}
+		must(t, ix.Close())
+	}
+}
