@@ -71,7 +71,9 @@ func (f *Features) Format(i int) string {
 func (f *Features) Len() int { return len(f.Order) }
 
 // Entry returns entry i (the one of Items[i]); a mixture's repeated draw
-// carries its draw id (loader.DrawID), as Items[i] does.
+// carries its draw id (loader.DrawID), as Items[i] does. Over a packed index
+// it re-reads the entry's record (loader.Index): a path that needs only the
+// id or the image size reads ID or ImageSize.
 func (f *Features) Entry(i int) loader.Entry {
 	var e loader.Entry
 	if f.entries == nil && f.view != nil {
