@@ -195,7 +195,7 @@ func (m *manifestSource) packRecords() {
 	if err != nil {
 		abs = m.path
 	}
-	m.records = &recordFile{loc: m.path, abs: abs, root: m.realRoot, name: m.name, fields: m.fields}
+	m.records = &recordFile{loc: m.path, path: abs, imgRoot: m.realRoot, name: m.name, fields: m.fields}
 }
 
 // lastRecord implements recordSource.
