@@ -58,7 +58,7 @@ func benchPlanMemory(env *benchEnv) (map[string]float64, error) {
 		return nil, err
 	}
 	defer d.Close()
-	if got := len(d.Index.Entries); got != n {
+	if got := d.Index.Len(); got != n {
 		return nil, fmt.Errorf("plan_memory: index holds %d of %d samples", got, n)
 	}
 	index := m.stage()
@@ -77,7 +77,7 @@ func benchPlanMemory(env *benchEnv) (map[string]float64, error) {
 	secs := time.Since(start).Seconds()
 	per := func(b int64) float64 { return float64(b) / float64(n) }
 	acc := accountFeatures(p.Features)
-	ixStructs := int64(cap(d.Index.Entries)) * int64(unsafe.Sizeof(loader.Entry{}))
+	ixStructs := d.Index.EntryBytes()
 	k := "plan_memory_" + samplesLabel(n) + "_"
 	out := map[string]float64{
 		k + "samples":                          float64(n),
@@ -106,20 +106,27 @@ func benchPlanMemory(env *benchEnv) (map[string]float64, error) {
 // from the caption's length, image tokens and size from a hash of the id) with the id and
 // format in strings of their own, as decoding a cached or a worker's record gives them.
 func synthFeatures(_ context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
-	all := make([]pipeline.EntryFeatures, len(ix.Entries))
-	for i, e := range ix.Entries {
-		h := fnv.New64a()
-		io.WriteString(h, e.ID)
-		v := h.Sum64()
-		w, ht := 224+int(v%800), 224+int((v>>10)%800)
-		all[i] = pipeline.EntryFeatures{
-			Item: balancer.Item{ID: strings.Clone(e.ID), TextTokens: 2 + len(e.Text)/4,
-				ImageTokens: (w / 14) * (ht / 14), Complexity: float64(v%1000) / 1000},
-			Size:   image.Pt(w, ht),
-			Format: strings.Clone(imgproc.FormatJPEG),
+	all := make([]pipeline.EntryFeatures, ix.Len())
+	for lo := 0; lo < ix.Len(); lo += 4096 {
+		for j, e := range ix.Entries(lo, min(ix.Len(), lo+4096)) {
+			all[lo+j] = synthFeature(e)
 		}
 	}
 	return all, nil
+}
+
+// synthFeature is entry e's synthetic features.
+func synthFeature(e loader.Entry) pipeline.EntryFeatures {
+	h := fnv.New64a()
+	io.WriteString(h, e.ID)
+	v := h.Sum64()
+	w, ht := 224+int(v%800), 224+int((v>>10)%800)
+	return pipeline.EntryFeatures{
+		Item: balancer.Item{ID: strings.Clone(e.ID), TextTokens: 2 + len(e.Text)/4,
+			ImageTokens: (w / 14) * (ht / 14), Complexity: float64(v%1000) / 1000},
+		Size:   image.Pt(w, ht),
+		Format: strings.Clone(imgproc.FormatJPEG),
+	}
 }
 
 // featureBytes is what the ordered Features' slices hold, by slice (strings they share
@@ -131,7 +138,7 @@ func accountFeatures(f pipeline.Features) featureBytes {
 		entries: int64(cap(f.Order)) * int64(unsafe.Sizeof(int32(0))),
 		items:   int64(cap(f.Items)) * int64(unsafe.Sizeof(balancer.Item{})),
 		sizes:   int64(cap(f.Sizes)) * int64(unsafe.Sizeof(image.Point{})),
-		formats: int64(cap(f.Formats)) * int64(unsafe.Sizeof("")),
+		formats: f.FormatBytes(),
 	}
 }
 

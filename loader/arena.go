@@ -28,3 +28,10 @@ func (a *stringArena) add(s string) string {
 	a.buf = append(a.buf, s...)
 	return unsafe.String(&a.buf[at], len(s))
 }
+
+// entry returns e with its strings copied into the arena.
+func (a *stringArena) entry(e Entry) Entry {
+	e.ID, e.Location, e.Text, e.ImageName = a.add(e.ID), a.add(e.Location), a.add(e.Text), a.add(e.ImageName)
+	e.ref.root, e.ref.path = a.add(e.ref.root), a.add(e.ref.path)
+	return e
+}

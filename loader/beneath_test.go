@@ -21,8 +21,8 @@ type swapCase struct {
 }
 
 func swapCases() []swapCase {
-	image := func(ix *Index) ([]byte, error) { return ix.ReadImage(ix.Entries[0]) }
-	header := func(ix *Index) ([]byte, error) { return ix.ReadHeader(ix.Entries[0], 4) }
+	image := func(ix *Index) ([]byte, error) { return ix.ReadImage(ix.Entry(0)) }
+	header := func(ix *Index) ([]byte, error) { return ix.ReadHeader(ix.Entry(0), 4) }
 	manifest := func(t *testing.T, data string) (string, string) {
 		writeFile(t, filepath.Join(data, "img", "a.jpg"), []byte("indexed image"))
 		writeFile(t, filepath.Join(data, "m.jsonl"), []byte(`{"image":"img/a.jpg","text":"a caption"}`+"\n"))
@@ -113,8 +113,8 @@ func TestReadRefusesSwappedLink(t *testing.T) {
 					ix, err := BuildIndex(context.Background(), input, Options{})
 					must(t, err)
 					defer ix.Close()
-					if len(ix.Entries) != 1 {
-						t.Fatalf("indexed %d entries, want 1", len(ix.Entries))
+					if ix.Len() != 1 {
+						t.Fatalf("indexed %d entries, want 1", ix.Len())
 					}
 					swapFor(t, victim, link.target(root, victim))
 					got, err := c.reread(ix)

@@ -49,6 +49,23 @@ func (c *concatSource) next(ctx context.Context, withImage bool) (Entry, []byte,
 	return Entry{}, nil, io.EOF
 }
 
+// packRecords implements recordSource when every part does.
+func (c *concatSource) packRecords() {
+	for _, p := range c.parts {
+		if rs, ok := p.(recordSource); ok {
+			rs.packRecords()
+		}
+	}
+}
+
+// lastRecord implements recordSource: the record of the part read last.
+func (c *concatSource) lastRecord() (record, bool) {
+	if rs, ok := c.parts[min(c.i, len(c.parts)-1)].(recordSource); ok {
+		return rs.lastRecord()
+	}
+	return record{}, false
+}
+
 // Stats implements Source: the sum of the parts' counters.
 func (c *concatSource) Stats() Stats {
 	out := Stats{ByReason: map[string]int64{}}

@@ -145,12 +145,29 @@
 // size) into an Index, without reading image bytes for manifest, WebDataset
 // and folder sources; Index.ReadImage and Index.ReadHeader re-read bytes per
 // entry later (WebDataset members by their offset in the uncompressed tar,
-// so indexed WebDataset corpora can be shuffled globally). Planning therefore
-// holds captions and locations in memory, never image bytes. A manifest's
-// index packs each entry's strings end to end in 64 KiB blocks (arena.go) and
-// keeps the line's own relative image path, and Scan leaves the entries no
-// spare capacity: ~330 bytes an entry at 90-byte captions (docs/BENCHMARKS.md,
-// "Planner memory per sample").
+// so indexed WebDataset corpora can be shuffled globally). Planning never
+// holds image bytes. Entries are read through accessors: Len, ID(i) and
+// ImageSize(i) (no read), Entry(i), Entries(lo, hi) (a range, consecutive
+// records in one read), All, and View (what a pipeline's Features keep).
+//
+// The index of a manifest, or of local uncompressed WebDataset shards, is
+// packed (packed.go, packedtar.go): per entry it keeps the id (all ids end
+// to end in one slice), the offset, length and a 16-bit checksum of its
+// record (the manifest line; the shard's caption member), the line number
+// or the text key the caption came from, the image size and offset, and
+// the kept-fields row: 36 bytes plus the id for a manifest, 44 for a shard.
+// Whenever an entry is materialised its record is re-read, so Text,
+// Location, ImageName and the image reference are what the record says,
+// byte for byte as Next gives them. A record that changed since indexing
+// (checksum or id) materialises a stale entry, whose image reads fail with
+// ErrStale (or with what reading its file failed with: ErrEscapesRoot for
+// a file swapped for a link). The index holds its first 64 manifests open
+// until Close, so a manifest removed or replaced after indexing still
+// reads as indexed; shards open per read, as their images do. Other
+// sources (Parquet, Arrow, folders, .tar.gz and remote shards, a mixture's
+// combined index) keep their entries whole, their strings packed end to
+// end in 64 KiB blocks (arena.go). Scan leaves no spare capacity
+// (docs/BENCHMARKS.md, "Planner memory per sample").
 //
 // With Options.Keep (ParseKeep: "url,json:label,caption", see keep.go) Scan also keeps
 // named source fields of each entry (the caption, keys of the manifest line or of a

@@ -93,7 +93,7 @@ a.jpg,again,1,
 			defer ix.Close()
 			got := map[string]string{}
 			kept := map[string][]KeepValue{}
-			for _, e := range ix.Entries {
+			for _, e := range ix.All() {
 				got[e.ID] = e.Text
 				kept[e.ID] = ix.Kept(e)
 			}

@@ -44,7 +44,7 @@ func FuzzHFDiskMeta(f *testing.F) {
 			return
 		}
 		defer ix.Close()
-		for _, e := range ix.Entries {
+		for _, e := range ix.All() {
 			if img, err := ix.ReadImage(e); err == nil && string(img) == "SECRET" {
 				t.Fatalf("read %s from outside the folder", e.Location)
 			}
@@ -102,7 +102,7 @@ func FuzzArrowSource(f *testing.F) {
 			return
 		}
 		defer ix.Close()
-		for _, e := range ix.Entries {
+		for _, e := range ix.All() {
 			_, _ = ix.ReadImage(e)
 		}
 	})

@@ -154,8 +154,8 @@ func TestHFDiskRead(t *testing.T) {
 		t.Fatalf("index holds %d entries, want %d", ix.Len(), len(want))
 	}
 	for _, i := range []int{8, 0, 4, 3, 6, 1} { // out of order: each read finds its batch by offset
-		img, err := ix.ReadImage(ix.Entries[i])
-		if err != nil || string(img)+"|"+ix.Entries[i].Text+"|"+ix.Entries[i].ImageName != want[i] {
+		img, err := ix.ReadImage(ix.Entry(i))
+		if err != nil || string(img)+"|"+ix.Entry(i).Text+"|"+ix.Entry(i).ImageName != want[i] {
 			t.Errorf("ReadImage(%d) = %q, %v; want %s", i, img, err, want[i])
 		}
 	}
@@ -195,7 +195,7 @@ func TestHFDiskDetection(t *testing.T) {
 			if ix.Len() != c.samples {
 				t.Fatalf("%d entries, want %d", ix.Len(), c.samples)
 			}
-			if _, err := ix.ReadImage(ix.Entries[c.samples-1]); err != nil {
+			if _, err := ix.ReadImage(ix.Entry(c.samples - 1)); err != nil {
 				t.Fatal(err)
 			}
 		})

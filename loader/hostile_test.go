@@ -133,7 +133,7 @@ func scanWithin(t *testing.T, d time.Duration, path string, opts Options) draine
 			done <- out
 			return
 		}
-		for i := range ix.Entries {
+		for i := range ix.All() {
 			s, err := ix.Sample(i)
 			if err != nil {
 				t.Errorf("Sample(%d): %v", i, err)
@@ -162,7 +162,7 @@ func TestReadNeverBlocks(t *testing.T) {
 	must(t, os.Remove(filepath.Join(dir, "a.jpg")))
 	mkfifo(t, filepath.Join(dir, "a.jpg"))
 	errc := make(chan error, 1)
-	go func() { _, err := ix.ReadImage(ix.Entries[0]); errc <- err }()
+	go func() { _, err := ix.ReadImage(ix.Entry(0)); errc <- err }()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, ErrNotRegular) {

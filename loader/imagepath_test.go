@@ -99,16 +99,16 @@ func TestParquetImagePathIndex(t *testing.T) {
 	ix, err := BuildIndex(context.Background(), p, Options{})
 	must(t, err)
 	defer ix.Close()
-	if ix.Len() != 1 || ix.Entries[0].ImageSize != 4 || ix.Entries[0].ImageName != "a.jpg" {
-		t.Fatalf("entries %+v", ix.Entries)
+	if ix.Len() != 1 || ix.Entry(0).ImageSize != 4 || ix.Entry(0).ImageName != "a.jpg" {
+		t.Fatalf("entries %+v", ix.All())
 	}
-	img, err := ix.ReadImage(ix.Entries[0])
+	img, err := ix.ReadImage(ix.Entry(0))
 	if err != nil || string(img) != "AAAA" {
 		t.Fatalf("ReadImage: %q, %v", img, err)
 	}
 	must(t, os.Remove(filepath.Join(dir, "imgs", "a.jpg")))
 	must(t, os.Symlink(filepath.Join(outside, "a.jpg"), filepath.Join(dir, "imgs", "a.jpg")))
-	if img, err := ix.ReadImage(ix.Entries[0]); !errors.Is(err, ErrEscapesRoot) {
+	if img, err := ix.ReadImage(ix.Entry(0)); !errors.Is(err, ErrEscapesRoot) {
 		t.Fatalf("ReadImage after the swap: %q, %v; want ErrEscapesRoot", img, err)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 )
 
 // refKind says how an Entry's image bytes are re-read.
@@ -20,6 +22,7 @@ const (
 	refTarGz                  // size bytes at offset off of the inflated .tar.gz at path
 	refParquet                // row row of row group rg of the Parquet file at path
 	refArrow                  // row row of the record batch rg, whose first message is at off, of the Arrow file at path
+	refStale                  // a packed entry whose record no longer reads as indexed (path: why)
 )
 
 // imageRef locates an image for re-reading. A local file is opened with
@@ -55,13 +58,26 @@ func (e Entry) sample(img []byte) Sample {
 }
 
 // Index is the planning view of a dataset: all good entries in source order,
-// plus the counters of the scan. Entries and Stats must not be modified.
-// ReadImage, ReadHeader and Sample are safe for concurrent use.
+// plus the counters of the scan. Stats must not be modified. Entry i is
+// read with Entry(i) (a range with Entries, its id alone with ID); every
+// method is safe for concurrent use.
+//
+// A manifest's index keeps each entry compactly (the id, where its line
+// is, the image size: about 45 bytes for a short id) and re-reads the line
+// whenever an entry is materialised, so Text, Location, ImageName and the
+// image reference are the strings of the line; an entry whose line no
+// longer reads as indexed (its bytes' checksum, or its id, changed)
+// materialises stale: its image reads fail with ErrStale, so it is
+// quarantined where its image would be read. Other sources keep their
+// entries whole.
 type Index struct {
-	Entries []Entry
 	// Stats counts the scan, duplicates included:
-	// Seen == len(Entries) + Quarantined.
+	// Seen == Len() + Quarantined.
 	Stats Stats
+
+	entries []Entry        // the entries, kept whole (packed nil)
+	packed  *packedEntries // the entries in compact columns, else nil
+	strs    stringArena    // the strings of whole entries read in records mode
 
 	opts  Options
 	keep  *keepTable // the kept fields' values (Options.Keep), nil without
@@ -91,6 +107,11 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 	if len(ix.opts.Keep) > 0 {
 		ix.keep = newKeepTable(ix.opts.Keep)
 	}
+	rs, _ := src.(recordSource)
+	if rs != nil {
+		rs.packRecords()
+		ix.packed = &packedEntries{}
+	}
 	seen := make(map[uint64]int32)
 	seed := maphash.MakeSeed()
 	for {
@@ -99,27 +120,75 @@ func Scan(ctx context.Context, src Source) (*Index, error) {
 			break
 		}
 		if err != nil {
+			ix.closeFiles()
 			return nil, err
 		}
 		h := maphash.String(seed, e.ID)
-		if j, ok := seen[h]; ok && ix.Entries[j].ID == e.ID {
+		if j, ok := seen[h]; ok && ix.ID(int(j)) == e.ID {
 			t.Quarantine(ReasonDuplicateID)
 			onReject(Reject{ID: e.ID, Location: e.Location, Reason: ReasonDuplicateID,
-				Detail: "first seen at " + ix.Entries[j].Location})
+				Detail: "first seen at " + ix.Entry(int(j)).Location})
 			continue
 		} else if !ok {
-			seen[h] = int32(len(ix.Entries))
+			seen[h] = int32(ix.Len())
 		}
 		t.Emit()
 		if ix.keep != nil {
 			e.ref.keep = ix.keep.add(extractKeep(ix.keep.fields, lastJSON(er), e.Text))
 		}
-		ix.Entries = append(ix.Entries, e)
+		ix.add(e, rs)
 	}
-	ix.Entries = slices.Clone(ix.Entries) // no spare capacity: up to a quarter of the entries after append's growth
+	if ix.packed != nil {
+		ix.packed.done()
+		runtime.AddCleanup(ix, func(p *packedEntries) { p.close() }, ix.packed)
+	}
+	ix.entries = slices.Clone(ix.entries) // no spare capacity: up to a quarter of the entries after append's growth
 	ix.Stats = mergeStats(src.Stats(), t.Stats())
-	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.Entries, ix.opts.Remote)
+	ix.gz = newGzSpools(ix.opts.SpoolDir, ix.entries, ix.opts.Remote)
 	return ix, nil
+}
+
+// add appends e: packed when its source located its record and the
+// columns hold it, else whole (and every packed entry before it turns
+// whole: an index keeps one form). A whole entry read by a source in
+// records mode gets its own copies of its strings.
+func (ix *Index) add(e Entry, rs recordSource) {
+	if ix.packed != nil {
+		if r, ok := rs.lastRecord(); ok && ix.packed.add(e, r) {
+			return
+		}
+		ix.entries = ix.packed.entries(0, ix.packed.len())
+		ix.closeFiles()
+		ix.packed = nil
+	}
+	if rs != nil {
+		e = ix.strs.entry(e)
+	}
+	ix.entries = append(ix.entries, e)
+}
+
+// release drops the entries (CombineIndexes: the mixture keeps its own)
+// and closes the files a packed index holds open.
+func (ix *Index) release() {
+	ix.closeFiles()
+	ix.entries, ix.packed = nil, nil
+}
+
+func (ix *Index) closeFiles() {
+	if ix.packed != nil {
+		ix.packed.close()
+	}
+}
+
+// IndexOf returns an index over entries, kept whole (a caller's own
+// listing, a test): their images cannot be re-read (ErrNoImageRef).
+func IndexOf(entries []Entry) *Index {
+	ix := &Index{opts: DefaultOptions(), pq: newRowGroupCache(2), entries: slices.Clone(entries)}
+	for i := range ix.entries {
+		ix.entries[i].ref = imageRef{}
+	}
+	ix.Stats = Stats{Seen: int64(len(entries)), Emitted: int64(len(entries)), ByReason: map[string]int64{}}
+	return ix
 }
 
 // scanNext returns the next entry without image bytes when src allows it.
@@ -165,14 +234,94 @@ func BuildIndex(ctx context.Context, path string, opts Options) (*Index, error) 
 }
 
 // Len returns the number of entries.
-func (ix *Index) Len() int { return len(ix.Entries) }
+func (ix *Index) Len() int {
+	if ix.packed != nil {
+		return ix.packed.len()
+	}
+	return len(ix.entries)
+}
+
+// ID returns entry i's id without materialising the entry.
+func (ix *Index) ID(i int) string {
+	if ix.packed != nil {
+		return ix.packed.id(i)
+	}
+	return ix.entries[i].ID
+}
+
+// Entry returns entry i (0 <= i < Len()); a packed index re-reads its
+// record (see Index).
+func (ix *Index) Entry(i int) Entry {
+	if ix.packed != nil {
+		return ix.packed.entries(i, i+1)[0]
+	}
+	return ix.entries[i]
+}
+
+// Entries returns entries [lo, hi) in a new slice, a packed index reading
+// consecutive records in one read.
+func (ix *Index) Entries(lo, hi int) []Entry {
+	if lo < 0 || hi > ix.Len() || lo > hi {
+		panic(fmt.Sprintf("loader: entries [%d, %d) of %d", lo, hi, ix.Len()))
+	}
+	if ix.packed != nil {
+		return ix.packed.entries(lo, hi)
+	}
+	return slices.Clone(ix.entries[lo:hi])
+}
+
+// EntryBytes is what the index holds per entry outside strings, for all
+// entries: a packed index's fixed-size columns (its ids not counted),
+// else the Entry structs.
+func (ix *Index) EntryBytes() int64 {
+	if p := ix.packed; p != nil {
+		return int64(cap(p.recs))*int64(unsafe.Sizeof(packedRec{})) + int64(cap(p.idEnd))*4
+	}
+	return int64(cap(ix.entries)) * int64(unsafe.Sizeof(Entry{}))
+}
+
+// EntryView reads an index's entries, holding nothing of the index but
+// them (no caches, no open files): what a pipeline's Features keep.
+type EntryView interface {
+	Len() int
+	Entry(i int) Entry
+	ID(i int) string       // entry i's id, without materialising it
+	ImageSize(i int) int64 // entry i's ImageSize, without materialising it
+}
+
+// View returns the entries of ix as an EntryView.
+func (ix *Index) View() EntryView {
+	if ix.packed != nil {
+		return ix.packed
+	}
+	return wholeEntries(ix.entries)
+}
+
+// wholeEntries is the EntryView of entries kept whole.
+type wholeEntries []Entry
+
+func (w wholeEntries) Len() int              { return len(w) }
+func (w wholeEntries) Entry(i int) Entry     { return w[i] }
+func (w wholeEntries) ID(i int) string       { return w[i].ID }
+func (w wholeEntries) ImageSize(i int) int64 { return w[i].ImageSize }
+
+// ImageSize returns entry i's ImageSize without materialising the entry.
+func (ix *Index) ImageSize(i int) int64 {
+	if ix.packed != nil {
+		return ix.packed.ImageSize(i)
+	}
+	return ix.entries[i].ImageSize
+}
+
+// All returns every entry: Entries(0, Len()).
+func (ix *Index) All() []Entry { return ix.Entries(0, ix.Len()) }
 
 // Sample re-reads entry i's image and returns the full sample.
 func (ix *Index) Sample(i int) (Sample, error) {
-	if i < 0 || i >= len(ix.Entries) {
-		return Sample{}, fmt.Errorf("loader: sample %d out of range [0,%d)", i, len(ix.Entries))
+	if i < 0 || i >= ix.Len() {
+		return Sample{}, fmt.Errorf("loader: sample %d out of range [0,%d)", i, ix.Len())
 	}
-	e := ix.Entries[i]
+	e := ix.Entry(i)
 	img, err := ix.ReadImage(e)
 	if err != nil {
 		return Sample{}, err
@@ -214,6 +363,8 @@ func (ix *Index) read(ctx context.Context, e Entry, n int) ([]byte, error) {
 		want = int64(n)
 	}
 	switch e.ref.kind {
+	case refStale:
+		return nil, staleErr(e)
 	case refFile:
 		return readFileRange(ctx, e, 0, want, true)
 	case refTar:
@@ -261,17 +412,22 @@ func readFileRange(ctx context.Context, e Entry, off, want int64, checkSize bool
 	return buf, nil
 }
 
-// Close releases cached Parquet row groups and removes the inflated copies
-// of .tar.gz shards. The index stays readable (a later read inflates again).
+// Close releases cached Parquet row groups, closes the manifests a packed
+// index holds open and removes the inflated copies of .tar.gz shards. The
+// index stays readable (a later read opens or inflates again).
 func (ix *Index) Close() error {
 	if ix.parts != nil {
 		return closeParts(ix.parts)
 	}
 	ix.pq.clear()
-	if ix.gz != nil {
-		return ix.gz.close()
+	var err error
+	if ix.packed != nil {
+		err = ix.packed.close()
 	}
-	return nil
+	if ix.gz != nil {
+		err = errors.Join(err, ix.gz.close())
+	}
+	return err
 }
 
 // rowGroupCache keeps the image columns of the last few Parquet row groups

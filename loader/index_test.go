@@ -57,7 +57,7 @@ func TestIndexReadImageMatchesNext(t *testing.T) {
 				t.Fatalf("index has %d entries, Next gave %d", ix.Len(), len(d.samples))
 			}
 			checkInvariant(t, ix.Stats, ix.Len(), int(ix.Stats.Quarantined))
-			for i, e := range ix.Entries {
+			for i, e := range ix.All() {
 				s := d.samples[i]
 				img, err := ix.ReadImage(e)
 				must(t, err)
@@ -95,7 +95,7 @@ func TestIndexDuplicatesAndStale(t *testing.T) {
 	}
 	img := filepath.Join(filepath.Dir(manifest), "img", "ok.jpg")
 	must(t, os.WriteFile(img, []byte("changed size"), 0o644))
-	if _, err := ix.ReadImage(ix.Entries[0]); !errors.Is(err, ErrStale) {
+	if _, err := ix.ReadImage(ix.Entry(0)); !errors.Is(err, ErrStale) {
 		t.Errorf("ReadImage after change: got %v, want ErrStale", err)
 	}
 }
@@ -219,7 +219,7 @@ func TestReadTooLargeSaysSizeAndLimit(t *testing.T) {
 	ix, err := BuildIndex(context.Background(), dir, Options{})
 	must(t, err)
 	ix.opts.MaxImageBytes = 4
-	_, err = ix.ReadImage(ix.Entries[0])
+	_, err = ix.ReadImage(ix.Entry(0))
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "10 bytes > max 4") {
 		t.Errorf("got %v, want ErrTooLarge naming 10 bytes > max 4", err)
 	}
@@ -235,10 +235,13 @@ func TestIndexHoldsNoSpareCapacity(t *testing.T) {
 			ix, err := BuildIndex(context.Background(), manifestFixture(t, lines), Options{})
 			must(t, err)
 			// the allocator rounds a large slice up to its page size (8 KiB), no more
-			spare := (cap(ix.Entries) - len(ix.Entries)) * int(unsafe.Sizeof(Entry{}))
-			if len(ix.Entries) != n || spare > 8<<10 {
-				t.Errorf("%d entries in a slice of capacity %d (%d spare bytes), want %d and at most 8 KiB spare",
-					len(ix.Entries), cap(ix.Entries), spare, n)
+			p := ix.packed
+			if p == nil {
+				t.Fatal("a manifest's index keeps its entries whole, want packed")
+			}
+			spare := (cap(p.recs)-len(p.recs))*int(unsafe.Sizeof(packedRec{})) + (cap(p.idEnd)-len(p.idEnd))*4 + cap(p.ids) - len(p.ids)
+			if ix.Len() != n || spare > 3*8<<10 {
+				t.Errorf("%d entries with %d spare bytes, want %d and at most 8 KiB spare per column", ix.Len(), spare, n)
 			}
 		})
 	}
@@ -255,7 +258,7 @@ func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
 	must(t, err)
 	tests := []struct{ id, path string }{{"a", "img/ok.jpg"}, {"b", "img/ok.jpg"}}
 	for i, tt := range tests {
-		e := ix.Entries[i]
+		e := ix.Entry(i)
 		if e.ID != tt.id || e.ref.path != tt.path {
 			t.Errorf("entry %s keeps image path %q, want %q", e.ID, e.ref.path, tt.path)
 		}
@@ -266,7 +269,7 @@ func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
 		}
 	}
 	// the first line's path is its own string, the one ImageName is the tail of
-	a := ix.Entries[0]
+	a := ix.Entry(0)
 	if unsafe.Add(unsafe.Pointer(unsafe.StringData(a.ref.path)), len(a.ref.path)-len(a.ImageName)) != unsafe.Pointer(unsafe.StringData(a.ImageName)) {
 		t.Error("the entry's image path and ImageName are separate strings")
 	}
@@ -274,29 +277,27 @@ func TestManifestEntryKeepsTheLinesImagePath(t *testing.T) {
 
 func TestIndexPacksEntryStrings(t *testing.T) {
 	long := strings.Repeat("a long caption ", 100) // over arenaMax: keeps its own allocation
-	manifest := manifestFixture(t, []string{
-		`{"image":"img/ok.jpg","text":"one","id":"a"}`,
-		`{"image":"img/ok.jpg","text":"two, a little longer","id":"bb"}`,
-		`{"image":"img/ok.jpg","text":"` + long + `","id":"c"}`,
-	})
-	ix, err := BuildIndex(context.Background(), manifest, Options{})
-	must(t, err)
+	entries := []Entry{
+		{ID: "a", Location: "m.jsonl:1", Text: "one", ImageName: "ok.jpg", ref: imageRef{path: "img/ok.jpg"}},
+		{ID: "bb", Location: "m.jsonl:2", Text: "two, a little longer", ImageName: "ok.jpg", ref: imageRef{path: "img/ok.jpg"}},
+	}
+	var a stringArena
 	next := func(s string) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(unsafe.StringData(s)), len(s)) }
 	var end unsafe.Pointer
-	for i, e := range ix.Entries[:2] {
-		img := e.ref.path
-		seq := []string{img, e.ID, e.Location, e.Text}
+	for i, e := range entries {
+		e = a.entry(e)
+		seq := []string{e.ID, e.Location, e.Text, e.ImageName, e.ref.path}
 		for j := 1; j < len(seq); j++ {
 			if unsafe.Pointer(unsafe.StringData(seq[j])) != next(seq[j-1]) {
 				t.Errorf("entry %d: string %d (%q) does not follow %q in the arena", i, j, seq[j], seq[j-1])
 			}
 		}
-		if end != nil && unsafe.Pointer(unsafe.StringData(img)) != end {
+		if end != nil && unsafe.Pointer(unsafe.StringData(e.ID)) != end {
 			t.Errorf("entry %d does not follow the entry before it in the arena", i)
 		}
-		end = next(e.Text)
+		end = next(e.ref.path)
 	}
-	if got := ix.Entries[2]; got.Text != long || got.ID != "c" || got.ImageName != "ok.jpg" {
-		t.Errorf("third entry: %q %q %q", got.ID, got.ImageName, got.Text[:20])
+	if got := a.entry(Entry{Text: long}); unsafe.StringData(got.Text) != unsafe.StringData(long) {
+		t.Error("a long caption was copied into the arena")
 	}
 }

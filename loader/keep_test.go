@@ -152,7 +152,7 @@ func TestScanKeeps(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got [][]KeepValue
-		for _, e := range ix.Entries {
+		for _, e := range ix.All() {
 			got = append(got, ix.Kept(e))
 		}
 		if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(ix.KeepTypes(), tc.types) || !reflect.DeepEqual(ix.KeepMissing(), tc.missing) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -148,7 +149,9 @@ type manifestSource struct {
 	line     int
 	dirs     map[string]dirCheck // relative dir → containment result
 	fields   manifestFields
-	strs     stringArena // the strings of entries scanned without their image
+	pos      int64       // bytes of the file read so far
+	records  *recordFile // set by packRecords: entries are located by rec, their strings not kept
+	rec      record      // the line of the entry next returned last
 }
 
 // dirCheck is the containment result of one directory: a reject reason, or
@@ -183,6 +186,30 @@ func openManifest(path string, opts Options) (*manifestSource, error) {
 // Next implements Source.
 func (m *manifestSource) Next(ctx context.Context) (Sample, error) { return nextSample(ctx, m) }
 
+// packRecords implements recordSource.
+func (m *manifestSource) packRecords() {
+	if m.records != nil {
+		return
+	}
+	abs, err := filepath.Abs(m.path)
+	if err != nil {
+		abs = m.path
+	}
+	m.records = &recordFile{loc: m.path, path: abs, imgRoot: m.realRoot, name: m.name, fields: m.fields}
+}
+
+// lastRecord implements recordSource.
+func (m *manifestSource) lastRecord() (record, bool) { return m.rec, m.records != nil && m.rec.ok }
+
+// manifestID is a line's id: its own, else derived from the manifest's
+// base name, the image path and the caption.
+func manifestID(name string, ml manifestLine) string {
+	if ml.ID != "" {
+		return ml.ID
+	}
+	return DeriveID(name, ml.Image+"\n"+ml.Text)
+}
+
 // Close implements Source.
 func (m *manifestSource) Close() error {
 	if m.closed {
@@ -200,13 +227,16 @@ func (m *manifestSource) next(ctx context.Context, withImage bool) (Entry, []byt
 		if err := ctx.Err(); err != nil {
 			return Entry{}, nil, err
 		}
+		start := m.pos
 		line, tooLong, err := m.readLine()
 		if err != nil {
 			return Entry{}, nil, err
 		}
-		if m.line == 1 { // a UTF-8 byte order mark some editors write is no part of the first line
-			line = bytes.TrimPrefix(line, utf8BOM)
+		if m.line == 1 && bytes.HasPrefix(line, utf8BOM) { // a UTF-8 byte order mark some editors write is no part of the first line
+			line, start = line[len(utf8BOM):], start+int64(len(utf8BOM))
 		}
+		m.rec = record{file: m.records, off: start, n: uint32(len(line)), line: uint32(m.line),
+			ok: len(line) <= math.MaxUint32 && m.line <= math.MaxUint32}
 		if !tooLong && len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
@@ -227,7 +257,7 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 	ml, reason, detail := parseManifestFields(line, m.fields)
 	id := ml.ID
 	if id == "" && reason == "" {
-		id = DeriveID(m.name, ml.Image+"\n"+ml.Text)
+		id = manifestID(m.name, ml)
 	}
 	if reason != "" {
 		m.reject(id, loc, reason, detail)
@@ -253,7 +283,8 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 		ImageSize: size, ref: imageRef{kind: refFile, root: root, path: full}}
 	m.json = line
 	if !withImage {
-		return m.packed(e, ml.Image), nil, true
+		m.rec.sum, m.rec.plain = recordSum(line), root == m.realRoot && full == ml.Image
+		return e, nil, true
 	}
 	img, err := readFileRange(ctx, e, 0, size, true)
 	if err != nil {
@@ -261,18 +292,6 @@ func (m *manifestSource) entry(ctx context.Context, line []byte, loc string, wit
 		return Entry{}, nil, false
 	}
 	return e, img, true
-}
-
-// packed returns e with its strings copied into the source's arena: the
-// index keeps them (Scan), so they live and die together. image is the
-// line's image path, which ImageName and a relative image reference share.
-func (m *manifestSource) packed(e Entry, image string) Entry {
-	img := m.strs.add(image)
-	if e.ref.path == image {
-		e.ref.path = img
-	}
-	e.ID, e.Location, e.Text, e.ImageName = m.strs.add(e.ID), m.strs.add(e.Location), m.strs.add(e.Text), baseName(img)
-	return e
 }
 
 // checkSize classifies an image size.
@@ -294,6 +313,7 @@ func (m *manifestSource) readLine() (line []byte, tooLong bool, err error) {
 	var buf []byte
 	for {
 		chunk, err := m.br.ReadSlice('\n')
+		m.pos += int64(len(chunk))
 		if !tooLong {
 			if int64(len(buf)+len(chunk)) > m.maxLine() {
 				tooLong, buf = true, nil

@@ -65,19 +65,19 @@ func CombineIndexes(names []string, parts []*Index, onReject func(Reject)) (*Mix
 	}
 	total := 0
 	for _, p := range parts {
-		total += len(p.Entries)
+		total += p.Len()
 	}
 	m := &MixtureIndex{Index: &Index{opts: parts[0].opts, parts: parts, Stats: Stats{ByReason: map[string]int64{}}},
 		Names: names, Offsets: make([]int, 0, len(parts)+1)}
-	m.Entries = make([]Entry, 0, total)
+	m.entries = make([]Entry, 0, total)
 	for i, p := range parts {
-		m.Offsets = append(m.Offsets, len(m.Entries))
-		ids := make(map[string]struct{}, len(p.Entries))
-		for _, e := range p.Entries {
-			ids[e.ID] = struct{}{}
+		m.Offsets = append(m.Offsets, len(m.entries))
+		ids := make(map[string]struct{}, p.Len())
+		for j := range p.Len() {
+			ids[p.ID(j)] = struct{}{}
 		}
 		var t Tally
-		for _, e := range p.Entries {
+		for _, e := range p.All() {
 			e.ID = names[i] + "/" + e.ID
 			if base, _, ok := DrawBase(e.ID); ok {
 				if _, clash := ids[base[len(names[i])+1:]]; clash {
@@ -90,12 +90,12 @@ func CombineIndexes(names []string, parts []*Index, onReject func(Reject)) (*Mix
 				}
 			}
 			e.ref.part = uint16(i)
-			m.Entries = append(m.Entries, e)
+			m.entries = append(m.entries, m.strs.entry(e))
 		}
 		m.addStats(p.Stats, t.Stats())
-		p.Entries = nil
+		p.release()
 	}
-	m.Offsets = append(m.Offsets, len(m.Entries))
+	m.Offsets = append(m.Offsets, len(m.entries))
 	return m, nil
 }
 

@@ -42,7 +42,7 @@ func TestCombineIndexes(t *testing.T) {
 	}
 	defer m.Close()
 	var got []string
-	for _, e := range m.Entries {
+	for _, e := range m.All() {
 		got = append(got, e.ID)
 	}
 	if want := "[a/x a/y b/x b/z#1]"; fmt.Sprint(got) != want {
@@ -58,9 +58,9 @@ func TestCombineIndexes(t *testing.T) {
 		t.Fatalf("offsets %v", m.Offsets)
 	}
 	for i, want := range []string{dirA + "-x", dirA + "-y", dirB + "-x", dirB + "-z#1"} {
-		img, err := m.ReadImage(m.Entries[i])
+		img, err := m.ReadImage(m.Entry(i))
 		if err != nil || string(img) != "img-"+want {
-			t.Fatalf("entry %s: image %q, %v, want img-%s", m.Entries[i].ID, img, err, want)
+			t.Fatalf("entry %s: image %q, %v, want img-%s", m.Entry(i).ID, img, err, want)
 		}
 	}
 }

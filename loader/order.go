@@ -72,12 +72,13 @@ func Permutation(n int, seed, epoch uint64) []int {
 }
 
 // Order returns the entries of ix in the epoch order of (seed, epoch).
-// The slice is new; the entries share their strings with ix.
+// The slice is new; the entries share their strings with ix (a packed index
+// materialises them, re-reading each record).
 func (ix *Index) Order(seed, epoch uint64) []Entry {
-	perm := Permutation(len(ix.Entries), seed, epoch)
+	perm := Permutation(ix.Len(), seed, epoch)
 	out := make([]Entry, len(perm))
 	for i, p := range perm {
-		out[i] = ix.Entries[p]
+		out[i] = ix.Entry(p)
 	}
 	return out
 }

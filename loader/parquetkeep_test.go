@@ -117,7 +117,7 @@ func checkTableKeeps(t *testing.T, p string) {
 		{v("http://e/2.jpg"), {}, v("caption 2"), {}},
 	}
 	var got [][]KeepValue
-	for _, e := range ix.Entries {
+	for _, e := range ix.All() {
 		got = append(got, ix.Kept(e))
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -150,7 +150,7 @@ func TestParquetKeepBound(t *testing.T) {
 			return 0
 		}
 		defer ix.Close()
-		return len(ix.Entries)
+		return ix.Len()
 	}
 	bound := int64(1)
 	for count(nil, bound) < 3 {

@@ -95,7 +95,7 @@ func TestRemoteShards(t *testing.T) {
 			}
 			defer ix.Close()
 			var got []string
-			for _, e := range ix.Entries {
+			for _, e := range ix.All() {
 				got = append(got, e.ID)
 				img, err := ix.ReadImage(e)
 				if err != nil || string(img) != strings.Repeat(e.ID, 100) {

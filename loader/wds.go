@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,8 @@ type tarGroup struct {
 	text     string
 	hasText  bool
 	textRank int      // index in the text keys of the member the caption came from (lower wins)
+	capOff   int64    // the data offset of the member the caption came from
+	capData  []byte   // that member's data
 	json     []byte   // the .json member, when read (a text key, or kept fields)
 	exts     []string // the member extensions read, to tell a repeated member
 	id       string
@@ -71,7 +74,11 @@ type tarSource struct {
 	stream  func(context.Context, string) (io.ReadCloser, error) // remote shards: read as unseekable streams when set
 	ctxr    *ctxStream                                           // the open remote stream, else nil
 	keys    wdsKeys
-	prev    keyRun // the open shard's last group key
+	prev    keyRun      // the open shard's last group key
+	records bool        // set by packRecords: Scan packs the entries of local .tar shards
+	file    *recordFile // the open shard's, when records and it is a local .tar
+	rec     record      // the entry next returned last
+	recOK   bool        // rec locates it
 }
 
 // keyRun is the key of a shard's last group and how many groups in a row
@@ -108,7 +115,7 @@ func (s *tarSource) closeShard() error {
 		return nil
 	}
 	err := s.pr.Close()
-	s.pr, s.gz, s.ctxr, s.tr, s.pending, s.broken = nil, nil, nil, nil, nil, ""
+	s.pr, s.gz, s.ctxr, s.tr, s.pending, s.broken, s.file = nil, nil, nil, nil, nil, "", nil
 	s.prev = keyRun{}
 	return err
 }
@@ -132,6 +139,9 @@ func (s *tarSource) openNext(ctx context.Context) error {
 	}
 	if isGzipShard(s.shards[s.cur]) {
 		return s.openGz(f)
+	}
+	if s.records {
+		s.file = &recordFile{loc: s.shards[s.cur], root: s.root, path: s.path, tar: true, keys: s.keys}
 	}
 	size, err := f.Seek(0, io.SeekEnd)
 	if err == nil {
@@ -354,10 +364,11 @@ func (s *tarSource) addMember(ctx context.Context, g *tarGroup, hdr *tar.Header,
 			return true
 		}
 		var data []byte
+		off := s.pr.offset()
 		if !s.readData(ctx, g, hdr, &data) {
 			return false
 		}
-		g.addCaption(s.keys, ext, data)
+		g.addCaption(s.keys, ext, data, off)
 		if ext == "json" {
 			g.json = data
 		}
@@ -401,7 +412,7 @@ func (s *tarSource) brokenRead(g *tarGroup, hdr *tar.Header, err error) bool {
 // addCaption takes the caption from a member with extension ext: its whole
 // text, or a JSON member's field, as the text keys say; the first key in their
 // order that a group holds wins. A JSON member's "id" gives the sample id.
-func (g *tarGroup) addCaption(keys wdsKeys, ext string, data []byte) {
+func (g *tarGroup) addCaption(keys wdsKeys, ext string, data []byte, off int64) {
 	var obj map[string]json.RawMessage
 	if keys.json(ext) {
 		if err := json.Unmarshal(data, &obj); err != nil {
@@ -417,12 +428,12 @@ func (g *tarGroup) addCaption(keys wdsKeys, ext string, data []byte) {
 			continue
 		}
 		if k.field == "" {
-			g.text, g.hasText, g.textRank = string(data), true, rank
+			g.text, g.hasText, g.textRank, g.capOff, g.capData = string(data), true, rank, off, data
 			return
 		}
 		var text string
 		if v := lookupPath(obj, k.field); !isNull(v) && json.Unmarshal(v, &text) == nil {
-			g.text, g.hasText, g.textRank = text, true, rank
+			g.text, g.hasText, g.textRank, g.capOff, g.capData = text, true, rank, off, data
 			return
 		}
 	}
@@ -463,5 +474,18 @@ func (s *tarSource) finish(g *tarGroup) (Entry, []byte, bool) {
 	if s.gz != nil {
 		e.ref.kind = refTarGz
 	}
+	s.recOK = s.file != nil && s.gz == nil && s.stream == nil && len(g.capData) <= math.MaxUint32
+	if s.recOK {
+		s.rec = record{file: s.file, off: g.capOff, n: uint32(len(g.capData)), sum: recordSum(g.capData), ok: true,
+			tar: tarRecord{imgOff: g.imgOff, key: g.key, imgName: g.imgName, rank: g.textRank,
+				suffix: strings.TrimPrefix(g.imgName, path.Base(g.key))}}
+	}
 	return e, g.img, true
 }
+
+// packRecords implements recordSource.
+func (s *tarSource) packRecords() { s.records = true }
+
+// lastRecord implements recordSource: local .tar shards only (a .tar.gz
+// or a remote shard cannot be re-read by offset cheaply).
+func (s *tarSource) lastRecord() (record, bool) { return s.rec, s.recOK }

@@ -91,7 +91,7 @@ func TestTarGzIndexReadsBack(t *testing.T) {
 		t.Fatalf("indexed %d entries, want 10 (stats %+v)", ix.Len(), ix.Stats)
 	}
 	for i := ix.Len() - 1; i >= 0; i-- {
-		e := ix.Entries[i]
+		e := ix.Entry(i)
 		img, err := ix.ReadImage(e)
 		if err != nil {
 			t.Fatalf("ReadImage(%s): %v", e.ID, err)
@@ -111,7 +111,7 @@ func TestTarGzIndexReadsBack(t *testing.T) {
 	if n := countFiles(t, spool); n != 0 {
 		t.Errorf("%d files left under the spool folder after Close, want 0", n)
 	}
-	if _, err := ix.ReadImage(ix.Entries[3]); err != nil {
+	if _, err := ix.ReadImage(ix.Entry(3)); err != nil {
 		t.Errorf("ReadImage after Close: %v, want the index to stay readable", err)
 	}
 	must(t, ix.Close())
@@ -187,7 +187,7 @@ func drainOrScan(t *testing.T, p string, scan bool) drained {
 		t.Fatal(err)
 	}
 	defer ix.Close()
-	for _, e := range ix.Entries {
+	for _, e := range ix.All() {
 		d.samples = append(d.samples, Sample{ID: e.ID})
 	}
 	return d

@@ -192,7 +192,7 @@ func (d *Dataset) order(seed, epoch uint64) ([]int, []int32) {
 	if d.mix != nil {
 		return d.mix.order(seed, epoch)
 	}
-	return loader.Permutation(len(d.Index.Entries), seed, epoch), nil
+	return loader.Permutation(d.Index.Len(), seed, epoch), nil
 }
 
 // features returns the dataset's feature pass, running it on the first
@@ -238,10 +238,10 @@ func (d *Dataset) runFeatures(ctx context.Context, l *featureLoad) {
 	case cfg.Features != nil:
 		l.all, l.err = cfg.Features(ctx, d.Index)
 	default:
-		l.all, l.err = computeFeatures(ctx, d.Index, d.Index.Entries, d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+		l.all, l.err = computeFeatures(ctx, d.Index, indexList(d.Index), d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
 	}
-	if l.err == nil && len(l.all) != len(d.Index.Entries) {
-		l.err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(l.all), len(d.Index.Entries))
+	if l.err == nil && len(l.all) != d.Index.Len() {
+		l.err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(l.all), d.Index.Len())
 	}
 	if l.err == nil {
 		if s, ok := compactFeatures(d.Index, l.all); ok {

@@ -24,8 +24,11 @@
 // Memory (issue 21, docs/BENCHMARKS.md "Planner memory per sample"): the dataset keeps
 // its features in columns of ~25 bytes an entry (ids are the index entries' own
 // strings), and an epoch's Features refer to the index's entries by position
-// (Features.Order, Entry) rather than copying them; the index's entries, with their
-// captions and locations, are most of what a planner holds.
+// (Features.Order) through the index's loader.EntryView rather than copying them, with
+// formats in a one-byte column (Format). A manifest's or a local WebDataset shard's
+// index is packed (loader: its captions are re-read by offset), so Features.Entry
+// re-reads one record: the planner's per-sample paths read Features.ID and
+// Features.ImageSize, which do not, and a feature pass reads entries a range at a time.
 //
 // RunShard is `mmfeed shard` (the command parses flags into a ShardJob and prints its
 // ShardResult). Shard writes a dataset once for many epochs (docs/shard.md): per-rank Arrow

@@ -92,12 +92,14 @@ func Fingerprint(cfg Config, ix *loader.Index) (string, error) {
 		h.Write(n[:])
 		io.WriteString(h, s)
 	}
-	for _, e := range ix.Entries {
-		field(e.ID)
-		field(e.Location)
-		field(e.Text)
-		binary.LittleEndian.PutUint64(n[:], uint64(e.ImageSize))
-		h.Write(n[:])
+	for lo := 0; lo < ix.Len(); lo += fingerprintChunk {
+		for _, e := range ix.Entries(lo, min(ix.Len(), lo+fingerprintChunk)) {
+			field(e.ID)
+			field(e.Location)
+			field(e.Text)
+			binary.LittleEndian.PutUint64(n[:], uint64(e.ImageSize))
+			h.Write(n[:])
+		}
 	}
 	if cfg.Mixture != nil { // the sources, their options, weights and caps
 		field(cfg.inputDefinition())
@@ -120,6 +122,9 @@ func Fingerprint(cfg Config, ix *loader.Index) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
+
+// fingerprintChunk is how many entries the fingerprint materialises at a time.
+const fingerprintChunk = 4096
 
 // localInputFiles lists the files of a local input: itself, a folder's
 // files, or a glob's matches (none for a brace pattern: the index covers
@@ -212,11 +217,11 @@ func (d *Dataset) cachedFeatures(ctx context.Context) (all []EntryFeatures, fp s
 	if ferr == nil {
 		var ok bool
 		all, ok, ferr = cfg.FeatureCache.Load(ctx, fp)
-		if ferr == nil && ok && len(all) == len(d.Index.Entries) {
+		if ferr == nil && ok && len(all) == d.Index.Len() {
 			return all, fp, true, nil, nil
 		}
 		if ferr == nil && ok {
-			ferr = fmt.Errorf("pipeline: cached features of %d entries for an index of %d", len(all), len(d.Index.Entries))
+			ferr = fmt.Errorf("pipeline: cached features of %d entries for an index of %d", len(all), d.Index.Len())
 		}
 	} else {
 		fp = ""
@@ -224,10 +229,10 @@ func (d *Dataset) cachedFeatures(ctx context.Context) (all []EntryFeatures, fp s
 	if cfg.Features != nil {
 		all, err = cfg.Features(ctx, d.Index)
 	} else {
-		all, err = computeFeatures(ctx, d.Index, d.Index.Entries, d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
+		all, err = computeFeatures(ctx, d.Index, indexList(d.Index), d.Tokenizer, cfg.Image, cfg.workers(), cfg.Progress)
 	}
-	if err == nil && len(all) != len(d.Index.Entries) {
-		err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(d.Index.Entries))
+	if err == nil && len(all) != d.Index.Len() {
+		err = fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), d.Index.Len())
 	}
 	if err != nil {
 		return nil, fp, false, ferr, err

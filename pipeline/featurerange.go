@@ -25,12 +25,12 @@ type EntryFeatures struct {
 // (a planner's workers) or caches them.
 type FeatureFunc func(ctx context.Context, ix *loader.Index) ([]EntryFeatures, error)
 
-// FeaturesRange computes the features of ix.Entries[lo:hi] on the calling
+// FeaturesRange computes the features of ix.Entries(lo, hi) on the calling
 // goroutine, counting tokens one chunk of captions at a time: what a
 // feature work item does.
 func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokenize.Tokenizer, img imgproc.Config) ([]EntryFeatures, error) {
-	if lo < 0 || hi > len(ix.Entries) || lo > hi {
-		return nil, fmt.Errorf("pipeline: feature range [%d, %d) of %d entries", lo, hi, len(ix.Entries))
+	if lo < 0 || hi > ix.Len() || lo > hi {
+		return nil, fmt.Errorf("pipeline: feature range [%d, %d) of %d entries", lo, hi, ix.Len())
 	}
 	out := make([]EntryFeatures, 0, hi-lo)
 	texts := make([]string, 0, featureChunk)
@@ -39,8 +39,9 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 			return nil, err
 		}
 		end := min(hi, c+featureChunk)
+		chunk := ix.Entries(c, end)
 		texts = texts[:0]
-		for _, e := range ix.Entries[c:end] {
+		for _, e := range chunk {
 			texts = append(texts, e.Text)
 		}
 		counts, errs, err := tk.CountBatch(texts)
@@ -49,18 +50,18 @@ func FeaturesRange(ctx context.Context, ix *loader.Index, lo, hi int, tk *tokeni
 			if cerr == nil {
 				cerr = errs[i-c]
 			}
-			out = append(out, featuresOf(ix, ix.Entries[i], counts, i-c, cerr, img))
+			out = append(out, featuresOf(ix, chunk[i-c], counts, i-c, cerr, img))
 		}
 	}
 	return out, nil
 }
 
-// orderFeatures orders all (the features of ix.Entries) as perm (an epoch's
+// orderFeatures orders all (the features of ix's entries) as perm (an epoch's
 // permutation of the index, or a mixture's draws with their repeats: nil
 // for none), quarantining the rejects.
 func orderFeatures(ix *loader.Index, all []EntryFeatures, perm []int, repeats []int32, q *loader.QuarantineWriter) (Features, error) {
-	if len(all) != len(ix.Entries) {
-		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), len(ix.Entries))
+	if len(all) != ix.Len() {
+		return Features{}, fmt.Errorf("pipeline: features of %d entries for an index of %d", len(all), ix.Len())
 	}
 	return orderFeaturesOf(ix, func(i int) EntryFeatures { return all[i] }, perm, repeats, q)
 }
@@ -70,35 +71,36 @@ func orderStored(ix *loader.Index, s *featureStore, perm []int, repeats []int32,
 	return orderFeaturesOf(ix, func(i int) EntryFeatures { return s.at(ix, i) }, perm, repeats, q)
 }
 
-// orderFeaturesOf orders the features at(i) of ix.Entries[i] as perm.
+// orderFeaturesOf orders the features at(i) of ix.Entry(i) as perm.
 func orderFeaturesOf(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repeats []int32, q *loader.QuarantineWriter) (Features, error) {
-	if repeats != nil || len(perm) != len(ix.Entries) {
+	if repeats != nil || len(perm) != ix.Len() {
 		return orderDraws(ix, at, perm, repeats, q)
 	}
-	if len(ix.Entries) > math.MaxInt32 {
-		return Features{}, fmt.Errorf("pipeline: index of %d entries: more than %d", len(ix.Entries), math.MaxInt32)
+	if ix.Len() > math.MaxInt32 {
+		return Features{}, fmt.Errorf("pipeline: index of %d entries: more than %d", ix.Len(), math.MaxInt32)
 	}
 	n := 0
-	for i := range ix.Entries {
+	for i := range ix.Len() {
 		if at(i).Reject == nil {
 			n++
 		}
 	}
 	f := Features{Order: make([]int32, 0, n), Items: make([]balancer.Item, 0, n),
-		Sizes: make([]image.Point, 0, n), Formats: make([]string, 0, n), entries: ix.Entries}
+		Sizes: make([]image.Point, 0, n), formats: newFormatColumn(n), view: ix.View()}
 	for _, i := range perm {
-		e, ef := ix.Entries[i], at(i)
+		id, ef := ix.ID(i), at(i)
 		if ef.Reject != nil {
 			q.Write(*ef.Reject)
 			continue
 		}
-		if ef.Item.ID != e.ID {
-			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, e.ID)
+		if ef.Item.ID != id {
+			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, id)
 		}
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }

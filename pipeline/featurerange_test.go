@@ -34,9 +34,9 @@ func TestFeaturesByRangesEqualTheFeaturePass(t *testing.T) {
 			}
 			defer tk.Close()
 			var all []EntryFeatures
-			for lo := 0; lo < len(ix.Entries); lo += size {
+			for lo := 0; lo < ix.Len(); lo += size {
 				calls++
-				part, err := FeaturesRange(ctx, ix, lo, min(lo+size, len(ix.Entries)), tk, cfg.Image)
+				part, err := FeaturesRange(ctx, ix, lo, min(lo+size, ix.Len()), tk, cfg.Image)
 				if err != nil {
 					return nil, err
 				}
@@ -61,7 +61,7 @@ func TestFeaturesByRangesEqualTheFeaturePass(t *testing.T) {
 		got.Close()
 	}
 	ix := want.Index
-	for _, r := range [][2]int{{-1, 2}, {3, 2}, {0, len(ix.Entries) + 1}} {
+	for _, r := range [][2]int{{-1, 2}, {3, 2}, {0, ix.Len() + 1}} {
 		if _, err := FeaturesRange(context.Background(), ix, r[0], r[1], want.Tokenizer, cfg.Image); err == nil {
 			t.Errorf("range %v: no error", r)
 		}

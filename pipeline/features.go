@@ -30,12 +30,12 @@ type Features struct {
 	Items []balancer.Item
 	// Sizes holds each image's display width and height (EXIF orientation applied).
 	Sizes []image.Point
-	// Formats holds each image's format (imgproc.Format*), sniffed from its
-	// header: with Sizes and the entry's ImageSize, what decoding it costs.
-	Formats []string
+	// formats holds each image's format (Format(i)).
+	formats formatColumn
 
-	entries []loader.Entry // what Order indexes
-	repeats []int32        // a mixture's repeat of each item (nil: none, mixture.go)
+	entries []loader.Entry   // what Order indexes, or
+	view    loader.EntryView // the index entries Order indexes (entries nil)
+	repeats []int32          // a mixture's repeat of each item (nil: none, mixture.go)
 }
 
 // NewFeatures returns the features of entries (item i of entries[i]: Order
@@ -45,20 +45,68 @@ func NewFeatures(entries []loader.Entry, items []balancer.Item, sizes []image.Po
 	for i := range order {
 		order[i] = int32(i)
 	}
-	return Features{Order: order, Items: items, Sizes: sizes, Formats: formats, entries: entries}
+	f := Features{Order: order, Items: items, Sizes: sizes, formats: newFormatColumn(len(formats)), entries: entries}
+	for _, s := range formats {
+		f.formats.append(s)
+	}
+	f.formats.done()
+	return f
+}
+
+// FormatBytes is what the formats hold in memory (one byte an item while
+// at most 256 distinct formats came).
+func (f *Features) FormatBytes() int64 { return f.formats.bytes() }
+
+// Format returns item i's image format (imgproc.Format*), sniffed from its
+// header: with Sizes and the entry's ImageSize, what decoding it costs; ""
+// for an item without one.
+func (f *Features) Format(i int) string {
+	if i < 0 || i >= f.formats.len() {
+		return ""
+	}
+	return f.formats.at(i)
 }
 
 // Len is the number of entries.
 func (f *Features) Len() int { return len(f.Order) }
 
 // Entry returns entry i (the one of Items[i]); a mixture's repeated draw
-// carries its draw id (loader.DrawID), as Items[i] does.
+// carries its draw id (loader.DrawID), as Items[i] does. Over a packed index
+// it re-reads the entry's record (loader.Index): a path that needs only the
+// id or the image size reads ID or ImageSize.
 func (f *Features) Entry(i int) loader.Entry {
-	e := f.entries[f.Order[i]]
+	var e loader.Entry
+	if f.entries == nil && f.view != nil {
+		e = f.view.Entry(int(f.Order[i]))
+	} else {
+		e = f.entries[f.Order[i]]
+	}
 	if f.repeats != nil && f.repeats[i] > 0 {
 		e.ID = loader.DrawID(e.ID, int(f.repeats[i]))
 	}
 	return e
+}
+
+// ID returns entry i's id (Entry(i).ID) without materialising the entry.
+func (f *Features) ID(i int) string {
+	var id string
+	if f.entries == nil && f.view != nil {
+		id = f.view.ID(int(f.Order[i]))
+	} else {
+		id = f.entries[f.Order[i]].ID
+	}
+	if f.repeats != nil && f.repeats[i] > 0 {
+		id = loader.DrawID(id, int(f.repeats[i]))
+	}
+	return id
+}
+
+// ImageSize returns entry i's ImageSize without materialising the entry.
+func (f *Features) ImageSize(i int) int64 {
+	if f.entries == nil && f.view != nil {
+		return f.view.ImageSize(int(f.Order[i]))
+	}
+	return f.entries[f.Order[i]].ImageSize
 }
 
 // Repeat returns item i's repeat in a mixture epoch (0: its sample's first
@@ -82,7 +130,7 @@ func ExtractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 // extractFeatures is ExtractFeatures with a progress callback (Config.Progress).
 func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
 	img imgproc.Config, q *loader.QuarantineWriter, workers int, progress func(done, total int)) (Features, error) {
-	all, err := computeFeatures(ctx, ix, entries, tk, img, workers, progress)
+	all, err := computeFeatures(ctx, ix, listOf(entries), tk, img, workers, progress)
 	if err != nil {
 		return Features{}, err
 	}
@@ -98,19 +146,35 @@ func extractFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }
 
+// entryList is the entries a feature pass reads: n of them, materialised
+// a range at a time (an index re-reads a range of records in one read).
+type entryList struct {
+	n     int
+	slice func(lo, hi int) []loader.Entry
+}
+
+// listOf lists entries.
+func listOf(entries []loader.Entry) entryList {
+	return entryList{len(entries), func(lo, hi int) []loader.Entry { return entries[lo:hi] }}
+}
+
+// indexList lists the entries of ix.
+func indexList(ix *loader.Index) entryList { return entryList{ix.Len(), ix.Entries} }
+
 // computeFeatures computes the features of entries (rejects included), in
 // their order, on workers goroutines, one chunk of captions at a time.
-func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Entry, tk *tokenize.Tokenizer,
+func computeFeatures(ctx context.Context, ix *loader.Index, entries entryList, tk *tokenize.Tokenizer,
 	img imgproc.Config, workers int, progress func(done, total int)) ([]EntryFeatures, error) {
-	out := make([]EntryFeatures, len(entries))
+	out := make([]EntryFeatures, entries.n)
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
-	chunks := (len(entries) + featureChunk - 1) / featureChunk
+	chunks := (entries.n + featureChunk - 1) / featureChunk
 	for range max(1, workers) {
 		wg.Go(func() {
 			texts := make([]string, 0, featureChunk)
@@ -119,9 +183,10 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 				if c >= chunks {
 					return
 				}
-				lo, hi := c*featureChunk, min(len(entries), (c+1)*featureChunk)
+				lo, hi := c*featureChunk, min(entries.n, (c+1)*featureChunk)
+				chunk := entries.slice(lo, hi)
 				texts = texts[:0]
-				for _, e := range entries[lo:hi] {
+				for _, e := range chunk {
 					texts = append(texts, e.Text)
 				}
 				// Token counts only, one cgo call per chunk (tokenize.CountBatch).
@@ -131,9 +196,9 @@ func computeFeatures(ctx context.Context, ix *loader.Index, entries []loader.Ent
 					if cerr == nil {
 						cerr = errs[i-lo]
 					}
-					out[i] = featuresOf(ix, entries[i], counts, i-lo, cerr, img)
-					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == len(entries)) {
-						progress(n, len(entries))
+					out[i] = featuresOf(ix, chunk[i-lo], counts, i-lo, cerr, img)
+					if n := int(done.Add(1)); progress != nil && (n%64 == 0 || n == entries.n) {
+						progress(n, entries.n)
 					}
 				}
 			}

@@ -25,13 +25,13 @@ type featureStore struct {
 	rejects     map[int]*loader.Reject
 }
 
-// compactFeatures stores all (the features of ix.Entries, in index order)
+// compactFeatures stores all (the features of ix's entries, in index order)
 // compactly, or returns ok false when they do not fit the columns (a count,
 // a width or a height beyond int32, more than 256 formats, an id that is not
 // its entry's): the caller keeps all then, and orderFeatures reports what it
 // reported before.
 func compactFeatures(ix *loader.Index, all []EntryFeatures) (*featureStore, bool) {
-	if len(all) != len(ix.Entries) {
+	if len(all) != ix.Len() {
 		return nil, false
 	}
 	n := len(all)
@@ -45,7 +45,7 @@ func compactFeatures(ix *loader.Index, all []EntryFeatures) (*featureStore, bool
 			continue
 		}
 		it := ef.Item
-		if it.ID != ix.Entries[i].ID || !fitsInt32(it.TextTokens, it.ImageTokens, ef.Size.X, ef.Size.Y) {
+		if it.ID != ix.ID(i) || !fitsInt32(it.TextTokens, it.ImageTokens, ef.Size.X, ef.Size.Y) {
 			return nil, false
 		}
 		f, ok := formatIndex[ef.Format]
@@ -79,7 +79,7 @@ func (s *featureStore) at(ix *loader.Index, i int) EntryFeatures {
 		return EntryFeatures{Reject: r}
 	}
 	return EntryFeatures{
-		Item: balancer.Item{ID: ix.Entries[i].ID, TextTokens: int(s.text[i]), ImageTokens: int(s.image[i]),
+		Item: balancer.Item{ID: ix.ID(i), TextTokens: int(s.text[i]), ImageTokens: int(s.image[i]),
 			Complexity: s.complexity[i]},
 		Size:   image.Pt(int(s.w[i]), int(s.h[i])),
 		Format: s.formats[s.format[i]],

@@ -23,12 +23,12 @@ import (
 // storeFixture is an index of n entries and their features: every seventh a reject, the
 // formats cycling through three, the ids decoded into strings of their own.
 func storeFixture(n int) (*loader.Index, []EntryFeatures) {
-	ix := &loader.Index{}
+	var entries []loader.Entry
 	all := make([]EntryFeatures, n)
 	formats := []string{imgproc.FormatJPEG, imgproc.FormatPNG, imgproc.FormatWebP}
 	for i := range n {
 		id := fmt.Sprintf("%08d-%d", i, i%10)
-		ix.Entries = append(ix.Entries, loader.Entry{ID: id, Location: fmt.Sprintf("m.jsonl:%d", i+1), Text: "a caption"})
+		entries = append(entries, loader.Entry{ID: id, Location: fmt.Sprintf("m.jsonl:%d", i+1), Text: "a caption"})
 		if i%7 == 3 {
 			all[i] = EntryFeatures{Reject: &loader.Reject{ID: id, Reason: "unreadable_image", Detail: "x"}}
 			continue
@@ -39,7 +39,7 @@ func storeFixture(n int) (*loader.Index, []EntryFeatures) {
 			Format: strings.Clone(formats[i%3]),
 		}
 	}
-	return ix, all
+	return loader.IndexOf(entries), all
 }
 
 func TestFeatureStoreKeepsEveryFeature(t *testing.T) {
@@ -52,7 +52,7 @@ func TestFeatureStoreKeepsEveryFeature(t *testing.T) {
 		if got, want := s.at(ix, i), all[i]; !reflect.DeepEqual(got, want) {
 			t.Fatalf("entry %d: got %+v, want %+v", i, got, want)
 		}
-		if got := s.at(ix, i); got.Reject == nil && unsafe.StringData(got.Item.ID) != unsafe.StringData(ix.Entries[i].ID) {
+		if got := s.at(ix, i); got.Reject == nil && unsafe.StringData(got.Item.ID) != unsafe.StringData(ix.Entry(i).ID) {
 			t.Fatalf("entry %d: id is not the index entry's string", i)
 		}
 	}
@@ -136,8 +136,8 @@ func TestEpochHoldsLittlePerEntry(t *testing.T) {
 	mustOK(t, os.WriteFile(manifest, lines.Bytes(), 0o644))
 	c := testConfig(manifest)
 	c.Features = func(_ context.Context, ix *loader.Index) ([]EntryFeatures, error) {
-		all := make([]EntryFeatures, len(ix.Entries))
-		for i, e := range ix.Entries {
+		all := make([]EntryFeatures, ix.Len())
+		for i, e := range ix.All() {
 			all[i] = EntryFeatures{Item: balancer.Item{ID: strings.Clone(e.ID), TextTokens: 5 + i%7, ImageTokens: 4},
 				Size: image.Pt(64, 48), Format: strings.Clone(imgproc.FormatJPEG)}
 		}

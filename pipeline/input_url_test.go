@@ -45,8 +45,8 @@ func datasetIDs(t *testing.T, cfg Config) []string {
 	if IsURL(d.Config.Input) {
 		t.Errorf("dataset config input %q is still a URL", d.Config.Input)
 	}
-	ids := make([]string, len(d.Index.Entries))
-	for i, e := range d.Index.Entries {
+	ids := make([]string, d.Index.Len())
+	for i, e := range d.Index.All() {
 		ids[i] = e.ID
 	}
 	return ids

@@ -139,7 +139,7 @@ func TestShardKeepsColumns(t *testing.T) {
 	wantCols := []proto.KeepColumn{{Name: "url", Type: proto.KeepUTF8}, {Name: "label", Type: proto.KeepInt64}, {Name: "caption", Type: proto.KeepUTF8}}
 	text := map[string]string{}
 	var missing int64
-	for _, e := range prep.Index.Entries {
+	for _, e := range prep.Index.All() {
 		text[e.ID] = e.Text
 		if want[e.ID]["label"] == nil {
 			missing++

@@ -201,7 +201,7 @@ func (c Config) InputName() string {
 	return fmt.Sprintf("mixture of %d sources (%s)", len(c.Mixture.Sources), names)
 }
 
-// orderDraws orders the features at(i) of ix.Entries[i] as the draws perm
+// orderDraws orders the features at(i) of ix.Entry(i) as the draws perm
 // (entry positions, each possibly more than once) with their repeats (nil:
 // none): a repetition's item and entry carry its draw id, and a rejected
 // entry is quarantined once per draw, under the draw's id.
@@ -210,12 +210,12 @@ func orderDraws(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repe
 		return Features{}, fmt.Errorf("pipeline: %d draws with %d repeats", len(perm), len(repeats))
 	}
 	f := Features{Order: make([]int32, 0, len(perm)), Items: make([]balancer.Item, 0, len(perm)),
-		Sizes: make([]image.Point, 0, len(perm)), Formats: make([]string, 0, len(perm)), entries: ix.Entries}
+		Sizes: make([]image.Point, 0, len(perm)), formats: newFormatColumn(len(perm)), view: ix.View()}
 	for k, i := range perm {
-		if i < 0 || i >= len(ix.Entries) {
-			return Features{}, fmt.Errorf("pipeline: draw %d of entry %d: index of %d", k, i, len(ix.Entries))
+		if i < 0 || i >= ix.Len() {
+			return Features{}, fmt.Errorf("pipeline: draw %d of entry %d: index of %d", k, i, ix.Len())
 		}
-		e, ef := ix.Entries[i], at(i)
+		id, ef := ix.ID(i), at(i)
 		rep := int32(0)
 		if repeats != nil {
 			rep = repeats[k]
@@ -226,14 +226,14 @@ func orderDraws(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repe
 			q.Write(r)
 			continue
 		}
-		if ef.Item.ID != e.ID {
-			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, e.ID)
+		if ef.Item.ID != id {
+			return Features{}, fmt.Errorf("pipeline: features of %q for entry %q", ef.Item.ID, id)
 		}
 		if rep > 0 {
 			if f.repeats == nil {
 				f.repeats = make([]int32, len(f.Order), cap(f.Order))
 			}
-			ef.Item.ID = loader.DrawID(e.ID, int(rep))
+			ef.Item.ID = loader.DrawID(id, int(rep))
 		}
 		if f.repeats != nil {
 			f.repeats = append(f.repeats, rep)
@@ -241,7 +241,8 @@ func orderDraws(ix *loader.Index, at func(i int) EntryFeatures, perm []int, repe
 		f.Order = append(f.Order, int32(i))
 		f.Items = append(f.Items, ef.Item)
 		f.Sizes = append(f.Sizes, ef.Size)
-		f.Formats = append(f.Formats, ef.Format)
+		f.formats.append(ef.Format)
 	}
+	f.formats.done()
 	return f, q.Err()
 }

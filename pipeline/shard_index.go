@@ -106,7 +106,7 @@ func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int
 	f := prep.Features
 	stored = f
 	stored.Order, stored.Items = slices.Clip(f.Order), slices.Clip(f.Items) // appends never write into prep's
-	stored.Sizes, stored.Formats, stored.repeats = slices.Clip(f.Sizes), slices.Clip(f.Formats), slices.Clip(f.repeats)
+	stored.Sizes, stored.formats, stored.repeats = slices.Clip(f.Sizes), f.formats.clone(), slices.Clip(f.repeats)
 	ident := make([]int32, len(f.Items))
 	for i := range ident {
 		ident[i] = int32(i)
@@ -148,6 +148,7 @@ func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int
 		}
 		epochs = append(epochs, ep)
 	}
+	stored.formats.done()
 	return epochs, stored, nil
 }
 
@@ -164,7 +165,7 @@ func appendDraw(dst, src *Features, i int) {
 	dst.Order = append(dst.Order, src.Order[i])
 	dst.Items = append(dst.Items, src.Items[i])
 	dst.Sizes = append(dst.Sizes, src.Sizes[i])
-	dst.Formats = append(dst.Formats, src.Formats[i])
+	dst.formats.append(src.Format(i))
 }
 
 // rowLoc is where a sample's row lives in the data files.

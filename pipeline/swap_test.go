@@ -32,8 +32,8 @@ func TestSwappedImageQuarantined(t *testing.T) {
 			defer d.Close()
 			var victim string
 			if stage == "features" {
-				victim = d.Index.Entries[0].ID
-				swapOutside(t, d.Index.Entries[0])
+				victim = d.Index.Entry(0).ID
+				swapOutside(t, d.Index.Entry(0))
 			}
 			prep, err := d.Epoch(context.Background(), cfg.Plan, &q)
 			mustOK(t, err)

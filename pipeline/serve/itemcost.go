@@ -28,12 +28,12 @@ func costOf(f *pipeline.Features, mb []balancer.Entry) itemCost {
 	for _, e := range mb {
 		sz := f.Sizes[e.Item]
 		mp := float64(sz.X) * float64(sz.Y) / 1e6
-		if int(e.Item) < len(f.Formats) && f.Formats[e.Item] == imgproc.FormatJPEG {
+		if f.Format(int(e.Item)) == imgproc.FormatJPEG {
 			x[costJPEGMP] += mp
 		} else {
 			x[costOtherMP] += mp
 		}
-		x[costMB] += float64(f.Entry(int(e.Item)).ImageSize) / 1e6
+		x[costMB] += float64(f.ImageSize(int(e.Item))) / 1e6
 		x[costSamples]++
 	}
 	return x

@@ -300,7 +300,7 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 			return nil, 0, fmt.Errorf("serve: sample %q is not in this worker's index of %s (is the dataset the planner's?): %w",
 				s.ID, ds.ds.Config.InputName(), ErrJobMismatch)
 		}
-		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entries[j], s.row())
+		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entry(j), s.row())
 	}
 	if w.cfg.buildDelay > 0 {
 		if err := ctxutil.Sleep(ctx, w.cfg.buildDelay); err != nil {
@@ -435,9 +435,9 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 	}
 	defer release()
 	ix := ds.ds.Index
-	if it.Lo < 0 || it.Hi > len(ix.Entries) || it.Lo >= it.Hi || ix.Entries[it.Lo].ID != it.FirstID || ix.Entries[it.Hi-1].ID != it.LastID {
+	if it.Lo < 0 || it.Hi > ix.Len() || it.Lo >= it.Hi || ix.ID(it.Lo) != it.FirstID || ix.ID(it.Hi-1) != it.LastID {
 		return fmt.Errorf("serve: feature range [%d, %d) does not match this worker's index of %s (%d entries): %w",
-			it.Lo, it.Hi, ds.ds.Config.Input, len(ix.Entries), ErrJobMismatch)
+			it.Lo, it.Hi, ds.ds.Config.Input, ix.Len(), ErrJobMismatch)
 	}
 	feats, err := pipeline.FeaturesRange(ctx, ix, it.Lo, it.Hi, ds.ds.Tokenizer, ds.ds.Config.Image)
 	if err != nil {

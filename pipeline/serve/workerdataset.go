@@ -132,9 +132,9 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 		return nil, fmt.Errorf("serve: open dataset of %s: %w", job, err)
 	}
 	pp := ds.Preprocessor()
-	byID := make(map[string]int, len(ds.Index.Entries))
-	for i, e := range ds.Index.Entries {
-		byID[e.ID] = i
+	byID := make(map[string]int, ds.Index.Len())
+	for i := range ds.Index.Len() {
+		byID[ds.Index.ID(i)] = i
 	}
 	w.log.Info("opened dataset", "job", job, "config", hash, "input", wc.Input, "entries", len(byID),
 		"seconds", time.Since(t0).Seconds())

@@ -317,10 +317,10 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	w := s.work
 	var items []featureItem
-	for lo := 0; lo < len(ix.Entries); lo += featureRange {
-		hi := min(lo+featureRange, len(ix.Entries))
+	for lo := 0; lo < ix.Len(); lo += featureRange {
+		hi := min(lo+featureRange, ix.Len())
 		it := featureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
-			FirstID: ix.Entries[lo].ID, LastID: ix.Entries[hi-1].ID, DeadlineMS: featureReissue.Milliseconds()}
+			FirstID: ix.ID(lo), LastID: ix.ID(hi - 1), DeadlineMS: featureReissue.Milliseconds()}
 		b, _ := json.Marshal(it)
 		sum := sha256.Sum256(b)
 		it.ID = hex.EncodeToString(sum[:16])
@@ -372,7 +372,7 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 	}
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
-	all := make([]pipeline.EntryFeatures, 0, len(ix.Entries))
+	all := make([]pipeline.EntryFeatures, 0, ix.Len())
 	for _, it := range items {
 		part := fr.got[it.ID]
 		if len(part) != it.Hi-it.Lo {

@@ -472,7 +472,7 @@ func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
 		for m, mb := range mbs {
 			rows := make([]proto.Row, len(mb))
 			for i, e := range mb {
-				rows[i] = proto.Row{ID: f.Entry(int(e.Item)).ID, Weight: e.Weight}
+				rows[i] = proto.Row{ID: f.ID(int(e.Item)), Weight: e.Weight}
 			}
 			sb.Rows[r][m] = rows
 		}
