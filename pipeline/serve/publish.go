@@ -242,20 +242,29 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 		}
 		stepBytes.Add(int64(len(payload)))
 		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if mp == 0 {
-			for i := range rows {
-				if rows[i].Weight > 0 {
-					m.samples++
-				}
-			}
-		}
-		select {
-		case q <- m:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// queueOut counts m's real (weighted) rows when mp is 0, once per micro-batch,
+// and queues it for its rank's publisher, or returns ctx's error.
+func queueOut(ctx context.Context, q chan<- outMsg, m outMsg, rows []proto.Row, mp int) error {
+	if mp == 0 {
+		for i := range rows {
+			if rows[i].Weight > 0 {
+				m.samples++
+			}
+		}
+	}
+	select {
+	case q <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).

@@ -492,17 +492,8 @@ func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch,
 		stepBytes.Add(int64(len(payload)))
 		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
 		m := outMsg{key: key, gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if mp == 0 {
-			for i := range rows {
-				if rows[i].Weight > 0 {
-					m.samples++
-				}
-			}
-		}
-		select {
-		case q <- m:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+			return err
 		}
 	}
 	return nil
