@@ -203,7 +203,7 @@ func TestValidateRejects(t *testing.T) {
 }
 
 // The Go FLOP prior agrees with the trainer's own count
-// (trainer/mmfeed_trainer/model.py flops_per_sample, pinned in
+// (trainer/mmfeed_trainer/models/model.py flops_per_sample, pinned in
 // testdata/flops_golden.json by trainer/tests/test_model.py) exactly (up to
 // rounding): both count the [CLS] token the trainer prepends to the patches.
 func TestFLOPsMatchTrainer(t *testing.T) {

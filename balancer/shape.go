@@ -93,12 +93,12 @@ const gflop = 1e-9
 
 // fusionPasses is how many (text, image) pairs per sample the trainer's
 // fusion runs: the positive pair and the two image-text-matching negatives
-// (trainer/mmfeed_trainer/model.py, Fusion.forward).
+// (trainer/mmfeed_trainer/models/model.py, Fusion.forward).
 const fusionPasses = 3
 
 // Coefficients derives the cost model's coefficients (GFLOP per feature unit)
 // from transformer FLOPs; docs/cost-model.md has the derivation. It counts
-// what trainer/mmfeed_trainer/model.py's flops_per_sample counts (matmuls
+// what trainer/mmfeed_trainer/models/model.py's flops_per_sample counts (matmuls
 // only), including the [CLS] token the trainer prepends to the patches: the
 // vision tower and the fusion's keys and values see P + 1 image tokens
 // (testdata/flops_golden.json pins the agreement).

@@ -8,7 +8,7 @@
 //
 // Each rank (rank.go) has its own NATS connection with the rank's inbox
 // prefix and speaks the wire protocol as the Python client
-// (trainer/mmfeed_trainer/stream.py) does on the core data plane: it
+// (trainer/mmfeed_trainer/data/stream/) does on the core data plane: it
 // registers on its rank control subject (retrying while the service is
 // starting or planning), asks for a window of 4 batches ahead (proto.Fetcher:
 // the same fetch, re-ask and reassembly rules), and after each step publishes
