@@ -21,7 +21,7 @@ from mmfeed_trainer.models import config
 from mmfeed_trainer.models.model import MMModel
 from mmfeed_trainer.parallel.parallel_dims import ParallelDims
 from mmfeed_trainer.parallel.parallelize import ROLE_PARTS, ParallelConfig, parallelize
-from mmfeed_trainer.parallel.pp.stage import parallelize_pipeline, split_blocks
+from mmfeed_trainer.parallel.pp.stage import parallelize_pipeline, stage_blocks
 
 META = torch.device("meta")
 WORLD = 16
@@ -111,7 +111,8 @@ def test_dp4_pp4_fsdp_plan(fake_world, rank):
                                   cfg=ParallelConfig(fsdp=True, mixed_precision=True, ac="full"))
     stage = rank % 4
     assert (dims.pp_rank, dims.dp_rank) == (stage, rank // 4)
-    keep_v, keep_t = split_blocks(mcfg.vision_layers, 4)[stage], split_blocks(mcfg.text_layers, 4)[stage]
+    vis, txt = stage_blocks(mcfg, 4)
+    keep_v, keep_t = vis[stage], txt[stage]
     assert list(module.vision.blocks) == [str(i) for i in keep_v]
     assert list(module.text.blocks) == [str(i) for i in keep_t]
 
