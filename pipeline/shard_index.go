@@ -15,7 +15,6 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/imgproc"
-	"github.com/mmfeed/mmfeed/loader"
 )
 
 // ShardManifestVersion is the version of shard.json and the index files.
@@ -101,7 +100,7 @@ type epochPlan struct {
 // draws later epochs plan that the first epoch does not hold (a mixture
 // draws other samples and repetitions each epoch; a plain input's epochs
 // hold the same samples, so nothing is added). A draw is the same stored
-// item in every epoch when its location and draw id are.
+// item in every epoch when its index position and repeat are (drawKey).
 func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int) (epochs []epochPlan, stored Features, err error) {
 	f := prep.Features
 	stored = f
@@ -118,10 +117,9 @@ func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int
 	if prep.ds == nil {
 		return nil, stored, fmt.Errorf("pipeline: plan %d epochs: the prepared epoch has no dataset", n)
 	}
-	key := func(e loader.Entry) string { return e.Location + "\x00" + e.ID }
-	at := make(map[string]int32, f.Len())
+	at := make(map[uint64]int32, f.Len())
 	for i := range f.Len() {
-		if k := key(f.Entry(i)); !hasItem(at, k) {
+		if k := drawKey(&f, i); !hasItem(at, k) {
 			at[k] = int32(i)
 		}
 	}
@@ -134,7 +132,7 @@ func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int
 		}
 		ep := epochPlan{toItem: make([]int32, pe.Features.Len())}
 		for i := range pe.Features.Len() {
-			k := key(pe.Features.Entry(i))
+			k := drawKey(&pe.Features, i)
 			j, ok := at[k]
 			if !ok {
 				j = int32(stored.Len())
@@ -152,7 +150,15 @@ func planEpochs(ctx context.Context, prep *Prepared, first *balancer.Plan, n int
 	return epochs, stored, nil
 }
 
-func hasItem(m map[string]int32, k string) bool { _, ok := m[k]; return ok }
+func hasItem(m map[uint64]int32, k uint64) bool { _, ok := m[k]; return ok }
+
+// drawKey is item i's sample and draw: its position in the dataset's index and its repeat.
+// Every epoch of one dataset indexes the same entries, so equal keys are the same draw
+// (the same location and draw id) without materialising the entry, which over a packed
+// index would re-read its record.
+func drawKey(f *Features, i int) uint64 {
+	return uint64(uint32(f.Order[i]))<<32 | uint64(uint32(f.Repeat(i)))
+}
 
 // appendDraw appends item i of src (features of the same index as dst) to dst.
 func appendDraw(dst, src *Features, i int) {
