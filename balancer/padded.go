@@ -1,8 +1,9 @@
 package balancer
 
 // The bundled trainer pads every micro-batch to a rectangle: input_ids to the
-// micro-batch's longest L, pixel_values to its largest image (P_max under
-// dynamic resolution; fixed-size images all have the same P). A micro-batch
+// micro-batch's longest L, the vision tokens to its most patches (P_max under
+// dynamic resolution, each image's own grid first in its row, whatever the
+// aspect ratios; fixed-size images all have the same P). A micro-batch
 // of n samples therefore computes about n × cost(L_max, P_max): every entry's
 // vision part at P_max, its text part at L_max and its fusion part at
 // L_max·P_max. The decode term (complexity) is the loader's, per real image,

@@ -23,10 +23,11 @@ UPDATE = os.environ.get("MMFEED_UPDATE_GOLDEN") == "1"
 SAMPLES = [(32, 196), (128, 1024), (16, 3872)]
 """(text tokens, image tokens) of the per-sample golden."""
 MICRO_BATCHES = [[(32, 14, 14), (128, 32, 32)], [(32, 14, 14), (32, 14, 14), (128, 32, 32)],
-                 [(5, 8, 8), (16, 44, 88), (1, 2, 4)]]
-"""(text tokens, grid rows, grid columns) per sample; one sample of each holds both the largest
-height and width, so the padded grid is that sample's (what balancer.PaddedFeatures assumes).
-Every caption has a token: the trainer runs an empty one as one pad token, which the Go prior
+                 [(5, 8, 8), (16, 44, 88), (1, 2, 4)], [(8, 4, 16), (12, 16, 4), (3, 8, 8)]]
+"""(text tokens, grid rows, grid columns) per sample. The last one's grids do not nest (the
+tallest and the widest are different samples): padded, every row is priced at the most
+patches of any sample, as the vision tower pads (balancer.PaddedFeatures), not at the
+largest height by the largest width. Every caption has a token: the trainer runs an empty one as one pad token, which the Go prior
 prices at none."""
 STAGES = (2, 4)
 

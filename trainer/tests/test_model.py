@@ -40,6 +40,36 @@ def test_image_embedding_does_not_depend_on_batch_padding():
     torch.testing.assert_close(together[0], alone[0], rtol=1e-5, atol=1e-6)
 
 
+def test_padded_images_pad_to_the_most_patches_not_the_bounding_grid():
+    """A 1x4 and a 4x1 grid pad to 4 patch tokens (plus [CLS]), not 4x4 = 16, and give the same
+    embeddings and fusion context as the bounding-grid layout (what a device tensor without a
+    host layout still uses)."""
+    model = tiny_model()
+    wide, tall = torch.randn(3, 16, 64), torch.randn(3, 64, 16)
+    pixels = torch.zeros(2, 3, 64, 64)
+    pixels[0, :, :16, :] = wide
+    pixels[1, :, :, :16] = tall
+    shape = torch.tensor([[3, 16, 64], [3, 64, 16]])
+    x, mask = model.vision.embed(pixels, shape)
+    assert x.shape[:2] == (2, 5) and mask.tolist() == [[True] * 5] * 2
+    grid_x, grid_mask = _bounding_embed(model, pixels, shape)
+    assert grid_x.shape[:2] == (2, 17)
+    torch.testing.assert_close(x, grid_x[grid_mask].view(2, 5, -1))
+    alone = [model.vision(pixels[i:i + 1, :, :h, :w], shape[i:i + 1]).emb for i, (_, h, w) in enumerate(shape.tolist())]
+    together = model.vision(pixels, shape).emb
+    torch.testing.assert_close(together, torch.cat(alone), rtol=1e-5, atol=1e-6)
+
+
+def _bounding_embed(model, pixels, shape):
+    """embed as on a device without the host sizes: the tokens keep the padded grid's places."""
+    orig = model.vision._most_patches
+    model.vision._most_patches = lambda *a: None
+    try:
+        return model.vision.embed(pixels, shape)
+    finally:
+        model.vision._most_patches = orig
+
+
 def test_text_embedding_does_not_depend_on_batch_padding():
     model = tiny_model()
     ids = torch.tensor([[101, 2000, 3000, 102]])

@@ -58,6 +58,13 @@ class TextFeatures(NamedTuple):
     """(B, E) L2-normalised contrastive embedding."""
 
 
+def _real_first(x: torch.Tensor, mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (B, N, D) and its mask (B, N) with each row's real tokens moved to the front, in
+    their order, and cut to ``width`` places (at least each row's real tokens)."""
+    order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)[:, :width]
+    return x.gather(1, order[..., None].expand(-1, -1, x.shape[-1])), mask.gather(1, order)
+
+
 def length_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     """(B, width) bool mask of the first max(length, 1) positions.
 
@@ -313,14 +320,20 @@ class VisionTower(nn.Module):
         with the patches and cu_seqlens_image in the first two places."""
         if image_grid is not None:
             return self.forward_packed(pixel_values, pixel_shape, image_grid, layout)
-        x, mask = self.embed(pixel_values, pixel_shape)
+        x, mask = self.embed(pixel_values, pixel_shape, layout)
         for blk in self.blocks:
             x = blk(x, mask)
         return self.head(x, mask)
 
-    def embed(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(self, pixel_values: torch.Tensor, pixel_shape: torch.Tensor,
+              layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The padded input of the first block: (B, 1 + N, D) [CLS] + patch tokens with their
-        position embeddings, and the (B, 1 + N) bool mask of real tokens."""
+        position embeddings, and the (B, 1 + N) bool mask of real tokens. N is the most
+        patches of any sample (each sample's own grid, row-major, its padding after it), not
+        the grid of the largest height by the largest width: a 4 x 16 and a 16 x 4 image pad to
+        64 tokens, not 256 (what balancer.PaddedFeatures prices). The sizes come from the host
+        ``layout`` (or from ``pixel_shape`` on the host); with neither, the tokens keep the
+        padded grid's places (the same result, more work)."""
         b, c, hgt, wid = pixel_values.shape
         p, g = self.patch_size, self.max_grid
         gh, gw = max(hgt // p, 1), max(wid // p, 1)
@@ -344,7 +357,21 @@ class VisionTower(nn.Module):
         cls = (self.cls + self.pos[:1]).expand(b, 1, -1)
         x = torch.cat([cls, x], dim=1)
         mask = torch.cat([torch.ones(b, 1, dtype=torch.bool, device=dev), valid], dim=1)
+        n = self._most_patches(pixel_shape, layout)
+        if n is not None and n < gh * gw:
+            x, mask = _real_first(x, mask, 1 + n)
         return x, mask
+
+    def _most_patches(self, pixel_shape: torch.Tensor, layout: Layout | None) -> int | None:
+        """The most patches of any sample, from the host (None where only the device knows)."""
+        p = self.patch_size
+        if layout is not None and layout.shapes is not None:
+            shapes = layout.shapes
+        elif pixel_shape.device.type == "cpu":
+            shapes = [(h, w) for _, h, w in pixel_shape.tolist()]
+        else:
+            return None
+        return max(((h // p) * (w // p) for h, w in shapes), default=0)
 
     def head(self, x: torch.Tensor, mask: torch.Tensor) -> ImageFeatures:
         """The features after the last block: final norm and the [CLS] embedding."""
@@ -613,11 +640,12 @@ def flops_per_sample(cfg: ModelConfig, text_tokens: int, image_tokens: int) -> f
 def micro_batch_flops(cfg: ModelConfig, mb) -> float:
     """Training FLOPs of one micro-batch (a ``batches.Batch`` with both modalities) as the
     model computes it, every row counted (padding samples too): padded, each row at the
-    padded caption length and the padded patch grid (rows x columns of the largest height and
-    width); packed, each sample at its own length and grid."""
+    padded caption length and the most patches of any sample (``VisionTower.embed``); packed,
+    each sample at its own length and grid."""
     if mb.packed:
         lengths, grid = mb.lengths.tolist(), mb.image_grid.tolist()
         return sum(flops_per_sample(cfg, n, gh * gw) for n, (gh, gw) in zip(lengths, grid))
     b, width = mb.input_ids.shape
-    h, w = mb.pixel_values.shape[2:]
-    return b * flops_per_sample(cfg, width, (h // cfg.patch_size) * (w // cfg.patch_size))
+    p = cfg.patch_size
+    patches = max(((h // p) * (w // p) for _, h, w in mb.pixel_shape.tolist()), default=0)
+    return b * flops_per_sample(cfg, width, patches)

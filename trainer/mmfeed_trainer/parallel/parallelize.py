@@ -114,7 +114,7 @@ class Stage(nn.Module):
         if packed:  # the towers dispatch on the packed arguments (FSDP2 hooks see every call)
             img = self.vision(mb.patches, mb.cu_seqlens_image, mb.image_grid, layout=mb.layout)
         else:
-            img = self.vision(mb.pixel_values, mb.pixel_shape)
+            img = self.vision(mb.pixel_values, mb.pixel_shape, layout=mb.layout)
         layout = mb.layout
         if self.role == ROLE_FULL:
             txt = self._text(mb, packed)

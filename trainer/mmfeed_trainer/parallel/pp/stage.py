@@ -227,7 +227,7 @@ class PipelineStage(nn.Module):
             vx, vcu = self.vision.embed_packed(mb.patches, mb.cu_seqlens_image, mb.image_grid, mb.layout)
             tx, _ = self.text.embed_packed(mb.input_ids, mb.lengths, mb.layout)
             return {"vx": vx, "vcu": vcu, "tx": tx, **meta}
-        vx, vmask = self.vision.embed(mb.pixel_values, mb.pixel_shape)
+        vx, vmask = self.vision.embed(mb.pixel_values, mb.pixel_shape, mb.layout)
         tx, _ = self.text.embed(mb.input_ids, mb.lengths)
         return {"vx": vx, "vmask": vmask, "tx": tx, **meta}
 
