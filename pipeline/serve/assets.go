@@ -299,12 +299,9 @@ func (s *Service) recreateState(ctx context.Context) error {
 	if err := s.checkJob(ctx); err != nil {
 		return err
 	}
-	infos := s.epochs.allInfos()
 	ranks := s.ranks.all()
-	for e, in := range infos {
-		if err := s.st.putJSON(ctx, kvEpochInfo+fmt.Sprint(e), in); err != nil {
-			return err
-		}
+	if err := s.epochs.recordAll(ctx); err != nil {
+		return err
 	}
 	handed := ranksRecord{Ranks: make([]*kvStep, len(ranks))}
 	positions := ranksRecord{Ranks: make([]*kvStep, len(ranks))}

@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
@@ -197,9 +196,10 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 }
 
 // recalibrateDue refits every Recalibrate published steps and, when the fit
-// works, replans the unpublished rest of the epoch with it. It reports
-// whether the run must restart on the new steps. Publisher goroutine only.
-func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
+// works, replans the unpublished rest of the epoch with it (epochBook.replanRest:
+// the book changes and records the plan). It reports whether the run must
+// restart on the new steps. Publisher goroutine only.
+func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, queued []pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
@@ -212,39 +212,19 @@ func (s *Service) recalibrateDue(ep *epochPlan, step int, queued []pos) bool {
 	if !ok {
 		return false
 	}
-	e := ep.info.Epoch
-	// The book's lock guards ep's steps, feats and info against readers.
-	s.epochs.mu.Lock()
-	from := step + 1 // after every step queued or published
-	for _, q := range queued {
-		if q.Epoch > e {
-			s.epochs.mu.Unlock()
-			return false
-		}
-		if q.Epoch == e {
-			from = max(from, q.Step)
-		}
-	}
-	oldSteps, oldInfo := ep.steps, ep.info
-	fit := cal.Fit
-	replanned := ep.replan(Segment{FromStep: from, Model: cal.Model, Fit: &fit})
-	info := ep.info
-	s.epochs.mu.Unlock()
-	if !replanned {
+	e, fit := ep.info.Epoch, cal.Fit
+	seg := func(from int) Segment { return Segment{FromStep: from, Model: cal.Model, Fit: &fit} }
+	from, replanned, err := s.epochs.replanRest(ctx, ep, step, queued, seg)
+	switch {
+	case err != nil:
+		s.log.Warn("recalibration not recorded, plan kept", "err", err)
+		return false
+	case from < 0: // a later epoch is queued already
+		return false
+	case !replanned:
 		s.log.Info("recalibration kept the plan (the replan would change the step count)", "epoch", e, "from_step", from)
 		return false
 	}
-	if err := s.st.putJSON(context.Background(), kvEpochInfo+strconv.Itoa(e), info); err != nil {
-		s.epochs.mu.Lock()
-		ep.steps, ep.info = oldSteps, oldInfo
-		for k := from; k < len(oldSteps); k++ {
-			ep.feats[k] = ep.stepFeatures(oldSteps[k])
-		}
-		s.epochs.mu.Unlock()
-		s.log.Warn("recalibration not recorded, plan kept", "err", err)
-		return false
-	}
-	s.epochs.setInfo(e, info)
 	s.met.recalibrations.Inc()
 	s.log.Info("recalibrated", "epoch", e, "from_step", from, "r2", fit.R2, "mean_rel_err", fit.MeanRelErr, "observations", fit.N)
 	return true

@@ -37,7 +37,7 @@ func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
 	cfg := DefaultConfig()
 	cfg.Job = "ctl"
 	cfg.Pipeline.Plan.DP = 2
-	epochs := newEpochBook(nil)
+	epochs := newEpochBook(nil, nil)
 	epochs.setInfo(0, EpochInfo{Steps: steps})
 	ranks := newRankTable(2, 1, epochs, &state{})
 	for r := range 2 {

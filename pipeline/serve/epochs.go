@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // planJob is one epoch's preparation, run once (by the publisher when it
@@ -55,11 +57,77 @@ type epochBook struct {
 	planned chan struct{}
 	ahead   sync.WaitGroup
 	prepare prepareFunc
+	kv      *state // where epoch infos are recorded (kvEpochInfo keys); only the book writes them
 }
 
-func newEpochBook(prepare prepareFunc) *epochBook {
+func newEpochBook(prepare prepareFunc, kv *state) *epochBook {
 	return &epochBook{infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, jobs: map[int]*planJob{}, active: -1,
-		planned: make(chan struct{}), prepare: prepare}
+		planned: make(chan struct{}), prepare: prepare, kv: kv}
+}
+
+// record writes epoch e's info to the job's KV bucket (kvEpochInfo).
+func (b *epochBook) record(ctx context.Context, e int, info EpochInfo) error {
+	return b.kv.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), info)
+}
+
+// recordAll writes every epoch info the book holds again (a recreated bucket).
+func (b *epochBook) recordAll(ctx context.Context) error {
+	for e, info := range b.allInfos() {
+		if err := b.record(ctx, e, info); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unrecord deletes the recorded infos of epochs es (a resize plans them again).
+func (b *epochBook) unrecord(ctx context.Context, es []int) error {
+	for _, e := range es {
+		if err := b.kv.kv.Delete(ctx, kvEpochInfo+strconv.Itoa(e)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// replanRest replans the held plan ep from its first step after step and
+// after every queued position of its epoch (from; -1 when a later epoch is
+// queued already, and nothing is done) with seg(from), records the new info,
+// and keeps the old plan when the record fails (err). replanned is false
+// when the replan would change the step count (epochPlan.replan). The only
+// writer of a held plan's steps after planning; its readers hold mu.
+func (b *epochBook) replanRest(ctx context.Context, ep *epochPlan, step int, queued []pos,
+	seg func(from int) Segment) (from int, replanned bool, err error) {
+	e := ep.info.Epoch
+	b.mu.Lock()
+	from = step + 1 // after every step queued or published
+	for _, q := range queued {
+		if q.Epoch > e {
+			b.mu.Unlock()
+			return -1, false, nil
+		}
+		if q.Epoch == e {
+			from = max(from, q.Step)
+		}
+	}
+	oldSteps, oldInfo := ep.steps, ep.info
+	replanned = ep.replan(seg(from))
+	info := ep.info
+	b.mu.Unlock()
+	if !replanned {
+		return from, false, nil
+	}
+	if err := b.record(ctx, e, info); err != nil {
+		b.mu.Lock()
+		ep.steps, ep.info = oldSteps, oldInfo
+		for k := from; k < len(oldSteps); k++ {
+			ep.feats[k] = ep.stepFeatures(oldSteps[k])
+		}
+		b.mu.Unlock()
+		return from, false, err
+	}
+	b.setInfo(e, info)
+	return from, true, nil
 }
 
 // info returns epoch e's info, if it is planned.
@@ -354,7 +422,7 @@ func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epo
 	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
 		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds(), "first_window_seconds", ep.firstWindow.Seconds())
 	s.truncWarn.Do(func() { warnTruncation(s.log, ep.prep) }) // the captions are the same every epoch
-	if err := s.st.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), ep.info); err != nil {
+	if err := s.epochs.record(ctx, e, ep.info); err != nil {
 		ep.close()
 		return nil, err
 	}

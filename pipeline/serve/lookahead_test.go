@@ -167,7 +167,7 @@ func TestReplanWaitsForTheWholePlan(t *testing.T) {
 	if got := len(ep.planFrom(first).Steps); got != 0 {
 		t.Errorf("planFrom(%d) has %d steps before they are planned", first, got)
 	}
-	book := newEpochBook(nil)
+	book := newEpochBook(nil, nil)
 	book.plans[0] = ep
 	if _, ok := book.features(0, first, 0); ok {
 		t.Errorf("features of unplanned step %d", first)

@@ -36,7 +36,7 @@ func TestPositionsShareWrites(t *testing.T) {
 		return info.State.LastSeq
 	}
 	st := &state{kv}
-	book := newEpochBook(nil)
+	book := newEpochBook(nil, nil)
 	book.setInfo(0, EpochInfo{Epoch: 0, Steps: steps})
 	tab := newRankTable(n, 2, book, st)
 	wctx, stop := context.WithCancel(ctx)

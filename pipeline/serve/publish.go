@@ -206,7 +206,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.
 	for _, r := range targets {
 		next[r] = pos{here.Epoch, here.Step + 1}
 	}
-	if s.recalibrateDue(ep, sb.Step, next) {
+	if s.recalibrateDue(ctx, ep, sb.Step, next) {
 		return errRewind
 	}
 	return nil

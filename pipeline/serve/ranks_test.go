@@ -11,7 +11,7 @@ import (
 // does. A wake-up per cursor move woke every rank's publisher once per rank
 // and step.
 func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
-	tab := newRankTable(3, 1, newEpochBook(nil), nil)
+	tab := newRankTable(3, 1, newEpochBook(nil, nil), nil)
 	woken := func(ch chan struct{}) bool {
 		select {
 		case <-ch:

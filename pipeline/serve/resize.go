@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Elastic resume: a job recorded at dp = N served by a service started with
@@ -128,10 +126,8 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	}
 	// Epochs from the point's on are planned again (for the new dp): forget
 	// their old-dp infos, in the KV bucket and here.
-	for _, e := range stale {
-		if err := s.st.kv.Delete(ctx, kvEpochInfo+strconv.Itoa(e)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("serve: resize: %w", err)
-		}
+	if err := s.epochs.unrecord(ctx, stale); err != nil {
+		return fmt.Errorf("serve: resize: %w", err)
 	}
 	rec, err := s.cfg.jobRecord()
 	if err != nil {

@@ -91,7 +91,7 @@ func New(cfg Config) (*Service, error) {
 		mem = memory.DefaultAllocator
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
-	s.epochs = newEpochBook(s.planEpoch)
+	s.epochs = newEpochBook(s.planEpoch, &s.st)
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.cal = newCalibrator(cfg)
