@@ -13,6 +13,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Roles of `mmfeed serve`.
+const (
+	// RoleAll plans and preprocesses in one process (the default).
+	RoleAll = "all"
+	// RolePlanner plans, issues batch work items and delivers the workers'
+	// results to the trainers; it preprocesses nothing itself unless
+	// Config.LocalWorkers > 0.
+	RolePlanner = "planner"
+	// RoleWorker pulls work items of any job and preprocesses them
+	// (RunWorker); it needs only the NATS deployment.
+	RoleWorker = "worker"
+)
+
 // Config configures a Service. Every field is documented with its default
 // (DefaultConfig).
 type Config struct {

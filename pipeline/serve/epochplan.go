@@ -94,9 +94,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		return nil, err
 	}
 	if qkv != nil {
-		sink := *qkv
-		sink.file = qw
-		qw = &sink
+		qw = qkv.withFile(qw)
 	}
 	prep, err := ds.Epoch(ctx, pc.Plan, qw)
 	if err != nil {

@@ -291,24 +291,6 @@ func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows [
 	return payload, nil
 }
 
-// encodeRows builds one micro-batch's record from rows and encodes it as an
-// Arrow IPC payload, the one way served batches and work results are made;
-// build and encode are the times the two took.
-func encodeRows(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) (payload []byte, build, encode time.Duration, err error) {
-	t0 := time.Now()
-	rec, err := proto.BuildRecord(mem, meta, rows)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
-	}
-	t1 := time.Now()
-	payload, err = proto.EncodeIPC(rec)
-	rec.Release()
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
-	}
-	return payload, t1.Sub(t0), time.Since(t1), nil
-}
-
 // rankPublisher publishes one rank's queued payloads in order until the
 // queue is closed (the run ended: publish what is queued) or ctx ends (a
 // rewind or a failure: drop it). A step is published only once every rank

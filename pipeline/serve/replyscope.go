@@ -2,7 +2,6 @@ package serve
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync/atomic"
 
@@ -141,15 +140,6 @@ func (g *replyGuard) ownOf(subj string, data []byte) []string {
 		return g.rankInbox(dp, mp)
 	}
 	return []string{"_INBOX." + proto.SubjectPrefix + "." + g.job}
-}
-
-// truncate bounds s (a subject or a reason from outside) to n bytes for a
-// log line or a header, cut at a valid UTF-8 boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // workReplyOK returns the reply check of the planner's work-result

@@ -406,7 +406,7 @@ func (s *Service) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
-	s.quarantine = &quarantineSink{kv: qkv, log: s.log, recorded: &sync.Map{}}
+	s.quarantine = newQuarantineSink(qkv, s.log, true)
 	if c.core() {
 		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
 		s.views = make(chan struct{}, maxViews)

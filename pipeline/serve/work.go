@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -18,19 +20,6 @@ import (
 	"github.com/mmfeed/mmfeed/tokenize"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
-
-// Roles of `mmfeed serve`.
-const (
-	// RoleAll plans and preprocesses in one process (the default).
-	RoleAll = "all"
-	// RolePlanner plans, issues batch work items and delivers the workers'
-	// results to the trainers; it preprocesses nothing itself unless
-	// Config.LocalWorkers > 0.
-	RolePlanner = "planner"
-	// RoleWorker pulls work items of any job and preprocesses them
-	// (RunWorker); it needs only the NATS deployment.
-	RoleWorker = "worker"
 )
 
 // The work queue: one JetStream work-queue stream for every job's items,
@@ -49,7 +38,24 @@ const (
 	hdrWorkDone    = "Mmfeed-Work-Done"    // on the done message: every payload was sent
 	hdrWorkSeconds = "Mmfeed-Work-Seconds" // on the done message: the worker's time for the item
 	hdrWorkSlots   = "Mmfeed-Work-Slots"   // on the done message: the worker's slots (autoscale.go)
+	// hdrWorkConfig, on every chunk: the preprocessing config hash the
+	// worker built the rows with.
+	hdrWorkConfig = "Mmfeed-Work-Config"
+	// hdrWorkError, on a failure report (no payload): why the worker could
+	// not build the item (its dataset did not open, an id is not in its
+	// index, ...). The worker leaves the item to another attempt.
+	hdrWorkError = "Mmfeed-Work-Error"
 )
+
+// The planner's answers to a worker's done message.
+const (
+	answerOK       = "ok"        // held, or no longer wanted
+	answerMissing  = "missing"   // chunks were lost: send them again
+	answerRejected = "rejected:" // a result did not match the item; the planner issued it again
+)
+
+// maxReasonBytes bounds the failure reason a planner keeps and logs.
+const maxReasonBytes = 512
 
 // workItemsSubject is where a job's work items are published.
 func workItemsSubject(job string) string { return natsenv.WorkItemsSubject(job) }
@@ -140,6 +146,25 @@ func (it *batchItem) validate() error {
 	}
 	return nil
 }
+
+// featureItem is a range of a job's dataset index whose features (token
+// counts, image headers) a worker computes.
+type featureItem struct {
+	Kind   string `json:"kind"` // "features"
+	ID     string `json:"id"`
+	Config string `json:"config"`
+	Job    string `json:"job"`
+	Lo     int    `json:"lo"`
+	Hi     int    `json:"hi"`
+	// FirstID and LastID are the ids of entries Lo and Hi-1: a worker whose
+	// index differs refuses the item.
+	FirstID    string `json:"first_id"`
+	LastID     string `json:"last_id"`
+	DeadlineMS int64  `json:"deadline_ms"`
+}
+
+// workFeaturesSubject is where workers send a job's feature results.
+func workFeaturesSubject(job string) string { return natsenv.WorkFeaturesSubject(job) }
 
 // workKey names a batch item's place: (epoch, step, dp, micro-batch).
 type workKey struct{ Epoch, Step, DP, MicroBatch int }
@@ -288,4 +313,31 @@ func putObjectAttempt(ctx context.Context, obj jetstream.ObjectStore, name strin
 func notAnswering(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// truncate bounds s (a subject or a reason from outside) to n bytes for a
+// log line or a header, cut at a valid UTF-8 boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(%d bytes)", len(s))
+}
+
+// encodeRows builds one micro-batch's record from rows and encodes it as an
+// Arrow IPC payload, the one way served batches and work results are made;
+// build and encode are the times the two took.
+func encodeRows(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) (payload []byte, build, encode time.Duration, err error) {
+	t0 := time.Now()
+	rec, err := proto.BuildRecord(mem, meta, rows)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
+	}
+	t1 := time.Now()
+	payload, err = proto.EncodeIPC(rec)
+	rec.Release()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
+	}
+	return payload, t1.Sub(t0), time.Since(t1), nil
 }

@@ -93,25 +93,21 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return err
 		}
 	}
-	w := &worker{cfg: cfg, log: log, datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
-	if cfg.conn != nil {
-		w.nc = cfg.conn
-	} else {
-		nc, err := connect(cfg.NATS, nil, nil, log, nats.CustomInboxPrefix(WorkerInboxPrefix),
+	w := newWorker(cfg, log)
+	nc := cfg.conn
+	if nc == nil {
+		var err error
+		nc, err = connect(cfg.NATS, nil, nil, log, nats.CustomInboxPrefix(WorkerInboxPrefix),
 			nats.Timeout(10*time.Second), nats.ErrorHandler(w.refused.handler(log)))
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		w.nc = nc
 	}
 	defer w.close()
-	var err error
-	if w.js, err = jetstream.New(w.nc); err != nil {
-		return fmt.Errorf("serve: jetstream: %w", err)
-	}
-	if w.chunk, err = proto.ChunkSize(w.nc.MaxPayload()); err != nil {
-		return fmt.Errorf("serve: %w", err)
+	err := w.attach(nc)
+	if err != nil {
+		return err
 	}
 	if w.cacheDir = cfg.CacheDir; w.cacheDir == "" {
 		if w.cacheDir, err = os.MkdirTemp("", "mmfeed-worker-"); err != nil {
@@ -138,6 +134,33 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return nil
 	}
 	return err
+}
+
+func newWorker(cfg WorkerConfig, log *slog.Logger) *worker {
+	return &worker{cfg: cfg, log: log, datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
+}
+
+// attach sets the worker's connection (which its caller closes).
+func (w *worker) attach(nc *nats.Conn) error {
+	w.nc = nc
+	var err error
+	if w.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("serve: jetstream: %w", err)
+	}
+	if w.chunk, err = proto.ChunkSize(nc.MaxPayload()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// attachWorker returns a worker on nc that takes no items by itself: its
+// caller (a test's forger) takes them from the queue (waitForQueue), builds
+// and sends them (build, send) and closes it; tokenizer files are cached in
+// cacheDir.
+func attachWorker(nc *nats.Conn, log *slog.Logger, cacheDir string) (*worker, error) {
+	w := newWorker(WorkerConfig{CacheDir: cacheDir}, log)
+	w.cacheDir = cacheDir
+	return w, w.attach(nc)
 }
 
 // waitForQueue returns the workers' consumer once a planner has created it.

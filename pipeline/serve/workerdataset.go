@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
@@ -22,6 +23,25 @@ type workerDataset struct {
 	// (guarded by worker.mu).
 	users int
 	used  time.Time
+}
+
+// entry returns the index position of the sample a batch item names: its
+// id, or for a mixture's repeated draw (loader.DrawID "<id>#<k>") the
+// sample it repeats. The planner's index quarantines ids that could be
+// read both ways (loader.CombineIndexes), so the lookup is unambiguous.
+func (d *workerDataset) entry(id string) (int, bool) {
+	if j, ok := d.byID[id]; ok {
+		return j, true
+	}
+	if d.ds.Config.Mixture == nil {
+		return 0, false
+	}
+	base, _, ok := loader.DrawBase(id)
+	if !ok {
+		return 0, false
+	}
+	j, ok := d.byID[base]
+	return j, ok
 }
 
 // maxDatasets is how many datasets a worker keeps open: beyond it, the
@@ -119,7 +139,7 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 	}
 	var qw io.Writer // rejects found here go to the job's quarantine bucket, once per sample
 	if kv, err := w.js.KeyValue(ctx, QuarantineBucket(job)); err == nil {
-		qw = &quarantineSink{kv: kv, log: w.log}
+		qw = newQuarantineSink(kv, w.log, false)
 	} else {
 		w.log.Warn("quarantine bucket", "job", job, "err", err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,25 +31,6 @@ const featureRange = 512
 // featureReissue is how long the planner waits for a feature item before it
 // issues it again (a purged queue, a worker that never answers).
 const featureReissue = 30 * time.Second
-
-// featureItem is a range of a job's dataset index whose features (token
-// counts, image headers) a worker computes.
-type featureItem struct {
-	Kind   string `json:"kind"` // "features"
-	ID     string `json:"id"`
-	Config string `json:"config"`
-	Job    string `json:"job"`
-	Lo     int    `json:"lo"`
-	Hi     int    `json:"hi"`
-	// FirstID and LastID are the ids of entries Lo and Hi-1: a worker whose
-	// index differs refuses the item.
-	FirstID    string `json:"first_id"`
-	LastID     string `json:"last_id"`
-	DeadlineMS int64  `json:"deadline_ms"`
-}
-
-// workFeaturesSubject is where workers send a job's feature results.
-func workFeaturesSubject(job string) string { return natsenv.WorkFeaturesSubject(job) }
 
 // featureResults collects the results of the feature items in flight, and
 // the workers' failure reports of them. Only the items of a pass in

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,13 +162,11 @@ func forgeResults(ctx context.Context, t *testing.T, url string, fs []forgery) e
 		return err
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	aw := &worker{log: testLogger(t).With("worker", "forger"), nc: nc, js: js, cacheDir: t.TempDir(),
-		datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
-	defer aw.close()
-	if aw.chunk, err = proto.ChunkSize(nc.MaxPayload()); err != nil {
+	aw, err := attachWorker(nc, testLogger(t).With("worker", "forger"), t.TempDir())
+	if err != nil {
 		return err
 	}
+	defer aw.close()
 	cons, err := aw.waitForQueue(ctx)
 	if err != nil {
 		return err

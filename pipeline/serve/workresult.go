@@ -10,25 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Headers of a worker's result messages beyond the item id, the done mark
-// and the seconds (work.go).
-const (
-	// hdrWorkConfig, on every chunk: the preprocessing config hash the
-	// worker built the rows with.
-	hdrWorkConfig = "Mmfeed-Work-Config"
-	// hdrWorkError, on a failure report (no payload): why the worker could
-	// not build the item (its dataset did not open, an id is not in its
-	// index, ...). The worker leaves the item to another attempt.
-	hdrWorkError = "Mmfeed-Work-Error"
-)
-
-// The planner's answers to a worker's done message.
-const (
-	answerOK       = "ok"        // held, or no longer wanted
-	answerMissing  = "missing"   // chunks were lost: send them again
-	answerRejected = "rejected:" // a result did not match the item; the planner issued it again
-)
-
 // itemMaxFailures is how many failure reports of one item (feature or
 // batch) the planner takes before it gives up on the item and fails the job
 // with the workers' reason (ErrWorkFailed). An item fails for what is
@@ -36,9 +17,6 @@ const (
 // does not fail its item): the input unreachable from the workers, another
 // dataset at the path; waiting would never end.
 const itemMaxFailures = 5
-
-// maxReasonBytes bounds the failure reason a planner keeps and logs.
-const maxReasonBytes = 512
 
 // ErrWorkFailed: the workers failed one item itemMaxFailures times; the
 // error carries their last reason.
@@ -114,7 +92,7 @@ func (w *workPlanner) rejectLocked(sl *workSlot, mp int, err error) {
 	reason := rejectDecode
 	var re *resultError
 	if errors.As(err, &re) {
-		reason = re.reason
+		reason = re.Reason()
 	}
 	w.rejects.WithLabelValues(reason).Inc()
 	sl.rejects++

@@ -35,6 +35,9 @@ type resultError struct{ reason, detail string }
 
 func (e *resultError) Error() string { return e.reason + ": " + e.detail }
 
+// Reason is the rejection's reason, a reject* constant.
+func (e *resultError) Reason() string { return e.reason }
+
 func rejected(reason, format string, a ...any) error {
 	return &resultError{reason: reason, detail: fmt.Sprintf(format, a...)}
 }
