@@ -22,7 +22,7 @@ const (
 	// Config.LocalWorkers > 0.
 	RolePlanner = "planner"
 	// RoleWorker pulls work items of any job and preprocesses them
-	// (RunWorker); it needs only the NATS deployment.
+	// (work.RunWorker); it needs only the NATS deployment.
 	RoleWorker = "worker"
 )
 
@@ -50,12 +50,12 @@ type Config struct {
 	// consumer per rank).
 	DataPlane string
 	// Role is RoleAll (the default: plan and preprocess here) or
-	// RolePlanner (plan here, preprocess on workers: RunWorker). A worker is
+	// RolePlanner (plan here, preprocess on workers: work.RunWorker). A worker is
 	// not a Service.
 	Role string
 	// LocalWorkers is how many items a planner preprocesses itself, as
 	// workers in its own process (0: none, every item goes to the
-	// RunWorker processes).
+	// work.RunWorker processes).
 	LocalWorkers int
 	// WorkAckWait is how long a worker may go without renewing an item
 	// before the queue redelivers it (2 s): a dead worker's items go to
@@ -200,7 +200,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.Role == RoleWorker:
-		return bad("role worker runs RunWorker, not a Service")
+		return bad("role worker runs work.RunWorker, not a Service")
 	case c.Role != RoleAll && c.Role != RolePlanner:
 		return bad("role %q: want %s, %s or %s", c.Role, RoleAll, RolePlanner, RoleWorker)
 	case c.LocalWorkers < 0 || (c.LocalWorkers > 0 && c.Role != RolePlanner):

@@ -36,8 +36,8 @@
 //
 // Config.Role RoleAll (the default) plans and preprocesses in the service.
 // RolePlanner plans and delivers exactly as RoleAll does, and leaves the
-// preprocessing to RunWorker processes (or Config.LocalWorkers slots of its
-// own), through the JetStream work-queue stream WorkStream: feature items
+// preprocessing to work.RunWorker processes (or Config.LocalWorkers slots of its
+// own), through the JetStream work-queue stream work.Stream: feature items
 // (ranges of the dataset index; the planner assembles their features) and
 // batch items (one dp rank's micro-batch, for every mp rank; issued
 // WorkAhead steps ahead, heavy ones earlier: their time is predicted from
@@ -49,7 +49,7 @@
 // role reads and fills the feature cache in FeatureBucket under the
 // dataset's fingerprint (pipeline.Fingerprint). A worker needs only the NATS
 // deployment: an item names the job's preprocessing config and tokenizer in
-// the job's WorkBucket by hash, and the dataset by path (readable from
+// the job's work.Bucket by hash, and the dataset by path (readable from
 // every worker). A worker sends its encoded batches to the planner on core
 // NATS and acknowledges the item once the planner holds them; it renews
 // the item while it works, until the item's deadline (from its predicted

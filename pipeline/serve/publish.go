@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -279,10 +280,10 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	return meta, nil
 }
 
-// encodeBatch builds and encodes one micro-batch's record (encodeRows),
+// encodeBatch builds and encodes one micro-batch's record (work.EncodeRows),
 // timing both stages.
 func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
-	payload, build, encode, err := encodeRows(mem, meta, rows)
+	payload, build, encode, err := work.EncodeRows(mem, meta, rows)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"bytes"
@@ -24,13 +24,13 @@ func QuarantineKey(id, location string) string {
 	return "s." + base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-// quarantineSink receives the quarantine JSON lines of an epoch's
+// QuarantineSink receives the quarantine JSON lines of an epoch's
 // preparation (one record per Write, as loader.QuarantineWriter writes
 // them), writes them to the local file when there is one, and records each
 // sample once in the job's quarantine bucket: the first record wins,
 // whichever epoch or service found it. A record the bucket cannot take is
 // logged, not fatal: the file and the counts still have it.
-type quarantineSink struct {
+type QuarantineSink struct {
 	kv   jetstream.KeyValue
 	file io.Writer // nil: none
 	log  *slog.Logger
@@ -41,26 +41,26 @@ type quarantineSink struct {
 	recorded *sync.Map
 }
 
-// newQuarantineSink returns a sink that records to kv; once, it also
+// NewQuarantineSink returns a sink that records to kv; once, it also
 // remembers the keys the bucket has (recorded), for a service whose every
 // epoch quarantines the same rejects again.
-func newQuarantineSink(kv jetstream.KeyValue, log *slog.Logger, once bool) *quarantineSink {
-	q := &quarantineSink{kv: kv, log: log}
+func NewQuarantineSink(kv jetstream.KeyValue, log *slog.Logger, once bool) *QuarantineSink {
+	q := &QuarantineSink{kv: kv, log: log}
 	if once {
 		q.recorded = &sync.Map{}
 	}
 	return q
 }
 
-// withFile returns a copy of q that writes each record to file first (nil:
+// WithFile returns a copy of q that writes each record to file first (nil:
 // none); the copies share what recorded holds.
-func (q *quarantineSink) withFile(file io.Writer) *quarantineSink {
+func (q *QuarantineSink) WithFile(file io.Writer) *QuarantineSink {
 	c := *q
 	c.file = file
 	return &c
 }
 
-func (q *quarantineSink) Write(p []byte) (int, error) {
+func (q *QuarantineSink) Write(p []byte) (int, error) {
 	if q.file != nil {
 		if n, err := q.file.Write(p); err != nil {
 			return n, err
