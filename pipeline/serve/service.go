@@ -371,7 +371,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 	return nil
 }
 
-// connect is natsenv.Connect, for the worker and the shard writer.
+// connect is natsenv.Connect, for the shard writer.
 func connect(cfg NATSConfig, embedded *server.Server, sec *natsenv.Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	return natsenv.Connect(cfg, embedded, sec, log, extra...)
 }

@@ -94,7 +94,7 @@ func (r *refusals) watch(ctx context.Context, subj string) (context.Context, con
 
 // job reports whether the server refused, within refusedFor, a subject the
 // worker needs for job's items: its work bucket or its result subjects.
-// Such a credential is another job's (WorkerPermissions).
+// Such a credential is another job's (natsenv.WorkerPermissions).
 func (r *refusals) job(job string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

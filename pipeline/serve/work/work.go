@@ -42,7 +42,7 @@ const (
 	HdrItem    = "Mmfeed-Work-Item"    // the item's id (BatchItem.ID)
 	HdrDone    = "Mmfeed-Work-Done"    // on the done message: every payload was sent
 	HdrSeconds = "Mmfeed-Work-Seconds" // on the done message: the worker's time for the item
-	HdrSlots   = "Mmfeed-Work-Slots"   // on the done message: the worker's slots (autoscale.go)
+	HdrSlots   = "Mmfeed-Work-Slots"   // on the done message: the worker's slots (serve's autoscale.go)
 	// HdrConfig, on every chunk: the preprocessing config hash the
 	// worker built the rows with.
 	HdrConfig = "Mmfeed-Work-Config"
