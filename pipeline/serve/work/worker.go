@@ -37,14 +37,14 @@ type WorkerConfig struct {
 	// Logger receives the worker's log (nil: slog.Default()).
 	Logger *slog.Logger
 
-	// conn, when set, is used instead of connecting (local workers of a
+	// Conn, when set, is used instead of connecting (local workers of a
 	// planner); the worker does not close it.
 	Conn *nats.Conn
-	// beforeSend, when set (tests), is called with each item before its
+	// BeforeSend, when set (tests), is called with each item before its
 	// results are sent; an error ends the worker without acknowledging the
 	// item (a worker killed mid-item).
 	BeforeSend func(*BatchItem) error
-	// buildDelay (tests) is added to each batch item's measured build time:
+	// BuildDelay (tests) is added to each batch item's measured build time:
 	// a slow worker.
 	BuildDelay time.Duration
 }
@@ -155,16 +155,16 @@ func (w *Worker) attach(nc *nats.Conn) error {
 }
 
 // Attach returns a worker on nc that takes no items by itself: its
-// caller (a test's forger) takes them from the queue (waitForQueue), builds
-// and sends them (build, send) and closes it; tokenizer files are cached in
-// cacheDir.
+// caller (a test's forger) takes them from the queue (WaitForQueue), builds
+// and sends them (Build, Send) and closes it (Close); tokenizer files are
+// cached in cacheDir.
 func Attach(nc *nats.Conn, log *slog.Logger, cacheDir string) (*Worker, error) {
 	w := newWorker(WorkerConfig{CacheDir: cacheDir}, log)
 	w.cacheDir = cacheDir
 	return w, w.attach(nc)
 }
 
-// waitForQueue returns the workers' consumer once a planner has created it.
+// WaitForQueue returns the workers' consumer once a planner has created it.
 func (w *Worker) WaitForQueue(ctx context.Context) (jetstream.Consumer, error) {
 	logged := false
 	for {
@@ -187,6 +187,7 @@ func (w *Worker) WaitForQueue(ctx context.Context) (jetstream.Consumer, error) {
 	}
 }
 
+// Close closes the worker's datasets (not its connection).
 func (w *Worker) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -308,7 +309,7 @@ func (w *Worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time)
 	}
 }
 
-// build preprocesses the item's samples and encodes one payload per mp
+// Build preprocesses the item's samples and encodes one payload per mp
 // rank; took is the time that took (opening the dataset left out).
 func (w *Worker) Build(ctx context.Context, it *BatchItem) (_ [][]byte, took time.Duration, err error) {
 	ds, release, err := w.dataset(ctx, it.Job, it.Config)
@@ -344,7 +345,7 @@ func (w *Worker) Build(ctx context.Context, it *BatchItem) (_ [][]byte, took tim
 	return out, time.Since(t0), nil
 }
 
-// send sends the payloads in chunks to the job's result subject, then asks
+// Send sends the payloads in chunks to the job's result subject, then asks
 // the planner (on the same subject, so after the chunks) whether it holds
 // them.
 func (w *Worker) Send(ctx context.Context, it *BatchItem, payloads [][]byte, took time.Duration) error {
