@@ -200,7 +200,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.Role == RoleWorker:
-		return bad("role worker runs work.RunWorker, not a Service")
+		return bad("role worker runs RunWorker, not a Service")
 	case c.Role != RoleAll && c.Role != RolePlanner:
 		return bad("role %q: want %s, %s or %s", c.Role, RoleAll, RolePlanner, RoleWorker)
 	case c.LocalWorkers < 0 || (c.LocalWorkers > 0 && c.Role != RolePlanner):

@@ -42,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		{"publisher", func(c *Config) { c.Publisher.Window = 0 }, "publisher config"},
 		{"register wait", func(c *Config) { c.RegisterWait = -time.Second }, "register wait"},
 		{"role", func(c *Config) { c.Role = "boss" }, `role "boss"`},
-		{"role worker", func(c *Config) { c.Role = RoleWorker }, "runs work.RunWorker"},
+		{"role worker", func(c *Config) { c.Role = RoleWorker }, "runs RunWorker"},
 		{"local workers without planner", func(c *Config) { c.LocalWorkers = 2 }, "local workers 2"},
 		{"planner unreachable", func(c *Config) { c.Role, c.NATS.Listen = RolePlanner, "" }, "no worker can reach"},
 		{"planner local", func(c *Config) { c.Role, c.NATS.Listen, c.LocalWorkers = RolePlanner, "", 1 }, ""},
