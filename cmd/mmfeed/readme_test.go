@@ -20,9 +20,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	natsserver "github.com/nats-io/nats-server/v2/server"
-
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // The README's example outputs come from this test: each fenced block after a
@@ -453,7 +453,7 @@ const readmeNATS = "nats://127.0.0.1:4299"
 // natsWorkers starts what the `shard --nats` example takes as running: a
 // JetStream server (on a free port, which goldenRewrite puts in place of
 // readmeNATS) and two workers on it, stopped when the test ends.
-func natsWorkers(t *testing.T, work string) {
+func natsWorkers(t *testing.T, _ string) {
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	must(t, err)
@@ -465,7 +465,7 @@ func natsWorkers(t *testing.T, work string) {
 	errc := make(chan error, 2)
 	for range 2 {
 		go func() {
-			errc <- serve.RunWorker(ctx, serve.WorkerConfig{NATS: serve.NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
+			errc <- work.RunWorker(ctx, work.WorkerConfig{NATS: serve.NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
 				Logger: slog.New(slog.DiscardHandler)})
 		}()
 	}

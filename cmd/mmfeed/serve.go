@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 func init() {
@@ -171,5 +172,5 @@ func runWorker(ctx context.Context, c serve.Config, urls string, slots int, logF
 	if err != nil {
 		return err
 	}
-	return serve.RunWorker(ctx, serve.WorkerConfig{NATS: c.NATS, Slots: slots, Logger: log.With("role", "worker")})
+	return work.RunWorker(ctx, work.WorkerConfig{NATS: c.NATS, Slots: slots, Logger: log.With("role", "worker")})
 }

@@ -2,7 +2,8 @@
 // packages share: an embedded NATS server with JetStream (port -1 or a fixed
 // port, no signal handlers, waited on until it accepts connections, shut
 // down at the end of the test), a connection with its JetStream context,
-// checkFor-style polling instead of bare sleeps, and JSON message publishing.
+// checkFor-style polling instead of bare sleeps, JSON message publishing,
+// and a test logger (MMFEED_TEST_LOG).
 //
 // Inputs: a testing.TB and options. Outputs: running servers and
 // connections whose cleanup is registered on the TB. Ownership and
@@ -16,6 +17,9 @@ package testnats
 
 import (
 	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -88,6 +92,16 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 		time.Sleep(every)
 	}
 	tb.Fatalf("condition not met after %v: %v", total, err)
+}
+
+// Logger is a test's logger: it discards every line, or with
+// MMFEED_TEST_LOG set writes them at debug level to stderr, tagged with the
+// test's name.
+func Logger(tb testing.TB) *slog.Logger {
+	if os.Getenv("MMFEED_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", tb.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // PublishJSON publishes v encoded as JSON on subject and flushes, so the

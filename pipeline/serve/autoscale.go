@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -429,7 +430,7 @@ func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(pos) pos)
 	defer w.mu.Unlock()
 	for p = norm(p); ; p = norm(pos{p.Epoch, p.Step + 1}) {
 		for mb := range microBatches {
-			if sl := w.slots[workKey{p.Epoch, p.Step, dp, mb}]; sl == nil || sl.have < w.mp {
+			if sl := w.slots[work.Key{Epoch: p.Epoch, Step: p.Step, DP: dp, MicroBatch: mb}]; sl == nil || sl.have < w.mp {
 				return p
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -77,9 +78,9 @@ func TestWorkersNeededRisesBeforeRanksWait(t *testing.T) {
 	defer cancel()
 	workerErrs := make(chan error, 2)
 	startWorker := func(name string) {
-		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, buildDelay: itemDelay,
+		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, BuildDelay: itemDelay,
 			Logger: testLogger(t).With("worker", name)}
-		go func() { workerErrs <- RunWorker(ctx, wc) }()
+		go func() { workerErrs <- work.RunWorker(ctx, wc) }()
 	}
 	startWorker("a")
 	perStep := int64(cfg.Pipeline.Plan.DP * cfg.Pipeline.Plan.MicroBatches * cfg.MP)

@@ -13,6 +13,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Roles of `mmfeed serve`.
+const (
+	// RoleAll plans and preprocesses in one process (the default).
+	RoleAll = "all"
+	// RolePlanner plans, issues batch work items and delivers the workers'
+	// results to the trainers; it preprocesses nothing itself unless
+	// Config.LocalWorkers > 0.
+	RolePlanner = "planner"
+	// RoleWorker pulls work items of any job and preprocesses them
+	// (work.RunWorker); it needs only the NATS deployment.
+	RoleWorker = "worker"
+)
+
 // Config configures a Service. Every field is documented with its default
 // (DefaultConfig).
 type Config struct {
@@ -37,12 +50,12 @@ type Config struct {
 	// consumer per rank).
 	DataPlane string
 	// Role is RoleAll (the default: plan and preprocess here) or
-	// RolePlanner (plan here, preprocess on workers: RunWorker). A worker is
+	// RolePlanner (plan here, preprocess on workers: work.RunWorker). A worker is
 	// not a Service.
 	Role string
 	// LocalWorkers is how many items a planner preprocesses itself, as
 	// workers in its own process (0: none, every item goes to the
-	// RunWorker processes).
+	// work.RunWorker processes).
 	LocalWorkers int
 	// WorkAckWait is how long a worker may go without renewing an item
 	// before the queue redelivers it (2 s): a dead worker's items go to

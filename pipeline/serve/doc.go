@@ -36,8 +36,9 @@
 //
 // Config.Role RoleAll (the default) plans and preprocesses in the service.
 // RolePlanner plans and delivers exactly as RoleAll does, and leaves the
-// preprocessing to RunWorker processes (or Config.LocalWorkers slots of its
-// own), through the JetStream work-queue stream WorkStream: feature items
+// preprocessing to worker processes (package work: work.RunWorker, the
+// worker side and the item wire) or Config.LocalWorkers slots of its own,
+// through the JetStream work-queue stream work.Stream: feature items
 // (ranges of the dataset index; the planner assembles their features) and
 // batch items (one dp rank's micro-batch, for every mp rank; issued
 // WorkAhead steps ahead, heavy ones earlier: their time is predicted from
@@ -49,14 +50,14 @@
 // role reads and fills the feature cache in FeatureBucket under the
 // dataset's fingerprint (pipeline.Fingerprint). A worker needs only the NATS
 // deployment: an item names the job's preprocessing config and tokenizer in
-// the job's WorkBucket by hash, and the dataset by path (readable from
+// the job's work.Bucket by hash, and the dataset by path (readable from
 // every worker). A worker sends its encoded batches to the planner on core
 // NATS and acknowledges the item once the planner holds them; it renews
 // the item while it works, until the item's deadline (from its predicted
 // time), so a dead worker's item is redelivered after WorkAckWait. The
 // planner keeps one result per item (by content hash): duplicates are
 // dropped, and the payloads are byte-identical to RoleAll's. Each result is
-// checked against the item issued before it is kept (workverify.go: config
+// checked against the item issued before it is kept (work.VerifyResult: config
 // hash, schema metadata, rows, ids in order, costs, weights, token
 // counts); one that does not match is counted, dropped and its item issued
 // again. A worker that cannot build an item reports why; after

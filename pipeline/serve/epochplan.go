@@ -12,6 +12,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // epochPlan is one epoch prepared and planned: the base plan (the pure
@@ -79,7 +80,7 @@ func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo,
 // stored has recalibration segments or a resize to replay, which need the
 // whole plan first. Quarantined samples go to the epoch's file and, when
 // qkv is not nil, to the job's quarantine bucket.
-func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *quarantineSink) (*epochPlan, error) {
+func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *work.QuarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -94,9 +95,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		return nil, err
 	}
 	if qkv != nil {
-		sink := *qkv
-		sink.file = qw
-		qw = &sink
+		qw = qkv.WithFile(qw)
 	}
 	prep, err := ds.Epoch(ctx, pc.Plan, qw)
 	if err != nil {

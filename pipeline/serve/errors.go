@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // Sentinel errors. The service wraps them with context ("serve: ...: %w"), so
@@ -13,8 +14,9 @@ var (
 	ErrInvalidConfig = natsenv.ErrInvalidConfig
 	// ErrJobMismatch: the job's state in the KV bucket was written by a service
 	// with another configuration (dataset, layout, batch shape, seed, ...);
-	// resuming it would change the plan under the trainers.
-	ErrJobMismatch = errors.New("job state does not match this configuration")
+	// resuming it would change the plan under the trainers; or a worker's
+	// index of the job's input is not the planner's (work.ErrJobMismatch).
+	ErrJobMismatch = work.ErrJobMismatch
 	// ErrNotReady: a trainer asked for an epoch the service has not planned
 	// yet; it should register again.
 	ErrNotReady = errors.New("epoch not planned yet")

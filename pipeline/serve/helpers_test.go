@@ -3,8 +3,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"github.com/mmfeed/mmfeed/internal/testnats"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
@@ -34,12 +33,7 @@ func corpus(t testing.TB, n int) string {
 	return sum.Path
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("MMFEED_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func testLogger(t testing.TB) *slog.Logger { return testnats.Logger(t) }
 
 // testConfig serves input to dp × mp ranks with small images.
 func testConfig(t testing.TB, input string, dp, mp int, placement string) Config {

@@ -19,6 +19,7 @@ import (
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // mixtureCorpus generates a corpus of n samples in format with seed.
@@ -202,7 +203,7 @@ func TestShardMixtureEpochsWithWorkers(t *testing.T) {
 	defer stopWorkers()
 	werr := make(chan error, 1)
 	go func() {
-		werr <- RunWorker(wctx, WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
+		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
 	}()
 	remoteDir, _, _ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
 		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -279,34 +280,16 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	return meta, nil
 }
 
-// encodeBatch builds and encodes one micro-batch's record (encodeRows),
+// encodeBatch builds and encodes one micro-batch's record (work.EncodeRows),
 // timing both stages.
 func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
-	payload, build, encode, err := encodeRows(mem, meta, rows)
+	payload, build, encode, err := work.EncodeRows(mem, meta, rows)
 	if err != nil {
 		return nil, err
 	}
 	s.met.stage(stageBuild, build)
 	s.met.stage(stageEncode, encode)
 	return payload, nil
-}
-
-// encodeRows builds one micro-batch's record from rows and encodes it as an
-// Arrow IPC payload, the one way served batches and work results are made;
-// build and encode are the times the two took.
-func encodeRows(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) (payload []byte, build, encode time.Duration, err error) {
-	t0 := time.Now()
-	rec, err := proto.BuildRecord(mem, meta, rows)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("serve: build %v: %w", meta.Key(), err)
-	}
-	t1 := time.Now()
-	payload, err = proto.EncodeIPC(rec)
-	rec.Release()
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("serve: encode %v: %w", meta.Key(), err)
-	}
-	return payload, t1.Sub(t0), time.Since(t1), nil
 }
 
 // rankPublisher publishes one rank's queued payloads in order until the

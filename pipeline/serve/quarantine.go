@@ -1,15 +1,7 @@
 package serve
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"io"
-	"log/slog"
-	"sync"
-	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,16 +11,6 @@ import (
 // mmfeed_<job>_quarantine.
 func QuarantineBucket(job string) string { return natsenv.QuarantineBucket(job) }
 
-// QuarantineKey returns the key of a sample's quarantine record: "s." and
-// the sample id in unpadded base64url (any id is a valid key that way), or
-// "l." and the location when the record has no id.
-func QuarantineKey(id, location string) string {
-	if id == "" {
-		return "l." + base64.RawURLEncoding.EncodeToString([]byte(location))
-	}
-	return "s." + base64.RawURLEncoding.EncodeToString([]byte(id))
-}
-
 func openQuarantineKV(ctx context.Context, js jetstream.JetStream, job string, replicas int) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: QuarantineBucket(job),
 		Description: "mmfeed quarantine records of job " + job + ", one per sample",
@@ -37,51 +19,4 @@ func openQuarantineKV(ctx context.Context, js jetstream.JetStream, job string, r
 		return nil, err
 	}
 	return kv, nil
-}
-
-// quarantineSink receives the quarantine JSON lines of an epoch's
-// preparation (one record per Write, as loader.QuarantineWriter writes
-// them), writes them to the local file when there is one, and records each
-// sample once in the job's quarantine bucket: the first record wins,
-// whichever epoch or service found it. A record the bucket cannot take is
-// logged, not fatal: the file and the counts still have it.
-type quarantineSink struct {
-	kv   jetstream.KeyValue
-	file io.Writer // nil: none
-	log  *slog.Logger
-	// recorded, when not nil, holds the keys the bucket is known to have
-	// (shared by the copies of the sink every epoch makes): each epoch
-	// quarantines the dataset's rejects again, and the bucket is asked once
-	// per sample, not once per epoch.
-	recorded *sync.Map
-}
-
-func (q *quarantineSink) Write(p []byte) (int, error) {
-	if q.file != nil {
-		if n, err := q.file.Write(p); err != nil {
-			return n, err
-		}
-	}
-	var r struct {
-		ID       string `json:"id"`
-		Location string `json:"location"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(p), &r); err != nil {
-		q.log.Warn("quarantine record", "err", err)
-		return len(p), nil
-	}
-	key := QuarantineKey(r.ID, r.Location)
-	if q.recorded != nil {
-		if _, ok := q.recorded.Load(key); ok {
-			return len(p), nil
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := q.kv.Create(ctx, key, bytes.TrimSpace(p)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		q.log.Warn("quarantine record to kv", "id", r.ID, "err", err)
-	} else if q.recorded != nil {
-		q.recorded.Store(key, struct{}{})
-	}
-	return len(p), nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -60,7 +61,7 @@ func TestQuarantineBucketOneRecordPerSample(t *testing.T) {
 		t.Errorf("%d records in the bucket, want one per quarantined sample: %d", len(keys), len(want))
 	}
 	for id := range want {
-		e, err := kv.Get(ctx, QuarantineKey(id, ""))
+		e, err := kv.Get(ctx, work.QuarantineKey(id, ""))
 		if err != nil {
 			t.Errorf("no record of %q: %v", id, err)
 			continue

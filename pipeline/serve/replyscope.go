@@ -2,10 +2,10 @@ package serve
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"sync/atomic"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -27,7 +27,7 @@ const (
 
 // workerInboxes are the inbox prefixes a work result may be answered on: a
 // worker's own, and the service's for its local workers.
-var workerInboxes = []string{WorkerInboxPrefix, ServiceInboxPrefix}
+var workerInboxes = []string{work.WorkerInboxPrefix, ServiceInboxPrefix}
 
 // checkReply returns "" when a request whose requester owns the inbox
 // prefixes own (none: a job-wide subject, whose requester is not known) may
@@ -113,7 +113,7 @@ func (g *replyGuard) allow(kind string, m *nats.Msg, own ...string) bool {
 	g.met.repliesRefused.WithLabelValues(kind, reason).Inc()
 	g.met.control.WithLabelValues(kind, "refused").Inc()
 	g.log.warn("reply:"+kind, "request refused: its reply subject is outside the requester's inbox",
-		"kind", kind, "subject", m.Subject, "reply", truncate(m.Reply, 200), "reason", reason)
+		"kind", kind, "subject", m.Subject, "reply", work.Truncate(m.Reply, 200), "reason", reason)
 	return false
 }
 
@@ -143,18 +143,9 @@ func (g *replyGuard) ownOf(subj string, data []byte) []string {
 	return []string{"_INBOX." + proto.SubjectPrefix + "." + g.job}
 }
 
-// truncate bounds s (a subject or a reason from outside) to n bytes for a
-// log line or a header, cut at a valid UTF-8 boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("…(%d bytes)", len(s))
-}
-
 // workReplyOK returns the reply check of the planner's work-result
 // handlers (workPlanner.guardReplies): a result is taken and answered only
-// when its reply is a worker's inbox (WorkerInboxPrefix) or, for the
+// when its reply is a worker's inbox (work.WorkerInboxPrefix) or, for the
 // service's local workers, the service's own.
 func (s *Service) workReplyOK(kind string) func(m *nats.Msg) bool {
 	return func(m *nats.Msg) bool { return s.replies.allow(kind, m, workerInboxes...) }

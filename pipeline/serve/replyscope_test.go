@@ -8,6 +8,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,7 +36,7 @@ func TestCheckReply(t *testing.T) {
 		{"batch subject", "mmfeed.job-1.batch.0.0", false, []string{rank0}, replyNotInbox},
 		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, replyForeign},
 		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, replyForeign},
-		{"the worker's inbox", WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"the worker's inbox", work.WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
 		{"the viewer's inbox from a rank", natsenv.ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
 		{"the viewer's own", natsenv.ViewerInboxPrefix + ".a", true, []string{natsenv.ViewerInboxPrefix}, ""},
 		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, replyService},
@@ -293,7 +294,7 @@ func TestWorkReplyOK(t *testing.T) {
 		reply string
 		want  bool
 	}{
-		{WorkerInboxPrefix + ".a.1", true},
+		{work.WorkerInboxPrefix + ".a.1", true},
 		{ServiceInboxPrefix + ".a.1", true},
 		{"$KV.mmfeed_job-1.config", false},
 		{"_INBOX.mmfeed.job-1.0.0.x", false},
@@ -307,7 +308,7 @@ func TestWorkReplyOK(t *testing.T) {
 	w := &workPlanner{feats: newFeatureResults(s.log, newRejectCounter())}
 	w.guardReplies(ok)
 	forged := &nats.Msg{Subject: "mmfeedwork.job-1.features", Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
-		Header: nats.Header{hdrWorkItem: []string{"f1"}}, Sub: sub}
+		Header: nats.Header{work.HdrItem: []string{"f1"}}, Sub: sub}
 	w.feats.handle(forged) // would answer "ok" on the config key
 	w.handleResult(forged)
 	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +

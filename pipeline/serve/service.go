@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -61,11 +62,11 @@ type Service struct {
 	js         jetstream.JetStream
 	stream     jetstream.Stream
 	st         state
-	pub        *proto.Publisher // JetStream data plane
-	out        *outbox          // core data plane
-	views      chan struct{}    // viewer fetches in flight (core data plane)
-	quarantine *quarantineSink  // quarantined samples to the job's quarantine bucket
-	chunkSize  int              // data bytes per message on the core data plane
+	pub        *proto.Publisher     // JetStream data plane
+	out        *outbox              // core data plane
+	views      chan struct{}        // viewer fetches in flight (core data plane)
+	quarantine *work.QuarantineSink // quarantined samples to the job's quarantine bucket
+	chunkSize  int                  // data bytes per message on the core data plane
 
 	ready     chan struct{}
 	clientURL string
@@ -253,7 +254,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *lease,
 	g.Go(func() error { return ls.hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
-			return RunWorker(gctx, WorkerConfig{conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
+			return work.RunWorker(gctx, work.WorkerConfig{Conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
@@ -370,7 +371,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 	return nil
 }
 
-// connect is natsenv.Connect, for the worker and the shard writer.
+// connect is natsenv.Connect, for the shard writer.
 func connect(cfg NATSConfig, embedded *server.Server, sec *natsenv.Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	return natsenv.Connect(cfg, embedded, sec, log, extra...)
 }
@@ -406,7 +407,7 @@ func (s *Service) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
-	s.quarantine = &quarantineSink{kv: qkv, log: s.log, recorded: &sync.Map{}}
+	s.quarantine = work.NewQuarantineSink(qkv, s.log, true)
 	if c.core() {
 		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
 		s.views = make(chan struct{}, maxViews)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -34,7 +35,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if _, err := ensureWorkQueue(ctx, js, 1, time.Second); err != nil {
+	if _, err := work.EnsureQueue(ctx, js, 1, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	w, err := newWorkPlanner(cfg.Job, 1, 4, js, nc, "cfg", testLogger(t))
@@ -50,12 +51,12 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 		}
 	}
 	sum, n := w.costSum, w.costN
-	var heavy []workKey
+	var heavy []work.Key
 	for _, st := range plan.Steps[window:] {
 		for dp, mbs := range st.Ranks {
 			for mb, entries := range mbs {
 				if w.heavy(costOf(&ep.prep.Features, entries)) {
-					heavy = append(heavy, workKey{0, st.Index, dp, mb})
+					heavy = append(heavy, work.Key{Epoch: 0, Step: st.Index, DP: dp, MicroBatch: mb})
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -35,20 +36,20 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	var killedItem atomic.Value
 	bJoin := make(chan struct{})
 	const killAt = 5
-	startWorker := func(name string, hook func(*batchItem) error) chan error {
+	startWorker := func(name string, hook func(*work.BatchItem) error) chan error {
 		errc := make(chan error, 1)
-		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", name), beforeSend: hook}
-		go func() { errc <- RunWorker(ctx, wc) }()
+		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", name), BeforeSend: hook}
+		go func() { errc <- work.RunWorker(ctx, wc) }()
 		return errc
 	}
-	aErr := startWorker("a", func(it *batchItem) error {
+	aErr := startWorker("a", func(it *work.BatchItem) error {
 		n := aDone.Add(1)
 		if n == 2 {
 			close(bJoin)
 		}
 		if n == killAt {
 			killedItem.Store(it.ID)
-			return errKilled
+			return work.ErrKilled
 		}
 		return nil
 	})
@@ -56,11 +57,11 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	var bErr chan error
 	go func() {
 		<-bJoin
-		bErr = startWorker("b", func(it *batchItem) error { bItems.Store(it.ID, true); return nil })
+		bErr = startWorker("b", func(it *work.BatchItem) error { bItems.Store(it.ID, true); return nil })
 	}()
 
 	trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
-	if err := <-aErr; !errors.Is(err, errKilled) {
+	if err := <-aErr; !errors.Is(err, work.ErrKilled) {
 		t.Fatalf("worker a: %v, want killed", err)
 	}
 	id, _ := killedItem.Load().(string)
@@ -207,8 +208,8 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 	go func() { serr <- standby.Run(ctx) }()
 	werrs := make(chan error, 2)
 	for i := range 2 {
-		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", i)}
-		go func() { werrs <- RunWorker(ctx, wc) }()
+		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", i)}
+		go func() { werrs <- work.RunWorker(ctx, wc) }()
 	}
 	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
 	var wg sync.WaitGroup

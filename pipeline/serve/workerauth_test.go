@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,18 +56,18 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	foreign, _ := json.Marshal(featureItem{Kind: "features", ID: "foreign-1", Config: "c", Job: "job-2", Lo: 0, Hi: 1,
+	foreign, _ := json.Marshal(work.FeatureItem{Kind: "features", ID: "foreign-1", Config: "c", Job: "job-2", Lo: 0, Hi: 1,
 		FirstID: "a", LastID: "a", DeadlineMS: 1000})
-	if _, err := js.Publish(ctx, workItemsSubject("job-2"), foreign); err != nil {
+	if _, err := js.Publish(ctx, work.ItemsSubject("job-2"), foreign); err != nil {
 		t.Fatal(err)
 	}
 
 	var logs syncBuffer
-	wc := WorkerConfig{NATS: NATSConfig{URLs: []string{url}, User: wk.User, Password: wk.Password}, Slots: 2,
+	wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{url}, User: wk.User, Password: wk.Password}, Slots: 2,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	wctx, wcancel := context.WithCancel(ctx)
 	werr := make(chan error, 1)
-	go func() { werr <- RunWorker(wctx, wc) }()
+	go func() { werr <- work.RunWorker(wctx, wc) }()
 
 	// The worker takes job-2's item, is refused its bucket, and leaves it
 	// in the queue: taken and left again after foreignNakDelay.
@@ -76,11 +77,11 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 		}
 		return nil
 	})
-	st, err := js.Stream(ctx, WorkStream)
+	st, err := js.Stream(ctx, work.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := st.GetLastMsgForSubject(ctx, workItemsSubject("job-2")); err != nil || !bytes.Equal(m.Data, foreign) {
+	if m, err := st.GetLastMsgForSubject(ctx, work.ItemsSubject("job-2")); err != nil || !bytes.Equal(m.Data, foreign) {
 		t.Errorf("job-2's item is gone from the work queue (%v): a worker refused on it lost it", err)
 	}
 
@@ -104,7 +105,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, quarantined)
-	if m, err := st.GetLastMsgForSubject(ctx, workItemsSubject("job-2")); err != nil || !bytes.Equal(m.Data, foreign) {
+	if m, err := st.GetLastMsgForSubject(ctx, work.ItemsSubject("job-2")); err != nil || !bytes.Equal(m.Data, foreign) {
 		t.Errorf("job-2's item is gone from the work queue after the run (%v)", err)
 	}
 }
@@ -115,21 +116,21 @@ func testWorkerForbidden(t *testing.T, url string, wk natsenv.Identity) {
 	t.Helper()
 	var v violations
 	nc, err := nats.Connect(url, nats.UserInfo(wk.User, wk.Password), slowAuth,
-		nats.CustomInboxPrefix(WorkerInboxPrefix), nats.ErrorHandler(v.handler))
+		nats.CustomInboxPrefix(work.WorkerInboxPrefix), nats.ErrorHandler(v.handler))
 	if err != nil {
 		t.Fatalf("worker credential: %v", err)
 	}
 	defer nc.Close()
-	obj, kv := "OBJ_"+WorkBucket("job-1"), "KV_"+QuarantineBucket("job-1")
+	obj, kv := "OBJ_"+work.Bucket("job-1"), "KV_"+QuarantineBucket("job-1")
 	forbidden := []string{
 		"mmfeed.job-1.ack.0.0", "mmfeed.job-1.fetch.1.0", "mmfeed.job-1.ctl.register", "mmfeed.job-1.ctl.done",
 		"mmfeed.job-1.ctl.done.0.0", "mmfeed.job-1.ctl.resend.1.0", "mmfeed.job-1.batch.0.0",
-		workItemsSubject("job-1"), workResultSubject("job-2"), workFeaturesSubject("job-2"),
-		"$JS.API.STREAM.DELETE." + WorkStream, "$JS.API.STREAM.PURGE." + WorkStream, "$JS.API.STREAM.UPDATE." + WorkStream,
-		"$JS.API.CONSUMER.DELETE." + WorkStream + "." + WorkConsumer, "$JS.API.CONSUMER.CREATE." + WorkStream + ".x",
+		work.ItemsSubject("job-1"), work.ResultSubject("job-2"), work.FeaturesSubject("job-2"),
+		"$JS.API.STREAM.DELETE." + work.Stream, "$JS.API.STREAM.PURGE." + work.Stream, "$JS.API.STREAM.UPDATE." + work.Stream,
+		"$JS.API.CONSUMER.DELETE." + work.Stream + "." + work.Consumer, "$JS.API.CONSUMER.CREATE." + work.Stream + ".x",
 		"$JS.API.STREAM.DELETE." + obj, "$JS.API.STREAM.PURGE." + obj, "$JS.API.STREAM.DELETE." + kv,
-		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$O." + WorkBucket("job-1") + ".M.x",
-		"$JS.API.STREAM.INFO.OBJ_" + WorkBucket("job-2"), "$KV." + proto.BucketName("job-1") + ".rank.0.0",
+		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$O." + work.Bucket("job-1") + ".M.x",
+		"$JS.API.STREAM.INFO.OBJ_" + work.Bucket("job-2"), "$KV." + proto.BucketName("job-1") + ".rank.0.0",
 		"$JS.API.STREAM.DELETE." + proto.StreamName("job-1"),
 	}
 	for _, subj := range forbidden {
@@ -148,10 +149,10 @@ func testWorkerForbidden(t *testing.T, url string, wk natsenv.Identity) {
 	} else if err := q.Delete(ctx, "s.d29ya2VyLXRlc3Q"); err != nil {
 		t.Error(err)
 	}
-	if _, err := js.ObjectStore(ctx, WorkBucket("job-1")); err != nil {
+	if _, err := js.ObjectStore(ctx, work.Bucket("job-1")); err != nil {
 		t.Errorf("worker credential: work bucket: %v", err)
 	}
-	subs := []string{"_INBOX.>", "_INBOX.mmfeed.job-1.0.0.>", "mmfeed.job-1.batch.>", workItemsSubject("job-1")}
+	subs := []string{"_INBOX.>", "_INBOX.mmfeed.job-1.0.0.>", "mmfeed.job-1.batch.>", work.ItemsSubject("job-1")}
 	for _, subj := range subs {
 		if _, err := nc.SubscribeSync(subj); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -53,7 +54,7 @@ func TestUnreachableInputFailsTheJob(t *testing.T) {
 			wctx, wcancel := context.WithCancel(ctx)
 			defer wcancel()
 			go func() {
-				_ = RunWorker(wctx, WorkerConfig{NATS: urlNATS(r.s.ClientURL()), Slots: 4, Logger: testLogger(t).With("worker", "remote")})
+				_ = work.RunWorker(wctx, work.WorkerConfig{NATS: urlNATS(r.s.ClientURL()), Slots: 4, Logger: testLogger(t).With("worker", "remote")})
 			}()
 			t0 := time.Now()
 			err := r.wait(t, 60*time.Second)
@@ -101,11 +102,11 @@ func waitForItem(t *testing.T, ctx context.Context, url, job, kind string) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		st, err := js.Stream(ctx, WorkStream)
+		st, err := js.Stream(ctx, work.Stream)
 		if err != nil {
 			return err
 		}
-		m, err := st.GetLastMsgForSubject(ctx, workItemsSubject(job))
+		m, err := st.GetLastMsgForSubject(ctx, work.ItemsSubject(job))
 		if err != nil {
 			return err
 		}

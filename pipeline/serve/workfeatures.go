@@ -15,7 +15,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,25 +32,6 @@ const featureRange = 512
 // featureReissue is how long the planner waits for a feature item before it
 // issues it again (a purged queue, a worker that never answers).
 const featureReissue = 30 * time.Second
-
-// featureItem is a range of a job's dataset index whose features (token
-// counts, image headers) a worker computes.
-type featureItem struct {
-	Kind   string `json:"kind"` // "features"
-	ID     string `json:"id"`
-	Config string `json:"config"`
-	Job    string `json:"job"`
-	Lo     int    `json:"lo"`
-	Hi     int    `json:"hi"`
-	// FirstID and LastID are the ids of entries Lo and Hi-1: a worker whose
-	// index differs refuses the item.
-	FirstID    string `json:"first_id"`
-	LastID     string `json:"last_id"`
-	DeadlineMS int64  `json:"deadline_ms"`
-}
-
-// workFeaturesSubject is where workers send a job's feature results.
-func workFeaturesSubject(job string) string { return natsenv.WorkFeaturesSubject(job) }
 
 // featureResults collects the results of the feature items in flight, and
 // the workers' failure reports of them. Only the items of a pass in
@@ -84,15 +65,15 @@ func newFeatureResults(log *slog.Logger, rejects *prometheus.CounterVec) *featur
 }
 
 // handle stores one worker's result and answers it, or counts a failure
-// report (hdrWorkError; not answered). A result of an item not in flight
+// report (work.HdrError; not answered). A result of an item not in flight
 // is answered ok and dropped; one with another entry count than its item's
 // is rejected (counted with reason rows) and the item issued again.
 func (fr *featureResults) handle(m *nats.Msg) {
 	if !fr.replyOK(m) {
 		return // its answer would go elsewhere than a worker's inbox: not taken
 	}
-	id := m.Header.Get(hdrWorkItem)
-	if reason := m.Header.Get(hdrWorkError); reason != "" {
+	id := m.Header.Get(work.HdrItem)
+	if reason := m.Header.Get(work.HdrError); reason != "" {
 		fr.failed(id, reason)
 		return
 	}
@@ -101,18 +82,18 @@ func (fr *featureResults) handle(m *nats.Msg) {
 		_ = m.Respond([]byte("bad result"))
 		return
 	}
-	answer := answerOK
+	answer := work.AnswerOK
 	fr.mu.Lock()
 	n, wanted := fr.want[id]
 	_, have := fr.got[id]
 	switch {
 	case !wanted || have: // no longer wanted, or a second result
 	case len(feats) != n:
-		fr.rejects.WithLabelValues(rejectRows).Inc()
+		fr.rejects.WithLabelValues(work.RejectRows).Inc()
 		fr.rejected[id] = true
-		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", answerRejected, len(feats), n)
+		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", work.AnswerRejected, len(feats), n)
 		fr.log.Warn("feature result rejected: it does not match the item issued; the item is issued again", "item", id,
-			"reason", rejectRows, "entries", len(feats), "want", n)
+			"reason", work.RejectRows, "entries", len(feats), "want", n)
 		fr.wakeLocked()
 	default:
 		fr.got[id] = feats
@@ -137,14 +118,14 @@ func (fr *featureResults) failed(id, reason string) {
 	fr.failureReports.Add(1)
 	f := fr.fails[id]
 	f.n++
-	f.reason = truncate(reason, maxReasonBytes)
+	f.reason = work.Truncate(reason, work.MaxReasonBytes)
 	fr.fails[id] = f
 	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", itemMaxFailures, "reason", f.reason)
 	fr.wakeLocked()
 }
 
 // expect makes the items of a pass in flight.
-func (fr *featureResults) expect(items []featureItem) {
+func (fr *featureResults) expect(items []work.FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -156,7 +137,7 @@ func (fr *featureResults) expect(items []featureItem) {
 // them to issue again at once (a result was rejected), the last failure
 // reported of them, and the channel closed at the next change. It fails
 // with ErrWorkFailed once an item has itemMaxFailures failure reports.
-func (fr *featureResults) pending(items []featureItem) (missing, again []featureItem, last string, changed <-chan struct{}, err error) {
+func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []work.FeatureItem, last string, changed <-chan struct{}, err error) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -179,7 +160,7 @@ func (fr *featureResults) pending(items []featureItem) (missing, again []feature
 }
 
 // forget drops what is left of a pass's items.
-func (fr *featureResults) forget(items []featureItem) {
+func (fr *featureResults) forget(items []work.FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -316,17 +297,17 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 // itemMaxFailures times.
 func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	w := s.work
-	var items []featureItem
+	var items []work.FeatureItem
 	for lo := 0; lo < ix.Len(); lo += featureRange {
 		hi := min(lo+featureRange, ix.Len())
-		it := featureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
+		it := work.FeatureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
 			FirstID: ix.ID(lo), LastID: ix.ID(hi - 1), DeadlineMS: featureReissue.Milliseconds()}
 		b, _ := json.Marshal(it)
 		sum := sha256.Sum256(b)
 		it.ID = hex.EncodeToString(sum[:16])
 		items = append(items, it)
 	}
-	issue := func(missing []featureItem) error {
+	issue := func(missing []work.FeatureItem) error {
 		for _, it := range missing {
 			b, err := json.Marshal(it)
 			if err != nil {

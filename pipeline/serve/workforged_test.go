@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,48 +33,48 @@ func always([]proto.Row) bool { return true }
 // forgeries are what a worker credential's holder can send for an item it
 // took from the queue; each must be rejected with its reason.
 var forgeries = []forgery{
-	{reason: rejectIDs, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectIDs, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		for i := range rows { // the attack: invented ids, zero pixels, two tokens
 			rows[i].ID, rows[i].InputIDs, rows[i].TextTokens = "forged-"+itoa(i), []int32{101, 102}, 2
 			clear(rows[i].Pixels)
 		}
 		return rows
 	}},
-	{reason: rejectOrder, applies: func(rows []proto.Row) bool { return len(rows) > 1 && rows[0].ID != rows[1].ID },
+	{reason: work.RejectOrder, applies: func(rows []proto.Row) bool { return len(rows) > 1 && rows[0].ID != rows[1].ID },
 		forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 			rows[0], rows[1] = rows[1], rows[0]
 			return rows
 		}},
-	{reason: rejectRows, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectRows, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		return rows[:len(rows)-1] // a missing row
 	}},
-	{reason: rejectRows, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectRows, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		return append(rows, rows[0]) // an extra row
 	}},
-	{reason: rejectShape, applies: always, forge: func(meta *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectShape, applies: always, forge: func(meta *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		meta.Shape = []int{3, 16, 16}
 		for i := range rows {
 			rows[i].PixelShape, rows[i].Pixels = [3]int32{3, 16, 16}, make([]byte, 3*16*16*proto.DTypeSize(meta.DType))
 		}
 		return rows
 	}},
-	{reason: rejectDType, applies: always, forge: func(meta *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectDType, applies: always, forge: func(meta *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		meta.DType = proto.DTypeFloat32
 		for i := range rows {
 			rows[i].Pixels = append(rows[i].Pixels, rows[i].Pixels...) // float16 bytes, twice: float32's length
 		}
 		return rows
 	}},
-	{reason: rejectTokens, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectTokens, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		rows[0].InputIDs = rows[0].InputIDs[:len(rows[0].InputIDs)/2] // text_tokens as planned, fewer ids
 		return rows
 	}},
-	{reason: rejectTokens, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
+	{reason: work.RejectTokens, applies: always, forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row {
 		rows[0].TextTokens++ // a consistent lie about the length
 		rows[0].InputIDs = append(rows[0].InputIDs, 1000)
 		return rows
 	}},
-	{reason: rejectConfig, config: "0123456789abcdef0123456789abcdef", applies: always,
+	{reason: work.RejectConfig, config: "0123456789abcdef0123456789abcdef", applies: always,
 		forge: func(_ *proto.BatchMeta, rows []proto.Row) []proto.Row { return rows }},
 }
 
@@ -98,7 +98,7 @@ func TestForgedWorkerResultsRejected(t *testing.T) {
 	defer cancel()
 
 	forged := make(chan struct{}) // closed when every forgery was sent
-	hold := func(*batchItem) error {
+	hold := func(*work.BatchItem) error {
 		select {
 		case <-forged:
 		case <-ctx.Done():
@@ -108,7 +108,7 @@ func TestForgedWorkerResultsRejected(t *testing.T) {
 	werr := make(chan error, 1)
 	wctx, wcancel := context.WithCancel(ctx)
 	go func() {
-		werr <- RunWorker(wctx, WorkerConfig{NATS: urlNATS(url), Slots: 1, Logger: testLogger(t).With("worker", "honest"), beforeSend: hold})
+		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: urlNATS(url), Slots: 1, Logger: testLogger(t).With("worker", "honest"), BeforeSend: hold})
 	}()
 	ferr := make(chan error, 1)
 	go func() {
@@ -158,19 +158,17 @@ func urlNATS(url string) NATSConfig {
 // acknowledging the item, until every forgery was sent; feature items and
 // items a forgery does not apply to are left to the honest worker.
 func forgeResults(ctx context.Context, t *testing.T, url string, fs []forgery) error {
-	nc, err := nats.Connect(url, nats.CustomInboxPrefix(WorkerInboxPrefix))
+	nc, err := nats.Connect(url, nats.CustomInboxPrefix(work.WorkerInboxPrefix))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	aw := &worker{log: testLogger(t).With("worker", "forger"), nc: nc, js: js, cacheDir: t.TempDir(),
-		datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
-	defer aw.close()
-	if aw.chunk, err = proto.ChunkSize(nc.MaxPayload()); err != nil {
+	aw, err := work.Attach(nc, testLogger(t).With("worker", "forger"), t.TempDir())
+	if err != nil {
 		return err
 	}
-	cons, err := aw.waitForQueue(ctx)
+	defer aw.Close()
+	cons, err := aw.WaitForQueue(ctx)
 	if err != nil {
 		return err
 	}
@@ -184,7 +182,7 @@ func forgeResults(ctx context.Context, t *testing.T, url string, fs []forgery) e
 			continue
 		}
 		for m := range batch.Messages() {
-			var it batchItem
+			var it work.BatchItem
 			if json.Unmarshal(m.Data(), &it) != nil || it.Kind != "batch" {
 				_ = m.Nak()
 				continue
@@ -203,7 +201,7 @@ func forgeResults(ctx context.Context, t *testing.T, url string, fs []forgery) e
 			if f.config != "" {
 				fi.Config = f.config
 			}
-			if err := aw.send(ctx, &fi, payloads, time.Millisecond); err != nil && !errors.Is(err, errRejected) {
+			if err := aw.Send(ctx, &fi, payloads, time.Millisecond); err != nil && !errors.Is(err, work.ErrRejected) {
 				t.Logf("forger: %s: the planner answered %v", f.reason, err)
 			}
 			_ = m.Ack() // as an attacker would: the queue forgets the item
@@ -214,8 +212,8 @@ func forgeResults(ctx context.Context, t *testing.T, url string, fs []forgery) e
 
 // forge builds the item's honest payloads and applies f to their rows; ok
 // is false when f does not apply to them.
-func forge(ctx context.Context, aw *worker, it *batchItem, f forgery) (_ [][]byte, ok bool, _ error) {
-	honest, _, err := aw.build(ctx, it)
+func forge(ctx context.Context, aw *work.Worker, it *work.BatchItem, f forgery) (_ [][]byte, ok bool, _ error) {
+	honest, _, err := aw.Build(ctx, it)
 	if err != nil {
 		return nil, false, err
 	}
@@ -280,13 +278,13 @@ func TestForgedFeatureResultRejected(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	nc, err := nats.Connect(url, nats.CustomInboxPrefix(WorkerInboxPrefix))
+	nc, err := nats.Connect(url, nats.CustomInboxPrefix(work.WorkerInboxPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	cons, err := js.Consumer(ctx, WorkStream, WorkConsumer)
+	cons, err := js.Consumer(ctx, work.Stream, work.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,12 +295,12 @@ func TestForgedFeatureResultRejected(t *testing.T) {
 			t.Fatal(err)
 		}
 		for m := range batch.Messages() {
-			var it featureItem
+			var it work.FeatureItem
 			if err := json.Unmarshal(m.Data(), &it); err != nil || it.Kind != "features" {
 				t.Fatalf("item %s (%v), want the feature item first", m.Data(), err)
 			}
-			msg := nats.NewMsg(workFeaturesSubject(cfg.Job))
-			msg.Header.Set(hdrWorkItem, it.ID)
+			msg := nats.NewMsg(work.FeaturesSubject(cfg.Job))
+			msg.Header.Set(work.HdrItem, it.ID)
 			msg.Data, _ = json.Marshal(make([]pipeline.EntryFeatures, it.Hi-it.Lo-1))
 			reply, err := nc.RequestMsgWithContext(ctx, msg)
 			if err != nil {
@@ -312,13 +310,13 @@ func TestForgedFeatureResultRejected(t *testing.T) {
 			_ = m.Ack()
 		}
 	}
-	if !strings.HasPrefix(answer, answerRejected) {
-		t.Errorf("the planner answered %q to a short feature result, want %q...", answer, answerRejected)
+	if !strings.HasPrefix(answer, work.AnswerRejected) {
+		t.Errorf("the planner answered %q to a short feature result, want %q...", answer, work.AnswerRejected)
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	werr := make(chan error, 1)
 	go func() {
-		werr <- RunWorker(wctx, WorkerConfig{NATS: urlNATS(url), Slots: 2, Logger: testLogger(t).With("worker", "honest")})
+		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: urlNATS(url), Slots: 2, Logger: testLogger(t).With("worker", "honest")})
 	}()
 	trs := runTrainers(t, ctx, cfg, url, []int{0})
 	quarantined := quarantinedInBucket(t, url, cfg.Job)
@@ -329,7 +327,7 @@ func TestForgedFeatureResultRejected(t *testing.T) {
 	if err := <-werr; err != nil {
 		t.Errorf("honest worker: %v", err)
 	}
-	if n := labelled(t, r.s, "mmfeed_serve_work_results_rejected_total", rejectRows); n != 1 {
+	if n := labelled(t, r.s, "mmfeed_serve_work_results_rejected_total", work.RejectRows); n != 1 {
 		t.Errorf("rejected results with reason rows: %v, want 1", n)
 	}
 	ex := shardExpectation(t, cfg, 0)

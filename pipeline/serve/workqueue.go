@@ -16,6 +16,7 @@ import (
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,7 @@ type workPlanner struct {
 	ahead  int    // steps issued ahead of the one being published
 
 	mu      sync.Mutex
-	slots   map[workKey]*workSlot
+	slots   map[work.Key]*workSlot
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
@@ -69,7 +70,7 @@ type workPlanner struct {
 	reissued                    atomic.Int64 // items published again after a rejected result
 	failureReports              atomic.Int64 // workers' failure reports of batch items
 	// rejects counts the results that did not match their item, by reason
-	// (verifyResult).
+	// (work.VerifyResult).
 	rejects *prometheus.CounterVec
 	// replyOK checks a result's reply subject before the result is read
 	// (guardReplies).
@@ -79,10 +80,10 @@ type workPlanner struct {
 // workSlot is one issued batch item and what came back of it.
 type workSlot struct {
 	id       string
-	item     *batchItem // as issued: what its results are verified against
-	raw      []byte     // the item as published (a re-issue publishes it again)
-	shapes   [][3]int32 // each row's planned C,H,W (plannedShapes)
-	payloads [][]byte   // by mp rank, each verified
+	item     *work.BatchItem // as issued: what its results are verified against
+	raw      []byte          // the item as published (a re-issue publishes it again)
+	shapes   [][3]int32      // each row's planned C,H,W (plannedShapes)
+	payloads [][]byte        // by mp rank, each verified
 	have     int
 	cost     itemCost // what its CPU time depends on (costOf)
 	// reissue: a result was rejected since the item was last published.
@@ -105,7 +106,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	_, _ = rand.Read(nonce[:])
 	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[workKey]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
+		slots: map[work.Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
 		rejects: rejects}, nil
 }
 
@@ -113,15 +114,15 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 // run: a rewind or a replan changes what is needed).
 func (w *workPlanner) reset(ctx context.Context) error {
 	w.mu.Lock()
-	w.slots = map[workKey]*workSlot{}
+	w.slots = map[work.Key]*workSlot{}
 	w.timing = map[string]itemCost{}
 	w.queuedOK = false
 	w.mu.Unlock()
-	st, err := w.js.Stream(ctx, WorkStream)
+	st, err := w.js.Stream(ctx, work.Stream)
 	if err != nil {
 		return fmt.Errorf("serve: work stream: %w", err)
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(workItemsSubject(w.job))); err != nil {
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(work.ItemsSubject(w.job))); err != nil {
 		return fmt.Errorf("serve: purge work items: %w", err)
 	}
 	return nil
@@ -131,15 +132,15 @@ func (w *workPlanner) reset(ctx context.Context) error {
 // results, so a worker's done message is handled after its chunks, and one
 // for the feature results.
 func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
-	sub, err := w.nc.Subscribe(workResultSubject(w.job), w.handleResult)
+	sub, err := w.nc.Subscribe(work.ResultSubject(w.job), w.handleResult)
 	if err != nil {
-		return nil, fmt.Errorf("serve: subscribe %s: %w", workResultSubject(w.job), err)
+		return nil, fmt.Errorf("serve: subscribe %s: %w", work.ResultSubject(w.job), err)
 	}
 	_ = sub.SetPendingLimits(-1, 1<<30)
-	fsub, err := w.nc.Subscribe(workFeaturesSubject(w.job), w.feats.handle)
+	fsub, err := w.nc.Subscribe(work.FeaturesSubject(w.job), w.feats.handle)
 	if err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("serve: subscribe %s: %w", workFeaturesSubject(w.job), err)
+		return nil, fmt.Errorf("serve: subscribe %s: %w", work.FeaturesSubject(w.job), err)
 	}
 	return []*nats.Subscription{sub, fsub}, nil
 }
@@ -214,7 +215,7 @@ func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *bal
 			continue
 		}
 		for mb, entries := range mbs {
-			k := workKey{src.epoch, st.Index, dp, mb}
+			k := work.Key{Epoch: src.epoch, Step: st.Index, DP: dp, MicroBatch: mb}
 			cost := costOf(src.feats, entries)
 			w.mu.Lock()
 			_, done := w.slots[k]
@@ -274,7 +275,7 @@ func (w *workPlanner) publish(ctx context.Context, b []byte) error {
 	deadline := time.Now().Add(publishRetry)
 	for {
 		actx, cancel := context.WithTimeout(ctx, w.attempt)
-		_, err := w.js.Publish(actx, workItemsSubject(w.job), b, jetstream.WithMsgID(id))
+		_, err := w.js.Publish(actx, work.ItemsSubject(w.job), b, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			if err != nil && ctx.Err() != nil {
@@ -296,11 +297,11 @@ func (w *workPlanner) detectsHeavy() bool {
 	return w.costN >= 16
 }
 
-func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost itemCost) (*batchItem, error) {
-	it := &batchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
-		Samples: make([]workSample, len(entries))}
+func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost itemCost) (*work.BatchItem, error) {
+	it := &work.BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
+		Samples: make([]work.Sample, len(entries))}
 	for i, e := range entries {
-		it.Samples[i] = sampleOf(pipeline.PlannedRow(src.feats, plan, e))
+		it.Samples[i] = work.SampleOf(pipeline.PlannedRow(src.feats, plan, e))
 	}
 	for mp := range w.mp {
 		meta, err := src.meta(step, dp*w.mp+mp)
@@ -312,7 +313,7 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 	}
 	pred, dl := w.deadline(cost)
 	it.PredictedMS, it.DeadlineMS = pred.Milliseconds(), dl.Milliseconds()
-	return it, it.seal()
+	return it, it.Seal()
 }
 
 // plannedShapes returns the C,H,W tensor shape of each planned row: the
@@ -334,7 +335,7 @@ func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
 
 // wait returns the payload of mp rank for the item at k once a worker has
 // delivered the item.
-func (w *workPlanner) wait(ctx context.Context, k workKey, mp int) ([]byte, error) {
+func (w *workPlanner) wait(ctx context.Context, k work.Key, mp int) ([]byte, error) {
 	warn := time.NewTimer(30 * time.Second)
 	defer warn.Stop()
 	for {
@@ -485,7 +486,7 @@ func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
 func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	for mb, rows := range sb.Rows[dp] {
-		payload, err := s.work.wait(ctx, workKey{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
+		payload, err := s.work.wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
 		if err != nil {
 			return err
 		}
@@ -504,14 +505,14 @@ func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch,
 func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	wc, tok, err := newWorkConfig(s.cfg.Pipeline)
+	wc, tok, err := work.NewConfig(s.cfg.Pipeline)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ensureWorkQueue(ctx, s.js, s.cfg.Replicas, s.cfg.WorkAckWait); err != nil {
+	if _, err := work.EnsureQueue(ctx, s.js, s.cfg.Replicas, s.cfg.WorkAckWait); err != nil {
 		return nil, err
 	}
-	hash, err := ensureWorkBucket(ctx, s.js, s.cfg.Job, s.cfg.Replicas, wc, tok)
+	hash, err := work.EnsureBucket(ctx, s.js, s.cfg.Job, s.cfg.Replicas, wc, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -544,7 +545,7 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 		}
 	}
 	s.cfg.Pipeline.Features = s.features
-	s.log.Info("planner: feature and batch items go to the work queue", "stream", WorkStream, "config", hash,
+	s.log.Info("planner: feature and batch items go to the work queue", "stream", work.Stream, "config", hash,
 		"local_workers", s.cfg.LocalWorkers)
 	return s.work.subscribe()
 }

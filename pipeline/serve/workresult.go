@@ -6,27 +6,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-)
-
-// Headers of a worker's result messages beyond the item id, the done mark
-// and the seconds (work.go).
-const (
-	// hdrWorkConfig, on every chunk: the preprocessing config hash the
-	// worker built the rows with.
-	hdrWorkConfig = "Mmfeed-Work-Config"
-	// hdrWorkError, on a failure report (no payload): why the worker could
-	// not build the item (its dataset did not open, an id is not in its
-	// index, ...). The worker leaves the item to another attempt.
-	hdrWorkError = "Mmfeed-Work-Error"
-)
-
-// The planner's answers to a worker's done message.
-const (
-	answerOK       = "ok"        // held, or no longer wanted
-	answerMissing  = "missing"   // chunks were lost: send them again
-	answerRejected = "rejected:" // a result did not match the item; the planner issued it again
 )
 
 // itemMaxFailures is how many failure reports of one item (feature or
@@ -37,9 +19,6 @@ const (
 // dataset at the path; waiting would never end.
 const itemMaxFailures = 5
 
-// maxReasonBytes bounds the failure reason a planner keeps and logs.
-const maxReasonBytes = 512
-
 // ErrWorkFailed: the workers failed one item itemMaxFailures times; the
 // error carries their last reason.
 var ErrWorkFailed = errors.New("work item failed on the workers")
@@ -48,7 +27,7 @@ func newRejectCounter() *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mmfeed_serve_work_results_rejected_total",
 		Help: "Planner: workers' batch results (and feature results, reason rows) that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again."},
 		[]string{"reason"})
-	for _, r := range rejectReasons {
+	for _, r := range work.RejectReasons {
 		c.WithLabelValues(r)
 	}
 	return c
@@ -56,18 +35,18 @@ func newRejectCounter() *prometheus.CounterVec {
 
 // handleResult takes one message of a worker's batch result: a chunk, the
 // done message or a failure report. A reassembled payload is verified
-// against the item it answers before it is kept (verifyResult); one that
+// against the item it answers before it is kept (work.VerifyResult); one that
 // does not match is counted, dropped, and its item issued again.
 func (w *workPlanner) handleResult(m *nats.Msg) {
 	if !w.replyOK(m) {
 		return // its answer would go elsewhere than a worker's inbox: not taken
 	}
-	id := m.Header.Get(hdrWorkItem)
-	if m.Header.Get(hdrWorkDone) != "" {
+	id := m.Header.Get(work.HdrItem)
+	if m.Header.Get(work.HdrDone) != "" {
 		w.handleDone(m, id)
 		return
 	}
-	if reason := m.Header.Get(hdrWorkError); reason != "" {
+	if reason := m.Header.Get(work.HdrError); reason != "" {
 		w.failed(id, reason)
 		return
 	}
@@ -79,7 +58,7 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 		return
 	}
 	k := a.Header.BatchKey
-	key := workKey{k.Epoch, k.Step, k.DPRank, k.MicroBatch}
+	key := work.Key{Epoch: k.Epoch, Step: k.Step, DP: k.DPRank, MicroBatch: k.MicroBatch}
 	w.mu.Lock()
 	sl := w.slots[key]
 	if sl == nil || sl.id != id || k.Job != w.job || k.MPRank < 0 || k.MPRank >= w.mp || sl.payloads[k.MPRank] != nil {
@@ -89,7 +68,7 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 	}
 	it, shapes := sl.item, sl.shapes
 	w.mu.Unlock()
-	verr := verifyResult(it, shapes, k.MPRank, m.Header.Get(hdrWorkConfig), a.Payload)
+	verr := work.VerifyResult(it, shapes, k.MPRank, m.Header.Get(work.HdrConfig), a.Payload)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.slots[key] != sl || sl.payloads[k.MPRank] != nil {
@@ -111,14 +90,14 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 // rejectLocked counts and logs a result that does not match its item and
 // marks the item to be issued again. The caller holds w.mu.
 func (w *workPlanner) rejectLocked(sl *workSlot, mp int, err error) {
-	reason := rejectDecode
-	var re *resultError
+	reason := work.RejectDecode
+	var re *work.ResultError
 	if errors.As(err, &re) {
-		reason = re.reason
+		reason = re.Reason()
 	}
 	w.rejects.WithLabelValues(reason).Inc()
 	sl.rejects++
-	sl.lastReject = truncate(err.Error(), maxReasonBytes)
+	sl.lastReject = work.Truncate(err.Error(), work.MaxReasonBytes)
 	sl.reissue = true
 	it := sl.item
 	w.log.Warn("work result rejected: it does not match the item issued; the item is issued again", "item", it.ID,
@@ -137,7 +116,7 @@ func (w *workPlanner) failed(id, reason string) {
 		}
 		sl.failures++
 		w.failureReports.Add(1)
-		sl.lastFailure = truncate(reason, maxReasonBytes)
+		sl.lastFailure = work.Truncate(reason, work.MaxReasonBytes)
 		it := sl.item
 		w.log.Warn("work item failed on a worker", "item", id, "epoch", it.Epoch, "step", it.Step, "dp", it.DP,
 			"mb", it.MicroBatch, "failures", sl.failures, "max", itemMaxFailures, "reason", sl.lastFailure)
@@ -178,19 +157,19 @@ func (w *workPlanner) reissueRejected(ctx context.Context) error {
 // was rejected and the item is to be issued again (the worker acknowledges
 // its copy), missing when chunks were lost.
 func (w *workPlanner) handleDone(m *nats.Msg, id string) {
-	secs, _ := strconv.ParseFloat(m.Header.Get(hdrWorkSeconds), 64)
-	answer := answerOK
+	secs, _ := strconv.ParseFloat(m.Header.Get(work.HdrSeconds), 64)
+	answer := work.AnswerOK
 	w.mu.Lock()
 	if cost, ok := w.timing[id]; ok {
 		delete(w.timing, id)
 		w.observe(cost, secs)
-		w.scale.itemDone(secs, replyPrefix(m.Reply), workerSlots(m.Header.Get(hdrWorkSlots)))
+		w.scale.itemDone(secs, replyPrefix(m.Reply), workerSlots(m.Header.Get(work.HdrSlots)))
 	} else {
 		for _, sl := range w.slots {
 			if sl.id == id && sl.have < w.mp {
-				answer = answerMissing // chunks were lost: the worker sends them again
+				answer = work.AnswerMissing // chunks were lost: the worker sends them again
 				if sl.reissue {
-					answer = answerRejected + " " + sl.lastReject
+					answer = work.AnswerRejected + " " + sl.lastReject
 				}
 				break
 			}

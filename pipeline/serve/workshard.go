@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,16 +99,16 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.js, err = jetstream.New(sw.nc); err != nil {
 		return nil, fmt.Errorf("serve: jetstream: %w", err)
 	}
-	wc, tok, err := newWorkConfig(prep.Config)
+	wc, tok, err := work.NewConfig(prep.Config)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := ensureWorkQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
+	if _, err := work.EnsureQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
 		return nil, err
 	}
-	hash, err := ensureWorkBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
+	hash, err := work.EnsureBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +124,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.subs, err = sw.work.subscribe(); err != nil {
 		return nil, err
 	}
-	sw.log.Debug("shard: batch items go to the work queue", "stream", WorkStream, "job", cfg.Job, "config", hash)
+	sw.log.Debug("shard: batch items go to the work queue", "stream", work.Stream, "job", cfg.Job, "config", hash)
 	return sw, nil
 }
 
@@ -171,7 +172,7 @@ func (sw *ShardWorkers) collect(ctx context.Context, epoch int, st balancer.Step
 	for dp, mbs := range st.Ranks {
 		sb.Rows[dp] = make([][]proto.Row, len(mbs))
 		for mb, entries := range mbs {
-			p, err := sw.work.wait(ctx, workKey{epoch, st.Index, dp, mb}, 0)
+			p, err := sw.work.wait(ctx, work.Key{Epoch: epoch, Step: st.Index, DP: dp, MicroBatch: mb}, 0)
 			if err != nil {
 				return sb, err
 			}
@@ -209,7 +210,7 @@ func decodeRows(mem memory.Allocator, p []byte) ([]proto.Row, error) {
 // found itself).
 func (sw *ShardWorkers) importQuarantine(ctx context.Context) error {
 	for id := range sw.failed {
-		e, err := sw.qkv.Get(ctx, QuarantineKey(id, ""))
+		e, err := sw.qkv.Get(ctx, work.QuarantineKey(id, ""))
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				sw.log.Warn("shard: a worker failed a sample without a quarantine record", "id", id)
@@ -240,7 +241,7 @@ func (sw *ShardWorkers) Close() error {
 		if sw.work != nil {
 			errs = append(errs, sw.work.reset(ctx))
 		}
-		if err := sw.js.DeleteObjectStore(ctx, WorkBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := sw.js.DeleteObjectStore(ctx, work.Bucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			errs = append(errs, fmt.Errorf("serve: delete work bucket: %w", err))
 		}
 		if err := sw.js.DeleteKeyValue(ctx, QuarantineBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -41,20 +42,20 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	var bItems sync.Map
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
-	startWorker := func(name string, hook func(*batchItem) error) chan error {
+	startWorker := func(name string, hook func(*work.BatchItem) error) chan error {
 		errc := make(chan error, 1)
-		wc := WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
-			Logger: testLogger(t).With("worker", name), beforeSend: hook}
-		go func() { errc <- RunWorker(wctx, wc) }()
+		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
+			Logger: testLogger(t).With("worker", name), BeforeSend: hook}
+		go func() { errc <- work.RunWorker(wctx, wc) }()
 		return errc
 	}
-	aErr := startWorker("a", func(it *batchItem) error {
+	aErr := startWorker("a", func(it *work.BatchItem) error {
 		switch aDone.Add(1) {
 		case 2:
 			close(bJoin)
 		case 3:
 			killedItem.Store(it.ID)
-			return errKilled
+			return work.ErrKilled
 		}
 		return nil
 	})
@@ -62,7 +63,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	go func() {
 		select {
 		case <-bJoin:
-			bErr <- <-startWorker("b", func(it *batchItem) error { bItems.Store(it.ID, true); return nil })
+			bErr <- <-startWorker("b", func(it *work.BatchItem) error { bItems.Store(it.ID, true); return nil })
 		case <-wctx.Done():
 			bErr <- nil
 		}
@@ -93,7 +94,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	if fromWorkers != written {
 		t.Errorf("the workers built %d rows, the files hold %d (extra.arrow included)", fromWorkers, written)
 	}
-	if err := <-aErr; !errors.Is(err, errKilled) {
+	if err := <-aErr; !errors.Is(err, work.ErrKilled) {
 		t.Fatalf("worker a: %v, want killed", err)
 	}
 	id, _ := killedItem.Load().(string)

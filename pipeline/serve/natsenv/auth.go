@@ -79,7 +79,7 @@ func TrainerPermissions(job string, dp, mp int) (*server.Permissions, error) {
 }
 
 // WorkerPermissions lets a preprocessing worker (`mmfeed serve --role
-// worker`) of job do what RunWorker does for that job's items and nothing
+// worker`) of job do what work.RunWorker does for that job's items and nothing
 // else:
 //   - take items from the shared work queue: the workers consumer's info,
 //     pull (MSG.NEXT) and acknowledgements (ack, nak, in-progress, term);

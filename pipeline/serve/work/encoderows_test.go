@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ func TestEncodeRows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			payload, _, _, err := encodeRows(mem, tc.meta, tc.rows)
+			payload, _, _, err := EncodeRows(mem, tc.meta, tc.rows)
 			if tc.wantErr != "" {
 				if !errors.Is(err, proto.ErrInvalidRow) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an ErrInvalidRow naming %q", err, tc.wantErr)
@@ -46,7 +46,12 @@ func TestEncodeRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeRows(mem, payload)
+			rec, err := proto.DecodeIPC(mem, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, got, err := proto.ReadRows(rec)
+			rec.Release()
 			if err != nil {
 				t.Fatal(err)
 			}

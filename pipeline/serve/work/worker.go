@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +27,7 @@ import (
 type WorkerConfig struct {
 	// NATS is the deployment to connect to: its URLs and credentials (an
 	// embedded server is not started for a worker).
-	NATS NATSConfig
+	NATS natsenv.Config
 	// Slots is how many items the worker preprocesses at once, one core
 	// each (0: GOMAXPROCS).
 	Slots int
@@ -36,20 +37,20 @@ type WorkerConfig struct {
 	// Logger receives the worker's log (nil: slog.Default()).
 	Logger *slog.Logger
 
-	// conn, when set, is used instead of connecting (local workers of a
+	// Conn, when set, is used instead of connecting (local workers of a
 	// planner); the worker does not close it.
-	conn *nats.Conn
-	// beforeSend, when set (tests), is called with each item before its
+	Conn *nats.Conn
+	// BeforeSend, when set (tests), is called with each item before its
 	// results are sent; an error ends the worker without acknowledging the
 	// item (a worker killed mid-item).
-	beforeSend func(*batchItem) error
-	// buildDelay (tests) is added to each batch item's measured build time:
+	BeforeSend func(*BatchItem) error
+	// BuildDelay (tests) is added to each batch item's measured build time:
 	// a slow worker.
-	buildDelay time.Duration
+	BuildDelay time.Duration
 }
 
-// worker pulls batch items from the work queue and preprocesses them.
-type worker struct {
+// Worker pulls batch items from the work queue and preprocesses them.
+type Worker struct {
 	cfg      WorkerConfig
 	log      *slog.Logger
 	nc       *nats.Conn
@@ -82,10 +83,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if cfg.conn == nil && !cfg.NATS.External() {
-		return fmt.Errorf("serve: a worker needs --nats URL: %w", ErrInvalidConfig)
+	if cfg.Conn == nil && !cfg.NATS.External() {
+		return fmt.Errorf("serve: a worker needs --nats URL: %w", natsenv.ErrInvalidConfig)
 	}
-	if cfg.conn == nil {
+	if cfg.Conn == nil {
 		if cfg.NATS.ReconnectWait <= 0 {
 			cfg.NATS.ReconnectWait = 250 * time.Millisecond
 		}
@@ -93,25 +94,21 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return err
 		}
 	}
-	w := &worker{cfg: cfg, log: log, datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
-	if cfg.conn != nil {
-		w.nc = cfg.conn
-	} else {
-		nc, err := connect(cfg.NATS, nil, nil, log, nats.CustomInboxPrefix(WorkerInboxPrefix),
+	w := newWorker(cfg, log)
+	nc := cfg.Conn
+	if nc == nil {
+		var err error
+		nc, err = natsenv.Connect(cfg.NATS, nil, nil, log, nats.CustomInboxPrefix(WorkerInboxPrefix),
 			nats.Timeout(10*time.Second), nats.ErrorHandler(w.refused.handler(log)))
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		w.nc = nc
 	}
-	defer w.close()
-	var err error
-	if w.js, err = jetstream.New(w.nc); err != nil {
-		return fmt.Errorf("serve: jetstream: %w", err)
-	}
-	if w.chunk, err = proto.ChunkSize(w.nc.MaxPayload()); err != nil {
-		return fmt.Errorf("serve: %w", err)
+	defer w.Close()
+	err := w.attach(nc)
+	if err != nil {
+		return err
 	}
 	if w.cacheDir = cfg.CacheDir; w.cacheDir == "" {
 		if w.cacheDir, err = os.MkdirTemp("", "mmfeed-worker-"); err != nil {
@@ -119,7 +116,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		}
 		defer os.RemoveAll(w.cacheDir)
 	}
-	cons, err := w.waitForQueue(ctx)
+	cons, err := w.WaitForQueue(ctx)
 	if err != nil {
 		return err
 	}
@@ -140,11 +137,38 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	return err
 }
 
-// waitForQueue returns the workers' consumer once a planner has created it.
-func (w *worker) waitForQueue(ctx context.Context) (jetstream.Consumer, error) {
+func newWorker(cfg WorkerConfig, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, log: log, datasets: map[string]*workerDataset{}, opening: map[string]*sync.Mutex{}}
+}
+
+// attach sets the worker's connection (which its caller closes).
+func (w *Worker) attach(nc *nats.Conn) error {
+	w.nc = nc
+	var err error
+	if w.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("serve: jetstream: %w", err)
+	}
+	if w.chunk, err = proto.ChunkSize(nc.MaxPayload()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// Attach returns a worker on nc that takes no items by itself: its
+// caller (a test's forger) takes them from the queue (WaitForQueue), builds
+// and sends them (Build, Send) and closes it (Close); tokenizer files are
+// cached in cacheDir.
+func Attach(nc *nats.Conn, log *slog.Logger, cacheDir string) (*Worker, error) {
+	w := newWorker(WorkerConfig{CacheDir: cacheDir}, log)
+	w.cacheDir = cacheDir
+	return w, w.attach(nc)
+}
+
+// WaitForQueue returns the workers' consumer once a planner has created it.
+func (w *Worker) WaitForQueue(ctx context.Context) (jetstream.Consumer, error) {
 	logged := false
 	for {
-		cons, err := w.js.Consumer(ctx, WorkStream, WorkConsumer)
+		cons, err := w.js.Consumer(ctx, Stream, Consumer)
 		if err == nil {
 			w.ackWait = cons.CachedInfo().Config.AckWait
 			return cons, nil
@@ -163,7 +187,8 @@ func (w *worker) waitForQueue(ctx context.Context) (jetstream.Consumer, error) {
 	}
 }
 
-func (w *worker) close() {
+// Close closes the worker's datasets (not its connection).
+func (w *Worker) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, d := range w.datasets {
@@ -173,7 +198,7 @@ func (w *worker) close() {
 }
 
 // loop takes one item at a time until ctx ends or the worker is killed.
-func (w *worker) loop(ctx context.Context, cons jetstream.Consumer) error {
+func (w *Worker) loop(ctx context.Context, cons jetstream.Consumer) error {
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -195,17 +220,17 @@ func (w *worker) loop(ctx context.Context, cons jetstream.Consumer) error {
 	return ctx.Err()
 }
 
-// errKilled ends a worker without acknowledging its item (tests).
-var errKilled = errors.New("worker killed")
+// ErrKilled ends a worker without acknowledging its item (tests).
+var ErrKilled = errors.New("worker killed")
 
 // handle processes one queue message. Only a kill (tests) is returned:
 // every other failure is logged and the item left to another attempt.
-func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
+func (w *Worker) handle(ctx context.Context, m jetstream.Msg) error {
 	var kind struct{ Kind string }
 	if json.Unmarshal(m.Data(), &kind) == nil && kind.Kind == "features" {
 		return w.handleFeatures(ctx, m)
 	}
-	var it batchItem
+	var it BatchItem
 	if err := json.Unmarshal(m.Data(), &it); err != nil || it.validate() != nil {
 		if err == nil {
 			err = it.validate()
@@ -221,7 +246,7 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go w.renew(hctx, m, t0.Add(time.Duration(it.DeadlineMS)*time.Millisecond))
-	payloads, took, err := w.build(ctx, &it)
+	payloads, took, err := w.Build(ctx, &it)
 	if err != nil {
 		if ctx.Err() != nil {
 			_ = m.Nak() // stopping: the item goes to another worker at once
@@ -234,14 +259,14 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 		w.log.Warn("work item failed: left for another attempt", "item", it.ID, "epoch", it.Epoch, "step", it.Step,
 			"dp", it.DP, "mb", it.MicroBatch, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return w.reportFailure(ctx, workResultSubject(it.Job), it.ID, err)
+		return w.reportFailure(ctx, ResultSubject(it.Job), it.ID, err)
 	}
-	if w.cfg.beforeSend != nil {
-		if err := w.cfg.beforeSend(&it); err != nil {
-			return errKilled
+	if w.cfg.BeforeSend != nil {
+		if err := w.cfg.BeforeSend(&it); err != nil {
+			return ErrKilled
 		}
 	}
-	if err := w.send(ctx, &it, payloads, took); err != nil {
+	if err := w.Send(ctx, &it, payloads, took); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -249,7 +274,7 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 			w.log.Warn("the server refuses this worker's credential the job's results: its items are left to other workers", "job", it.Job, "err", err)
 			return nil
 		}
-		if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+		if errors.Is(err, ErrRejected) { // the planner issued the item again: this copy is done
 			w.log.Warn("work result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
 			_ = m.Ack()
 			return nil
@@ -268,7 +293,7 @@ func (w *worker) handle(ctx context.Context, m jetstream.Msg) error {
 // renew keeps the item to this worker (InProgress) every third of the ack
 // wait until its deadline: past it, the item is redelivered to another
 // worker too, and the first result wins.
-func (w *worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time) {
+func (w *Worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time) {
 	t := time.NewTicker(max(w.ackWait/3, 50*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -284,9 +309,9 @@ func (w *worker) renew(ctx context.Context, m jetstream.Msg, deadline time.Time)
 	}
 }
 
-// build preprocesses the item's samples and encodes one payload per mp
+// Build preprocesses the item's samples and encodes one payload per mp
 // rank; took is the time that took (opening the dataset left out).
-func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took time.Duration, err error) {
+func (w *Worker) Build(ctx context.Context, it *BatchItem) (_ [][]byte, took time.Duration, err error) {
 	ds, release, err := w.dataset(ctx, it.Job, it.Config)
 	if err != nil {
 		return nil, 0, err
@@ -302,8 +327,8 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 		}
 		rows[i] = ds.pp.EpochRow(ctx, it.Epoch, ds.ds.Index.Entry(j), s.row())
 	}
-	if w.cfg.buildDelay > 0 {
-		if err := ctxutil.Sleep(ctx, w.cfg.buildDelay); err != nil {
+	if w.cfg.BuildDelay > 0 {
+		if err := ctxutil.Sleep(ctx, w.cfg.BuildDelay); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -313,18 +338,18 @@ func (w *worker) build(ctx context.Context, it *batchItem) (_ [][]byte, took tim
 	mem := memory.NewGoAllocator()
 	out := make([][]byte, len(it.Metas))
 	for mp, meta := range it.Metas {
-		if out[mp], _, _, err = encodeRows(mem, meta, rows); err != nil {
+		if out[mp], _, _, err = EncodeRows(mem, meta, rows); err != nil {
 			return nil, 0, err
 		}
 	}
 	return out, time.Since(t0), nil
 }
 
-// send sends the payloads in chunks to the job's result subject, then asks
+// Send sends the payloads in chunks to the job's result subject, then asks
 // the planner (on the same subject, so after the chunks) whether it holds
 // them.
-func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, took time.Duration) error {
-	subj := workResultSubject(it.Job)
+func (w *Worker) Send(ctx context.Context, it *BatchItem, payloads [][]byte, took time.Duration) error {
+	subj := ResultSubject(it.Job)
 	for mp, p := range payloads {
 		msgs, err := proto.ChunkSum(it.Metas[mp].Key(), 0, p, proto.Checksum(p), w.chunk)
 		if err != nil {
@@ -332,34 +357,34 @@ func (w *worker) send(ctx context.Context, it *batchItem, payloads [][]byte, too
 		}
 		for _, msg := range msgs {
 			msg.Subject = subj
-			msg.Header.Set(hdrWorkItem, it.ID)
-			msg.Header.Set(hdrWorkConfig, it.Config)
+			msg.Header.Set(HdrItem, it.ID)
+			msg.Header.Set(HdrConfig, it.Config)
 			if err := w.nc.PublishMsg(msg); err != nil {
 				return err
 			}
 		}
 	}
 	done := nats.NewMsg(subj)
-	done.Header.Set(hdrWorkDone, it.ID)
-	done.Header.Set(hdrWorkItem, it.ID)
-	done.Header.Set(hdrWorkSeconds, strconv.FormatFloat(took.Seconds(), 'f', 6, 64))
-	done.Header.Set(hdrWorkSlots, strconv.Itoa(w.slots))
+	done.Header.Set(HdrDone, it.ID)
+	done.Header.Set(HdrItem, it.ID)
+	done.Header.Set(HdrSeconds, strconv.FormatFloat(took.Seconds(), 'f', 6, 64))
+	done.Header.Set(HdrSlots, strconv.Itoa(w.slots))
 	reply, err := w.askPlanner(ctx, done)
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != answerOK {
-		if strings.HasPrefix(s, answerRejected) {
-			return fmt.Errorf("serve: %s: %w", s, errRejected)
+	if s := string(reply.Data); s != AnswerOK {
+		if strings.HasPrefix(s, AnswerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, ErrRejected)
 		}
 		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
 	return nil
 }
 
-// errRejected: the planner rejected this worker's result of an item (it
+// ErrRejected: the planner rejected this worker's result of an item (it
 // does not match the item) and issued the item again.
-var errRejected = errors.New("result rejected by the planner")
+var ErrRejected = errors.New("result rejected by the planner")
 
 // errInput marks a worker's failure to read a job's input: its dataset
 // does not open here (the planner's path is not reachable from this
@@ -375,16 +400,16 @@ const failPause = 5 * time.Second
 // reportFailure tells the job's planner why this worker could not build an
 // item, when the cause is the job's input (errInput, ErrJobMismatch), so
 // that the planner can say why its items fail and give up on one that
-// fails on every attempt (hdrWorkError on subj, no payload), then pauses
+// fails on every attempt (HdrError on subj, no payload), then pauses
 // the slot (failPause). Other failures (a JetStream request that timed out
 // while a stream elects its leader, ...) are left to the retries.
-func (w *worker) reportFailure(ctx context.Context, subj, id string, err error) error {
+func (w *Worker) reportFailure(ctx context.Context, subj, id string, err error) error {
 	if !errors.Is(err, errInput) && !errors.Is(err, ErrJobMismatch) {
 		return nil
 	}
 	msg := nats.NewMsg(subj)
-	msg.Header.Set(hdrWorkItem, id)
-	msg.Header.Set(hdrWorkError, truncate(strings.ReplaceAll(err.Error(), "\n", " "), maxReasonBytes))
+	msg.Header.Set(HdrItem, id)
+	msg.Header.Set(HdrError, Truncate(strings.ReplaceAll(err.Error(), "\n", " "), MaxReasonBytes))
 	if perr := w.nc.PublishMsg(msg); perr != nil {
 		w.log.Debug("failure report", "item", id, "err", perr)
 	}
@@ -393,8 +418,8 @@ func (w *worker) reportFailure(ctx context.Context, subj, id string, err error) 
 
 // handleFeatures computes the features of a feature item's index range and
 // sends them to the planner.
-func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
-	var it featureItem
+func (w *Worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
+	var it FeatureItem
 	if err := json.Unmarshal(m.Data(), &it); err != nil || it.ID == "" || proto.ValidateJob(it.Job) != nil {
 		w.log.Warn("bad feature item: dropped", "subject", m.Subject(), "err", err)
 		_ = m.Term()
@@ -407,7 +432,7 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 	defer stop()
 	go w.renew(hctx, m, time.Now().Add(time.Duration(it.DeadlineMS)*time.Millisecond))
 	err := w.features(ctx, &it)
-	if errors.Is(err, errRejected) { // the planner issued the item again: this copy is done
+	if errors.Is(err, ErrRejected) { // the planner issued the item again: this copy is done
 		w.log.Warn("feature result rejected by the planner (it issues the item again)", "item", it.ID, "err", err)
 		err = nil
 	}
@@ -421,14 +446,14 @@ func (w *worker) handleFeatures(ctx context.Context, m jetstream.Msg) error {
 		}
 		w.log.Warn("feature item failed: left for another attempt", "item", it.ID, "lo", it.Lo, "hi", it.Hi, "err", err)
 		_ = m.NakWithDelay(2 * time.Second)
-		return w.reportFailure(ctx, workFeaturesSubject(it.Job), it.ID, err)
+		return w.reportFailure(ctx, FeaturesSubject(it.Job), it.ID, err)
 	}
 	stop()
 	_ = m.Ack()
 	return nil
 }
 
-func (w *worker) features(ctx context.Context, it *featureItem) error {
+func (w *Worker) features(ctx context.Context, it *FeatureItem) error {
 	ds, release, err := w.dataset(ctx, it.Job, it.Config)
 	if err != nil {
 		return err
@@ -447,16 +472,16 @@ func (w *worker) features(ctx context.Context, it *featureItem) error {
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(workFeaturesSubject(it.Job))
-	msg.Header.Set(hdrWorkItem, it.ID)
+	msg := nats.NewMsg(FeaturesSubject(it.Job))
+	msg.Header.Set(HdrItem, it.ID)
 	msg.Data = b
 	reply, err := w.askPlanner(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != answerOK {
-		if strings.HasPrefix(s, answerRejected) {
-			return fmt.Errorf("serve: %s: %w", s, errRejected)
+	if s := string(reply.Data); s != AnswerOK {
+		if strings.HasPrefix(s, AnswerRejected) {
+			return fmt.Errorf("serve: %s: %w", s, ErrRejected)
 		}
 		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
 	}
@@ -480,7 +505,7 @@ const (
 // delay test_cluster_roles.py measured); a slow planner answers the
 // retry, and answers to an attempt given up are dropped with its inbox. The
 // planner's handlers are idempotent (the first result of an item wins).
-func (w *worker) askPlanner(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+func (w *Worker) askPlanner(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	var err error
 	for range askAttempts {
 		rctx, cancel := context.WithTimeout(ctx, askAttempt)

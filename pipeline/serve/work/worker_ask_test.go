@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/nats-io/nats.go"
 )
 
@@ -15,7 +16,7 @@ import (
 // in test_cluster_roles.py by ~7 s). Without any planner the worker gives
 // the item up at once.
 func TestWorkerAsksAgainWhenThePlannerDiesHoldingTheRequest(t *testing.T) {
-	ns := externalServer(t, -1, t.TempDir())
+	ns := testnats.Server(t, testnats.Options{})
 	defer ns.Shutdown()
 	conn := func() *nats.Conn {
 		nc, err := nats.Connect(ns.ClientURL())
@@ -26,7 +27,7 @@ func TestWorkerAsksAgainWhenThePlannerDiesHoldingTheRequest(t *testing.T) {
 		return nc
 	}
 	leader, standby := conn(), conn()
-	subj := workResultSubject("job-1")
+	subj := ResultSubject("job-1")
 	if _, err := leader.Subscribe(subj, func(*nats.Msg) { go leader.Close() }); err != nil { // dies holding it
 		t.Fatal(err)
 	}
@@ -44,11 +45,11 @@ func TestWorkerAsksAgainWhenThePlannerDiesHoldingTheRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := &worker{nc: conn(), log: testLogger(t)}
+	w := &Worker{nc: conn(), log: testnats.Logger(t)}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := nats.NewMsg(subj)
-	done.Header.Set(hdrWorkDone, "item")
+	done.Header.Set(HdrDone, "item")
 	reply, err := w.askPlanner(ctx, done)
 	if err != nil || string(reply.Data) != "ok" || answered.Load() != 1 {
 		t.Fatalf("reply %v, %v; the standby answered %d times", reply, err, answered.Load())

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"fmt"
@@ -13,33 +13,36 @@ import (
 // Reasons a worker's batch result is rejected: the reason label of
 // mmfeed_serve_work_results_rejected_total.
 const (
-	rejectDecode = "decode" // not an mmfeed Arrow IPC record
-	rejectConfig = "config" // built with another preprocessing config than the item names
-	rejectSchema = "schema" // another job, epoch, step, rank, modality, normalization, vocabulary or packing
-	rejectDType  = "dtype"  // another pixel dtype
-	rejectShape  = "shape"  // another fixed image shape, or a row's tensor shape differs from the plan
-	rejectRows   = "rows"   // more or fewer rows than planned
-	rejectIDs    = "ids"    // an id the plan does not have there
-	rejectOrder  = "order"  // the planned ids, in another order
-	rejectTokens = "tokens" // text_tokens, an input_ids length or image_tokens differ from the plan
-	rejectValues = "values" // a cost or weight differs from the plan
+	RejectDecode = "decode" // not an mmfeed Arrow IPC record
+	RejectConfig = "config" // built with another preprocessing config than the item names
+	RejectSchema = "schema" // another job, epoch, step, rank, modality, normalization, vocabulary or packing
+	RejectDType  = "dtype"  // another pixel dtype
+	RejectShape  = "shape"  // another fixed image shape, or a row's tensor shape differs from the plan
+	RejectRows   = "rows"   // more or fewer rows than planned
+	RejectIDs    = "ids"    // an id the plan does not have there
+	RejectOrder  = "order"  // the planned ids, in another order
+	RejectTokens = "tokens" // text_tokens, an input_ids length or image_tokens differ from the plan
+	RejectValues = "values" // a cost or weight differs from the plan
 )
 
-// rejectReasons are every reason, in the order /metrics lists them.
-var rejectReasons = []string{rejectDecode, rejectConfig, rejectSchema, rejectDType, rejectShape, rejectRows,
-	rejectIDs, rejectOrder, rejectTokens, rejectValues}
+// RejectReasons are every reason, in the order /metrics lists them.
+var RejectReasons = []string{RejectDecode, RejectConfig, RejectSchema, RejectDType, RejectShape, RejectRows,
+	RejectIDs, RejectOrder, RejectTokens, RejectValues}
 
-// resultError is a rejected result: its reason (a reject* constant) and
+// ResultError is a rejected result: its reason (a reject* constant) and
 // what differed.
-type resultError struct{ reason, detail string }
+type ResultError struct{ reason, detail string }
 
-func (e *resultError) Error() string { return e.reason + ": " + e.detail }
+func (e *ResultError) Error() string { return e.reason + ": " + e.detail }
+
+// Reason is the rejection's reason, a reject* constant.
+func (e *ResultError) Reason() string { return e.reason }
 
 func rejected(reason, format string, a ...any) error {
-	return &resultError{reason: reason, detail: fmt.Sprintf(format, a...)}
+	return &ResultError{reason: reason, detail: fmt.Sprintf(format, a...)}
 }
 
-// verifyResult checks one mp rank's payload of a batch item against the
+// VerifyResult checks one mp rank's payload of a batch item against the
 // item the planner issued: the config hash the worker names, the schema
 // metadata (job, epoch, ranks, modality, dtype, fixed shape,
 // normalization, vocabulary, packing), the step and micro-batch, the row
@@ -50,17 +53,17 @@ func rejected(reason, format string, a ...any) error {
 // there): then it may have no token ids, any valid tensor shape (a zero
 // tensor) and, with dynamic resolution, one image token. Nothing is decoded
 // beyond the record's own columns (no pixels are recomputed): the pixel
-// values themselves are the worker's. It returns nil or a *resultError.
-func verifyResult(it *batchItem, shapes [][3]int32, mp int, config string, payload []byte) error {
+// values themselves are the worker's. It returns nil or a *ResultError.
+func VerifyResult(it *BatchItem, shapes [][3]int32, mp int, config string, payload []byte) error {
 	if config != it.Config {
-		return rejected(rejectConfig, "built with config %q, the item names %q", config, it.Config)
+		return rejected(RejectConfig, "built with config %q, the item names %q", config, it.Config)
 	}
 	if mp < 0 || mp >= len(it.Metas) {
-		return rejected(rejectSchema, "mp rank %d of %d", mp, len(it.Metas))
+		return rejected(RejectSchema, "mp rank %d of %d", mp, len(it.Metas))
 	}
 	rec, err := proto.DecodeIPC(memory.DefaultAllocator, payload)
 	if err != nil {
-		return rejected(rejectDecode, "%v", err)
+		return rejected(RejectDecode, "%v", err)
 	}
 	defer rec.Release()
 	want := it.Metas[mp]
@@ -68,14 +71,14 @@ func verifyResult(it *batchItem, shapes [][3]int32, mp int, config string, paylo
 		return err
 	}
 	if n := int(rec.NumRows()); n != len(it.Samples) {
-		return rejected(rejectRows, "%d rows, planned %d", n, len(it.Samples))
+		return rejected(RejectRows, "%d rows, planned %d", n, len(it.Samples))
 	}
 	cols := map[string]arrow.Array{}
 	for i, c := range rec.Columns() {
 		cols[rec.ColumnName(i)] = c
 	}
 	if s, mb := cols[proto.ColStep].(*array.Int32).Value(0), cols[proto.ColMicroBatch].(*array.Int32).Value(0); int(s) != it.Step || int(mb) != it.MicroBatch {
-		return rejected(rejectSchema, "step %d micro-batch %d, planned %d, %d", s, mb, it.Step, it.MicroBatch)
+		return rejected(RejectSchema, "step %d micro-batch %d, planned %d, %d", s, mb, it.Step, it.MicroBatch)
 	}
 	if err := verifyIDs(cols[proto.ColID].(*array.String), it.Samples); err != nil {
 		return err
@@ -87,25 +90,25 @@ func verifyResult(it *batchItem, shapes [][3]int32, mp int, config string, paylo
 func verifyMeta(rec arrow.RecordBatch, want proto.BatchMeta) error {
 	got, err := proto.MetaFromSchema(rec.Schema())
 	if err != nil {
-		return rejected(rejectDecode, "%v", err)
+		return rejected(RejectDecode, "%v", err)
 	}
 	if got.Modality == want.Modality && want.Modality != proto.ModalityText {
 		if got.DType != want.DType {
-			return rejected(rejectDType, "pixel dtype %q, planned %q", got.DType, want.DType)
+			return rejected(RejectDType, "pixel dtype %q, planned %q", got.DType, want.DType)
 		}
 		if !slices.Equal(got.Shape, want.Shape) {
-			return rejected(rejectShape, "fixed image shape %v, planned %v", got.Shape, want.Shape)
+			return rejected(RejectShape, "fixed image shape %v, planned %v", got.Shape, want.Shape)
 		}
 	}
 	ws, err := proto.Schema(want)
 	if err != nil {
-		return rejected(rejectSchema, "planned meta: %v", err)
+		return rejected(RejectSchema, "planned meta: %v", err)
 	}
 	if !rec.Schema().Metadata().Equal(ws.Metadata()) || !pixelMetaEqual(rec.Schema(), ws) {
-		return rejected(rejectSchema, "schema metadata %v, planned %v", rec.Schema().Metadata(), ws.Metadata())
+		return rejected(RejectSchema, "schema metadata %v, planned %v", rec.Schema().Metadata(), ws.Metadata())
 	}
 	if !slices.Equal(got.Keep, want.Keep) {
-		return rejected(rejectSchema, "kept columns %v, planned %v", got.Keep, want.Keep)
+		return rejected(RejectSchema, "kept columns %v, planned %v", got.Keep, want.Keep)
 	}
 	return nil
 }
@@ -127,7 +130,7 @@ func pixelMetaEqual(a, b *arrow.Schema) bool {
 
 // verifyIDs checks the id column is the planned ids in plan order; the
 // planned ids in another order are told apart from invented ones.
-func verifyIDs(ids *array.String, planned []workSample) error {
+func verifyIDs(ids *array.String, planned []Sample) error {
 	for i, s := range planned {
 		if ids.Value(i) == s.ID {
 			continue
@@ -138,17 +141,17 @@ func verifyIDs(ids *array.String, planned []workSample) error {
 		}
 		for j := range ids.Len() {
 			if count[ids.Value(j)]--; count[ids.Value(j)] < 0 {
-				return rejected(rejectIDs, "row %d is %q, not a planned id of the micro-batch", j, ids.Value(j))
+				return rejected(RejectIDs, "row %d is %q, not a planned id of the micro-batch", j, ids.Value(j))
 			}
 		}
-		return rejected(rejectOrder, "row %d is %q, planned %q", i, ids.Value(i), s.ID)
+		return rejected(RejectOrder, "row %d is %q, planned %q", i, ids.Value(i), s.ID)
 	}
 	return nil
 }
 
 // verifyRows checks each row's cost, weight and token counts against the
-// plan (verifyResult).
-func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []workSample, shapes [][3]int32) error {
+// plan (VerifyResult).
+func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []Sample, shapes [][3]int32) error {
 	cost, weight := cols[proto.ColCost].(*array.Float64), cols[proto.ColWeight].(*array.Float32)
 	var tt, it *array.Int32
 	var ii *array.List
@@ -167,19 +170,19 @@ func verifyRows(cols map[string]arrow.Array, m proto.Modality, planned []workSam
 		w := weight.Value(i)
 		failed := w == 0 && s.Weight > 0
 		if cost.Value(i) != s.Cost || w != s.Weight && !failed {
-			return rejected(rejectValues, "row %d (%s): cost %v weight %v, planned %v, %v", i, s.ID, cost.Value(i), w, s.Cost, s.Weight)
+			return rejected(RejectValues, "row %d (%s): cost %v weight %v, planned %v, %v", i, s.ID, cost.Value(i), w, s.Cost, s.Weight)
 		}
 		if tt != nil {
 			lo, hi := ii.ValueOffsets(i)
 			if n := hi - lo; tt.Value(i) != s.TextTokens || n != int64(s.TextTokens) && !(failed && n == 0) {
-				return rejected(rejectTokens, "row %d (%s): text_tokens %d, %d input ids, planned %d", i, s.ID, tt.Value(i), n, s.TextTokens)
+				return rejected(RejectTokens, "row %d (%s): text_tokens %d, %d input ids, planned %d", i, s.ID, tt.Value(i), n, s.TextTokens)
 			}
 		}
 		if it != nil && it.Value(i) != s.ImageTokens && !(failed && it.Value(i) == 1) {
-			return rejected(rejectTokens, "row %d (%s): image_tokens %d, planned %d", i, s.ID, it.Value(i), s.ImageTokens)
+			return rejected(RejectTokens, "row %d (%s): image_tokens %d, planned %d", i, s.ID, it.Value(i), s.ImageTokens)
 		}
 		if ps != nil && !failed && [3]int32(ps[3*i:3*i+3]) != shapes[i] {
-			return rejected(rejectShape, "row %d (%s): pixel_shape %v, planned %v", i, s.ID, ps[3*i:3*i+3], shapes[i])
+			return rejected(RejectShape, "row %d (%s): pixel_shape %v, planned %v", i, s.ID, ps[3*i:3*i+3], shapes[i])
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"encoding/json"
@@ -21,11 +21,11 @@ func TestWorkSampleCarriesThePlannedRow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := json.Marshal(sampleOf(tc.row))
+			b, err := json.Marshal(SampleOf(tc.row))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var s workSample
+			var s Sample
 			if err := json.Unmarshal(b, &s); err != nil {
 				t.Fatal(err)
 			}

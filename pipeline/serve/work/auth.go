@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -94,11 +94,11 @@ func (r *refusals) watch(ctx context.Context, subj string) (context.Context, con
 
 // job reports whether the server refused, within refusedFor, a subject the
 // worker needs for job's items: its work bucket or its result subjects.
-// Such a credential is another job's (WorkerPermissions).
+// Such a credential is another job's (natsenv.WorkerPermissions).
 func (r *refusals) job(job string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, subj := range []string{workBucketInfo(job), workResultSubject(job), workFeaturesSubject(job)} {
+	for _, subj := range []string{workBucketInfo(job), ResultSubject(job), FeaturesSubject(job)} {
 		if refused, _ := r.refusedLocked(subj); refused {
 			return true
 		}
@@ -108,12 +108,12 @@ func (r *refusals) job(job string) bool {
 
 // workBucketInfo is the first subject a worker publishes for a job: the
 // stream info request of its work bucket.
-func workBucketInfo(job string) string { return "$JS.API.STREAM.INFO.OBJ_" + WorkBucket(job) }
+func workBucketInfo(job string) string { return "$JS.API.STREAM.INFO.OBJ_" + Bucket(job) }
 
 // leaveRefused leaves an item of a job the worker's credential does not
 // cover to another worker (a nak: it is never acknowledged or terminated,
 // so it is not lost) and reports whether it did.
-func (w *worker) leaveRefused(m jetstream.Msg, job, id string) bool {
+func (w *Worker) leaveRefused(m jetstream.Msg, job, id string) bool {
 	if !w.refused.job(job) {
 		return false
 	}

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -6,14 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // A worker keeps at most maxDatasets datasets open: it closes the least
 // recently used one that no item uses, never one in use.
 func TestWorkerEvictsIdleDatasets(t *testing.T) {
-	pc := testConfig(t, corpus(t, 10), 1, 1, "colocated").Pipeline
-	w := &worker{log: testLogger(t), datasets: map[string]*workerDataset{}}
+	sc := synth.DefaultConfig()
+	sc.Out, sc.Samples, sc.Seed, sc.Format = t.TempDir(), 10, 7, "jsonl"
+	sum, err := synth.Generate(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := pipeline.DefaultConfig()
+	pc.Input, pc.Image.Size, pc.Image.PatchSize = sum.Path, 32, 16
+	w := &Worker{log: testnats.Logger(t), datasets: map[string]*workerDataset{}}
 	t0 := time.Now()
 	for i := range maxDatasets + 2 {
 		ds, err := pipeline.OpenDataset(context.Background(), pc, nil)
@@ -29,7 +38,7 @@ func TestWorkerEvictsIdleDatasets(t *testing.T) {
 		w.evictLocked(fmt.Sprint(i))
 		w.mu.Unlock()
 	}
-	defer w.close()
+	defer w.Close()
 	var kept []string
 	for k := range w.datasets {
 		kept = append(kept, k)

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"encoding/json"
@@ -8,11 +8,11 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-func validItem() batchItem {
-	it := batchItem{Kind: "batch", Config: "c0ffee", Job: "job-1", Epoch: 1, Step: 2, DP: 1, MicroBatch: 0,
+func validItem() BatchItem {
+	it := BatchItem{Kind: "batch", Config: "c0ffee", Job: "job-1", Epoch: 1, Step: 2, DP: 1, MicroBatch: 0,
 		Metas:   []proto.BatchMeta{{Job: "job-1", Epoch: 1, Step: 2, DPRank: 1, MPRank: 0, Modality: proto.ModalityAll}},
-		Samples: []workSample{{ID: "a", TextTokens: 3, ImageTokens: 4, Cost: 1.5, Weight: 1}}, DeadlineMS: 2000}
-	if err := it.seal(); err != nil {
+		Samples: []Sample{{ID: "a", TextTokens: 3, ImageTokens: 4, Cost: 1.5, Weight: 1}}, DeadlineMS: 2000}
+	if err := it.Seal(); err != nil {
 		panic(err)
 	}
 	return it
@@ -21,20 +21,20 @@ func validItem() batchItem {
 func TestBatchItemValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		edit func(*batchItem)
+		edit func(*BatchItem)
 		ok   bool
 	}{
-		{"valid", func(*batchItem) {}, true},
-		{"bad job", func(it *batchItem) { it.Job = "a b" }, false},
-		{"no id", func(it *batchItem) { it.ID = "" }, false},
-		{"no config", func(it *batchItem) { it.Config = "" }, false},
-		{"no samples", func(it *batchItem) { it.Samples = nil }, false},
-		{"no metas", func(it *batchItem) { it.Metas = nil }, false},
-		{"negative step", func(it *batchItem) { it.Step = -1 }, false},
-		{"negative deadline", func(it *batchItem) { it.DeadlineMS = -1 }, false},
-		{"meta for another step", func(it *batchItem) { it.Metas[0].Step = 3 }, false},
-		{"meta for another job", func(it *batchItem) { it.Metas[0].Job = "job-2" }, false},
-		{"meta mp out of order", func(it *batchItem) { it.Metas[0].MPRank = 1 }, false},
+		{"valid", func(*BatchItem) {}, true},
+		{"bad job", func(it *BatchItem) { it.Job = "a b" }, false},
+		{"no id", func(it *BatchItem) { it.ID = "" }, false},
+		{"no config", func(it *BatchItem) { it.Config = "" }, false},
+		{"no samples", func(it *BatchItem) { it.Samples = nil }, false},
+		{"no metas", func(it *BatchItem) { it.Metas = nil }, false},
+		{"negative step", func(it *BatchItem) { it.Step = -1 }, false},
+		{"negative deadline", func(it *BatchItem) { it.DeadlineMS = -1 }, false},
+		{"meta for another step", func(it *BatchItem) { it.Metas[0].Step = 3 }, false},
+		{"meta for another job", func(it *BatchItem) { it.Metas[0].Job = "job-2" }, false},
+		{"meta mp out of order", func(it *BatchItem) { it.Metas[0].MPRank = 1 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			it := validItem()
@@ -58,7 +58,7 @@ func TestBatchItemIDNamesTheContent(t *testing.T) {
 		t.Fatalf("ids %q, %q", a.ID, b.ID)
 	}
 	b.Samples[0].Weight = 0
-	if err := b.seal(); err != nil {
+	if err := b.Seal(); err != nil {
 		t.Fatal(err)
 	}
 	if a.ID == b.ID {
@@ -75,14 +75,14 @@ func FuzzBatchItem(f *testing.F) {
 	f.Add([]byte(`{"kind":"batch","metas":[{}],"samples":[{}]}`))
 	f.Add([]byte(`{"kind":"features","lo":-1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var it batchItem
+		var it BatchItem
 		if json.Unmarshal(data, &it) != nil {
 			return
 		}
 		if it.validate() == nil && (it.ID == "" || len(it.Metas) == 0 || len(it.Samples) == 0) {
 			t.Fatalf("accepted %s", data)
 		}
-		var fi featureItem
+		var fi FeatureItem
 		_ = json.Unmarshal(data, &fi)
 	})
 }

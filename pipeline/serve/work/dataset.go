@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 )
 
 // workerDataset is a dataset opened by a worker for one preprocessing config.
@@ -24,6 +26,25 @@ type workerDataset struct {
 	used  time.Time
 }
 
+// entry returns the index position of the sample a batch item names: its
+// id, or for a mixture's repeated draw (loader.DrawID "<id>#<k>") the
+// sample it repeats. The planner's index quarantines ids that could be
+// read both ways (loader.CombineIndexes), so the lookup is unambiguous.
+func (d *workerDataset) entry(id string) (int, bool) {
+	if j, ok := d.byID[id]; ok {
+		return j, true
+	}
+	if d.ds.Config.Mixture == nil {
+		return 0, false
+	}
+	base, _, ok := loader.DrawBase(id)
+	if !ok {
+		return 0, false
+	}
+	j, ok := d.byID[base]
+	return j, ok
+}
+
 // maxDatasets is how many datasets a worker keeps open: beyond it, the
 // least recently used one that no item uses is closed (a worker serves
 // any number of jobs over its life).
@@ -32,7 +53,7 @@ const maxDatasets = 4
 // dataset returns the worker's dataset of a job's config, opening it (and
 // fetching the config and tokenizer) the first time; the caller calls
 // release when its item is done with it.
-func (w *worker) dataset(ctx context.Context, job, hash string) (d *workerDataset, release func(), err error) {
+func (w *Worker) dataset(ctx context.Context, job, hash string) (d *workerDataset, release func(), err error) {
 	k := job + "/" + hash
 	take := func(d *workerDataset) (*workerDataset, func(), error) { // w.mu held
 		d.users++
@@ -74,7 +95,7 @@ func (w *worker) dataset(ctx context.Context, job, hash string) (d *workerDatase
 
 // evictLocked closes least recently used datasets nobody uses (keep
 // excepted) while there are more than maxDatasets. The caller holds w.mu.
-func (w *worker) evictLocked(keep string) {
+func (w *Worker) evictLocked(keep string) {
 	for len(w.datasets) > maxDatasets {
 		victim := ""
 		for k, d := range w.datasets {
@@ -92,9 +113,9 @@ func (w *worker) evictLocked(keep string) {
 	}
 }
 
-func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, error) {
+func (w *Worker) open(ctx context.Context, job, hash string) (*workerDataset, error) {
 	octx, stop := w.refused.watch(ctx, workBucketInfo(job))
-	obj, err := w.js.ObjectStore(octx, WorkBucket(job))
+	obj, err := w.js.ObjectStore(octx, Bucket(job))
 	stop()
 	if err != nil {
 		return nil, fmt.Errorf("serve: work bucket of %s: %w", job, err)
@@ -103,7 +124,7 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 	if err != nil {
 		return nil, fmt.Errorf("serve: config %s of %s: %w", hash, job, err)
 	}
-	var wc workConfig
+	var wc Config
 	if err := json.Unmarshal(b, &wc); err != nil {
 		return nil, fmt.Errorf("serve: config %s of %s: %w", hash, job, err)
 	}
@@ -118,8 +139,8 @@ func (w *worker) open(ctx context.Context, job, hash string) (*workerDataset, er
 		}
 	}
 	var qw io.Writer // rejects found here go to the job's quarantine bucket, once per sample
-	if kv, err := w.js.KeyValue(ctx, QuarantineBucket(job)); err == nil {
-		qw = &quarantineSink{kv: kv, log: w.log}
+	if kv, err := w.js.KeyValue(ctx, natsenv.QuarantineBucket(job)); err == nil {
+		qw = NewQuarantineSink(kv, w.log, false)
 	} else {
 		w.log.Warn("quarantine bucket", "job", job, "err", err)
 	}
