@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 )
 
 // PlannerThroughput serves cfg's first epoch with a planner (role planner,
@@ -25,7 +26,7 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	}
 	defer os.RemoveAll(dir)
 	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = serve.RolePlanner, 1, "", "", -1
-	cfg.NATS = serve.NATSConfig{Listen: "127.0.0.1:0", DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
+	cfg.NATS = natsenv.Config{Listen: "127.0.0.1:0", DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
 	s, err := serve.New(cfg)
 	if err != nil {

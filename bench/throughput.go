@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,7 +77,7 @@ func Throughput(ctx context.Context, cfg serve.Config) (ThroughputResult, error)
 	pprof.SetGoroutineLabels(ctx) // the service's and the consumers' goroutines inherit it
 
 	cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = 1, "", "", -1
-	cfg.NATS = serve.NATSConfig{DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
+	cfg.NATS = natsenv.Config{DataDir: dir + "/nats", MaxPayload: cfg.NATS.MaxPayload, ReconnectWait: 250 * time.Millisecond}
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
 	s, err := serve.New(cfg)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
@@ -32,7 +31,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	step := fs.Int("step", 0, "step")
 	out := fs.String("out", "", "file to write (required): the contact sheet")
 	format := fs.String("format", "png", "png or html")
-	var auth serve.NATSConfig
+	var auth natsenv.Config
 	fs.StringVar(&auth.User, "nats-user", "", "NATS user (with --nats-password; a secured service: its viewer user from mmfeed creds, docs/security.md)")
 	fs.StringVar(&auth.Password, "nats-password", "", "NATS password (default $MMFEED_NATS_PASSWORD)")
 	fs.StringVar(&auth.TLSCA, "nats-tls-ca", "", "CA certificate of the NATS server")

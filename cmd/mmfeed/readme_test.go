@@ -20,7 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -465,7 +465,7 @@ func natsWorkers(t *testing.T, _ string) {
 	errc := make(chan error, 2)
 	for range 2 {
 		go func() {
-			errc <- work.RunWorker(ctx, work.WorkerConfig{NATS: serve.NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
+			errc <- work.RunWorker(ctx, work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
 				Logger: slog.New(slog.DiscardHandler)})
 		}()
 	}

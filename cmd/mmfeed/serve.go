@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
@@ -150,7 +151,7 @@ func (f *serveFlags) config(stderr io.Writer) (serve.Config, error) {
 
 // setNATSURLs selects an external deployment, with the password or token
 // from the environment when no flag gave one.
-func setNATSURLs(n *serve.NATSConfig, urls string) {
+func setNATSURLs(n *natsenv.Config, urls string) {
 	n.URLs = strings.Split(urls, ",")
 	n.Listen = ""
 	if n.User != "" && n.Password == "" {

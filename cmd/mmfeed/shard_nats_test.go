@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -34,7 +34,7 @@ func TestShardNATS(t *testing.T) {
 	errc := make(chan error, 2)
 	for range 2 {
 		go func() {
-			errc <- work.RunWorker(ctx, work.WorkerConfig{NATS: serve.NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir()})
+			errc <- work.RunWorker(ctx, work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir()})
 		}()
 	}
 	defer func() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -113,7 +114,7 @@ func TestHealthzUnavailable(t *testing.T) {
 	ns := externalServer(t, port, dir)
 	defer func() { ns.Shutdown() }()
 	cfg := testConfig(t, corpus(t, 40), 1, 1, "colocated")
-	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.AssetCheck = 100 * time.Millisecond
 	cfg.StuckAfter = 300 * time.Millisecond
 	cfg.LeaseTTL = time.Minute // the service holds its lease through the outage

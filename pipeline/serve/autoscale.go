@@ -445,13 +445,13 @@ func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(pos) pos)
 func (w *workPlanner) backlogSeconds() (float64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.model.fitted() {
+	if !w.model.Fitted() {
 		return 0, false
 	}
 	sum := 0.0
 	for _, sl := range w.slots {
 		if sl.have < w.mp {
-			sum += w.model.predict(sl.cost)
+			sum += w.model.Predict(sl.cost)
 		}
 	}
 	return sum, true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -78,7 +79,7 @@ func TestWorkersNeededRisesBeforeRanksWait(t *testing.T) {
 	defer cancel()
 	workerErrs := make(chan error, 2)
 	startWorker := func(name string) {
-		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, BuildDelay: itemDelay,
+		wc := work.WorkerConfig{NATS: natsenv.Config{URLs: []string{r.s.ClientURL()}}, Slots: 1, BuildDelay: itemDelay,
 			Logger: testLogger(t).With("worker", name)}
 		go func() { workerErrs <- work.RunWorker(ctx, wc) }()
 	}

@@ -100,7 +100,7 @@ func trueSeconds(tr *trainer, epoch, step int) float64 {
 // starting a bare JetStream server on the service's store.
 func storedInfo(t *testing.T, _ string, cfg Config) EpochInfo {
 	t.Helper()
-	ns, err := natsenv.StartEmbedded(context.Background(), NATSConfig{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20}, &natsenv.Security{})
+	ns, err := natsenv.StartEmbedded(context.Background(), natsenv.Config{DataDir: cfg.NATS.DataDir, MaxPayload: 1 << 20}, &natsenv.Security{})
 	if err != nil {
 		t.Fatal(err)
 	}

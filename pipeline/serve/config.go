@@ -42,7 +42,7 @@ type Config struct {
 	Epochs int
 
 	// NATS selects the NATS deployment: empty URLs start the embedded server.
-	NATS NATSConfig
+	NATS natsenv.Config
 
 	// DataPlane is how payloads travel (proto.DataPlaneCore, the default:
 	// core NATS, in memory, each rank asking for its next batches;
@@ -166,10 +166,6 @@ type Config struct {
 	Allocator memory.Allocator
 }
 
-// NATSConfig selects and authenticates the NATS deployment
-// (natsenv.Config).
-type NATSConfig = natsenv.Config
-
 // DefaultConfig returns the pipeline defaults, mp 1, one epoch, the embedded
 // server with in-process connections only, a 1 GiB file stream, 1024 chunks of
 // prefetch, a 5-minute ack wait, recalibration at epoch boundaries, no HTTP.
@@ -178,7 +174,7 @@ func DefaultConfig() Config {
 	pub.AckTimeout = 5 * time.Second
 	return Config{
 		Pipeline: pipeline.DefaultConfig(), MP: 1, Epochs: 1,
-		NATS: NATSConfig{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
+		NATS: natsenv.Config{DataDir: "mmfeed-data", MaxPayload: 8 << 20, ReconnectWait: 250 * time.Millisecond},
 		Role: RoleAll, WorkAckWait: 2 * time.Second, WorkAhead: 4,
 		DataPlane: proto.DataPlaneCore, LeaseTTL: 5 * time.Second, StreamMaxBytes: 1 << 30, Replicas: 1, Duplicates: 2 * time.Minute,
 		MaxAckPending: 1024, AckWait: 5 * time.Minute, Publisher: pub,

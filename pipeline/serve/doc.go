@@ -247,8 +247,8 @@
 //     credentials and permissions (JobIdentities, AuthConfig), the TLS
 //     files (WriteTLS) and the names of the assets they scope (work stream,
 //     consumer, subjects and buckets, quarantine bucket). It holds no state;
-//     serve owns the server and the connection it returns. NATSConfig is
-//     natsenv.Config, and serve's ErrInvalidConfig and ErrInsecure are
+//     serve owns the server and the connection it returns. serve's
+//     ErrInvalidConfig and ErrInsecure are
 //     natsenv's.
 //   - the CPU work-cost model: balancer.WorkCostModel, beside the other
 //     cost models and sharing their least-squares solve; serve builds an

@@ -16,7 +16,7 @@ func TestCostOfByFormat(t *testing.T) {
 		[]image.Point{{1000, 1000}, {2000, 1000}}, []string{imgproc.FormatJPEG, imgproc.FormatPNG})
 	f := &feats
 	got := costOf(f, []balancer.Entry{{Item: 0}, {Item: 1}, {Item: 1}})
-	if want := (itemCost{1, 4, 4.5, 3}); got != want {
+	if want := (balancer.WorkCost{1, 4, 4.5, 3}); got != want {
 		t.Errorf("cost %v, want %v", got, want)
 	}
 }

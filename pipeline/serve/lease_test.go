@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -108,7 +109,7 @@ func TestStandbyServiceContinuesThePlan(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
 	cfg.QuarantineDir = t.TempDir()
-	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
 	leader := start(t, cfg)
 	standbyCfg := cfg

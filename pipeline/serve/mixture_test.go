@@ -19,6 +19,7 @@ import (
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
@@ -203,10 +204,10 @@ func TestShardMixtureEpochsWithWorkers(t *testing.T) {
 	defer stopWorkers()
 	werr := make(chan error, 1)
 	go func() {
-		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
+		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
 	}()
 	remoteDir, _, _ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
-		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
+		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
 		if err != nil {
 			t.Fatal(err)
 		}

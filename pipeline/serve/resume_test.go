@@ -3,11 +3,13 @@ package serve
 import (
 	"context"
 	"errors"
-	"github.com/mmfeed/mmfeed/internal/testnats"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
@@ -175,7 +177,7 @@ func externalOutage(t *testing.T, down, leaseTTL time.Duration) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
-	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.StreamMaxBytes = 256 << 10
 	cfg.Publisher.AckTimeout = time.Second
 	cfg.LeaseTTL = leaseTTL
@@ -227,7 +229,7 @@ func TestLeaseTakenDuringAnOutage(t *testing.T) {
 	defer func() { ns.Shutdown() }()
 	cfg := testConfig(t, corpus(t, 40), 1, 1, "colocated")
 	cfg.Recalibrate = -1
-	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 2 * time.Second}
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 2 * time.Second}
 	cfg.LeaseTTL = 500 * time.Millisecond
 	r := start(t, cfg)
 	<-r.s.Ready()

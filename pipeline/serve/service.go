@@ -371,11 +371,6 @@ func (s *Service) startNATS(ctx context.Context) error {
 	return nil
 }
 
-// connect is natsenv.Connect, for the shard writer.
-func connect(cfg NATSConfig, embedded *server.Server, sec *natsenv.Security, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
-	return natsenv.Connect(cfg, embedded, sec, log, extra...)
-}
-
 func (s *Service) stopNATS() {
 	if s.nc != nil {
 		_ = s.nc.Drain()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +40,7 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	const killAt = 5
 	startWorker := func(name string, hook func(*work.BatchItem) error) chan error {
 		errc := make(chan error, 1)
-		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{r.s.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", name), BeforeSend: hook}
+		wc := work.WorkerConfig{NATS: natsenv.Config{URLs: []string{r.s.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", name), BeforeSend: hook}
 		go func() { errc <- work.RunWorker(ctx, wc) }()
 		return errc
 	}
@@ -97,7 +99,7 @@ func TestPlannerWorkersJoinLateLeaveEarly(t *testing.T) {
 	}
 	wt := r.s.WorkTimes()
 	t.Logf("work items %v, times %+v, seconds %v", got, wt, secs)
-	if wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 || wt.FeatureEntries == 0 || wt.FeatureSeconds <= 0 || len(wt.CostMS) != costDims {
+	if wt.Items == 0 || wt.MeasuredMS <= 0 || wt.PredictedMS <= 0 || wt.FeatureEntries == 0 || wt.FeatureSeconds <= 0 || len(wt.CostMS) != balancer.WorkDims {
 		t.Errorf("no predicted and measured item times: %+v", wt)
 	}
 	timed := counter(t, r.s, "mmfeed_serve_work_items_timed_total")
@@ -193,7 +195,7 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 	cfg.Role, cfg.WorkAckWait = RolePlanner, 400*time.Millisecond
 	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
 	cfg.Logger = testLogger(t).With("planner", "leader")
-	cfg.NATS = NATSConfig{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
 	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
 	leader := start(t, cfg)
 	standbyCfg := cfg
@@ -208,7 +210,7 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 	go func() { serr <- standby.Run(ctx) }()
 	werrs := make(chan error, 2)
 	for i := range 2 {
-		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", i)}
+		wc := work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, Logger: testLogger(t).With("worker", i)}
 		go func() { werrs <- work.RunWorker(ctx, wc) }()
 	}
 	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}

@@ -32,7 +32,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	conf, ids := writeAuth(t, cfg.Job, 2, 1)
 	// A NATS server with the `mmfeed creds` users only (what
 	// `nats-server -c auth.conf` runs); the planner connects as service.
-	ns, err := natsenv.StartEmbedded(context.Background(), NATSConfig{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
+	ns, err := natsenv.StartEmbedded(context.Background(), natsenv.Config{Listen: "127.0.0.1:0", ServerConfig: conf, DataDir: t.TempDir(), MaxPayload: 1 << 20},
 		&natsenv.Security{})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	defer ns.Shutdown()
 	url := ns.ClientURL()
 	svc := ids[natsenv.ServiceUser]
-	cfg.NATS = NATSConfig{URLs: []string{url}, User: svc.User, Password: svc.Password, ReconnectWait: 50 * time.Millisecond}
+	cfg.NATS = natsenv.Config{URLs: []string{url}, User: svc.User, Password: svc.Password, ReconnectWait: 50 * time.Millisecond}
 	r := start(t, cfg)
 	asService := []nats.Option{nats.UserInfo(svc.User, svc.Password), slowAuth}
 	wk := ids[natsenv.WorkerUser]
@@ -63,7 +63,7 @@ func TestWorkerCredentialLeastPrivilege(t *testing.T) {
 	}
 
 	var logs syncBuffer
-	wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{url}, User: wk.User, Password: wk.Password}, Slots: 2,
+	wc := work.WorkerConfig{NATS: natsenv.Config{URLs: []string{url}, User: wk.User, Password: wk.Password}, Slots: 2,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	wctx, wcancel := context.WithCancel(ctx)
 	werr := make(chan error, 1)

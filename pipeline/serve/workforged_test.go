@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -148,9 +149,9 @@ func TestForgedWorkerResultsRejected(t *testing.T) {
 	realOnce(t, trs, 0, ex, quarantined)
 }
 
-// urlNATS is a worker's NATSConfig for one URL without credentials.
-func urlNATS(url string) NATSConfig {
-	return NATSConfig{URLs: []string{url}, ReconnectWait: 50 * time.Millisecond}
+// urlNATS is a worker's natsenv.Config for one URL without credentials.
+func urlNATS(url string) natsenv.Config {
+	return natsenv.Config{URLs: []string{url}, ReconnectWait: 50 * time.Millisecond}
 }
 
 // forgeResults takes batch items from the work queue on its own

@@ -41,17 +41,17 @@ type workPlanner struct {
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
-	timing  map[string]itemCost // costs of the items filled and not yet timed, by id
+	timing  map[string]balancer.WorkCost // costs of the items filled and not yet timed, by id
 	// costSum and costN: the costs of the items issued (the model's
 	// prediction of their mean tells heavy items).
-	costSum itemCost
+	costSum balancer.WorkCost
 	costN   int
 	// featureEntries and featureSeconds: the feature passes the workers did.
 	featureEntries int
 	featureSeconds float64
-	model          workCostModel // item seconds from item costs, fitted to the workers' times
-	tally          workTally     // this epoch
-	total          workTally     // the job
+	model          balancer.WorkCostModel // item seconds from item costs, fitted to the workers' times
+	tally          workTally              // this epoch
+	total          workTally              // the job
 	// queued is the step after the last one handed to the rank publishers
 	// in this run (queuedOK); scale the autoscaling observations (nil
 	// without a Service: the shard command).
@@ -85,7 +85,7 @@ type workSlot struct {
 	shapes   [][3]int32      // each row's planned C,H,W (plannedShapes)
 	payloads [][]byte        // by mp rank, each verified
 	have     int
-	cost     itemCost // what its CPU time depends on (costOf)
+	cost     balancer.WorkCost // what its CPU time depends on (costOf)
 	// reissue: a result was rejected since the item was last published.
 	// rejects counts the rejected results, failures the workers' failure
 	// reports (itemMaxFailures); lastReject and lastFailure are the latest
@@ -106,7 +106,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	_, _ = rand.Read(nonce[:])
 	rejects := newRejectCounter()
 	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[work.Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]itemCost{},
+		slots: map[work.Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]balancer.WorkCost{},
 		rejects: rejects}, nil
 }
 
@@ -115,7 +115,7 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 func (w *workPlanner) reset(ctx context.Context) error {
 	w.mu.Lock()
 	w.slots = map[work.Key]*workSlot{}
-	w.timing = map[string]itemCost{}
+	w.timing = map[string]balancer.WorkCost{}
 	w.queuedOK = false
 	w.mu.Unlock()
 	st, err := w.js.Stream(ctx, work.Stream)
@@ -148,9 +148,9 @@ func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
 // deadline returns the item's predicted time and how long a worker keeps it
 // to itself: four times the prediction plus a second, at least 2 s, at most
 // 2 min; 10 s before anything was measured.
-func (w *workPlanner) deadline(cost itemCost) (pred, dl time.Duration) {
+func (w *workPlanner) deadline(cost balancer.WorkCost) (pred, dl time.Duration) {
 	w.mu.Lock()
-	secs, fitted := w.model.predict(cost), w.model.fitted()
+	secs, fitted := w.model.Predict(cost), w.model.Fitted()
 	w.mu.Unlock()
 	if !fitted {
 		return 0, 10 * time.Second
@@ -163,18 +163,18 @@ func (w *workPlanner) deadline(cost itemCost) (pred, dl time.Duration) {
 // than heavyFactor times the mean issued item (by the fitted model, or the
 // prior before any measurement; the model is linear, so the mean item's
 // prediction is the prediction of the mean cost). The caller holds w.mu.
-func (w *workPlanner) heavy(cost itemCost) bool {
+func (w *workPlanner) heavy(cost balancer.WorkCost) bool {
 	if w.costN == 0 {
 		return false
 	}
-	var mean itemCost
+	var mean balancer.WorkCost
 	for i := range mean {
 		mean[i] = w.costSum[i] / float64(w.costN)
 	}
-	if w.model.fitted() {
-		return w.model.predict(cost) > heavyFactor*w.model.predict(mean)
+	if w.model.Fitted() {
+		return w.model.Predict(cost) > heavyFactor*w.model.Predict(mean)
 	}
-	return cost.units() > heavyFactor*mean.units()
+	return cost.Units() > heavyFactor*mean.Units()
 }
 
 // heavyFactor: an item predicted to cost more than this many times the
@@ -297,7 +297,7 @@ func (w *workPlanner) detectsHeavy() bool {
 	return w.costN >= 16
 }
 
-func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost itemCost) (*work.BatchItem, error) {
+func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost balancer.WorkCost) (*work.BatchItem, error) {
 	it := &work.BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]work.Sample, len(entries))}
 	for i, e := range entries {

@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,7 @@ import (
 // ShardWorkConfig configures ShardWorkers.
 type ShardWorkConfig struct {
 	// NATS is the deployment the workers (`mmfeed serve --role worker`) use.
-	NATS NATSConfig
+	NATS natsenv.Config
 	// Job names the run's work items, result subject and buckets ("":
 	// "shard-" and 8 random hex digits, so that runs never share them).
 	Job string
@@ -88,7 +89,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 		return nil, err
 	}
 	sw := &ShardWorkers{cfg: cfg, prep: prep, log: cmp.Or(cfg.Logger, slog.Default()), failed: map[string]bool{}}
-	if sw.nc, err = connect(cfg.NATS, nil, nil, sw.log); err != nil {
+	if sw.nc, err = natsenv.Connect(cfg.NATS, nil, nil, sw.log); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -44,7 +45,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	defer stopWorkers()
 	startWorker := func(name string, hook func(*work.BatchItem) error) chan error {
 		errc := make(chan error, 1)
-		wc := work.WorkerConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
+		wc := work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(),
 			Logger: testLogger(t).With("worker", name), BeforeSend: hook}
 		go func() { errc <- work.RunWorker(wctx, wc) }()
 		return errc
@@ -70,7 +71,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	}()
 	fromWorkers := 0 // rows the workers built
 	remoteDir, remoteQ, written := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
-		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: NATSConfig{URLs: []string{ns.ClientURL()}},
+		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}},
 			AckWait: 400 * time.Millisecond, Logger: testLogger(t)}, prep)
 		if err != nil {
 			t.Fatal(err)

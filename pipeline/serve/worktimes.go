@@ -3,6 +3,7 @@ package serve
 import (
 	"fmt"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,16 +16,16 @@ type workTally struct {
 // observe records one item's measured time against its prediction (made
 // before this item is fitted), and fits the cost model to it. The caller
 // holds w.mu.
-func (w *workPlanner) observe(cost itemCost, secs float64) {
+func (w *workPlanner) observe(cost balancer.WorkCost, secs float64) {
 	if secs <= 0 {
 		return
 	}
-	if w.model.fitted() {
-		pred := w.model.predict(cost)
+	if w.model.Fitted() {
+		pred := w.model.Predict(cost)
 		w.tally.add(pred, secs)
 		w.total.add(pred, secs)
 	}
-	w.model.observe(cost, secs)
+	w.model.Observe(cost, secs)
 }
 
 func (t *workTally) add(pred, secs float64) {
@@ -49,7 +50,7 @@ type WorkTimes struct {
 	MeasuredMS  float64 `json:"measured_ms"`
 	AbsErrorMS  float64 `json:"abs_error_ms"`
 	// CostMS is the fitted cost model: milliseconds per unit of each
-	// dimension of an item's cost (costNames).
+	// dimension of an item's cost (balancer.WorkCostNames).
 	CostMS map[string]float64 `json:"cost_ms,omitempty"`
 }
 
@@ -62,10 +63,10 @@ func (s *Service) WorkTimes() WorkTimes {
 	s.work.mu.Lock()
 	t := s.work.total
 	wt := WorkTimes{FeatureEntries: s.work.featureEntries, FeatureSeconds: s.work.featureSeconds}
-	if s.work.model.fitted() {
+	if s.work.model.Fitted() {
 		wt.CostMS = map[string]float64{}
-		for i, dim := range costNames {
-			wt.CostMS[dim] = 1e3 * s.work.model.coef[i]
+		for i, dim := range balancer.WorkCostNames {
+			wt.CostMS[dim] = 1e3 * s.work.model.Coefficients()[i]
 		}
 	}
 	s.work.mu.Unlock()
@@ -103,13 +104,13 @@ func (w *workPlanner) registerTimes(reg prometheus.Registerer) error {
 		read(func(t workTally) float64 { return float64(t.n) }))); err != nil {
 		return fmt.Errorf("serve: metrics: %w", err)
 	}
-	for i, dim := range costNames {
+	for i, dim := range balancer.WorkCostNames {
 		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmfeed_serve_work_cost_seconds",
 			Help: "Planner: the fitted worker seconds per unit of a batch item's cost: per megapixel of JPEG or of other formats, per encoded megabyte, per sample.", ConstLabels: prometheus.Labels{"per": dim}},
 			func() float64 {
 				w.mu.Lock()
 				defer w.mu.Unlock()
-				return w.model.coef[i]
+				return w.model.Coefficients()[i]
 			})); err != nil {
 			return fmt.Errorf("serve: metrics: %w", err)
 		}
@@ -135,10 +136,10 @@ func (w *workPlanner) logTally(epoch int) {
 		return
 	}
 	w.mu.Lock()
-	coef := w.model.coef
+	coef := w.model.Coefficients()
 	w.mu.Unlock()
 	w.log.Info("work items", "epoch", epoch, "items", t.n, "predicted_ms_mean", 1e3*t.predicted/float64(t.n),
 		"measured_ms_mean", 1e3*t.measured/float64(t.n), "abs_error_ms_mean", 1e3*t.absError/float64(t.n),
-		"ms_per_jpeg_mp", 1e3*coef[costJPEGMP], "ms_per_other_mp", 1e3*coef[costOtherMP],
-		"ms_per_mb", 1e3*coef[costMB], "ms_per_sample", 1e3*coef[costSamples])
+		"ms_per_jpeg_mp", 1e3*coef[balancer.WorkJPEGMP], "ms_per_other_mp", 1e3*coef[balancer.WorkOtherMP],
+		"ms_per_mb", 1e3*coef[balancer.WorkMB], "ms_per_sample", 1e3*coef[balancer.WorkSamples])
 }
