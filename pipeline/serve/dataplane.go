@@ -208,8 +208,12 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 	for {
 		it, changed := s.out.lookup(rank, key)
 		if it != nil {
-			if err := s.ranks.hand(ctx, rank, key); err != nil { // before the rank can ack it
-				s.replies.log.warn("kv:handed", "kv rank handed", "rank", rank, "err", err)
+			if err := s.ranks.hand(ctx, rank, key); err != nil {
+				// Not sent: a batch the KV bucket does not record as handed is one
+				// the next service would refuse the rank's ack of (invariant 6), and
+				// the rank would wait for it forever. The rank asks again.
+				s.replies.log.warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
+				return
 			}
 			s.send(waits.claim(key, w), it)
 			return

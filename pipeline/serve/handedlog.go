@@ -93,7 +93,7 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 			}
 			l.mu.Lock()
 			if l.err != nil && !covers(l.have[r], at) {
-				return l.err // the write meant to record it failed: the caller logs it and sends anyway
+				return l.err // the write meant to record it failed: the caller does not send
 			}
 			continue
 		}

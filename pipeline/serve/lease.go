@@ -41,13 +41,14 @@ func LeaseBucket(job string) string { return proto.BucketName(job) + "_lease" }
 // (ErrLeaseLost) and the service stops so the trainers move to the leader.
 // hold is the only writer of the lease; check is safe for concurrent use.
 type lease struct {
-	kv      jetstream.KeyValue
-	id      string
-	ttl     time.Duration
-	log     *slog.Logger
-	rev     uint64
-	renewed atomic.Int64 // unix nanoseconds of the last renewal the server confirmed
-	now     func() time.Time
+	kv       jetstream.KeyValue
+	id       string
+	ttl      time.Duration
+	log      *slog.Logger
+	rev      uint64
+	renewed  atomic.Int64 // unix nanoseconds of the last renewal the server confirmed
+	released atomic.Bool  // release ran: no state write passes the fence again
+	now      func() time.Time
 }
 
 func openLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*lease, error) {
@@ -77,6 +78,9 @@ func (l *lease) sinceRenewed() time.Duration {
 // lease and renewed it less than 3/4 of the TTL ago (a standby can take the
 // lease only after the whole TTL). Safe for concurrent use.
 func (l *lease) check() error {
+	if l.released.Load() {
+		return fmt.Errorf("serve: lease released: %w", ErrLeaseLost)
+	}
 	if d := l.sinceRenewed(); d > 3*l.ttl/4 {
 		return fmt.Errorf("serve: lease not renewed for %v (ttl %v): %w", d.Round(time.Millisecond), l.ttl, ErrLeaseFenced)
 	}
@@ -89,8 +93,8 @@ func (l *lease) check() error {
 func (l *lease) await(ctx context.Context) error {
 	for {
 		err := l.check()
-		if err == nil {
-			return nil
+		if err == nil || l.released.Load() {
+			return err // a released lease does not come back: no wait
 		}
 		if ctxutil.Sleep(ctx, min(l.ttl/8, 100*time.Millisecond)) != nil {
 			return err
@@ -246,8 +250,11 @@ func isWrongRevision(err error) bool {
 }
 
 // release deletes the lease if this service still holds it, so a standby
-// takes over at once.
+// takes over at once; from then on every state write is refused (check), so
+// nothing this service still has in flight lands after the standby read the
+// state.
 func (l *lease) release() {
+	l.released.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev)); err != nil && !isWrongRevision(err) {

@@ -347,36 +347,37 @@ func (t *rankTable) lastCompleted(next pos) *kvStep {
 	return nil
 }
 
-// hand records that key is about to be sent to rank r's fetch: in memory,
-// and, when key's step is later than the one recorded, in the KV bucket
-// (kvHanded, written for every rank waiting then at once: handedLog) first. The memory moves even when the KV write
-// fails (err): the batch is sent anyway, and only a restart before the
-// next recorded step forgets it.
+// hand records that key is about to be sent to rank r's fetch: when key's
+// step is later than the one recorded, in the KV bucket first (kvHanded,
+// written for every rank waiting then at once: handedLog), then in memory.
+// When the KV write fails (err) nothing moves and the caller does not send
+// the batch: the rank may acknowledge only what this service or, as the KV
+// bucket records, an earlier one handed it (invariant 6).
 func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	k := proto.BatchKey{Epoch: key.Epoch, Step: key.Step, MicroBatch: key.MicroBatch}
 	t.handMu[r].Lock()
 	defer t.handMu[r].Unlock()
+	at := pos{k.Epoch, k.Step}
 	t.mu.Lock()
 	rs := &t.ranks[r]
+	write := (!rs.recOK || rs.recorded.less(at)) && t.kv != nil && t.kv.kv != nil // no KV bucket (a test's bare service): memory only
+	t.mu.Unlock()
+	if write {
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := t.handed.record(kctx, t.kv, r, at); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rs = &t.ranks[r]
 	if !rs.anyHanded || keyLess(rs.handed, k) {
 		rs.handed, rs.anyHanded = k, true
 	}
-	at := pos{k.Epoch, k.Step}
-	write := !rs.recOK || rs.recorded.less(at)
-	t.mu.Unlock()
-	if !write || t.kv == nil || t.kv.kv == nil { // no KV bucket (a test's bare service): memory only
-		return nil
-	}
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := t.handed.record(kctx, t.kv, r, at); err != nil {
-		return err
-	}
-	t.mu.Lock()
-	if rs := &t.ranks[r]; !rs.recOK || rs.recorded.less(at) {
+	if write && (!rs.recOK || rs.recorded.less(at)) {
 		rs.recorded, rs.recOK = at, true
 	}
-	t.mu.Unlock()
 	return nil
 }
 

@@ -163,7 +163,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := ls.acquire(ctx); err != nil {
 		return nil // stopped while standing by
 	}
-	defer ls.release()
+	// The handlers' tasks end before the lease goes (a fetch records its batch
+	// as handed before sending it: one still running after the release could
+	// send a batch the standby never learns of), and writes after it are refused.
+	defer func() {
+		s.tasks.close()
+		ls.release()
+	}()
 	s.fence = ls.await
 	var subs subscriptions
 	defer subs.unsubscribe()
