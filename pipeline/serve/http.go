@@ -3,20 +3,52 @@ package serve
 import (
 	"encoding/json"
 	"net/http"
-	"time"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// httpSource answers what the routes show; the service implements it. Its
+// verbs return values the handler owns (copies or fresh objects), so the
+// routes never hold the service's locks.
+type httpSource interface {
+	// Healthy returns nil when the service is healthy, else why not (the
+	// /healthz body).
+	Healthy() error
+	// Report returns the /v1/report object (encoded as JSON as it is), or
+	// an error saying why there is none yet (the epoch is being planned).
+	Report() (any, error)
+	// CostModel returns the /v1/cost-model object: the cost model in effect.
+	CostModel() any
+	// View returns what `/` shows; nil before the first strategy comparison.
+	View() *pageView
+}
+
+// pageView is one moment of the report page: the strategy comparison, the
+// live section and, for a mixture, its per-source section.
+type pageView struct {
+	Report *balancer.Report
+	Live   *balancer.LiveView
+	// Section is nil for a plain input.
+	Section pageSection
+}
+
+// pageSection is a part of the full page the balance report page does not
+// have (a mixture's per-source lines).
+type pageSection interface {
+	// InsertHTML returns page with the section in its place.
+	InsertHTML(page []byte) ([]byte, error)
+}
+
 // Handler returns the read-only HTTP API: /v1/report (JSON), /metrics
 // (Prometheus), /healthz and / (the HTML balance report with its live
-// section, which polls /?part=live). With HTTPToken set, every path but
+// section, which polls /?part=live). With a token, every path but
 // /healthz and /login needs "Authorization: Bearer <token>" or the session
 // cookie that /login sets (a browser cannot send a bearer header): a form at
 // /login, or a token in any page's URL (?token=…), is exchanged for it.
-func (s *Service) Handler() http.Handler {
+func (s *httpServer) Handler() http.Handler {
 	mux := http.NewServeMux()
-	page := &reportPage{s: s}
+	page := &reportPage{src: s.src}
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)
@@ -27,27 +59,33 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-func (s *Service) healthz(w http.ResponseWriter, _ *http.Request) {
-	if s.nc == nil || !s.nc.IsConnected() {
-		http.Error(w, "nats not connected", http.StatusServiceUnavailable)
-		return
-	}
-	if why := s.health.problems(time.Now(), s.cfg.StuckAfter, s.streamHasRoom()); why != "" {
-		http.Error(w, why, http.StatusServiceUnavailable)
+func (s *httpServer) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.src.Healthy(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (s *Service) reportJSON(w http.ResponseWriter, _ *http.Request) {
-	r := s.snapshot()
-	if r == nil {
-		http.Error(w, s.live.planningStatus(), http.StatusServiceUnavailable)
+func (s *httpServer) reportJSON(w http.ResponseWriter, _ *http.Request) {
+	r, err := s.src.Report()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
+	writeJSON(w, r)
+}
+
+// costModelJSON serves GET /v1/cost-model: a file `report`/`shard --cost-model` read.
+func (s *httpServer) costModelJSON(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, s.src.CostModel())
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(r)
+	_ = enc.Encode(v)
 }

@@ -4,30 +4,19 @@ import (
 	"bytes"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
-	"github.com/mmfeed/mmfeed/pipeline"
 )
 
-// fitPoints is how many prefixes of the observations the fit history refits.
-const fitPoints = 24
-
-// reportPage serves `/`: the balance report with its live section. Its
-// calibration history refits the cost model to growing prefixes of the
-// trainer feedback (in arrival order), so the page shows how the fit evolved
-// whenever it is opened; it is recomputed only when feedback arrived.
+// reportPage serves `/`: the balance report with its live section, as the
+// source views it.
 type reportPage struct {
-	s    *Service
-	mu   sync.Mutex
-	n    int // observations the cached history covers
-	hist []balancer.FitPoint
+	src httpSource
 }
 
 // handler serves `/`: balancer.LiveHandler of view, except that the full
-// page of a mixture carries its per-source section (the /v1/report
-// "mixture" lines, pipeline.InsertMixtureHTML). The JSON and the polled
-// live fragment are LiveHandler's.
+// page of a mixture carries its per-source section (pageView.Section). The
+// JSON and the polled live fragment are LiveHandler's.
 func (p *reportPage) handler() http.Handler {
 	plain := balancer.LiveHandler(p.view)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -36,17 +25,17 @@ func (p *reportPage) handler() http.Handler {
 			plain.ServeHTTP(w, req)
 			return
 		}
-		r := p.s.snapshot()
-		if r == nil || r.Mixture == nil {
+		v := p.src.View()
+		if v == nil || v.Section == nil {
 			plain.ServeHTTP(w, req)
 			return
 		}
 		var page bytes.Buffer
-		if err := balancer.WritePage(&page, r.Report, p.liveView(r.Report, r.Live), "?part=live"); err != nil {
+		if err := balancer.WritePage(&page, v.Report, v.Live, "?part=live"); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		b, err := pipeline.InsertMixtureHTML(page.Bytes(), r.Mixture)
+		b, err := v.Section.InsertHTML(page.Bytes())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -59,60 +48,9 @@ func (p *reportPage) handler() http.Handler {
 
 // view returns the report and its live section, or nils before the first epoch.
 func (p *reportPage) view() (*balancer.Report, *balancer.LiveView) {
-	r := p.s.snapshot()
-	if r == nil {
+	v := p.src.View()
+	if v == nil {
 		return nil, nil
 	}
-	return r.Report, p.liveView(r.Report, r.Live)
-}
-
-// liveView is the page's live section of l; r gives the cost unit (nil: none).
-func (p *reportPage) liveView(r *balancer.Report, l Live) *balancer.LiveView {
-	lv := &balancer.LiveView{Job: l.Job, Finished: l.Finished, StepsPublished: l.StepsPublished, StepsTrained: l.StepsTrained,
-		StepsTotal: l.StepsPerEpoch * (l.LastEpoch - l.FirstEpoch + 1), Samples: l.Throughput.Samples,
-		ElapsedSeconds: l.Throughput.ElapsedSeconds, SamplesPerSecond: l.Throughput.SamplesPerSecond,
-		Quarantined: l.Quarantined}
-	if r != nil {
-		lv.Unit = r.Unit
-	}
-	for _, st := range l.Steps {
-		lv.Steps = append(lv.Steps, balancer.LiveStepView{Epoch: st.Epoch, Step: st.Step, PredictedSeconds: st.PredictedSeconds,
-			PredictedCost: st.PredictedCost, MeasuredSeconds: st.MeasuredSeconds, DataWaitSeconds: st.DataWaitSeconds})
-	}
-	lv.Fit = p.fitHistory(l.Calibration)
-	return lv
-}
-
-// fitHistory returns the fit at up to fitPoints observation counts, ending
-// with cur (the report's calibration) when there is one.
-func (p *reportPage) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
-	obs, prior, cfg, minObs := p.s.cal.observations()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(obs) != p.n {
-		p.n, p.hist = len(obs), nil
-		every := max(minObs, (len(obs)+fitPoints-1)/fitPoints)
-		for k := every; k < len(obs); k += every {
-			if cal, err := balancer.Calibrate(prior, obs[:k], cfg); err == nil {
-				p.hist = append(p.hist, fitPoint(cal))
-			}
-		}
-	}
-	out := append([]balancer.FitPoint(nil), p.hist...)
-	if cur != nil {
-		out = append(out, fitPoint(*cur))
-	}
-	return out
-}
-
-func fitPoint(c balancer.Calibration) balancer.FitPoint {
-	return balancer.FitPoint{Observations: c.Fit.N, R2: c.Fit.R2, RelErr: c.Fit.MeanRelErr, PriorRelErr: c.Prior.MeanRelErr}
-}
-
-// observations returns a copy of the observations, the prior, the fit
-// configuration and the minimum count a fit needs.
-func (c *calibrator) observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]balancer.Observation(nil), c.obs...), c.prior, c.cfg, c.minObs
+	return v.Report, v.Live
 }
