@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/httpui"
 )
 
-// Handler returns the read-only HTTP API (httpServer.Handler): /v1/report,
+// Handler returns the read-only HTTP API (httpui.Server.Handler): /v1/report,
 // /v1/cost-model, /metrics, /healthz, /login and /.
 func (s *Service) Handler() http.Handler { return s.newHTTP().Handler() }
 
 // newHTTP returns the report server of the service's configuration,
 // answering from the service.
-func (s *Service) newHTTP() *httpServer {
-	cfg := httpConfig{Addr: s.cfg.HTTP, TLSCert: s.cfg.HTTPTLSCert, TLSKey: s.cfg.HTTPTLSKey, Token: s.cfg.HTTPToken}
-	return newHTTP(cfg, &httpAnswers{s: s, views: &liveViews{cal: s.cal}}, s.reg)
+func (s *Service) newHTTP() *httpui.Server {
+	cfg := httpui.Config{Addr: s.cfg.HTTP, TLSCert: s.cfg.HTTPTLSCert, TLSKey: s.cfg.HTTPTLSKey, Token: s.cfg.HTTPToken}
+	return httpui.New(cfg, &httpAnswers{s: s, views: &liveViews{cal: s.cal}}, s.reg)
 }
 
 // httpAnswers is the service as the report server's source: each verb
@@ -50,12 +51,12 @@ func (a *httpAnswers) Report() (any, error) {
 func (a *httpAnswers) CostModel() any { return a.s.costModel() }
 
 // View is the live report as the page shows it, with a mixture's section.
-func (a *httpAnswers) View() *pageView {
+func (a *httpAnswers) View() *httpui.View {
 	r := a.s.snapshot()
 	if r == nil {
 		return nil
 	}
-	v := &pageView{Report: r.Report, Live: a.views.liveView(r.Report, r.Live)}
+	v := &httpui.View{Report: r.Report, Live: a.views.liveView(r.Report, r.Live)}
 	if r.Mixture != nil {
 		v.Section = mixtureSection{r.Mixture}
 	}

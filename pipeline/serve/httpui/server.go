@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"context"
@@ -36,32 +36,32 @@ func newHTTPServer(h http.Handler, l httpLimits) *http.Server {
 		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
-// httpConfig is what the report server is told: its listen address, its
+// Config is what the report server is told: its listen address, its
 // certificate and key (both, or neither: plain HTTP) and the token that
 // guards every path but /healthz and /login ("": none).
-type httpConfig struct {
+type Config struct {
 	Addr, TLSCert, TLSKey, Token string
 }
 
-// httpServer is the report's HTTP server: the routes of Handler, answered
+// Server is the report's HTTP server: the routes of Handler, answered
 // from src, with /metrics gathered from reg and the Go runtime.
-type httpServer struct {
-	cfg httpConfig
-	src httpSource
+type Server struct {
+	cfg Config
+	src Source
 	reg prometheus.Gatherer
 	srv *http.Server
 }
 
-// newHTTP returns the report server of cfg, answering from src.
-func newHTTP(cfg httpConfig, src httpSource, reg prometheus.Gatherer) *httpServer {
-	s := &httpServer{cfg: cfg, src: src, reg: reg}
+// New returns the report server of cfg, answering from src.
+func New(cfg Config, src Source, reg prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg, src: src, reg: reg}
 	s.srv = newHTTPServer(s.Handler(), defaultHTTPLimits)
 	return s
 }
 
 // Listen listens on the configured address: plain TCP, or TLS (1.2 at
 // least) with the configured certificate and key, which are read once, here.
-func (s *httpServer) Listen() (net.Listener, error) {
+func (s *Server) Listen() (net.Listener, error) {
 	var tc *tls.Config
 	if s.cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
@@ -78,7 +78,7 @@ func (s *httpServer) Listen() (net.Listener, error) {
 }
 
 // Serve serves the routes on ln until Shutdown (then it returns nil).
-func (s *httpServer) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error {
 	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -87,7 +87,7 @@ func (s *httpServer) Serve(ln net.Listener) error {
 
 // Shutdown stops the server: it closes the listener, then waits for the
 // requests in flight until ctx ends.
-func (s *httpServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
 
 // runtimeRegistry holds the Go runtime and process collectors
 // (go_goroutines, go_memstats_*, process_resident_memory_bytes, ...), one per

@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"bytes"
@@ -11,11 +11,11 @@ import (
 // reportPage serves `/`: the balance report with its live section, as the
 // source views it.
 type reportPage struct {
-	src httpSource
+	src Source
 }
 
 // handler serves `/`: balancer.LiveHandler of view, except that the full
-// page of a mixture carries its per-source section (pageView.Section). The
+// page of a mixture carries its per-source section (View.Section). The
 // JSON and the polled live fragment are LiveHandler's.
 func (p *reportPage) handler() http.Handler {
 	plain := balancer.LiveHandler(p.view)

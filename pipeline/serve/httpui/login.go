@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"crypto/sha256"
@@ -21,7 +21,7 @@ func sessionValue(token string) string {
 }
 
 // authorized reports whether r carries the bearer token or the session cookie.
-func (s *httpServer) authorized(r *http.Request) bool {
+func (s *Server) authorized(r *http.Request) bool {
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.Token)) == 1 {
 		return true
 	}
@@ -29,17 +29,17 @@ func (s *httpServer) authorized(r *http.Request) bool {
 	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(sessionValue(s.cfg.Token))) == 1
 }
 
-func (s *httpServer) tokenOK(t string) bool {
+func (s *Server) tokenOK(t string) bool {
 	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.Token)) == 1
 }
 
 // setSession gives the browser the session cookie (HttpOnly, SameSite=Strict).
-func (s *httpServer) setSession(w http.ResponseWriter) {
+func (s *Server) setSession(w http.ResponseWriter) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sessionValue(s.cfg.Token), Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
 }
 
-func (s *httpServer) auth(h http.Handler) http.Handler {
+func (s *Server) auth(h http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return h
 	}
@@ -69,7 +69,7 @@ func (s *httpServer) auth(h http.Handler) http.Handler {
 // login shows the sign-in form (GET) and exchanges a valid token for the
 // session cookie (POST, or GET with ?token=), then redirects to next (a
 // local path) or /.
-func (s *httpServer) login(w http.ResponseWriter, r *http.Request) {
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.FormValue("next"))
 	if s.cfg.Token == "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)

@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"encoding/json"
@@ -8,10 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpSource answers what the routes show; the service implements it. Its
+// Source answers what the routes show; the service implements it. Its
 // verbs return values the handler owns (copies or fresh objects), so the
 // routes never hold the service's locks.
-type httpSource interface {
+type Source interface {
 	// Healthy returns nil when the service is healthy, else why not (the
 	// /healthz body).
 	Healthy() error
@@ -21,21 +21,21 @@ type httpSource interface {
 	// CostModel returns the /v1/cost-model object: the cost model in effect.
 	CostModel() any
 	// View returns what `/` shows; nil before the first strategy comparison.
-	View() *pageView
+	View() *View
 }
 
-// pageView is one moment of the report page: the strategy comparison, the
+// View is one moment of the report page: the strategy comparison, the
 // live section and, for a mixture, its per-source section.
-type pageView struct {
+type View struct {
 	Report *balancer.Report
 	Live   *balancer.LiveView
 	// Section is nil for a plain input.
-	Section pageSection
+	Section Section
 }
 
-// pageSection is a part of the full page the balance report page does not
+// Section is a part of the full page the balance report page does not
 // have (a mixture's per-source lines).
-type pageSection interface {
+type Section interface {
 	// InsertHTML returns page with the section in its place.
 	InsertHTML(page []byte) ([]byte, error)
 }
@@ -46,7 +46,7 @@ type pageSection interface {
 // /healthz and /login needs "Authorization: Bearer <token>" or the session
 // cookie that /login sets (a browser cannot send a bearer header): a form at
 // /login, or a token in any page's URL (?token=…), is exchanged for it.
-func (s *httpServer) Handler() http.Handler {
+func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	page := &reportPage{src: s.src}
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -59,7 +59,7 @@ func (s *httpServer) Handler() http.Handler {
 	return mux
 }
 
-func (s *httpServer) healthz(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if err := s.src.Healthy(); err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
@@ -68,7 +68,7 @@ func (s *httpServer) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (s *httpServer) reportJSON(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) reportJSON(w http.ResponseWriter, _ *http.Request) {
 	r, err := s.src.Report()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -78,7 +78,7 @@ func (s *httpServer) reportJSON(w http.ResponseWriter, _ *http.Request) {
 }
 
 // costModelJSON serves GET /v1/cost-model: a file `report`/`shard --cost-model` read.
-func (s *httpServer) costModelJSON(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) costModelJSON(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, s.src.CostModel())
 }
 
