@@ -1,9 +1,6 @@
 package serve
 
 import (
-	"encoding/json"
-	"net/http"
-
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
@@ -15,14 +12,6 @@ func (s *Service) costModel() pipeline.CostModelExport {
 		return pipeline.CostModelExport{Model: s.cal.prior, Observations: n}
 	}
 	return pipeline.CostModelExport{Model: cal.Model, Fitted: true, Observations: n, Calibration: cal}
-}
-
-// costModelJSON serves GET /v1/cost-model: a file `report`/`shard --cost-model` read.
-func (s *Service) costModelJSON(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.costModel())
 }
 
 // writeCostModel writes a planner refit to --cost-model-out (called with the calibrator's

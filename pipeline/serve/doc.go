@@ -21,7 +21,7 @@
 // and the memory.Allocator the Arrow records are built with (Allocator;
 // each record is released once encoded). Outputs are the
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
-// endpoints (/v1/report, /metrics, /healthz, /) and Stats; with ReportOut,
+// endpoints (/v1/report, /metrics, /healthz, /: httpui) and Stats; with ReportOut,
 // the run report (reportout.go): report-e<epoch>.json/.html once every rank
 // trained past the epoch and report-latest.json/.html, also when Run returns
 // (SIGTERM and ctx included), each written atomically: the epoch's strategy
@@ -228,6 +228,9 @@
 //     live report's runRecord (reportout_record.go, a leaf lock) keeps the
 //     whole run's measured figures, and reportOut (reportout.go) writes
 //     them from its own goroutine and once more after the parts stopped.
+//     liveViews (liveview.go, a leaf lock) caches the fit history the
+//     page's live section shows, one for the HTTP server and one for the
+//     run report.
 //   - autoscaler (autoscale.go, planner role): the ranks' step advances
 //     and data waits and the workers' finished items, each kept for the
 //     window; the gauges are computed from them at scrape time.
@@ -250,6 +253,15 @@
 //     serve owns the server and the connection it returns. serve's
 //     ErrInvalidConfig and ErrInsecure are
 //     natsenv's.
+//   - httpui (pipeline/serve/httpui): the report's HTTP server (limits,
+//     listener, TLS), its routes (/healthz, /v1/report, /v1/cost-model,
+//     /metrics with the Go runtime's collectors, /), the browser's sign-in
+//     and session cookie, and the page's handler. It answers from
+//     httpui.Source, which serve implements (httpsource.go: health,
+//     snapshot, planningStatus, costModel, and the live section with its
+//     fit history, liveViews in liveview.go, which the run report shares);
+//     Service.Handler and Run's HTTP part are httpui.New of the service's
+//     Config. The run report's files (reportout*.go) stay in serve.
 //   - the CPU work-cost model: balancer.WorkCostModel, beside the other
 //     cost models and sharing their least-squares solve; serve builds an
 //     item's cost from the features (itemcost.go) and workPlanner holds the
@@ -259,8 +271,8 @@
 //     Service.DialInProcess.
 //
 // internal/arch tests the import rules between them (natsenv imports proto
-// only; neither serve nor natsenv imports runtime/pprof) and the size
-// limits.
+// only, httpui balancer only; none of serve, natsenv and httpui imports
+// runtime/pprof) and the size limits.
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the

@@ -118,7 +118,7 @@ type RankMeasured struct {
 type reportOut struct {
 	mu      sync.Mutex
 	dir     string
-	page    *reportPage
+	views   *liveViews
 	written map[int]bool
 	reports map[int]*balancer.Report
 	mixes   map[int]*pipeline.MixtureReport // a mixture epoch's per-source lines, beside reports
@@ -132,7 +132,7 @@ func (s *Service) openReportOut() (*reportOut, error) {
 	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
 		return nil, fmt.Errorf("serve: --report-out: %w", err)
 	}
-	return &reportOut{dir: s.cfg.ReportOut, page: &reportPage{s: s}, written: map[int]bool{}, reports: map[int]*balancer.Report{},
+	return &reportOut{dir: s.cfg.ReportOut, views: &liveViews{cal: s.cal}, written: map[int]bool{}, reports: map[int]*balancer.Report{},
 		mixes: map[int]*pipeline.MixtureReport{}}, nil
 }
 
@@ -230,7 +230,7 @@ func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 	js, err := json.MarshalIndent(rr, "", "  ")
 	if err == nil {
 		var page bytes.Buffer
-		if err = writeRunHTML(&page, rr, ro.page.liveView(rr.Report, rr.Live)); err == nil {
+		if err = writeRunHTML(&page, rr, ro.views.liveView(rr.Report, rr.Live)); err == nil {
 			js = append(js, '\n')
 			bases := []string{"report-latest"}
 			if epochFile {

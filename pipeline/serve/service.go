@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,14 +279,14 @@ func (s *Service) startHTTP(g *errgroup.Group, gctx context.Context) error {
 	if s.cfg.HTTP == "" {
 		return nil
 	}
-	ln, err := listenHTTP(s.cfg)
+	h := s.newHTTP()
+	ln, err := h.Listen()
 	if err != nil {
 		return fmt.Errorf("serve: http listen %s: %w", s.cfg.HTTP, err)
 	}
 	s.httpAddr = ln.Addr().String()
-	srv := newHTTPServer(s.Handler(), defaultHTTPLimits)
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := h.Serve(ln); err != nil {
 			return fmt.Errorf("serve: http: %w", err)
 		}
 		return nil
@@ -296,7 +295,7 @@ func (s *Service) startHTTP(g *errgroup.Group, gctx context.Context) error {
 		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		return h.Shutdown(sctx)
 	})
 	return nil
 }

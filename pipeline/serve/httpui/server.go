@@ -1,7 +1,9 @@
-package serve
+package httpui
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,23 +36,58 @@ func newHTTPServer(h http.Handler, l httpLimits) *http.Server {
 		WriteTimeout: l.write, IdleTimeout: l.idle, MaxHeaderBytes: l.maxHeaderBytes}
 }
 
-// listenHTTP listens on cfg.HTTP: plain TCP, or TLS (1.2 at least) with
-// cfg.HTTPTLSCert and cfg.HTTPTLSKey, which are read once, here.
-func listenHTTP(cfg Config) (net.Listener, error) {
+// Config is what the report server is told: its listen address, its
+// certificate and key (both, or neither: plain HTTP) and the token that
+// guards every path but /healthz and /login ("": none).
+type Config struct {
+	Addr, TLSCert, TLSKey, Token string
+}
+
+// Server is the report's HTTP server: the routes of Handler, answered
+// from src, with /metrics gathered from reg and the Go runtime.
+type Server struct {
+	cfg Config
+	src Source
+	reg prometheus.Gatherer
+	srv *http.Server
+}
+
+// New returns the report server of cfg, answering from src.
+func New(cfg Config, src Source, reg prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg, src: src, reg: reg}
+	s.srv = newHTTPServer(s.Handler(), defaultHTTPLimits)
+	return s
+}
+
+// Listen listens on the configured address: plain TCP, or TLS (1.2 at
+// least) with the configured certificate and key, which are read once, here.
+func (s *Server) Listen() (net.Listener, error) {
 	var tc *tls.Config
-	if cfg.HTTPTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.HTTPTLSCert, cfg.HTTPTLSKey)
+	if s.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("http tls: %w", err)
 		}
 		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	ln, err := net.Listen("tcp", cfg.HTTP)
+	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil || tc == nil {
 		return ln, err
 	}
 	return tls.NewListener(ln, tc), nil
 }
+
+// Serve serves the routes on ln until Shutdown (then it returns nil).
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops the server: it closes the listener, then waits for the
+// requests in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
 
 // runtimeRegistry holds the Go runtime and process collectors
 // (go_goroutines, go_memstats_*, process_resident_memory_bytes, ...), one per

@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"crypto/sha256"
@@ -21,26 +21,26 @@ func sessionValue(token string) string {
 }
 
 // authorized reports whether r carries the bearer token or the session cookie.
-func (s *Service) authorized(r *http.Request) bool {
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.HTTPToken)) == 1 {
+func (s *Server) authorized(r *http.Request) bool {
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.Token)) == 1 {
 		return true
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(sessionValue(s.cfg.HTTPToken))) == 1
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(sessionValue(s.cfg.Token))) == 1
 }
 
-func (s *Service) tokenOK(t string) bool {
-	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.HTTPToken)) == 1
+func (s *Server) tokenOK(t string) bool {
+	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.Token)) == 1
 }
 
 // setSession gives the browser the session cookie (HttpOnly, SameSite=Strict).
-func (s *Service) setSession(w http.ResponseWriter) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sessionValue(s.cfg.HTTPToken), Path: "/",
+func (s *Server) setSession(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: sessionValue(s.cfg.Token), Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
 }
 
-func (s *Service) auth(h http.Handler) http.Handler {
-	if s.cfg.HTTPToken == "" {
+func (s *Server) auth(h http.Handler) http.Handler {
+	if s.cfg.Token == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,9 +69,9 @@ func (s *Service) auth(h http.Handler) http.Handler {
 // login shows the sign-in form (GET) and exchanges a valid token for the
 // session cookie (POST, or GET with ?token=), then redirects to next (a
 // local path) or /.
-func (s *Service) login(w http.ResponseWriter, r *http.Request) {
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.FormValue("next"))
-	if s.cfg.HTTPToken == "" {
+	if s.cfg.Token == "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}

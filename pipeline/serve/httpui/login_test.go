@@ -1,4 +1,4 @@
-package serve
+package httpui
 
 import (
 	"net/http"
@@ -11,7 +11,7 @@ import (
 // the login form or the URL is exchanged for a session cookie, which then
 // authorises the page and its live polls.
 func TestBrowserSignIn(t *testing.T) {
-	s := &Service{cfg: Config{HTTPToken: "s3cret"}}
+	s := &Server{cfg: Config{Token: "s3cret"}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("POST /login", s.login)

@@ -1,73 +1,28 @@
 package serve
 
 import (
-	"bytes"
-	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
-	"github.com/mmfeed/mmfeed/pipeline"
 )
 
 // fitPoints is how many prefixes of the observations the fit history refits.
 const fitPoints = 24
 
-// reportPage serves `/`: the balance report with its live section. Its
-// calibration history refits the cost model to growing prefixes of the
-// trainer feedback (in arrival order), so the page shows how the fit evolved
-// whenever it is opened; it is recomputed only when feedback arrived.
-type reportPage struct {
-	s    *Service
+// liveViews builds the report's live section as the page shows it (`/`
+// and the run report's HTML). Its calibration history refits the cost
+// model to growing prefixes of the trainer feedback (in arrival order), so
+// the page shows how the fit evolved whenever it is opened; it is
+// recomputed only when feedback arrived.
+type liveViews struct {
+	cal  *calibrator
 	mu   sync.Mutex
 	n    int // observations the cached history covers
 	hist []balancer.FitPoint
 }
 
-// handler serves `/`: balancer.LiveHandler of view, except that the full
-// page of a mixture carries its per-source section (the /v1/report
-// "mixture" lines, pipeline.InsertMixtureHTML). The JSON and the polled
-// live fragment are LiveHandler's.
-func (p *reportPage) handler() http.Handler {
-	plain := balancer.LiveHandler(p.view)
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		q := req.URL.Query()
-		if q.Get("format") == "json" || q.Get("part") == "live" || strings.Contains(req.Header.Get("Accept"), "application/json") {
-			plain.ServeHTTP(w, req)
-			return
-		}
-		r := p.s.snapshot()
-		if r == nil || r.Mixture == nil {
-			plain.ServeHTTP(w, req)
-			return
-		}
-		var page bytes.Buffer
-		if err := balancer.WritePage(&page, r.Report, p.liveView(r.Report, r.Live), "?part=live"); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		b, err := pipeline.InsertMixtureHTML(page.Bytes(), r.Mixture)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write(b)
-	})
-}
-
-// view returns the report and its live section, or nils before the first epoch.
-func (p *reportPage) view() (*balancer.Report, *balancer.LiveView) {
-	r := p.s.snapshot()
-	if r == nil {
-		return nil, nil
-	}
-	return r.Report, p.liveView(r.Report, r.Live)
-}
-
 // liveView is the page's live section of l; r gives the cost unit (nil: none).
-func (p *reportPage) liveView(r *balancer.Report, l Live) *balancer.LiveView {
+func (p *liveViews) liveView(r *balancer.Report, l Live) *balancer.LiveView {
 	lv := &balancer.LiveView{Job: l.Job, Finished: l.Finished, StepsPublished: l.StepsPublished, StepsTrained: l.StepsTrained,
 		StepsTotal: l.StepsPerEpoch * (l.LastEpoch - l.FirstEpoch + 1), Samples: l.Throughput.Samples,
 		ElapsedSeconds: l.Throughput.ElapsedSeconds, SamplesPerSecond: l.Throughput.SamplesPerSecond,
@@ -85,8 +40,8 @@ func (p *reportPage) liveView(r *balancer.Report, l Live) *balancer.LiveView {
 
 // fitHistory returns the fit at up to fitPoints observation counts, ending
 // with cur (the report's calibration) when there is one.
-func (p *reportPage) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
-	obs, prior, cfg, minObs := p.s.cal.observations()
+func (p *liveViews) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
+	obs, prior, cfg, minObs := p.cal.observations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(obs) != p.n {
