@@ -363,7 +363,9 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	write := (!rs.recOK || rs.recorded.less(at)) && t.kv != nil && t.kv.kv != nil // no KV bucket (a test's bare service): memory only
 	t.mu.Unlock()
 	if write {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		// With the fetch's context: a stopping service (its lease perhaps fenced
+		// for good) ends the wait, and the batch is not sent.
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := t.handed.record(kctx, t.kv, r, at); err != nil {
 			return err
