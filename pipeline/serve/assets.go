@@ -221,16 +221,20 @@ func (s *Service) streamHasRoom() bool {
 func (s *Service) checkAssets(ctx context.Context) error {
 	c := s.cfg
 	if _, err := s.js.KeyValue(ctx, proto.BucketName(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
-		if err := s.recreateState(ctx); err != nil {
+		if err := s.recreate("kv bucket "+proto.BucketName(c.Job), func() error { return s.recreateState(ctx) }); err != nil {
 			return err
 		}
 	} else if err != nil {
 		return fmt.Errorf("kv bucket: %w", err)
 	}
 	if _, err := s.js.KeyValue(ctx, QuarantineBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
-		s.lost("quarantine bucket")
-		if _, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
-			return fmt.Errorf("recreate quarantine bucket: %w", err)
+		if err := s.recreate("quarantine bucket", func() error {
+			if _, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
+				return fmt.Errorf("recreate quarantine bucket: %w", err)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 	} else if err != nil {
 		return fmt.Errorf("quarantine bucket: %w", err)
@@ -238,9 +242,13 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	if _, err := s.js.KeyValue(ctx, LeaseBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Empty: the lease's next renewal finds its key gone and creates it
 		// again (lease.reclaim).
-		s.lost("lease bucket " + LeaseBucket(c.Job))
-		if _, err := s.js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(c.Job, c.LeaseTTL, c.Replicas)); err != nil {
-			return fmt.Errorf("recreate lease bucket: %w", err)
+		if err := s.recreate("lease bucket "+LeaseBucket(c.Job), func() error {
+			if _, err := s.js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(c.Job, c.LeaseTTL, c.Replicas)); err != nil {
+				return fmt.Errorf("recreate lease bucket: %w", err)
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
 	} else if err != nil {
 		return fmt.Errorf("lease bucket: %w", err)
@@ -249,15 +257,14 @@ func (s *Service) checkAssets(ctx context.Context) error {
 		return nil
 	}
 	if _, err := s.js.Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		return s.recreateStream(ctx)
+		return s.recreate("stream "+proto.StreamName(c.Job), func() error { return s.recreateStream(ctx) })
 	} else if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	for r := range c.ranks() {
 		name := proto.ConsumerName(c.Job, r/c.MP, r%c.MP)
 		if _, err := s.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			s.lost("consumer " + name)
-			if err := s.ensureConsumer(ctx, r); err != nil {
+			if err := s.recreate("consumer "+name, func() error { return s.ensureConsumer(ctx, r) }); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -274,9 +281,16 @@ func leaseKVConfig(job string, ttl time.Duration, replicas int) jetstream.KeyVal
 		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}
 }
 
-func (s *Service) lost(asset string) {
-	s.met.assetsRecreated.WithLabelValues(strings.Fields(asset)[0]).Inc()
+// recreate logs that asset is lost, runs do to recreate it, and counts the
+// recreation (assets_recreated_total) once do succeeded: a count says the
+// asset is back, not only that it went missing.
+func (s *Service) recreate(asset string, do func() error) error {
 	s.log.Error("jetstream asset lost: recreating it", "asset", asset)
+	if err := do(); err != nil {
+		return err
+	}
+	s.met.assetsRecreated.WithLabelValues(strings.Fields(asset)[0]).Inc()
+	return nil
 }
 
 func (s *Service) ensureConsumer(ctx context.Context, r int) error {
@@ -292,7 +306,6 @@ func (s *Service) ensureConsumer(ctx context.Context, r int) error {
 // service holds: the job record, the planned epochs, each rank's
 // generation, acknowledged step and handed step.
 func (s *Service) recreateState(ctx context.Context) error {
-	s.lost("kv bucket " + proto.BucketName(s.cfg.Job))
 	if _, err := proto.EnsureKV(ctx, s.js, s.cfg.Job, s.cfg.StreamMemory, s.cfg.Replicas); err != nil {
 		return fmt.Errorf("recreate kv bucket: %w", err)
 	}
@@ -329,7 +342,6 @@ func (s *Service) recreateState(ctx context.Context) error {
 // rank to its first unacknowledged step: the batches the lost stream held
 // are published again (a new generation), so none is lost.
 func (s *Service) recreateStream(ctx context.Context) error {
-	s.lost("stream " + proto.StreamName(s.cfg.Job))
 	c := s.cfg
 	if _, err := proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
 		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas}); err != nil {
