@@ -123,6 +123,11 @@ func testServeMixture(t *testing.T, role string) {
 			t.Fatalf("trainer %d: %v", i, err)
 		}
 	}
+	// The live figures settle once the service has stopped: before, a
+	// trainer's last feedback could land between the snapshot and the page.
+	if err := r.wait(t, 30*time.Second); err != nil {
+		t.Fatalf("service: %v", err)
+	}
 	rep := r.s.snapshot() // the /v1/report object
 	if rep == nil || rep.Mixture == nil || len(rep.Mixture.Sources) != 3 || rep.Mixture.Sources[1].Name != "coco" || rep.Mixture.Planned == 0 {
 		t.Fatalf("/v1/report has no per-source lines of the mixture: %+v", rep)
@@ -132,9 +137,6 @@ func testServeMixture(t *testing.T, role string) {
 		t.Fatal(err)
 	}
 	checkMixtureHTML(t, "GET /", getPage(t, r.s.Handler(), "/"), js)
-	if err := r.wait(t, 30*time.Second); err != nil {
-		t.Fatalf("service: %v", err)
-	}
 	for _, base := range []string{"report-latest", "report-e0"} {
 		page, err1 := os.ReadFile(filepath.Join(cfg.ReportOut, base+".html"))
 		js, err2 := os.ReadFile(filepath.Join(cfg.ReportOut, base+".json"))
