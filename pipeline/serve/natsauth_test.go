@@ -251,10 +251,19 @@ func testViewer(t *testing.T, plane string) {
 		return err
 	})
 	if plane == proto.DataPlaneCore {
-		samples, err := pipeline.ReadServiceStep(ctx, nc, cfg.Job, 0, 0, 1, nil)
-		if err != nil || len(samples) == 0 {
-			t.Fatalf("viewer fetch of dp rank 1 step 0: %d samples, %v", len(samples), err)
-		}
+		// The epoch's KV info is written when it is planned, a moment before the
+		// publisher makes it the epoch being served (what a view may read): ask
+		// until it is.
+		checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+			samples, err := pipeline.ReadServiceStep(ctx, nc, cfg.Job, 0, 0, 1, nil)
+			if err == nil && len(samples) == 0 {
+				err = errorf("no samples")
+			}
+			if err != nil {
+				return errorf("viewer fetch of dp rank 1 step 0: %v", err)
+			}
+			return nil
+		})
 		// A fetch that is not a viewer's, on the view subject: refused, nothing answered.
 		b, _ := proto.EncodeControl(proto.FetchRequest{Job: cfg.Job, DPRank: 1})
 		if _, err := nc.Request("mmfeed.job-1.view.1.0", b, time.Second); !errors.Is(err, nats.ErrTimeout) {
