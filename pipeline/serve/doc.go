@@ -196,10 +196,13 @@
 //     tokenizer, features), opened by the first epoch's preparation and
 //     shared by every epoch's plan and preprocessing; Run closes it after
 //     the epochs.
-//   - epochBook (epochs.go): the epochs' infos (KV epoch.<e>), the plans
+//   - epochBook (epochs.go): the epochs' infos (KV epoch.<e>: record,
+//     recordAll and unrecord are the only writers of those keys), the plans
 //     held in memory (the active epoch, the one before, and the next one
-//     while it is planned ahead), one shared preparation per epoch, and the
-//     plan-ahead goroutines, which the publisher waits for.
+//     while it is planned ahead), one shared preparation per epoch, the
+//     plan-ahead goroutines, which the publisher waits for, and a held
+//     plan's recalibration (replanRest: it replans, records and, when the
+//     record fails, rolls back under its own lock; calibrate.go only fits).
 //   - planning (lookahead.go): how far an epoch's plan is (steps planned,
 //     the comparison when built), raised by the epoch's background planner
 //     after it wrote the window's ep.steps and ep.feats; a leaf lock. The
