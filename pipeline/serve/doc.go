@@ -207,7 +207,7 @@
 //     the comparison when built), raised by the epoch's background planner
 //     after it wrote the window's ep.steps and ep.feats; a leaf lock. The
 //     plan's close stops the planner and waits for it.
-//   - publisher (publisher.go): the rewinds queued for the publish loop
+//   - publisher (publishstate.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
 //   - control (control.go): the trainers' control messages (register,

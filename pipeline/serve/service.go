@@ -36,7 +36,7 @@ type Service struct {
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
 	epochs    *epochBook                  // the epochs' infos, plans and preparations (epochs.go)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
-	publisher *publisher                  // the publish loop's shared state (publisher.go)
+	publisher *publisher                  // the publish loop's shared state (publishstate.go)
 	ctl       *control                    // the trainers' control messages (control.go)
 	replies   *replyGuard                 // every request's reply subject is checked here (replyscope.go)
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
