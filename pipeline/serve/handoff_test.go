@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/proto"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,12 +50,7 @@ func TestHandWithoutRecordMovesNothing(t *testing.T) {
 func TestReleasedLeaseRefusesWrites(t *testing.T) {
 	ns := externalServer(t, -1, t.TempDir())
 	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, js := testnats.Connect(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := openLease(ctx, js, "job-1", time.Minute, 1, testLogger(t))

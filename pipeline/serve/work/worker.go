@@ -373,13 +373,7 @@ func (w *Worker) Send(ctx context.Context, it *BatchItem, payloads [][]byte, too
 	if err != nil {
 		return fmt.Errorf("serve: result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != AnswerOK {
-		if strings.HasPrefix(s, AnswerRejected) {
-			return fmt.Errorf("serve: %s: %w", s, ErrRejected)
-		}
-		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
-	}
-	return nil
+	return plannerAnswer(reply, it.ID)
 }
 
 // ErrRejected: the planner rejected this worker's result of an item (it
@@ -479,13 +473,7 @@ func (w *Worker) features(ctx context.Context, it *FeatureItem) error {
 	if err != nil {
 		return fmt.Errorf("serve: feature result of %s: %w", it.ID, err)
 	}
-	if s := string(reply.Data); s != AnswerOK {
-		if strings.HasPrefix(s, AnswerRejected) {
-			return fmt.Errorf("serve: %s: %w", s, ErrRejected)
-		}
-		return fmt.Errorf("serve: the planner answered %q for %s", s, it.ID)
-	}
-	return nil
+	return plannerAnswer(reply, it.ID)
 }
 
 // The planner answers a worker's result request within milliseconds (after
@@ -518,4 +506,17 @@ func (w *Worker) askPlanner(ctx context.Context, msg *nats.Msg) (*nats.Msg, erro
 		w.log.Debug("no answer from the planner: asking again", "subject", msg.Subject, "err", err)
 	}
 	return nil, err
+}
+
+// plannerAnswer is nil when the planner took item id's result (AnswerOK),
+// ErrRejected when it rejected it, and an error naming any other answer.
+func plannerAnswer(reply *nats.Msg, id string) error {
+	s := string(reply.Data)
+	switch {
+	case s == AnswerOK:
+		return nil
+	case strings.HasPrefix(s, AnswerRejected):
+		return fmt.Errorf("serve: %s: %w", s, ErrRejected)
+	}
+	return fmt.Errorf("serve: the planner answered %q for %s", s, id)
 }
