@@ -253,9 +253,13 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("lease bucket: %w", err)
 	}
-	if c.core() {
-		return nil
-	}
+	return s.plane.checkAssets(ctx)
+}
+
+// checkStreamAssets recreates the JetStream data plane's stream and
+// consumers when they are missing.
+func (s *Service) checkStreamAssets(ctx context.Context) error {
+	c := s.cfg
 	if _, err := s.js.Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
 		return s.recreate("stream "+proto.StreamName(c.Job), func() error { return s.recreateStream(ctx) })
 	} else if err != nil {

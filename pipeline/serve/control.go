@@ -36,22 +36,30 @@ type control struct {
 	tasks    *tasks
 	gate     *controlGate
 	poke     func() // wakes the publisher when a rank's next step moved
+	plane    controlPlane
 	delivery delivery
 	replies  *replyGuard // answers only the requester's own inbox (replyscope.go)
 	rlog     *rateLog    // refusals: at most one line per kind a second
 }
 
-// delivery is what control asks of the data plane (core outbox or
-// JetStream stream) and of the resize decision: the Service implements it.
-type delivery interface {
+// controlPlane is what control asks of the data plane (dataPlane, plane.go:
+// the core outbox or the JetStream stream).
+type controlPlane interface {
 	// firstHeld is the first chunk the data plane still holds for rank.
 	firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error)
+	// fillRegisterReply fills the data plane's part of a register reply.
+	fillRegisterReply(rep *proto.RegisterReply, dp, mp int)
+	// trainerReplaced tells the plane that a new incarnation of rank's
+	// trainer registered: what the old one was delivered and did not
+	// acknowledge must come to the new one at once.
+	trainerReplaced(ctx context.Context, rank int) error
+}
+
+// delivery is what control asks of the publish loop (rewinds) and of the
+// resize decision: the Service implements it.
+type delivery interface {
 	// requestRewind republishes a rank from a step with the next generation.
 	requestRewind(ctx context.Context, req rewindReq) error
-	// dataPlaneReply fills the data plane's part of a register reply.
-	dataPlaneReply(rep *proto.RegisterReply, dp, mp int)
-	// resetConsumer redelivers a JetStream consumer's unacknowledged chunks.
-	resetConsumer(ctx context.Context, dp, mp int) error
 	// decideResize accepts or refuses a dp change when a rank registers.
 	decideResize(ctx context.Context, epoch, step int) error
 }
@@ -61,7 +69,7 @@ func newControl(s *Service) *control {
 		s.replies = &replyGuard{job: s.cfg.Job, dp: s.cfg.Pipeline.Plan.DP, mp: s.cfg.MP, met: s.met, log: newRateLog(s.log)}
 	}
 	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
-		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, delivery: s,
+		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, plane: s.plane, delivery: s,
 		replies: s.replies, rlog: s.replies.log}
 }
 
@@ -267,7 +275,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
 		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
 		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.get(rank).gen}
-	c.delivery.dataPlaneReply(&rep, reg.DPRank, reg.MPRank)
+	c.plane.fillRegisterReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
 
@@ -291,9 +299,8 @@ func refusalCode(err error) string {
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
 func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
-	dp, mp := rank/c.cfg.MP, rank%c.cfg.MP
-	if same := c.ranks.swapConn(rank, conn); !same && !c.cfg.core() { // a new trainer incarnation: chunks the old one held come back at once
-		if err := c.delivery.resetConsumer(ctx, dp, mp); err != nil {
+	if same := c.ranks.swapConn(rank, conn); !same { // a new trainer incarnation: chunks the old one held come back at once
+		if err := c.plane.trainerReplaced(ctx, rank); err != nil {
 			return err
 		}
 	}
@@ -301,7 +308,7 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
 	avail := c.ranks.get(rank).cursor
-	h, stored, err := c.delivery.firstHeld(ctx, rank)
+	h, stored, err := c.plane.firstHeld(ctx, rank)
 	if err != nil {
 		return err
 	}
@@ -390,7 +397,7 @@ func (c *control) handleFeedback(m *nats.Msg) {
 // looked at.
 func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 	bound := c.ranks.get(rank).cursor
-	h, stored, err := c.delivery.firstHeld(ctx, rank)
+	h, stored, err := c.plane.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
 	}

@@ -26,13 +26,13 @@ func (f *fakeDelivery) requestRewind(_ context.Context, req rewindReq) error {
 	return nil
 }
 
-func (f *fakeDelivery) dataPlaneReply(*proto.RegisterReply, int, int) {}
-func (f *fakeDelivery) resetConsumer(context.Context, int, int) error { return nil }
-func (f *fakeDelivery) decideResize(context.Context, int, int) error  { return nil }
+func (f *fakeDelivery) fillRegisterReply(*proto.RegisterReply, int, int) {}
+func (f *fakeDelivery) trainerReplaced(context.Context, int) error       { return nil }
+func (f *fakeDelivery) decideResize(context.Context, int, int) error     { return nil }
 
 // newTestControl is control over one epoch of steps steps, two ranks, no
 // NATS: what it decides comes from its parts and the fake data plane.
-func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
+func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *control {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Job = "ctl"
@@ -49,7 +49,7 @@ func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
 		t.Fatal(err)
 	}
 	c := newControl(s)
-	c.delivery = d
+	c.plane, c.delivery = d, d
 	return c
 }
 

@@ -331,25 +331,6 @@ func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	return nil
 }
 
-// firstHeld returns the first batch still held for a rank (the outbox on the
-// core data plane, the stream otherwise) and whether it is whole.
-func (s *Service) firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error) {
-	if !s.cfg.core() {
-		return s.firstStored(ctx, rank/s.cfg.MP, rank%s.cfg.MP)
-	}
-	k, ok := s.out.first(rank)
-	return proto.ChunkHeader{BatchKey: k}, ok, nil
-}
-
-// dataPlaneReply fills the data plane fields of a register reply.
-func (s *Service) dataPlaneReply(rep *proto.RegisterReply, dp, mp int) {
-	rep.DataPlane = s.cfg.DataPlane
-	if s.cfg.core() {
-		rep.FetchSubject, _ = proto.FetchSubject(s.cfg.Job, dp, mp)
-		rep.AckSubject, _ = proto.AckSubject(s.cfg.Job, dp, mp)
-	}
-}
-
 // resetConsumer recreates a rank's durable consumer when an earlier
 // incarnation of the trainer left chunks delivered and unacknowledged: the new
 // consumer delivers everything still stored, in order, at once, instead of

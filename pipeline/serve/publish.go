@@ -12,7 +12,6 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -304,15 +303,8 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 				return err
 			}
 		}
-		if s.cfg.core() {
-			if err := s.out.put(ctx, r, &outItem{key: m.key, gen: m.gen, payload: m.payload, sum: proto.Checksum(m.payload)}); err != nil {
-				return err
-			}
-		} else {
-			if err := s.publish(ctx, m.key, m.gen, m.payload); err != nil {
-				return err
-			}
-			s.met.stage(stagePublish, time.Since(t0))
+		if err := s.plane.hold(ctx, r, m, t0); err != nil {
+			return err
 		}
 		s.met.published(len(m.payload), m.samples)
 		if built := s.publisher.built; built != nil {
@@ -409,13 +401,10 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 		return nil // nothing published from there yet (at the cursor, a step may be part published)
 	}
 	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
 	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if s.cfg.core() {
-		s.out.purge(req.rank)
-	} else if err := s.stream.Purge(kctx, jetstream.WithPurgeSubject(subj)); err != nil {
-		return fmt.Errorf("serve: purge %s: %w", subj, err)
+	if err := s.plane.drop(kctx, req.rank); err != nil {
+		return err
 	}
 	gen := rs.gen + 1
 	if err := s.ranks.rewound(kctx, req.rank, gen, req.to); err != nil {

@@ -70,9 +70,8 @@ func (s *Service) checkResize(rec, stored JobRecord) (bool, error) {
 		return false, fmt.Errorf("serve: job %s runs at dp=%d, this service has dp=%d: start it with --allow-resize to replan the rest of the epoch for dp=%d (the trainers resume with --allow-resize): %w",
 			stored.Job, stored.DP, rec.DP, rec.DP, ErrJobMismatch)
 	}
-	if !s.cfg.core() {
-		return false, fmt.Errorf("serve: job %s: a resize (dp %d -> %d) needs the core data plane; the JetStream data plane still stores the old layout's batches: %w",
-			stored.Job, stored.DP, rec.DP, ErrJobMismatch)
+	if err := s.plane.resizable(stored.Job, stored.DP, rec.DP); err != nil {
+		return false, err
 	}
 	s.resize = &pendingResize{oldDP: stored.DP, decided: make(chan struct{})}
 	s.log.Info("resize accepted: waiting for the first trainer rank of the new layout to name the resize point",

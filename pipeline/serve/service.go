@@ -44,6 +44,8 @@ type Service struct {
 	live      *live                       // the live report (live.go)
 	health    health                      // what /healthz reports beyond the connection
 	fence     func(context.Context) error // the lease's await before every state write (guardedKV)
+	// plane is the data plane (plane.go), chosen in New.
+	plane dataPlane
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
 	// resize is a dp change accepted at start (resize.go); nil when none.
@@ -94,6 +96,7 @@ func New(cfg Config) (*Service, error) {
 	s.epochs = newEpochBook(s.planEpoch, &s.st)
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
+	s.plane = newDataPlane(s)
 	s.cal = newCalibrator(cfg)
 	s.cal.onFit = s.writeCostModel
 	s.met = newMetrics(s)
@@ -227,13 +230,11 @@ func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs 
 		_ = g.Wait()
 		return err
 	}
-	if s.cfg.core() {
-		dsubs, err := s.subscribeData(gctx)
-		if err != nil {
-			return abort(err)
-		}
-		*subs = append(*subs, dsubs...)
+	dsubs, err := s.plane.subscribe(gctx)
+	if err != nil {
+		return abort(err)
 	}
+	*subs = append(*subs, dsubs...)
 	if err := s.startHTTP(g, gctx); err != nil {
 		return abort(err)
 	}
@@ -241,7 +242,7 @@ func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs 
 	s.log.Info("serving", "nats", s.clientURL, "http", s.httpAddr, "dp", s.cfg.Pipeline.Plan.DP, "mp", s.cfg.MP,
 		"epochs", s.cfg.Epochs)
 	s.startPublisher(g, gctx)
-	err := g.Wait()
+	err = g.Wait()
 	// The positions moved since the last write, before the lease goes: the
 	// last acks of a finished job, or of a drain.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -268,9 +269,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *lease,
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
 	}
 	g.Go(func() error { return s.watchAssets(gctx) })
-	if !s.cfg.core() {
-		g.Go(func() error { return s.pollStream(gctx) })
-	}
+	s.plane.startParts(g, gctx)
 }
 
 // startHTTP listens on Config.HTTP (when set) and serves the handler in g
@@ -408,31 +407,8 @@ func (s *Service) setup(ctx context.Context) error {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	s.quarantine = work.NewQuarantineSink(qkv, s.log, true)
-	if c.core() {
-		s.out = newOutbox(c.ranks(), c.StreamMaxBytes)
-		s.views = make(chan struct{}, maxViews)
-		if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		if err := s.checkJob(ctx); err != nil {
-			return err
-		}
-		return s.restore(ctx)
-	}
-	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	for r := range c.ranks() {
-		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
-		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
-		if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-	}
-	if s.pub, err = proto.NewPublisher(s.nc, s.js, c.Publisher); err != nil {
-		return fmt.Errorf("serve: %w", err)
+	if err := s.plane.setup(ctx); err != nil {
+		return err
 	}
 	if err := s.checkJob(ctx); err != nil {
 		return err
@@ -499,19 +475,12 @@ func (s *Service) restore(ctx context.Context) error {
 		s.epochs.setInfo(e, info)
 	}
 	for r := range s.ranks.len() {
-		dp, mp := r/s.cfg.MP, r%s.cfg.MP
 		rs, err := s.ranks.load(ctx, r, first)
 		if err != nil {
 			return err
 		}
-		if s.cfg.core() { // nothing outlives the service on the core data plane
-			s.ranks.set(r, rs)
-			continue
-		}
-		if last, ok, err := s.lastStored(ctx, dp, mp); err != nil {
+		if rs.cursor, err = s.plane.restoredCursor(ctx, r, rs.cursor); err != nil {
 			return err
-		} else if ok && rs.cursor.less(last) {
-			rs.cursor = last
 		}
 		s.ranks.set(r, rs)
 	}
