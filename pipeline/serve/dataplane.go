@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// fetchWait bounds how long a fetch waits for its batch to be built; the
+// FetchWait bounds how long a fetch waits for its batch to be built; the
 // rank asks again after its own timeout.
-const fetchWait = 2 * time.Minute
+const FetchWait = 2 * time.Minute
 
 // fetchesInFlight bounds the batches of one rank that fetches wait for (or
 // are being answered) at once. A fetch for another batch beyond it is
@@ -46,7 +46,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 			return fail(err)
 		}
 		slots := make(chan struct{}, fetchesInFlight)
-		waits := newFetchWaits()
+		waits := NewFetchWaits()
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
 			req, err := s.checkFetch(r, m)
 			if err != nil {
@@ -61,7 +61,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 				s.startView(ctx, r, m.Reply, key)
 				return
 			}
-			w := waits.join(key, m.Reply, time.Now())
+			w := waits.Join(key, m.Reply, time.Now())
 			if w == nil {
 				s.met.control.WithLabelValues("fetch", "merged").Inc()
 				return // an earlier fetch of the batch waits, and now answers this one
@@ -74,10 +74,10 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 					s.handleFetch(ctx, r, key, waits, w)
 				}) {
 					<-slots
-					waits.leave(key, w)
+					waits.Leave(key, w)
 				}
 			default:
-				waits.leave(key, w)
+				waits.Leave(key, w)
 				s.ctl.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}
 		})
@@ -125,42 +125,43 @@ func (s *Service) checkFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) 
 	return req, err
 }
 
-// fetchWaits keeps one waiting fetch per batch of one rank. A fetch for a
+// FetchWaits keeps one waiting fetch per batch of one rank. A fetch for a
 // batch another fetch already waits for joins it: the waiter answers the
 // newest fetch's reply subject (a restarted trainer's new inbox) and waits
-// up to fetchWait from the newest fetch. Safe for concurrent use; its lock
+// up to FetchWait from the newest fetch. Safe for concurrent use; its lock
 // is a leaf.
-type fetchWaits struct {
+type FetchWaits struct {
 	mu sync.Mutex
-	m  map[proto.BatchKey]*fetchWaiter
+	m  map[proto.BatchKey]*Waiter
 }
 
-// fetchWaiter is the fetch that waits for one batch, with the reply subject
+// Waiter is the fetch that waits for one batch, with the reply subject
 // and the deadline of the newest fetch that joined it.
-type fetchWaiter struct {
+type Waiter struct {
 	reply    string
 	deadline time.Time
 }
 
-func newFetchWaits() *fetchWaits { return &fetchWaits{m: map[proto.BatchKey]*fetchWaiter{}} }
+// NewFetchWaits keeps no wait yet.
+func NewFetchWaits() *FetchWaits { return &FetchWaits{m: map[proto.BatchKey]*Waiter{}} }
 
-// join returns a new waiter for key, or nil when one exists: that one now
-// answers reply and waits until fetchWait after now.
-func (f *fetchWaits) join(key proto.BatchKey, reply string, now time.Time) *fetchWaiter {
+// Join returns a new waiter for key, or nil when one exists: that one now
+// answers reply and waits until FetchWait after now.
+func (f *FetchWaits) Join(key proto.BatchKey, reply string, now time.Time) *Waiter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if w := f.m[key]; w != nil {
-		w.reply, w.deadline = reply, now.Add(fetchWait)
+		w.reply, w.deadline = reply, now.Add(FetchWait)
 		return nil
 	}
-	w := &fetchWaiter{reply: reply, deadline: now.Add(fetchWait)}
+	w := &Waiter{reply: reply, deadline: now.Add(FetchWait)}
 	f.m[key] = w
 	return w
 }
 
-// claim ends w's wait to answer it and returns the reply subject to send
+// Claim ends w's wait to answer it and returns the reply subject to send
 // to: a fetch after it starts a new wait.
-func (f *fetchWaits) claim(key proto.BatchKey, w *fetchWaiter) string {
+func (f *FetchWaits) Claim(key proto.BatchKey, w *Waiter) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m[key] == w {
@@ -169,8 +170,8 @@ func (f *fetchWaits) claim(key proto.BatchKey, w *fetchWaiter) string {
 	return w.reply
 }
 
-// left returns how long w may still wait; at 0 its wait has ended.
-func (f *fetchWaits) left(key proto.BatchKey, w *fetchWaiter, now time.Time) time.Duration {
+// Left returns how long w may still wait; at 0 its wait has ended.
+func (f *FetchWaits) Left(key proto.BatchKey, w *Waiter, now time.Time) time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	d := w.deadline.Sub(now)
@@ -183,8 +184,8 @@ func (f *fetchWaits) left(key proto.BatchKey, w *fetchWaiter, now time.Time) tim
 	return d
 }
 
-// leave ends w's wait without an answer.
-func (f *fetchWaits) leave(key proto.BatchKey, w *fetchWaiter) {
+// Leave ends w's wait without an answer.
+func (f *FetchWaits) Leave(key proto.BatchKey, w *Waiter) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m[key] == w {
@@ -200,13 +201,13 @@ func (f *fetchWaits) leave(key proto.BatchKey, w *fetchWaiter) {
 // new generation, and the batch is sent once it is built again. The plan
 // and the preprocessing are deterministic, so the regenerated payload is
 // byte-identical.
-func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *fetchWaits, w *fetchWaiter) {
-	defer waits.leave(key, w)
-	t := time.NewTimer(fetchWait)
+func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *FetchWaits, w *Waiter) {
+	defer waits.Leave(key, w)
+	t := time.NewTimer(FetchWait)
 	defer t.Stop()
 	rewound, waiting := false, false
 	for {
-		it, changed := s.out.lookup(rank, key)
+		it, changed := s.out.Lookup(rank, key)
 		if it != nil {
 			if err := s.ranks.hand(ctx, rank, key); err != nil {
 				// Not sent: a batch the KV bucket does not record as handed is one
@@ -215,12 +216,12 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 				s.replies.log.warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
 				return
 			}
-			s.send(waits.claim(key, w), it)
+			s.send(waits.Claim(key, w), it)
 			return
 		}
 		if !waiting {
 			waiting = true
-			defer s.out.want(rank, key)()
+			defer s.out.Want(rank, key)()
 		}
 		if !rewound && s.dropped(rank, key) {
 			rewound = true
@@ -234,7 +235,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 		select {
 		case <-changed:
 		case <-t.C:
-			d := waits.left(key, w, time.Now())
+			d := waits.Left(key, w, time.Now())
 			if d == 0 {
 				return
 			}
@@ -251,19 +252,19 @@ func (s *Service) dropped(rank int, key proto.BatchKey) bool {
 	if !built {
 		return false
 	}
-	it, _ := s.out.lookup(rank, key)
+	it, _ := s.out.Lookup(rank, key)
 	return it == nil
 }
 
 // send publishes one held batch to a fetch's reply inbox.
-func (s *Service) send(reply string, it *outItem) {
+func (s *Service) send(reply string, it *Item) {
 	t0 := time.Now()
-	n, err := proto.SendBatch(s.nc, reply, it.key, it.gen, it.payload, it.sum, s.chunkSize)
+	n, err := proto.SendBatch(s.nc, reply, it.Key(), it.Gen(), it.Payload(), it.Sum(), s.chunkSize)
 	s.met.stage(stagePublish, time.Since(t0))
 	s.met.chunks.Add(float64(n))
 	s.met.nChunks.Add(int64(n))
 	if err != nil {
-		s.log.Warn("send batch", "batch", it.key.String(), "err", err)
+		s.log.Warn("send batch", "batch", it.Key().String(), "err", err)
 	}
 }
 
@@ -292,7 +293,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		s.ctl.badControl("ack", err)
 		return
 	}
-	s.out.ack(rank, a.Key())
+	s.out.Ack(rank, a.Key())
 	if failing, _ := s.health.stateFailure(time.Now()); m.Reply != "" && failing == nil {
 		// Not while the job's state cannot be written (a full disk): the
 		// rank asks again and waits, instead of training past what the
@@ -324,7 +325,7 @@ func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	if (pos{k.Epoch, k.Step}).less(s.epochs.norm(rs.next)) {
 		return nil
 	}
-	if !rs.anyHanded || keyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+	if !rs.anyHanded || KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
 		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
 			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
 	}

@@ -113,8 +113,8 @@ func TestRegeneratedBatchIsByteIdentical(t *testing.T) {
 	}
 	rank.ack(0, 2, 1) // steps 0..2 applied: the service drops them
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if _, held := r.s.out.first(0); held {
-			if k, _ := r.s.out.first(0); k.Step <= 2 {
+		if _, held := r.s.out.First(0); held {
+			if k, _ := r.s.out.First(0); k.Step <= 2 {
 				return errorf("outbox still holds %v", k)
 			}
 		}
@@ -147,7 +147,7 @@ func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
 	}
 	srv := testnats.Server(t, testnats.Options{})
 	s.nc, _ = testnats.Connect(t, srv.ClientURL())
-	s.out, s.chunkSize = newOutbox(cfg.ranks(), 1<<30), 4096
+	s.out, s.chunkSize = NewOutbox(cfg.ranks(), 1<<30), 4096
 	ctx, cancel := context.WithCancel(context.Background())
 	s.tasks.open(ctx)
 	stop := func() { cancel(); s.tasks.close() }
@@ -196,7 +196,7 @@ func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
 	})
 	payload := bytes.Repeat([]byte("mmfeed"), 1700) // 3 chunks of 4096 bytes
 	for _, k := range keys {
-		if err := s.out.put(ctx, 0, &outItem{key: k, payload: payload, sum: proto.Checksum(payload)}); err != nil {
+		if err := s.out.Put(ctx, 0, NewItem(k, 0, payload)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,27 +247,27 @@ func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
 // reply, the wait counted from the newest fetch), a claim or an expiry ends
 // it, and a fetch after that starts a new one.
 func TestFetchWaitsJoin(t *testing.T) {
-	f := newFetchWaits()
+	f := NewFetchWaits()
 	k := proto.BatchKey{Job: "job-1", Step: 3}
 	t0 := time.Now()
-	w := f.join(k, "a", t0)
-	if w == nil || f.join(k, "b", t0.Add(time.Minute)) != nil {
+	w := f.Join(k, "a", t0)
+	if w == nil || f.Join(k, "b", t0.Add(time.Minute)) != nil {
 		t.Fatal("the second fetch of a batch did not join the first")
 	}
-	if d := f.left(k, w, t0.Add(fetchWait)); d != time.Minute {
+	if d := f.Left(k, w, t0.Add(FetchWait)); d != time.Minute {
 		t.Errorf("left %v at the first fetch's deadline, want the minute the second added", d)
 	}
-	if reply := f.claim(k, w); reply != "b" {
+	if reply := f.Claim(k, w); reply != "b" {
 		t.Errorf("claim answers %q, want the newest reply b", reply)
 	}
-	w2 := f.join(k, "c", t0)
+	w2 := f.Join(k, "c", t0)
 	if w2 == nil || w2 == w {
 		t.Fatal("a fetch after the claim did not start a new wait")
 	}
-	if d := f.left(k, w2, t0.Add(fetchWait)); d != 0 {
+	if d := f.Left(k, w2, t0.Add(FetchWait)); d != 0 {
 		t.Errorf("left %v after the deadline, want 0", d)
 	}
-	if f.join(k, "d", t0) == nil {
+	if f.Join(k, "d", t0) == nil {
 		t.Error("a fetch after an expired wait joined it")
 	}
 }

@@ -87,7 +87,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 	url := r.s.ClientURL()
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		for rank := range 2 {
-			if _, held := r.s.out.first(rank); !held {
+			if _, held := r.s.out.First(rank); !held {
 				return errorf("nothing held for rank %d yet", rank)
 			}
 		}
@@ -145,7 +145,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 		if rs.next != (pos{0, 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.next)
 		}
-		if k, held := r.s.out.first(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
+		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
 			t.Errorf("rank %d: first held batch %v (held %v) after forged acks, want step 0 micro-batch 0", rank, k, held)
 		}
 	}

@@ -164,7 +164,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	if s.out != nil {
-		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(s.out.size()))
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(s.out.Size()))
 	}
 	if snap := s.streamSnap.Load(); snap != nil {
 		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(snap.bytes))

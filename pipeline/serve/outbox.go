@@ -7,8 +7,8 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-// outItem is one encoded batch held for a rank on the core data plane.
-type outItem struct {
+// Item is one encoded batch held for a rank on the core data plane.
+type Item struct {
 	key     proto.BatchKey
 	gen     int
 	payload []byte
@@ -16,17 +16,34 @@ type outItem struct {
 	sent    bool   // a fetch for it was answered
 }
 
-// outbox holds the encoded batches of every rank on the core data plane, in
+// NewItem is the batch key of generation gen, encoded as payload.
+func NewItem(key proto.BatchKey, gen int, payload []byte) *Item {
+	return &Item{key: key, gen: gen, payload: payload, sum: proto.Checksum(payload)}
+}
+
+// Key is the batch's key.
+func (it *Item) Key() proto.BatchKey { return it.key }
+
+// Gen is the generation the batch was built for.
+func (it *Item) Gen() int { return it.gen }
+
+// Payload is the encoded batch; the caller must not modify it.
+func (it *Item) Payload() []byte { return it.payload }
+
+// Sum is the CRC-32C of the payload.
+func (it *Item) Sum() uint32 { return it.sum }
+
+// Outbox holds the encoded batches of every rank on the core data plane, in
 // plan order per rank, from the moment they are built until the rank
 // acknowledges them (or a rewind purges them). It owns its lock; its byte
 // bound is the backpressure between preprocessing and the trainers. Safe for
 // concurrent use.
-type outbox struct {
+type Outbox struct {
 	mu      sync.Mutex
-	ranks   [][]*outItem
+	ranks   [][]*Item
 	bytes   int64
 	max     int64
-	changed chan struct{} // closed and replaced on every change (put's wait for room)
+	changed chan struct{} // closed and replaced on every change (Put's wait for room)
 	// rankChanged[r] is closed and replaced on every change of rank r's
 	// batches: a fetch waits on its own rank's, so a change wakes only
 	// that rank's fetches, not every rank's (at 1,024 ranks a shared channel
@@ -37,8 +54,9 @@ type outbox struct {
 	wanted []map[proto.BatchKey]int
 }
 
-func newOutbox(ranks int, maxBytes int64) *outbox {
-	o := &outbox{ranks: make([][]*outItem, ranks), max: maxBytes, changed: make(chan struct{}),
+// NewOutbox holds the batches of ranks ranks, up to maxBytes (see Put).
+func NewOutbox(ranks int, maxBytes int64) *Outbox {
+	o := &Outbox{ranks: make([][]*Item, ranks), max: maxBytes, changed: make(chan struct{}),
 		wanted: make([]map[proto.BatchKey]int, ranks), rankChanged: make([]chan struct{}, ranks)}
 	for r := range o.wanted {
 		o.wanted[r] = map[proto.BatchKey]int{}
@@ -47,9 +65,9 @@ func newOutbox(ranks int, maxBytes int64) *outbox {
 	return o
 }
 
-// want records that a fetch of rank waits for key until the returned func
-// is called: put admits key and the batches before it over the bound.
-func (o *outbox) want(rank int, key proto.BatchKey) (done func()) {
+// Want records that a fetch of rank waits for key until the returned func
+// is called: Put admits key and the batches before it over the bound.
+func (o *Outbox) Want(rank int, key proto.BatchKey) (done func()) {
 	o.mu.Lock()
 	o.wanted[rank][key]++
 	o.notifyLocked(-1)
@@ -65,17 +83,17 @@ func (o *outbox) want(rank int, key proto.BatchKey) (done func()) {
 
 // wantedLocked reports whether a fetch of rank waits for key or a later
 // batch: the publisher puts in plan order, so it must put key to get there.
-func (o *outbox) wantedLocked(rank int, key proto.BatchKey) bool {
+func (o *Outbox) wantedLocked(rank int, key proto.BatchKey) bool {
 	for k := range o.wanted[rank] {
-		if !keyLess(k, key) {
+		if !KeyLess(k, key) {
 			return true
 		}
 	}
 	return false
 }
 
-// notifyLocked wakes put's waits and, for rank ≥ 0, rank's fetches.
-func (o *outbox) notifyLocked(rank int) {
+// notifyLocked wakes Put's waits and, for rank ≥ 0, rank's fetches.
+func (o *Outbox) notifyLocked(rank int) {
 	close(o.changed)
 	o.changed = make(chan struct{})
 	if rank >= 0 {
@@ -84,14 +102,14 @@ func (o *outbox) notifyLocked(rank int) {
 	}
 }
 
-// put adds a batch for rank. It waits while the outbox is over its bound,
+// Put adds a batch for rank. It waits while the outbox is over its bound,
 // unless the rank holds no batch its trainer has not fetched yet, or a fetch
 // of the rank waits for this batch or a later one: a trainer that waits for
 // its next batch always gets it, so trainers that hold a step while they
 // wait for each other cannot stall the service, and neither can batches a
 // trainer will never fetch (after a takeover the new leader rebuilds from
 // the last recorded position, and the trainer already has those batches).
-func (o *outbox) put(ctx context.Context, rank int, it *outItem) error {
+func (o *Outbox) Put(ctx context.Context, rank int, it *Item) error {
 	for {
 		o.mu.Lock()
 		if o.bytes+int64(len(it.payload)) <= o.max || !o.unsentLocked(rank) || o.wantedLocked(rank, it.key) {
@@ -111,7 +129,7 @@ func (o *outbox) put(ctx context.Context, rank int, it *outItem) error {
 	}
 }
 
-func (o *outbox) unsentLocked(rank int) bool {
+func (o *Outbox) unsentLocked(rank int) bool {
 	for _, it := range o.ranks[rank] {
 		if !it.sent {
 			return true
@@ -120,9 +138,9 @@ func (o *outbox) unsentLocked(rank int) bool {
 	return false
 }
 
-// lookup returns the batch of rank with key (marking it sent), or nil and a
+// Lookup returns the batch of rank with key (marking it sent), or nil and a
 // channel that is closed at the next change of rank's batches.
-func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}) {
+func (o *Outbox) Lookup(rank int, key proto.BatchKey) (*Item, <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, it := range o.ranks[rank] {
@@ -137,8 +155,8 @@ func (o *outbox) lookup(rank int, key proto.BatchKey) (*outItem, <-chan struct{}
 	return nil, o.rankChanged[rank]
 }
 
-// peek returns the batch of rank with key, or nil, without marking it sent.
-func (o *outbox) peek(rank int, key proto.BatchKey) *outItem {
+// Peek returns the batch of rank with key, or nil, without marking it sent.
+func (o *Outbox) Peek(rank int, key proto.BatchKey) *Item {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, it := range o.ranks[rank] {
@@ -149,8 +167,8 @@ func (o *outbox) peek(rank int, key proto.BatchKey) *outItem {
 	return nil
 }
 
-// first returns the position of the first batch held for rank.
-func (o *outbox) first(rank int) (proto.BatchKey, bool) {
+// First returns the position of the first batch held for rank.
+func (o *Outbox) First(rank int) (proto.BatchKey, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.ranks[rank]) == 0 {
@@ -159,13 +177,13 @@ func (o *outbox) first(rank int) (proto.BatchKey, bool) {
 	return o.ranks[rank][0].key, true
 }
 
-// ack drops rank's batches up to and including key.
-func (o *outbox) ack(rank int, key proto.BatchKey) {
+// Ack drops rank's batches up to and including key.
+func (o *Outbox) Ack(rank int, key proto.BatchKey) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	q := o.ranks[rank]
 	n := 0
-	for n < len(q) && !keyLess(key, q[n].key) {
+	for n < len(q) && !KeyLess(key, q[n].key) {
 		o.bytes -= int64(len(q[n].payload))
 		q[n] = nil
 		n++
@@ -176,8 +194,8 @@ func (o *outbox) ack(rank int, key proto.BatchKey) {
 	}
 }
 
-// purge drops everything held for rank (a rewind).
-func (o *outbox) purge(rank int) {
+// Purge drops everything held for rank (a rewind).
+func (o *Outbox) Purge(rank int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, it := range o.ranks[rank] {
@@ -187,15 +205,15 @@ func (o *outbox) purge(rank int) {
 	o.notifyLocked(rank)
 }
 
-// size returns the bytes held.
-func (o *outbox) size() int64 {
+// Size returns the bytes held.
+func (o *Outbox) Size() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.bytes
 }
 
-// keyLess orders the batches of one rank: (epoch, step, micro-batch).
-func keyLess(a, b proto.BatchKey) bool {
+// KeyLess orders the batches of one rank: (epoch, step, micro-batch).
+func KeyLess(a, b proto.BatchKey) bool {
 	if a.Epoch != b.Epoch {
 		return a.Epoch < b.Epoch
 	}

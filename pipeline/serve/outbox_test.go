@@ -30,22 +30,22 @@ func TestOutboxBound(t *testing.T) {
 		{"unfetched batch held, a fetch waits for an earlier one: wait", false, &proto.BatchKey{Job: "j", Step: 0, MicroBatch: 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := newOutbox(2, 100)
+			o := NewOutbox(2, 100)
 			ctx := context.Background()
-			if err := o.put(ctx, 0, &outItem{key: outKey(0, 0), payload: make([]byte, 80)}); err != nil {
+			if err := o.Put(ctx, 0, NewItem(outKey(0, 0), 0, make([]byte, 80))); err != nil {
 				t.Fatal(err)
 			}
 			if tc.fetched {
-				if it, _ := o.lookup(0, outKey(0, 0)); it == nil {
+				if it, _ := o.Lookup(0, outKey(0, 0)); it == nil {
 					t.Fatal("held batch not found")
 				}
 			}
 			if tc.want != nil {
-				defer o.want(0, *tc.want)()
+				defer o.Want(0, *tc.want)()
 			}
 			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			err := o.put(wctx, 0, &outItem{key: outKey(1, 0), payload: make([]byte, 80)})
+			err := o.Put(wctx, 0, NewItem(outKey(1, 0), 0, make([]byte, 80)))
 			if got := err == nil; got != tc.admit {
 				t.Fatalf("admitted = %v (%v), want %v", got, err, tc.admit)
 			}
@@ -54,29 +54,29 @@ func TestOutboxBound(t *testing.T) {
 }
 
 func TestOutboxAckAndPurge(t *testing.T) {
-	o := newOutbox(1, 1<<20)
+	o := NewOutbox(1, 1<<20)
 	ctx := context.Background()
 	for step := range 3 {
 		for mb := range 2 {
-			if err := o.put(ctx, 0, &outItem{key: outKey(step, mb), payload: make([]byte, 10)}); err != nil {
+			if err := o.Put(ctx, 0, NewItem(outKey(step, mb), 0, make([]byte, 10))); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	o.ack(0, outKey(1, 0))
-	if k, ok := o.first(0); !ok || k != outKey(1, 1) {
+	o.Ack(0, outKey(1, 0))
+	if k, ok := o.First(0); !ok || k != outKey(1, 1) {
 		t.Errorf("after ack of s1/mb0 first = %v %v, want s1/mb1", k, ok)
 	}
-	if got := o.size(); got != 30 {
+	if got := o.Size(); got != 30 {
 		t.Errorf("size = %d, want 30", got)
 	}
-	o.ack(0, outKey(0, 1)) // an older ack drops nothing more
-	if got := o.size(); got != 30 {
+	o.Ack(0, outKey(0, 1)) // an older ack drops nothing more
+	if got := o.Size(); got != 30 {
 		t.Errorf("size after an old ack = %d, want 30", got)
 	}
-	o.purge(0)
-	if _, ok := o.first(0); ok || o.size() != 0 {
-		t.Errorf("after purge: size %d", o.size())
+	o.Purge(0)
+	if _, ok := o.First(0); ok || o.Size() != 0 {
+		t.Errorf("after purge: size %d", o.Size())
 	}
 }
 
@@ -86,7 +86,7 @@ func TestOutboxAckAndPurge(t *testing.T) {
 // thousands of changes wake thousands of waiting fetches.
 func TestOutboxWakesOnlyTheRanksFetches(t *testing.T) {
 	key := func(step int) proto.BatchKey { return proto.BatchKey{Job: "j", Step: step} }
-	item := func(step int) *outItem { return &outItem{key: key(step), payload: []byte{1}} }
+	item := func(step int) *Item { return NewItem(key(step), 0, []byte{1}) }
 	closed := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -97,24 +97,24 @@ func TestOutboxWakesOnlyTheRanksFetches(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name   string
-		change func(o *outbox)
+		change func(o *Outbox)
 		wake   bool
 	}{
-		{"put of another rank", func(o *outbox) { _ = o.put(context.Background(), 1, item(0)) }, false},
-		{"ack of another rank", func(o *outbox) { o.ack(1, key(0)) }, false},
-		{"purge of another rank", func(o *outbox) { o.purge(1) }, false},
-		{"put of its rank", func(o *outbox) { _ = o.put(context.Background(), 0, item(1)) }, true},
-		{"ack of its rank", func(o *outbox) { o.ack(0, key(0)) }, true},
-		{"purge of its rank", func(o *outbox) { o.purge(0) }, true},
+		{"put of another rank", func(o *Outbox) { _ = o.Put(context.Background(), 1, item(0)) }, false},
+		{"ack of another rank", func(o *Outbox) { o.Ack(1, key(0)) }, false},
+		{"purge of another rank", func(o *Outbox) { o.Purge(1) }, false},
+		{"put of its rank", func(o *Outbox) { _ = o.Put(context.Background(), 0, item(1)) }, true},
+		{"ack of its rank", func(o *Outbox) { o.Ack(0, key(0)) }, true},
+		{"purge of its rank", func(o *Outbox) { o.Purge(0) }, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOutbox(2, 1<<20)
+			o := NewOutbox(2, 1<<20)
 			for r := range 2 {
-				if err := o.put(context.Background(), r, item(0)); err != nil {
+				if err := o.Put(context.Background(), r, item(0)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			it, ch := o.lookup(0, key(5))
+			it, ch := o.Lookup(0, key(5))
 			if it != nil || ch == nil {
 				t.Fatalf("lookup of a batch not held: %v, %v", it, ch)
 			}

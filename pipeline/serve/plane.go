@@ -63,7 +63,7 @@ type corePlane struct{ s *Service }
 
 func (p corePlane) setup(context.Context) error {
 	s := p.s
-	s.out = newOutbox(s.cfg.ranks(), s.cfg.StreamMaxBytes)
+	s.out = NewOutbox(s.cfg.ranks(), s.cfg.StreamMaxBytes)
 	s.views = make(chan struct{}, maxViews)
 	var err error
 	if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
@@ -73,11 +73,11 @@ func (p corePlane) setup(context.Context) error {
 }
 
 func (p corePlane) hold(ctx context.Context, rank int, m outMsg, _ time.Time) error {
-	return p.s.out.put(ctx, rank, &outItem{key: m.key, gen: m.gen, payload: m.payload, sum: proto.Checksum(m.payload)})
+	return p.s.out.Put(ctx, rank, NewItem(m.key, m.gen, m.payload))
 }
 
 func (p corePlane) drop(_ context.Context, rank int) error {
-	p.s.out.purge(rank)
+	p.s.out.Purge(rank)
 	return nil
 }
 
@@ -96,7 +96,7 @@ func (p corePlane) startParts(*errgroup.Group, context.Context) {}
 func (p corePlane) checkAssets(context.Context) error { return nil }
 
 func (p corePlane) firstHeld(_ context.Context, rank int) (proto.ChunkHeader, bool, error) {
-	k, ok := p.s.out.first(rank)
+	k, ok := p.s.out.First(rank)
 	return proto.ChunkHeader{BatchKey: k}, ok, nil
 }
 

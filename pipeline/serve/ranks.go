@@ -374,7 +374,7 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rs = &t.ranks[r]
-	if !rs.anyHanded || keyLess(rs.handed, k) {
+	if !rs.anyHanded || KeyLess(rs.handed, k) {
 		rs.handed, rs.anyHanded = k, true
 	}
 	if write && (!rs.recOK || rs.recorded.less(at)) {

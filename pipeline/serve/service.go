@@ -64,7 +64,7 @@ type Service struct {
 	stream     jetstream.Stream
 	st         state
 	pub        *proto.Publisher     // JetStream data plane
-	out        *outbox              // core data plane
+	out        *Outbox              // core data plane
 	views      chan struct{}        // viewer fetches in flight (core data plane)
 	quarantine *work.QuarantineSink // quarantined samples to the job's quarantine bucket
 	chunkSize  int                  // data bytes per message on the core data plane

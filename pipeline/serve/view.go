@@ -46,8 +46,8 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 	}
 	gen := 0
 	payload, sum := []byte(nil), uint32(0)
-	if it := s.out.peek(rank, key); it != nil {
-		gen, payload, sum = it.gen, it.payload, it.sum
+	if it := s.out.Peek(rank, key); it != nil {
+		gen, payload, sum = it.Gen(), it.Payload(), it.Sum()
 	} else {
 		var outside bool
 		var err error
