@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// FetchWait bounds how long a fetch waits for its batch to be built; the
-// rank asks again after its own timeout.
-const FetchWait = 2 * time.Minute
 
 // fetchesInFlight bounds the batches of one rank that fetches wait for (or
 // are being answered) at once. A fetch for another batch beyond it is
@@ -46,7 +42,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 			return fail(err)
 		}
 		slots := make(chan struct{}, fetchesInFlight)
-		waits := NewFetchWaits()
+		waits := deliver.NewFetchWaits()
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
 			req, err := s.checkFetch(r, m)
 			if err != nil {
@@ -125,74 +121,6 @@ func (s *Service) checkFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) 
 	return req, err
 }
 
-// FetchWaits keeps one waiting fetch per batch of one rank. A fetch for a
-// batch another fetch already waits for joins it: the waiter answers the
-// newest fetch's reply subject (a restarted trainer's new inbox) and waits
-// up to FetchWait from the newest fetch. Safe for concurrent use; its lock
-// is a leaf.
-type FetchWaits struct {
-	mu sync.Mutex
-	m  map[proto.BatchKey]*Waiter
-}
-
-// Waiter is the fetch that waits for one batch, with the reply subject
-// and the deadline of the newest fetch that joined it.
-type Waiter struct {
-	reply    string
-	deadline time.Time
-}
-
-// NewFetchWaits keeps no wait yet.
-func NewFetchWaits() *FetchWaits { return &FetchWaits{m: map[proto.BatchKey]*Waiter{}} }
-
-// Join returns a new waiter for key, or nil when one exists: that one now
-// answers reply and waits until FetchWait after now.
-func (f *FetchWaits) Join(key proto.BatchKey, reply string, now time.Time) *Waiter {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if w := f.m[key]; w != nil {
-		w.reply, w.deadline = reply, now.Add(FetchWait)
-		return nil
-	}
-	w := &Waiter{reply: reply, deadline: now.Add(FetchWait)}
-	f.m[key] = w
-	return w
-}
-
-// Claim ends w's wait to answer it and returns the reply subject to send
-// to: a fetch after it starts a new wait.
-func (f *FetchWaits) Claim(key proto.BatchKey, w *Waiter) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m[key] == w {
-		delete(f.m, key)
-	}
-	return w.reply
-}
-
-// Left returns how long w may still wait; at 0 its wait has ended.
-func (f *FetchWaits) Left(key proto.BatchKey, w *Waiter, now time.Time) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	d := w.deadline.Sub(now)
-	if d <= 0 {
-		d = 0
-		if f.m[key] == w {
-			delete(f.m, key)
-		}
-	}
-	return d
-}
-
-// Leave ends w's wait without an answer.
-func (f *FetchWaits) Leave(key proto.BatchKey, w *Waiter) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m[key] == w {
-		delete(f.m, key)
-	}
-}
-
 // handleFetch answers the fetches of rank for key that w stands for: it
 // sends the batch's chunks to the newest one's reply inbox as soon as the
 // outbox holds the batch. A batch that was built and is no longer held (the
@@ -201,9 +129,9 @@ func (f *FetchWaits) Leave(key proto.BatchKey, w *Waiter) {
 // new generation, and the batch is sent once it is built again. The plan
 // and the preprocessing are deterministic, so the regenerated payload is
 // byte-identical.
-func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *FetchWaits, w *Waiter) {
+func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *deliver.FetchWaits, w *deliver.Waiter) {
 	defer waits.Leave(key, w)
-	t := time.NewTimer(FetchWait)
+	t := time.NewTimer(deliver.FetchWait)
 	defer t.Stop()
 	rewound, waiting := false, false
 	for {
@@ -257,7 +185,7 @@ func (s *Service) dropped(rank int, key proto.BatchKey) bool {
 }
 
 // send publishes one held batch to a fetch's reply inbox.
-func (s *Service) send(reply string, it *Item) {
+func (s *Service) send(reply string, it *deliver.Item) {
 	t0 := time.Now()
 	n, err := proto.SendBatch(s.nc, reply, it.Key(), it.Gen(), it.Payload(), it.Sum(), s.chunkSize)
 	s.met.stage(stagePublish, time.Since(t0))
@@ -325,7 +253,7 @@ func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	if (pos{k.Epoch, k.Step}).less(s.epochs.norm(rs.next)) {
 		return nil
 	}
-	if !rs.anyHanded || KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
 		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
 			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
 	}

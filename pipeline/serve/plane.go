@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,7 +64,7 @@ type corePlane struct{ s *Service }
 
 func (p corePlane) setup(context.Context) error {
 	s := p.s
-	s.out = NewOutbox(s.cfg.ranks(), s.cfg.StreamMaxBytes)
+	s.out = deliver.NewOutbox(s.cfg.ranks(), s.cfg.StreamMaxBytes)
 	s.views = make(chan struct{}, maxViews)
 	var err error
 	if s.chunkSize, err = proto.ChunkSize(s.nc.MaxPayload()); err != nil {
@@ -73,7 +74,7 @@ func (p corePlane) setup(context.Context) error {
 }
 
 func (p corePlane) hold(ctx context.Context, rank int, m outMsg, _ time.Time) error {
-	return p.s.out.Put(ctx, rank, NewItem(m.key, m.gen, m.payload))
+	return p.s.out.Put(ctx, rank, deliver.NewItem(m.key, m.gen, m.payload))
 }
 
 func (p corePlane) drop(_ context.Context, rank int) error {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -374,7 +375,7 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rs = &t.ranks[r]
-	if !rs.anyHanded || KeyLess(rs.handed, k) {
+	if !rs.anyHanded || deliver.KeyLess(rs.handed, k) {
 		rs.handed, rs.anyHanded = k, true
 	}
 	if write && (!rs.recOK || rs.recorded.less(at)) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -64,7 +65,7 @@ type Service struct {
 	stream     jetstream.Stream
 	st         state
 	pub        *proto.Publisher     // JetStream data plane
-	out        *Outbox              // core data plane
+	out        *deliver.Outbox      // core data plane
 	views      chan struct{}        // viewer fetches in flight (core data plane)
 	quarantine *work.QuarantineSink // quarantined samples to the job's quarantine bucket
 	chunkSize  int                  // data bytes per message on the core data plane
