@@ -12,7 +12,8 @@
 // imgproc's constants, never with a string literal.
 //
 // Ownership (owner_test.go): only the epoch book (pipeline/serve/epochs.go)
-// writes or deletes an epoch's info in the job's KV bucket.
+// writes or deletes an epoch's info in the job's KV bucket, and only the
+// data plane's choice (pipeline/serve/plane.go) asks which plane runs.
 //
 // Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and
 // the module's Go sources.

@@ -60,3 +60,40 @@ func namesEpochInfo(e ast.Expr) bool {
 	})
 	return found
 }
+
+// dataPlaneChooser is the one file that may ask Config.core() which data
+// plane the service runs: newDataPlane chooses the plane once, and the rest
+// of serve asks the plane (issue 24: "one DataPlane interface instead of
+// branches on the plane").
+const dataPlaneChooser = "pipeline/serve/plane.go"
+
+// TestOnlyThePlaneChoiceBranchesOnThePlane: no non-test file of
+// pipeline/serve but plane.go calls core(). Before, assets.go, control.go,
+// dataplane.go, publish.go, resize.go and service.go branched on it.
+func TestOnlyThePlaneChoiceBranchesOnThePlane(t *testing.T) {
+	seen := false
+	for _, sf := range moduleSources(t) {
+		if sf.file.Name.Name != "serve" {
+			continue
+		}
+		ast.Inspect(sf.file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "core" || len(call.Args) != 0 {
+				return true
+			}
+			if sf.rel == dataPlaneChooser {
+				seen = true
+				return true
+			}
+			t.Errorf("%s:%d: branches on the data plane (core()): only %s may; ask the dataPlane", sf.rel,
+				sf.fset.Position(call.Pos()).Line, dataPlaneChooser)
+			return true
+		})
+	}
+	if !seen {
+		t.Errorf("%s calls no core(): the check would check nothing", dataPlaneChooser)
+	}
+}

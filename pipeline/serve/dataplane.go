@@ -24,7 +24,7 @@ const fetchesInFlight = 32
 // other fetches: after a reconnect a rank asks again for batches the
 // service holds while an older fetch still waits for a batch that cannot be
 // built until those are acknowledged. A fetch for a batch that an earlier
-// fetch of the rank still waits for joins that wait (fetchWaits): the
+// fetch of the rank still waits for joins that wait (deliver.FetchWaits): the
 // batch is sent once, so a rank that keeps asking while it starves neither
 // fills its slots nor gets copies. ctx ends the waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {

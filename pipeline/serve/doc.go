@@ -213,10 +213,21 @@
 //   - control (control.go): the trainers' control messages (register,
 //     feedback, done, resend; the data plane's acks and fetches are checked
 //     by it too). It holds only its gate (registers waiting, resends in
-//     flight) and acts through the other parts and, for what depends on the
-//     data plane or a resize, through the delivery interface the Service
-//     implements. A message moves a rank forward only to what it
-//     acknowledged and back only to what it has not.
+//     flight) and acts through the other parts: for what depends on the
+//     data plane through its controlPlane (the dataPlane), for a rewind or
+//     a resize through the delivery interface the Service implements. A
+//     message moves a rank forward only to what it acknowledged and back
+//     only to what it has not.
+//   - dataPlane (plane.go): how the batches reach the trainers, chosen once
+//     in New from Config.DataPlane; nothing else in serve branches on the
+//     plane (internal/arch). corePlane holds them in the outbox
+//     (deliver.Outbox, which owns its lock) and answers the ranks' fetches
+//     and acks (dataplane.go, with one deliver.FetchWaits per rank);
+//     streamPlane publishes them to the job's stream and resets a rank's
+//     consumer for a new trainer incarnation. The plane holds a batch,
+//     drops a rank's batches on a rewind, says where a restarted service
+//     continues (nothing outlives it on the core plane), whether a resize
+//     can be served, and which subscriptions, loops and assets it needs.
 //   - replyGuard (replyscope.go): every request is answered only on the
 //     requester's own inbox namespace (never $KV, $JS, another identity's
 //     inbox or the service's own, ServiceInboxPrefix); a request with
@@ -272,10 +283,17 @@
 //   - the throughput harness (Throughput, PlannerThroughput, with pprof
 //     labels and rusage): bench/, which reaches the embedded server through
 //     Service.DialInProcess.
+//   - deliver (pipeline/serve/deliver): the core data plane's outbox
+//     (Outbox: the batches built and not yet acknowledged, its byte bound
+//     the backpressure) and the fetches waiting for a batch (FetchWaits).
+//     It holds no position and makes no NATS request; the planes
+//     themselves (plane.go), the fetch and ack handlers (dataplane.go) and
+//     the publish loop (publish.go) stay in serve for now: they act on the
+//     rank table and the epoch book.
 //
 // internal/arch tests the import rules between them (natsenv imports proto
-// only, httpui balancer only; none of serve, natsenv and httpui imports
-// runtime/pprof) and the size limits.
+// only, httpui balancer only, deliver proto only; none of serve, natsenv,
+// deliver and httpui imports runtime/pprof) and the size limits.
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the
