@@ -138,10 +138,11 @@ func (s *Service) Stats() Stats {
 }
 
 // stateCollector reports gauges read at scrape time from the service's
-// memory, never from NATS: the outbox's bytes (core data plane) or the last
-// snapshot of the stream's bytes and messages and each rank's pending and
-// unacknowledged chunks (JetStream data plane, pollStream), positions,
-// and quarantined samples by reason.
+// memory, never from NATS: what the data plane holds (dataPlane.collect:
+// the outbox's bytes on the core data plane, or the last snapshot of the
+// stream's bytes and messages and each rank's pending and unacknowledged
+// chunks on the JetStream data plane, pollStream), positions, and
+// quarantined samples by reason.
 type stateCollector struct{ s *Service }
 
 var (
@@ -163,20 +164,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	if s.out != nil {
-		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(s.out.Size()))
-	}
-	if snap := s.streamSnap.Load(); snap != nil {
-		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(snap.bytes))
-		ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(snap.msgs))
-		for r, c := range snap.ranks {
-			if !c.ok {
-				continue
-			}
-			l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
-			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(c.pending), l...)
-			ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.ackPending), l...)
-		}
+	if s.plane != nil {
+		s.plane.collect(ch)
 	}
 	for r, rs := range s.ranks.all() {
 		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}

@@ -3,12 +3,14 @@ package serve
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -46,6 +48,10 @@ type dataPlane interface {
 	// checkAssets recreates the plane's JetStream assets that are lost (the
 	// stream and the consumers; the core plane has none).
 	checkAssets(ctx context.Context) error
+	// collect sends the gauges of what the plane holds, from memory (a
+	// scrape makes no NATS request): the outbox's bytes, or the last
+	// stream snapshot pollStream took.
+	collect(ch chan<- prometheus.Metric)
 }
 
 // newDataPlane returns the data plane cfg names: the one place that reads
@@ -95,6 +101,12 @@ func (p corePlane) subscribe(ctx context.Context) ([]*nats.Subscription, error) 
 func (p corePlane) startParts(*errgroup.Group, context.Context) {}
 
 func (p corePlane) checkAssets(context.Context) error { return nil }
+
+func (p corePlane) collect(ch chan<- prometheus.Metric) {
+	if p.s.out != nil { // set up
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(p.s.out.Size()))
+	}
+}
 
 func (p corePlane) firstHeld(_ context.Context, rank int) (proto.ChunkHeader, bool, error) {
 	k, ok := p.s.out.First(rank)
@@ -176,6 +188,23 @@ func (p streamPlane) startParts(g *errgroup.Group, gctx context.Context) {
 }
 
 func (p streamPlane) checkAssets(ctx context.Context) error { return p.s.checkStreamAssets(ctx) }
+
+func (p streamPlane) collect(ch chan<- prometheus.Metric) {
+	snap := p.s.streamSnap.Load()
+	if snap == nil { // not polled yet
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(snap.bytes))
+	ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(snap.msgs))
+	for r, c := range snap.ranks {
+		if !c.ok {
+			continue
+		}
+		l := []string{strconv.Itoa(r / p.s.cfg.MP), strconv.Itoa(r % p.s.cfg.MP)}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(c.pending), l...)
+		ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.ackPending), l...)
+	}
+}
 
 func (p streamPlane) firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error) {
 	return p.s.firstStored(ctx, rank/p.s.cfg.MP, rank%p.s.cfg.MP)
