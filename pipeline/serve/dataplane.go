@@ -2,14 +2,12 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // fetchesInFlight bounds the batches of one rank that fetches wait for (or
@@ -256,37 +254,6 @@ func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
 		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
 			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
-	}
-	return nil
-}
-
-// resetConsumer recreates a rank's durable consumer when an earlier
-// incarnation of the trainer left chunks delivered and unacknowledged: the new
-// consumer delivers everything still stored, in order, at once, instead of
-// after AckWait. Work-queue retention keeps unacknowledged chunks in the
-// stream while no consumer exists.
-func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
-	name := proto.ConsumerName(s.cfg.Job, dp, mp)
-	cons, err := s.stream.Consumer(ctx, name)
-	if err == nil {
-		var ci *jetstream.ConsumerInfo
-		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
-			return nil
-		}
-	}
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("serve: consumer %s: %w", name, err)
-	}
-	if err == nil {
-		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
-		}
-		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
-	}
-	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
-	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
-	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
-		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -219,4 +220,35 @@ func (p streamPlane) fillRegisterReply(rep *proto.RegisterReply, _, _ int) {
 // at once instead of after AckWait.
 func (p streamPlane) trainerReplaced(ctx context.Context, rank int) error {
 	return p.s.resetConsumer(ctx, rank/p.s.cfg.MP, rank%p.s.cfg.MP)
+}
+
+// resetConsumer recreates a rank's durable consumer when an earlier
+// incarnation of the trainer left chunks delivered and unacknowledged: the new
+// consumer delivers everything still stored, in order, at once, instead of
+// after AckWait. Work-queue retention keeps unacknowledged chunks in the
+// stream while no consumer exists.
+func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
+	name := proto.ConsumerName(s.cfg.Job, dp, mp)
+	cons, err := s.stream.Consumer(ctx, name)
+	if err == nil {
+		var ci *jetstream.ConsumerInfo
+		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
+			return nil
+		}
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("serve: consumer %s: %w", name, err)
+	}
+	if err == nil {
+		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
+		}
+		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
+	}
+	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
+	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
+	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
 }
