@@ -52,8 +52,8 @@ func TestCheckReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := checkReply(tt.reply, tt.strict, tt.own...); got != tt.want {
-				t.Errorf("checkReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
+			if got := natsenv.CheckReply(tt.reply, tt.strict, tt.own...); got != tt.want {
+				t.Errorf("CheckReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
 			}
 		})
 	}

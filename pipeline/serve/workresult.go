@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,9 +182,9 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 
 // workerReply is the planner's reply check without a Service (the shard
 // command's planner): a result is answered only on a worker's inbox or the
-// planner's own connection's (checkReply).
+// planner's own connection's (natsenv.CheckReply).
 func workerReply(m *nats.Msg) bool {
-	return m.Reply == "" || checkReply(m.Reply, false, workerInboxes...) == ""
+	return m.Reply == "" || natsenv.CheckReply(m.Reply, false, workerInboxes...) == ""
 }
 
 // guardReplies makes ok the check of every result's reply subject, batch
