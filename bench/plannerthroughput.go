@@ -19,10 +19,10 @@ import (
 // caller starts its worker processes there) and stops them at the end. It
 // returns the real samples per second from Run until every rank
 // acknowledged its last batch, and the service's stats and item times.
-func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(url string) (stop func(), err error)) (float64, serve.Stats, serve.WorkTimes, error) {
+func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(url string) (stop func(), err error)) (float64, serve.Stats, serve.Times, error) {
 	dir, err := os.MkdirTemp("", "mmfeed-planner-")
 	if err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, serve.Times{}, err
 	}
 	defer os.RemoveAll(dir)
 	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = serve.RolePlanner, 1, "", "", -1
@@ -30,7 +30,7 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
 	s, err := serve.New(cfg)
 	if err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, serve.Times{}, err
 	}
 	t0 := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -40,13 +40,13 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	select {
 	case <-s.Ready():
 	case err := <-errc:
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, serve.Times{}, err
 	}
 	stop, err := startWorkers(s.ClientURL())
 	if err != nil {
 		cancel()
 		<-errc
-		return 0, serve.Stats{}, serve.WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
+		return 0, serve.Stats{}, serve.Times{}, fmt.Errorf("serve: start workers: %w", err)
 	}
 	defer stop()
 	var wg sync.WaitGroup
@@ -58,10 +58,10 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	if err := errors.Join(cerrs...); err != nil {
 		cancel()
 		<-errc
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, serve.Times{}, err
 	}
 	if err := <-errc; err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, serve.Times{}, err
 	}
 	st := s.Stats()
 	return float64(st.Samples) / time.Since(t0).Seconds(), st, s.WorkTimes(), nil

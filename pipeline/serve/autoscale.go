@@ -7,36 +7,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
-	"github.com/mmfeed/mmfeed/proto"
-	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Autoscaling gauges (planner role): what an autoscaler needs to size the
-// worker pool, from measured times only. docs/deployment.md, "Autoscaling
-// workers", explains each formula, unit and window.
-//
-//   - mmfeed_serve_work_backlog_seconds: Σ over the issued batch items not
-//     yet delivered (queued or in flight) of their predicted worker seconds
-//     (the cost model fitted to the workers' measured item times).
-//   - mmfeed_serve_consumption_microbatches_per_second: the micro-batches
-//     (work items: one dp rank's micro-batch) the trainers took per second
-//     over the window; mmfeed_serve_demand_microbatches_per_second is the
-//     same over the time they did not wait for data (their reported data
-//     wait taken out): what they would take were the workers fast enough.
-//   - mmfeed_serve_slack_seconds: min over the ranks of the steps built
-//     ahead of the rank divided by its demand in steps per second: how long
-//     until the earliest rank would wait.
-//   - mmfeed_serve_work_seconds_per_item: the mean measured worker seconds of
-//     the items finished in the window; mmfeed_serve_workers and
-//     mmfeed_serve_worker_slots: the workers (connections) that finished
-//     them, and their slots.
-//   - mmfeed_serve_workers_needed = demand × seconds per item ÷ slots per
-//     worker: workers of the present size that keep up with the demand (no
-//     ceiling: an HPA targets averageValue 1).
-
-// scaleWindow is the sliding window of the rates, the per-item seconds and
-// the workers (a variable so tests can shorten it).
-var scaleWindow = 30 * time.Second
 
 // maxWorkerSlots bounds the slots a worker's done message may claim.
 const maxWorkerSlots = 1 << 12
@@ -62,26 +33,31 @@ type rankScale struct {
 	held         float64   // the last demand measured (steps/s), kept while the rank starves
 }
 
-// autoscaler owns the observations the autoscaling gauges are computed
+// Autoscaler owns the observations the autoscaling gauges are computed
 // from: the ranks' step advances and data waits, and the items the workers
 // finished, each kept for the window. Safe for concurrent use; its lock is
 // a leaf.
-type autoscaler struct {
+type Autoscaler struct {
 	window time.Duration
 	now    func() time.Time
 
 	mu        sync.Mutex
 	ranks     []rankScale
 	items     []scaleItem
-	lastItems itemStats // the last window with items (held while none finish)
+	lastItems ItemStats // the last window with items (held while none finish)
 }
 
-func newAutoscaler(ranks int) *autoscaler {
-	return &autoscaler{window: scaleWindow, now: time.Now, ranks: make([]rankScale, ranks)}
+// NewAutoscaler keeps the observations of ranks ranks for window (the
+// sliding window of the rates, the per-item seconds and the workers).
+func NewAutoscaler(ranks int, window time.Duration) *Autoscaler {
+	return &Autoscaler{window: window, now: time.Now, ranks: make([]rankScale, ranks)}
 }
 
-// taken records that rank r's trainer moved forward by steps.
-func (a *autoscaler) taken(r int, steps int) {
+// Window is the sliding window of the gauges.
+func (a *Autoscaler) Window() time.Duration { return a.window }
+
+// Taken records that rank r's trainer moved forward by steps.
+func (a *Autoscaler) Taken(r int, steps int) {
 	if a == nil || steps <= 0 {
 		return
 	}
@@ -95,10 +71,10 @@ func (a *autoscaler) taken(r int, steps int) {
 	rs.steps = append(trimEvents(rs.steps, now, a.window), scaleEvent{now, float64(steps)})
 }
 
-// waited records a rank's reported data wait of one step, bounded by the
+// Waited records a rank's reported data wait of one step, bounded by the
 // time since the rank's previous report: a report cannot claim more wait
 // than elapsed (invariant 6).
-func (a *autoscaler) waited(r int, secs float64) {
+func (a *Autoscaler) Waited(r int, secs float64) {
 	if a == nil || !(secs >= 0) {
 		return
 	}
@@ -119,7 +95,7 @@ func (a *autoscaler) waited(r int, secs float64) {
 
 // itemDone records a batch item a worker finished in secs; slots is the
 // worker's claim (out of range: 1).
-func (a *autoscaler) itemDone(secs float64, worker string, slots int) {
+func (a *Autoscaler) itemDone(secs float64, worker string, slots int) {
 	if a == nil || !(secs > 0) || math.IsInf(secs, 0) {
 		return
 	}
@@ -185,34 +161,34 @@ func rankRate(steps, waits []scaleEvent, now time.Time, window time.Duration) (o
 	return observed, observed, true
 }
 
-// itemStats are the items finished in the window: their mean measured
+// ItemStats are the items finished in the window: their mean measured
 // seconds, the distinct workers that finished them and those workers'
 // slots (each worker's latest claim).
-type itemStats struct {
-	n              int
-	secsPerItem    float64
-	workers, slots int
+type ItemStats struct {
+	N              int
+	SecsPerItem    float64
+	Workers, Slots int
 }
 
-func windowItems(items []scaleItem, now time.Time, window time.Duration) itemStats {
-	var st itemStats
+func windowItems(items []scaleItem, now time.Time, window time.Duration) ItemStats {
+	var st ItemStats
 	sum := 0.0
 	slots := map[string]int{}
 	for _, it := range items {
 		if now.Sub(it.at) > window {
 			continue
 		}
-		st.n++
+		st.N++
 		sum += it.secs
 		slots[it.worker] = it.slots
 	}
-	if st.n == 0 {
+	if st.N == 0 {
 		return st
 	}
-	st.secsPerItem = sum / float64(st.n)
-	st.workers = len(slots)
+	st.SecsPerItem = sum / float64(st.N)
+	st.Workers = len(slots)
 	for _, s := range slots {
-		st.slots += s
+		st.Slots += s
 	}
 	return st
 }
@@ -238,42 +214,26 @@ func slackSeconds(ready, rate []float64) (slack float64, ok bool) {
 	return slack, ok
 }
 
-// stepsBetween is the number of steps from p to q (0 when q is not after
-// p), with steps(e) the step count of epoch e.
-func stepsBetween(p, q pos, steps func(int) int) int {
-	if !p.less(q) {
-		return 0
-	}
-	if p.Epoch == q.Epoch {
-		return q.Step - p.Step
-	}
-	n := max(steps(p.Epoch)-p.Step, 0) + q.Step
-	for e := p.Epoch + 1; e < q.Epoch; e++ {
-		n += steps(e)
-	}
-	return n
+// Scale is what the autoscaling gauges report at one scrape.
+type Scale struct {
+	Backlog             float64 // predicted worker seconds of the undelivered items (Planner.BacklogSeconds)
+	BacklogOK           bool    // the cost model has measured items
+	Consumption, Demand float64 // micro-batches (work items) per second
+	Slack               float64
+	SlackOK             bool
+	Items               ItemStats // the window's, or the last window that had items
+	Needed              float64
+	NeededOK            bool
 }
 
-// scaleSnapshot is what the gauges report at one scrape.
-type scaleSnapshot struct {
-	backlog             float64 // predicted worker seconds of the undelivered items
-	backlogOK           bool    // the cost model has measured items
-	consumption, demand float64 // micro-batches (work items) per second
-	slack               float64
-	slackOK             bool
-	items               itemStats // the window's, or the last window that had items
-	needed              float64
-	neededOK            bool
-}
-
-// snapshot computes the gauges from the observations, the steps built ahead
+// Snapshot computes the gauges from the observations, the steps built ahead
 // of each rank (ready, in steps) and the layout (mp ranks per dp rank,
 // micro-batches per step).
-func (a *autoscaler) snapshot(ready []float64, mp, microBatches int) scaleSnapshot {
+func (a *Autoscaler) Snapshot(ready []float64, mp, microBatches int) Scale {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	var sn scaleSnapshot
+	var sn Scale
 	rates := make([]float64, len(a.ranks))
 	for r := range a.ranks {
 		rs := &a.ranks[r]
@@ -287,116 +247,19 @@ func (a *autoscaler) snapshot(ready []float64, mp, microBatches int) scaleSnapsh
 			rs.held = 0 // idle with batches ready
 		}
 		rates[r] = dem
-		sn.consumption += obs * float64(microBatches) / float64(mp)
-		sn.demand += dem * float64(microBatches) / float64(mp)
+		sn.Consumption += obs * float64(microBatches) / float64(mp)
+		sn.Demand += dem * float64(microBatches) / float64(mp)
 	}
-	sn.slack, sn.slackOK = slackSeconds(ready, rates)
-	if st := windowItems(a.items, now, a.window); st.n > 0 {
+	sn.Slack, sn.SlackOK = slackSeconds(ready, rates)
+	if st := windowItems(a.items, now, a.window); st.N > 0 {
 		a.lastItems = st
 	}
-	sn.items = a.lastItems
-	if sn.items.n > 0 {
-		sn.needed = workersNeeded(sn.demand, sn.items.secsPerItem, float64(sn.items.slots)/float64(sn.items.workers))
-		sn.neededOK = true
+	sn.Items = a.lastItems
+	if sn.Items.N > 0 {
+		sn.Needed = workersNeeded(sn.Demand, sn.Items.SecsPerItem, float64(sn.Items.Slots)/float64(sn.Items.Workers))
+		sn.NeededOK = true
 	}
 	return sn
-}
-
-// advanced is the rankTable's hook: rank r's trainer moved from one step
-// to a later one.
-func (s *Service) advanced(r int, from, to pos) {
-	if s.work != nil {
-		s.work.scale.taken(r, stepsBetween(from, to, s.epochs.steps))
-	}
-}
-
-// readySteps returns, per rank, the steps built ahead of its next needed
-// step: published (in the outbox or the stream), queued to its publisher,
-// or delivered by the workers in order after those.
-func (s *Service) readySteps() []float64 {
-	ranks := s.ranks.all()
-	out := make([]float64, len(ranks))
-	for r, rs := range ranks {
-		next := s.epochs.norm(rs.next)
-		base := s.epochs.norm(rs.cursor)
-		if q, ok := s.work.queuedThrough(); ok && base.less(s.epochs.norm(q)) {
-			base = s.epochs.norm(q)
-		}
-		if base.less(next) {
-			base = next
-		}
-		built := s.work.builtFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, base, s.epochs.norm)
-		out[r] = float64(stepsBetween(next, built, s.epochs.steps))
-	}
-	return out
-}
-
-// scaleCollector reports the autoscaling gauges at scrape time, from memory.
-type scaleCollector struct{ s *Service }
-
-var (
-	descBacklog = prometheus.NewDesc("mmfeed_serve_work_backlog_seconds",
-		"Planner: predicted worker seconds (one slot) of the batch items issued and not yet delivered, queued or in flight.", nil, nil)
-	descConsumption = prometheus.NewDesc("mmfeed_serve_consumption_microbatches_per_second",
-		"Planner: micro-batches (work items: one dp rank's micro-batch) the trainers took per second over the window.", nil, nil)
-	descDemand = prometheus.NewDesc("mmfeed_serve_demand_microbatches_per_second",
-		"Planner: micro-batches per second the trainers take over the time they did not wait for data (their reported data wait taken out).", nil, nil)
-	descSlack = prometheus.NewDesc("mmfeed_serve_slack_seconds",
-		"Planner: seconds until the earliest rank would wait: min over ranks of the steps built ahead of it over its demand in steps per second.", nil, nil)
-	descItemSeconds = prometheus.NewDesc("mmfeed_serve_work_seconds_per_item",
-		"Planner: mean measured worker seconds (one slot) of the batch items finished in the window.", nil, nil)
-	descWorkers = prometheus.NewDesc("mmfeed_serve_workers",
-		"Planner: workers that finished batch items in the window.", nil, nil)
-	descWorkerSlots = prometheus.NewDesc("mmfeed_serve_worker_slots",
-		"Planner: the slots of the workers that finished batch items in the window.", nil, nil)
-	descNeeded = prometheus.NewDesc("mmfeed_serve_workers_needed",
-		"Planner: workers of the present mean size that keep up with the trainers' demand: demand × item seconds ÷ slots per worker (no ceiling).", nil, nil)
-	descWindow = prometheus.NewDesc("mmfeed_serve_autoscale_window_seconds",
-		"Planner: the sliding window of the autoscaling gauges.", nil, nil)
-)
-
-func (c *scaleCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBacklog, descConsumption, descDemand, descSlack, descItemSeconds, descWorkers, descWorkerSlots, descNeeded, descWindow} {
-		ch <- d
-	}
-}
-
-func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
-	sn := c.s.scaleSnapshot()
-	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	g(descWindow, c.s.work.scale.window.Seconds())
-	g(descConsumption, sn.consumption)
-	g(descDemand, sn.demand)
-	if sn.backlogOK {
-		g(descBacklog, sn.backlog)
-	}
-	if sn.slackOK {
-		g(descSlack, sn.slack)
-	}
-	if sn.items.n > 0 {
-		g(descItemSeconds, sn.items.secsPerItem)
-		g(descWorkers, float64(sn.items.workers))
-		g(descWorkerSlots, float64(sn.items.slots))
-	}
-	if sn.neededOK {
-		g(descNeeded, sn.needed)
-	}
-}
-
-// scaleSnapshot computes the autoscaling gauges now (planner role).
-func (s *Service) scaleSnapshot() scaleSnapshot {
-	ready := s.readySteps()
-	sn := s.work.scale.snapshot(ready, s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches)
-	sn.backlog, sn.backlogOK = s.work.backlogSeconds()
-	return sn
-}
-
-// registerScale installs the rank hook and the autoscaling gauges (planner
-// role, before the control handlers run).
-func (s *Service) registerScale() error {
-	s.work.scale = newAutoscaler(s.cfg.ranks())
-	s.ranks.advanced = s.advanced
-	return s.reg.Register(&scaleCollector{s})
 }
 
 // workerSlots parses a done message's slots header (0 when absent or bad).
@@ -408,27 +271,20 @@ func workerSlots(v string) int {
 	return n
 }
 
-// scaleFeedback records a validated feedback's data wait (planner role).
-func (s *Service) scaleFeedback(fb proto.Feedback) {
-	if s != nil && s.work != nil {
-		s.work.scale.waited(fb.DPRank*s.cfg.MP+fb.MPRank, fb.DataWaitSeconds)
-	}
-}
-
-// queuedThrough returns the step after the last one handed to the rank
-// publishers in this run (forgetStep); ok is false before any (a new run).
-func (w *workPlanner) queuedThrough() (pos, bool) {
+// QueuedThrough returns the step after the last one handed to the rank
+// publishers in this run (ForgetStep); ok is false before any (a new run).
+func (w *Planner) QueuedThrough() (At, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.queued, w.queuedOK
 }
 
-// builtFrom returns the first step from p on (normalised by norm) that the
+// BuiltFrom returns the first step from p on (normalised by norm) that the
 // workers have not delivered every micro-batch of for dp rank dp.
-func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(pos) pos) pos {
+func (w *Planner) BuiltFrom(dp, microBatches int, p At, norm func(At) At) At {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p = norm(p); ; p = norm(pos{p.Epoch, p.Step + 1}) {
+	for p = norm(p); ; p = norm(At{p.Epoch, p.Step + 1}) {
 		for mb := range microBatches {
 			if sl := w.slots[work.Key{Epoch: p.Epoch, Step: p.Step, DP: dp, MicroBatch: mb}]; sl == nil || sl.have < w.mp {
 				return p
@@ -440,9 +296,9 @@ func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(pos) pos)
 	}
 }
 
-// backlogSeconds is the predicted worker seconds of the issued items not
+// BacklogSeconds is the predicted worker seconds of the issued items not
 // yet delivered; ok is false before any item was measured.
-func (w *workPlanner) backlogSeconds() (float64, bool) {
+func (w *Planner) BacklogSeconds() (float64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.model.Fitted() {
@@ -455,4 +311,20 @@ func (w *workPlanner) backlogSeconds() (float64, bool) {
 		}
 	}
 	return sum, true
+}
+
+// SetAutoscaler makes a the planner's autoscaling observations (the items
+// the workers finish). Call it before Subscribe.
+func (w *Planner) SetAutoscaler(a *Autoscaler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.scale = a
+}
+
+// Autoscaler returns the planner's autoscaling observations (nil before
+// SetAutoscaler).
+func (w *Planner) Autoscaler() *Autoscaler {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.scale
 }

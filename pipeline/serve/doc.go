@@ -61,7 +61,7 @@
 // hash, schema metadata, rows, ids in order, costs, weights, token
 // counts); one that does not match is counted, dropped and its item issued
 // again. A worker that cannot build an item reports why; after
-// itemMaxFailures reports of one item the planner fails the job with that
+// ItemMaxFailures reports of one item the planner fails the job with that
 // reason (ErrWorkFailed). The planner puts autoscaling gauges on /metrics
 // (autoscale.go): the undelivered items' predicted worker seconds, the
 // trainers' consumption and demand (their data wait taken out) over a 30 s

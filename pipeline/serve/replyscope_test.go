@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -305,15 +306,34 @@ func TestWorkReplyOK(t *testing.T) {
 			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
 		}
 	}
-	w := &workPlanner{feats: newFeatureResults(s.log, newRejectCounter())}
-	w.guardReplies(ok)
-	forged := &nats.Msg{Subject: "mmfeedwork.job-1.features", Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
-		Header: nats.Header{work.HdrItem: []string{"f1"}}, Sub: sub}
-	w.feats.handle(forged) // would answer "ok" on the config key
-	w.handleResult(forged)
-	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
-		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
-		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
-		t.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
+	w, err := NewPlanner("job-1", 1, 4, nil, nc, "cfg", s.log)
+	if err != nil {
+		t.Fatal(err)
 	}
+	w.GuardReplies(ok)
+	subs, err := w.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for _, subj := range []string{work.FeaturesSubject("job-1"), work.ResultSubject("job-1")} {
+		// a feature result would be answered "ok" on the config key
+		forged := &nats.Msg{Subject: subj, Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
+			Header: nats.Header{work.HdrItem: []string{"f1"}}}
+		if err := nc.PublishMsg(forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
+			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
+			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
+			return fmt.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
+		}
+		return nil
+	})
 }

@@ -49,7 +49,7 @@ type Service struct {
 	// resize is a dp change accepted at start (resize.go); nil when none.
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
-	work *workPlanner
+	work *Planner
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (truncation.go).

@@ -100,7 +100,7 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 	const job, items = "job-e", 40
 	item := func(i int) []byte { return []byte(`{"kind":"batch","id":"` + strconv.Itoa(i) + `"}`) }
 	lossy := &lossyJS{JetStream: js, every: 5}
-	leader, err := newWorkPlanner(job, 1, 4, lossy, nc, "cfg", testLogger(t))
+	leader, err := NewPlanner(job, 1, 4, lossy, nc, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 	}
 
 	_, js2 := connect()
-	standby, err := newWorkPlanner(job, 1, 4, js2, nc, "cfg", testLogger(t))
+	standby, err := NewPlanner(job, 1, 4, js2, nc, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*workPlanner{standby, leader} { // a takeover, then a rewind
-		if err := p.reset(ctx); err != nil {
+	for _, p := range []*Planner{standby, leader} { // a takeover, then a rewind
+		if err := p.Reset(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for i := range items {
@@ -211,7 +211,7 @@ func (j *silentJS) Publish(ctx context.Context, subj string, b []byte, opts ...j
 // context deadline exceeded" of TestWorkPublishAcrossElections).
 func TestWorkPublishRetriesUnansweredAttempt(t *testing.T) {
 	js := &silentJS{lose: 2}
-	w, err := newWorkPlanner("job-1", 1, 4, js, nil, "cfg", testLogger(t))
+	w, err := NewPlanner("job-1", 1, 4, js, nil, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	if _, err := work.EnsureQueue(ctx, js, 1, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	w, err := newWorkPlanner(cfg.Job, 1, 4, js, nc, "cfg", testLogger(t))
+	w, err := NewPlanner(cfg.Job, 1, 4, js, nc, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	all := func(int) bool { return true }
 	const window = 4 // 4 steps × 2 dp × 2 micro-batches: enough items to tell heavy ones
 	for _, st := range plan.Steps[:window] {
-		if err := w.issueStep(ctx, s, ep, plan, st, all, false); err != nil {
+		if err := w.IssueStep(ctx, s.itemSource(ep), plan, st, all, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,7 +67,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	before := w.issued.Load()
 	for _, st := range plan.Steps[window:] { // the early pass, with the mean as it was
 		w.costSum, w.costN = sum, n
-		if err := w.issueStep(ctx, s, ep, plan, st, all, true); err != nil {
+		if err := w.IssueStep(ctx, s.itemSource(ep), plan, st, all, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 		t.Errorf("%d items issued early (%d in all), want the %d heavy ones", got, w.issued.Load()-before, len(heavy))
 	}
 	for _, st := range plan.Steps[window:] {
-		if err := w.issueStep(ctx, s, ep, plan, st, all, false); err != nil {
+		if err := w.IssueStep(ctx, s.itemSource(ep), plan, st, all, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,14 +20,15 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// workPlanner is the planner role's side of the work queue: it issues the
-// batch items of the steps ahead of the publisher, collects the workers'
-// results (reassembling their chunks) and hands each rank's payloads to the
-// publisher in plan order. It owns its lock and its result table.
-type workPlanner struct {
+// Planner is the planner role's side of the work queue: it issues the
+// batch items of the steps ahead of the publisher (IssueStep), collects the
+// workers' results (reassembling their chunks) and hands each rank's
+// payloads to the publisher in plan order (Wait, ForgetStep); it runs the
+// feature passes (Features) and times the items (Times). It owns its lock
+// and its result table: callers read them through its methods.
+type Planner struct {
 	job    string
 	mp     int
 	js     jetstream.JetStream
@@ -50,14 +51,14 @@ type workPlanner struct {
 	featureEntries int
 	featureSeconds float64
 	model          balancer.WorkCostModel // item seconds from item costs, fitted to the workers' times
-	tally          workTally              // this epoch
-	total          workTally              // the job
+	tally          Tally                  // this epoch
+	total          Tally                  // the job
 	// queued is the step after the last one handed to the rank publishers
 	// in this run (queuedOK); scale the autoscaling observations (nil
 	// without a Service: the shard command).
-	queued   pos
+	queued   At
 	queuedOK bool
-	scale    *autoscaler
+	scale    *Autoscaler
 
 	// nonce and pubSeq make each publish's message id (publish).
 	nonce  string
@@ -71,9 +72,9 @@ type workPlanner struct {
 	failureReports              atomic.Int64 // workers' failure reports of batch items
 	// rejects counts the results that did not match their item, by reason
 	// (work.VerifyResult).
-	rejects *prometheus.CounterVec
+	rejects *rejectCounts
 	// replyOK checks a result's reply subject before the result is read
-	// (guardReplies).
+	// (GuardReplies).
 	replyOK func(*nats.Msg) bool
 }
 
@@ -88,14 +89,21 @@ type workSlot struct {
 	cost     balancer.WorkCost // what its CPU time depends on (costOf)
 	// reissue: a result was rejected since the item was last published.
 	// rejects counts the rejected results, failures the workers' failure
-	// reports (itemMaxFailures); lastReject and lastFailure are the latest
+	// reports (ItemMaxFailures); lastReject and lastFailure are the latest
 	// reasons.
 	reissue                 bool
 	rejects, failures       int
 	lastReject, lastFailure string
 }
 
-func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.Conn, config string, log *slog.Logger) (*workPlanner, error) {
+// At is a step of an epoch, in the order of the plan.
+type At struct{ Epoch, Step int }
+
+// NewPlanner makes the planner of job's items for mp ranks per dp rank,
+// issuing ahead steps past the one being published, on js (the items) and
+// nc (the results); config is the hash of the preprocessing config in the
+// job's work bucket.
+func NewPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.Conn, config string, log *slog.Logger) (*Planner, error) {
 	cfg := proto.DefaultReassemblerConfig()
 	cfg.MaxPending, cfg.Remember = 1024, 0
 	asm, err := proto.NewReassembler[struct{}](cfg)
@@ -104,15 +112,15 @@ func newWorkPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	rejects := newRejectCounter()
-	return &workPlanner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
+	rejects := newRejectCounts()
+	return &Planner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
 		slots: map[work.Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]balancer.WorkCost{},
 		rejects: rejects}, nil
 }
 
-// reset forgets every slot and purges the job's items from the queue (a new
+// Reset forgets every slot and purges the job's items from the queue (a new
 // run: a rewind or a replan changes what is needed).
-func (w *workPlanner) reset(ctx context.Context) error {
+func (w *Planner) Reset(ctx context.Context) error {
 	w.mu.Lock()
 	w.slots = map[work.Key]*workSlot{}
 	w.timing = map[string]balancer.WorkCost{}
@@ -128,10 +136,10 @@ func (w *workPlanner) reset(ctx context.Context) error {
 	return nil
 }
 
-// subscribe installs the result handlers: one subscription for the batch
+// Subscribe installs the result handlers: one subscription for the batch
 // results, so a worker's done message is handled after its chunks, and one
 // for the feature results.
-func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
+func (w *Planner) Subscribe() ([]*nats.Subscription, error) {
 	sub, err := w.nc.Subscribe(work.ResultSubject(w.job), w.handleResult)
 	if err != nil {
 		return nil, fmt.Errorf("serve: subscribe %s: %w", work.ResultSubject(w.job), err)
@@ -148,7 +156,7 @@ func (w *workPlanner) subscribe() ([]*nats.Subscription, error) {
 // deadline returns the item's predicted time and how long a worker keeps it
 // to itself: four times the prediction plus a second, at least 2 s, at most
 // 2 min; 10 s before anything was measured.
-func (w *workPlanner) deadline(cost balancer.WorkCost) (pred, dl time.Duration) {
+func (w *Planner) deadline(cost balancer.WorkCost) (pred, dl time.Duration) {
 	w.mu.Lock()
 	secs, fitted := w.model.Predict(cost), w.model.Fitted()
 	w.mu.Unlock()
@@ -163,7 +171,7 @@ func (w *workPlanner) deadline(cost balancer.WorkCost) (pred, dl time.Duration) 
 // than heavyFactor times the mean issued item (by the fitted model, or the
 // prior before any measurement; the model is linear, so the mean item's
 // prediction is the prediction of the mean cost). The caller holds w.mu.
-func (w *workPlanner) heavy(cost balancer.WorkCost) bool {
+func (w *Planner) heavy(cost balancer.WorkCost) bool {
 	if w.costN == 0 {
 		return false
 	}
@@ -182,41 +190,30 @@ func (w *workPlanner) heavy(cost balancer.WorkCost) bool {
 // others, so that a few large images do not make their rank's batch late.
 const heavyFactor = 4
 
-// issueStep publishes the batch items of one step for the dp ranks that
-// need it (want), one per micro-batch, except those already issued; with
-// heavyOnly, only the heavy ones (heavyFactor).
-func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
-	return w.issueStepOf(ctx, s.itemSource(ep), plan, st, want, heavyOnly)
-}
-
-// itemSource is what batch items are made of: the features the plan's
+// ItemSource is what batch items are made of: the features the plan's
 // entries index, the epoch, and each rank's batch metadata of a step (r is
 // dp*mp + mp rank).
-type itemSource struct {
-	feats *pipeline.Features
-	epoch int
-	meta  func(step, r int) (proto.BatchMeta, error)
-	// img is the job's image policy: with the features' sizes, the tensor
+type ItemSource struct {
+	Features *pipeline.Features
+	Epoch    int
+	Meta     func(step, r int) (proto.BatchMeta, error)
+	// Image is the job's image policy: with the features' sizes, the tensor
 	// shape of each planned row (plannedShapes).
-	img imgproc.Config
+	Image imgproc.Config
 }
 
-// itemSource is the served epoch ep as an itemSource.
-func (s *Service) itemSource(ep *epochPlan) itemSource {
-	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch, img: s.cfg.Pipeline.Image,
-		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
-}
-
-// issueStepOf is issueStep for any itemSource (the service's epochs, a
-// shard run's plan).
-func (w *workPlanner) issueStepOf(ctx context.Context, src itemSource, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
+// IssueStep publishes the batch items of one step of plan for the dp ranks
+// that need it (want), one per micro-batch, except those already issued;
+// with heavyOnly, only the heavy ones (heavyFactor). src is what the items
+// are made of (the service's epoch, a shard run's plan).
+func (w *Planner) IssueStep(ctx context.Context, src ItemSource, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
 	for dp, mbs := range st.Ranks {
 		if (heavyOnly && !w.detectsHeavy()) || !want(dp) {
 			continue
 		}
 		for mb, entries := range mbs {
-			k := work.Key{Epoch: src.epoch, Step: st.Index, DP: dp, MicroBatch: mb}
-			cost := costOf(src.feats, entries)
+			k := work.Key{Epoch: src.Epoch, Step: st.Index, DP: dp, MicroBatch: mb}
+			cost := costOf(src.Features, entries)
 			w.mu.Lock()
 			_, done := w.slots[k]
 			heavy := w.heavy(cost)
@@ -270,7 +267,7 @@ const publishAttempt = 5 * time.Second
 // window, so the queue holds the item once; an item issued again later
 // (after a reset, a takeover by another planner, a feature item re-issued)
 // has a new id and is stored.
-func (w *workPlanner) publish(ctx context.Context, b []byte) error {
+func (w *Planner) publish(ctx context.Context, b []byte) error {
 	id := w.nonce + "-" + strconv.FormatInt(w.pubSeq.Add(1), 10)
 	deadline := time.Now().Add(publishRetry)
 	for {
@@ -291,20 +288,20 @@ func (w *workPlanner) publish(ctx context.Context, b []byte) error {
 }
 
 // detectsHeavy reports whether enough items were issued to tell heavy ones.
-func (w *workPlanner) detectsHeavy() bool {
+func (w *Planner) detectsHeavy() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.costN >= 16
 }
 
-func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost balancer.WorkCost) (*work.BatchItem, error) {
-	it := &work.BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.epoch, Step: step, DP: dp, MicroBatch: mb,
+func (w *Planner) item(src ItemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost balancer.WorkCost) (*work.BatchItem, error) {
+	it := &work.BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.Epoch, Step: step, DP: dp, MicroBatch: mb,
 		Samples: make([]work.Sample, len(entries))}
 	for i, e := range entries {
-		it.Samples[i] = work.SampleOf(pipeline.PlannedRow(src.feats, plan, e))
+		it.Samples[i] = work.SampleOf(pipeline.PlannedRow(src.Features, plan, e))
 	}
 	for mp := range w.mp {
-		meta, err := src.meta(step, dp*w.mp+mp)
+		meta, err := src.Meta(step, dp*w.mp+mp)
 		if err != nil {
 			return nil, err
 		}
@@ -320,22 +317,22 @@ func (w *workPlanner) item(src itemSource, plan *balancer.Plan, step, dp, mb int
 // image policy's output size for the image's header size (the features'),
 // of the epoch's crop under augmentation.
 // Nil when the features have no sizes.
-func plannedShapes(src itemSource, entries []balancer.Entry) [][3]int32 {
-	if len(src.feats.Sizes) != len(src.feats.Items) {
+func plannedShapes(src ItemSource, entries []balancer.Entry) [][3]int32 {
+	if len(src.Features.Sizes) != len(src.Features.Items) {
 		return nil
 	}
 	out := make([][3]int32, len(entries))
 	for i, e := range entries {
-		sz := src.feats.Sizes[e.Item]
-		w, h := pipeline.OutputSize(src.img, src.epoch, src.feats.Items[e.Item].ID, sz.X, sz.Y) // its crop under --augment
+		sz := src.Features.Sizes[e.Item]
+		w, h := pipeline.OutputSize(src.Image, src.Epoch, src.Features.Items[e.Item].ID, sz.X, sz.Y) // its crop under --augment
 		out[i] = [3]int32{3, int32(h), int32(w)}
 	}
 	return out
 }
 
-// wait returns the payload of mp rank for the item at k once a worker has
+// Wait returns the payload of mp rank for the item at k once a worker has
 // delivered the item.
-func (w *workPlanner) wait(ctx context.Context, k work.Key, mp int) ([]byte, error) {
+func (w *Planner) Wait(ctx context.Context, k work.Key, mp int) ([]byte, error) {
 	warn := time.NewTimer(30 * time.Second)
 	defer warn.Stop()
 	for {
@@ -351,14 +348,14 @@ func (w *workPlanner) wait(ctx context.Context, k work.Key, mp int) ([]byte, err
 			w.mu.Unlock()
 			return p, nil
 		}
-		if sl.failures >= itemMaxFailures {
+		if sl.failures >= ItemMaxFailures {
 			err := fmt.Errorf("serve: work item %+v failed %d times on the workers, last: %s: %w", k, sl.failures, sl.lastFailure, ErrWorkFailed)
 			w.mu.Unlock()
 			return nil, err
 		}
 		rejects, failures, lastReject, lastFailure := sl.rejects, sl.failures, sl.lastReject, sl.lastFailure
 		w.mu.Unlock()
-		if err := w.reissueRejected(ctx); err != nil {
+		if err := w.ReissueRejected(ctx); err != nil {
 			return nil, err
 		}
 		select {
@@ -374,11 +371,11 @@ func (w *workPlanner) wait(ctx context.Context, k work.Key, mp int) ([]byte, err
 	}
 }
 
-// forgetStep drops the slots of a step that was handed to the publishers.
-func (w *workPlanner) forgetStep(epoch, step int) {
+// ForgetStep drops the slots of a step that was handed to the publishers.
+func (w *Planner) ForgetStep(epoch, step int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.queued, w.queuedOK = pos{epoch, step + 1}, true
+	w.queued, w.queuedOK = At{epoch, step + 1}, true
 	for k := range w.slots {
 		if k.Epoch == epoch && k.Step == step {
 			delete(w.slots, k)
@@ -386,166 +383,27 @@ func (w *workPlanner) forgetStep(epoch, step int) {
 	}
 }
 
-// runEpochRemote is runEpoch for the planner role: the steps' rows are built
-// by workers. It issues the items of the next WorkAhead steps ahead of the
-// one it queues, and queues each rank's payloads in plan order as the
-// workers deliver them, whatever order they finish in.
-func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan outMsg) error {
-	ep, err := s.epoch(gctx, e)
-	if err != nil {
-		return err
-	}
-	if from >= ep.info.Steps {
-		return nil
-	}
-	defer s.work.logTally(e)
-	plan := ep.planFrom(from)
-	// have returns whether the plan's step j is planned, waiting for it
-	// (ctx-bound) when wait is set; plan then holds it.
-	have := func(j int, wait bool) (bool, error) {
-		if j < len(plan.Steps) || from+j >= ep.info.Steps {
-			return j < len(plan.Steps), nil
-		}
-		if wait {
-			if err := ep.prog.wait(gctx, from+j+1); err != nil {
-				return false, err
-			}
-		}
-		plan = ep.planFrom(from)
-		return j < len(plan.Steps), nil
-	}
-	want := func(step int) func(int) bool {
-		here := pos{e, step}
-		return func(dp int) bool {
-			for mp := range s.cfg.MP {
-				if !here.less(s.epochs.norm(next[dp*s.cfg.MP+mp])) {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	issued, t0 := 0, time.Now()
-	for k := range ep.info.Steps - from {
-		for ; issued <= k+s.work.ahead; issued++ {
-			if ok, err := have(issued, issued == k); err != nil {
-				return err
-			} else if !ok {
-				break // issued when planned
-			}
-			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
-				return err
-			}
-		}
-		for j := issued; j < min(len(plan.Steps), issued+s.work.ahead); j++ { // heavy items start early
-			if err := s.work.issueStep(gctx, s, ep, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
-				return err
-			}
-		}
-		st := plan.Steps[k]
-		if err := s.work.reissueRejected(gctx); err != nil {
-			return err
-		}
-		sb := plannedStep(ep, st)
-		wait := time.Now()
-		err := s.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
-			return s.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
-		})
-		s.met.stage(stagePreprocess, time.Since(wait))
-		s.work.forgetStep(e, st.Index)
-		if err != nil {
-			return err
-		}
-		if s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
-			s.epochs.planAhead(ctx, e+1, s.log)
-		}
-	}
-	return nil
+// Ahead is how many steps past the one being published the planner issues.
+func (w *Planner) Ahead() int { return w.ahead }
+
+// Counts are the planner's item counters since it was made.
+type Counts struct {
+	// Issued, Results, Duplicates, Early and Reissued count the batch items
+	// issued, those a worker answered in full, the duplicate results
+	// dropped, the heavy items issued ahead of their step's window and the
+	// items issued again after a rejected result.
+	Issued, Results, Duplicates, Early, Reissued int64
+	// BatchFailures and FeatureFailures count the workers' failure reports
+	// of batch and feature items.
+	BatchFailures, FeatureFailures int64
+	// Rejected counts the results that did not match their item, by reason
+	// (every one of work.RejectReasons, 0 or more).
+	Rejected map[string]int64
 }
 
-// plannedStep is a step's rows as planned (ids and weights, no tensors):
-// what the live report counts.
-func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
-	f := ep.prep.Features
-	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
-	for r, mbs := range st.Ranks {
-		sb.Rows[r] = make([][]proto.Row, len(mbs))
-		for m, mb := range mbs {
-			rows := make([]proto.Row, len(mb))
-			for i, e := range mb {
-				rows[i] = proto.Row{ID: f.ID(int(e.Item)), Weight: e.Weight}
-			}
-			sb.Rows[r][m] = rows
-		}
-	}
-	return sb
-}
-
-// deliverRank queues rank r's micro-batches of a step as the workers
-// deliver them.
-func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
-	dp, mp := r/s.cfg.MP, r%s.cfg.MP
-	for mb, rows := range sb.Rows[dp] {
-		payload, err := s.work.wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
-		if err != nil {
-			return err
-		}
-		stepBytes.Add(int64(len(payload)))
-		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
-		m := outMsg{key: key, gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if err := queueOut(ctx, q, m, rows, mp); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// setupWork creates the work queue and the job's work bucket (with the
-// preprocessing config and tokenizer), and subscribes to the results.
-func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	wc, tok, err := work.NewConfig(s.cfg.Pipeline)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := work.EnsureQueue(ctx, s.js, s.cfg.Replicas, s.cfg.WorkAckWait); err != nil {
-		return nil, err
-	}
-	hash, err := work.EnsureBucket(ctx, s.js, s.cfg.Job, s.cfg.Replicas, wc, tok)
-	if err != nil {
-		return nil, err
-	}
-	if s.work, err = newWorkPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
-		return nil, err
-	}
-	s.work.guardReplies(s.workReplyOK("result"))
-	for kind, c := range map[string]*atomic.Int64{"issued": &s.work.issued, "results": &s.work.results, "duplicates": &s.work.duplicates,
-		"early": &s.work.early, "reissued": &s.work.reissued} {
-		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
-			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, heavy items issued early, and items issued again after a rejected result.", ConstLabels: prometheus.Labels{"kind": kind}},
-			func() float64 { return float64(c.Load()) })); err != nil {
-			return nil, fmt.Errorf("serve: metrics: %w", err)
-		}
-	}
-	if err := s.work.registerTimes(s.reg); err != nil {
-		return nil, err
-	}
-	if err := s.registerScale(); err != nil {
-		return nil, fmt.Errorf("serve: metrics: %w", err)
-	}
-	if err := s.reg.Register(s.work.rejects); err != nil {
-		return nil, fmt.Errorf("serve: metrics: %w", err)
-	}
-	for kind, c := range map[string]*atomic.Int64{"batch": &s.work.failureReports, "features": &s.work.feats.failureReports} {
-		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_failures_total",
-			Help: "Planner: workers' reports that an item failed on the job's input (the dataset does not open there, another dataset); the reasons are in the log.", ConstLabels: prometheus.Labels{"kind": kind}},
-			func() float64 { return float64(c.Load()) })); err != nil {
-			return nil, fmt.Errorf("serve: metrics: %w", err)
-		}
-	}
-	s.cfg.Pipeline.Features = s.features
-	s.log.Info("planner: feature and batch items go to the work queue", "stream", work.Stream, "config", hash,
-		"local_workers", s.cfg.LocalWorkers)
-	return s.work.subscribe()
+// Counts returns the planner's counters now.
+func (w *Planner) Counts() Counts {
+	return Counts{Issued: w.issued.Load(), Results: w.results.Load(), Duplicates: w.duplicates.Load(), Early: w.early.Load(),
+		Reissued: w.reissued.Load(), BatchFailures: w.failureReports.Load(), FeatureFailures: w.feats.failureReports.Load(),
+		Rejected: w.rejects.snapshot()}
 }

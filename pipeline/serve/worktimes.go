@@ -1,22 +1,21 @@
 package serve
 
 import (
-	"fmt"
-
 	"github.com/mmfeed/mmfeed/balancer"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// workTally compares predicted with measured item times over an epoch.
-type workTally struct {
-	n                             int
-	predicted, measured, absError float64
+// Tally compares predicted with measured item times: N items timed, the
+// sums of their predicted and measured seconds and of the absolute
+// difference.
+type Tally struct {
+	N                             int
+	Predicted, Measured, AbsError float64
 }
 
 // observe records one item's measured time against its prediction (made
 // before this item is fitted), and fits the cost model to it. The caller
 // holds w.mu.
-func (w *workPlanner) observe(cost balancer.WorkCost, secs float64) {
+func (w *Planner) observe(cost balancer.WorkCost, secs float64) {
 	if secs <= 0 {
 		return
 	}
@@ -28,16 +27,16 @@ func (w *workPlanner) observe(cost balancer.WorkCost, secs float64) {
 	w.model.Observe(cost, secs)
 }
 
-func (t *workTally) add(pred, secs float64) {
-	t.n++
-	t.predicted += pred
-	t.measured += secs
-	t.absError += abs(pred - secs)
+func (t *Tally) add(pred, secs float64) {
+	t.N++
+	t.Predicted += pred
+	t.Measured += secs
+	t.AbsError += abs(pred - secs)
 }
 
-// WorkTimes compares the predicted with the measured time of batch items,
+// Times compares the predicted with the measured time of batch items,
 // and says how fast the workers computed features.
-type WorkTimes struct {
+type Times struct {
 	// FeatureEntries and FeatureSeconds: the entries of the feature passes
 	// the workers did (not those from the cache), and their wall time.
 	FeatureEntries int     `json:"feature_entries"`
@@ -54,68 +53,41 @@ type WorkTimes struct {
 	CostMS map[string]float64 `json:"cost_ms,omitempty"`
 }
 
-// WorkTimes returns the planner's predicted against measured item times
-// over the job so far (zero with role all).
-func (s *Service) WorkTimes() WorkTimes {
-	if s.work == nil {
-		return WorkTimes{}
-	}
-	s.work.mu.Lock()
-	t := s.work.total
-	wt := WorkTimes{FeatureEntries: s.work.featureEntries, FeatureSeconds: s.work.featureSeconds}
-	if s.work.model.Fitted() {
+// Times returns the predicted against measured item times over the job
+// so far.
+func (w *Planner) Times() Times {
+	w.mu.Lock()
+	t := w.total
+	wt := Times{FeatureEntries: w.featureEntries, FeatureSeconds: w.featureSeconds}
+	if w.model.Fitted() {
 		wt.CostMS = map[string]float64{}
 		for i, dim := range balancer.WorkCostNames {
-			wt.CostMS[dim] = 1e3 * s.work.model.Coefficients()[i]
+			wt.CostMS[dim] = 1e3 * w.model.Coefficients()[i]
 		}
 	}
-	s.work.mu.Unlock()
-	if t.n > 0 {
-		n := float64(t.n)
-		wt.Items, wt.PredictedMS, wt.MeasuredMS, wt.AbsErrorMS = t.n, 1e3*t.predicted/n, 1e3*t.measured/n, 1e3*t.absError/n
+	w.mu.Unlock()
+	if t.N > 0 {
+		n := float64(t.N)
+		wt.Items, wt.PredictedMS, wt.MeasuredMS, wt.AbsErrorMS = t.N, 1e3*t.Predicted/n, 1e3*t.Measured/n, 1e3*t.AbsError/n
 	}
 	return wt
 }
 
-// registerTimes puts the predicted against measured item times on
-// /metrics: their sums over the timed items (the mean is sum / count), and
-// the fitted cost model's coefficients.
-func (w *workPlanner) registerTimes(reg prometheus.Registerer) error {
-	read := func(f func(t workTally) float64) func() float64 {
-		return func() float64 {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			return f(w.total)
-		}
-	}
-	for kind, f := range map[string]func(workTally) float64{
-		"predicted": func(t workTally) float64 { return t.predicted },
-		"measured":  func(t workTally) float64 { return t.measured },
-		"abs_error": func(t workTally) float64 { return t.absError },
-	} {
-		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_item_seconds_total",
-			Help: "Planner: the predicted and measured worker seconds of the timed batch items, and their absolute difference, summed.", ConstLabels: prometheus.Labels{"kind": kind}},
-			read(f))); err != nil {
-			return fmt.Errorf("serve: metrics: %w", err)
-		}
-	}
-	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_timed_total",
-		Help: "Planner: batch items whose worker time was compared with the prediction."},
-		read(func(t workTally) float64 { return float64(t.n) }))); err != nil {
-		return fmt.Errorf("serve: metrics: %w", err)
-	}
-	for i, dim := range balancer.WorkCostNames {
-		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmfeed_serve_work_cost_seconds",
-			Help: "Planner: the fitted worker seconds per unit of a batch item's cost: per megapixel of JPEG or of other formats, per encoded megabyte, per sample.", ConstLabels: prometheus.Labels{"per": dim}},
-			func() float64 {
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				return w.model.Coefficients()[i]
-			})); err != nil {
-			return fmt.Errorf("serve: metrics: %w", err)
-		}
-	}
-	return nil
+// Total returns the predicted against measured item times over the job so
+// far, summed.
+func (w *Planner) Total() Tally {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total
+}
+
+// CostCoefficients returns the cost model's worker seconds per unit of
+// each dimension of an item's cost (balancer.WorkCostNames): the fit to the
+// workers' times, the prior before any.
+func (w *Planner) CostCoefficients() balancer.WorkCost {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.model.Coefficients()
 }
 
 func abs(x float64) float64 {
@@ -125,21 +97,21 @@ func abs(x float64) float64 {
 	return x
 }
 
-// logTally logs the predicted against the measured item times of the epoch
+// LogTally logs the predicted against the measured item times of the epoch
 // and starts a new tally.
-func (w *workPlanner) logTally(epoch int) {
+func (w *Planner) LogTally(epoch int) {
 	w.mu.Lock()
 	t := w.tally
-	w.tally = workTally{}
+	w.tally = Tally{}
 	w.mu.Unlock()
-	if t.n == 0 {
+	if t.N == 0 {
 		return
 	}
 	w.mu.Lock()
 	coef := w.model.Coefficients()
 	w.mu.Unlock()
-	w.log.Info("work items", "epoch", epoch, "items", t.n, "predicted_ms_mean", 1e3*t.predicted/float64(t.n),
-		"measured_ms_mean", 1e3*t.measured/float64(t.n), "abs_error_ms_mean", 1e3*t.absError/float64(t.n),
+	w.log.Info("work items", "epoch", epoch, "items", t.N, "predicted_ms_mean", 1e3*t.Predicted/float64(t.N),
+		"measured_ms_mean", 1e3*t.Measured/float64(t.N), "abs_error_ms_mean", 1e3*t.AbsError/float64(t.N),
 		"ms_per_jpeg_mp", 1e3*coef[balancer.WorkJPEGMP], "ms_per_other_mp", 1e3*coef[balancer.WorkOtherMP],
 		"ms_per_mb", 1e3*coef[balancer.WorkMB], "ms_per_sample", 1e3*coef[balancer.WorkSamples])
 }

@@ -64,3 +64,14 @@ func literalInbox(subj string) bool {
 func under(subj, prefix string) bool {
 	return len(subj) > len(prefix)+1 && strings.HasPrefix(subj, prefix) && subj[len(prefix)] == '.'
 }
+
+// ReplyPrefix returns a request's reply subject without its last token: the
+// connection's inbox prefix with nats.go and nats-py muxed requests, so a
+// trainer registering again for its next epoch on the same connection is
+// recognised (and its unacknowledged chunks left alone).
+func ReplyPrefix(reply string) string {
+	if i := strings.LastIndexByte(reply, '.'); i > 0 {
+		return reply[:i]
+	}
+	return ""
+}
