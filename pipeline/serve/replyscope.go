@@ -24,7 +24,7 @@ const (
 
 // workerInboxes are the inbox prefixes a work result may be answered on: a
 // worker's own, and the service's for its local workers.
-var workerInboxes = []string{work.WorkerInboxPrefix, ServiceInboxPrefix}
+var workerInboxes = work.ResultInboxes()
 
 // replyGuard answers requests only on the requester's own inbox
 // (natsenv.CheckReply): a refused reply publishes nothing, is counted in
@@ -93,7 +93,7 @@ func (g *replyGuard) ownOf(subj string, data []byte) []string {
 }
 
 // workReplyOK returns the reply check of the planner's work-result
-// handlers (workPlanner.guardReplies): a result is taken and answered only
+// handlers (work.Planner.GuardReplies): a result is taken and answered only
 // when its reply is a worker's inbox (work.WorkerInboxPrefix) or, for the
 // service's local workers, the service's own.
 func (s *Service) workReplyOK(kind string) func(m *nats.Msg) bool {

@@ -160,7 +160,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
 	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
 	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + "." + kvPositions,
-		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
+		"$JS.API.STREAM.DELETE.OBJ_" + work.FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
 		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
 	if auth {
 		targets = append(targets, "_INBOX.someone.1") // with users: only the rank's own inbox
@@ -214,7 +214,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	if after := kvRevisions(t, ctx, kv, keys); !equalMaps(before, after) {
 		t.Errorf("KV keys changed by the attack: before %v, after %v", before, after)
 	}
-	streams := []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
+	streams := []string{"OBJ_" + work.FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
 	if plane == proto.DataPlaneJetStream {
 		streams = append(streams, proto.StreamName(cfg.Job))
 	}
@@ -306,7 +306,7 @@ func TestWorkReplyOK(t *testing.T) {
 			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
 		}
 	}
-	w, err := NewPlanner("job-1", 1, 4, nil, nc, "cfg", s.log)
+	w, err := work.NewPlanner("job-1", 1, 4, nil, nc, "cfg", s.log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The planner role's glue to package work (its Planner): the epochs it
+// The planner role's glue to package work (work.Planner): the epochs it
 // serves become work items and the workers' payloads the ranks' batches.
 // Everything here needs the Service; what the planner owns (its slots,
 // counters, cost model and autoscaling observations) is read through its
@@ -152,7 +152,7 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.work, err = NewPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
+	if s.work, err = work.NewPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
 	s.work.GuardReplies(s.workReplyOK("result"))
@@ -168,9 +168,9 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	return s.work.Subscribe()
 }
 
-// itemSource is the served epoch ep as a ItemSource.
-func (s *Service) itemSource(ep *epochPlan) ItemSource {
-	return ItemSource{Features: &ep.prep.Features, Epoch: ep.info.Epoch, Image: s.cfg.Pipeline.Image,
+// itemSource is the served epoch ep as a work.ItemSource.
+func (s *Service) itemSource(ep *epochPlan) work.ItemSource {
+	return work.ItemSource{Features: &ep.prep.Features, Epoch: ep.info.Epoch, Image: s.cfg.Pipeline.Image,
 		Meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 
@@ -178,7 +178,7 @@ func (s *Service) itemSource(ep *epochPlan) ItemSource {
 // the feature cache, and counts it on /metrics. Call it once, before the
 // first epoch is prepared.
 func (s *Service) setupFeatureCache() error {
-	c := NewFeatureCache(s.js, s.cfg.Replicas, s.log)
+	c := work.NewFeatureCache(s.js, s.cfg.Replicas, s.log)
 	for result, n := range map[string]func() int64{"hit": c.Hits, "miss": c.Misses} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_feature_cache_total",
 			Help: "Feature passes read from the feature cache (hit) and computed (miss), by dataset fingerprint.", ConstLabels: prometheus.Labels{"result": result}},
@@ -192,16 +192,16 @@ func (s *Service) setupFeatureCache() error {
 
 // featureCache is the service's feature cache (nil before
 // setupFeatureCache).
-func (s *Service) featureCache() *FeatureCache {
-	c, _ := s.cfg.Pipeline.FeatureCache.(*FeatureCache)
+func (s *Service) featureCache() *work.FeatureCache {
+	c, _ := s.cfg.Pipeline.FeatureCache.(*work.FeatureCache)
 	return c
 }
 
 // WorkTimes returns the planner's predicted against measured item times
 // over the job so far (zero with role all).
-func (s *Service) WorkTimes() Times {
+func (s *Service) WorkTimes() work.Times {
 	if s.work == nil {
-		return Times{}
+		return work.Times{}
 	}
 	return s.work.Times()
 }

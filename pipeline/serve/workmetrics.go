@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,10 +17,10 @@ import (
 // the mean is sum / count) and the fitted cost model's coefficients.
 func (s *Service) registerWork() error {
 	counts := s.work.Counts
-	for kind, c := range map[string]func(Counts) int64{
-		"issued": func(c Counts) int64 { return c.Issued }, "results": func(c Counts) int64 { return c.Results },
-		"duplicates": func(c Counts) int64 { return c.Duplicates }, "early": func(c Counts) int64 { return c.Early },
-		"reissued": func(c Counts) int64 { return c.Reissued }} {
+	for kind, c := range map[string]func(work.Counts) int64{
+		"issued": func(c work.Counts) int64 { return c.Issued }, "results": func(c work.Counts) int64 { return c.Results },
+		"duplicates": func(c work.Counts) int64 { return c.Duplicates }, "early": func(c work.Counts) int64 { return c.Early },
+		"reissued": func(c work.Counts) int64 { return c.Reissued }} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_total",
 			Help: "Planner: batch items issued, answered by a worker, duplicate results dropped, heavy items issued early, and items issued again after a rejected result.", ConstLabels: prometheus.Labels{"kind": kind}},
 			func() float64 { return float64(c(counts())) })); err != nil {
@@ -32,8 +33,8 @@ func (s *Service) registerWork() error {
 	if err := s.reg.Register(&rejectCollector{counts}); err != nil {
 		return fmt.Errorf("serve: metrics: %w", err)
 	}
-	for kind, c := range map[string]func(Counts) int64{
-		"batch": func(c Counts) int64 { return c.BatchFailures }, "features": func(c Counts) int64 { return c.FeatureFailures }} {
+	for kind, c := range map[string]func(work.Counts) int64{
+		"batch": func(c work.Counts) int64 { return c.BatchFailures }, "features": func(c work.Counts) int64 { return c.FeatureFailures }} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_failures_total",
 			Help: "Planner: workers' reports that an item failed on the job's input (the dataset does not open there, another dataset); the reasons are in the log.", ConstLabels: prometheus.Labels{"kind": kind}},
 			func() float64 { return float64(c(counts())) })); err != nil {
@@ -47,13 +48,13 @@ func (s *Service) registerWork() error {
 // /metrics: their sums over the timed items (the mean is sum / count), and
 // the fitted cost model's coefficients.
 func (s *Service) registerWorkTimes() error {
-	read := func(f func(t Tally) float64) func() float64 {
+	read := func(f func(t work.Tally) float64) func() float64 {
 		return func() float64 { return f(s.work.Total()) }
 	}
-	for kind, f := range map[string]func(Tally) float64{
-		"predicted": func(t Tally) float64 { return t.Predicted },
-		"measured":  func(t Tally) float64 { return t.Measured },
-		"abs_error": func(t Tally) float64 { return t.AbsError },
+	for kind, f := range map[string]func(work.Tally) float64{
+		"predicted": func(t work.Tally) float64 { return t.Predicted },
+		"measured":  func(t work.Tally) float64 { return t.Measured },
+		"abs_error": func(t work.Tally) float64 { return t.AbsError },
 	} {
 		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_item_seconds_total",
 			Help: "Planner: the predicted and measured worker seconds of the timed batch items, and their absolute difference, summed.", ConstLabels: prometheus.Labels{"kind": kind}},
@@ -63,7 +64,7 @@ func (s *Service) registerWorkTimes() error {
 	}
 	if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_work_items_timed_total",
 		Help: "Planner: batch items whose worker time was compared with the prediction."},
-		read(func(t Tally) float64 { return float64(t.N) }))); err != nil {
+		read(func(t work.Tally) float64 { return float64(t.N) }))); err != nil {
 		return fmt.Errorf("serve: metrics: %w", err)
 	}
 	for i, dim := range balancer.WorkCostNames {
@@ -77,8 +78,8 @@ func (s *Service) registerWorkTimes() error {
 }
 
 // rejectCollector reports the planner's rejected results by reason at
-// scrape time (Counts.Rejected: every reason from the start).
-type rejectCollector struct{ counts func() Counts }
+// scrape time (work.Counts.Rejected: every reason from the start).
+type rejectCollector struct{ counts func() work.Counts }
 
 var descRejected = prometheus.NewDesc("mmfeed_serve_work_results_rejected_total",
 	"Planner: workers' batch results (and feature results, reason rows) that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again.",
@@ -158,8 +159,8 @@ func (s *Service) readySteps() []float64 {
 		if base.less(next) {
 			base = next
 		}
-		built := pos(s.work.BuiltFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, At(base),
-			func(p At) At { return At(s.epochs.norm(pos(p))) }))
+		built := pos(s.work.BuiltFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, work.At(base),
+			func(p work.At) work.At { return work.At(s.epochs.norm(pos(p))) }))
 		out[r] = float64(stepsBetween(next, built, s.epochs.steps))
 	}
 	return out
@@ -218,7 +219,7 @@ func (c *scaleCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // scaleSnapshot computes the autoscaling gauges now (planner role).
-func (s *Service) scaleSnapshot() Scale {
+func (s *Service) scaleSnapshot() work.Scale {
 	ready := s.readySteps()
 	sn := s.work.Autoscaler().Snapshot(ready, s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches)
 	sn.Backlog, sn.BacklogOK = s.work.BacklogSeconds()
@@ -228,7 +229,7 @@ func (s *Service) scaleSnapshot() Scale {
 // registerScale installs the rank hook and the autoscaling gauges (planner
 // role, before the control handlers run).
 func (s *Service) registerScale() error {
-	s.work.SetAutoscaler(NewAutoscaler(s.cfg.ranks(), scaleWindow))
+	s.work.SetAutoscaler(work.NewAutoscaler(s.cfg.ranks(), scaleWindow))
 	s.ranks.advanced = s.advanced
 	return s.reg.Register(&scaleCollector{s})
 }

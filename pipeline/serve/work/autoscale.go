@@ -1,12 +1,10 @@
-package serve
+package work
 
 import (
 	"math"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // maxWorkerSlots bounds the slots a worker's done message may claim.
@@ -286,7 +284,7 @@ func (w *Planner) BuiltFrom(dp, microBatches int, p At, norm func(At) At) At {
 	defer w.mu.Unlock()
 	for p = norm(p); ; p = norm(At{p.Epoch, p.Step + 1}) {
 		for mb := range microBatches {
-			if sl := w.slots[work.Key{Epoch: p.Epoch, Step: p.Step, DP: dp, MicroBatch: mb}]; sl == nil || sl.have < w.mp {
+			if sl := w.slots[Key{Epoch: p.Epoch, Step: p.Step, DP: dp, MicroBatch: mb}]; sl == nil || sl.have < w.mp {
 				return p
 			}
 		}

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -64,15 +63,15 @@ func newFeatureResults(log *slog.Logger, rejects *rejectCounts) *featureResults 
 }
 
 // handle stores one worker's result and answers it, or counts a failure
-// report (work.HdrError; not answered). A result of an item not in flight
+// report (HdrError; not answered). A result of an item not in flight
 // is answered ok and dropped; one with another entry count than its item's
 // is rejected (counted with reason rows) and the item issued again.
 func (fr *featureResults) handle(m *nats.Msg) {
 	if !fr.replyOK(m) {
 		return // its answer would go elsewhere than a worker's inbox: not taken
 	}
-	id := m.Header.Get(work.HdrItem)
-	if reason := m.Header.Get(work.HdrError); reason != "" {
+	id := m.Header.Get(HdrItem)
+	if reason := m.Header.Get(HdrError); reason != "" {
 		fr.failed(id, reason)
 		return
 	}
@@ -81,18 +80,18 @@ func (fr *featureResults) handle(m *nats.Msg) {
 		_ = m.Respond([]byte("bad result"))
 		return
 	}
-	answer := work.AnswerOK
+	answer := AnswerOK
 	fr.mu.Lock()
 	n, wanted := fr.want[id]
 	_, have := fr.got[id]
 	switch {
 	case !wanted || have: // no longer wanted, or a second result
 	case len(feats) != n:
-		fr.rejects.inc(work.RejectRows)
+		fr.rejects.inc(RejectRows)
 		fr.rejected[id] = true
-		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", work.AnswerRejected, len(feats), n)
+		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", AnswerRejected, len(feats), n)
 		fr.log.Warn("feature result rejected: it does not match the item issued; the item is issued again", "item", id,
-			"reason", work.RejectRows, "entries", len(feats), "want", n)
+			"reason", RejectRows, "entries", len(feats), "want", n)
 		fr.wakeLocked()
 	default:
 		fr.got[id] = feats
@@ -117,14 +116,14 @@ func (fr *featureResults) failed(id, reason string) {
 	fr.failureReports.Add(1)
 	f := fr.fails[id]
 	f.n++
-	f.reason = work.Truncate(reason, work.MaxReasonBytes)
+	f.reason = Truncate(reason, MaxReasonBytes)
 	fr.fails[id] = f
 	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", ItemMaxFailures, "reason", f.reason)
 	fr.wakeLocked()
 }
 
 // expect makes the items of a pass in flight.
-func (fr *featureResults) expect(items []work.FeatureItem) {
+func (fr *featureResults) expect(items []FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -136,7 +135,7 @@ func (fr *featureResults) expect(items []work.FeatureItem) {
 // them to issue again at once (a result was rejected), the last failure
 // reported of them, and the channel closed at the next change. It fails
 // with ErrWorkFailed once an item has ItemMaxFailures failure reports.
-func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []work.FeatureItem, last string, changed <-chan struct{}, err error) {
+func (fr *featureResults) pending(items []FeatureItem) (missing, again []FeatureItem, last string, changed <-chan struct{}, err error) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -159,7 +158,7 @@ func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []wo
 }
 
 // forget drops what is left of a pass's items.
-func (fr *featureResults) forget(items []work.FeatureItem) {
+func (fr *featureResults) forget(items []FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -283,17 +282,17 @@ func (w *Planner) Features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 // It fails with ErrWorkFailed when the workers reported one item failed
 // ItemMaxFailures times.
 func (w *Planner) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
-	var items []work.FeatureItem
+	var items []FeatureItem
 	for lo := 0; lo < ix.Len(); lo += featureRange {
 		hi := min(lo+featureRange, ix.Len())
-		it := work.FeatureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
+		it := FeatureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
 			FirstID: ix.ID(lo), LastID: ix.ID(hi - 1), DeadlineMS: featureReissue.Milliseconds()}
 		b, _ := json.Marshal(it)
 		sum := sha256.Sum256(b)
 		it.ID = hex.EncodeToString(sum[:16])
 		items = append(items, it)
 	}
-	issue := func(missing []work.FeatureItem) error {
+	issue := func(missing []FeatureItem) error {
 		for _, it := range missing {
 			b, err := json.Marshal(it)
 			if err != nil {

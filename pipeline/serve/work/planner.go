@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +37,7 @@ type Planner struct {
 	ahead  int    // steps issued ahead of the one being published
 
 	mu      sync.Mutex
-	slots   map[work.Key]*workSlot
+	slots   map[Key]*workSlot
 	changed chan struct{} // closed and replaced when a slot fills
 	asm     *proto.Reassembler[struct{}]
 	feats   *featureResults
@@ -55,7 +54,7 @@ type Planner struct {
 	total          Tally                  // the job
 	// queued is the step after the last one handed to the rank publishers
 	// in this run (queuedOK); scale the autoscaling observations (nil
-	// without a Service: the shard command).
+	// before SetAutoscaler: the shard command).
 	queued   At
 	queuedOK bool
 	scale    *Autoscaler
@@ -71,7 +70,7 @@ type Planner struct {
 	reissued                    atomic.Int64 // items published again after a rejected result
 	failureReports              atomic.Int64 // workers' failure reports of batch items
 	// rejects counts the results that did not match their item, by reason
-	// (work.VerifyResult).
+	// (VerifyResult).
 	rejects *rejectCounts
 	// replyOK checks a result's reply subject before the result is read
 	// (GuardReplies).
@@ -81,10 +80,10 @@ type Planner struct {
 // workSlot is one issued batch item and what came back of it.
 type workSlot struct {
 	id       string
-	item     *work.BatchItem // as issued: what its results are verified against
-	raw      []byte          // the item as published (a re-issue publishes it again)
-	shapes   [][3]int32      // each row's planned C,H,W (plannedShapes)
-	payloads [][]byte        // by mp rank, each verified
+	item     *BatchItem // as issued: what its results are verified against
+	raw      []byte     // the item as published (a re-issue publishes it again)
+	shapes   [][3]int32 // each row's planned C,H,W (plannedShapes)
+	payloads [][]byte   // by mp rank, each verified
 	have     int
 	cost     balancer.WorkCost // what its CPU time depends on (costOf)
 	// reissue: a result was rejected since the item was last published.
@@ -114,7 +113,7 @@ func NewPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.Conn
 	_, _ = rand.Read(nonce[:])
 	rejects := newRejectCounts()
 	return &Planner{nonce: hex.EncodeToString(nonce[:]), attempt: publishAttempt, job: job, mp: mp, js: js, nc: nc, log: log, config: config, ahead: ahead,
-		slots: map[work.Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]balancer.WorkCost{},
+		slots: map[Key]*workSlot{}, changed: make(chan struct{}), asm: asm, replyOK: workerReply, feats: newFeatureResults(log, rejects), timing: map[string]balancer.WorkCost{},
 		rejects: rejects}, nil
 }
 
@@ -122,15 +121,15 @@ func NewPlanner(job string, mp, ahead int, js jetstream.JetStream, nc *nats.Conn
 // run: a rewind or a replan changes what is needed).
 func (w *Planner) Reset(ctx context.Context) error {
 	w.mu.Lock()
-	w.slots = map[work.Key]*workSlot{}
+	w.slots = map[Key]*workSlot{}
 	w.timing = map[string]balancer.WorkCost{}
 	w.queuedOK = false
 	w.mu.Unlock()
-	st, err := w.js.Stream(ctx, work.Stream)
+	st, err := w.js.Stream(ctx, Stream)
 	if err != nil {
 		return fmt.Errorf("serve: work stream: %w", err)
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(work.ItemsSubject(w.job))); err != nil {
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(ItemsSubject(w.job))); err != nil {
 		return fmt.Errorf("serve: purge work items: %w", err)
 	}
 	return nil
@@ -140,15 +139,15 @@ func (w *Planner) Reset(ctx context.Context) error {
 // results, so a worker's done message is handled after its chunks, and one
 // for the feature results.
 func (w *Planner) Subscribe() ([]*nats.Subscription, error) {
-	sub, err := w.nc.Subscribe(work.ResultSubject(w.job), w.handleResult)
+	sub, err := w.nc.Subscribe(ResultSubject(w.job), w.handleResult)
 	if err != nil {
-		return nil, fmt.Errorf("serve: subscribe %s: %w", work.ResultSubject(w.job), err)
+		return nil, fmt.Errorf("serve: subscribe %s: %w", ResultSubject(w.job), err)
 	}
 	_ = sub.SetPendingLimits(-1, 1<<30)
-	fsub, err := w.nc.Subscribe(work.FeaturesSubject(w.job), w.feats.handle)
+	fsub, err := w.nc.Subscribe(FeaturesSubject(w.job), w.feats.handle)
 	if err != nil {
 		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("serve: subscribe %s: %w", work.FeaturesSubject(w.job), err)
+		return nil, fmt.Errorf("serve: subscribe %s: %w", FeaturesSubject(w.job), err)
 	}
 	return []*nats.Subscription{sub, fsub}, nil
 }
@@ -212,7 +211,7 @@ func (w *Planner) IssueStep(ctx context.Context, src ItemSource, plan *balancer.
 			continue
 		}
 		for mb, entries := range mbs {
-			k := work.Key{Epoch: src.Epoch, Step: st.Index, DP: dp, MicroBatch: mb}
+			k := Key{Epoch: src.Epoch, Step: st.Index, DP: dp, MicroBatch: mb}
 			cost := costOf(src.Features, entries)
 			w.mu.Lock()
 			_, done := w.slots[k]
@@ -272,7 +271,7 @@ func (w *Planner) publish(ctx context.Context, b []byte) error {
 	deadline := time.Now().Add(publishRetry)
 	for {
 		actx, cancel := context.WithTimeout(ctx, w.attempt)
-		_, err := w.js.Publish(actx, work.ItemsSubject(w.job), b, jetstream.WithMsgID(id))
+		_, err := w.js.Publish(actx, ItemsSubject(w.job), b, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			if err != nil && ctx.Err() != nil {
@@ -294,11 +293,11 @@ func (w *Planner) detectsHeavy() bool {
 	return w.costN >= 16
 }
 
-func (w *Planner) item(src ItemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost balancer.WorkCost) (*work.BatchItem, error) {
-	it := &work.BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.Epoch, Step: step, DP: dp, MicroBatch: mb,
-		Samples: make([]work.Sample, len(entries))}
+func (w *Planner) item(src ItemSource, plan *balancer.Plan, step, dp, mb int, entries []balancer.Entry, cost balancer.WorkCost) (*BatchItem, error) {
+	it := &BatchItem{Kind: "batch", Config: w.config, Job: w.job, Epoch: src.Epoch, Step: step, DP: dp, MicroBatch: mb,
+		Samples: make([]Sample, len(entries))}
 	for i, e := range entries {
-		it.Samples[i] = work.SampleOf(pipeline.PlannedRow(src.Features, plan, e))
+		it.Samples[i] = SampleOf(pipeline.PlannedRow(src.Features, plan, e))
 	}
 	for mp := range w.mp {
 		meta, err := src.Meta(step, dp*w.mp+mp)
@@ -332,7 +331,7 @@ func plannedShapes(src ItemSource, entries []balancer.Entry) [][3]int32 {
 
 // Wait returns the payload of mp rank for the item at k once a worker has
 // delivered the item.
-func (w *Planner) Wait(ctx context.Context, k work.Key, mp int) ([]byte, error) {
+func (w *Planner) Wait(ctx context.Context, k Key, mp int) ([]byte, error) {
 	warn := time.NewTimer(30 * time.Second)
 	defer warn.Stop()
 	for {
@@ -397,7 +396,7 @@ type Counts struct {
 	// of batch and feature items.
 	BatchFailures, FeatureFailures int64
 	// Rejected counts the results that did not match their item, by reason
-	// (every one of work.RejectReasons, 0 or more).
+	// (every one of RejectReasons, 0 or more).
 	Rejected map[string]int64
 }
 

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,7 +93,7 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 	checkFor(t, 60*time.Second, 100*time.Millisecond, func() (err error) { // until the cluster has a meta leader
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		st, err = work.EnsureQueue(actx, js, 3, time.Second)
+		st, err = EnsureQueue(actx, js, 3, time.Second)
 		return err
 	})
 	const job, items = "job-e", 40
@@ -157,7 +156,7 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 			t.Fatalf("%d items queued after the same items were issued again, want %d", n, items)
 		}
 	}
-	cons, err := st.Consumer(ctx, work.Consumer)
+	cons, err := st.Consumer(ctx, Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +199,7 @@ func (j *silentJS) Publish(ctx context.Context, subj string, b []byte, opts ...j
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &jetstream.PubAck{Stream: work.Stream, Sequence: uint64(j.calls.Load())}, nil
+	return &jetstream.PubAck{Stream: Stream, Sequence: uint64(j.calls.Load())}, nil
 }
 
 // A publish that is never answered (its request or ack was lost with the

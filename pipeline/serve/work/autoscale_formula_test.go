@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"math"
@@ -9,8 +9,8 @@ import (
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
 
 // The gauges' formulas, one case per rule: the rates over the window and
-// their wait correction, the per-item seconds and workers, workers needed,
-// slack, and the step distance across epochs.
+// their wait correction, the per-item seconds and workers, workers needed
+// and slack (the step distance across epochs is serve's, TestStepsBetween).
 func TestAutoscaleFormulas(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -92,22 +92,6 @@ func TestAutoscaleFormulas(t *testing.T) {
 			t.Errorf("slackSeconds(%v, %v) = %v, %v; want %v, %v", tc.ready, tc.rate, got, ok, tc.want, tc.ok)
 		}
 	}
-
-	steps := func(e int) int { return map[int]int{0: 10, 1: 7, 2: 5}[e] }
-	for _, tc := range []struct {
-		p, q pos
-		want int
-	}{
-		{pos{0, 3}, pos{0, 8}, 5},
-		{pos{0, 8}, pos{1, 2}, 4},
-		{pos{0, 8}, pos{2, 1}, 10},
-		{pos{1, 2}, pos{0, 8}, 0},
-		{pos{1, 2}, pos{1, 2}, 0},
-	} {
-		if got := stepsBetween(tc.p, tc.q, steps); got != tc.want {
-			t.Errorf("stepsBetween(%v, %v) = %d, want %d", tc.p, tc.q, got, tc.want)
-		}
-	}
 }
 
 // The autoscaler's own rules: a reported wait is bounded by the time since
@@ -117,8 +101,7 @@ func TestAutoscaleFormulas(t *testing.T) {
 // finishes; a bad slots claim counts as one slot.
 func TestAutoscalerRules(t *testing.T) {
 	now := time.Unix(1000, 0)
-	a := NewAutoscaler(2, scaleWindow)
-	a.window = 10 * time.Second
+	a := NewAutoscaler(2, 10*time.Second)
 	a.now = func() time.Time { return now }
 	step := func(d time.Duration) { now = now.Add(d) }
 

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"cmp"
@@ -16,7 +16,6 @@ import (
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,7 +69,7 @@ type ShardWorkers struct {
 // input at the same path.
 func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Prepared) (_ *ShardWorkers, err error) {
 	if !cfg.NATS.External() {
-		return nil, fmt.Errorf("serve: shard workers need a NATS URL: %w", ErrInvalidConfig)
+		return nil, fmt.Errorf("serve: shard workers need a NATS URL: %w", natsenv.ErrInvalidConfig)
 	}
 	if cfg.NATS.ReconnectWait <= 0 {
 		cfg.NATS.ReconnectWait = 250 * time.Millisecond
@@ -100,20 +99,20 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.js, err = jetstream.New(sw.nc); err != nil {
 		return nil, fmt.Errorf("serve: jetstream: %w", err)
 	}
-	wc, tok, err := work.NewConfig(prep.Config)
+	wc, tok, err := NewConfig(prep.Config)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := work.EnsureQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
+	if _, err := EnsureQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
 		return nil, err
 	}
-	hash, err := work.EnsureBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
+	hash, err := EnsureBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
 	if err != nil {
 		return nil, err
 	}
-	if sw.qkv, err = openQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
+	if sw.qkv, err = OpenQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
 		return nil, fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	if sw.work, err = NewPlanner(cfg.Job, 1, cfg.Ahead, sw.js, sw.nc, hash, sw.log); err != nil {
@@ -125,7 +124,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.subs, err = sw.work.Subscribe(); err != nil {
 		return nil, err
 	}
-	sw.log.Debug("shard: batch items go to the work queue", "stream", work.Stream, "job", cfg.Job, "config", hash)
+	sw.log.Debug("shard: batch items go to the work queue", "stream", Stream, "job", cfg.Job, "config", hash)
 	return sw, nil
 }
 
@@ -173,7 +172,7 @@ func (sw *ShardWorkers) collect(ctx context.Context, epoch int, st balancer.Step
 	for dp, mbs := range st.Ranks {
 		sb.Rows[dp] = make([][]proto.Row, len(mbs))
 		for mb, entries := range mbs {
-			p, err := sw.work.Wait(ctx, work.Key{Epoch: epoch, Step: st.Index, DP: dp, MicroBatch: mb}, 0)
+			p, err := sw.work.Wait(ctx, Key{Epoch: epoch, Step: st.Index, DP: dp, MicroBatch: mb}, 0)
 			if err != nil {
 				return sb, err
 			}
@@ -211,7 +210,7 @@ func decodeRows(mem memory.Allocator, p []byte) ([]proto.Row, error) {
 // found itself).
 func (sw *ShardWorkers) importQuarantine(ctx context.Context) error {
 	for id := range sw.failed {
-		e, err := sw.qkv.Get(ctx, work.QuarantineKey(id, ""))
+		e, err := sw.qkv.Get(ctx, QuarantineKey(id, ""))
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				sw.log.Warn("shard: a worker failed a sample without a quarantine record", "id", id)
@@ -242,10 +241,10 @@ func (sw *ShardWorkers) Close() error {
 		if sw.work != nil {
 			errs = append(errs, sw.work.Reset(ctx))
 		}
-		if err := sw.js.DeleteObjectStore(ctx, work.Bucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := sw.js.DeleteObjectStore(ctx, Bucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			errs = append(errs, fmt.Errorf("serve: delete work bucket: %w", err))
 		}
-		if err := sw.js.DeleteKeyValue(ctx, QuarantineBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err := sw.js.DeleteKeyValue(ctx, natsenv.QuarantineBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			errs = append(errs, fmt.Errorf("serve: delete quarantine bucket: %w", err))
 		}
 	}
