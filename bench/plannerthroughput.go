@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/pipeline/serve"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // PlannerThroughput serves cfg's first epoch with a planner (role planner,
@@ -19,10 +20,10 @@ import (
 // caller starts its worker processes there) and stops them at the end. It
 // returns the real samples per second from Run until every rank
 // acknowledged its last batch, and the service's stats and item times.
-func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(url string) (stop func(), err error)) (float64, serve.Stats, serve.WorkTimes, error) {
+func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(url string) (stop func(), err error)) (float64, serve.Stats, work.Times, error) {
 	dir, err := os.MkdirTemp("", "mmfeed-planner-")
 	if err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, work.Times{}, err
 	}
 	defer os.RemoveAll(dir)
 	cfg.Role, cfg.Epochs, cfg.HTTP, cfg.HTTPToken, cfg.Recalibrate = serve.RolePlanner, 1, "", "", -1
@@ -30,7 +31,7 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	cfg.StreamMemory, cfg.QuarantineDir, cfg.WaitForTrainers = true, "", true
 	s, err := serve.New(cfg)
 	if err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, work.Times{}, err
 	}
 	t0 := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -40,13 +41,13 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	select {
 	case <-s.Ready():
 	case err := <-errc:
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, work.Times{}, err
 	}
 	stop, err := startWorkers(s.ClientURL())
 	if err != nil {
 		cancel()
 		<-errc
-		return 0, serve.Stats{}, serve.WorkTimes{}, fmt.Errorf("serve: start workers: %w", err)
+		return 0, serve.Stats{}, work.Times{}, fmt.Errorf("serve: start workers: %w", err)
 	}
 	defer stop()
 	var wg sync.WaitGroup
@@ -58,10 +59,10 @@ func PlannerThroughput(ctx context.Context, cfg serve.Config, startWorkers func(
 	if err := errors.Join(cerrs...); err != nil {
 		cancel()
 		<-errc
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, work.Times{}, err
 	}
 	if err := <-errc; err != nil {
-		return 0, serve.Stats{}, serve.WorkTimes{}, err
+		return 0, serve.Stats{}, work.Times{}, err
 	}
 	st := s.Stats()
 	return float64(st.Samples) / time.Since(t0).Seconds(), st, s.WorkTimes(), nil

@@ -9,13 +9,14 @@ import (
 
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
 // shardNATSFlags are the flags of `shard --nats`: the preprocessing goes to
 // `serve --role worker` processes of that deployment.
 type shardNATSFlags struct {
 	urls string
-	c    serve.ShardWorkConfig
+	c    work.ShardWorkConfig
 }
 
 func bindShardNATSFlags(fs *flag.FlagSet) *shardNATSFlags {
@@ -64,7 +65,7 @@ func (f *shardNATSFlags) source(ctx context.Context, prep *pipeline.Prepared, st
 		return nil, nil, err
 	}
 	f.c.Logger = log
-	sw, err := serve.NewShardWorkers(ctx, f.c, prep)
+	sw, err := work.NewShardWorkers(ctx, f.c, prep)
 	if err != nil {
 		return nil, nil, err
 	}

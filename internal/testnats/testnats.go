@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -92,6 +93,17 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 		time.Sleep(every)
 	}
 	tb.Fatalf("condition not met after %v: %v", total, err)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Logger is a test's logger: it discards every line, or with

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -229,7 +230,7 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	}
 	if _, err := s.js.KeyValue(ctx, QuarantineBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
 		if err := s.recreate("quarantine bucket", func() error {
-			if _, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
+			if _, err := work.OpenQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
 				return fmt.Errorf("recreate quarantine bucket: %w", err)
 			}
 			return nil

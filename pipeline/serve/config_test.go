@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -97,8 +98,8 @@ func TestJobRecordCompatible(t *testing.T) {
 
 func TestReplyPrefix(t *testing.T) {
 	for reply, want := range map[string]string{"_INBOX.abc.7": "_INBOX.abc", "_INBOX.x": "_INBOX", "": "", "nodot": ""} {
-		if got := replyPrefix(reply); got != want {
-			t.Errorf("replyPrefix(%q) = %q, want %q", reply, got, want)
+		if got := natsenv.ReplyPrefix(reply); got != want {
+			t.Errorf("ReplyPrefix(%q) = %q, want %q", reply, got, want)
 		}
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -211,7 +211,7 @@ func (c *control) replyChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 func (c *control) handleRegister(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RegisterWait+30*time.Second)
 	defer cancel()
-	reply := c.register(ctx, m.Data, replyPrefix(m.Reply))
+	reply := c.register(ctx, m.Data, natsenv.ReplyPrefix(m.Reply))
 	b, err := json.Marshal(reply)
 	if err == nil {
 		err = m.Respond(b)
@@ -334,17 +334,6 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	}
 	c.setNext(rank, need, true)
 	return nil
-}
-
-// replyPrefix returns a request's reply subject without its last token: the
-// connection's inbox prefix with nats.go and nats-py muxed requests, so a
-// trainer registering again for its next epoch on the same connection is
-// recognised (and its unacknowledged chunks left alone).
-func replyPrefix(reply string) string {
-	if i := strings.LastIndexByte(reply, '.'); i > 0 {
-		return reply[:i]
-	}
-	return ""
 }
 
 // setNext records the first step rank's trainer still needs (in memory and

@@ -86,13 +86,11 @@ func testServeOpensDatasetOnce(t *testing.T, role string) {
 	if r.s.data.opens != 1 || ds.FeaturePasses() != 1 {
 		t.Errorf("%d datasets opened, %d feature passes, want one of each per job", r.s.data.opens, ds.FeaturePasses())
 	}
-	if c := r.s.featureCache(); c.hits.Load()+c.misses.Load() != 1 {
-		t.Errorf("feature cache read %d times (%d hits, %d misses), want once per job", c.hits.Load()+c.misses.Load(), c.hits.Load(), c.misses.Load())
+	if c := r.s.featureCache(); c.Hits()+c.Misses() != 1 {
+		t.Errorf("feature cache read %d times (%d hits, %d misses), want once per job", c.Hits()+c.Misses(), c.Hits(), c.Misses())
 	}
 	if role == RolePlanner {
-		r.s.work.mu.Lock()
-		n := r.s.work.featureEntries
-		r.s.work.mu.Unlock()
+		n := r.s.WorkTimes().FeatureEntries
 		if want := len(regexp.MustCompile(`(?m)^\{`).FindAll(manifest, -1)); n > want {
 			t.Errorf("the workers computed the features of %d entries, want one pass (at most %d)", n, want)
 		}

@@ -37,7 +37,8 @@
 // Config.Role RoleAll (the default) plans and preprocesses in the service.
 // RolePlanner plans and delivers exactly as RoleAll does, and leaves the
 // preprocessing to worker processes (package work: work.RunWorker, the
-// worker side and the item wire) or Config.LocalWorkers slots of its own,
+// worker side and the item wire; work.Planner, the planner side) or
+// Config.LocalWorkers slots of its own,
 // through the JetStream work-queue stream work.Stream: feature items
 // (ranges of the dataset index; the planner assembles their features) and
 // batch items (one dp rank's micro-batch, for every mp rank; issued
@@ -47,7 +48,7 @@
 // holds an item once across lost acks and stream leader elections; an
 // attempt unanswered after 5 s (its request or ack left with a leader that
 // died) is sent again, for up to 30 s, whatever the caller's deadline. Every
-// role reads and fills the feature cache in FeatureBucket under the
+// role reads and fills the feature cache in work.FeatureBucket under the
 // dataset's fingerprint (pipeline.Fingerprint). A worker needs only the NATS
 // deployment: an item names the job's preprocessing config and tokenizer in
 // the job's work.Bucket by hash, and the dataset by path (readable from
@@ -61,9 +62,10 @@
 // hash, schema metadata, rows, ids in order, costs, weights, token
 // counts); one that does not match is counted, dropped and its item issued
 // again. A worker that cannot build an item reports why; after
-// itemMaxFailures reports of one item the planner fails the job with that
-// reason (ErrWorkFailed). The planner puts autoscaling gauges on /metrics
-// (autoscale.go): the undelivered items' predicted worker seconds, the
+// work.ItemMaxFailures reports of one item the planner fails the job with
+// that reason (ErrWorkFailed). The planner puts autoscaling gauges on
+// /metrics (workmetrics.go, from work.Autoscaler and work.Planner's
+// backlog): the undelivered items' predicted worker seconds, the
 // trainers' consumption and demand (their data wait taken out) over a 30 s
 // window, the slack before the earliest rank would wait, the measured
 // seconds per item, the workers and their slots (each done message carries
@@ -245,9 +247,12 @@
 //     liveViews (liveview.go, a leaf lock) caches the fit history the
 //     page's live section shows, one for the HTTP server and one for the
 //     run report.
-//   - autoscaler (autoscale.go, planner role): the ranks' step advances
-//     and data waits and the workers' finished items, each kept for the
-//     window; the gauges are computed from them at scrape time.
+//   - work.Planner (package work, planner role): the issued items, their
+//     results, the item cost model and its tallies, and the feature
+//     passes; work.Autoscaler: the ranks' step advances and data waits and
+//     the workers' finished items, each kept for the window. serve reads
+//     them through their methods (workglue.go, workmetrics.go: snapshots
+//     at scrape time), never under their locks.
 //
 // Lock order: rankTable before epochBook (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
@@ -277,9 +282,18 @@
 //     Service.Handler and Run's HTTP part are httpui.New of the service's
 //     Config. The run report's files (reportout*.go) stay in serve.
 //   - the CPU work-cost model: balancer.WorkCostModel, beside the other
-//     cost models and sharing their least-squares solve; serve builds an
-//     item's cost from the features (itemcost.go) and workPlanner holds the
-//     model under its lock.
+//     cost models and sharing their least-squares solve; package work
+//     builds an item's cost from the features (work/itemcost.go) and
+//     work.Planner holds the model under its lock.
+//   - the planner side of the work queue (pipeline/serve/work): work.Planner
+//     (work/planner.go: issue, wait, forget; work/result.go: the result and
+//     done handlers, rejects; work/features.go: the feature passes and the
+//     feature cache; work/times.go: predicted against measured item
+//     times), work.Autoscaler (work/autoscale.go) and work.ShardWorkers
+//     (work/shard.go: `mmfeed shard --nats`). serve keeps the glue that
+//     needs the Service: runEpochRemote, deliverRank, setupWork and the
+//     feature-pass wiring (workglue.go), the counters and gauges
+//     (workmetrics.go).
 //   - the throughput harness (Throughput, PlannerThroughput, with pprof
 //     labels and rusage): bench/, which reaches the embedded server through
 //     Service.DialInProcess.
@@ -292,8 +306,9 @@
 //     rank table and the epoch book.
 //
 // internal/arch tests the import rules between them (natsenv imports proto
-// only, httpui balancer only, deliver proto only; none of serve, natsenv,
-// deliver and httpui imports runtime/pprof) and the size limits.
+// only, httpui balancer only, deliver proto only, work never serve nor
+// prometheus; none of serve, natsenv, deliver, work and httpui imports
+// runtime/pprof) and the size limits.
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the

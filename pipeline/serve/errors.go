@@ -25,9 +25,14 @@ var (
 	// ErrInsecure: NATS or HTTP would listen on a non-loopback address
 	// without authentication, and Config.Insecure is not set.
 	ErrInsecure = natsenv.ErrInsecure
-	// ErrState: a value in the job's KV bucket is malformed.
-	ErrState = errors.New("malformed service state")
+	// ErrState: a value in the job's KV bucket is malformed, or the work
+	// planner met a state it never made (work.ErrState).
+	ErrState = work.ErrState
 )
+
+// ErrWorkFailed: the workers failed one item work.ItemMaxFailures times;
+// the error carries their last reason (work.ErrWorkFailed).
+var ErrWorkFailed = work.ErrWorkFailed
 
 // ErrLeaseLost: the service could not renew its leadership of the job in
 // time, or another service holds it now; it stops so that only one serves.

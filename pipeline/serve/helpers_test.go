@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"reflect"
 	"sort"
@@ -128,15 +127,7 @@ func (r *running) wait(t testing.TB, d time.Duration) error {
 
 var checkFor = testnats.CheckFor
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+var freePort = testnats.FreePort
 
 // expected is what `mmfeed shard` writes for the same input, config and epoch:
 // rows by (step, dp rank, micro-batch), the plan, and samples seen.

@@ -209,7 +209,7 @@ func TestShardMixtureEpochsWithWorkers(t *testing.T) {
 		werr <- work.RunWorker(wctx, work.WorkerConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Slots: 1, CacheDir: t.TempDir(), Logger: testLogger(t)})
 	}()
 	remoteDir, _, _ := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
-		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
+		sw, err := work.NewShardWorkers(ctx, work.ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}}, Logger: testLogger(t)}, prep)
 		if err != nil {
 			t.Fatal(err)
 		}

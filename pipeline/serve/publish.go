@@ -112,7 +112,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 	mem := s.mem
 	var err error
 	if s.work != nil {
-		err = s.work.reset(gctx)
+		err = s.work.Reset(gctx)
 	}
 	for e, from := start.Epoch, start.Step; e <= s.cfg.lastEpoch() && err == nil; e, from = e+1, 0 {
 		if s.work != nil {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -52,8 +53,8 @@ func TestCheckReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := checkReply(tt.reply, tt.strict, tt.own...); got != tt.want {
-				t.Errorf("checkReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
+			if got := natsenv.CheckReply(tt.reply, tt.strict, tt.own...); got != tt.want {
+				t.Errorf("CheckReply(%q, strict=%v, %q) = %q, want %q", tt.reply, tt.strict, tt.own, got, tt.want)
 			}
 		})
 	}
@@ -159,7 +160,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
 	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
 	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + "." + kvPositions,
-		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
+		"$JS.API.STREAM.DELETE.OBJ_" + work.FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
 		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
 	if auth {
 		targets = append(targets, "_INBOX.someone.1") // with users: only the rank's own inbox
@@ -213,7 +214,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 	if after := kvRevisions(t, ctx, kv, keys); !equalMaps(before, after) {
 		t.Errorf("KV keys changed by the attack: before %v, after %v", before, after)
 	}
-	streams := []string{"OBJ_" + FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
+	streams := []string{"OBJ_" + work.FeatureBucket, "KV_" + proto.BucketName(cfg.Job)}
 	if plane == proto.DataPlaneJetStream {
 		streams = append(streams, proto.StreamName(cfg.Job))
 	}
@@ -305,15 +306,34 @@ func TestWorkReplyOK(t *testing.T) {
 			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
 		}
 	}
-	w := &workPlanner{feats: newFeatureResults(s.log, newRejectCounter())}
-	w.guardReplies(ok)
-	forged := &nats.Msg{Subject: "mmfeedwork.job-1.features", Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
-		Header: nats.Header{work.HdrItem: []string{"f1"}}, Sub: sub}
-	w.feats.handle(forged) // would answer "ok" on the config key
-	w.handleResult(forged)
-	if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
-		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
-		testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
-		t.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
+	w, err := work.NewPlanner("job-1", 1, 4, nil, nc, "cfg", s.log)
+	if err != nil {
+		t.Fatal(err)
 	}
+	w.GuardReplies(ok)
+	subs, err := w.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for _, subj := range []string{work.FeaturesSubject("job-1"), work.ResultSubject("job-1")} {
+		// a feature result would be answered "ok" on the config key
+		forged := &nats.Msg{Subject: subj, Reply: "$KV.mmfeed_job-1.config", Data: []byte("[]"),
+			Header: nats.Header{work.HdrItem: []string{"f1"}}}
+		if err := nc.PublishMsg(forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
+			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
+			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
+			return fmt.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
+		}
+		return nil
+	})
 }

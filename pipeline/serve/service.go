@@ -52,7 +52,7 @@ type Service struct {
 	// resize is a dp change accepted at start (resize.go); nil when none.
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
-	work *workPlanner
+	work *work.Planner
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
@@ -403,7 +403,7 @@ func (s *Service) setup(ctx context.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.st = state{guardedKV{KeyValue: kv, fence: s.fence, stored: s.stored}}
-	qkv, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas)
+	qkv, err := work.OpenQuarantineKV(ctx, s.js, c.Job, c.Replicas)
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}

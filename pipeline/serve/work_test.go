@@ -165,7 +165,7 @@ func TestFeatureCacheAcrossJobs(t *testing.T) {
 					checkDelivery(t, cfg, trs, 0, ex)
 				}
 				cached := i == 1
-				hits, misses := r.s.featureCache().hits.Load(), r.s.featureCache().misses.Load()
+				hits, misses := r.s.featureCache().Hits(), r.s.featureCache().Misses()
 				if want := [2]int64{b2i(cached), b2i(!cached)}; [2]int64{hits, misses} != want {
 					t.Errorf("%s: %d feature passes from the cache, %d computed; want %d, %d", job, hits, misses, want[0], want[1])
 				}
@@ -253,7 +253,7 @@ func TestStandbyPlannerWithWorkers(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	}
-	if hits := standby.featureCache().hits.Load(); hits != 1 {
+	if hits := standby.featureCache().Hits(); hits != 1 {
 		t.Errorf("the standby took the features from the cache %d times, want 1", hits)
 	}
 	ex := shardExpectation(t, cfg, 0)

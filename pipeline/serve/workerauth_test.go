@@ -129,7 +129,7 @@ func testWorkerForbidden(t *testing.T, url string, wk natsenv.Identity) {
 		"$JS.API.STREAM.DELETE." + work.Stream, "$JS.API.STREAM.PURGE." + work.Stream, "$JS.API.STREAM.UPDATE." + work.Stream,
 		"$JS.API.CONSUMER.DELETE." + work.Stream + "." + work.Consumer, "$JS.API.CONSUMER.CREATE." + work.Stream + ".x",
 		"$JS.API.STREAM.DELETE." + obj, "$JS.API.STREAM.PURGE." + obj, "$JS.API.STREAM.DELETE." + kv,
-		"$JS.API.STREAM.DELETE.OBJ_" + FeatureBucket, "$O." + work.Bucket("job-1") + ".M.x",
+		"$JS.API.STREAM.DELETE.OBJ_" + work.FeatureBucket, "$O." + work.Bucket("job-1") + ".M.x",
 		"$JS.API.STREAM.INFO.OBJ_" + work.Bucket("job-2"), "$KV." + proto.BucketName("job-1") + ".rank.0.0",
 		"$JS.API.STREAM.DELETE." + proto.StreamName("job-1"),
 	}

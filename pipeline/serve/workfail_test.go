@@ -19,7 +19,7 @@ import (
 // TestUnreachableInputFailsTheJob: a worker that cannot open the job's
 // input (the planner's path does not exist on its machine) reports why
 // each item fails; the planner logs the reason, gives up on the item after
-// itemMaxFailures reports and ends the job with ErrWorkFailed and the
+// work.ItemMaxFailures reports and ends the job with ErrWorkFailed and the
 // worker's reason, for a feature item (features not cached) and for a
 // batch item (features from the cache), instead of issuing it forever.
 // Nothing was delivered: once the input is reachable again, the same job
@@ -62,11 +62,11 @@ func TestUnreachableInputFailsTheJob(t *testing.T) {
 				t.Fatalf("planner: %v, want ErrWorkFailed with the worker's reason", err)
 			}
 			t.Logf("gave up after %v: %v", time.Since(t0).Round(time.Millisecond), err)
-			if n := strings.Count(logs.String(), "failed on a worker"); n < itemMaxFailures || !strings.Contains(logs.String(), "no such file") {
-				t.Errorf("the planner logged %d failures with the reason, want %d; log:\n%s", n, itemMaxFailures, logs.String())
+			if n := strings.Count(logs.String(), "failed on a worker"); n < work.ItemMaxFailures || !strings.Contains(logs.String(), "no such file") {
+				t.Errorf("the planner logged %d failures with the reason, want %d; log:\n%s", n, work.ItemMaxFailures, logs.String())
 			}
-			if n := labelled(t, r.s, "mmfeed_serve_work_failures_total", kind); n < itemMaxFailures {
-				t.Errorf("/metrics: %v failure reports of %s items, want at least %d", n, kind, itemMaxFailures)
+			if n := labelled(t, r.s, "mmfeed_serve_work_failures_total", kind); n < work.ItemMaxFailures {
+				t.Errorf("/metrics: %v failure reports of %s items, want at least %d", n, kind, work.ItemMaxFailures)
 			}
 			if st := r.s.Stats(); st.Batches != 0 {
 				t.Errorf("%d batches delivered before the job failed", st.Batches)

@@ -141,7 +141,7 @@ func TestForgedWorkerResultsRejected(t *testing.T) {
 		}
 		total += got
 	}
-	if re := r.s.work.reissued.Load(); float64(re) < total {
+	if re := r.s.work.Counts().Reissued; float64(re) < total {
 		t.Errorf("%d items issued again, want one per rejected result (%v)", re, total)
 	}
 	ex := shardExpectation(t, cfg, 0)

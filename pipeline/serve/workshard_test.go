@@ -71,7 +71,7 @@ func TestShardWithWorkersEqualsLocal(t *testing.T) {
 	}()
 	fromWorkers := 0 // rows the workers built
 	remoteDir, remoteQ, written := shardLocal(t, ctx, pc, o, func(prep *pipeline.Prepared) pipeline.StepSource {
-		sw, err := NewShardWorkers(ctx, ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}},
+		sw, err := work.NewShardWorkers(ctx, work.ShardWorkConfig{NATS: natsenv.Config{URLs: []string{ns.ClientURL()}},
 			AckWait: 400 * time.Millisecond, Logger: testLogger(t)}, prep)
 		if err != nil {
 			t.Fatal(err)

@@ -17,7 +17,10 @@
 // viewer, one trainer per rank) as a server configuration with bcrypt
 // hashes and the permissions of docs/security.md (TrainerPermissions,
 // WorkerPermissions, ViewerPermissions); WriteTLS writes a private CA with
-// one server and one client certificate.
+// one server and one client certificate. CheckReply says whether a request
+// may be answered on its reply subject (the inbox prefixes of the
+// identities: ServiceInboxPrefix, WorkerInboxPrefix, ViewerInboxPrefix),
+// for serve's reply guard and the work planner alike.
 //
 // A non-loopback listener without authentication is refused (ErrInsecure)
 // unless Security.Insecure; an invalid Config is ErrInvalidConfig. serve's

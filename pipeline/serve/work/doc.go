@@ -1,6 +1,7 @@
-// Package work is the worker side of `mmfeed serve --role planner`: the
-// process `mmfeed worker` runs (RunWorker) and the item wire the planner and
-// its workers share (docs/protocol.md section 12).
+// Package work is the work queue of `mmfeed serve --role planner`: the
+// planner's side (Planner, Autoscaler, ShardWorkers), the process `mmfeed
+// worker` runs (RunWorker) and the item wire the planner and its workers
+// share (docs/protocol.md section 12).
 //
 // # What it owns
 //
@@ -26,19 +27,47 @@
 // (WorkerConfig.Conn). Attach gives a caller that takes items itself (a
 // test's forger) a worker's Build and Send.
 //
+// The planner (planner.go, result.go, features.go, times.go): a Planner
+// issues the batch items of a plan's steps (IssueStep, from an ItemSource:
+// the features, the epoch, the image policy and each rank's batch
+// metadata), heavy ones early; takes the workers' results on its
+// subscriptions (Subscribe), keeping one verified result per item and
+// issuing again an item whose result was rejected (ReissueRejected); hands
+// each rank's payload over in plan order (Wait) and forgets a step once it
+// is handed over (ForgetStep); Reset forgets everything and purges the
+// job's items (a new run). Features is a pipeline.FeatureFunc whose feature
+// items the workers compute; FeatureCache is the features' object store by
+// dataset fingerprint (FeatureBucket). An item the workers report failed
+// ItemMaxFailures times fails with ErrWorkFailed. The planner times the
+// items against its cost model (itemcost.go, balancer.WorkCostModel; Times,
+// Total, CostCoefficients, LogTally) and counts them (Counts). An
+// Autoscaler (autoscale.go) keeps the observations the autoscaling gauges
+// are computed from (Snapshot); the planner feeds it the finished items,
+// serve the ranks' advances and waits. ShardWorkers (shard.go) is the
+// planner of `mmfeed shard --nats`: a pipeline.StepSource whose rows the
+// workers build.
+//
 // # What it must not do
 //
-// It plans nothing and holds no job state: what to issue, when to reissue,
-// which result to keep and what to deliver to the trainers is the planner's
-// (package serve: workqueue.go, workresult.go, workfeatures.go). It imports
-// pipeline, proto, natsenv and the core packages, never pipeline/serve
-// (internal/arch); serve uses it through these exported names only.
+// It plans no epoch and holds no job state beyond the items in flight:
+// which epoch and steps to issue, for which ranks, and what to deliver to
+// the trainers is serve's (workglue.go: runEpochRemote, deliverRank). It
+// exposes numbers, never metrics: serve registers the collectors
+// (workmetrics.go) from Counts, Total, CostCoefficients, BacklogSeconds and
+// Autoscaler.Snapshot. It imports pipeline, proto, natsenv and the core
+// packages, never pipeline/serve nor prometheus (internal/arch); serve uses
+// it through these exported names only.
 //
 // # Ownership and concurrency
 //
 // A Worker's datasets and refusals are its own, guarded by its own locks;
 // RunWorker owns the connection it opens and closes it, and never closes
 // WorkerConfig.Conn. The wire functions hold no state and are safe for
-// concurrent use.
+// concurrent use. A Planner's slots, timings, cost model and tallies are
+// guarded by its lock, which no caller takes: every method returns a
+// snapshot or a copy. Its feature results and its Autoscaler have their own
+// leaf locks, taken under the planner's (a done message) or alone. A
+// Planner never closes the connection it is given; ShardWorkers owns the
+// one it opens (Close).
 // ErrJobMismatch is serve.ErrJobMismatch.
 package work

@@ -27,6 +27,11 @@ import (
 // ErrJobMismatch is this value.
 var ErrJobMismatch = errors.New("job state does not match this configuration")
 
+// ErrState: the planner met a state it never made (an item waited for that
+// it never issued, a feature result of another size than its item's);
+// serve's ErrState is this value.
+var ErrState = errors.New("malformed service state")
+
 // The work queue: one JetStream work-queue stream for every job's items,
 // one durable pull consumer that every worker shares.
 const (

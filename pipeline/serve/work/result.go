@@ -1,52 +1,73 @@
-package serve
+package work
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"sync"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// itemMaxFailures is how many failure reports of one item (feature or
+// ItemMaxFailures is how many failure reports of one item (feature or
 // batch) the planner takes before it gives up on the item and fails the job
 // with the workers' reason (ErrWorkFailed). An item fails for what is
 // outside its samples (a sample that cannot be decoded is quarantined and
 // does not fail its item): the input unreachable from the workers, another
 // dataset at the path; waiting would never end.
-const itemMaxFailures = 5
+const ItemMaxFailures = 5
 
-// ErrWorkFailed: the workers failed one item itemMaxFailures times; the
+// ErrWorkFailed: the workers failed one item ItemMaxFailures times; the
 // error carries their last reason.
 var ErrWorkFailed = errors.New("work item failed on the workers")
 
-func newRejectCounter() *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mmfeed_serve_work_results_rejected_total",
-		Help: "Planner: workers' batch results (and feature results, reason rows) that did not match the item issued (ids, order, rows, dtype, shape, tokens, config, ...), by reason; each was dropped and its item issued again."},
-		[]string{"reason"})
-	for _, r := range work.RejectReasons {
-		c.WithLabelValues(r)
+// rejectCounts counts the results that did not match their item, by
+// reason: every one of RejectReasons from the start. Safe for
+// concurrent use; its lock is a leaf.
+type rejectCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func newRejectCounts() *rejectCounts {
+	c := &rejectCounts{n: map[string]int64{}}
+	for _, r := range RejectReasons {
+		c.n[r] = 0
 	}
 	return c
 }
 
+// inc counts one rejected result.
+func (c *rejectCounts) inc(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[reason]++
+}
+
+// snapshot returns the counts now.
+func (c *rejectCounts) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
 // handleResult takes one message of a worker's batch result: a chunk, the
 // done message or a failure report. A reassembled payload is verified
-// against the item it answers before it is kept (work.VerifyResult); one that
+// against the item it answers before it is kept (VerifyResult); one that
 // does not match is counted, dropped, and its item issued again.
-func (w *workPlanner) handleResult(m *nats.Msg) {
+func (w *Planner) handleResult(m *nats.Msg) {
 	if !w.replyOK(m) {
 		return // its answer would go elsewhere than a worker's inbox: not taken
 	}
-	id := m.Header.Get(work.HdrItem)
-	if m.Header.Get(work.HdrDone) != "" {
+	id := m.Header.Get(HdrItem)
+	if m.Header.Get(HdrDone) != "" {
 		w.handleDone(m, id)
 		return
 	}
-	if reason := m.Header.Get(work.HdrError); reason != "" {
+	if reason := m.Header.Get(HdrError); reason != "" {
 		w.failed(id, reason)
 		return
 	}
@@ -58,7 +79,7 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 		return
 	}
 	k := a.Header.BatchKey
-	key := work.Key{Epoch: k.Epoch, Step: k.Step, DP: k.DPRank, MicroBatch: k.MicroBatch}
+	key := Key{Epoch: k.Epoch, Step: k.Step, DP: k.DPRank, MicroBatch: k.MicroBatch}
 	w.mu.Lock()
 	sl := w.slots[key]
 	if sl == nil || sl.id != id || k.Job != w.job || k.MPRank < 0 || k.MPRank >= w.mp || sl.payloads[k.MPRank] != nil {
@@ -68,7 +89,7 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 	}
 	it, shapes := sl.item, sl.shapes
 	w.mu.Unlock()
-	verr := work.VerifyResult(it, shapes, k.MPRank, m.Header.Get(work.HdrConfig), a.Payload)
+	verr := VerifyResult(it, shapes, k.MPRank, m.Header.Get(HdrConfig), a.Payload)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.slots[key] != sl || sl.payloads[k.MPRank] != nil {
@@ -89,15 +110,15 @@ func (w *workPlanner) handleResult(m *nats.Msg) {
 
 // rejectLocked counts and logs a result that does not match its item and
 // marks the item to be issued again. The caller holds w.mu.
-func (w *workPlanner) rejectLocked(sl *workSlot, mp int, err error) {
-	reason := work.RejectDecode
-	var re *work.ResultError
+func (w *Planner) rejectLocked(sl *workSlot, mp int, err error) {
+	reason := RejectDecode
+	var re *ResultError
 	if errors.As(err, &re) {
 		reason = re.Reason()
 	}
-	w.rejects.WithLabelValues(reason).Inc()
+	w.rejects.inc(reason)
 	sl.rejects++
-	sl.lastReject = work.Truncate(err.Error(), work.MaxReasonBytes)
+	sl.lastReject = Truncate(err.Error(), MaxReasonBytes)
 	sl.reissue = true
 	it := sl.item
 	w.log.Warn("work result rejected: it does not match the item issued; the item is issued again", "item", it.ID,
@@ -107,7 +128,7 @@ func (w *workPlanner) rejectLocked(sl *workSlot, mp int, err error) {
 }
 
 // failed records a worker's failure report of a batch item.
-func (w *workPlanner) failed(id, reason string) {
+func (w *Planner) failed(id, reason string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, sl := range w.slots {
@@ -116,24 +137,24 @@ func (w *workPlanner) failed(id, reason string) {
 		}
 		sl.failures++
 		w.failureReports.Add(1)
-		sl.lastFailure = work.Truncate(reason, work.MaxReasonBytes)
+		sl.lastFailure = Truncate(reason, MaxReasonBytes)
 		it := sl.item
 		w.log.Warn("work item failed on a worker", "item", id, "epoch", it.Epoch, "step", it.Step, "dp", it.DP,
-			"mb", it.MicroBatch, "failures", sl.failures, "max", itemMaxFailures, "reason", sl.lastFailure)
+			"mb", it.MicroBatch, "failures", sl.failures, "max", ItemMaxFailures, "reason", sl.lastFailure)
 		w.wakeLocked()
 		return
 	}
 }
 
 // wakeLocked wakes every wait. The caller holds w.mu.
-func (w *workPlanner) wakeLocked() {
+func (w *Planner) wakeLocked() {
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
 
-// reissueRejected publishes again every item a result was rejected for
+// ReissueRejected publishes again every item a result was rejected for
 // since it was last published.
-func (w *workPlanner) reissueRejected(ctx context.Context) error {
+func (w *Planner) ReissueRejected(ctx context.Context) error {
 	var raw [][]byte
 	w.mu.Lock()
 	for _, sl := range w.slots {
@@ -156,20 +177,20 @@ func (w *workPlanner) reissueRejected(ctx context.Context) error {
 // item's payloads (or no longer needs them), rejected when a result of it
 // was rejected and the item is to be issued again (the worker acknowledges
 // its copy), missing when chunks were lost.
-func (w *workPlanner) handleDone(m *nats.Msg, id string) {
-	secs, _ := strconv.ParseFloat(m.Header.Get(work.HdrSeconds), 64)
-	answer := work.AnswerOK
+func (w *Planner) handleDone(m *nats.Msg, id string) {
+	secs, _ := strconv.ParseFloat(m.Header.Get(HdrSeconds), 64)
+	answer := AnswerOK
 	w.mu.Lock()
 	if cost, ok := w.timing[id]; ok {
 		delete(w.timing, id)
 		w.observe(cost, secs)
-		w.scale.itemDone(secs, replyPrefix(m.Reply), workerSlots(m.Header.Get(work.HdrSlots)))
+		w.scale.itemDone(secs, natsenv.ReplyPrefix(m.Reply), workerSlots(m.Header.Get(HdrSlots)))
 	} else {
 		for _, sl := range w.slots {
 			if sl.id == id && sl.have < w.mp {
-				answer = work.AnswerMissing // chunks were lost: the worker sends them again
+				answer = AnswerMissing // chunks were lost: the worker sends them again
 				if sl.reissue {
-					answer = work.AnswerRejected + " " + sl.lastReject
+					answer = AnswerRejected + " " + sl.lastReject
 				}
 				break
 			}
@@ -179,16 +200,21 @@ func (w *workPlanner) handleDone(m *nats.Msg, id string) {
 	_ = m.Respond([]byte(answer))
 }
 
-// workerReply is the planner's reply check without a Service (the shard
+// ResultInboxes are the inbox prefixes a work result may be answered on: a
+// worker's own, and the service's for its local workers (which share its
+// connection).
+func ResultInboxes() []string { return []string{WorkerInboxPrefix, natsenv.ServiceInboxPrefix} }
+
+// workerReply is the planner's reply check before GuardReplies (the shard
 // command's planner): a result is answered only on a worker's inbox or the
-// planner's own connection's (checkReply).
+// planner's own connection's (natsenv.CheckReply).
 func workerReply(m *nats.Msg) bool {
-	return m.Reply == "" || checkReply(m.Reply, false, workerInboxes...) == ""
+	return m.Reply == "" || natsenv.CheckReply(m.Reply, false, ResultInboxes()...) == ""
 }
 
-// guardReplies makes ok the check of every result's reply subject, batch
+// GuardReplies makes ok the check of every result's reply subject, batch
 // and feature results alike: a result whose answer would go elsewhere is
-// dropped before it is read (the Service's replyGuard counts and logs it).
-func (w *workPlanner) guardReplies(ok func(*nats.Msg) bool) {
+// dropped before it is read (serve's replyGuard counts and logs it).
+func (w *Planner) GuardReplies(ok func(*nats.Msg) bool) {
 	w.replyOK, w.feats.replyOK = ok, ok
 }

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"github.com/mmfeed/mmfeed/balancer"

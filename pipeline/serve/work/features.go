@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"bytes"
@@ -15,10 +15,8 @@ import (
 
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // FeatureBucket is the object store of cached features, shared by every
@@ -38,8 +36,8 @@ const featureReissue = 30 * time.Second
 // progress (expect) are taken, each with its entry count.
 type featureResults struct {
 	log     *slog.Logger
-	replyOK func(*nats.Msg) bool   // whether a result's reply subject may be answered (guardReplies)
-	rejects *prometheus.CounterVec // the planner's (newRejectCounter)
+	replyOK func(*nats.Msg) bool // whether a result's reply subject may be answered (GuardReplies)
+	rejects *rejectCounts        // the planner's
 	mu      sync.Mutex
 	want    map[string]int                      // entries of the items in flight, by id
 	got     map[string][]pipeline.EntryFeatures // by item id
@@ -59,21 +57,21 @@ type featureFailure struct {
 	reason string
 }
 
-func newFeatureResults(log *slog.Logger, rejects *prometheus.CounterVec) *featureResults {
+func newFeatureResults(log *slog.Logger, rejects *rejectCounts) *featureResults {
 	return &featureResults{log: log, replyOK: workerReply, rejects: rejects, want: map[string]int{}, got: map[string][]pipeline.EntryFeatures{},
 		fails: map[string]featureFailure{}, rejected: map[string]bool{}, changed: make(chan struct{})}
 }
 
 // handle stores one worker's result and answers it, or counts a failure
-// report (work.HdrError; not answered). A result of an item not in flight
+// report (HdrError; not answered). A result of an item not in flight
 // is answered ok and dropped; one with another entry count than its item's
 // is rejected (counted with reason rows) and the item issued again.
 func (fr *featureResults) handle(m *nats.Msg) {
 	if !fr.replyOK(m) {
 		return // its answer would go elsewhere than a worker's inbox: not taken
 	}
-	id := m.Header.Get(work.HdrItem)
-	if reason := m.Header.Get(work.HdrError); reason != "" {
+	id := m.Header.Get(HdrItem)
+	if reason := m.Header.Get(HdrError); reason != "" {
 		fr.failed(id, reason)
 		return
 	}
@@ -82,18 +80,18 @@ func (fr *featureResults) handle(m *nats.Msg) {
 		_ = m.Respond([]byte("bad result"))
 		return
 	}
-	answer := work.AnswerOK
+	answer := AnswerOK
 	fr.mu.Lock()
 	n, wanted := fr.want[id]
 	_, have := fr.got[id]
 	switch {
 	case !wanted || have: // no longer wanted, or a second result
 	case len(feats) != n:
-		fr.rejects.WithLabelValues(work.RejectRows).Inc()
+		fr.rejects.inc(RejectRows)
 		fr.rejected[id] = true
-		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", work.AnswerRejected, len(feats), n)
+		answer = fmt.Sprintf("%s rows: %d entries, the item has %d", AnswerRejected, len(feats), n)
 		fr.log.Warn("feature result rejected: it does not match the item issued; the item is issued again", "item", id,
-			"reason", work.RejectRows, "entries", len(feats), "want", n)
+			"reason", RejectRows, "entries", len(feats), "want", n)
 		fr.wakeLocked()
 	default:
 		fr.got[id] = feats
@@ -118,14 +116,14 @@ func (fr *featureResults) failed(id, reason string) {
 	fr.failureReports.Add(1)
 	f := fr.fails[id]
 	f.n++
-	f.reason = work.Truncate(reason, work.MaxReasonBytes)
+	f.reason = Truncate(reason, MaxReasonBytes)
 	fr.fails[id] = f
-	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", itemMaxFailures, "reason", f.reason)
+	fr.log.Warn("feature item failed on a worker", "item", id, "failures", f.n, "max", ItemMaxFailures, "reason", f.reason)
 	fr.wakeLocked()
 }
 
 // expect makes the items of a pass in flight.
-func (fr *featureResults) expect(items []work.FeatureItem) {
+func (fr *featureResults) expect(items []FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -136,8 +134,8 @@ func (fr *featureResults) expect(items []work.FeatureItem) {
 // pending returns the items of a pass still without a result, those of
 // them to issue again at once (a result was rejected), the last failure
 // reported of them, and the channel closed at the next change. It fails
-// with ErrWorkFailed once an item has itemMaxFailures failure reports.
-func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []work.FeatureItem, last string, changed <-chan struct{}, err error) {
+// with ErrWorkFailed once an item has ItemMaxFailures failure reports.
+func (fr *featureResults) pending(items []FeatureItem) (missing, again []FeatureItem, last string, changed <-chan struct{}, err error) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -149,7 +147,7 @@ func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []wo
 			delete(fr.rejected, it.ID)
 			again = append(again, it)
 		}
-		if f := fr.fails[it.ID]; f.n >= itemMaxFailures {
+		if f := fr.fails[it.ID]; f.n >= ItemMaxFailures {
 			return nil, nil, "", nil, fmt.Errorf("serve: feature item [%d, %d) failed %d times on the workers, last: %s: %w",
 				it.Lo, it.Hi, f.n, f.reason, ErrWorkFailed)
 		} else if f.n > 0 {
@@ -160,7 +158,7 @@ func (fr *featureResults) pending(items []work.FeatureItem) (missing, again []wo
 }
 
 // forget drops what is left of a pass's items.
-func (fr *featureResults) forget(items []work.FeatureItem) {
+func (fr *featureResults) forget(items []FeatureItem) {
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	for _, it := range items {
@@ -171,11 +169,11 @@ func (fr *featureResults) forget(items []work.FeatureItem) {
 	}
 }
 
-// objectFeatureCache is the service's pipeline.FeatureCache: one object
+// FeatureCache is the service's pipeline.FeatureCache: one object
 // "features-<fingerprint>" (gzipped JSON) in FeatureBucket, shared by every
 // job and role on the deployment, so a restart, a standby planner or a
 // second job on the same data reads the features instead of computing them.
-type objectFeatureCache struct {
+type FeatureCache struct {
 	js       jetstream.JetStream
 	replicas int
 	log      *slog.Logger
@@ -184,7 +182,18 @@ type objectFeatureCache struct {
 	hits, misses atomic.Int64
 }
 
-func (c *objectFeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore, error) {
+// NewFeatureCache is the feature cache in FeatureBucket on js, with
+// replicas replicas.
+func NewFeatureCache(js jetstream.JetStream, replicas int, log *slog.Logger) *FeatureCache {
+	return &FeatureCache{js: js, replicas: replicas, log: log}
+}
+
+// Hits and Misses count the Loads that found features and those that did
+// not (the features were then computed).
+func (c *FeatureCache) Hits() int64   { return c.hits.Load() }
+func (c *FeatureCache) Misses() int64 { return c.misses.Load() }
+
+func (c *FeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore, error) {
 	obj, err := c.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: FeatureBucket,
 		Description: "mmfeed features by dataset fingerprint", Storage: jetstream.FileStorage,
 		Replicas: max(c.replicas, 1)})
@@ -196,7 +205,7 @@ func (c *objectFeatureCache) bucket(ctx context.Context) (jetstream.ObjectStore,
 
 // Load reads the fingerprint's object. A cache that cannot be read is
 // logged and skipped (the dataset computes the features).
-func (c *objectFeatureCache) Load(ctx context.Context, fp string) (all []pipeline.EntryFeatures, ok bool, err error) {
+func (c *FeatureCache) Load(ctx context.Context, fp string) (all []pipeline.EntryFeatures, ok bool, err error) {
 	defer func() {
 		if err != nil {
 			c.log.Warn("feature cache not read: computing the features", "fingerprint", fp, "err", err)
@@ -228,7 +237,7 @@ func (c *objectFeatureCache) Load(ctx context.Context, fp string) (all []pipelin
 }
 
 // Store puts the fingerprint's object; a failure is logged.
-func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipeline.EntryFeatures) (err error) {
+func (c *FeatureCache) Store(ctx context.Context, fp string, all []pipeline.EntryFeatures) (err error) {
 	defer func() {
 		if err != nil {
 			c.log.Warn("features not cached", "fingerprint", fp, "err", err)
@@ -249,44 +258,21 @@ func (c *objectFeatureCache) Store(ctx context.Context, fp string, all []pipelin
 	return nil
 }
 
-// setupFeatureCache makes the job's dataset (every role) read and fill
-// the feature cache, and counts it on /metrics. Call it once, before the
-// first epoch is prepared.
-func (s *Service) setupFeatureCache() error {
-	c := &objectFeatureCache{js: s.js, replicas: s.cfg.Replicas, log: s.log}
-	for result, n := range map[string]*atomic.Int64{"hit": &c.hits, "miss": &c.misses} {
-		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_feature_cache_total",
-			Help: "Feature passes read from the feature cache (hit) and computed (miss), by dataset fingerprint.", ConstLabels: prometheus.Labels{"result": result}},
-			func() float64 { return float64(n.Load()) })); err != nil {
-			return fmt.Errorf("serve: metrics: %w", err)
-		}
-	}
-	s.cfg.Pipeline.FeatureCache = c
-	return nil
-}
-
-// featureCache is the service's feature cache (nil before
-// setupFeatureCache).
-func (s *Service) featureCache() *objectFeatureCache {
-	c, _ := s.cfg.Pipeline.FeatureCache.(*objectFeatureCache)
-	return c
-}
-
-// features is the planner's pipeline.FeatureFunc: the workers compute the
+// Features is the planner's pipeline.FeatureFunc: the workers compute the
 // features (feature items); the job's dataset reads and fills the cache
 // around it, once per job.
-func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
+func (w *Planner) Features(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
 	t0 := time.Now()
-	all, err := s.featurePass(ctx, ix)
+	all, err := w.featurePass(ctx, ix)
 	if err != nil {
 		return nil, err
 	}
 	secs := time.Since(t0).Seconds()
-	s.log.Info("features from the workers", "entries", len(all), "items", (len(all)+featureRange-1)/featureRange,
+	w.log.Info("features from the workers", "entries", len(all), "items", (len(all)+featureRange-1)/featureRange,
 		"seconds", secs)
-	s.work.mu.Lock()
-	s.work.featureEntries, s.work.featureSeconds = s.work.featureEntries+len(all), s.work.featureSeconds+secs
-	s.work.mu.Unlock()
+	w.mu.Lock()
+	w.featureEntries, w.featureSeconds = w.featureEntries+len(all), w.featureSeconds+secs
+	w.mu.Unlock()
 	return all, nil
 }
 
@@ -294,20 +280,19 @@ func (s *Service) features(ctx context.Context, ix *loader.Index) ([]pipeline.En
 // assembles the results in index order; an item unanswered after
 // featureReissue is issued again, one whose result was rejected at once.
 // It fails with ErrWorkFailed when the workers reported one item failed
-// itemMaxFailures times.
-func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
-	w := s.work
-	var items []work.FeatureItem
+// ItemMaxFailures times.
+func (w *Planner) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline.EntryFeatures, error) {
+	var items []FeatureItem
 	for lo := 0; lo < ix.Len(); lo += featureRange {
 		hi := min(lo+featureRange, ix.Len())
-		it := work.FeatureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
+		it := FeatureItem{Kind: "features", Config: w.config, Job: w.job, Lo: lo, Hi: hi,
 			FirstID: ix.ID(lo), LastID: ix.ID(hi - 1), DeadlineMS: featureReissue.Milliseconds()}
 		b, _ := json.Marshal(it)
 		sum := sha256.Sum256(b)
 		it.ID = hex.EncodeToString(sum[:16])
 		items = append(items, it)
 	}
-	issue := func(missing []work.FeatureItem) error {
+	issue := func(missing []FeatureItem) error {
 		for _, it := range missing {
 			b, err := json.Marshal(it)
 			if err != nil {
@@ -341,7 +326,7 @@ func (s *Service) featurePass(ctx context.Context, ix *loader.Index) ([]pipeline
 		case <-ch:
 			t.Stop()
 		case <-t.C:
-			s.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items),
+			w.log.Warn("waiting for workers: feature items issued again", "missing", len(missing), "items", len(items),
 				"last_failure", last)
 			if err := issue(missing); err != nil {
 				return nil, err

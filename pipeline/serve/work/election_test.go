@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,13 +93,13 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 	checkFor(t, 60*time.Second, 100*time.Millisecond, func() (err error) { // until the cluster has a meta leader
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		st, err = work.EnsureQueue(actx, js, 3, time.Second)
+		st, err = EnsureQueue(actx, js, 3, time.Second)
 		return err
 	})
 	const job, items = "job-e", 40
 	item := func(i int) []byte { return []byte(`{"kind":"batch","id":"` + strconv.Itoa(i) + `"}`) }
 	lossy := &lossyJS{JetStream: js, every: 5}
-	leader, err := newWorkPlanner(job, 1, 4, lossy, nc, "cfg", testLogger(t))
+	leader, err := NewPlanner(job, 1, 4, lossy, nc, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +139,12 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 	}
 
 	_, js2 := connect()
-	standby, err := newWorkPlanner(job, 1, 4, js2, nc, "cfg", testLogger(t))
+	standby, err := NewPlanner(job, 1, 4, js2, nc, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*workPlanner{standby, leader} { // a takeover, then a rewind
-		if err := p.reset(ctx); err != nil {
+	for _, p := range []*Planner{standby, leader} { // a takeover, then a rewind
+		if err := p.Reset(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for i := range items {
@@ -157,7 +156,7 @@ func TestWorkPublishAcrossElections(t *testing.T) {
 			t.Fatalf("%d items queued after the same items were issued again, want %d", n, items)
 		}
 	}
-	cons, err := st.Consumer(ctx, work.Consumer)
+	cons, err := st.Consumer(ctx, Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +199,7 @@ func (j *silentJS) Publish(ctx context.Context, subj string, b []byte, opts ...j
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &jetstream.PubAck{Stream: work.Stream, Sequence: uint64(j.calls.Load())}, nil
+	return &jetstream.PubAck{Stream: Stream, Sequence: uint64(j.calls.Load())}, nil
 }
 
 // A publish that is never answered (its request or ack was lost with the
@@ -211,7 +210,7 @@ func (j *silentJS) Publish(ctx context.Context, subj string, b []byte, opts ...j
 // context deadline exceeded" of TestWorkPublishAcrossElections).
 func TestWorkPublishRetriesUnansweredAttempt(t *testing.T) {
 	js := &silentJS{lose: 2}
-	w, err := newWorkPlanner("job-1", 1, 4, js, nil, "cfg", testLogger(t))
+	w, err := NewPlanner("job-1", 1, 4, js, nil, "cfg", testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"math"
@@ -9,8 +9,8 @@ import (
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
 
 // The gauges' formulas, one case per rule: the rates over the window and
-// their wait correction, the per-item seconds and workers, workers needed,
-// slack, and the step distance across epochs.
+// their wait correction, the per-item seconds and workers, workers needed
+// and slack (the step distance across epochs is serve's, TestStepsBetween).
 func TestAutoscaleFormulas(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -49,16 +49,16 @@ func TestAutoscaleFormulas(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		items []scaleItem
-		want  itemStats
+		want  ItemStats
 	}{
-		{"none", nil, itemStats{}},
+		{"none", nil, ItemStats{}},
 		{"two workers, the latest slots claim each", []scaleItem{{at(10), 0.1, "a", 1}, {at(11), 0.3, "b", 4}, {at(12), 0.2, "a", 2}},
-			itemStats{n: 3, secsPerItem: 0.2, workers: 2, slots: 6}},
-		{"old items leave the window", []scaleItem{{at(0), 9, "a", 1}, {at(15), 0.5, "b", 2}}, itemStats{n: 1, secsPerItem: 0.5, workers: 1, slots: 2}},
+			ItemStats{N: 3, SecsPerItem: 0.2, Workers: 2, Slots: 6}},
+		{"old items leave the window", []scaleItem{{at(0), 9, "a", 1}, {at(15), 0.5, "b", 2}}, ItemStats{N: 1, SecsPerItem: 0.5, Workers: 1, Slots: 2}},
 	} {
 		t.Run("items/"+tc.name, func(t *testing.T) {
 			got := windowItems(tc.items, at(15), w)
-			if got.n != tc.want.n || got.workers != tc.want.workers || got.slots != tc.want.slots || !near(got.secsPerItem, tc.want.secsPerItem) {
+			if got.N != tc.want.N || got.Workers != tc.want.Workers || got.Slots != tc.want.Slots || !near(got.SecsPerItem, tc.want.SecsPerItem) {
 				t.Errorf("windowItems = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -92,22 +92,6 @@ func TestAutoscaleFormulas(t *testing.T) {
 			t.Errorf("slackSeconds(%v, %v) = %v, %v; want %v, %v", tc.ready, tc.rate, got, ok, tc.want, tc.ok)
 		}
 	}
-
-	steps := func(e int) int { return map[int]int{0: 10, 1: 7, 2: 5}[e] }
-	for _, tc := range []struct {
-		p, q pos
-		want int
-	}{
-		{pos{0, 3}, pos{0, 8}, 5},
-		{pos{0, 8}, pos{1, 2}, 4},
-		{pos{0, 8}, pos{2, 1}, 10},
-		{pos{1, 2}, pos{0, 8}, 0},
-		{pos{1, 2}, pos{1, 2}, 0},
-	} {
-		if got := stepsBetween(tc.p, tc.q, steps); got != tc.want {
-			t.Errorf("stepsBetween(%v, %v) = %d, want %d", tc.p, tc.q, got, tc.want)
-		}
-	}
 }
 
 // The autoscaler's own rules: a reported wait is bounded by the time since
@@ -117,42 +101,41 @@ func TestAutoscaleFormulas(t *testing.T) {
 // finishes; a bad slots claim counts as one slot.
 func TestAutoscalerRules(t *testing.T) {
 	now := time.Unix(1000, 0)
-	a := newAutoscaler(2)
-	a.window = 10 * time.Second
+	a := NewAutoscaler(2, 10*time.Second)
 	a.now = func() time.Time { return now }
 	step := func(d time.Duration) { now = now.Add(d) }
 
-	a.waited(0, 0)
+	a.Waited(0, 0)
 	step(time.Second)
-	a.waited(0, 1e6) // a forged wait: at most the second since the last report
+	a.Waited(0, 1e6) // a forged wait: at most the second since the last report
 	if got := a.ranks[0].waits[1].v; !near(got, 1) {
 		t.Errorf("a wait of 1e6 s a second after the last report counts %v s, want 1", got)
 	}
-	a.waited(0, math.NaN())
+	a.Waited(0, math.NaN())
 	if n := len(a.ranks[0].waits); n != 2 {
 		t.Errorf("a NaN wait was recorded (%d waits)", n)
 	}
 
 	for range 5 { // rank 0: 2 steps/s; rank 1 the same
-		a.taken(0, 1)
-		a.taken(1, 1)
+		a.Taken(0, 1)
+		a.Taken(1, 1)
 		a.itemDone(0.25, "w1", 1<<20) // a bad slots claim: one slot
 		step(500 * time.Millisecond)
 	}
-	sn := a.snapshot([]float64{3, 3}, 1, 2)
+	sn := a.Snapshot([]float64{3, 3}, 1, 2)
 	// 2 ranks × 2 steps/s × 2 micro-batches; 8 items/s × 0.25 s ÷ 1 slot = 2 workers.
-	if !near(sn.consumption, 8) || !near(sn.demand, 8) || !sn.neededOK || !near(sn.needed, 2) || !sn.slackOK || !near(sn.slack, 1.5) {
+	if !near(sn.Consumption, 8) || !near(sn.Demand, 8) || !sn.NeededOK || !near(sn.Needed, 2) || !sn.SlackOK || !near(sn.Slack, 1.5) {
 		t.Errorf("steady: %+v; want consumption = demand = 8, needed 2, slack 1.5", sn)
 	}
 	step(20 * time.Second) // nothing in the window any more
-	sn = a.snapshot([]float64{0, 4}, 1, 2)
-	if !near(sn.demand, 4) || !near(sn.consumption, 0) {
-		t.Errorf("rank 0 starving, rank 1 idle: demand %v, consumption %v; want 4 (rank 0's held), 0", sn.demand, sn.consumption)
+	sn = a.Snapshot([]float64{0, 4}, 1, 2)
+	if !near(sn.Demand, 4) || !near(sn.Consumption, 0) {
+		t.Errorf("rank 0 starving, rank 1 idle: demand %v, consumption %v; want 4 (rank 0's held), 0", sn.Demand, sn.Consumption)
 	}
-	if !sn.neededOK || !near(sn.needed, 1) || sn.items.n != 5 {
-		t.Errorf("no item in the window: needed %v (ok %v), items %+v; want the last window's statistics held: 1", sn.needed, sn.neededOK, sn.items)
+	if !sn.NeededOK || !near(sn.Needed, 1) || sn.Items.N != 5 {
+		t.Errorf("no item in the window: needed %v (ok %v), items %+v; want the last window's statistics held: 1", sn.Needed, sn.NeededOK, sn.Items)
 	}
-	if !sn.slackOK || !near(sn.slack, 0) {
-		t.Errorf("slack %v (ok %v), want 0: rank 0 waits now", sn.slack, sn.slackOK)
+	if !sn.SlackOK || !near(sn.Slack, 0) {
+		t.Errorf("slack %v (ok %v), want 0: rank 0 waits now", sn.Slack, sn.SlackOK)
 	}
 }

@@ -1,4 +1,4 @@
-package serve
+package work
 
 import (
 	"cmp"
@@ -16,7 +16,6 @@ import (
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,7 +56,7 @@ type ShardWorkers struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	qkv  jetstream.KeyValue
-	work *workPlanner
+	work *Planner
 	subs []*nats.Subscription
 	// failed are the samples the workers returned with weight 0 though
 	// planned (their quarantine records are in qkv).
@@ -70,7 +69,7 @@ type ShardWorkers struct {
 // input at the same path.
 func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Prepared) (_ *ShardWorkers, err error) {
 	if !cfg.NATS.External() {
-		return nil, fmt.Errorf("serve: shard workers need a NATS URL: %w", ErrInvalidConfig)
+		return nil, fmt.Errorf("serve: shard workers need a NATS URL: %w", natsenv.ErrInvalidConfig)
 	}
 	if cfg.NATS.ReconnectWait <= 0 {
 		cfg.NATS.ReconnectWait = 250 * time.Millisecond
@@ -100,32 +99,32 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if sw.js, err = jetstream.New(sw.nc); err != nil {
 		return nil, fmt.Errorf("serve: jetstream: %w", err)
 	}
-	wc, tok, err := work.NewConfig(prep.Config)
+	wc, tok, err := NewConfig(prep.Config)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := work.EnsureQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
+	if _, err := EnsureQueue(sctx, sw.js, cfg.Replicas, cfg.AckWait); err != nil {
 		return nil, err
 	}
-	hash, err := work.EnsureBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
+	hash, err := EnsureBucket(sctx, sw.js, cfg.Job, cfg.Replicas, wc, tok)
 	if err != nil {
 		return nil, err
 	}
-	if sw.qkv, err = openQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
+	if sw.qkv, err = OpenQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
 		return nil, fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
-	if sw.work, err = newWorkPlanner(cfg.Job, 1, cfg.Ahead, sw.js, sw.nc, hash, sw.log); err != nil {
+	if sw.work, err = NewPlanner(cfg.Job, 1, cfg.Ahead, sw.js, sw.nc, hash, sw.log); err != nil {
 		return nil, err
 	}
-	if err := sw.work.reset(sctx); err != nil {
+	if err := sw.work.Reset(sctx); err != nil {
 		return nil, err
 	}
-	if sw.subs, err = sw.work.subscribe(); err != nil {
+	if sw.subs, err = sw.work.Subscribe(); err != nil {
 		return nil, err
 	}
-	sw.log.Debug("shard: batch items go to the work queue", "stream", work.Stream, "job", cfg.Job, "config", hash)
+	sw.log.Debug("shard: batch items go to the work queue", "stream", Stream, "job", cfg.Job, "config", hash)
 	return sw, nil
 }
 
@@ -135,17 +134,17 @@ func (sw *ShardWorkers) Job() string { return sw.cfg.Job }
 // Run issues the plan's batch items and emits its steps' rows in plan order
 // as the workers deliver them (pipeline.StepSource).
 func (sw *ShardWorkers) Run(ctx context.Context, plan *balancer.Plan, emit func(pipeline.StepBatch) error) error {
-	src := itemSource{feats: &sw.prep.Features, epoch: plan.Config.Epoch, meta: sw.meta(plan), img: sw.prep.Config.Image}
+	src := ItemSource{Features: &sw.prep.Features, Epoch: plan.Config.Epoch, Meta: sw.meta(plan), Image: sw.prep.Config.Image}
 	all := func(int) bool { return true }
 	issued := 0
 	for k, st := range plan.Steps {
 		for ; issued < len(plan.Steps) && issued <= k+sw.cfg.Ahead; issued++ {
-			if err := sw.work.issueStepOf(ctx, src, plan, plan.Steps[issued], all, false); err != nil {
+			if err := sw.work.IssueStep(ctx, src, plan, plan.Steps[issued], all, false); err != nil {
 				return err
 			}
 		}
-		sb, err := sw.collect(ctx, src.epoch, st)
-		sw.work.forgetStep(src.epoch, st.Index)
+		sb, err := sw.collect(ctx, src.Epoch, st)
+		sw.work.ForgetStep(src.Epoch, st.Index)
 		if err != nil {
 			return err
 		}
@@ -173,7 +172,7 @@ func (sw *ShardWorkers) collect(ctx context.Context, epoch int, st balancer.Step
 	for dp, mbs := range st.Ranks {
 		sb.Rows[dp] = make([][]proto.Row, len(mbs))
 		for mb, entries := range mbs {
-			p, err := sw.work.wait(ctx, work.Key{Epoch: epoch, Step: st.Index, DP: dp, MicroBatch: mb}, 0)
+			p, err := sw.work.Wait(ctx, Key{Epoch: epoch, Step: st.Index, DP: dp, MicroBatch: mb}, 0)
 			if err != nil {
 				return sb, err
 			}
@@ -211,7 +210,7 @@ func decodeRows(mem memory.Allocator, p []byte) ([]proto.Row, error) {
 // found itself).
 func (sw *ShardWorkers) importQuarantine(ctx context.Context) error {
 	for id := range sw.failed {
-		e, err := sw.qkv.Get(ctx, work.QuarantineKey(id, ""))
+		e, err := sw.qkv.Get(ctx, QuarantineKey(id, ""))
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				sw.log.Warn("shard: a worker failed a sample without a quarantine record", "id", id)
@@ -240,12 +239,12 @@ func (sw *ShardWorkers) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if sw.work != nil {
-			errs = append(errs, sw.work.reset(ctx))
+			errs = append(errs, sw.work.Reset(ctx))
 		}
-		if err := sw.js.DeleteObjectStore(ctx, work.Bucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err := sw.js.DeleteObjectStore(ctx, Bucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			errs = append(errs, fmt.Errorf("serve: delete work bucket: %w", err))
 		}
-		if err := sw.js.DeleteKeyValue(ctx, QuarantineBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err := sw.js.DeleteKeyValue(ctx, natsenv.QuarantineBucket(sw.cfg.Job)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			errs = append(errs, fmt.Errorf("serve: delete quarantine bucket: %w", err))
 		}
 	}

@@ -1,0 +1,207 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/work"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The planner role's glue to package work (work.Planner): the epochs it
+// serves become work items and the workers' payloads the ranks' batches.
+// Everything here needs the Service; what the planner owns (its slots,
+// counters, cost model and autoscaling observations) is read through its
+// methods, never under its lock. Its gauges and counters are in
+// workmetrics.go.
+
+// runEpochRemote is runEpoch for the planner role: the steps' rows are built
+// by workers. It issues the items of the next WorkAhead steps ahead of the
+// one it queues, and queues each rank's payloads in plan order as the
+// workers deliver them, whatever order they finish in.
+func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan outMsg) error {
+	ep, err := s.epoch(gctx, e)
+	if err != nil {
+		return err
+	}
+	if from >= ep.info.Steps {
+		return nil
+	}
+	defer s.work.LogTally(e)
+	plan := ep.planFrom(from)
+	// have returns whether the plan's step j is planned, waiting for it
+	// (ctx-bound) when wait is set; plan then holds it.
+	have := func(j int, wait bool) (bool, error) {
+		if j < len(plan.Steps) || from+j >= ep.info.Steps {
+			return j < len(plan.Steps), nil
+		}
+		if wait {
+			if err := ep.prog.wait(gctx, from+j+1); err != nil {
+				return false, err
+			}
+		}
+		plan = ep.planFrom(from)
+		return j < len(plan.Steps), nil
+	}
+	want := func(step int) func(int) bool {
+		here := pos{e, step}
+		return func(dp int) bool {
+			for mp := range s.cfg.MP {
+				if !here.less(s.epochs.norm(next[dp*s.cfg.MP+mp])) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	src := s.itemSource(ep)
+	issued, t0 := 0, time.Now()
+	for k := range ep.info.Steps - from {
+		for ; issued <= k+s.work.Ahead(); issued++ {
+			if ok, err := have(issued, issued == k); err != nil {
+				return err
+			} else if !ok {
+				break // issued when planned
+			}
+			if err := s.work.IssueStep(gctx, src, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
+				return err
+			}
+		}
+		for j := issued; j < min(len(plan.Steps), issued+s.work.Ahead()); j++ { // heavy items start early
+			if err := s.work.IssueStep(gctx, src, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
+				return err
+			}
+		}
+		st := plan.Steps[k]
+		if err := s.work.ReissueRejected(gctx); err != nil {
+			return err
+		}
+		sb := plannedStep(ep, st)
+		wait := time.Now()
+		err := s.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
+			return s.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
+		})
+		s.met.stage(stagePreprocess, time.Since(wait))
+		s.work.ForgetStep(e, st.Index)
+		if err != nil {
+			return err
+		}
+		if s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
+			s.epochs.planAhead(ctx, e+1, s.log)
+		}
+	}
+	return nil
+}
+
+// plannedStep is a step's rows as planned (ids and weights, no tensors):
+// what the live report counts.
+func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
+	f := ep.prep.Features
+	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
+	for r, mbs := range st.Ranks {
+		sb.Rows[r] = make([][]proto.Row, len(mbs))
+		for m, mb := range mbs {
+			rows := make([]proto.Row, len(mb))
+			for i, e := range mb {
+				rows[i] = proto.Row{ID: f.ID(int(e.Item)), Weight: e.Weight}
+			}
+			sb.Rows[r][m] = rows
+		}
+	}
+	return sb
+}
+
+// deliverRank queues rank r's micro-batches of a step as the workers
+// deliver them.
+func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+	dp, mp := r/s.cfg.MP, r%s.cfg.MP
+	for mb, rows := range sb.Rows[dp] {
+		payload, err := s.work.Wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
+		if err != nil {
+			return err
+		}
+		stepBytes.Add(int64(len(payload)))
+		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
+		m := outMsg{key: key, gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
+		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupWork creates the work queue and the job's work bucket (with the
+// preprocessing config and tokenizer), and subscribes to the results.
+func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	wc, tok, err := work.NewConfig(s.cfg.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := work.EnsureQueue(ctx, s.js, s.cfg.Replicas, s.cfg.WorkAckWait); err != nil {
+		return nil, err
+	}
+	hash, err := work.EnsureBucket(ctx, s.js, s.cfg.Job, s.cfg.Replicas, wc, tok)
+	if err != nil {
+		return nil, err
+	}
+	if s.work, err = work.NewPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
+		return nil, err
+	}
+	s.work.GuardReplies(s.workReplyOK("result"))
+	if err := s.registerWork(); err != nil {
+		return nil, err
+	}
+	if err := s.registerScale(); err != nil {
+		return nil, fmt.Errorf("serve: metrics: %w", err)
+	}
+	s.cfg.Pipeline.Features = s.work.Features
+	s.log.Info("planner: feature and batch items go to the work queue", "stream", work.Stream, "config", hash,
+		"local_workers", s.cfg.LocalWorkers)
+	return s.work.Subscribe()
+}
+
+// itemSource is the served epoch ep as a work.ItemSource.
+func (s *Service) itemSource(ep *epochPlan) work.ItemSource {
+	return work.ItemSource{Features: &ep.prep.Features, Epoch: ep.info.Epoch, Image: s.cfg.Pipeline.Image,
+		Meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
+}
+
+// setupFeatureCache makes the job's dataset (every role) read and fill
+// the feature cache, and counts it on /metrics. Call it once, before the
+// first epoch is prepared.
+func (s *Service) setupFeatureCache() error {
+	c := work.NewFeatureCache(s.js, s.cfg.Replicas, s.log)
+	for result, n := range map[string]func() int64{"hit": c.Hits, "miss": c.Misses} {
+		if err := s.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmfeed_serve_feature_cache_total",
+			Help: "Feature passes read from the feature cache (hit) and computed (miss), by dataset fingerprint.", ConstLabels: prometheus.Labels{"result": result}},
+			func() float64 { return float64(n()) })); err != nil {
+			return fmt.Errorf("serve: metrics: %w", err)
+		}
+	}
+	s.cfg.Pipeline.FeatureCache = c
+	return nil
+}
+
+// featureCache is the service's feature cache (nil before
+// setupFeatureCache).
+func (s *Service) featureCache() *work.FeatureCache {
+	c, _ := s.cfg.Pipeline.FeatureCache.(*work.FeatureCache)
+	return c
+}
+
+// WorkTimes returns the planner's predicted against measured item times
+// over the job so far (zero with role all).
+func (s *Service) WorkTimes() work.Times {
+	if s.work == nil {
+		return work.Times{}
+	}
+	return s.work.Times()
+}
