@@ -13,16 +13,12 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
-	"github.com/mmfeed/mmfeed/proto"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // leaseKey is the leader's key in the lease bucket.
-const leaseKey = "leader"
-
-// LeaseBucket returns the KV bucket of a job's leadership lease:
-// mmfeed_<job>_lease, whose age limit is the lease TTL.
-func LeaseBucket(job string) string { return proto.BucketName(job) + "_lease" }
+const leaseKey = natsenv.LeaseKey
 
 // lease is the leadership of one job: the key "leader" in a KV bucket whose
 // entries expire after the TTL. The holder renews it every TTL/4 with a
@@ -52,9 +48,9 @@ type lease struct {
 }
 
 func openLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(job, ttl, replicas))
+	kv, err := js.CreateOrUpdateKeyValue(ctx, natsenv.LeaseBucketConfig(job, ttl, replicas))
 	if err != nil {
-		return nil, fmt.Errorf("serve: lease bucket %s: %w", LeaseBucket(job), err)
+		return nil, fmt.Errorf("serve: lease bucket %s: %w", natsenv.LeaseBucket(job), err)
 	}
 	host, _ := os.Hostname()
 	var b [6]byte

@@ -398,12 +398,12 @@ func (s *Service) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c := s.cfg
-	kv, err := proto.EnsureKV(ctx, s.js, c.Job, c.StreamMemory, c.Replicas)
+	kv, err := c.assets().EnsureState(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.st = state{guardedKV{KeyValue: kv, fence: s.fence, stored: s.stored}}
-	qkv, err := openQuarantineKV(ctx, s.js, c.Job, c.Replicas)
+	qkv, err := c.assets().EnsureQuarantine(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
@@ -419,15 +419,12 @@ func (s *Service) setup(ctx context.Context) error {
 		}
 		return s.restore(ctx)
 	}
-	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
+	s.stream, err = c.assets().EnsureStream(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	for r := range c.ranks() {
-		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
-		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
-		if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		if _, err := c.assets().EnsureConsumer(ctx, s.js, r/c.MP, r%c.MP); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}

@@ -113,7 +113,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if err != nil {
 		return nil, err
 	}
-	if sw.qkv, err = openQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
+	if sw.qkv, err = (natsenv.Assets{Job: cfg.Job, Replicas: cfg.Replicas}).EnsureQuarantine(sctx, sw.js); err != nil {
 		return nil, fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	if sw.work, err = newWorkPlanner(cfg.Job, 1, cfg.Ahead, sw.js, sw.nc, hash, sw.log); err != nil {
