@@ -130,6 +130,27 @@ func escalate(log *slog.Logger, what string, n int, lasted, stuck time.Duration,
 	log.Log(context.Background(), level, what, "failures", n, "for", lasted.Round(time.Millisecond), "err", err)
 }
 
+// storageCause is StorageCause for the service's embedded server
+// (none with an external deployment) and its data directory.
+func (s *Service) storageCause(err error) error {
+	return StorageCause(s.ns, s.cfg.NATS.DataDir, err)
+}
+
+// stored records a state write's outcome for /healthz and the log (the
+// first failure of a streak and every power of two after it), and returns
+// err with its storage cause named.
+func (s *Service) stored(err error) error {
+	if IsKeyAnswer(err) {
+		return err // an answer about the key, not a failed write
+	}
+	err = s.storageCause(err)
+	if n, lasted := s.health.wrote(err, time.Now()); n > 0 {
+		s.met.stateWriteFailures.Inc()
+		escalate(s.log, "job state write failed", n, lasted, s.cfg.StuckAfter, err)
+	}
+	return err
+}
+
 // watchAssets checks the job's JetStream assets every AssetCheck: the KV
 // bucket, the quarantine bucket, the lease bucket and, on the JetStream data plane, the
 // stream and every rank's consumer. A lost asset is recreated (and its

@@ -250,7 +250,7 @@ func TestLostLeaseBucketRecreated(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := kv.Get(ctx, leaseKey); err != nil {
+		if _, err := kv.Get(ctx, natsenv.LeaseKey); err != nil {
 			return errorf("lease key: %v", err)
 		}
 		return nil

@@ -244,7 +244,7 @@ func TestLeaseTakenDuringAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	taken, err := kv.Put(ctx, leaseKey, []byte("another-service"))
+	taken, err := kv.Put(ctx, natsenv.LeaseKey, []byte("another-service"))
 	if err != nil {
 		t.Fatal(err)
 	}
