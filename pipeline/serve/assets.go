@@ -130,17 +130,17 @@ func escalate(log *slog.Logger, what string, n int, lasted, stuck time.Duration,
 	log.Log(context.Background(), level, what, "failures", n, "for", lasted.Round(time.Millisecond), "err", err)
 }
 
-// storageCause is StorageCause for the service's embedded server
+// storageCause is natsenv.StorageCause for the service's embedded server
 // (none with an external deployment) and its data directory.
 func (s *Service) storageCause(err error) error {
-	return StorageCause(s.ns, s.cfg.NATS.DataDir, err)
+	return natsenv.StorageCause(s.ns, s.cfg.NATS.DataDir, err)
 }
 
 // stored records a state write's outcome for /healthz and the log (the
 // first failure of a streak and every power of two after it), and returns
 // err with its storage cause named.
 func (s *Service) stored(err error) error {
-	if IsKeyAnswer(err) {
+	if natsenv.IsKeyAnswer(err) {
 		return err // an answer about the key, not a failed write
 	}
 	err = s.storageCause(err)

@@ -43,7 +43,7 @@ type Service struct {
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
 	live      *live                       // the live report (live.go)
 	health    health                      // what /healthz reports beyond the connection
-	fence     func(context.Context) error // the lease's Await before every state write (Guard)
+	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
 	// streamSnap is the last polled stream state (JetStream data plane).
 	streamSnap atomic.Pointer[streamSnapshot]
 	// resize is a dp change accepted at start (resize.go); nil when none.
@@ -155,7 +155,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.stopNATS()
 	defer s.tasks.close() // after the handlers are unsubscribed, before NATS stops
-	ls, err := OpenLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
+	ls, err := natsenv.OpenLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 // finishes or a part fails, then records the positions the last acks moved.
 // When the data subscriptions or the HTTP listener fail, the parts already
 // started are stopped and waited for before it returns.
-func (s *Service) supervise(ctx context.Context, ls *Lease, ro *reportOut, subs *subscriptions) error {
+func (s *Service) supervise(ctx context.Context, ls *natsenv.Lease, ro *reportOut, subs *subscriptions) error {
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(pctx)
@@ -255,7 +255,7 @@ func (s *Service) supervise(ctx context.Context, ls *Lease, ro *reportOut, subs 
 // startParts starts the lease renewal, the local workers, the progress
 // log, the positions log, the report writer, the asset watch and the
 // stream poll in g.
-func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *Lease, ro *reportOut) {
+func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsenv.Lease, ro *reportOut) {
 	g.Go(func() error { return ls.Hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
@@ -402,7 +402,7 @@ func (s *Service) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s.st = state{Guard(kv, s.fence, s.stored)}
+	s.st = state{natsenv.Guard(kv, s.fence, s.stored)}
 	qkv, err := c.assets().EnsureQuarantine(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)

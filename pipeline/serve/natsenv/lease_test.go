@@ -1,4 +1,4 @@
-package serve
+package natsenv
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,7 +74,7 @@ func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
 	if err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lost, err := a.kv.Update(ctx, natsenv.LeaseKey, []byte(a.id), a.rev) // applied; a never hears of it
+	lost, err := a.kv.Update(ctx, LeaseKey, []byte(a.id), a.rev) // applied; a never hears of it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +90,7 @@ func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.kv.Update(ctx, natsenv.LeaseKey, []byte(b.id), a.rev); err != nil {
+	if _, err := a.kv.Update(ctx, LeaseKey, []byte(b.id), a.rev); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {

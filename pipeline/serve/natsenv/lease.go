@@ -1,4 +1,4 @@
-package serve
+package natsenv
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -49,9 +48,9 @@ type Lease struct {
 // and returns this process's lease of the job under a fresh id (host, pid
 // and a random suffix); it holds nothing until Acquire.
 func OpenLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*Lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, natsenv.LeaseBucketConfig(job, ttl, replicas))
+	kv, err := js.CreateOrUpdateKeyValue(ctx, LeaseBucketConfig(job, ttl, replicas))
 	if err != nil {
-		return nil, fmt.Errorf("serve: lease bucket %s: %w", natsenv.LeaseBucket(job), err)
+		return nil, fmt.Errorf("serve: lease bucket %s: %w", LeaseBucket(job), err)
 	}
 	host, _ := os.Hostname()
 	var b [6]byte
@@ -103,7 +102,7 @@ func (l *Lease) Await(ctx context.Context) error {
 func (l *Lease) Acquire(ctx context.Context) error {
 	waiting := false
 	for {
-		rev, err := l.kv.Create(ctx, natsenv.LeaseKey, []byte(l.id))
+		rev, err := l.kv.Create(ctx, LeaseKey, []byte(l.id))
 		if err == nil {
 			l.held(rev)
 			if waiting {
@@ -116,7 +115,7 @@ func (l *Lease) Acquire(ctx context.Context) error {
 		}
 		if !waiting {
 			holder := "?"
-			if e, err := l.kv.Get(ctx, natsenv.LeaseKey); err == nil {
+			if e, err := l.kv.Get(ctx, LeaseKey); err == nil {
 				holder = string(e.Value())
 			}
 			l.log.Info("standing by: another service leads the job", "leader", holder, "ttl", l.ttl)
@@ -191,7 +190,7 @@ func (l *Lease) retake(ctx context.Context) (uint64, error) {
 	if last != l.rev {
 		return 0, fmt.Errorf("serve: the lease bucket was written since this service's last renewal (sequence %d, ours %d): %w", last, l.rev, ErrLeaseLost)
 	}
-	rev, err := l.kv.Create(ctx, natsenv.LeaseKey, []byte(l.id))
+	rev, err := l.kv.Create(ctx, LeaseKey, []byte(l.id))
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, fmt.Errorf("serve: another service took the lease during the outage: %w", ErrLeaseLost)
 	}
@@ -208,17 +207,17 @@ func (l *Lease) retake(ctx context.Context) (uint64, error) {
 // the lease then (it would have written its own id), so renew at the key's
 // revision.
 func (l *Lease) renew(ctx context.Context) (uint64, error) {
-	rev, err := l.kv.Update(ctx, natsenv.LeaseKey, []byte(l.id), l.rev)
+	rev, err := l.kv.Update(ctx, LeaseKey, []byte(l.id), l.rev)
 	if err == nil || !isWrongRevision(err) {
 		return rev, err
 	}
-	e, gerr := l.kv.Get(ctx, natsenv.LeaseKey)
+	e, gerr := l.kv.Get(ctx, LeaseKey)
 	if gerr != nil || string(e.Value()) != l.id {
 		return 0, err
 	}
 	l.log.Info("lease: renewing at the key's revision (an earlier renewal's answer was lost, or the server restarted)",
 		"revision", e.Revision(), "expected", l.rev)
-	return l.kv.Update(ctx, natsenv.LeaseKey, []byte(l.id), e.Revision())
+	return l.kv.Update(ctx, LeaseKey, []byte(l.id), e.Revision())
 }
 
 // reclaim creates the key again when it vanished while this service held
@@ -231,7 +230,7 @@ func (l *Lease) reclaim(ctx context.Context, since time.Duration) bool {
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
 	defer cancel()
-	rev, err := l.kv.Create(rctx, natsenv.LeaseKey, []byte(l.id))
+	rev, err := l.kv.Create(rctx, LeaseKey, []byte(l.id))
 	if err != nil {
 		return false
 	}
@@ -254,7 +253,7 @@ func (l *Lease) Release() {
 	l.released.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := l.kv.Delete(ctx, natsenv.LeaseKey, jetstream.LastRevision(l.rev)); err != nil && !isWrongRevision(err) {
+	if err := l.kv.Delete(ctx, LeaseKey, jetstream.LastRevision(l.rev)); err != nil && !isWrongRevision(err) {
 		l.log.Warn("lease release", "err", err)
 	}
 }
