@@ -263,7 +263,7 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	}
 	if _, err := s.js.KeyValue(ctx, natsenv.LeaseBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Empty: the lease's next renewal finds its key gone and creates it
-		// again (lease.reclaim).
+		// again (natsenv.Lease's reclaim).
 		if err := s.recreate("lease bucket "+natsenv.LeaseBucket(c.Job), func() error {
 			if _, err := c.assets().EnsureLease(ctx, s.js); err != nil {
 				return fmt.Errorf("recreate lease bucket: %w", err)

@@ -47,15 +47,16 @@ func (a Assets) EnsureQuarantine(ctx context.Context, js jetstream.JetStream) (j
 		History:     1, Storage: jetstream.FileStorage, Replicas: max(a.Replicas, 1)})
 }
 
-// EnsureLease creates or updates the job's lease bucket (LeaseBucketConfig).
+// EnsureLease creates or updates the job's lease bucket, as OpenLease
+// does: the service recreates it empty when it was lost, and the lease's
+// next renewal creates its key again.
 func (a Assets) EnsureLease(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	return js.CreateOrUpdateKeyValue(ctx, LeaseBucketConfig(a.Job, a.LeaseTTL, a.Replicas))
+	return js.CreateOrUpdateKeyValue(ctx, leaseBucketConfig(a.Job, a.LeaseTTL, a.Replicas))
 }
 
-// LeaseBucketConfig is the lease bucket's configuration (OpenLease creates
-// the bucket, the service recreates it when lost): one entry, which expires
-// after the TTL.
-func LeaseBucketConfig(job string, ttl time.Duration, replicas int) jetstream.KeyValueConfig {
+// leaseBucketConfig is the lease bucket's configuration (OpenLease and
+// EnsureLease): one entry, which expires after the TTL.
+func leaseBucketConfig(job string, ttl time.Duration, replicas int) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: LeaseBucket(job), Description: "mmfeed leadership of job " + job,
 		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}
 }

@@ -12,12 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// guardedKV is the job's state bucket as the service writes it. Every write
-// first passes fence (the lease's await: nothing is written under a lease
-// the service may no longer hold; a fenced write waits for the lease or its
-// context) and then reports its outcome to stored, which
-// names a storage cause (a full disk) and keeps /healthz's state; reads pass
-// through. Safe for concurrent use.
+// guardedKV is the job's state bucket as the service writes it (Guard).
+// Every write first passes fence (the lease's Await: nothing is written
+// under a lease the service may no longer hold; a fenced write waits for
+// the lease or its context) and then reports its outcome to stored, which
+// for the service names a storage cause (a full disk, StorageCause) and
+// keeps /healthz's state; Put and Delete are sent again in attempts of
+// kvAttempt (again); reads pass through. Safe for concurrent use.
 type guardedKV struct {
 	jetstream.KeyValue
 	fence  func(context.Context) error

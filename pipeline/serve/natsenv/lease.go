@@ -44,11 +44,11 @@ type Lease struct {
 	now      func() time.Time
 }
 
-// OpenLease creates or updates the job's lease bucket (LeaseBucketConfig)
+// OpenLease creates or updates the job's lease bucket (LeaseBucket)
 // and returns this process's lease of the job under a fresh id (host, pid
 // and a random suffix); it holds nothing until Acquire.
 func OpenLease(ctx context.Context, js jetstream.JetStream, job string, ttl time.Duration, replicas int, log *slog.Logger) (*Lease, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, LeaseBucketConfig(job, ttl, replicas))
+	kv, err := js.CreateOrUpdateKeyValue(ctx, leaseBucketConfig(job, ttl, replicas))
 	if err != nil {
 		return nil, fmt.Errorf("serve: lease bucket %s: %w", LeaseBucket(job), err)
 	}
@@ -223,7 +223,8 @@ func (l *Lease) renew(ctx context.Context) (uint64, error) {
 // reclaim creates the key again when it vanished while this service held
 // it: renewed less than 3/4 of the TTL ago, so it cannot have expired and
 // no standby can hold it; its bucket was deleted and recreated empty
-// (checkAssets). True when this service holds the lease again.
+// (Assets.EnsureLease, from the service's asset check). True when this
+// service holds the lease again.
 func (l *Lease) reclaim(ctx context.Context, since time.Duration) bool {
 	if since > 3*l.ttl/4 {
 		return false
