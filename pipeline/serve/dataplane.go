@@ -373,9 +373,7 @@ func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
 		}
 		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
 	}
-	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
-	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
-	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+	if _, err := s.cfg.assets().EnsureConsumer(ctx, s.js, dp, mp); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
