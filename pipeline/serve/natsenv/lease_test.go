@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,8 +162,9 @@ func TestFencedLeaseRefusesStateWrites(t *testing.T) {
 	if _, err := g.Put(ctx, "k", []byte("1")); err != nil {
 		t.Fatalf("write under a held lease: %v", err)
 	}
-	later := time.Now().Add(ttl)
-	l.now = func() time.Time { return later } // no renewal for a whole TTL
+	var skew atomic.Int64 // how far the lease's clock is ahead; read by the fenced writes' Await
+	l.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	skew.Store(int64(ttl)) // no renewal for a whole TTL
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer wcancel()
 	writes := map[string]func() error{
@@ -189,7 +191,7 @@ func TestFencedLeaseRefusesStateWrites(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := g.Put(ctx, "k", []byte("3")); done <- err }() // waits for the lease
 	time.Sleep(100 * time.Millisecond)
-	l.now = time.Now
+	skew.Store(0)
 	l.held(l.rev)
 	if err := <-done; err != nil {
 		t.Fatalf("a fenced write once the lease is held again: %v", err)
