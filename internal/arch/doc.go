@@ -6,6 +6,10 @@
 // below. A package missing from the table fails the test, so a new
 // package declares its rules when it is added.
 //
+// JetStream assets (natsenv_test.go): package serve creates no KV bucket,
+// stream or consumer itself (natsenv.Assets declares them), and only
+// natsenv's lease names the lease key.
+//
 // Size limits (size_test.go): no non-test Go file of the module over 600
 // lines, no function over 80 (longFuncs names any exception, and only
 // shrinks), and image policies compared with

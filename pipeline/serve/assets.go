@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/work"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -130,6 +130,27 @@ func escalate(log *slog.Logger, what string, n int, lasted, stuck time.Duration,
 	log.Log(context.Background(), level, what, "failures", n, "for", lasted.Round(time.Millisecond), "err", err)
 }
 
+// storageCause is natsenv.StorageCause for the service's embedded server
+// (none with an external deployment) and its data directory.
+func (s *Service) storageCause(err error) error {
+	return natsenv.StorageCause(s.ns, s.cfg.NATS.DataDir, err)
+}
+
+// stored records a state write's outcome for /healthz and the log (the
+// first failure of a streak and every power of two after it), and returns
+// err with its storage cause named.
+func (s *Service) stored(err error) error {
+	if natsenv.IsKeyAnswer(err) {
+		return err // an answer about the key, not a failed write
+	}
+	err = s.storageCause(err)
+	if n, lasted := s.health.wrote(err, time.Now()); n > 0 {
+		s.met.stateWriteFailures.Inc()
+		escalate(s.log, "job state write failed", n, lasted, s.cfg.StuckAfter, err)
+	}
+	return err
+}
+
 // watchAssets checks the job's JetStream assets every AssetCheck: the KV
 // bucket, the quarantine bucket, the lease bucket and, on the JetStream data plane, the
 // stream and every rank's consumer. A lost asset is recreated (and its
@@ -230,7 +251,7 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	}
 	if _, err := s.js.KeyValue(ctx, QuarantineBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
 		if err := s.recreate("quarantine bucket", func() error {
-			if _, err := work.OpenQuarantineKV(ctx, s.js, c.Job, c.Replicas); err != nil {
+			if _, err := c.assets().EnsureQuarantine(ctx, s.js); err != nil {
 				return fmt.Errorf("recreate quarantine bucket: %w", err)
 			}
 			return nil
@@ -240,11 +261,11 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("quarantine bucket: %w", err)
 	}
-	if _, err := s.js.KeyValue(ctx, LeaseBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
+	if _, err := s.js.KeyValue(ctx, natsenv.LeaseBucket(c.Job)); errors.Is(err, jetstream.ErrBucketNotFound) {
 		// Empty: the lease's next renewal finds its key gone and creates it
-		// again (lease.reclaim).
-		if err := s.recreate("lease bucket "+LeaseBucket(c.Job), func() error {
-			if _, err := s.js.CreateOrUpdateKeyValue(ctx, leaseKVConfig(c.Job, c.LeaseTTL, c.Replicas)); err != nil {
+		// again (natsenv.Lease's reclaim).
+		if err := s.recreate("lease bucket "+natsenv.LeaseBucket(c.Job), func() error {
+			if _, err := c.assets().EnsureLease(ctx, s.js); err != nil {
 				return fmt.Errorf("recreate lease bucket: %w", err)
 			}
 			return nil
@@ -279,11 +300,10 @@ func (s *Service) checkStreamAssets(ctx context.Context) error {
 	return nil
 }
 
-// leaseKVConfig is the lease bucket's configuration (openLease creates the
-// bucket, checkAssets recreates it): one entry, which expires after the TTL.
-func leaseKVConfig(job string, ttl time.Duration, replicas int) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{Bucket: LeaseBucket(job), Description: "mmfeed leadership of job " + job,
-		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)}
+// assets are the job's JetStream assets as c declares them.
+func (c Config) assets() natsenv.Assets {
+	return natsenv.Assets{Job: c.Job, Memory: c.StreamMemory, Replicas: c.Replicas, LeaseTTL: c.LeaseTTL,
+		StreamMaxBytes: c.StreamMaxBytes, Duplicates: c.Duplicates, MaxAckPending: c.MaxAckPending, AckWait: c.AckWait}
 }
 
 // recreate logs that asset is lost, runs do to recreate it, and counts the
@@ -299,9 +319,7 @@ func (s *Service) recreate(asset string, do func() error) error {
 }
 
 func (s *Service) ensureConsumer(ctx context.Context, r int) error {
-	cc := proto.DefaultConsumerConfig(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP)
-	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
-	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+	if _, err := s.cfg.assets().EnsureConsumer(ctx, s.js, r/s.cfg.MP, r%s.cfg.MP); err != nil {
 		return fmt.Errorf("recreate consumer: %w", err)
 	}
 	return nil
@@ -311,7 +329,7 @@ func (s *Service) ensureConsumer(ctx context.Context, r int) error {
 // service holds: the job record, the planned epochs, each rank's
 // generation, acknowledged step and handed step.
 func (s *Service) recreateState(ctx context.Context) error {
-	if _, err := proto.EnsureKV(ctx, s.js, s.cfg.Job, s.cfg.StreamMemory, s.cfg.Replicas); err != nil {
+	if _, err := s.cfg.assets().EnsureState(ctx, s.js); err != nil {
 		return fmt.Errorf("recreate kv bucket: %w", err)
 	}
 	if err := s.checkJob(ctx); err != nil {
@@ -348,8 +366,7 @@ func (s *Service) recreateState(ctx context.Context) error {
 // are published again (a new generation), so none is lost.
 func (s *Service) recreateStream(ctx context.Context) error {
 	c := s.cfg
-	if _, err := proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas}); err != nil {
+	if _, err := c.assets().EnsureStream(ctx, s.js); err != nil {
 		return fmt.Errorf("recreate stream: %w", err)
 	}
 	for r := range c.ranks() {

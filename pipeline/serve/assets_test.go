@@ -236,7 +236,7 @@ func TestLostLeaseBucketRecreated(t *testing.T) {
 	_, js := testnats.Connect(t, r.s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := js.DeleteKeyValue(ctx, LeaseBucket(cfg.Job)); err != nil {
+	if err := js.DeleteKeyValue(ctx, natsenv.LeaseBucket(cfg.Job)); err != nil {
 		t.Fatal(err)
 	}
 	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
@@ -246,11 +246,11 @@ func TestLostLeaseBucketRecreated(t *testing.T) {
 		return nil
 	})
 	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		kv, err := js.KeyValue(ctx, LeaseBucket(cfg.Job))
+		kv, err := js.KeyValue(ctx, natsenv.LeaseBucket(cfg.Job))
 		if err != nil {
 			return err
 		}
-		if _, err := kv.Get(ctx, leaseKey); err != nil {
+		if _, err := kv.Get(ctx, natsenv.LeaseKey); err != nil {
 			return errorf("lease key: %v", err)
 		}
 		return nil

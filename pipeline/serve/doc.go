@@ -76,13 +76,16 @@
 //
 // # Leadership
 //
-// One service serves a job: Run first takes the job's lease (a key with a
-// TTL in the KV bucket mmfeed_<job>_lease) and renews it; a second service
-// for the job stands by until the lease expires or is released, then starts
-// from the durable state as after a restart. A service that cannot renew the
-// lease for 3/4 of its TTL is fenced (its state writes wait, guardedKV) until
-// it holds the lease again; one that finds another holder stops
-// (ErrLeaseLost).
+// One service serves a job: Run first takes the job's lease (natsenv.Lease:
+// a key with a TTL in the KV bucket mmfeed_<job>_lease) and renews it; a
+// second service for the job stands by until the lease expires or is
+// released, then starts from the durable state as after a restart. A
+// service that cannot renew the lease for 3/4 of its TTL is fenced (its
+// state writes wait: the state bucket is natsenv.Guard of the bucket with
+// the lease's Await) until it holds the lease again; one that finds another
+// holder stops (ErrLeaseLost). serve decides when (Run: acquire before the
+// setup, release after the handlers' tasks ended) and what a failed write
+// means for /healthz (Service.stored, assets.go); natsenv keeps the lease.
 //
 // # Delivery
 //
@@ -267,11 +270,19 @@
 //   - natsenv (pipeline/serve/natsenv): the embedded server
 //     (StartEmbedded), the service's connection (Connect), the job's
 //     credentials and permissions (JobIdentities, AuthConfig), the TLS
-//     files (WriteTLS) and the names of the assets they scope (work stream,
-//     consumer, subjects and buckets, quarantine bucket). It holds no state;
-//     serve owns the server and the connection it returns. serve's
-//     ErrInvalidConfig and ErrInsecure are
-//     natsenv's.
+//     files (WriteTLS), the names of the assets they scope (work stream,
+//     consumer, subjects and buckets, quarantine and lease buckets), the
+//     job's JetStream assets (Assets: the state, quarantine and lease
+//     buckets, the stream and the rank consumers, each with an Ensure verb
+//     that setup and the asset watch's recreation call; Config.assets
+//     declares them), the leadership lease (Lease, lease.go) and the fenced
+//     state bucket (Guard, with the full disk's cause StorageCause,
+//     guardkv.go). serve owns the server and the connection it returns, and
+//     the lease from Acquire to Release; the asset watch (its streaks,
+//     escalation and what a recreated asset gets written back) and
+//     /healthz's record of state writes (Service.stored) stay in serve
+//     (assets.go). serve's ErrInvalidConfig, ErrInsecure, ErrLeaseLost,
+//     ErrLeaseFenced and ErrStorageFull are natsenv's.
 //   - httpui (pipeline/serve/httpui): the report's HTTP server (limits,
 //     listener, TLS), its routes (/healthz, /v1/report, /v1/cost-model,
 //     /metrics with the Go runtime's collectors, /), the browser's sign-in
@@ -306,9 +317,11 @@
 //     rank table and the epoch book.
 //
 // internal/arch tests the import rules between them (natsenv imports proto
-// only, httpui balancer only, deliver proto only, work never serve nor
-// prometheus; none of serve, natsenv, deliver, work and httpui imports
-// runtime/pprof) and the size limits.
+// and internal/ctxutil only, httpui balancer only, deliver proto only, work
+// never serve nor prometheus; none of serve, natsenv, deliver, work and
+// httpui imports runtime/pprof), the size limits, and that serve creates no
+// KV bucket, stream or consumer itself and only natsenv names the lease key
+// in a call (natsenv_test.go).
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the

@@ -36,14 +36,14 @@ var ErrWorkFailed = work.ErrWorkFailed
 
 // ErrLeaseLost: the service could not renew its leadership of the job in
 // time, or another service holds it now; it stops so that only one serves.
-var ErrLeaseLost = errors.New("job lease lost")
+var ErrLeaseLost = natsenv.ErrLeaseLost
 
 // ErrLeaseFenced: a write to the job's state was refused because the
 // service has not renewed its lease for 3/4 of the TTL (a NATS outage);
 // writes resume once it holds the lease again.
-var ErrLeaseFenced = errors.New("job lease not renewed: state writes fenced")
+var ErrLeaseFenced = natsenv.ErrLeaseFenced
 
 // ErrStorageFull: a write of the job's state failed because the embedded
 // server's data directory is full (ENOSPC), or its JetStream turned itself
 // off after such a failure.
-var ErrStorageFull = errors.New("job state storage full")
+var ErrStorageFull = natsenv.ErrStorageFull

@@ -3,10 +3,11 @@ package serve
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -43,32 +44,76 @@ func TestHandWithoutRecordMovesNothing(t *testing.T) {
 	}
 }
 
-// TestReleasedLeaseRefusesWrites: once the service released its lease (a
-// standby may hold it and read the state any moment), the fence refuses
-// every state write at once, instead of letting a handler still running
-// write, or wait, after the handoff.
-func TestReleasedLeaseRefusesWrites(t *testing.T) {
+// A second service for the same job stands by; when the leader stops
+// mid-epoch it takes over from the durable state, and the trainers, who keep
+// their connections, get every batch exactly once in plan order.
+func TestStandbyServiceContinuesThePlan(t *testing.T) {
 	ns := externalServer(t, -1, t.TempDir())
 	defer ns.Shutdown()
-	_, js := testnats.Connect(t, ns.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l, err := openLease(ctx, js, "job-1", time.Minute, 1, testLogger(t))
+	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
+	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
+	cfg.QuarantineDir = t.TempDir()
+	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
+	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
+	leader := start(t, cfg)
+	standbyCfg := cfg
+	standbyCfg.QuarantineDir = t.TempDir()
+	standby, err := New(standbyCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.acquire(ctx); err != nil {
-		t.Fatal(err)
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	serr := make(chan error, 1)
+	go func() { serr <- standby.Run(sctx) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
+	var wg sync.WaitGroup
+	errs := make([]error, len(trs))
+	for i, tr := range trs {
+		tr.stepDelay = 40 * time.Millisecond
+		wg.Go(func() {
+			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the takeover
+			tr.crash()
+		})
 	}
-	if err := l.await(ctx); err != nil {
-		t.Fatalf("held lease: %v", err)
+	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := counter(t, leader.s, "mmfeed_serve_batches_total"); n < 8 {
+			return errorf("%v batches published", n)
+		}
+		return nil
+	})
+	select {
+	case <-standby.Ready():
+		t.Fatal("the standby started serving while the leader held the job")
+	default:
 	}
-	l.release()
-	t0 := time.Now()
-	if err := l.await(ctx); !errors.Is(err, ErrLeaseLost) {
-		t.Errorf("released lease: await %v, want ErrLeaseLost", err)
+	if err := leader.stop(t); err != nil {
+		t.Fatalf("leader: %v", err)
 	}
-	if d := time.Since(t0); d > time.Second {
-		t.Errorf("await of a released lease took %v, want at once", d)
+	stopped := time.Now()
+	select {
+	case <-standby.Ready():
+		t.Logf("standby serving %v after the leader stopped", time.Since(stopped))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the standby did not take over")
 	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("trainer %d: %v", i, err)
+		}
+	}
+	select {
+	case err := <-serr:
+		if err != nil {
+			t.Fatalf("standby: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the standby did not finish")
+	}
+	ex := shardExpectation(t, cfg, 0)
+	checkDelivery(t, cfg, trs, 0, ex)
+	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 }

@@ -69,7 +69,7 @@ func partsRunning() int {
 	buf := make([]byte, 1<<22)
 	stacks := string(buf[:runtime.Stack(buf, true)])
 	n := 0
-	for _, part := range []string{"(*Service).logProgress(", "(*lease).hold(", "(*Service).watchAssets(", "(*positionLog).run("} {
+	for _, part := range []string{"(*Service).logProgress(", "(*Lease).Hold(", "(*Service).watchAssets(", "(*positionLog).run("} {
 		n += strings.Count(stacks, part)
 	}
 	return n

@@ -132,15 +132,12 @@ type streamPlane struct{ s *Service }
 func (p streamPlane) setup(ctx context.Context) error {
 	s, c := p.s, p.s.cfg
 	var err error
-	s.stream, err = proto.EnsureStream(ctx, s.js, proto.StreamConfig{Job: c.Job, MaxBytes: c.StreamMaxBytes,
-		Duplicates: c.Duplicates, Memory: c.StreamMemory, Replicas: c.Replicas})
+	s.stream, err = c.assets().EnsureStream(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	for r := range c.ranks() {
-		cc := proto.DefaultConsumerConfig(c.Job, r/c.MP, r%c.MP)
-		cc.MaxAckPending, cc.AckWait = c.MaxAckPending, c.AckWait
-		if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+		if _, err := c.assets().EnsureConsumer(ctx, s.js, r/c.MP, r%c.MP); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
@@ -245,9 +242,7 @@ func (s *Service) resetConsumer(ctx context.Context, dp, mp int) error {
 		}
 		s.log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
 	}
-	cc := proto.DefaultConsumerConfig(s.cfg.Job, dp, mp)
-	cc.MaxAckPending, cc.AckWait = s.cfg.MaxAckPending, s.cfg.AckWait
-	if _, err := proto.EnsureConsumer(ctx, s.js, cc); err != nil {
+	if _, err := s.cfg.assets().EnsureConsumer(ctx, s.js, dp, mp); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

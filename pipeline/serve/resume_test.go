@@ -240,11 +240,11 @@ func TestLeaseTakenDuringAnOutage(t *testing.T) {
 	_, js := testnats.Connect(t, ns.ClientURL()) // the other service, first back
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, LeaseBucket(cfg.Job))
+	kv, err := js.KeyValue(ctx, natsenv.LeaseBucket(cfg.Job))
 	if err != nil {
 		t.Fatal(err)
 	}
-	taken, err := kv.Put(ctx, leaseKey, []byte("another-service"))
+	taken, err := kv.Put(ctx, natsenv.LeaseKey, []byte("another-service"))
 	if err != nil {
 		t.Fatal(err)
 	}

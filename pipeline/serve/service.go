@@ -44,7 +44,7 @@ type Service struct {
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
 	live      *live                       // the live report (live.go)
 	health    health                      // what /healthz reports beyond the connection
-	fence     func(context.Context) error // the lease's await before every state write (guardedKV)
+	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
 	// plane is the data plane (plane.go), chosen in New.
 	plane dataPlane
 	// streamSnap is the last polled stream state (JetStream data plane).
@@ -159,11 +159,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.stopNATS()
 	defer s.tasks.close() // after the handlers are unsubscribed, before NATS stops
-	ls, err := openLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
+	ls, err := natsenv.OpenLease(ctx, s.js, s.cfg.Job, s.cfg.LeaseTTL, s.cfg.Replicas, s.log)
 	if err != nil {
 		return err
 	}
-	if err := ls.acquire(ctx); err != nil {
+	if err := ls.Acquire(ctx); err != nil {
 		return nil // stopped while standing by
 	}
 	// The handlers' tasks end before the lease goes (a fetch records its batch
@@ -171,9 +171,9 @@ func (s *Service) Run(ctx context.Context) error {
 	// send a batch the standby never learns of), and writes after it are refused.
 	defer func() {
 		s.tasks.close()
-		ls.release()
+		ls.Release()
 	}()
-	s.fence = ls.await
+	s.fence = ls.Await
 	var subs subscriptions
 	defer subs.unsubscribe()
 	if err := s.prepare(ctx, &subs); err != nil {
@@ -221,7 +221,7 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 // finishes or a part fails, then records the positions the last acks moved.
 // When the data subscriptions or the HTTP listener fail, the parts already
 // started are stopped and waited for before it returns.
-func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs *subscriptions) error {
+func (s *Service) supervise(ctx context.Context, ls *natsenv.Lease, ro *reportOut, subs *subscriptions) error {
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(pctx)
@@ -257,8 +257,8 @@ func (s *Service) supervise(ctx context.Context, ls *lease, ro *reportOut, subs 
 // startParts starts the lease renewal, the local workers, the progress
 // log, the positions log, the report writer, the asset watch and the
 // stream poll in g.
-func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *lease, ro *reportOut) {
-	g.Go(func() error { return ls.hold(gctx, s.cfg.GiveUpAfter) })
+func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsenv.Lease, ro *reportOut) {
+	g.Go(func() error { return ls.Hold(gctx, s.cfg.GiveUpAfter) })
 	if s.cfg.LocalWorkers > 0 {
 		g.Go(func() error {
 			return work.RunWorker(gctx, work.WorkerConfig{Conn: s.nc, Slots: s.cfg.LocalWorkers, Logger: s.log.With("role", "local-worker")})
@@ -398,12 +398,12 @@ func (s *Service) setup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	c := s.cfg
-	kv, err := proto.EnsureKV(ctx, s.js, c.Job, c.StreamMemory, c.Replicas)
+	kv, err := c.assets().EnsureState(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	s.st = state{guardedKV{KeyValue: kv, fence: s.fence, stored: s.stored}}
-	qkv, err := work.OpenQuarantineKV(ctx, s.js, c.Job, c.Replicas)
+	s.st = state{natsenv.Guard(kv, s.fence, s.stored)}
+	qkv, err := c.assets().EnsureQuarantine(ctx, s.js)
 	if err != nil {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}

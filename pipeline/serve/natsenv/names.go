@@ -35,3 +35,11 @@ func WorkBucket(job string) string { return proto.BucketName(job) + "_work" }
 // QuarantineBucket returns the KV bucket of a job's quarantine records:
 // one key per quarantined sample id.
 func QuarantineBucket(job string) string { return proto.BucketName(job) + "_quarantine" }
+
+// LeaseBucket returns the KV bucket of a job's leadership lease:
+// mmfeed_<job>_lease, whose age limit is the lease TTL.
+func LeaseBucket(job string) string { return proto.BucketName(job) + "_lease" }
+
+// LeaseKey is the leader's key in the lease bucket; its value is the
+// holder's id.
+const LeaseKey = "leader"

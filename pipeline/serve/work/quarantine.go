@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -89,16 +88,4 @@ func (q *QuarantineSink) Write(p []byte) (int, error) {
 		q.recorded.Store(key, struct{}{})
 	}
 	return len(p), nil
-}
-
-// OpenQuarantineKV creates or opens job's quarantine bucket
-// (natsenv.QuarantineBucket): one record per sample, replicas replicas.
-func OpenQuarantineKV(ctx context.Context, js jetstream.JetStream, job string, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsenv.QuarantineBucket(job),
-		Description: "mmfeed quarantine records of job " + job + ", one per sample",
-		History:     1, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
-	if err != nil {
-		return nil, err
-	}
-	return kv, nil
 }

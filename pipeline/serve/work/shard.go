@@ -112,7 +112,7 @@ func NewShardWorkers(ctx context.Context, cfg ShardWorkConfig, prep *pipeline.Pr
 	if err != nil {
 		return nil, err
 	}
-	if sw.qkv, err = OpenQuarantineKV(sctx, sw.js, cfg.Job, cfg.Replicas); err != nil {
+	if sw.qkv, err = (natsenv.Assets{Job: cfg.Job, Replicas: cfg.Replicas}).EnsureQuarantine(sctx, sw.js); err != nil {
 		return nil, fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	if sw.work, err = NewPlanner(cfg.Job, 1, cfg.Ahead, sw.js, sw.nc, hash, sw.log); err != nil {

@@ -1,15 +1,14 @@
-package serve
+package natsenv
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +17,7 @@ import (
 // A leader that dies (stops renewing, never releases) loses the job to the
 // standby within about the TTL, and finds out at its next renewal.
 func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
-	ns := externalServer(t, -1, t.TempDir())
+	ns := testnats.Server(t, testnats.Options{})
 	defer ns.Shutdown()
 	js := func() jetstream.JetStream {
 		nc, err := nats.Connect(ns.ClientURL())
@@ -32,19 +31,19 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl = time.Second
-	a, err := openLease(ctx, js(), "job-1", ttl, 1, testLogger(t))
+	a, err := OpenLease(ctx, js(), "job-1", ttl, 1, testnats.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openLease(ctx, js(), "job-1", ttl, 1, testLogger(t))
+	b, err := OpenLease(ctx, js(), "job-1", ttl, 1, testnats.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.acquire(ctx); err != nil {
+	if err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 	died := time.Now() // a never renews
-	if err := b.acquire(ctx); err != nil {
+	if err := b.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(died)
@@ -52,7 +51,7 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 	if took < ttl/2 || took > 3*ttl {
 		t.Errorf("takeover after %v, want about the TTL %v", took, ttl)
 	}
-	if err := a.hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
+	if err := a.Hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("the old leader's hold: %v, want ErrLeaseLost", err)
 	}
 }
@@ -63,115 +62,71 @@ func TestLeaseStandbyTakesOverAfterTTL(t *testing.T) {
 // lease. A service stopped with "another service leads the job" after a 1 s
 // NATS restart (test_nats_server_restart_mid_epoch) without this.
 func TestLeaseSurvivesALostRenewalAnswer(t *testing.T) {
-	ns := externalServer(t, -1, t.TempDir())
+	ns := testnats.Server(t, testnats.Options{})
 	defer ns.Shutdown()
 	_, js := testnats.Connect(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl = time.Second
-	a, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t))
+	a, err := OpenLease(ctx, js, "job-1", ttl, 1, testnats.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.acquire(ctx); err != nil {
+	if err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lost, err := a.kv.Update(ctx, leaseKey, []byte(a.id), a.rev) // applied; a never hears of it
+	lost, err := a.kv.Update(ctx, LeaseKey, []byte(a.id), a.rev) // applied; a never hears of it
 	if err != nil {
 		t.Fatal(err)
 	}
 	hctx, stop := context.WithTimeout(ctx, 2*ttl)
 	defer stop()
-	if err := a.hold(hctx, 0); err != nil {
+	if err := a.Hold(hctx, 0); err != nil {
 		t.Fatalf("hold after a lost renewal answer: %v, want to keep the lease", err)
 	}
 	if a.rev <= lost {
 		t.Errorf("lease revision %d, want renewed past %d", a.rev, lost)
 	}
-	b, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t)) // another holder's write is still a loss
+	b, err := OpenLease(ctx, js, "job-1", ttl, 1, testnats.Logger(t)) // another holder's write is still a loss
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.kv.Update(ctx, leaseKey, []byte(b.id), a.rev); err != nil {
+	if _, err := a.kv.Update(ctx, LeaseKey, []byte(b.id), a.rev); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
+	if err := a.Hold(ctx, 0); !errors.Is(err, ErrLeaseLost) {
 		t.Errorf("hold after another service wrote the key: %v, want ErrLeaseLost", err)
 	}
 }
 
-// A second service for the same job stands by; when the leader stops
-// mid-epoch it takes over from the durable state, and the trainers, who keep
-// their connections, get every batch exactly once in plan order.
-func TestStandbyServiceContinuesThePlan(t *testing.T) {
-	ns := externalServer(t, -1, t.TempDir())
+// TestReleasedLeaseRefusesWrites: once the service released its lease (a
+// standby may hold it and read the state any moment), the fence refuses
+// every state write at once, instead of letting a handler still running
+// write, or wait, after the handoff.
+func TestReleasedLeaseRefusesWrites(t *testing.T) {
+	ns := testnats.Server(t, testnats.Options{})
 	defer ns.Shutdown()
-	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
-	cfg.Recalibrate, cfg.LeaseTTL = -1, time.Second
-	cfg.QuarantineDir = t.TempDir()
-	cfg.NATS = natsenv.Config{URLs: []string{ns.ClientURL()}, ReconnectWait: 50 * time.Millisecond}
-	cfg.StreamMaxBytes = 256 << 10 // a few steps ahead, so the takeover happens mid-epoch
-	leader := start(t, cfg)
-	standbyCfg := cfg
-	standbyCfg.QuarantineDir = t.TempDir()
-	standby, err := New(standbyCfg)
+	_, js := testnats.Connect(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := OpenLease(ctx, js, "job-1", time.Minute, 1, testnats.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	serr := make(chan error, 1)
-	go func() { serr <- standby.Run(sctx) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	trs := []*trainer{newTrainer(t, cfg, ns.ClientURL(), 0, 0), newTrainer(t, cfg, ns.ClientURL(), 1, 0)}
-	var wg sync.WaitGroup
-	errs := make([]error, len(trs))
-	for i, tr := range trs {
-		tr.stepDelay = 40 * time.Millisecond
-		wg.Go(func() {
-			errs[i] = tr.runEpoch(ctx, 0, -1) // lives through the takeover
-			tr.crash()
-		})
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
 	}
-	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if n := counter(t, leader.s, "mmfeed_serve_batches_total"); n < 8 {
-			return errorf("%v batches published", n)
-		}
-		return nil
-	})
-	select {
-	case <-standby.Ready():
-		t.Fatal("the standby started serving while the leader held the job")
-	default:
+	if err := l.Await(ctx); err != nil {
+		t.Fatalf("held lease: %v", err)
 	}
-	if err := leader.stop(t); err != nil {
-		t.Fatalf("leader: %v", err)
+	l.Release()
+	t0 := time.Now()
+	if err := l.Await(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("released lease: await %v, want ErrLeaseLost", err)
 	}
-	stopped := time.Now()
-	select {
-	case <-standby.Ready():
-		t.Logf("standby serving %v after the leader stopped", time.Since(stopped))
-	case <-time.After(20 * time.Second):
-		t.Fatal("the standby did not take over")
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("await of a released lease took %v, want at once", d)
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("trainer %d: %v", i, err)
-		}
-	}
-	select {
-	case err := <-serr:
-		if err != nil {
-			t.Fatalf("standby: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the standby did not finish")
-	}
-	ex := shardExpectation(t, cfg, 0)
-	checkDelivery(t, cfg, trs, 0, ex)
-	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 }
 
 // A holder that has not renewed its lease for 3/4 of the TTL is fenced:
@@ -179,58 +134,70 @@ func TestStandbyServiceContinuesThePlan(t *testing.T) {
 // reaches the bucket, so a standby that takes the lease once the TTL has
 // passed never sees a write of the old holder's.
 func TestFencedLeaseRefusesStateWrites(t *testing.T) {
-	ns := externalServer(t, -1, t.TempDir())
+	ns := testnats.Server(t, testnats.Options{})
 	defer ns.Shutdown()
 	_, js := testnats.Connect(t, ns.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ttl = 2 * time.Second
-	l, err := openLease(ctx, js, "job-1", ttl, 1, testLogger(t))
+	l, err := OpenLease(ctx, js, "job-1", ttl, 1, testnats.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.acquire(ctx); err != nil {
+	if err := l.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := proto.EnsureKV(ctx, js, "job-1", true, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := state{guardedKV{KeyValue: kv, fence: l.await}}
-	if err := st.putInt(ctx, "k", 1); err != nil {
+	g := Guard(kv, l.Await, nil)
+	value := func(key string) string {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			return err.Error()
+		}
+		return string(e.Value())
+	}
+	if _, err := g.Put(ctx, "k", []byte("1")); err != nil {
 		t.Fatalf("write under a held lease: %v", err)
 	}
-	later := time.Now().Add(ttl)
-	l.now = func() time.Time { return later } // no renewal for a whole TTL
+	var skew atomic.Int64 // how far the lease's clock is ahead; read by the fenced writes' Await
+	l.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	skew.Store(int64(ttl)) // no renewal for a whole TTL
 	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer wcancel()
 	writes := map[string]func() error{
-		"put":    func() error { return st.putInt(wctx, "k", 2) },
-		"json":   func() error { return st.putJSON(wctx, "j", 2) },
-		"delete": func() error { return st.delete(wctx, "k") },
-		"rank":   func() error { return proto.PutRankStep(wctx, st.kv, 0, 0, 0, 3) },
+		"put":    func() error { _, err := g.Put(wctx, "k", []byte("2")); return err },
+		"create": func() error { _, err := g.Create(wctx, "j", []byte("2")); return err },
+		"update": func() error { _, err := g.Update(wctx, "k", []byte("2"), 1); return err },
+		"delete": func() error { return g.Delete(wctx, "k") },
+		"rank":   func() error { return proto.PutRankStep(wctx, g, 0, 0, 0, 3) },
 	}
 	for name, w := range writes {
 		if err := w(); !errors.Is(err, ErrLeaseFenced) {
 			t.Errorf("%s while fenced: %v, want ErrLeaseFenced once its context ends", name, err)
 		}
 	}
-	if v, ok, err := st.getInt(ctx, "k"); err != nil || !ok || v != 1 {
-		t.Errorf("k after the fenced writes: %d %v %v, want 1", v, ok, err)
+	if v := value("k"); v != "1" {
+		t.Errorf("k after the fenced writes: %s, want 1", v)
+	}
+	if _, err := kv.Get(ctx, "j"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("j after a fenced create: %v, want none", err)
 	}
 	if _, _, ok, err := proto.GetRankStep(ctx, kv, 0, 0); err != nil || ok {
 		t.Errorf("rank step after a fenced write: %v %v, want none", ok, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- st.putInt(ctx, "k", 3) }() // waits for the lease
+	go func() { _, err := g.Put(ctx, "k", []byte("3")); done <- err }() // waits for the lease
 	time.Sleep(100 * time.Millisecond)
-	l.now = time.Now
+	skew.Store(0)
 	l.held(l.rev)
 	if err := <-done; err != nil {
 		t.Fatalf("a fenced write once the lease is held again: %v", err)
 	}
-	if v, _, _ := st.getInt(ctx, "k"); v != 3 {
-		t.Errorf("k = %d after the lease came back, want 3", v)
+	if v := value("k"); v != "3" {
+		t.Errorf("k = %s after the lease came back, want 3", v)
 	}
 }
 

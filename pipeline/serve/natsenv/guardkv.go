@@ -1,4 +1,4 @@
-package serve
+package natsenv
 
 import (
 	"context"
@@ -7,20 +7,28 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// guardedKV is the job's state bucket as the service writes it. Every write
-// first passes fence (the lease's await: nothing is written under a lease
-// the service may no longer hold; a fenced write waits for the lease or its
-// context) and then reports its outcome to stored, which
-// names a storage cause (a full disk) and keeps /healthz's state; reads pass
-// through. Safe for concurrent use.
+// guardedKV is the job's state bucket as the service writes it (Guard).
+// Every write first passes fence (the lease's Await: nothing is written
+// under a lease the service may no longer hold; a fenced write waits for
+// the lease or its context) and then reports its outcome to stored, which
+// for the service names a storage cause (a full disk, StorageCause) and
+// keeps /healthz's state; Put and Delete are sent again in attempts of
+// kvAttempt (again); reads pass through. Safe for concurrent use.
 type guardedKV struct {
 	jetstream.KeyValue
 	fence  func(context.Context) error
 	stored func(error) error
+}
+
+// Guard returns kv as the service writes it: every write waits for fence
+// (nil: none) first, and its outcome goes through stored (nil: unchanged).
+func Guard(kv jetstream.KeyValue, fence func(context.Context) error, stored func(error) error) jetstream.KeyValue {
+	return guardedKV{KeyValue: kv, fence: fence, stored: stored}
 }
 
 func (g guardedKV) write(ctx context.Context, do func() error) error {
@@ -98,21 +106,20 @@ func (g guardedKV) PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOp
 // blamed on a full disk: less than one of the file store's blocks.
 const minFreeBytes = 4 << 20
 
-// storageCause returns err with its storage cause named when the embedded
-// server's data directory is full (ErrStorageFull, with the bytes free) or
-// the server's JetStream turned itself off (nats-server does so after a
-// write fails with ENOSPC); err unchanged otherwise. With an external
-// server the service cannot see its disk and returns err.
-func (s *Service) storageCause(err error) error {
-	if err == nil || errors.Is(err, ErrStorageFull) || s.ns == nil || errors.Is(err, jetstream.ErrKeyNotFound) ||
-		errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
+// StorageCause returns err with its storage cause named when the embedded
+// server ns's data directory dir is full (ErrStorageFull, with the bytes
+// free) or the server's JetStream turned itself off (nats-server does so
+// after a write fails with ENOSPC); err unchanged otherwise, and for an
+// answer about a key (IsKeyAnswer). With an external server (ns nil) the
+// service cannot see its disk and StorageCause returns err.
+func StorageCause(ns *server.Server, dir string, err error) error {
+	if err == nil || errors.Is(err, ErrStorageFull) || ns == nil || IsKeyAnswer(err) {
 		return err
 	}
-	dir := s.cfg.NATS.DataDir
 	if free, ok := freeBytes(dir); ok && free < minFreeBytes {
 		return fmt.Errorf("serve: no space left on device (ENOSPC): data dir %s has %d bytes free: %w (%w)", dir, free, ErrStorageFull, err)
 	}
-	if !s.ns.JetStreamEnabled() {
+	if !ns.JetStreamEnabled() {
 		return fmt.Errorf("serve: the embedded server turned JetStream off (it does after a write fails, e.g. no space left in %s; restart once there is room): %w (%w)",
 			dir, ErrStorageFull, err)
 	}
@@ -129,17 +136,9 @@ func freeBytes(dir string) (uint64, bool) {
 	return uint64(st.Bavail) * uint64(st.Bsize), true
 }
 
-// stored records a state write's outcome for /healthz and the log (the
-// first failure of a streak and every power of two after it), and returns
-// err with its storage cause named.
-func (s *Service) stored(err error) error {
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
-		return err // an answer about the key, not a failed write
-	}
-	err = s.storageCause(err)
-	if n, lasted := s.health.wrote(err, time.Now()); n > 0 {
-		s.met.stateWriteFailures.Inc()
-		escalate(s.log, "job state write failed", n, lasted, s.cfg.StuckAfter, err)
-	}
-	return err
+// IsKeyAnswer reports whether err is JetStream's answer about a key (it
+// exists, it is not there, its revision is not the one expected): not a
+// failed write.
+func IsKeyAnswer(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err)
 }
