@@ -49,11 +49,12 @@ func TestOnlyTheEpochBookWritesEpochState(t *testing.T) {
 	}
 }
 
-// namesEpochInfo reports whether expression e uses the identifier kvEpochInfo.
+// namesEpochInfo reports whether expression e uses the identifier kvEpochInfo
+// or InfoKey (the key of an epoch's info).
 func namesEpochInfo(e ast.Expr) bool {
 	found := false
 	ast.Inspect(e, func(n ast.Node) bool {
-		if id, ok := n.(*ast.Ident); ok && id.Name == "kvEpochInfo" {
+		if id, ok := n.(*ast.Ident); ok && (id.Name == "kvEpochInfo" || id.Name == "InfoKey") {
 			found = true
 		}
 		return !found

@@ -306,7 +306,7 @@ func (a *autoscaler) snapshot(ready []float64, mp, microBatches int) scaleSnapsh
 // to a later one.
 func (s *Service) advanced(r int, from, to pos) {
 	if s.work != nil {
-		s.work.scale.taken(r, stepsBetween(from, to, s.epochs.steps))
+		s.work.scale.taken(r, stepsBetween(from, to, s.epochs.Steps))
 	}
 }
 
@@ -317,16 +317,16 @@ func (s *Service) readySteps() []float64 {
 	ranks := s.ranks.all()
 	out := make([]float64, len(ranks))
 	for r, rs := range ranks {
-		next := s.epochs.norm(rs.next)
-		base := s.epochs.norm(rs.cursor)
-		if q, ok := s.work.queuedThrough(); ok && base.less(s.epochs.norm(q)) {
-			base = s.epochs.norm(q)
+		next := s.epochs.Norm(rs.next)
+		base := s.epochs.Norm(rs.cursor)
+		if q, ok := s.work.queuedThrough(); ok && base.less(s.epochs.Norm(q)) {
+			base = s.epochs.Norm(q)
 		}
 		if base.less(next) {
 			base = next
 		}
-		built := s.work.builtFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, base, s.epochs.norm)
-		out[r] = float64(stepsBetween(next, built, s.epochs.steps))
+		built := s.work.builtFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, base, s.epochs.Norm)
+		out[r] = float64(stepsBetween(next, built, s.epochs.Steps))
 	}
 	return out
 }

@@ -29,12 +29,12 @@ func TestNoBaselinesPlansOnce(t *testing.T) {
 			cfg.NoBaselines = tt.noBaselines
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			ep, err := prepareEpoch(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
+			ep, err := PrepareWhole(ctx, cfg.epochConfig(), 0, nil, cfg.Pipeline.Plan.Model)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ep.close()
-			_, _, report, _ := ep.prog.state()
+			defer ep.Close()
+			_, _, report, _ := ep.Planning()
 			got := slices.Sorted(maps.Keys(report.Strategies))
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("report strategies %v, want %v", got, tt.want)

@@ -204,7 +204,7 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, q
 		return false
 	}
 	s.publisher.sinceCal++
-	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.planned() {
+	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.Planned() {
 		return false // a replan needs the whole epoch planned: try again at the next step
 	}
 	s.publisher.sinceCal = 0
@@ -212,9 +212,9 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, q
 	if !ok {
 		return false
 	}
-	e, fit := ep.info.Epoch, cal.Fit
+	e, fit := ep.Info().Epoch, cal.Fit
 	seg := func(from int) Segment { return Segment{FromStep: from, Model: cal.Model, Fit: &fit} }
-	from, replanned, err := s.epochs.replanRest(ctx, ep, step, queued, seg)
+	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, queued, seg)
 	switch {
 	case err != nil:
 		s.log.Warn("recalibration not recorded, plan kept", "err", err)

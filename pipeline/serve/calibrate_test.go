@@ -50,14 +50,14 @@ func TestRecalibrateMidEpoch(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 	// Replaying the segments gives the steps the trainers applied.
-	ep, err := prepareEpoch(ctx, cfg, 0, &info, cfg.Pipeline.Plan.Model)
+	ep, err := PrepareWhole(ctx, cfg.epochConfig(), 0, &info, cfg.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.close()
-	items := ep.prep.Features.Items
+	defer ep.Close()
+	items := ep.Prepared().Features.Items
 	for _, tr := range trs {
-		for _, s := range ep.steps {
+		for _, s := range ep.ServedSteps() {
 			for mb, entries := range s.Ranks[tr.dp] {
 				k := proto.BatchKey{Job: cfg.Job, Step: s.Index, MicroBatch: mb, DPRank: tr.dp}
 				got := ids(tr.applied[k])

@@ -38,7 +38,7 @@ func newTestControl(t *testing.T, steps int, cursor pos, d delivery) *control {
 	cfg.Job = "ctl"
 	cfg.Pipeline.Plan.DP = 2
 	epochs := newEpochBook(nil, nil)
-	epochs.setInfo(0, EpochInfo{Steps: steps})
+	epochs.SetInfo(0, EpochInfo{Steps: steps})
 	ranks := newRankTable(2, 1, epochs, &state{})
 	for r := range 2 {
 		ranks.set(r, rankState{cursor: cursor, next: pos{0, 0}})

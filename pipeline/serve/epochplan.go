@@ -48,39 +48,55 @@ type epochPlan struct {
 	prog *planning
 }
 
+// epochConfig is what preparing an epoch needs of the service's
+// configuration.
+type epochConfig struct {
+	// Pipeline is the job's dataset, plan, tokenizer and image configuration
+	// (Plan.Epoch is the job's first epoch; each epoch sets its own).
+	Pipeline pipeline.Config
+	// Job names the job (the background planner's hook and logs).
+	Job string
+	// Logger logs the planning (nil: slog.Default()).
+	Logger *slog.Logger
+	// QuarantineDir, when set, gets each epoch's quarantine-e<epoch>.jsonl.
+	QuarantineDir string
+	// NoBaselines leaves the other strategies out of the report's comparison.
+	NoBaselines bool
+}
+
 // reportThumbnails is how many heaviest and how many extreme-aspect samples
 // the report page shows.
 const reportThumbnails = 6
 
-// prepareEpoch opens the dataset for epoch alone (the plan owns it) and
-// prepares the epoch from it (prepareEpochTo), waiting until it is planned
-// to the end.
-func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
+// PrepareWhole opens the dataset for epoch alone (the plan owns it) and
+// prepares the epoch from it (Prepare), waiting until it is planned to the
+// end.
+func PrepareWhole(ctx context.Context, cfg epochConfig, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
 	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
 	if err != nil {
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep, err := prepareEpochTo(ctx, cfg, ds, epoch, stored, model, nil)
+	ep, err := Prepare(ctx, cfg, ds, epoch, stored, model, nil)
 	if err != nil {
 		ds.Close()
 		return nil, err
 	}
 	ep.owned = ds
 	if err := ep.prog.waitAll(ctx); err != nil {
-		ep.close()
+		ep.Close()
 		return nil, err
 	}
 	return ep, nil
 }
 
-// prepareEpochTo orders ds (the job's dataset, opened with cfg.Pipeline)
+// Prepare orders ds (the job's dataset, opened with cfg.Pipeline)
 // for epoch and plans its first window with the model of stored's first
 // segment (or model when stored is nil); the rest of the epoch and the
 // strategy comparison are planned in the background (planning), unless
 // stored has recalibration segments or a resize to replay, which need the
 // whole plan first. Quarantined samples go to the epoch's file and, when
 // qkv is not nil, to the job's quarantine bucket.
-func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *work.QuarantineSink) (*epochPlan, error) {
+func Prepare(ctx context.Context, cfg epochConfig, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *work.QuarantineSink) (*epochPlan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -107,7 +123,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		ep.log = slog.Default()
 	}
 	if err := ep.plan(ctx, stored); err != nil {
-		ep.close()
+		ep.Close()
 		return nil, err
 	}
 	return ep, nil
@@ -227,7 +243,7 @@ func (ep *epochPlan) replay(stored *EpochInfo) error {
 func (ep *epochPlan) resize(r ResizeSegment) error {
 	served := *ep.served()
 	served.Steps = ep.steps
-	_, seg := ep.segmentAt(r.FromStep)
+	_, seg := ep.SegmentAt(r.FromStep)
 	served.Config.Model = seg.Model
 	p, err := served.Resize(r.FromStep, r.DP)
 	if err != nil {
@@ -253,9 +269,9 @@ func (ep *epochPlan) served() *balancer.Plan {
 	return ep.base
 }
 
-// planned reports whether every step is planned (a recalibration or a
+// Planned reports whether every step is planned (a recalibration or a
 // resize replans the rest of the epoch, so it waits for this).
-func (ep *epochPlan) planned() bool {
+func (ep *epochPlan) Planned() bool {
 	return ep.prog.steps() == len(ep.steps)
 }
 
@@ -266,7 +282,7 @@ func (ep *epochPlan) planned() bool {
 // items.
 func (ep *epochPlan) replan(seg Segment) bool {
 	from := seg.FromStep
-	if from >= len(ep.steps) || !ep.planned() {
+	if from >= len(ep.steps) || !ep.Planned() {
 		return false
 	}
 	served := *ep.served()
@@ -293,8 +309,8 @@ func (ep *epochPlan) stepFeatures(s balancer.Step) []balancer.Features {
 	return ep.base.RankFeatures(s)
 }
 
-// segmentAt returns the segment in effect at step.
-func (ep *epochPlan) segmentAt(step int) (int, Segment) {
+// SegmentAt returns the segment in effect at step (its index and itself).
+func (ep *epochPlan) SegmentAt(step int) (int, Segment) {
 	i := len(ep.info.Segments) - 1
 	for i > 0 && ep.info.Segments[i].FromStep > step {
 		i--
@@ -308,14 +324,14 @@ func (ep *epochPlan) segmentAt(step int) (int, Segment) {
 func (ep *epochPlan) planFrom(start int) *balancer.Plan {
 	q := *ep.served()
 	q.Steps = ep.steps[start:max(start, ep.prog.steps())]
-	_, seg := ep.segmentAt(start)
+	_, seg := ep.SegmentAt(start)
 	q.Config.Model = seg.Model
 	return &q
 }
 
-// predicted returns the step's per-dp-rank cost under the model in effect.
-func (ep *epochPlan) predicted(step int) []float64 {
-	_, seg := ep.segmentAt(step)
+// Predicted returns the step's per-dp-rank cost under the model in effect.
+func (ep *epochPlan) Predicted(step int) []float64 {
+	_, seg := ep.SegmentAt(step)
 	pl := ep.prep.Config.Plan.Placement
 	out := make([]float64, len(ep.feats[step]))
 	for r, f := range ep.feats[step] {
@@ -324,7 +340,9 @@ func (ep *epochPlan) predicted(step int) []float64 {
 	return out
 }
 
-func (ep *epochPlan) close() {
+// Close stops the background planner and releases the epoch's order, its
+// own dataset (PrepareWhole) and quarantine file.
+func (ep *epochPlan) Close() {
 	if ep.prog != nil {
 		ep.prog.stop()
 	}
@@ -356,3 +374,38 @@ func closeQuiet(c io.Closer) {
 		_ = c.Close()
 	}
 }
+
+// Info returns the epoch's info (as recorded: the publisher's copy changes
+// with a recalibration, under the book's lock).
+func (ep *epochPlan) Info() EpochInfo { return ep.info }
+
+// Prepared returns the epoch's order of the job's dataset (its features,
+// tokenizer, quarantine and preprocessing configuration).
+func (ep *epochPlan) Prepared() *pipeline.Prepared { return ep.prep }
+
+// StepFeatures returns each dp rank's padded feature sum of a planned step
+// (the plan's own slice: callers that keep it clone it).
+func (ep *epochPlan) StepFeatures(step int) []balancer.Features { return ep.feats[step] }
+
+// ServedSteps returns the served steps (those not planned yet are zero).
+func (ep *epochPlan) ServedSteps() []balancer.Step { return ep.steps }
+
+// WaitPlanned returns once the first n steps are planned (planning.wait).
+func (ep *epochPlan) WaitPlanned(ctx context.Context, n int) error { return ep.prog.wait(ctx, n) }
+
+// Planning returns the steps planned, the epoch's steps, the strategy
+// comparison (nil until built) and why the planning failed (planning.state);
+// all zero for a plan that is not planned yet.
+func (ep *epochPlan) Planning() (planned, total int, report *balancer.Report, err error) {
+	if ep.prog == nil {
+		return 0, 0, nil, nil
+	}
+	return ep.prog.state()
+}
+
+// MixtureReport returns the mixture's per-source lines of the complete base
+// plan (nil until built, and for a plain input).
+func (ep *epochPlan) MixtureReport() *pipeline.MixtureReport { return ep.prog.mixtureReport() }
+
+// FirstWindow is how long planning the first window took.
+func (ep *epochPlan) FirstWindow() time.Duration { return ep.firstWindow }

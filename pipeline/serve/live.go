@@ -125,18 +125,18 @@ func newLive(cfg Config) *live {
 func (l *live) setEpoch(ep *epochPlan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.prev, l.ep, l.info = l.ep, ep, ep.info
-	l.quarant[ep.info.Epoch] = ep.prep.Quarantine
+	l.prev, l.ep, l.info = l.ep, ep, ep.Info()
+	l.quarant[ep.Info().Epoch] = ep.Prepared().Quarantine
 }
 
 // published records a step the publisher sent (from the publisher goroutine,
 // which owns ep's steps).
 func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
-	seg, _ := ep.segmentAt(sb.Step)
-	pred := ep.predicted(sb.Step)
-	st := &LiveStep{Epoch: ep.info.Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
+	seg, _ := ep.SegmentAt(sb.Step)
+	pred := ep.Predicted(sb.Step)
+	st := &LiveStep{Epoch: ep.Info().Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
 		MeasuredSeconds: make([]float64, len(pred)), DataWaitSeconds: make([]float64, len(pred)),
-		feats: slices.Clone(ep.feats[sb.Step])}
+		feats: slices.Clone(ep.StepFeatures(sb.Step))}
 	for _, mbs := range sb.Rows {
 		for _, rows := range mbs {
 			for i := range rows {
@@ -148,7 +148,7 @@ func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.info = ep.info
+	l.info = ep.Info()
 	k := pos{st.Epoch, st.Step}
 	if old := l.index[k]; old != nil { // republished (rewind): keep the measurements
 		st.MeasuredSeconds, st.DataWaitSeconds = old.MeasuredSeconds, old.DataWaitSeconds
@@ -224,8 +224,8 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	var mix *pipeline.MixtureReport
 	for _, ep := range []*epochPlan{l.ep, l.prev} {
 		if ep != nil && report == nil {
-			_, _, report, _ = ep.prog.state()
-			mix = ep.prog.mixtureReport()
+			_, _, report, _ = ep.Planning()
+			mix = ep.MixtureReport()
 		}
 	}
 	if report == nil && !anyway {
@@ -299,12 +299,12 @@ func (l *live) planningStatus() string {
 	if ep == nil {
 		return "no epoch planned yet"
 	}
-	planned, total, _, err := ep.prog.state()
+	planned, total, _, err := ep.Planning()
 	if err != nil {
-		return fmt.Sprintf("epoch %d: planning failed: %v", ep.info.Epoch, err)
+		return fmt.Sprintf("epoch %d: planning failed: %v", ep.Info().Epoch, err)
 	}
 	if planned < total {
-		return fmt.Sprintf("epoch %d: planning %d/%d steps (the report follows the whole plan)", ep.info.Epoch, planned, total)
+		return fmt.Sprintf("epoch %d: planning %d/%d steps (the report follows the whole plan)", ep.Info().Epoch, planned, total)
 	}
-	return fmt.Sprintf("epoch %d: planned %d/%d steps, building the strategy comparison", ep.info.Epoch, planned, total)
+	return fmt.Sprintf("epoch %d: planned %d/%d steps, building the strategy comparison", ep.Info().Epoch, planned, total)
 }

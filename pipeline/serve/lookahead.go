@@ -128,6 +128,17 @@ func (g *planning) stop() {
 // down with it).
 var planWindowHook atomic.Pointer[func(job string, planned int)]
 
+// SetPlanWindowHook makes h the hook the background planners call before
+// each window after the first, with the job and the steps planned (nil:
+// none); tests slow planning down with it.
+func SetPlanWindowHook(h func(job string, planned int)) {
+	if h == nil {
+		planWindowHook.Store(nil)
+		return
+	}
+	planWindowHook.Store(&h)
+}
+
 // planWindow plans the next window of pl into ep.steps and ep.feats and
 // raises the watermark.
 func (ep *epochPlan) planWindow(pl *balancer.Planner) error {

@@ -28,8 +28,8 @@ func holdPlanning(t *testing.T, job string) (release chan struct{}, waits *atomi
 		case <-time.After(time.Minute): // a broken test ends, never hangs
 		}
 	}
-	planWindowHook.Store(&hook)
-	t.Cleanup(func() { planWindowHook.Store(nil) })
+	SetPlanWindowHook(hook)
+	t.Cleanup(func() { SetPlanWindowHook(nil) })
 	return release, waits
 }
 
@@ -65,7 +65,7 @@ func TestFirstBatchBeforeThePlanIsComplete(t *testing.T) {
 			setup := func(tr *trainer) {
 				tr.barrier = func(ctx context.Context, k proto.BatchKey) error { // a whole step received
 					once.Do(func() {
-						planned, total, _, _ = s.epochs.plan(0).prog.state()
+						planned, total, _, _ = s.epochs.Plan(0).Planning()
 						close(release)
 					})
 					return nil
@@ -98,11 +98,11 @@ func TestRestartChecksThePlanHash(t *testing.T) {
 	defer cancel()
 	input := corpus(t, 96)
 	cfg := testConfig(t, input, 2, 1, "colocated")
-	base, err := prepareEpoch(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
+	base, err := PrepareWhole(ctx, cfg.epochConfig(), 0, nil, cfg.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer base.close()
+	defer base.Close()
 	lookahead, seed := cfg, cfg
 	lookahead.Pipeline.Plan.Lookahead++
 	seed.Pipeline.Plan.Seed++
@@ -119,7 +119,7 @@ func TestRestartChecksThePlanHash(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stored := tc.stored(base.info)
-			ep, err := prepareEpoch(ctx, tc.cfg, 0, &stored, tc.cfg.Pipeline.Plan.Model)
+			ep, err := PrepareWhole(ctx, tc.cfg.epochConfig(), 0, &stored, tc.cfg.Pipeline.Plan.Model)
 			if !tc.ok {
 				if !errors.Is(err, ErrJobMismatch) {
 					t.Fatalf("got %v, want ErrJobMismatch", err)
@@ -129,7 +129,7 @@ func TestRestartChecksThePlanHash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ep.close()
+			defer ep.Close()
 			if ep.info.PlanHash != base.info.PlanHash || len(ep.steps) != len(base.steps) {
 				t.Fatalf("replanned %.12s (%d steps), recorded %.12s (%d)", ep.info.PlanHash, len(ep.steps), base.info.PlanHash, len(base.steps))
 			}
@@ -155,13 +155,13 @@ func TestReplanWaitsForTheWholePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	ep, err := prepareEpochTo(ctx, cfg, ds, 0, nil, cfg.Pipeline.Plan.Model, nil)
+	ep, err := Prepare(ctx, cfg.epochConfig(), ds, 0, nil, cfg.Pipeline.Plan.Model, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.close()
+	defer ep.Close()
 	first := ep.prog.steps()
-	if first == 0 || first >= len(ep.steps) || ep.planned() {
+	if first == 0 || first >= len(ep.steps) || ep.Planned() {
 		t.Fatalf("%d of %d steps planned before the planner was released, want the first window", first, len(ep.steps))
 	}
 	if got := len(ep.planFrom(first).Steps); got != 0 {
@@ -169,7 +169,7 @@ func TestReplanWaitsForTheWholePlan(t *testing.T) {
 	}
 	book := newEpochBook(nil, nil)
 	book.plans[0] = ep
-	if _, ok := book.features(0, first, 0); ok {
+	if _, ok := book.Features(0, first, 0); ok {
 		t.Errorf("features of unplanned step %d", first)
 	}
 	seg := Segment{FromStep: 1, Model: cfg.Pipeline.Plan.Model}
@@ -181,7 +181,7 @@ func TestReplanWaitsForTheWholePlan(t *testing.T) {
 	if err := ep.prog.waitAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := book.features(0, first, 0); !ok {
+	if _, ok := book.Features(0, first, 0); !ok {
 		t.Errorf("no features of step %d once planned", first)
 	}
 	if !ep.replan(seg) || len(ep.info.Segments) != 2 {

@@ -37,7 +37,7 @@ func TestPositionsShareWrites(t *testing.T) {
 	}
 	st := &state{kv}
 	book := newEpochBook(nil, nil)
-	book.setInfo(0, EpochInfo{Epoch: 0, Steps: steps})
+	book.SetInfo(0, EpochInfo{Epoch: 0, Steps: steps})
 	tab := newRankTable(n, 2, book, st)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

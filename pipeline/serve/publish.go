@@ -24,7 +24,7 @@ var errRewind = errors.New("rewind")
 // it applies rewinds (trainer restarts, resends); after the last epoch it
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
 func (s *Service) publishLoop(ctx context.Context) error {
-	defer s.epochs.ahead.Wait()
+	defer s.epochs.WaitBackground()
 	if err := s.awaitResize(ctx); err != nil {
 		return err
 	}
@@ -143,16 +143,16 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 	if err != nil {
 		return err
 	}
-	if from >= ep.info.Steps {
+	if from >= ep.Info().Steps {
 		return nil
 	}
-	pp, err := pipeline.NewPreprocessor(ep.prep)
+	pp, err := pipeline.NewPreprocessor(ep.Prepared())
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	wait, t0, done := time.Now(), time.Now(), 0
-	for from < ep.info.Steps {
-		if err := ep.prog.wait(gctx, from+1); err != nil {
+	for from < ep.Info().Steps {
+		if err := ep.WaitPlanned(gctx, from+1); err != nil {
 			return err
 		}
 		plan := ep.planFrom(from)
@@ -160,8 +160,8 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 			s.met.stage(stagePreprocess, time.Since(wait))
 			err := s.queueStep(gctx, mem, ep, sb, next, queues)
 			wait = time.Now()
-			if done++; err == nil && s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
-				s.epochs.planAhead(ctx, e+1, s.log)
+			if done++; err == nil && s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
+				s.epochs.PlanAhead(ctx, e+1, s.log)
 			}
 			return err
 		})
@@ -187,12 +187,12 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // the step with generation gen.
 func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.StepBatch, next []pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
-	here := pos{ep.info.Epoch, sb.Step}
+	here := pos{ep.Info().Epoch, sb.Step}
 	gens := make([]int, len(next))
 	targets := s.ranks.targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
 		s.live.published(ep, sb)
-		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
+		s.met.imbalance.Observe(imbalance(ep.Predicted(sb.Step)))
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
@@ -275,7 +275,7 @@ func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error)
 	if err != nil {
 		return proto.BatchMeta{}, err
 	}
-	meta := ep.prep.BatchMeta(s.cfg.Job, ep.info.Epoch, mod, ep.prep.Config.Plan.Pack)
+	meta := ep.Prepared().BatchMeta(s.cfg.Job, ep.Info().Epoch, mod, ep.Prepared().Config.Plan.Pack)
 	meta.Step, meta.DPRank, meta.MPRank = step, dp, mp
 	return meta, nil
 }

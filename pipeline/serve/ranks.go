@@ -105,7 +105,7 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		return rs, err
 	}
 	if last != nil {
-		rs.next = t.epochs.norm(pos{last.Epoch, last.Step + 1})
+		rs.next = t.epochs.Norm(pos{last.Epoch, last.Step + 1})
 	}
 	t.positions.loaded(r, last)
 	rs.cursor = rs.next
@@ -226,8 +226,8 @@ func (t *rankTable) normalize() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.ranks {
-		t.ranks[i].cursor = t.epochs.norm(t.ranks[i].cursor)
-		t.ranks[i].next = t.epochs.norm(t.ranks[i].next)
+		t.ranks[i].cursor = t.epochs.Norm(t.ranks[i].cursor)
+		t.ranks[i].next = t.epochs.Norm(t.ranks[i].next)
 	}
 	t.wakeLocked() // a cursor at an epoch's end may now name the next one's start
 }
@@ -251,7 +251,7 @@ func (t *rankTable) targets(here pos, next []pos, gens []int) []int {
 	defer t.mu.Unlock()
 	var out []int
 	for r := range next {
-		if next[r] = t.epochs.norm(next[r]); next[r] == here {
+		if next[r] = t.epochs.Norm(next[r]); next[r] == here {
 			out = append(out, r)
 			gens[r] = t.ranks[r].gen
 		}
@@ -265,9 +265,9 @@ func (t *rankTable) targets(here pos, next []pos, gens []int) []int {
 func (t *rankTable) stepPublished(r int, at pos, gen int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rs := &t.ranks[r]; t.epochs.norm(rs.cursor) == at && rs.gen == gen {
+	if rs := &t.ranks[r]; t.epochs.Norm(rs.cursor) == at && rs.gen == gen {
 		before := t.minCursorLocked()
-		rs.cursor = t.epochs.norm(pos{at.Epoch, at.Step + 1})
+		rs.cursor = t.epochs.Norm(pos{at.Epoch, at.Step + 1})
 		if before.less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
 			t.wakeLocked()
 		}
@@ -323,7 +323,7 @@ func (t *rankTable) swapConn(r int, conn string) (same bool) {
 func (t *rankTable) setNext(r int, next pos, force bool) bool {
 	t.mu.Lock()
 	rs := &t.ranks[r]
-	next = t.epochs.norm(next)
+	next = t.epochs.Norm(next)
 	if !force && !rs.next.less(next) {
 		t.mu.Unlock()
 		return false
@@ -341,7 +341,7 @@ func (t *rankTable) setNext(r int, next pos, force bool) bool {
 // lastCompleted is the step before next as kvPositions records it (nil:
 // next is the job's first step).
 func (t *rankTable) lastCompleted(next pos) *kvStep {
-	if prev, ok := t.epochs.stepBefore(next); ok {
+	if prev, ok := t.epochs.StepBefore(next); ok {
 		return &kvStep{prev.Epoch, prev.Step}
 	}
 	return nil

@@ -23,11 +23,11 @@ func TestResizeReplays(t *testing.T) {
 	defer cancel()
 	input := corpus(t, 96)
 	old := testConfig(t, input, 2, 1, "colocated")
-	base, err := prepareEpoch(ctx, old, 0, nil, old.Pipeline.Plan.Model)
+	base, err := PrepareWhole(ctx, old.epochConfig(), 0, nil, old.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer base.close()
+	defer base.Close()
 	if base.info.DP != 2 {
 		t.Fatalf("epoch info dp %d, want 2", base.info.DP)
 	}
@@ -38,7 +38,7 @@ func TestResizeReplays(t *testing.T) {
 		stored.Resize = &ResizeSegment{FromStep: 2, DP: dp, Segments: 1}
 		var got [][]int32
 		for range 2 {
-			ep, err := prepareEpoch(ctx, cfg, 0, &stored, cfg.Pipeline.Plan.Model)
+			ep, err := PrepareWhole(ctx, cfg.epochConfig(), 0, &stored, cfg.Pipeline.Plan.Model)
 			if err != nil {
 				t.Fatalf("dp %d: %v", dp, err)
 			}
@@ -61,7 +61,7 @@ func TestResizeReplays(t *testing.T) {
 				t.Errorf("dp %d: planFrom(2) has dp %d", dp, ep.planFrom(2).Config.DP)
 			}
 			got = append(got, liveItems(ep.steps))
-			ep.close()
+			ep.Close()
 		}
 		if !slices.Equal(got[0], got[1]) {
 			t.Errorf("dp %d: the resize does not replay identically", dp)

@@ -91,7 +91,7 @@ func New(cfg Config) (*Service, error) {
 		mem = memory.DefaultAllocator
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
-	s.epochs = newEpochBook(s.planEpoch, &s.st)
+	s.epochs = newEpochBook(s.planEpoch, epochStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.cal = newCalibrator(cfg)
@@ -143,7 +143,7 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // the first part to fail (or ctx) stops the others.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.data.close() // after the epochs that share it
-	defer s.epochs.closeAll()
+	defer s.epochs.CloseAll()
 	ro, err := s.openReportOut()
 	if err != nil {
 		return err
@@ -486,7 +486,7 @@ func (s *Service) restore(ctx context.Context) error {
 	first := pos{s.cfg.Pipeline.Plan.Epoch, 0}
 	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
 		var info EpochInfo
-		ok, err := s.st.getJSON(ctx, kvEpochInfo+fmt.Sprint(e), &info)
+		ok, err := s.st.getJSON(ctx, InfoKey(e), &info)
 		if err != nil {
 			return err
 		}
@@ -496,7 +496,7 @@ func (s *Service) restore(ctx context.Context) error {
 		if err := info.validate(); err != nil {
 			return err
 		}
-		s.epochs.setInfo(e, info)
+		s.epochs.SetInfo(e, info)
 	}
 	for r := range s.ranks.len() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
@@ -534,7 +534,7 @@ func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error)
 		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
 	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.norm(pos{h.Epoch, h.Step + 1}), true, nil
+		return s.epochs.Norm(pos{h.Epoch, h.Step + 1}), true, nil
 	}
 	return pos{h.Epoch, h.Step}, true, nil
 }

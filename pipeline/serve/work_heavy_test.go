@@ -20,11 +20,11 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	cfg.Role = RolePlanner
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ep, err := prepareEpoch(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
+	ep, err := PrepareWhole(ctx, cfg.epochConfig(), 0, nil, cfg.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.close()
+	defer ep.Close()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	for _, st := range plan.Steps[window:] {
 		for dp, mbs := range st.Ranks {
 			for mb, entries := range mbs {
-				if w.heavy(costOf(&ep.prep.Features, entries)) {
+				if w.heavy(costOf(&ep.Prepared().Features, entries)) {
 					heavy = append(heavy, work.Key{Epoch: 0, Step: st.Index, DP: dp, MicroBatch: mb})
 				}
 			}

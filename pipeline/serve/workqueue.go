@@ -203,7 +203,7 @@ type itemSource struct {
 
 // itemSource is the served epoch ep as an itemSource.
 func (s *Service) itemSource(ep *epochPlan) itemSource {
-	return itemSource{feats: &ep.prep.Features, epoch: ep.info.Epoch, img: s.cfg.Pipeline.Image,
+	return itemSource{feats: &ep.Prepared().Features, epoch: ep.Info().Epoch, img: s.cfg.Pipeline.Image,
 		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 
@@ -395,7 +395,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	if err != nil {
 		return err
 	}
-	if from >= ep.info.Steps {
+	if from >= ep.Info().Steps {
 		return nil
 	}
 	defer s.work.logTally(e)
@@ -403,11 +403,11 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	// have returns whether the plan's step j is planned, waiting for it
 	// (ctx-bound) when wait is set; plan then holds it.
 	have := func(j int, wait bool) (bool, error) {
-		if j < len(plan.Steps) || from+j >= ep.info.Steps {
+		if j < len(plan.Steps) || from+j >= ep.Info().Steps {
 			return j < len(plan.Steps), nil
 		}
 		if wait {
-			if err := ep.prog.wait(gctx, from+j+1); err != nil {
+			if err := ep.WaitPlanned(gctx, from+j+1); err != nil {
 				return false, err
 			}
 		}
@@ -418,7 +418,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		here := pos{e, step}
 		return func(dp int) bool {
 			for mp := range s.cfg.MP {
-				if !here.less(s.epochs.norm(next[dp*s.cfg.MP+mp])) {
+				if !here.less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {
 					return true
 				}
 			}
@@ -426,7 +426,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		}
 	}
 	issued, t0 := 0, time.Now()
-	for k := range ep.info.Steps - from {
+	for k := range ep.Info().Steps - from {
 		for ; issued <= k+s.work.ahead; issued++ {
 			if ok, err := have(issued, issued == k); err != nil {
 				return err
@@ -456,8 +456,8 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		if err != nil {
 			return err
 		}
-		if s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
-			s.epochs.planAhead(ctx, e+1, s.log)
+		if s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
+			s.epochs.PlanAhead(ctx, e+1, s.log)
 		}
 	}
 	return nil
@@ -466,7 +466,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 // plannedStep is a step's rows as planned (ids and weights, no tensors):
 // what the live report counts.
 func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
-	f := ep.prep.Features
+	f := ep.Prepared().Features
 	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
 	for r, mbs := range st.Ranks {
 		sb.Rows[r] = make([][]proto.Row, len(mbs))
