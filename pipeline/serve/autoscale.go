@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -318,7 +319,7 @@ func (s *Service) readySteps() []float64 {
 	out := make([]float64, len(ranks))
 	for r, rs := range ranks {
 		next := s.epochs.Norm(rs.next)
-		base := s.epochs.Norm(rs.cursor)
+		var base pos = s.epochs.Norm(rs.cursor)
 		if q, ok := s.work.queuedThrough(); ok && base.less(s.epochs.Norm(q)) {
 			base = s.epochs.Norm(q)
 		}
@@ -425,7 +426,7 @@ func (w *workPlanner) queuedThrough() (pos, bool) {
 
 // builtFrom returns the first step from p on (normalised by norm) that the
 // workers have not delivered every micro-batch of for dp rank dp.
-func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(pos) pos) pos {
+func (w *workPlanner) builtFrom(dp, microBatches int, p pos, norm func(epochs.Pos) epochs.Pos) pos {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for p = norm(p); ; p = norm(pos{p.Epoch, p.Step + 1}) {

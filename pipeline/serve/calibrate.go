@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -199,7 +200,7 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 // works, replans the unpublished rest of the epoch with it (epochBook.replanRest:
 // the book changes and records the plan). It reports whether the run must
 // restart on the new steps. Publisher goroutine only.
-func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, queued []pos) bool {
+func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int, queued []pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
@@ -214,7 +215,11 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, q
 	}
 	e, fit := ep.Info().Epoch, cal.Fit
 	seg := func(from int) Segment { return Segment{FromStep: from, Model: cal.Model, Fit: &fit} }
-	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, queued, seg)
+	at := make([]epochs.Pos, len(queued)) // the book's Pos is pos, unnamed
+	for i, q := range queued {
+		at[i] = q
+	}
+	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, at, seg)
 	switch {
 	case err != nil:
 		s.log.Warn("recalibration not recorded, plan kept", "err", err)

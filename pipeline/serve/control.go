@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -30,7 +31,7 @@ type control struct {
 	log      *slog.Logger
 	met      *metrics
 	ranks    *rankTable
-	epochs   *epochBook
+	epochs   *epochs.Book
 	cal      *calibrator
 	live     *live
 	tasks    *tasks

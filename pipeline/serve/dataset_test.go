@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
@@ -147,7 +148,7 @@ func BenchmarkPlanEpoch(b *testing.B) {
 	}
 	b.ResetTimer()
 	for e := range b.N {
-		ep, err := Prepare(context.Background(), cfg.epochConfig(), ds, e, nil, cfg.Pipeline.Plan.Model, nil)
+		ep, err := epochs.Prepare(context.Background(), cfg.epochConfig(), ds, e, nil, cfg.Pipeline.Plan.Model, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -61,7 +61,7 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	steps := s.epochs.Steps(0)
 	perStep := last[0].Sub(first[0]) / time.Duration(steps-1)
 	gap := first[1].Sub(last[0])
-	plan := time.Duration(s.epochs.jobs[1].seconds * float64(time.Second))
+	plan := time.Duration(s.epochs.PlanSeconds(1) * float64(time.Second))
 	t.Logf("epoch 0: %d steps, %v a step; gap at the boundary %v; planning epoch 1 took %v", steps, perStep, gap, plan)
 	if gap > max(3*perStep, plan/4, gapNoiseFloor) {
 		t.Errorf("gap at the epoch boundary %v: more than a step's latency (3 × %v), a quarter of the planning time %v and %v", gap, perStep, plan, gapNoiseFloor)

@@ -9,6 +9,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -107,8 +108,8 @@ type live struct {
 	mu             sync.Mutex
 	dp, mp         int
 	placement      balancer.Placement
-	ep             *epochPlan // its prog has the report once the epoch is planned
-	prev           *epochPlan // the epoch before, whose report is shown until ep's is built
+	ep             *epochs.Plan // its prog has the report once the epoch is planned
+	prev           *epochs.Plan // the epoch before, whose report is shown until ep's is built
 	info           EpochInfo
 	steps          []*LiveStep
 	index          map[pos]*LiveStep
@@ -122,7 +123,7 @@ func newLive(cfg Config) *live {
 		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(cfg.Pipeline.Plan.DP, cfg.MP)}
 }
 
-func (l *live) setEpoch(ep *epochPlan) {
+func (l *live) setEpoch(ep *epochs.Plan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.prev, l.ep, l.info = l.ep, ep, ep.Info()
@@ -131,7 +132,7 @@ func (l *live) setEpoch(ep *epochPlan) {
 
 // published records a step the publisher sent (from the publisher goroutine,
 // which owns ep's steps).
-func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
+func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	seg, _ := ep.SegmentAt(sb.Step)
 	pred := ep.Predicted(sb.Step)
 	st := &LiveStep{Epoch: ep.Info().Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
@@ -222,7 +223,7 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	l.mu.Lock()
 	var report *balancer.Report
 	var mix *pipeline.MixtureReport
-	for _, ep := range []*epochPlan{l.ep, l.prev} {
+	for _, ep := range []*epochs.Plan{l.ep, l.prev} {
 		if ep != nil && report == nil {
 			_, _, report, _ = ep.Planning()
 			mix = ep.MixtureReport()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,7 +156,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 		if err := ep.WaitPlanned(gctx, from+1); err != nil {
 			return err
 		}
-		plan := ep.planFrom(from)
+		plan := ep.PlanFrom(from)
 		err := pp.Run(gctx, plan, func(sb pipeline.StepBatch) error {
 			s.met.stage(stagePreprocess, time.Since(wait))
 			err := s.queueStep(gctx, mem, ep, sb, next, queues)
@@ -176,7 +177,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -185,7 +186,7 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // queueStepWith is queueStep with the ranks' payloads made by enc (built
 // here, or delivered by workers), which queues rank r's micro-batches of
 // the step with generation gen.
-func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.StepBatch, next []pos,
+func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
 	here := pos{ep.Info().Epoch, sb.Step}
 	gens := make([]int, len(next))
@@ -229,7 +230,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -269,7 +270,7 @@ func queueOut(ctx context.Context, q chan<- outMsg, m outMsg, rows []proto.Row, 
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
-func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error) {
+func (s *Service) batchMeta(ep *epochs.Plan, step, r int) (proto.BatchMeta, error) {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -78,14 +79,14 @@ type rankTable struct {
 	ranks                 []rankState
 	moved                 chan struct{}
 	mp                    int
-	epochs                *epochBook
+	epochs                *epochs.Book
 	kv                    *state // the Service's, set up before the table is used
 	// advanced, when set (before the control handlers run), is told each
 	// forward move of a rank's next needed step (the autoscaling rates).
 	advanced func(r int, from, to pos)
 }
 
-func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
+func newRankTable(n, mp int, epochs *epochs.Book, kv *state) *rankTable {
 	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), handed: newHandedLog(n),
 		positions: newPositionLog(n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -34,7 +35,7 @@ type Service struct {
 
 	// The parts.
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
-	epochs    *epochBook                  // the epochs' infos, plans and preparations (epochs.go)
+	epochs    *epochs.Book                // the epochs' infos, plans and preparations (epochs.go)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
 	ctl       *control                    // the trainers' control messages (control.go)
@@ -91,7 +92,7 @@ func New(cfg Config) (*Service, error) {
 		mem = memory.DefaultAllocator
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
-	s.epochs = newEpochBook(s.planEpoch, epochStore{&s.st})
+	s.epochs = epochs.NewBook(s.planEpoch, epochStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.cal = newCalibrator(cfg)
@@ -486,14 +487,14 @@ func (s *Service) restore(ctx context.Context) error {
 	first := pos{s.cfg.Pipeline.Plan.Epoch, 0}
 	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
 		var info EpochInfo
-		ok, err := s.st.getJSON(ctx, InfoKey(e), &info)
+		ok, err := s.st.getJSON(ctx, epochs.InfoKey(e), &info)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			break
 		}
-		if err := info.validate(); err != nil {
+		if err := info.Validate(); err != nil {
 			return err
 		}
 		s.epochs.SetInfo(e, info)

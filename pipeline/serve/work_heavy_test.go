@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,7 +21,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	cfg.Role = RolePlanner
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ep, err := PrepareWhole(ctx, cfg.epochConfig(), 0, nil, cfg.Pipeline.Plan.Model)
+	ep, err := epochs.PrepareWhole(ctx, cfg.epochConfig(), 0, nil, cfg.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestHeavyItemsIssuedEarlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := ep.planFrom(0)
+	plan := ep.PlanFrom(0)
 	all := func(int) bool { return true }
 	const window = 4 // 4 steps × 2 dp × 2 micro-batches: enough items to tell heavy ones
 	for _, st := range plan.Steps[:window] {

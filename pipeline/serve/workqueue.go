@@ -16,6 +16,7 @@ import (
 	"github.com/mmfeed/mmfeed/imgproc"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -185,7 +186,7 @@ const heavyFactor = 4
 // issueStep publishes the batch items of one step for the dp ranks that
 // need it (want), one per micro-batch, except those already issued; with
 // heavyOnly, only the heavy ones (heavyFactor).
-func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochPlan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
+func (w *workPlanner) issueStep(ctx context.Context, s *Service, ep *epochs.Plan, plan *balancer.Plan, st balancer.Step, want func(dp int) bool, heavyOnly bool) error {
 	return w.issueStepOf(ctx, s.itemSource(ep), plan, st, want, heavyOnly)
 }
 
@@ -202,7 +203,7 @@ type itemSource struct {
 }
 
 // itemSource is the served epoch ep as an itemSource.
-func (s *Service) itemSource(ep *epochPlan) itemSource {
+func (s *Service) itemSource(ep *epochs.Plan) itemSource {
 	return itemSource{feats: &ep.Prepared().Features, epoch: ep.Info().Epoch, img: s.cfg.Pipeline.Image,
 		meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
@@ -399,7 +400,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		return nil
 	}
 	defer s.work.logTally(e)
-	plan := ep.planFrom(from)
+	plan := ep.PlanFrom(from)
 	// have returns whether the plan's step j is planned, waiting for it
 	// (ctx-bound) when wait is set; plan then holds it.
 	have := func(j int, wait bool) (bool, error) {
@@ -411,7 +412,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 				return false, err
 			}
 		}
-		plan = ep.planFrom(from)
+		plan = ep.PlanFrom(from)
 		return j < len(plan.Steps), nil
 	}
 	want := func(step int) func(int) bool {
@@ -465,7 +466,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 
 // plannedStep is a step's rows as planned (ids and weights, no tensors):
 // what the live report counts.
-func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
+func plannedStep(ep *epochs.Plan, st balancer.Step) pipeline.StepBatch {
 	f := ep.Prepared().Features
 	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
 	for r, mbs := range st.Ranks {

@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"fmt"
@@ -13,9 +13,9 @@ type Segment struct {
 	Fit      *balancer.Fit      `json:"fit,omitempty"`
 }
 
-// EpochInfo is what a register reply needs of an epoch, and how to replan it
+// Info is what a register reply needs of an epoch, and how to replan it
 // after a restart (KV epoch.<e>).
-type EpochInfo struct {
+type Info struct {
 	Epoch        int    `json:"epoch"`
 	Steps        int    `json:"steps"`
 	MicroBatches int    `json:"micro_batches"`
@@ -33,17 +33,17 @@ type EpochInfo struct {
 }
 
 // ResizeSegment records that an epoch's steps from FromStep on were planned
-// for DP ranks (the steps before it for EpochInfo.DP).
+// for DP ranks (the steps before it for Info.DP).
 type ResizeSegment struct {
 	FromStep int `json:"from_step"`
 	DP       int `json:"dp"`
-	// Segments is how many of EpochInfo.Segments were recorded before the
+	// Segments is how many of Info.Segments were recorded before the
 	// resize (they replay before it, the others after it).
 	Segments int `json:"segments"`
 }
 
-// validate checks an EpochInfo read back from the KV bucket.
-func (e EpochInfo) validate() error {
+// Validate checks an Info read back from the KV bucket.
+func (e Info) Validate() error {
 	if e.Steps < 0 || e.MicroBatches < 1 || len(e.Segments) == 0 || e.Segments[0].FromStep != 0 {
 		return fmt.Errorf("serve: epoch info %d: steps %d, micro-batches %d, %d segments: %w", e.Epoch, e.Steps, e.MicroBatches, len(e.Segments), ErrState)
 	}

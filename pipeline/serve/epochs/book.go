@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"context"
@@ -13,20 +13,25 @@ import (
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
+// Pos is a position in the job: an epoch and a step of it. It is the
+// unnamed struct, not a type of its own, so that serve's pos (ranks.go)
+// passes to the book and back without a conversion.
+type Pos = struct{ Epoch, Step int }
+
 // planJob is one epoch's preparation, run once (by the publisher when it
 // reaches the epoch, or ahead of it while the previous epoch is published).
 type planJob struct {
 	done    chan struct{}
-	ep      *epochPlan
+	ep      *Plan
 	err     error
 	seconds float64 // how long preparing took
 }
 
-// prepareFunc prepares epoch e and records its info in the KV bucket;
+// PrepareFunc prepares epoch e and records its info in the KV bucket;
 // stored is the info recorded before (nil: none).
-type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error)
+type PrepareFunc func(ctx context.Context, e int, stored *Info) (*Plan, error)
 
-// epochBook owns the job's epochs: their infos (what a register reply
+// Book owns the job's epochs: their infos (what a register reply
 // needs, as recorded in the KV bucket), their plans held in memory, the
 // preparations started, and the epoch being published.
 //
@@ -45,44 +50,44 @@ type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan
 // a leaf but for a held plan's planning lock (itself a leaf): nothing else
 // that takes a lock is called with it held. Closing a plan with it held
 // waits for the plan's background planner, which never takes mu.
-type epochBook struct {
+type Book struct {
 	mu      sync.Mutex
-	infos   map[int]EpochInfo
-	plans   map[int]*epochPlan
+	infos   map[int]Info
+	plans   map[int]*Plan
 	jobs    map[int]*planJob // preparations started, by epoch
 	active  int              // the epoch being published (-1 before the first)
 	planned chan struct{}
 	ahead   sync.WaitGroup
-	prepare prepareFunc
-	kv      infoStore // where epoch infos are recorded (InfoKey); only the book writes them
+	prepare PrepareFunc
+	kv      Store // where epoch infos are recorded (InfoKey); only the book writes them
 }
 
-// kvEpochInfo + epoch: the epoch's EpochInfo (JSON), in the job's KV bucket.
+// kvEpochInfo + epoch: the epoch's Info (JSON), in the job's KV bucket.
 const kvEpochInfo = "epoch."
 
-// InfoKey is the job's KV key of epoch e's info (EpochInfo, JSON). Anyone
+// InfoKey is the job's KV key of epoch e's info (Info, JSON). Anyone
 // may read it; only the book writes or deletes it (internal/arch).
 func InfoKey(e int) string { return kvEpochInfo + strconv.Itoa(e) }
 
-// infoStore is the job's KV bucket as the book writes it: a JSON value put
+// Store is the job's KV bucket as the book writes it: a JSON value put
 // at a key, a key deleted (a missing key is no error).
-type infoStore interface {
+type Store interface {
 	PutJSON(ctx context.Context, key string, v any) error
 	Delete(ctx context.Context, key string) error
 }
 
-func newEpochBook(prepare prepareFunc, kv infoStore) *epochBook {
-	return &epochBook{infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, jobs: map[int]*planJob{}, active: -1,
+func NewBook(prepare PrepareFunc, kv Store) *Book {
+	return &Book{infos: map[int]Info{}, plans: map[int]*Plan{}, jobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), prepare: prepare, kv: kv}
 }
 
 // Record writes epoch e's info to the job's KV bucket (InfoKey).
-func (b *epochBook) Record(ctx context.Context, e int, info EpochInfo) error {
+func (b *Book) Record(ctx context.Context, e int, info Info) error {
 	return b.kv.PutJSON(ctx, InfoKey(e), info)
 }
 
 // RecordAll writes every epoch info the book holds again (a recreated bucket).
-func (b *epochBook) RecordAll(ctx context.Context) error {
+func (b *Book) RecordAll(ctx context.Context) error {
 	for e, info := range b.AllInfos() {
 		if err := b.Record(ctx, e, info); err != nil {
 			return err
@@ -92,7 +97,7 @@ func (b *epochBook) RecordAll(ctx context.Context) error {
 }
 
 // Unrecord deletes the recorded infos of epochs es (a resize plans them again).
-func (b *epochBook) Unrecord(ctx context.Context, es []int) error {
+func (b *Book) Unrecord(ctx context.Context, es []int) error {
 	for _, e := range es {
 		if err := b.kv.Delete(ctx, InfoKey(e)); err != nil {
 			return err
@@ -105,9 +110,9 @@ func (b *epochBook) Unrecord(ctx context.Context, es []int) error {
 // after every queued position of its epoch (from; -1 when a later epoch is
 // queued already, and nothing is done) with seg(from), records the new info,
 // and keeps the old plan when the record fails (err). replanned is false
-// when the replan would change the step count (epochPlan.replan). The only
+// when the replan would change the step count (Plan.replan). The only
 // writer of a held plan's steps after planning; its readers hold mu.
-func (b *epochBook) ReplanRest(ctx context.Context, ep *epochPlan, step int, queued []pos,
+func (b *Book) ReplanRest(ctx context.Context, ep *Plan, step int, queued []Pos,
 	seg func(from int) Segment) (from int, replanned bool, err error) {
 	e := ep.info.Epoch
 	b.mu.Lock()
@@ -142,7 +147,7 @@ func (b *epochBook) ReplanRest(ctx context.Context, ep *epochPlan, step int, que
 }
 
 // Info returns epoch e's info, if it is planned.
-func (b *epochBook) Info(e int) (EpochInfo, bool) {
+func (b *Book) Info(e int) (Info, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info, ok := b.infos[e]
@@ -150,17 +155,17 @@ func (b *epochBook) Info(e int) (EpochInfo, bool) {
 }
 
 // SetInfo records epoch e's info (restore, a recalibration).
-func (b *epochBook) SetInfo(e int, info EpochInfo) {
+func (b *Book) SetInfo(e int, info Info) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.infos[e] = info
 }
 
 // AllInfos returns a copy of every epoch's info.
-func (b *epochBook) AllInfos() map[int]EpochInfo {
+func (b *Book) AllInfos() map[int]Info {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[int]EpochInfo, len(b.infos))
+	out := make(map[int]Info, len(b.infos))
 	for e, in := range b.infos {
 		out[e] = in
 	}
@@ -168,7 +173,7 @@ func (b *epochBook) AllInfos() map[int]EpochInfo {
 }
 
 // Forget drops the infos of epochs es (a resize plans them again).
-func (b *epochBook) Forget(es []int) {
+func (b *Book) Forget(es []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, e := range es {
@@ -177,39 +182,39 @@ func (b *epochBook) Forget(es []int) {
 }
 
 // Steps returns epoch e's step count (0 while it is not planned).
-func (b *epochBook) Steps(e int) int {
+func (b *Book) Steps(e int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.infos[e].Steps
 }
 
 // Norm maps (e, steps of e) to (e+1, 0).
-func (b *epochBook) Norm(p pos) pos {
+func (b *Book) Norm(p Pos) Pos {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch]; ok && p.Step >= info.Steps {
-		return pos{p.Epoch + 1, 0}
+		return Pos{p.Epoch + 1, 0}
 	}
 	return p
 }
 
 // StepBefore returns the step before p (the last completed one when p is
 // the next needed).
-func (b *epochBook) StepBefore(p pos) (pos, bool) {
+func (b *Book) StepBefore(p Pos) (Pos, bool) {
 	if p.Step > 0 {
-		return pos{p.Epoch, p.Step - 1}, true
+		return Pos{p.Epoch, p.Step - 1}, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch-1]; ok && info.Steps > 0 {
-		return pos{p.Epoch - 1, info.Steps - 1}, true
+		return Pos{p.Epoch - 1, info.Steps - 1}, true
 	}
-	return pos{}, false
+	return Pos{}, false
 }
 
 // WaitInfo returns the info of epoch e, waiting up to wait while it is
 // planned.
-func (b *epochBook) WaitInfo(ctx context.Context, e int, wait time.Duration) (EpochInfo, error) {
+func (b *Book) WaitInfo(ctx context.Context, e int, wait time.Duration) (Info, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -223,15 +228,15 @@ func (b *epochBook) WaitInfo(ctx context.Context, e int, wait time.Duration) (Ep
 		select {
 		case <-planned:
 		case <-t.C:
-			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
+			return Info{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
 		case <-ctx.Done():
-			return EpochInfo{}, ctx.Err()
+			return Info{}, ctx.Err()
 		}
 	}
 }
 
 // Plan returns epoch e's plan when it is held in memory.
-func (b *epochBook) Plan(e int) *epochPlan {
+func (b *Book) Plan(e int) *Plan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.plans[e]
@@ -239,7 +244,7 @@ func (b *epochBook) Plan(e int) *epochPlan {
 
 // Features returns dp rank's feature sum of step of epoch e, when e's plan
 // is held.
-func (b *epochBook) Features(e, step, dp int) (balancer.Features, bool) {
+func (b *Book) Features(e, step, dp int) (balancer.Features, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ep := b.plans[e]
@@ -251,30 +256,30 @@ func (b *epochBook) Features(e, step, dp int) (balancer.Features, bool) {
 
 // Started reports whether epoch e's preparation started (or its plan is
 // held).
-func (b *epochBook) Started(e int) bool {
+func (b *Book) Started(e int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.jobs[e] != nil || b.plans[e] != nil
 }
 
 // PlanFrom returns ep's served steps from start on as a plan for the
-// Preprocessor (epochPlan.planFrom), read under the lock a recalibration
+// Preprocessor (Plan.PlanFrom), read under the lock a recalibration
 // replaces them under; ok is false when start is outside the n steps or
 // not planned yet.
-func (b *epochBook) PlanFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
+func (b *Book) PlanFrom(ep *Plan, start int) (plan *balancer.Plan, n int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if start < 0 || start >= len(ep.steps) {
 		return nil, len(ep.steps), false
 	}
-	plan = ep.planFrom(start)
+	plan = ep.PlanFrom(start)
 	return plan, len(ep.steps), len(plan.Steps) > 0
 }
 
 // Prepared returns epoch e's plan, preparing it unless that is done or
 // under way; concurrent callers share one preparation. A preparation that
 // failed is tried again.
-func (b *epochBook) Prepared(ctx context.Context, e int) (*epochPlan, error) {
+func (b *Book) Prepared(ctx context.Context, e int) (*Plan, error) {
 	job, run := b.job(e)
 	if job == nil {
 		return b.Plan(e), nil
@@ -292,7 +297,7 @@ func (b *epochBook) Prepared(ctx context.Context, e int) (*epochPlan, error) {
 
 // job returns epoch e's preparation (nil: the plan is held) and whether the
 // caller must run it (it was registered just now).
-func (b *epochBook) job(e int) (*planJob, bool) {
+func (b *Book) job(e int) (*planJob, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.plans[e] != nil {
@@ -307,9 +312,9 @@ func (b *epochBook) job(e int) (*planJob, bool) {
 	return job, false
 }
 
-func (b *epochBook) run(ctx context.Context, e int, job *planJob) {
+func (b *Book) run(ctx context.Context, e int, job *planJob) {
 	defer close(job.done)
-	var stored *EpochInfo
+	var stored *Info
 	if info, known := b.Info(e); known {
 		stored = &info
 	}
@@ -330,7 +335,7 @@ func (b *epochBook) run(ctx context.Context, e int, job *planJob) {
 
 // Activate makes e the epoch being published and releases the plans
 // before e-1. It reports whether e was not active already.
-func (b *epochBook) Activate(e int) bool {
+func (b *Book) Activate(e int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.active == e {
@@ -355,7 +360,7 @@ func (b *epochBook) Activate(e int) bool {
 // too little on this machine). Later is better for calibration (the next
 // epoch's model sees more feedback), earlier closes the gap at the boundary.
 // last is the job's last epoch.
-func (b *epochBook) PlanAheadDue(ep *epochPlan, last, step, stepsDone int, elapsed time.Duration) bool {
+func (b *Book) PlanAheadDue(ep *Plan, last, step, stepsDone int, elapsed time.Duration) bool {
 	e := ep.info.Epoch
 	if e >= last || stepsDone == 0 {
 		return false
@@ -377,10 +382,21 @@ func (b *epochBook) PlanAheadDue(ep *epochPlan, last, step, stepsDone int, elaps
 	return ep.info.Steps-(step+1) <= ahead
 }
 
+// PlanSeconds returns how long preparing epoch e took (0: not prepared by
+// this book, or under way).
+func (b *Book) PlanSeconds(e int) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if job := b.jobs[e]; job != nil {
+		return job.seconds
+	}
+	return 0
+}
+
 // PlanAhead prepares epoch e in the background; the preparation is
 // registered before planAhead returns. An error is kept for the publisher,
 // which meets it when it reaches e.
-func (b *epochBook) PlanAhead(ctx context.Context, e int, log *slog.Logger) {
+func (b *Book) PlanAhead(ctx context.Context, e int, log *slog.Logger) {
 	job, run := b.job(e)
 	if !run {
 		return
@@ -394,7 +410,7 @@ func (b *epochBook) PlanAhead(ctx context.Context, e int, log *slog.Logger) {
 }
 
 // Background runs f on a goroutine counted in ahead.
-func (b *epochBook) Background(f func()) {
+func (b *Book) Background(f func()) {
 	b.ahead.Add(1)
 	go func() {
 		defer b.ahead.Done()
@@ -404,10 +420,10 @@ func (b *epochBook) Background(f func()) {
 
 // WaitBackground waits for the goroutines the book started (planning ahead,
 // recording the active epoch): the publisher's last act.
-func (b *epochBook) WaitBackground() { b.ahead.Wait() }
+func (b *Book) WaitBackground() { b.ahead.Wait() }
 
 // CloseAll releases every plan held.
-func (b *epochBook) CloseAll() {
+func (b *Book) CloseAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for e, ep := range b.plans {
