@@ -49,12 +49,13 @@ var rules = map[string]rule{
 	"proto": {module: []string{"internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":               {module: core, deny: []string{natsServer, prom}},
-	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui"}, core...), denyImports: harness},
+	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/epochs"}, core...), denyImports: harness},
 	"pipeline/serve/natsenv": {module: []string{"proto", "internal/ctxutil"}, deny: []string{imaging, xImage, tokenizers, prom}, denyImports: harness},
 	"pipeline/serve/work":    {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...), deny: []string{prom}, denyImports: harness}, // never the planner (pipeline/serve); no metrics
 	"pipeline/serve/httpui":  {module: []string{"balancer"}, deny: []string{nats, arrow}, imports: []string{prom}, denyImports: harness},            // answers from its Source, never serve
-	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "loader/synth"}, core...)},
-	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "loader/synth", "bench"}, core...)},
+	"pipeline/serve/epochs":  {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work"}, core...), deny: []string{prom}, imports: []string{}, denyImports: harness},
+	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/epochs", "loader/synth"}, core...)},
+	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/epochs", "loader/synth", "bench"}, core...)},
 	"internal/arch":          {deny: []string{nats, arrow}},
 	"internal/testpeer":      {},
 	"internal/ctxutil":       {imports: []string{}}, // the standard library only
