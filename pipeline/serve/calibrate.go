@@ -197,7 +197,7 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 }
 
 // recalibrateDue refits every Recalibrate published steps and, when the fit
-// works, replans the unpublished rest of the epoch with it (epochBook.replanRest:
+// works, replans the unpublished rest of the epoch with it (epochs.Book.ReplanRest:
 // the book changes and records the plan). It reports whether the run must
 // restart on the new steps. Publisher goroutine only.
 func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int, queued []pos) bool {

@@ -12,7 +12,8 @@ import (
 )
 
 // pos is a position in the job: (epoch, step). (e, steps of e) and (e+1, 0)
-// name the same place; epochBook.norm makes them equal.
+// name the same place; epochs.Book.Norm makes them equal. It is the book's
+// epochs.Pos (the unnamed struct) under a name of its own, with its methods.
 type pos struct{ Epoch, Step int }
 
 func (p pos) less(q pos) bool {
@@ -68,7 +69,7 @@ func kvRankHanded(dp, mp int) string {
 //     so nothing is published with a generation a restart could reuse.
 //
 // Positions are normalised with the epochs' step counts: mu is taken before
-// epochBook.mu, never after.
+// the epoch book's (epochs.Book), never after.
 type rankTable struct {
 	mu        sync.Mutex
 	handMu    []sync.Mutex // per rank: serialises its handed records

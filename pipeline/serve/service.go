@@ -35,7 +35,7 @@ type Service struct {
 
 	// The parts.
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
-	epochs    *epochs.Book                // the epochs' infos, plans and preparations (epochs.go)
+	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
 	ctl       *control                    // the trainers' control messages (control.go)
@@ -53,7 +53,7 @@ type Service struct {
 	work *workPlanner
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
-	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
+	// truncWarn logs the captions truncated at MaxLength once (epochs.WarnTruncation).
 	truncWarn sync.Once
 
 	// Connections and JetStream assets, set up before Run starts its parts.

@@ -394,7 +394,7 @@ func (b *Book) PlanSeconds(e int) float64 {
 }
 
 // PlanAhead prepares epoch e in the background; the preparation is
-// registered before planAhead returns. An error is kept for the publisher,
+// registered before PlanAhead returns. An error is kept for the publisher,
 // which meets it when it reaches e.
 func (b *Book) PlanAhead(ctx context.Context, e int, log *slog.Logger) {
 	job, run := b.job(e)

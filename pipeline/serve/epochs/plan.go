@@ -375,8 +375,8 @@ func closeQuiet(c io.Closer) {
 	}
 }
 
-// Info returns the epoch's info (as recorded: the publisher's copy changes
-// with a recalibration, under the book's lock).
+// Info returns the epoch's info as the plan holds it (a recalibration
+// changes it from the publisher's goroutine: Book.ReplanRest).
 func (ep *Plan) Info() Info { return ep.info }
 
 // Prepared returns the epoch's order of the job's dataset (its features,
