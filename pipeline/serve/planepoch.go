@@ -16,7 +16,7 @@ type (
 	ResizeSegment = epochs.ResizeSegment
 )
 
-// planEpoch prepares epoch e for the book (its prepareFunc) from the job's
+// planEpoch prepares epoch e for the book (its epochs.PrepareFunc) from the job's
 // dataset (opened by the first epoch): replaying stored (or the resize
 // decided for it), with the model the next epoch starts with, and records
 // its info in the KV bucket.
@@ -71,8 +71,8 @@ func (c Config) epochConfig() epochs.Config {
 	return epochs.Config{Pipeline: c.Pipeline, Job: c.Job, Logger: c.Logger, QuarantineDir: c.QuarantineDir, NoBaselines: c.NoBaselines}
 }
 
-// epochStore is the job's KV bucket as the epoch book writes it (its
-// infoStore): s is the service's, whose bucket a recreation replaces.
+// epochStore is the job's KV bucket as the epoch book writes it
+// (epochs.Store): s is the service's, whose bucket a recreation replaces.
 type epochStore struct{ s *state }
 
 func (st epochStore) PutJSON(ctx context.Context, key string, v any) error {

@@ -27,7 +27,7 @@ type planJob struct {
 	seconds float64 // how long preparing took
 }
 
-// PrepareFunc prepares epoch e and records its info in the KV bucket;
+// PrepareFunc prepares epoch e (Prepare) and records its info (Book.Record);
 // stored is the info recorded before (nil: none).
 type PrepareFunc func(ctx context.Context, e int, stored *Info) (*Plan, error)
 
@@ -36,7 +36,7 @@ type PrepareFunc func(ctx context.Context, e int, stored *Info) (*Plan, error)
 // preparations started, and the epoch being published.
 //
 // Invariants, under mu:
-//   - a plan is prepared once: concurrent callers of prepared share one
+//   - a plan is prepared once: concurrent callers of Prepared share one
 //     planJob (a failed one is tried again);
 //   - plans[e] set implies infos[e] set; planned is closed (and replaced)
 //     whenever infos gains an epoch;
@@ -76,6 +76,9 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// NewBook returns an empty book that prepares epochs with prepare and
+// records their infos in kv (either may be nil where the caller never
+// prepares or records: tests of the positions).
 func NewBook(prepare PrepareFunc, kv Store) *Book {
 	return &Book{infos: map[int]Info{}, plans: map[int]*Plan{}, jobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), prepare: prepare, kv: kv}
