@@ -15,9 +15,10 @@
 // shrinks), and image policies compared with
 // imgproc's constants, never with a string literal.
 //
-// Ownership (owner_test.go): only the epoch book (pipeline/serve/epochs.go)
-// writes or deletes an epoch's info in the job's KV bucket, and only the
-// data plane's choice (pipeline/serve/plane.go) asks which plane runs.
+// Ownership (owner_test.go): only the epoch book (package
+// pipeline/serve/epochs) writes or deletes an epoch's info (epoch.<e>,
+// epochs.InfoKey) in the job's KV bucket, and only the data plane's choice
+// (pipeline/serve/plane.go) asks which plane runs.
 //
 // Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and
 // the module's Go sources.

@@ -336,7 +336,7 @@ func (s *Service) recreateState(ctx context.Context) error {
 		return err
 	}
 	ranks := s.ranks.all()
-	if err := s.epochs.recordAll(ctx); err != nil {
+	if err := s.epochs.RecordAll(ctx); err != nil {
 		return err
 	}
 	handed := ranksRecord{Ranks: make([]*kvStep, len(ranks))}

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -196,15 +197,15 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 }
 
 // recalibrateDue refits every Recalibrate published steps and, when the fit
-// works, replans the unpublished rest of the epoch with it (epochBook.replanRest:
+// works, replans the unpublished rest of the epoch with it (epochs.Book.ReplanRest:
 // the book changes and records the plan). It reports whether the run must
 // restart on the new steps. Publisher goroutine only.
-func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, queued []pos) bool {
+func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int, queued []pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
 	s.publisher.sinceCal++
-	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.planned() {
+	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.Planned() {
 		return false // a replan needs the whole epoch planned: try again at the next step
 	}
 	s.publisher.sinceCal = 0
@@ -212,9 +213,13 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochPlan, step int, q
 	if !ok {
 		return false
 	}
-	e, fit := ep.info.Epoch, cal.Fit
+	e, fit := ep.Info().Epoch, cal.Fit
 	seg := func(from int) Segment { return Segment{FromStep: from, Model: cal.Model, Fit: &fit} }
-	from, replanned, err := s.epochs.replanRest(ctx, ep, step, queued, seg)
+	at := make([]epochs.Pos, len(queued)) // the book's Pos is pos, unnamed
+	for i, q := range queued {
+		at[i] = q
+	}
+	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, at, seg)
 	switch {
 	case err != nil:
 		s.log.Warn("recalibration not recorded, plan kept", "err", err)

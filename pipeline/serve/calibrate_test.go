@@ -9,6 +9,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -50,14 +51,14 @@ func TestRecalibrateMidEpoch(t *testing.T) {
 	ex := shardExpectation(t, cfg, 0)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 	// Replaying the segments gives the steps the trainers applied.
-	ep, err := prepareEpoch(ctx, cfg, 0, &info, cfg.Pipeline.Plan.Model)
+	ep, err := epochs.PrepareWhole(ctx, cfg.epochConfig(), 0, &info, cfg.Pipeline.Plan.Model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.close()
-	items := ep.prep.Features.Items
+	defer ep.Close()
+	items := ep.Prepared().Features.Items
 	for _, tr := range trs {
-		for _, s := range ep.steps {
+		for _, s := range ep.ServedSteps() {
 			for mb, entries := range s.Ranks[tr.dp] {
 				k := proto.BatchKey{Job: cfg.Job, Step: s.Index, MicroBatch: mb, DPRank: tr.dp}
 				got := ids(tr.applied[k])
@@ -118,10 +119,10 @@ func storedInfo(t *testing.T, _ string, cfg Config) EpochInfo {
 		t.Fatal(err)
 	}
 	var info EpochInfo
-	if ok, err := (state{kv}).getJSON(ctx, kvEpochInfo+"0", &info); err != nil || !ok {
+	if ok, err := (state{kv}).getJSON(ctx, epochs.InfoKey(0), &info); err != nil || !ok {
 		t.Fatalf("epoch info: ok=%v err=%v", ok, err)
 	}
-	if err := info.validate(); err != nil {
+	if err := info.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	return info

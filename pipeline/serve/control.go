@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -30,7 +31,7 @@ type control struct {
 	log      *slog.Logger
 	met      *metrics
 	ranks    *rankTable
-	epochs   *epochBook
+	epochs   *epochs.Book
 	cal      *calibrator
 	live     *live
 	tasks    *tasks
@@ -254,7 +255,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	if err := c.delivery.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
-	info, err := c.epochs.waitInfo(ctx, reg.Epoch, c.cfg.RegisterWait)
+	info, err := c.epochs.WaitInfo(ctx, reg.Epoch, c.cfg.RegisterWait)
 	if err != nil {
 		return fail(err)
 	}
@@ -262,7 +263,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
 	rank := reg.DPRank*c.cfg.MP + reg.MPRank
-	need := c.epochs.norm(pos{reg.Epoch, reg.ResumeStep})
+	need := c.epochs.Norm(pos{reg.Epoch, reg.ResumeStep})
 	if err := c.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
@@ -371,7 +372,7 @@ func (c *control) handleFeedback(m *nats.Msg) {
 	}
 	c.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
 	c.met.feedback(fb)
-	if f, ok := c.epochs.features(fb.Epoch, fb.Step, fb.DPRank); ok {
+	if f, ok := c.epochs.Features(fb.Epoch, fb.Step, fb.DPRank); ok {
 		c.cal.add(fb, f)
 	}
 	c.live.measured(fb)
@@ -393,7 +394,7 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 	if stored {
 		bound = pos{h.Epoch, h.Step}
 	}
-	return c.epochs.norm(bound), nil
+	return c.epochs.Norm(bound), nil
 }
 
 // advanceAcked moves rank's next needed step forward to want, but never past
@@ -403,7 +404,7 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
 func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	ahead := c.ranks.get(rank).next.less(c.epochs.norm(want))
+	ahead := c.ranks.get(rank).next.less(c.epochs.Norm(want))
 	if !ahead {
 		return
 	}
@@ -416,7 +417,7 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 			c.log.Warn("acknowledged position", "rank", rank, "err", err)
 			return
 		}
-		want = c.epochs.norm(want)
+		want = c.epochs.Norm(want)
 		if !bound.less(want) {
 			c.setNext(rank, want, false)
 			return

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -37,8 +38,8 @@ func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *contr
 	cfg := DefaultConfig()
 	cfg.Job = "ctl"
 	cfg.Pipeline.Plan.DP = 2
-	epochs := newEpochBook(nil, nil)
-	epochs.setInfo(0, EpochInfo{Steps: steps})
+	epochs := epochs.NewBook(nil, nil)
+	epochs.SetInfo(0, EpochInfo{Steps: steps})
 	ranks := newRankTable(2, 1, epochs, &state{})
 	for r := range 2 {
 		ranks.set(r, rankState{cursor: cursor, next: pos{0, 0}})

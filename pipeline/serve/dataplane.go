@@ -244,11 +244,11 @@ func (s *Service) handleAck(m *nats.Msg) {
 // it moves the rank at most to the step after the last batch handed to it,
 // never over a batch no fetch of the rank got (invariant 6).
 func (s *Service) checkAck(rank int, k proto.BatchKey) error {
-	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
+	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
 		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
 	}
 	rs := s.ranks.get(rank)
-	if (pos{k.Epoch, k.Step}).less(s.epochs.norm(rs.next)) {
+	if (pos{k.Epoch, k.Step}).less(s.epochs.Norm(rs.next)) {
 		return nil
 	}
 	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {

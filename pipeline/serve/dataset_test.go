@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/tokenize"
 )
 
@@ -54,7 +55,7 @@ func testServeOpensDatasetOnce(t *testing.T, role string) {
 	}
 	r := start(t, cfg)
 	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		if _, ok := r.s.epochs.info(0); !ok {
+		if _, ok := r.s.epochs.Info(0); !ok {
 			return errorf("epoch 0 not planned")
 		}
 		return nil
@@ -145,10 +146,10 @@ func BenchmarkPlanEpoch(b *testing.B) {
 	}
 	b.ResetTimer()
 	for e := range b.N {
-		ep, err := prepareEpochTo(context.Background(), cfg, ds, e, nil, cfg.Pipeline.Plan.Model, nil)
+		ep, err := epochs.Prepare(context.Background(), cfg.epochConfig(), ds, e, nil, cfg.Pipeline.Plan.Model, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		ep.close()
+		ep.Close()
 	}
 }

@@ -201,17 +201,18 @@
 //     tokenizer, features), opened by the first epoch's preparation and
 //     shared by every epoch's plan and preprocessing; Run closes it after
 //     the epochs.
-//   - epochBook (epochs.go): the epochs' infos (KV epoch.<e>: record,
-//     recordAll and unrecord are the only writers of those keys), the plans
-//     held in memory (the active epoch, the one before, and the next one
-//     while it is planned ahead), one shared preparation per epoch, the
-//     plan-ahead goroutines, which the publisher waits for, and a held
-//     plan's recalibration (replanRest: it replans, records and, when the
-//     record fails, rolls back under its own lock; calibrate.go only fits).
-//   - planning (lookahead.go): how far an epoch's plan is (steps planned,
-//     the comparison when built), raised by the epoch's background planner
-//     after it wrote the window's ep.steps and ep.feats; a leaf lock. The
-//     plan's close stops the planner and waits for it.
+//   - the epoch book (epochs.Book, package epochs): the epochs' infos (KV
+//     epoch.<e>: Record, RecordAll and Unrecord are the only writers of
+//     those keys), the plans held in memory (the active epoch, the one
+//     before, and the next one while it is planned ahead), one shared
+//     preparation per epoch, the plan-ahead goroutines, which the publisher
+//     waits for, and a held plan's recalibration (ReplanRest: it replans,
+//     records and, when the record fails, rolls back under its own lock;
+//     calibrate.go only fits). Each plan's planning (how far it is, the
+//     comparison when built) is a leaf lock of its own; the plan's Close
+//     stops its background planner and waits for it. serve prepares an
+//     epoch for the book (planEpoch, planepoch.go) and gives it the KV
+//     bucket (epochStore).
 //   - publisher (publishstate.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
@@ -257,7 +258,7 @@
 //     them through their methods (workglue.go, workmetrics.go: snapshots
 //     at scrape time), never under their locks.
 //
-// Lock order: rankTable before epochBook (positions are normalised with
+// Lock order: rankTable before the epoch book (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
 // scrape reads memory only (positions, the outbox, the stream state
 // pollStream keeps): it makes no NATS or JetStream request.
@@ -292,6 +293,16 @@
 //     fit history, liveViews in liveview.go, which the run report shares);
 //     Service.Handler and Run's HTTP part are httpui.New of the service's
 //     Config. The run report's files (reportout*.go) stay in serve.
+//   - epochs (pipeline/serve/epochs): epoch plans (epochs.Plan: prepare,
+//     plan window after window in the background, replay, resize, replan;
+//     the served steps and their features), the epoch book (epochs.Book)
+//     and what it records (epochs.Info, Segment, ResizeSegment, under
+//     serve's names EpochInfo, Segment and ResizeSegment). It is the only
+//     writer of epoch state and of its KV keys (epochs.InfoKey); serve's
+//     readers use the plan's and the book's verbs and never their locks.
+//     serve keeps the Service's side: planEpoch and epoch (planepoch.go),
+//     the resize decision (resize.go), the recalibration's fit
+//     (calibrate.go). serve's ErrNotReady and ErrState are epochs'.
 //   - the CPU work-cost model: balancer.WorkCostModel, beside the other
 //     cost models and sharing their least-squares solve; package work
 //     builds an item's cost from the features (work/itemcost.go) and
@@ -318,10 +329,11 @@
 //
 // internal/arch tests the import rules between them (natsenv imports proto
 // and internal/ctxutil only, httpui balancer only, deliver proto only, work
-// never serve nor prometheus; none of serve, natsenv, deliver, work and
-// httpui imports runtime/pprof), the size limits, and that serve creates no
-// KV bucket, stream or consumer itself and only natsenv names the lease key
-// in a call (natsenv_test.go).
+// never serve nor prometheus, epochs neither serve nor NATS; none of serve,
+// natsenv, deliver, work, epochs and httpui imports runtime/pprof), that
+// only epochs writes epoch.<e> keys, the size limits, and that serve creates
+// no KV bucket, stream or consumer itself and only natsenv names the lease
+// key in a call (natsenv_test.go).
 //
 // Re-planning is the balancer's: a recalibration replans the rest of an
 // epoch with balancer.Plan.Replan, a resize with balancer.Plan.Resize; the

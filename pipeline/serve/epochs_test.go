@@ -37,7 +37,7 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	s.publisher.built = func(k proto.BatchKey) {
 		mu.Lock()
 		defer mu.Unlock()
-		if k.Epoch == 0 && k.Step == s.epochs.steps(0)-1 && !s.epochs.started(1) {
+		if k.Epoch == 0 && k.Step == s.epochs.Steps(0)-1 && !s.epochs.Started(1) {
 			notAhead++
 		}
 		now := time.Now()
@@ -58,10 +58,10 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	if notAhead > 0 {
 		t.Errorf("%d batches of epoch 0's last step were handed over before epoch 1 was being planned", notAhead)
 	}
-	steps := s.epochs.steps(0)
+	steps := s.epochs.Steps(0)
 	perStep := last[0].Sub(first[0]) / time.Duration(steps-1)
 	gap := first[1].Sub(last[0])
-	plan := time.Duration(s.epochs.jobs[1].seconds * float64(time.Second))
+	plan := time.Duration(s.epochs.PlanSeconds(1) * float64(time.Second))
 	t.Logf("epoch 0: %d steps, %v a step; gap at the boundary %v; planning epoch 1 took %v", steps, perStep, gap, plan)
 	if gap > max(3*perStep, plan/4, gapNoiseFloor) {
 		t.Errorf("gap at the epoch boundary %v: more than a step's latency (3 × %v), a quarter of the planning time %v and %v", gap, perStep, plan, gapNoiseFloor)

@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
@@ -18,15 +19,15 @@ var (
 	// index of the job's input is not the planner's (work.ErrJobMismatch).
 	ErrJobMismatch = work.ErrJobMismatch
 	// ErrNotReady: a trainer asked for an epoch the service has not planned
-	// yet; it should register again.
-	ErrNotReady = errors.New("epoch not planned yet")
+	// yet; it should register again (epochs.ErrNotReady).
+	ErrNotReady = epochs.ErrNotReady
 	// ErrEpochRange: a trainer asked for an epoch outside the job's epochs.
 	ErrEpochRange = errors.New("epoch outside the job")
 	// ErrInsecure: NATS or HTTP would listen on a non-loopback address
 	// without authentication, and Config.Insecure is not set.
 	ErrInsecure = natsenv.ErrInsecure
 	// ErrState: a value in the job's KV bucket is malformed, or the work
-	// planner met a state it never made (work.ErrState).
+	// planner met a state it never made (work.ErrState, epochs.ErrState).
 	ErrState = work.ErrState
 )
 

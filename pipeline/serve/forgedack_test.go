@@ -93,7 +93,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 		}
 		return nil
 	})
-	steps := r.s.epochs.steps(0)
+	steps := r.s.epochs.Steps(0)
 	opts := []nats.Option{slowAuth}
 	ranks := []int{0, 1}
 	if auth { // rank 0's own credential: it may publish its own ack subject only

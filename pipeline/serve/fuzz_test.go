@@ -23,7 +23,7 @@ func FuzzEpochInfo(f *testing.F) {
 		if err := decodeStrict(b, &info); err != nil {
 			return
 		}
-		if err := info.validate(); err != nil {
+		if err := info.Validate(); err != nil {
 			return
 		}
 		if info.Steps < 0 || info.MicroBatches < 1 || len(info.Segments) == 0 || info.Segments[0].FromStep != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,7 @@ func (failingKV) Put(context.Context, string, []byte) (uint64, error) { return 0
 // (TestStandbyPlannerWithWorkers hung on a fast machine).
 func TestHandWithoutRecordMovesNothing(t *testing.T) {
 	kv := &state{kv: failingKV{}}
-	tab := newRankTable(1, 1, newEpochBook(nil, nil), kv)
+	tab := newRankTable(1, 1, epochs.NewBook(nil, nil), kv)
 	key := proto.BatchKey{Epoch: 0, Step: 0, MicroBatch: 0}
 	if err := tab.hand(context.Background(), 0, key); !errors.Is(err, errWriteFailed) {
 		t.Fatalf("hand with a failing KV: %v, want the write's error", err)
@@ -35,7 +36,7 @@ func TestHandWithoutRecordMovesNothing(t *testing.T) {
 	if rs := tab.get(0); rs.anyHanded || rs.recOK {
 		t.Errorf("after a failed record: handed %v (any %v), recorded %v (ok %v), want nothing", rs.handed, rs.anyHanded, rs.recorded, rs.recOK)
 	}
-	ok := newRankTable(1, 1, newEpochBook(nil, nil), nil) // no bucket: memory only
+	ok := newRankTable(1, 1, epochs.NewBook(nil, nil), nil) // no bucket: memory only
 	if err := ok.hand(context.Background(), 0, key); err != nil {
 		t.Fatal(err)
 	}

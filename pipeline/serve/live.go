@@ -9,6 +9,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -107,8 +108,8 @@ type live struct {
 	mu             sync.Mutex
 	dp, mp         int
 	placement      balancer.Placement
-	ep             *epochPlan // its prog has the report once the epoch is planned
-	prev           *epochPlan // the epoch before, whose report is shown until ep's is built
+	ep             *epochs.Plan // its prog has the report once the epoch is planned
+	prev           *epochs.Plan // the epoch before, whose report is shown until ep's is built
 	info           EpochInfo
 	steps          []*LiveStep
 	index          map[pos]*LiveStep
@@ -122,21 +123,21 @@ func newLive(cfg Config) *live {
 		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(cfg.Pipeline.Plan.DP, cfg.MP)}
 }
 
-func (l *live) setEpoch(ep *epochPlan) {
+func (l *live) setEpoch(ep *epochs.Plan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.prev, l.ep, l.info = l.ep, ep, ep.info
-	l.quarant[ep.info.Epoch] = ep.prep.Quarantine
+	l.prev, l.ep, l.info = l.ep, ep, ep.Info()
+	l.quarant[ep.Info().Epoch] = ep.Prepared().Quarantine
 }
 
 // published records a step the publisher sent (from the publisher goroutine,
 // which owns ep's steps).
-func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
-	seg, _ := ep.segmentAt(sb.Step)
-	pred := ep.predicted(sb.Step)
-	st := &LiveStep{Epoch: ep.info.Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
+func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
+	seg, _ := ep.SegmentAt(sb.Step)
+	pred := ep.Predicted(sb.Step)
+	st := &LiveStep{Epoch: ep.Info().Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
 		MeasuredSeconds: make([]float64, len(pred)), DataWaitSeconds: make([]float64, len(pred)),
-		feats: slices.Clone(ep.feats[sb.Step])}
+		feats: slices.Clone(ep.StepFeatures(sb.Step))}
 	for _, mbs := range sb.Rows {
 		for _, rows := range mbs {
 			for i := range rows {
@@ -148,7 +149,7 @@ func (l *live) published(ep *epochPlan, sb pipeline.StepBatch) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.info = ep.info
+	l.info = ep.Info()
 	k := pos{st.Epoch, st.Step}
 	if old := l.index[k]; old != nil { // republished (rewind): keep the measurements
 		st.MeasuredSeconds, st.DataWaitSeconds = old.MeasuredSeconds, old.DataWaitSeconds
@@ -222,10 +223,10 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	l.mu.Lock()
 	var report *balancer.Report
 	var mix *pipeline.MixtureReport
-	for _, ep := range []*epochPlan{l.ep, l.prev} {
+	for _, ep := range []*epochs.Plan{l.ep, l.prev} {
 		if ep != nil && report == nil {
-			_, _, report, _ = ep.prog.state()
-			mix = ep.prog.mixtureReport()
+			_, _, report, _ = ep.Planning()
+			mix = ep.MixtureReport()
 		}
 	}
 	if report == nil && !anyway {
@@ -299,12 +300,12 @@ func (l *live) planningStatus() string {
 	if ep == nil {
 		return "no epoch planned yet"
 	}
-	planned, total, _, err := ep.prog.state()
+	planned, total, _, err := ep.Planning()
 	if err != nil {
-		return fmt.Sprintf("epoch %d: planning failed: %v", ep.info.Epoch, err)
+		return fmt.Sprintf("epoch %d: planning failed: %v", ep.Info().Epoch, err)
 	}
 	if planned < total {
-		return fmt.Sprintf("epoch %d: planning %d/%d steps (the report follows the whole plan)", ep.info.Epoch, planned, total)
+		return fmt.Sprintf("epoch %d: planning %d/%d steps (the report follows the whole plan)", ep.Info().Epoch, planned, total)
 	}
-	return fmt.Sprintf("epoch %d: planned %d/%d steps, building the strategy comparison", ep.info.Epoch, planned, total)
+	return fmt.Sprintf("epoch %d: planned %d/%d steps, building the strategy comparison", ep.Info().Epoch, planned, total)
 }

@@ -2,14 +2,12 @@ package serve
 
 import (
 	"context"
-	"errors"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -28,8 +26,8 @@ func holdPlanning(t *testing.T, job string) (release chan struct{}, waits *atomi
 		case <-time.After(time.Minute): // a broken test ends, never hangs
 		}
 	}
-	planWindowHook.Store(&hook)
-	t.Cleanup(func() { planWindowHook.Store(nil) })
+	epochs.SetPlanWindowHook(hook)
+	t.Cleanup(func() { epochs.SetPlanWindowHook(nil) })
 	return release, waits
 }
 
@@ -65,7 +63,7 @@ func TestFirstBatchBeforeThePlanIsComplete(t *testing.T) {
 			setup := func(tr *trainer) {
 				tr.barrier = func(ctx context.Context, k proto.BatchKey) error { // a whole step received
 					once.Do(func() {
-						planned, total, _, _ = s.epochs.plan(0).prog.state()
+						planned, total, _, _ = s.epochs.Plan(0).Planning()
 						close(release)
 					})
 					return nil
@@ -88,104 +86,4 @@ func TestFirstBatchBeforeThePlanIsComplete(t *testing.T) {
 			checkQuarantineOnce(t, cfg.QuarantineDir, 0)
 		})
 	}
-}
-
-// TestRestartChecksThePlanHash: a restart that replans the epoch from the
-// same inputs gets the hash recorded after the first window and serves the
-// same steps; any change to the plan's inputs is refused.
-func TestRestartChecksThePlanHash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	input := corpus(t, 96)
-	cfg := testConfig(t, input, 2, 1, "colocated")
-	base, err := prepareEpoch(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer base.close()
-	lookahead, seed := cfg, cfg
-	lookahead.Pipeline.Plan.Lookahead++
-	seed.Pipeline.Plan.Seed++
-	for _, tc := range []struct {
-		name   string
-		cfg    Config
-		stored func(EpochInfo) EpochInfo
-		ok     bool
-	}{
-		{"same inputs", cfg, func(in EpochInfo) EpochInfo { return in }, true},
-		{"lookahead changed", lookahead, func(in EpochInfo) EpochInfo { return in }, false},
-		{"seed changed", seed, func(in EpochInfo) EpochInfo { return in }, false},
-		{"recorded by another planner version", cfg, func(in EpochInfo) EpochInfo { in.PlanHash = "x" + in.PlanHash[1:]; return in }, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			stored := tc.stored(base.info)
-			ep, err := prepareEpoch(ctx, tc.cfg, 0, &stored, tc.cfg.Pipeline.Plan.Model)
-			if !tc.ok {
-				if !errors.Is(err, ErrJobMismatch) {
-					t.Fatalf("got %v, want ErrJobMismatch", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ep.close()
-			if ep.info.PlanHash != base.info.PlanHash || len(ep.steps) != len(base.steps) {
-				t.Fatalf("replanned %.12s (%d steps), recorded %.12s (%d)", ep.info.PlanHash, len(ep.steps), base.info.PlanHash, len(base.steps))
-			}
-			if !reflect.DeepEqual(ep.steps, base.steps) {
-				t.Fatal("the steps differ after the restart")
-			}
-		})
-	}
-}
-
-// TestReplanWaitsForTheWholePlan: while the background planner is held
-// after the first window, a step past it is not readable (planFrom is
-// empty there, features unknown) and a recalibration keeps the plan; once
-// the epoch is planned to the end both work.
-func TestReplanWaitsForTheWholePlan(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cfg := testConfig(t, corpus(t, 96), 2, 1, "colocated")
-	cfg.Job = "replan-waits"
-	release, _ := holdPlanning(t, cfg.Job)
-	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
-	ep, err := prepareEpochTo(ctx, cfg, ds, 0, nil, cfg.Pipeline.Plan.Model, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ep.close()
-	first := ep.prog.steps()
-	if first == 0 || first >= len(ep.steps) || ep.planned() {
-		t.Fatalf("%d of %d steps planned before the planner was released, want the first window", first, len(ep.steps))
-	}
-	if got := len(ep.planFrom(first).Steps); got != 0 {
-		t.Errorf("planFrom(%d) has %d steps before they are planned", first, got)
-	}
-	book := newEpochBook(nil, nil)
-	book.plans[0] = ep
-	if _, ok := book.features(0, first, 0); ok {
-		t.Errorf("features of unplanned step %d", first)
-	}
-	seg := Segment{FromStep: 1, Model: cfg.Pipeline.Plan.Model}
-	seg.Model.Unit = "s"
-	if ep.replan(seg) {
-		t.Fatal("replanned before the epoch was planned to the end")
-	}
-	close(release)
-	if err := ep.prog.waitAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := book.features(0, first, 0); !ok {
-		t.Errorf("no features of step %d once planned", first)
-	}
-	if !ep.replan(seg) || len(ep.info.Segments) != 2 {
-		t.Fatalf("replan after the whole plan: segments %d, want 2", len(ep.info.Segments))
-	}
-	delete(book.plans, 0) // closed by the deferred ep.close
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -247,7 +248,7 @@ func testViewer(t *testing.T, plane string) {
 		if err != nil {
 			return err
 		}
-		_, err = kv.Get(ctx, kvEpochInfo+"0")
+		_, err = kv.Get(ctx, epochs.InfoKey(0))
 		return err
 	})
 	if plane == proto.DataPlaneCore {

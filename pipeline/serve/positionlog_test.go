@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -36,8 +37,8 @@ func TestPositionsShareWrites(t *testing.T) {
 		return info.State.LastSeq
 	}
 	st := &state{kv}
-	book := newEpochBook(nil, nil)
-	book.setInfo(0, EpochInfo{Epoch: 0, Steps: steps})
+	book := epochs.NewBook(nil, nil)
+	book.SetInfo(0, EpochInfo{Epoch: 0, Steps: steps})
 	tab := newRankTable(n, 2, book, st)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -49,7 +49,7 @@ func (s *Service) trained() (p pos, steps int, ok bool) {
 	if p, ok = s.ranks.trained(); !ok {
 		return pos{}, 0, false
 	}
-	return p, s.epochs.steps(p.Epoch), true
+	return p, s.epochs.Steps(p.Epoch), true
 }
 
 // logProgress logs, every interval while trainers move, how far the slowest

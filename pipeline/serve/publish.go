@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"golang.org/x/sync/errgroup"
@@ -23,7 +24,7 @@ var errRewind = errors.New("rewind")
 // it applies rewinds (trainer restarts, resends); after the last epoch it
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
 func (s *Service) publishLoop(ctx context.Context) error {
-	defer s.epochs.ahead.Wait()
+	defer s.epochs.WaitBackground()
 	if err := s.awaitResize(ctx); err != nil {
 		return err
 	}
@@ -142,25 +143,25 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 	if err != nil {
 		return err
 	}
-	if from >= ep.info.Steps {
+	if from >= ep.Info().Steps {
 		return nil
 	}
-	pp, err := pipeline.NewPreprocessor(ep.prep)
+	pp, err := pipeline.NewPreprocessor(ep.Prepared())
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	wait, t0, done := time.Now(), time.Now(), 0
-	for from < ep.info.Steps {
-		if err := ep.prog.wait(gctx, from+1); err != nil {
+	for from < ep.Info().Steps {
+		if err := ep.WaitPlanned(gctx, from+1); err != nil {
 			return err
 		}
-		plan := ep.planFrom(from)
+		plan := ep.PlanFrom(from)
 		err := pp.Run(gctx, plan, func(sb pipeline.StepBatch) error {
 			s.met.stage(stagePreprocess, time.Since(wait))
 			err := s.queueStep(gctx, mem, ep, sb, next, queues)
 			wait = time.Now()
-			if done++; err == nil && s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
-				s.epochs.planAhead(ctx, e+1, s.log)
+			if done++; err == nil && s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
+				s.epochs.PlanAhead(ctx, e+1, s.log)
 			}
 			return err
 		})
@@ -175,7 +176,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -184,14 +185,14 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // queueStepWith is queueStep with the ranks' payloads made by enc (built
 // here, or delivered by workers), which queues rank r's micro-batches of
 // the step with generation gen.
-func (s *Service) queueStepWith(ctx context.Context, ep *epochPlan, sb pipeline.StepBatch, next []pos,
+func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
-	here := pos{ep.info.Epoch, sb.Step}
+	here := pos{ep.Info().Epoch, sb.Step}
 	gens := make([]int, len(next))
 	targets := s.ranks.targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
 		s.live.published(ep, sb)
-		s.met.imbalance.Observe(imbalance(ep.predicted(sb.Step)))
+		s.met.imbalance.Observe(imbalance(ep.Predicted(sb.Step)))
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
@@ -228,7 +229,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochPlan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -268,13 +269,13 @@ func queueOut(ctx context.Context, q chan<- outMsg, m outMsg, rows []proto.Row, 
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
-func (s *Service) batchMeta(ep *epochPlan, step, r int) (proto.BatchMeta, error) {
+func (s *Service) batchMeta(ep *epochs.Plan, step, r int) (proto.BatchMeta, error) {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
 	if err != nil {
 		return proto.BatchMeta{}, err
 	}
-	meta := ep.prep.BatchMeta(s.cfg.Job, ep.info.Epoch, mod, ep.prep.Config.Plan.Pack)
+	meta := ep.Prepared().BatchMeta(s.cfg.Job, ep.Info().Epoch, mod, ep.Prepared().Config.Plan.Pack)
 	meta.Step, meta.DPRank, meta.MPRank = step, dp, mp
 	return meta, nil
 }

@@ -26,7 +26,7 @@ func TestQuarantineBucketOneRecordPerSample(t *testing.T) {
 	// which records its quarantine.
 	runTrainersConn(t, tctx, cfg, r.s.ClientURL(), []int{0}, false)
 	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		if _, ok := r.s.epochs.info(1); !ok {
+		if _, ok := r.s.epochs.Info(1); !ok {
 			return errorf("epoch 1 not planned")
 		}
 		return nil

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
 // pos is a position in the job: (epoch, step). (e, steps of e) and (e+1, 0)
-// name the same place; epochBook.norm makes them equal.
+// name the same place; epochs.Book.Norm makes them equal. It is the book's
+// epochs.Pos (the unnamed struct) under a name of its own, with its methods.
 type pos struct{ Epoch, Step int }
 
 func (p pos) less(q pos) bool {
@@ -68,7 +70,7 @@ func kvRankHanded(dp, mp int) string {
 //     so nothing is published with a generation a restart could reuse.
 //
 // Positions are normalised with the epochs' step counts: mu is taken before
-// epochBook.mu, never after.
+// the epoch book's (epochs.Book), never after.
 type rankTable struct {
 	mu        sync.Mutex
 	handMu    []sync.Mutex // per rank: serialises its handed records
@@ -79,14 +81,14 @@ type rankTable struct {
 	ranks                 []rankState
 	moved                 chan struct{}
 	mp                    int
-	epochs                *epochBook
+	epochs                *epochs.Book
 	kv                    *state // the Service's, set up before the table is used
 	// advanced, when set (before the control handlers run), is told each
 	// forward move of a rank's next needed step (the autoscaling rates).
 	advanced func(r int, from, to pos)
 }
 
-func newRankTable(n, mp int, epochs *epochBook, kv *state) *rankTable {
+func newRankTable(n, mp int, epochs *epochs.Book, kv *state) *rankTable {
 	return &rankTable{ranks: make([]rankState, n), handMu: make([]sync.Mutex, n), handed: newHandedLog(n),
 		positions: newPositionLog(n), moved: make(chan struct{}), mp: mp, epochs: epochs, kv: kv}
 }
@@ -106,7 +108,7 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		return rs, err
 	}
 	if last != nil {
-		rs.next = t.epochs.norm(pos{last.Epoch, last.Step + 1})
+		rs.next = t.epochs.Norm(pos{last.Epoch, last.Step + 1})
 	}
 	t.positions.loaded(r, last)
 	rs.cursor = rs.next
@@ -227,8 +229,8 @@ func (t *rankTable) normalize() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range t.ranks {
-		t.ranks[i].cursor = t.epochs.norm(t.ranks[i].cursor)
-		t.ranks[i].next = t.epochs.norm(t.ranks[i].next)
+		t.ranks[i].cursor = t.epochs.Norm(t.ranks[i].cursor)
+		t.ranks[i].next = t.epochs.Norm(t.ranks[i].next)
 	}
 	t.wakeLocked() // a cursor at an epoch's end may now name the next one's start
 }
@@ -252,7 +254,7 @@ func (t *rankTable) targets(here pos, next []pos, gens []int) []int {
 	defer t.mu.Unlock()
 	var out []int
 	for r := range next {
-		if next[r] = t.epochs.norm(next[r]); next[r] == here {
+		if next[r] = t.epochs.Norm(next[r]); next[r] == here {
 			out = append(out, r)
 			gens[r] = t.ranks[r].gen
 		}
@@ -266,9 +268,9 @@ func (t *rankTable) targets(here pos, next []pos, gens []int) []int {
 func (t *rankTable) stepPublished(r int, at pos, gen int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if rs := &t.ranks[r]; t.epochs.norm(rs.cursor) == at && rs.gen == gen {
+	if rs := &t.ranks[r]; t.epochs.Norm(rs.cursor) == at && rs.gen == gen {
 		before := t.minCursorLocked()
-		rs.cursor = t.epochs.norm(pos{at.Epoch, at.Step + 1})
+		rs.cursor = t.epochs.Norm(pos{at.Epoch, at.Step + 1})
 		if before.less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
 			t.wakeLocked()
 		}
@@ -324,7 +326,7 @@ func (t *rankTable) swapConn(r int, conn string) (same bool) {
 func (t *rankTable) setNext(r int, next pos, force bool) bool {
 	t.mu.Lock()
 	rs := &t.ranks[r]
-	next = t.epochs.norm(next)
+	next = t.epochs.Norm(next)
 	if !force && !rs.next.less(next) {
 		t.mu.Unlock()
 		return false
@@ -342,7 +344,7 @@ func (t *rankTable) setNext(r int, next pos, force bool) bool {
 // lastCompleted is the step before next as kvPositions records it (nil:
 // next is the job's first step).
 func (t *rankTable) lastCompleted(next pos) *kvStep {
-	if prev, ok := t.epochs.stepBefore(next); ok {
+	if prev, ok := t.epochs.StepBefore(next); ok {
 		return &kvStep{prev.Epoch, prev.Step}
 	}
 	return nil

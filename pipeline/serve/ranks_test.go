@@ -3,6 +3,8 @@ package serve
 import (
 	"context"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 )
 
 // TestStepPublishedWakesOnlyWhenTheLeastCursorMoves: the publishers wait
@@ -11,7 +13,7 @@ import (
 // does. A wake-up per cursor move woke every rank's publisher once per rank
 // and step.
 func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
-	tab := newRankTable(3, 1, newEpochBook(nil, nil), nil)
+	tab := newRankTable(3, 1, epochs.NewBook(nil, nil), nil)
 	woken := func(ch chan struct{}) bool {
 		select {
 		case <-ch:

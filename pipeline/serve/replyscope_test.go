@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -151,7 +152,7 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 		t.Fatal(err)
 	}
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		_, err := kv.Get(ctx, kvEpochInfo+"0")
+		_, err := kv.Get(ctx, epochs.InfoKey(0))
 		return err
 	})
 	keys := []string{"config", kvPositions, kvRankGen(0, 0), kvRankGen(1, 0)}

@@ -210,9 +210,9 @@ func (ro *reportOut) remember(s *Service) {
 		if ro.reports[e] != nil {
 			continue
 		}
-		if ep := s.epochs.plan(e); ep != nil && ep.prog != nil {
-			if _, _, rep, _ := ep.prog.state(); rep != nil {
-				ro.reports[e], ro.mixes[e] = rep, ep.prog.mixtureReport()
+		if ep := s.epochs.Plan(e); ep != nil {
+			if _, _, rep, _ := ep.Planning(); rep != nil {
+				ro.reports[e], ro.mixes[e] = rep, ep.MixtureReport()
 			}
 		}
 	}
@@ -280,7 +280,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 		StepsPublished: s.live.publishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
 		FinishedTraining: !trained.less(pos{s.cfg.lastEpoch() + 1, 0})}
 	for _, em := range s.live.record.summary() {
-		em.Steps = s.epochs.steps(em.Epoch)
+		em.Steps = s.epochs.Steps(em.Epoch)
 		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)
 		em.Quarantined = s.live.quarantineCounts(em.Epoch)
 		sum.Epochs = append(sum.Epochs, em)
@@ -310,7 +310,7 @@ func (s *Service) stepsTrained() int {
 	}
 	n := 0
 	for e := s.cfg.Pipeline.Plan.Epoch; e <= s.cfg.lastEpoch() && e <= p.Epoch; e++ {
-		n += epochTrained(p, e, s.epochs.steps(e))
+		n += epochTrained(p, e, s.epochs.Steps(e))
 	}
 	return n
 }
@@ -320,10 +320,10 @@ func (s *Service) stepsTrained() int {
 func (s *Service) stepsTotal() int {
 	n, last := 0, 0
 	for e := s.cfg.Pipeline.Plan.Epoch; e <= s.cfg.lastEpoch(); e++ {
-		if st := s.epochs.steps(e); st > 0 {
+		if st := s.epochs.Steps(e); st > 0 {
 			last = st
 		}
-		n += max(s.epochs.steps(e), last)
+		n += max(s.epochs.Steps(e), last)
 	}
 	return n
 }

@@ -130,7 +130,7 @@ func TestReportOutEndToEnd(t *testing.T) {
 	defer cancel()
 	setup := func(tr *trainer) { tr.computeSeconds = func(int, int) float64 { return rankSeconds(tr.dp) } }
 	trs := runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, setup)
-	steps := r.s.epochs.steps(0)
+	steps := r.s.epochs.Steps(0)
 
 	e0 := filepath.Join(cfg.ReportOut, "report-e0.json")
 	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {

@@ -30,16 +30,6 @@ import (
 // changed; the job stays at the dp it was resized to.
 var ErrResizeTwice = errors.New("serve: a second resize within an epoch")
 
-// ResizeSegment records that an epoch's steps from FromStep on were planned
-// for DP ranks (the steps before it for EpochInfo.DP).
-type ResizeSegment struct {
-	FromStep int `json:"from_step"`
-	DP       int `json:"dp"`
-	// Segments is how many of EpochInfo.Segments were recorded before the
-	// resize (they replay before it, the others after it).
-	Segments int `json:"segments"`
-}
-
 // pendingResize is a resize accepted at start and decided by the first
 // register of the new layout.
 type pendingResize struct {
@@ -100,7 +90,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	// Read what the decision needs, write the KV bucket, and only then change
 	// the service's state: a failed decision leaves nothing half done.
 	point := pos{epoch, step}
-	infos := s.epochs.allInfos()
+	infos := s.epochs.AllInfos()
 	info, planned := infos[epoch]
 	var stale []int
 	for e := range infos {
@@ -125,7 +115,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	}
 	// Epochs from the point's on are planned again (for the new dp): forget
 	// their old-dp infos, in the KV bucket and here.
-	if err := s.epochs.unrecord(ctx, stale); err != nil {
+	if err := s.epochs.Unrecord(ctx, stale); err != nil {
 		return fmt.Errorf("serve: resize: %w", err)
 	}
 	rec, err := s.cfg.jobRecord()
@@ -135,7 +125,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	if err := s.st.putJSON(ctx, proto.KVConfig, rec); err != nil {
 		return err
 	}
-	s.epochs.forget(stale)
+	s.epochs.Forget(stale)
 	s.ranks.resetAll(point)
 	r.point, r.base = point, base
 	close(r.decided)

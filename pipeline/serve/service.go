@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -35,7 +36,7 @@ type Service struct {
 
 	// The parts.
 	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
-	epochs    *epochBook                  // the epochs' infos, plans and preparations (epochs.go)
+	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
 	ctl       *control                    // the trainers' control messages (control.go)
@@ -55,7 +56,7 @@ type Service struct {
 	work *work.Planner
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
-	// truncWarn logs the captions truncated at MaxLength once (truncation.go).
+	// truncWarn logs the captions truncated at MaxLength once (epochs.WarnTruncation).
 	truncWarn sync.Once
 
 	// Connections and JetStream assets, set up before Run starts its parts.
@@ -94,7 +95,7 @@ func New(cfg Config) (*Service, error) {
 		mem = memory.DefaultAllocator
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
-	s.epochs = newEpochBook(s.planEpoch, &s.st)
+	s.epochs = epochs.NewBook(s.planEpoch, epochStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
 	s.plane = newDataPlane(s)
@@ -147,7 +148,7 @@ func (s *Service) Registry() *prometheus.Registry { return s.reg }
 // the first part to fail (or ctx) stops the others.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.data.close() // after the epochs that share it
-	defer s.epochs.closeAll()
+	defer s.epochs.CloseAll()
 	ro, err := s.openReportOut()
 	if err != nil {
 		return err
@@ -463,17 +464,17 @@ func (s *Service) restore(ctx context.Context) error {
 	first := pos{s.cfg.Pipeline.Plan.Epoch, 0}
 	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
 		var info EpochInfo
-		ok, err := s.st.getJSON(ctx, kvEpochInfo+fmt.Sprint(e), &info)
+		ok, err := s.st.getJSON(ctx, epochs.InfoKey(e), &info)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			break
 		}
-		if err := info.validate(); err != nil {
+		if err := info.Validate(); err != nil {
 			return err
 		}
-		s.epochs.setInfo(e, info)
+		s.epochs.SetInfo(e, info)
 	}
 	for r := range s.ranks.len() {
 		rs, err := s.ranks.load(ctx, r, first)
@@ -504,7 +505,7 @@ func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error)
 		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
 	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.norm(pos{h.Epoch, h.Step + 1}), true, nil
+		return s.epochs.Norm(pos{h.Epoch, h.Step + 1}), true, nil
 	}
 	return pos{h.Epoch, h.Step}, true, nil
 }

@@ -67,11 +67,11 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 // held in memory (the epoch being published or the one before). Samples that
 // fail to decode are not quarantined again (the publisher did that).
 func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	ep := s.epochs.plan(key.Epoch)
+	ep := s.epochs.Plan(key.Epoch)
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
 	}
-	plan, n, ok := s.epochs.planFrom(ep, key.Step)
+	plan, n, ok := s.epochs.PlanFrom(ep, key.Step)
 	if !ok {
 		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, n)
 	}
@@ -79,7 +79,7 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	one := balancer.Step{Index: key.Step, Ranks: make([][]balancer.MicroBatch, len(plan.Steps[0].Ranks))}
 	one.Ranks[dp] = plan.Steps[0].Ranks[dp]
 	plan.Steps = []balancer.Step{one}
-	prep := *ep.prep
+	prep := *ep.Prepared()
 	prep.Quarantine = loader.NewQuarantineWriter(io.Discard)
 	pp, err := pipeline.NewPreprocessor(&prep)
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	if err != nil {
 		return nil, errors.Is(err, proto.ErrOutsidePlan), err
 	}
-	if s.epochs.plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
+	if s.epochs.Plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
 		return nil, false, fmt.Errorf("epoch %d was released while the batch was built", key.Epoch)
 	}
 	meta, err := s.batchMeta(ep, key.Step, rank)

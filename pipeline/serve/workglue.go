@@ -8,6 +8,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -30,30 +31,30 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	if err != nil {
 		return err
 	}
-	if from >= ep.info.Steps {
+	if from >= ep.Info().Steps {
 		return nil
 	}
 	defer s.work.LogTally(e)
-	plan := ep.planFrom(from)
+	plan := ep.PlanFrom(from)
 	// have returns whether the plan's step j is planned, waiting for it
 	// (ctx-bound) when wait is set; plan then holds it.
 	have := func(j int, wait bool) (bool, error) {
-		if j < len(plan.Steps) || from+j >= ep.info.Steps {
+		if j < len(plan.Steps) || from+j >= ep.Info().Steps {
 			return j < len(plan.Steps), nil
 		}
 		if wait {
-			if err := ep.prog.wait(gctx, from+j+1); err != nil {
+			if err := ep.WaitPlanned(gctx, from+j+1); err != nil {
 				return false, err
 			}
 		}
-		plan = ep.planFrom(from)
+		plan = ep.PlanFrom(from)
 		return j < len(plan.Steps), nil
 	}
 	want := func(step int) func(int) bool {
 		here := pos{e, step}
 		return func(dp int) bool {
 			for mp := range s.cfg.MP {
-				if !here.less(s.epochs.norm(next[dp*s.cfg.MP+mp])) {
+				if !here.less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {
 					return true
 				}
 			}
@@ -62,7 +63,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 	}
 	src := s.itemSource(ep)
 	issued, t0 := 0, time.Now()
-	for k := range ep.info.Steps - from {
+	for k := range ep.Info().Steps - from {
 		for ; issued <= k+s.work.Ahead(); issued++ {
 			if ok, err := have(issued, issued == k); err != nil {
 				return err
@@ -92,8 +93,8 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		if err != nil {
 			return err
 		}
-		if s.epochs.planAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
-			s.epochs.planAhead(ctx, e+1, s.log)
+		if s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
+			s.epochs.PlanAhead(ctx, e+1, s.log)
 		}
 	}
 	return nil
@@ -101,8 +102,8 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 
 // plannedStep is a step's rows as planned (ids and weights, no tensors):
 // what the live report counts.
-func plannedStep(ep *epochPlan, st balancer.Step) pipeline.StepBatch {
-	f := ep.prep.Features
+func plannedStep(ep *epochs.Plan, st balancer.Step) pipeline.StepBatch {
+	f := ep.Prepared().Features
 	sb := pipeline.StepBatch{Step: st.Index, Rows: make([][][]proto.Row, len(st.Ranks))}
 	for r, mbs := range st.Ranks {
 		sb.Rows[r] = make([][]proto.Row, len(mbs))
@@ -169,8 +170,8 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 }
 
 // itemSource is the served epoch ep as a work.ItemSource.
-func (s *Service) itemSource(ep *epochPlan) work.ItemSource {
-	return work.ItemSource{Features: &ep.prep.Features, Epoch: ep.info.Epoch, Image: s.cfg.Pipeline.Image,
+func (s *Service) itemSource(ep *epochs.Plan) work.ItemSource {
+	return work.ItemSource{Features: &ep.Prepared().Features, Epoch: ep.Info().Epoch, Image: s.cfg.Pipeline.Image,
 		Meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 

@@ -140,7 +140,7 @@ func stepsBetween(p, q pos, steps func(int) int) int {
 // to a later one.
 func (s *Service) advanced(r int, from, to pos) {
 	if s.work != nil {
-		s.work.Autoscaler().Taken(r, stepsBetween(from, to, s.epochs.steps))
+		s.work.Autoscaler().Taken(r, stepsBetween(from, to, s.epochs.Steps))
 	}
 }
 
@@ -151,17 +151,17 @@ func (s *Service) readySteps() []float64 {
 	ranks := s.ranks.all()
 	out := make([]float64, len(ranks))
 	for r, rs := range ranks {
-		next := s.epochs.norm(rs.next)
-		base := s.epochs.norm(rs.cursor)
-		if q, ok := s.work.QueuedThrough(); ok && base.less(s.epochs.norm(pos(q))) {
-			base = s.epochs.norm(pos(q))
+		next := s.epochs.Norm(rs.next)
+		var base pos = s.epochs.Norm(rs.cursor)
+		if q, ok := s.work.QueuedThrough(); ok && base.less(s.epochs.Norm(pos(q))) {
+			base = s.epochs.Norm(pos(q))
 		}
 		if base.less(next) {
 			base = next
 		}
 		built := pos(s.work.BuiltFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, work.At(base),
-			func(p work.At) work.At { return work.At(s.epochs.norm(pos(p))) }))
-		out[r] = float64(stepsBetween(next, built, s.epochs.steps))
+			func(p work.At) work.At { return work.At(s.epochs.Norm(pos(p))) }))
+		out[r] = float64(stepsBetween(next, built, s.epochs.Steps))
 	}
 	return out
 }

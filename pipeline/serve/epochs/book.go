@@ -1,8 +1,7 @@
-package serve
+package epochs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,29 +11,32 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
-	"github.com/mmfeed/mmfeed/proto"
-	"github.com/nats-io/nats.go/jetstream"
 )
+
+// Pos is a position in the job: an epoch and a step of it. It is the
+// unnamed struct, not a type of its own, so that serve's pos (ranks.go)
+// passes to the book and back without a conversion.
+type Pos = struct{ Epoch, Step int }
 
 // planJob is one epoch's preparation, run once (by the publisher when it
 // reaches the epoch, or ahead of it while the previous epoch is published).
 type planJob struct {
 	done    chan struct{}
-	ep      *epochPlan
+	ep      *Plan
 	err     error
 	seconds float64 // how long preparing took
 }
 
-// prepareFunc prepares epoch e and records its info in the KV bucket;
+// PrepareFunc prepares epoch e (Prepare) and records its info (Book.Record);
 // stored is the info recorded before (nil: none).
-type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error)
+type PrepareFunc func(ctx context.Context, e int, stored *Info) (*Plan, error)
 
-// epochBook owns the job's epochs: their infos (what a register reply
+// Book owns the job's epochs: their infos (what a register reply
 // needs, as recorded in the KV bucket), their plans held in memory, the
 // preparations started, and the epoch being published.
 //
 // Invariants, under mu:
-//   - a plan is prepared once: concurrent callers of prepared share one
+//   - a plan is prepared once: concurrent callers of Prepared share one
 //     planJob (a failed one is tried again);
 //   - plans[e] set implies infos[e] set; planned is closed (and replaced)
 //     whenever infos gains an epoch;
@@ -48,55 +50,72 @@ type prepareFunc func(ctx context.Context, e int, stored *EpochInfo) (*epochPlan
 // a leaf but for a held plan's planning lock (itself a leaf): nothing else
 // that takes a lock is called with it held. Closing a plan with it held
 // waits for the plan's background planner, which never takes mu.
-type epochBook struct {
+type Book struct {
 	mu      sync.Mutex
-	infos   map[int]EpochInfo
-	plans   map[int]*epochPlan
+	infos   map[int]Info
+	plans   map[int]*Plan
 	jobs    map[int]*planJob // preparations started, by epoch
 	active  int              // the epoch being published (-1 before the first)
 	planned chan struct{}
 	ahead   sync.WaitGroup
-	prepare prepareFunc
-	kv      *state // where epoch infos are recorded (kvEpochInfo keys); only the book writes them
+	prepare PrepareFunc
+	kv      Store // where epoch infos are recorded (InfoKey); only the book writes them
 }
 
-func newEpochBook(prepare prepareFunc, kv *state) *epochBook {
-	return &epochBook{infos: map[int]EpochInfo{}, plans: map[int]*epochPlan{}, jobs: map[int]*planJob{}, active: -1,
+// kvEpochInfo + epoch: the epoch's Info (JSON), in the job's KV bucket.
+const kvEpochInfo = "epoch."
+
+// InfoKey is the job's KV key of epoch e's info (Info, JSON). Anyone
+// may read it; only the book writes or deletes it (internal/arch).
+func InfoKey(e int) string { return kvEpochInfo + strconv.Itoa(e) }
+
+// Store is the job's KV bucket as the book writes it: a JSON value put
+// at a key, a key deleted (a missing key is no error).
+type Store interface {
+	PutJSON(ctx context.Context, key string, v any) error
+	Delete(ctx context.Context, key string) error
+}
+
+// NewBook returns an empty book that prepares epochs with prepare and
+// records their infos in kv (either may be nil where the caller never
+// prepares or records: tests of the positions).
+func NewBook(prepare PrepareFunc, kv Store) *Book {
+	return &Book{infos: map[int]Info{}, plans: map[int]*Plan{}, jobs: map[int]*planJob{}, active: -1,
 		planned: make(chan struct{}), prepare: prepare, kv: kv}
 }
 
-// record writes epoch e's info to the job's KV bucket (kvEpochInfo).
-func (b *epochBook) record(ctx context.Context, e int, info EpochInfo) error {
-	return b.kv.putJSON(ctx, kvEpochInfo+strconv.Itoa(e), info)
+// Record writes epoch e's info to the job's KV bucket (InfoKey).
+func (b *Book) Record(ctx context.Context, e int, info Info) error {
+	return b.kv.PutJSON(ctx, InfoKey(e), info)
 }
 
-// recordAll writes every epoch info the book holds again (a recreated bucket).
-func (b *epochBook) recordAll(ctx context.Context) error {
-	for e, info := range b.allInfos() {
-		if err := b.record(ctx, e, info); err != nil {
+// RecordAll writes every epoch info the book holds again (a recreated bucket).
+func (b *Book) RecordAll(ctx context.Context) error {
+	for e, info := range b.AllInfos() {
+		if err := b.Record(ctx, e, info); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// unrecord deletes the recorded infos of epochs es (a resize plans them again).
-func (b *epochBook) unrecord(ctx context.Context, es []int) error {
+// Unrecord deletes the recorded infos of epochs es (a resize plans them again).
+func (b *Book) Unrecord(ctx context.Context, es []int) error {
 	for _, e := range es {
-		if err := b.kv.kv.Delete(ctx, kvEpochInfo+strconv.Itoa(e)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err := b.kv.Delete(ctx, InfoKey(e)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// replanRest replans the held plan ep from its first step after step and
+// ReplanRest replans the held plan ep from its first step after step and
 // after every queued position of its epoch (from; -1 when a later epoch is
 // queued already, and nothing is done) with seg(from), records the new info,
 // and keeps the old plan when the record fails (err). replanned is false
-// when the replan would change the step count (epochPlan.replan). The only
+// when the replan would change the step count (Plan.replan). The only
 // writer of a held plan's steps after planning; its readers hold mu.
-func (b *epochBook) replanRest(ctx context.Context, ep *epochPlan, step int, queued []pos,
+func (b *Book) ReplanRest(ctx context.Context, ep *Plan, step int, queued []Pos,
 	seg func(from int) Segment) (from int, replanned bool, err error) {
 	e := ep.info.Epoch
 	b.mu.Lock()
@@ -117,7 +136,7 @@ func (b *epochBook) replanRest(ctx context.Context, ep *epochPlan, step int, que
 	if !replanned {
 		return from, false, nil
 	}
-	if err := b.record(ctx, e, info); err != nil {
+	if err := b.Record(ctx, e, info); err != nil {
 		b.mu.Lock()
 		ep.steps, ep.info = oldSteps, oldInfo
 		for k := from; k < len(oldSteps); k++ {
@@ -126,38 +145,38 @@ func (b *epochBook) replanRest(ctx context.Context, ep *epochPlan, step int, que
 		b.mu.Unlock()
 		return from, false, err
 	}
-	b.setInfo(e, info)
+	b.SetInfo(e, info)
 	return from, true, nil
 }
 
-// info returns epoch e's info, if it is planned.
-func (b *epochBook) info(e int) (EpochInfo, bool) {
+// Info returns epoch e's info, if it is planned.
+func (b *Book) Info(e int) (Info, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info, ok := b.infos[e]
 	return info, ok
 }
 
-// setInfo records epoch e's info (restore, a recalibration).
-func (b *epochBook) setInfo(e int, info EpochInfo) {
+// SetInfo records epoch e's info (restore, a recalibration).
+func (b *Book) SetInfo(e int, info Info) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.infos[e] = info
 }
 
-// allInfos returns a copy of every epoch's info.
-func (b *epochBook) allInfos() map[int]EpochInfo {
+// AllInfos returns a copy of every epoch's info.
+func (b *Book) AllInfos() map[int]Info {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[int]EpochInfo, len(b.infos))
+	out := make(map[int]Info, len(b.infos))
 	for e, in := range b.infos {
 		out[e] = in
 	}
 	return out
 }
 
-// forget drops the infos of epochs es (a resize plans them again).
-func (b *epochBook) forget(es []int) {
+// Forget drops the infos of epochs es (a resize plans them again).
+func (b *Book) Forget(es []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, e := range es {
@@ -165,40 +184,40 @@ func (b *epochBook) forget(es []int) {
 	}
 }
 
-// steps returns epoch e's step count (0 while it is not planned).
-func (b *epochBook) steps(e int) int {
+// Steps returns epoch e's step count (0 while it is not planned).
+func (b *Book) Steps(e int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.infos[e].Steps
 }
 
-// norm maps (e, steps of e) to (e+1, 0).
-func (b *epochBook) norm(p pos) pos {
+// Norm maps (e, steps of e) to (e+1, 0).
+func (b *Book) Norm(p Pos) Pos {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch]; ok && p.Step >= info.Steps {
-		return pos{p.Epoch + 1, 0}
+		return Pos{p.Epoch + 1, 0}
 	}
 	return p
 }
 
-// stepBefore returns the step before p (the last completed one when p is
+// StepBefore returns the step before p (the last completed one when p is
 // the next needed).
-func (b *epochBook) stepBefore(p pos) (pos, bool) {
+func (b *Book) StepBefore(p Pos) (Pos, bool) {
 	if p.Step > 0 {
-		return pos{p.Epoch, p.Step - 1}, true
+		return Pos{p.Epoch, p.Step - 1}, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch-1]; ok && info.Steps > 0 {
-		return pos{p.Epoch - 1, info.Steps - 1}, true
+		return Pos{p.Epoch - 1, info.Steps - 1}, true
 	}
-	return pos{}, false
+	return Pos{}, false
 }
 
-// waitInfo returns the info of epoch e, waiting up to wait while it is
+// WaitInfo returns the info of epoch e, waiting up to wait while it is
 // planned.
-func (b *epochBook) waitInfo(ctx context.Context, e int, wait time.Duration) (EpochInfo, error) {
+func (b *Book) WaitInfo(ctx context.Context, e int, wait time.Duration) (Info, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -212,23 +231,23 @@ func (b *epochBook) waitInfo(ctx context.Context, e int, wait time.Duration) (Ep
 		select {
 		case <-planned:
 		case <-t.C:
-			return EpochInfo{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
+			return Info{}, fmt.Errorf("serve: register: epoch %d is still being planned, register again: %w", e, ErrNotReady)
 		case <-ctx.Done():
-			return EpochInfo{}, ctx.Err()
+			return Info{}, ctx.Err()
 		}
 	}
 }
 
-// plan returns epoch e's plan when it is held in memory.
-func (b *epochBook) plan(e int) *epochPlan {
+// Plan returns epoch e's plan when it is held in memory.
+func (b *Book) Plan(e int) *Plan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.plans[e]
 }
 
-// features returns dp rank's feature sum of step of epoch e, when e's plan
+// Features returns dp rank's feature sum of step of epoch e, when e's plan
 // is held.
-func (b *epochBook) features(e, step, dp int) (balancer.Features, bool) {
+func (b *Book) Features(e, step, dp int) (balancer.Features, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ep := b.plans[e]
@@ -238,35 +257,35 @@ func (b *epochBook) features(e, step, dp int) (balancer.Features, bool) {
 	return ep.feats[step][dp], true
 }
 
-// started reports whether epoch e's preparation started (or its plan is
+// Started reports whether epoch e's preparation started (or its plan is
 // held).
-func (b *epochBook) started(e int) bool {
+func (b *Book) Started(e int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.jobs[e] != nil || b.plans[e] != nil
 }
 
-// planFrom returns ep's served steps from start on as a plan for the
-// Preprocessor (epochPlan.planFrom), read under the lock a recalibration
+// PlanFrom returns ep's served steps from start on as a plan for the
+// Preprocessor (Plan.PlanFrom), read under the lock a recalibration
 // replaces them under; ok is false when start is outside the n steps or
 // not planned yet.
-func (b *epochBook) planFrom(ep *epochPlan, start int) (plan *balancer.Plan, n int, ok bool) {
+func (b *Book) PlanFrom(ep *Plan, start int) (plan *balancer.Plan, n int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if start < 0 || start >= len(ep.steps) {
 		return nil, len(ep.steps), false
 	}
-	plan = ep.planFrom(start)
+	plan = ep.PlanFrom(start)
 	return plan, len(ep.steps), len(plan.Steps) > 0
 }
 
-// prepared returns epoch e's plan, preparing it unless that is done or
+// Prepared returns epoch e's plan, preparing it unless that is done or
 // under way; concurrent callers share one preparation. A preparation that
 // failed is tried again.
-func (b *epochBook) prepared(ctx context.Context, e int) (*epochPlan, error) {
+func (b *Book) Prepared(ctx context.Context, e int) (*Plan, error) {
 	job, run := b.job(e)
 	if job == nil {
-		return b.plan(e), nil
+		return b.Plan(e), nil
 	}
 	if run {
 		b.run(ctx, e, job)
@@ -281,7 +300,7 @@ func (b *epochBook) prepared(ctx context.Context, e int) (*epochPlan, error) {
 
 // job returns epoch e's preparation (nil: the plan is held) and whether the
 // caller must run it (it was registered just now).
-func (b *epochBook) job(e int) (*planJob, bool) {
+func (b *Book) job(e int) (*planJob, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.plans[e] != nil {
@@ -296,10 +315,10 @@ func (b *epochBook) job(e int) (*planJob, bool) {
 	return job, false
 }
 
-func (b *epochBook) run(ctx context.Context, e int, job *planJob) {
+func (b *Book) run(ctx context.Context, e int, job *planJob) {
 	defer close(job.done)
-	var stored *EpochInfo
-	if info, known := b.info(e); known {
+	var stored *Info
+	if info, known := b.Info(e); known {
 		stored = &info
 	}
 	t0 := time.Now()
@@ -317,9 +336,9 @@ func (b *epochBook) run(ctx context.Context, e int, job *planJob) {
 	job.ep = ep
 }
 
-// activate makes e the epoch being published and releases the plans
+// Activate makes e the epoch being published and releases the plans
 // before e-1. It reports whether e was not active already.
-func (b *epochBook) activate(e int) bool {
+func (b *Book) Activate(e int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.active == e {
@@ -327,7 +346,7 @@ func (b *epochBook) activate(e int) bool {
 	}
 	for old, p := range b.plans {
 		if old < e-1 {
-			p.close()
+			p.Close()
 			delete(b.plans, old)
 			delete(b.jobs, old)
 		}
@@ -336,7 +355,7 @@ func (b *epochBook) activate(e int) bool {
 	return true
 }
 
-// planAheadDue reports whether to start planning the epoch after ep once
+// PlanAheadDue reports whether to start planning the epoch after ep once
 // step (of stepsDone so far in this run, which took elapsed) is queued:
 // when the rest of ep takes about four times as long to publish as
 // preparing ep took, plus two steps (planning ahead competes with the
@@ -344,7 +363,7 @@ func (b *epochBook) activate(e int) bool {
 // too little on this machine). Later is better for calibration (the next
 // epoch's model sees more feedback), earlier closes the gap at the boundary.
 // last is the job's last epoch.
-func (b *epochBook) planAheadDue(ep *epochPlan, last, step, stepsDone int, elapsed time.Duration) bool {
+func (b *Book) PlanAheadDue(ep *Plan, last, step, stepsDone int, elapsed time.Duration) bool {
 	e := ep.info.Epoch
 	if e >= last || stepsDone == 0 {
 		return false
@@ -366,15 +385,26 @@ func (b *epochBook) planAheadDue(ep *epochPlan, last, step, stepsDone int, elaps
 	return ep.info.Steps-(step+1) <= ahead
 }
 
-// planAhead prepares epoch e in the background; the preparation is
-// registered before planAhead returns. An error is kept for the publisher,
+// PlanSeconds returns how long preparing epoch e took (0: not prepared by
+// this book, or under way).
+func (b *Book) PlanSeconds(e int) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if job := b.jobs[e]; job != nil {
+		return job.seconds
+	}
+	return 0
+}
+
+// PlanAhead prepares epoch e in the background; the preparation is
+// registered before PlanAhead returns. An error is kept for the publisher,
 // which meets it when it reaches e.
-func (b *epochBook) planAhead(ctx context.Context, e int, log *slog.Logger) {
+func (b *Book) PlanAhead(ctx context.Context, e int, log *slog.Logger) {
 	job, run := b.job(e)
 	if !run {
 		return
 	}
-	b.background(func() {
+	b.Background(func() {
 		b.run(ctx, e, job)
 		if job.err != nil && ctx.Err() == nil {
 			log.Warn("planning ahead", "epoch", e, "err", job.err)
@@ -382,8 +412,8 @@ func (b *epochBook) planAhead(ctx context.Context, e int, log *slog.Logger) {
 	})
 }
 
-// background runs f on a goroutine counted in ahead.
-func (b *epochBook) background(f func()) {
+// Background runs f on a goroutine counted in ahead.
+func (b *Book) Background(f func()) {
 	b.ahead.Add(1)
 	go func() {
 		defer b.ahead.Done()
@@ -391,61 +421,16 @@ func (b *epochBook) background(f func()) {
 	}()
 }
 
-// closeAll releases every plan held.
-func (b *epochBook) closeAll() {
+// WaitBackground waits for the goroutines the book started (planning ahead,
+// recording the active epoch): the publisher's last act.
+func (b *Book) WaitBackground() { b.ahead.Wait() }
+
+// CloseAll releases every plan held.
+func (b *Book) CloseAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for e, ep := range b.plans {
-		ep.close()
+		ep.Close()
 		delete(b.plans, e)
 	}
-}
-
-// planEpoch prepares epoch e for the book (its prepareFunc) from the job's
-// dataset (opened by the first epoch): replaying stored (or the resize
-// decided for it), with the model the next epoch starts with, and records
-// its info in the KV bucket.
-func (s *Service) planEpoch(ctx context.Context, e int, stored *EpochInfo) (*epochPlan, error) {
-	stored = s.resizeInfo(e, stored)
-	t0 := time.Now()
-	ds, err := s.data.get(ctx, s.cfg.Pipeline)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.recordJob(ctx); err != nil {
-		return nil, err
-	}
-	ep, err := prepareEpochTo(ctx, s.cfg, ds, e, stored, s.modelFor(), s.quarantine)
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info("planned epoch", "epoch", e, "steps", ep.info.Steps, "plan_hash", ep.info.PlanHash[:12],
-		"quarantined", ep.prep.Quarantine.Total(), "seconds", time.Since(t0).Seconds(), "first_window_seconds", ep.firstWindow.Seconds())
-	s.truncWarn.Do(func() { warnTruncation(s.log, ep.prep) }) // the captions are the same every epoch
-	if err := s.epochs.record(ctx, e, ep.info); err != nil {
-		ep.close()
-		return nil, err
-	}
-	return ep, nil
-}
-
-// epoch returns the plan of epoch e and makes it the one being published:
-// recorded as the KV epoch (in the background), shown by the live report;
-// plans before e-1 are released (the previous epoch stays for late
-// feedback).
-func (s *Service) epoch(ctx context.Context, e int) (*epochPlan, error) {
-	ep, err := s.epochs.prepared(ctx, e)
-	if err != nil {
-		return nil, err
-	}
-	if !s.epochs.activate(e) {
-		return ep, nil
-	}
-	s.epochs.background(func() { // informational (restore reads epoch.<e>): off the boundary's path
-		if err := s.st.putInt(ctx, proto.KVEpoch, e); err != nil && ctx.Err() == nil {
-			s.log.Warn("kv", "err", err)
-		}
-	})
-	s.live.setEpoch(ep)
-	return ep, nil
 }

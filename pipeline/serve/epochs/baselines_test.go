@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"context"
@@ -24,17 +24,17 @@ func TestNoBaselinesPlansOnce(t *testing.T) {
 		{"none", true, []string{"random"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := testConfig(t, in, 2, 1, "colocated")
+			cfg := testConfig(t, in, 2)
 			cfg.Pipeline.Plan.Strategy = balancer.StrategyRandom
 			cfg.NoBaselines = tt.noBaselines
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			ep, err := prepareEpoch(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
+			ep, err := PrepareWhole(ctx, cfg, 0, nil, cfg.Pipeline.Plan.Model)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ep.close()
-			_, _, report, _ := ep.prog.state()
+			defer ep.Close()
+			_, _, report, _ := ep.Planning()
 			got := slices.Sorted(maps.Keys(report.Strategies))
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("report strategies %v, want %v", got, tt.want)

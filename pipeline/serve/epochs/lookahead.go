@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"context"
@@ -128,9 +128,20 @@ func (g *planning) stop() {
 // down with it).
 var planWindowHook atomic.Pointer[func(job string, planned int)]
 
+// SetPlanWindowHook makes h the hook the background planners call before
+// each window after the first, with the job and the steps planned (nil:
+// none); tests slow planning down with it.
+func SetPlanWindowHook(h func(job string, planned int)) {
+	if h == nil {
+		planWindowHook.Store(nil)
+		return
+	}
+	planWindowHook.Store(&h)
+}
+
 // planWindow plans the next window of pl into ep.steps and ep.feats and
 // raises the watermark.
-func (ep *epochPlan) planWindow(pl *balancer.Planner) error {
+func (ep *Plan) planWindow(pl *balancer.Planner) error {
 	from := pl.Planned()
 	if _, err := pl.PlanNext(); err != nil {
 		return fmt.Errorf("serve: plan epoch %d: %w", ep.prep.Config.Plan.Epoch, err)
@@ -145,7 +156,7 @@ func (ep *epochPlan) planWindow(pl *balancer.Planner) error {
 }
 
 // planAll plans every window left and builds the comparison.
-func (ep *epochPlan) planAll(ctx context.Context, pl *balancer.Planner) error {
+func (ep *Plan) planAll(ctx context.Context, pl *balancer.Planner) error {
 	for !pl.Done() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -163,7 +174,7 @@ func (ep *epochPlan) planAll(ctx context.Context, pl *balancer.Planner) error {
 
 // compare builds the strategy comparison of the complete base plan, with
 // its thumbnails, and records both.
-func (ep *epochPlan) compare(ctx context.Context, whole *balancer.Plan) error {
+func (ep *Plan) compare(ctx context.Context, whole *balancer.Plan) error {
 	rep, err := compareStrategies(whole, ep.prep, ep.baselines)
 	if err != nil {
 		return err
@@ -178,7 +189,7 @@ func (ep *epochPlan) compare(ctx context.Context, whole *balancer.Plan) error {
 }
 
 // planInBackground plans the rest of pl on a goroutine that ep.close stops.
-func (ep *epochPlan) planInBackground(pl *balancer.Planner) {
+func (ep *Plan) planInBackground(pl *balancer.Planner) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ep.prog.cancel, ep.prog.done = cancel, make(chan struct{})
 	t0, epoch := time.Now(), ep.info.Epoch // ep.info is the publisher's once the plan is complete

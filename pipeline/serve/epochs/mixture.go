@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"github.com/mmfeed/mmfeed/pipeline"

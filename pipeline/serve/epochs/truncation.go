@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"log/slog"
@@ -6,10 +6,10 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
-// warnTruncation logs a warning when more than 1% of prep's captions were
+// WarnTruncation logs a warning when more than 1% of prep's captions were
 // truncated at the tokenizer's MaxLength (pipeline.TruncationWarning); the
 // count and share are in the report (text_truncation) either way.
-func warnTruncation(log *slog.Logger, prep *pipeline.Prepared) {
+func WarnTruncation(log *slog.Logger, prep *pipeline.Prepared) {
 	if w := pipeline.TruncationWarning(prep.TextTruncation()); w != "" {
 		log.Warn(w)
 	}

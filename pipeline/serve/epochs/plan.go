@@ -1,4 +1,4 @@
-package serve
+package epochs
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 )
 
-// epochPlan is one epoch prepared and planned: the base plan (the pure
+// Plan is one epoch prepared and planned: the base plan (the pure
 // function of dataset, seed, epoch, layout and config that plan_hash names)
 // and the steps actually served, which differ from the base plan's from each
 // recalibration segment on.
-type epochPlan struct {
-	info EpochInfo
+type Plan struct {
+	info Info
 	job  string
 	log  *slog.Logger
 	// firstWindow is how long planning the first window took.
@@ -48,39 +48,55 @@ type epochPlan struct {
 	prog *planning
 }
 
+// Config is what preparing an epoch needs of the service's
+// configuration.
+type Config struct {
+	// Pipeline is the job's dataset, plan, tokenizer and image configuration
+	// (Plan.Epoch is the job's first epoch; each epoch sets its own).
+	Pipeline pipeline.Config
+	// Job names the job (the background planner's hook and logs).
+	Job string
+	// Logger logs the planning (nil: slog.Default()).
+	Logger *slog.Logger
+	// QuarantineDir, when set, gets each epoch's quarantine-e<epoch>.jsonl.
+	QuarantineDir string
+	// NoBaselines leaves the other strategies out of the report's comparison.
+	NoBaselines bool
+}
+
 // reportThumbnails is how many heaviest and how many extreme-aspect samples
 // the report page shows.
 const reportThumbnails = 6
 
-// prepareEpoch opens the dataset for epoch alone (the plan owns it) and
-// prepares the epoch from it (prepareEpochTo), waiting until it is planned
-// to the end.
-func prepareEpoch(ctx context.Context, cfg Config, epoch int, stored *EpochInfo, model balancer.CostModel) (*epochPlan, error) {
+// PrepareWhole opens the dataset for epoch alone (the plan owns it) and
+// prepares the epoch from it (Prepare), waiting until it is planned to the
+// end.
+func PrepareWhole(ctx context.Context, cfg Config, epoch int, stored *Info, model balancer.CostModel) (*Plan, error) {
 	ds, err := pipeline.OpenDataset(ctx, cfg.Pipeline, nil)
 	if err != nil {
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep, err := prepareEpochTo(ctx, cfg, ds, epoch, stored, model, nil)
+	ep, err := Prepare(ctx, cfg, ds, epoch, stored, model, nil)
 	if err != nil {
 		ds.Close()
 		return nil, err
 	}
 	ep.owned = ds
 	if err := ep.prog.waitAll(ctx); err != nil {
-		ep.close()
+		ep.Close()
 		return nil, err
 	}
 	return ep, nil
 }
 
-// prepareEpochTo orders ds (the job's dataset, opened with cfg.Pipeline)
+// Prepare orders ds (the job's dataset, opened with cfg.Pipeline)
 // for epoch and plans its first window with the model of stored's first
 // segment (or model when stored is nil); the rest of the epoch and the
 // strategy comparison are planned in the background (planning), unless
 // stored has recalibration segments or a resize to replay, which need the
 // whole plan first. Quarantined samples go to the epoch's file and, when
 // qkv is not nil, to the job's quarantine bucket.
-func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *EpochInfo, model balancer.CostModel, qkv *work.QuarantineSink) (*epochPlan, error) {
+func Prepare(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch int, stored *Info, model balancer.CostModel, qkv *work.QuarantineSink) (*Plan, error) {
 	pc := cfg.Pipeline
 	pc.Plan.Epoch = epoch
 	pc.Plan.Model = model
@@ -102,12 +118,12 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 		closeQuiet(qfile)
 		return nil, fmt.Errorf("serve: prepare epoch %d: %w", epoch, err)
 	}
-	ep := &epochPlan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger, baselines: !cfg.NoBaselines}
+	ep := &Plan{prep: prep, qfile: qfile, job: cfg.Job, log: cfg.Logger, baselines: !cfg.NoBaselines}
 	if ep.log == nil {
 		ep.log = slog.Default()
 	}
 	if err := ep.plan(ctx, stored); err != nil {
-		ep.close()
+		ep.Close()
 		return nil, err
 	}
 	return ep, nil
@@ -117,7 +133,7 @@ func prepareEpochTo(ctx context.Context, cfg Config, ds *pipeline.Dataset, epoch
 // names it (plan_hash: balancer.Planner.Hash), and checks it against stored.
 // The rest is planned in the background, or here when stored's segments
 // must be replayed.
-func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
+func (ep *Plan) plan(ctx context.Context, stored *Info) error {
 	pc := ep.prep.Config.Plan
 	pl, err := balancer.Start(ep.prep.Features.Items, pc)
 	if err != nil {
@@ -136,7 +152,7 @@ func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
 		}
 		ep.firstWindow = time.Since(t0)
 	}
-	ep.info = EpochInfo{Epoch: pc.Epoch, Steps: n, MicroBatches: pc.MicroBatches, PlanHash: pl.Hash(),
+	ep.info = Info{Epoch: pc.Epoch, Steps: n, MicroBatches: pc.MicroBatches, PlanHash: pl.Hash(),
 		Segments: []Segment{{FromStep: 0, Model: head.Config.Model}}, DP: pc.DP}
 	ep.info.VocabSize, _ = pipeline.TokenizerMeta(ep.prep.Tokenizer)
 	if stored == nil {
@@ -145,7 +161,7 @@ func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
 	}
 	if stored.PlanHash != ep.info.PlanHash || (stored.Steps != ep.info.Steps && stored.Resize == nil) {
 		return fmt.Errorf("serve: epoch %d replans to hash %.12s (%d steps), the job recorded %.12s (%d steps): %w",
-			pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, ErrJobMismatch)
+			pc.Epoch, ep.info.PlanHash, ep.info.Steps, stored.PlanHash, stored.Steps, work.ErrJobMismatch)
 	}
 	if len(stored.Segments) == 1 && stored.Resize == nil {
 		ep.planInBackground(pl)
@@ -159,7 +175,7 @@ func (ep *epochPlan) plan(ctx context.Context, stored *EpochInfo) error {
 
 // quarantineRejected records the samples the planner rejected (what
 // pipeline.Prepared.Plan does for the plans it builds).
-func (ep *epochPlan) quarantineRejected() {
+func (ep *Plan) quarantineRejected() {
 	for _, r := range ep.base.Rejected {
 		e := ep.prep.Features.Entry(int(r.Item))
 		_ = ep.prep.Quarantine.Write(loader.Reject{ID: e.ID, Location: e.Location, Reason: "plan_rejected", Detail: r.Reason})
@@ -167,7 +183,7 @@ func (ep *epochPlan) quarantineRejected() {
 }
 
 // thumbnails returns the report's sample thumbnails of the complete plan.
-func thumbnails(ctx context.Context, ep *epochPlan, whole *balancer.Plan) ([]balancer.Thumbnail, error) {
+func thumbnails(ctx context.Context, ep *Plan, whole *balancer.Plan) ([]balancer.Thumbnail, error) {
 	return pipeline.Thumbnails(ctx, ep.prep, whole, reportThumbnails)
 }
 
@@ -200,7 +216,7 @@ func compareStrategies(base *balancer.Plan, prep *pipeline.Prepared, baselines b
 
 // replay replays stored's recalibration segments and its resize, in the
 // order they were recorded.
-func (ep *epochPlan) replay(stored *EpochInfo) error {
+func (ep *Plan) replay(stored *Info) error {
 	before := len(stored.Segments)
 	if stored.Resize != nil {
 		before = stored.Resize.Segments
@@ -224,10 +240,10 @@ func (ep *epochPlan) replay(stored *EpochInfo) error {
 // resize replaces the steps from r.FromStep on with a plan of their real
 // samples for r.DP ranks (balancer.Plan.Resize) under the model in effect,
 // and records it.
-func (ep *epochPlan) resize(r ResizeSegment) error {
+func (ep *Plan) resize(r ResizeSegment) error {
 	served := *ep.served()
 	served.Steps = ep.steps
-	_, seg := ep.segmentAt(r.FromStep)
+	_, seg := ep.SegmentAt(r.FromStep)
 	served.Config.Model = seg.Model
 	p, err := served.Resize(r.FromStep, r.DP)
 	if err != nil {
@@ -246,16 +262,16 @@ func (ep *epochPlan) resize(r ResizeSegment) error {
 // served returns the plan the served steps follow: the base plan, or the
 // resized one (whose configuration has the new dp). Its Steps are not
 // the served ones (ep.steps), nor all of them while the epoch is planned.
-func (ep *epochPlan) served() *balancer.Plan {
+func (ep *Plan) served() *balancer.Plan {
 	if ep.resized != nil {
 		return ep.resized
 	}
 	return ep.base
 }
 
-// planned reports whether every step is planned (a recalibration or a
+// Planned reports whether every step is planned (a recalibration or a
 // resize replans the rest of the epoch, so it waits for this).
-func (ep *epochPlan) planned() bool {
+func (ep *Plan) Planned() bool {
 	return ep.prog.steps() == len(ep.steps)
 }
 
@@ -264,9 +280,9 @@ func (ep *epochPlan) planned() bool {
 // It keeps the old steps and reports false when the new plan would not have
 // the same number of steps (global-tokens batches) or would drop or reject
 // items.
-func (ep *epochPlan) replan(seg Segment) bool {
+func (ep *Plan) replan(seg Segment) bool {
 	from := seg.FromStep
-	if from >= len(ep.steps) || !ep.planned() {
+	if from >= len(ep.steps) || !ep.Planned() {
 		return false
 	}
 	served := *ep.served()
@@ -289,12 +305,12 @@ func (ep *epochPlan) replan(seg Segment) bool {
 // stepFeatures sums each dp rank's padded feature vectors over a step: each micro-batch
 // counts as its samples × (longest caption, largest image), which is what the trainer
 // computes, so the calibration refits the cost the plan predicts.
-func (ep *epochPlan) stepFeatures(s balancer.Step) []balancer.Features {
+func (ep *Plan) stepFeatures(s balancer.Step) []balancer.Features {
 	return ep.base.RankFeatures(s)
 }
 
-// segmentAt returns the segment in effect at step.
-func (ep *epochPlan) segmentAt(step int) (int, Segment) {
+// SegmentAt returns the segment in effect at step (its index and itself).
+func (ep *Plan) SegmentAt(step int) (int, Segment) {
 	i := len(ep.info.Segments) - 1
 	for i > 0 && ep.info.Segments[i].FromStep > step {
 		i--
@@ -302,20 +318,20 @@ func (ep *epochPlan) segmentAt(step int) (int, Segment) {
 	return i, ep.info.Segments[i]
 }
 
-// planFrom returns the served steps from start on that are planned (none
+// PlanFrom returns the served steps from start on that are planned (none
 // when start is not: wait on prog first) as a plan for the Preprocessor,
 // with the model in effect at start (the rows' cost column).
-func (ep *epochPlan) planFrom(start int) *balancer.Plan {
+func (ep *Plan) PlanFrom(start int) *balancer.Plan {
 	q := *ep.served()
 	q.Steps = ep.steps[start:max(start, ep.prog.steps())]
-	_, seg := ep.segmentAt(start)
+	_, seg := ep.SegmentAt(start)
 	q.Config.Model = seg.Model
 	return &q
 }
 
-// predicted returns the step's per-dp-rank cost under the model in effect.
-func (ep *epochPlan) predicted(step int) []float64 {
-	_, seg := ep.segmentAt(step)
+// Predicted returns the step's per-dp-rank cost under the model in effect.
+func (ep *Plan) Predicted(step int) []float64 {
+	_, seg := ep.SegmentAt(step)
 	pl := ep.prep.Config.Plan.Placement
 	out := make([]float64, len(ep.feats[step]))
 	for r, f := range ep.feats[step] {
@@ -324,7 +340,9 @@ func (ep *epochPlan) predicted(step int) []float64 {
 	return out
 }
 
-func (ep *epochPlan) close() {
+// Close stops the background planner and releases the epoch's order, its
+// own dataset (PrepareWhole) and quarantine file.
+func (ep *Plan) Close() {
 	if ep.prog != nil {
 		ep.prog.stop()
 	}
@@ -356,3 +374,38 @@ func closeQuiet(c io.Closer) {
 		_ = c.Close()
 	}
 }
+
+// Info returns the epoch's info as the plan holds it (a recalibration
+// changes it from the publisher's goroutine: Book.ReplanRest).
+func (ep *Plan) Info() Info { return ep.info }
+
+// Prepared returns the epoch's order of the job's dataset (its features,
+// tokenizer, quarantine and preprocessing configuration).
+func (ep *Plan) Prepared() *pipeline.Prepared { return ep.prep }
+
+// StepFeatures returns each dp rank's padded feature sum of a planned step
+// (the plan's own slice: callers that keep it clone it).
+func (ep *Plan) StepFeatures(step int) []balancer.Features { return ep.feats[step] }
+
+// ServedSteps returns the served steps (those not planned yet are zero).
+func (ep *Plan) ServedSteps() []balancer.Step { return ep.steps }
+
+// WaitPlanned returns once the first n steps are planned (planning.wait).
+func (ep *Plan) WaitPlanned(ctx context.Context, n int) error { return ep.prog.wait(ctx, n) }
+
+// Planning returns the steps planned, the epoch's steps, the strategy
+// comparison (nil until built) and why the planning failed (planning.state);
+// all zero for a plan that is not planned yet.
+func (ep *Plan) Planning() (planned, total int, report *balancer.Report, err error) {
+	if ep.prog == nil {
+		return 0, 0, nil, nil
+	}
+	return ep.prog.state()
+}
+
+// MixtureReport returns the mixture's per-source lines of the complete base
+// plan (nil until built, and for a plain input).
+func (ep *Plan) MixtureReport() *pipeline.MixtureReport { return ep.prog.mixtureReport() }
+
+// FirstWindow is how long planning the first window took.
+func (ep *Plan) FirstWindow() time.Duration { return ep.firstWindow }
