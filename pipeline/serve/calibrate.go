@@ -215,11 +215,7 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int,
 	}
 	e, fit := ep.Info().Epoch, cal.Fit
 	seg := func(from int) Segment { return Segment{FromStep: from, Model: cal.Model, Fit: &fit} }
-	at := make([]epochs.Pos, len(queued)) // the book's Pos is pos, unnamed
-	for i, q := range queued {
-		at[i] = q
-	}
-	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, at, seg)
+	from, replanned, err := s.epochs.ReplanRest(ctx, ep, step, queued, seg)
 	switch {
 	case err != nil:
 		s.log.Warn("recalibration not recorded, plan kept", "err", err)

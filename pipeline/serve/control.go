@@ -263,7 +263,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
 	rank := reg.DPRank*c.cfg.MP + reg.MPRank
-	need := c.epochs.Norm(pos{reg.Epoch, reg.ResumeStep})
+	need := c.epochs.Norm(pos{Epoch: reg.Epoch, Step: reg.ResumeStep})
 	if err := c.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
@@ -314,12 +314,12 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 		return err
 	}
 	if stored {
-		avail = pos{h.Epoch, h.Step}
+		avail = pos{Epoch: h.Epoch, Step: h.Step}
 		if h.MicroBatch > 0 || h.Index > 0 { // the step's first chunks were acknowledged
 			avail.Step++
 		}
 	}
-	if need.less(avail) {
+	if need.Less(avail) {
 		done := make(chan error, 1)
 		if err := c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
 			return err
@@ -376,7 +376,7 @@ func (c *control) handleFeedback(m *nats.Msg) {
 		c.cal.add(fb, f)
 	}
 	c.live.measured(fb)
-	c.advanceAcked(c.tasks.context(), rank, pos{fb.Epoch, fb.Step + 1}, 0)
+	c.advanceAcked(c.tasks.context(), rank, pos{Epoch: fb.Epoch, Step: fb.Step + 1}, 0)
 }
 
 // unacked returns the first step rank has not acknowledged: the step of the
@@ -392,7 +392,7 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 		return pos{}, err
 	}
 	if stored {
-		bound = pos{h.Epoch, h.Step}
+		bound = pos{Epoch: h.Epoch, Step: h.Step}
 	}
 	return c.epochs.Norm(bound), nil
 }
@@ -404,7 +404,7 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
 func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	ahead := c.ranks.get(rank).next.less(c.epochs.Norm(want))
+	ahead := c.ranks.get(rank).next.Less(c.epochs.Norm(want))
 	if !ahead {
 		return
 	}
@@ -418,7 +418,7 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 			return
 		}
 		want = c.epochs.Norm(want)
-		if !bound.less(want) {
+		if !bound.Less(want) {
 			c.setNext(rank, want, false)
 			return
 		}
@@ -453,7 +453,7 @@ func (c *control) handleDone(m *nats.Msg) {
 	}
 	c.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
 	c.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	c.tasks.start(func(ctx context.Context) { c.advanceAcked(ctx, rank, pos{d.Epoch + 1, 0}, doneAckWait) })
+	c.tasks.start(func(ctx context.Context) { c.advanceAcked(ctx, rank, pos{Epoch: d.Epoch + 1, Step: 0}, doneAckWait) })
 }
 
 // doneAckWait bounds how long a done waits for the rank's last
@@ -487,7 +487,7 @@ func (c *control) handleResend(m *nats.Msg) {
 		defer c.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		to, err := c.resendFrom(ctx, rank, pos{r.Epoch, r.Step})
+		to, err := c.resendFrom(ctx, rank, pos{Epoch: r.Epoch, Step: r.Step})
 		if err == nil {
 			err = c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
 		}
@@ -525,7 +525,7 @@ func (c *control) resendFrom(ctx context.Context, rank int, asked pos) (pos, err
 	if err != nil {
 		return pos{}, err
 	}
-	if asked.less(bound) {
+	if asked.Less(bound) {
 		return pos{}, fmt.Errorf("serve: resend of epoch %d step %d, which rank %d acknowledged (first unacknowledged: epoch %d step %d): %w",
 			asked.Epoch, asked.Step, rank, bound.Epoch, bound.Step, proto.ErrControl)
 	}

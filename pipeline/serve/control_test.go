@@ -42,7 +42,7 @@ func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *contr
 	epochs.SetInfo(0, EpochInfo{Steps: steps})
 	ranks := newRankTable(2, 1, epochs, &state{})
 	for r := range 2 {
-		ranks.set(r, rankState{cursor: cursor, next: pos{0, 0}})
+		ranks.set(r, rankState{cursor: cursor, next: pos{Epoch: 0, Step: 0}})
 	}
 	s := &Service{cfg: cfg, log: slog.New(slog.DiscardHandler), epochs: epochs, ranks: ranks, publisher: newPublisher()}
 	s.met = newMetrics(s)
@@ -69,12 +69,12 @@ func TestResendMovesOnlyToUnacknowledged(t *testing.T) {
 		want    pos
 		refused bool
 	}{
-		{name: "held from step 3, asked 7", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 7}, want: pos{0, 3}},
-		{name: "held from step 3, asked 3", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 3}, want: pos{0, 3}},
-		{name: "held from step 3, asked 2 (acknowledged)", held: pos{0, 3}, holding: true, cursor: pos{0, 8}, asked: pos{0, 2}, refused: true},
-		{name: "nothing held: the cursor bounds it", cursor: pos{0, 5}, asked: pos{0, 6}, want: pos{0, 5}},
-		{name: "nothing held, asked before the cursor", cursor: pos{0, 5}, asked: pos{0, 4}, refused: true},
-		{name: "end of the epoch normalised", cursor: pos{0, 10}, asked: pos{1, 0}, want: pos{1, 0}},
+		{name: "held from step 3, asked 7", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 7}, want: pos{Epoch: 0, Step: 3}},
+		{name: "held from step 3, asked 3", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 3}, want: pos{Epoch: 0, Step: 3}},
+		{name: "held from step 3, asked 2 (acknowledged)", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 2}, refused: true},
+		{name: "nothing held: the cursor bounds it", cursor: pos{Epoch: 0, Step: 5}, asked: pos{Epoch: 0, Step: 6}, want: pos{Epoch: 0, Step: 5}},
+		{name: "nothing held, asked before the cursor", cursor: pos{Epoch: 0, Step: 5}, asked: pos{Epoch: 0, Step: 4}, refused: true},
+		{name: "end of the epoch normalised", cursor: pos{Epoch: 0, Step: 10}, asked: pos{Epoch: 1, Step: 0}, want: pos{Epoch: 1, Step: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fakeDelivery{held: tc.held, holding: tc.holding}

@@ -152,7 +152,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 		if !rewound && s.dropped(rank, key) {
 			rewound = true
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := s.requestRewind(rctx, rewindReq{rank: rank, to: pos{key.Epoch, key.Step}, reason: "fetch of a batch no longer held"})
+			err := s.requestRewind(rctx, rewindReq{rank: rank, to: pos{Epoch: key.Epoch, Step: key.Step}, reason: "fetch of a batch no longer held"})
 			cancel()
 			if err != nil {
 				return
@@ -174,7 +174,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 
 // dropped reports whether key was built for rank and is no longer held.
 func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	built := (pos{key.Epoch, key.Step}).less(s.ranks.get(rank).cursor)
+	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.get(rank).cursor)
 	if !built {
 		return false
 	}
@@ -231,7 +231,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		_ = m.Respond(nil)
 	}
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
-		s.ctl.setNext(rank, pos{a.Epoch, a.Step + 1}, false)
+		s.ctl.setNext(rank, pos{Epoch: a.Epoch, Step: a.Step + 1}, false)
 	}
 }
 
@@ -244,11 +244,11 @@ func (s *Service) handleAck(m *nats.Msg) {
 // it moves the rank at most to the step after the last batch handed to it,
 // never over a batch no fetch of the rank got (invariant 6).
 func (s *Service) checkAck(rank int, k proto.BatchKey) error {
-	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{k.Epoch, k.Step}) != (pos{k.Epoch, k.Step}) {
+	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{Epoch: k.Epoch, Step: k.Step}) != (pos{Epoch: k.Epoch, Step: k.Step}) {
 		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
 	}
 	rs := s.ranks.get(rank)
-	if (pos{k.Epoch, k.Step}).less(s.epochs.Norm(rs.next)) {
+	if (pos{Epoch: k.Epoch, Step: k.Step}).Less(s.epochs.Norm(rs.next)) {
 		return nil
 	}
 	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {

@@ -62,7 +62,7 @@ func TestForgedControlMessages(t *testing.T) {
 		return nil
 	})
 	for i, rs := range r.s.ranks.all() {
-		if rs.next != (pos{0, 0}) {
+		if rs.next != (pos{Epoch: 0, Step: 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged messages, want epoch 0 step 0", i, rs.next)
 		}
 	}

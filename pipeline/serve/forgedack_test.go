@@ -25,25 +25,25 @@ func TestCheckAck(t *testing.T) {
 		ack    proto.BatchKey
 		ok     bool
 	}{
-		{"nothing handed", pos{0, 0}, nil, key(0, 1), false},
-		{"the last batch of the epoch, nothing handed", pos{0, 0}, nil, key(9, 1), false},
-		{"handed, at the next step", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
-		{"the first micro-batch handed, the last not", pos{0, 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
-		{"handed, steps ahead of the next (cumulative)", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a step after the last handed", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
-		{"the micro-batch after the last handed", pos{0, 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
-		{"a later step handed, this one acked in order", pos{0, 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a duplicate of a completed step", pos{0, 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
-		{"a duplicate, nothing handed since a restart", pos{0, 5}, nil, key(4, 1), true},
-		{"outside the plan's micro-batches", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(0, 2), false},
-		{"outside the epoch's steps", pos{0, 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(10, 0), false},
+		{"nothing handed", pos{Epoch: 0, Step: 0}, nil, key(0, 1), false},
+		{"the last batch of the epoch, nothing handed", pos{Epoch: 0, Step: 0}, nil, key(9, 1), false},
+		{"handed, at the next step", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
+		{"the first micro-batch handed, the last not", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
+		{"handed, steps ahead of the next (cumulative)", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
+		{"a step after the last handed", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
+		{"the micro-batch after the last handed", pos{Epoch: 0, Step: 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
+		{"a later step handed, this one acked in order", pos{Epoch: 0, Step: 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
+		{"a duplicate of a completed step", pos{Epoch: 0, Step: 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
+		{"a duplicate, nothing handed since a restart", pos{Epoch: 0, Step: 5}, nil, key(4, 1), true},
+		{"outside the plan's micro-batches", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(0, 2), false},
+		{"outside the epoch's steps", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(10, 0), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newTestControl(t, 10, pos{0, 10}, &fakeDelivery{})
+			c := newTestControl(t, 10, pos{Epoch: 0, Step: 10}, &fakeDelivery{})
 			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
 			s.cfg.Pipeline.Plan.MicroBatches = 2
-			rs := rankState{cursor: pos{0, 10}, next: tt.next}
+			rs := rankState{cursor: pos{Epoch: 0, Step: 10}, next: tt.next}
 			if tt.handed != nil {
 				rs.handed, rs.anyHanded = *tt.handed, true
 			}
@@ -142,7 +142,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 		return nil
 	})
 	for rank, rs := range r.s.ranks.all() {
-		if rs.next != (pos{0, 0}) {
+		if rs.next != (pos{Epoch: 0, Step: 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.next)
 		}
 		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
@@ -205,7 +205,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	r2 := start(t, cfg)
 	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
 	rank.ack(0, 0, 1) // answered: handed by the first service
-	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
 	}
 	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
@@ -214,7 +214,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
 		t.Errorf("the ack of step 1, never sent, was answered")
 	}
-	if next := r2.s.ranks.get(0).next; next != (pos{0, 1}) {
+	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
 	}
 }

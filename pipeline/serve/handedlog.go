@@ -69,7 +69,7 @@ func (l *handedLog) reset() {
 }
 
 func covers(h *kvStep, at pos) bool {
-	return h != nil && !(pos{h.Epoch, h.Step}).less(at)
+	return h != nil && !(pos{Epoch: h.Epoch, Step: h.Step}).Less(at)
 }
 
 // record returns once the bucket holds step at (or a later one) for rank r,
@@ -119,7 +119,7 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 		}
 		if err == nil {
 			for i, h := range snap {
-				if h != nil && !covers(l.have[i], pos{h.Epoch, h.Step}) {
+				if h != nil && !covers(l.have[i], pos{Epoch: h.Epoch, Step: h.Step}) {
 					l.have[i] = h
 				}
 			}

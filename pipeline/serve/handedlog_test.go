@@ -48,7 +48,7 @@ func TestHandedStepsShareWrites(t *testing.T) {
 			}
 			// Recorded before hand returns: the bucket holds it now.
 			var rec ranksRecord
-			if ok, err := st.getJSON(ctx, kvHanded, &rec); err != nil || !ok || !covers(rec.Ranks[r], pos{0, 2}) {
+			if ok, err := st.getJSON(ctx, kvHanded, &rec); err != nil || !ok || !covers(rec.Ranks[r], pos{Epoch: 0, Step: 2}) {
 				t.Errorf("rank %d: after hand the bucket holds %v (ok %v, err %v)", r, rec.Ranks[r], ok, err)
 			}
 		}()
@@ -65,7 +65,7 @@ func TestHandedStepsShareWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rs.recOK || rs.recorded != (pos{0, 2}) {
+		if !rs.recOK || rs.recorded != (pos{Epoch: 0, Step: 2}) {
 			t.Errorf("rank %d after a restart: recorded %v (ok %v), want step 2", r, rs.recorded, rs.recOK)
 		}
 	}
@@ -86,7 +86,7 @@ func TestHandedStepsShareWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs.recOK != tt.ok || (tt.ok && rs.recorded != (pos{0, 5})) {
+		if rs.recOK != tt.ok || (tt.ok && rs.recorded != (pos{Epoch: 0, Step: 5})) {
 			t.Errorf("rank %d from per-rank keys: recorded %v (ok %v), want ok %v", tt.r, rs.recorded, rs.recOK, tt.ok)
 		}
 	}

@@ -150,7 +150,7 @@ func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.info = ep.Info()
-	k := pos{st.Epoch, st.Step}
+	k := pos{Epoch: st.Epoch, Step: st.Step}
 	if old := l.index[k]; old != nil { // republished (rewind): keep the measurements
 		st.MeasuredSeconds, st.DataWaitSeconds = old.MeasuredSeconds, old.DataWaitSeconds
 		l.steps = slices.DeleteFunc(l.steps, func(x *LiveStep) bool { return x == old })
@@ -161,7 +161,7 @@ func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	l.index[k] = st
 	l.steps = append(l.steps, st)
 	if len(l.steps) > maxLiveSteps {
-		delete(l.index, pos{l.steps[0].Epoch, l.steps[0].Step})
+		delete(l.index, pos{Epoch: l.steps[0].Epoch, Step: l.steps[0].Step})
 		l.steps = l.steps[1:]
 	}
 }
@@ -171,7 +171,7 @@ func (l *live) measured(fb proto.Feedback) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.record.measured(fb)
-	st := l.index[pos{fb.Epoch, fb.Step}]
+	st := l.index[pos{Epoch: fb.Epoch, Step: fb.Step}]
 	if st == nil || fb.DPRank >= len(st.MeasuredSeconds) {
 		return
 	}

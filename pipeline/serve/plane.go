@@ -168,7 +168,7 @@ func (p streamPlane) restoredCursor(ctx context.Context, rank int, cursor pos) (
 	if err != nil {
 		return cursor, err
 	}
-	if ok && cursor.less(last) {
+	if ok && cursor.Less(last) {
 		return last, nil
 	}
 	return cursor, nil

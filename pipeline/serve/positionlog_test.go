@@ -45,7 +45,7 @@ func TestPositionsShareWrites(t *testing.T) {
 	go func() { defer close(done); tab.positions.run(wctx, st, 20*time.Millisecond) }()
 	for step := 1; step <= steps; step++ {
 		for r := range n {
-			tab.setNext(r, pos{0, step}, false)
+			tab.setNext(r, pos{Epoch: 0, Step: step}, false)
 		}
 		time.Sleep(5 * time.Millisecond) // a step's acks arrive together
 	}
@@ -68,13 +68,13 @@ func TestPositionsShareWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs.next != (pos{1, 0}) || rs.cursor != rs.next {
+		if rs.next != (pos{Epoch: 1, Step: 0}) || rs.cursor != rs.next {
 			t.Errorf("rank %d after a restart: next %v cursor %v, want epoch 1 step 0", r, rs.next, rs.cursor)
 		}
 	}
 
 	// A register moves a rank back, to the job's first step: recorded as none.
-	again.setNext(5, pos{0, 0}, true)
+	again.setNext(5, pos{Epoch: 0, Step: 0}, true)
 	if err := again.positions.flush(ctx, st); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestPositionsShareWrites(t *testing.T) {
 	for _, tt := range []struct {
 		r    int
 		want pos
-	}{{3, pos{0, 3}}, {4, pos{}}} {
+	}{{3, pos{Epoch: 0, Step: 3}}, {4, pos{}}} {
 		rs, err := old.load(ctx, tt.r, pos{})
 		if err != nil {
 			t.Fatal(err)

@@ -26,7 +26,7 @@ type progressLine struct {
 // steps in all. It returns the line to log and false when nothing moved since
 // the last line.
 func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressLine, bool) {
-	p := pos{epoch, done}
+	p := pos{Epoch: epoch, Step: done}
 	if m.started && p == m.last {
 		return progressLine{}, false
 	}

@@ -28,13 +28,13 @@ func (s *Service) publishLoop(ctx context.Context) error {
 	if err := s.awaitResize(ctx); err != nil {
 		return err
 	}
-	end := pos{s.cfg.lastEpoch() + 1, 0}
+	end := pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
 	for {
 		if err := s.drainRewinds(ctx); err != nil {
 			return err
 		}
 		start := s.ranks.minCursor()
-		if !start.less(end) {
+		if !start.Less(end) {
 			if s.markFinished(ctx) {
 				return nil
 			}
@@ -62,7 +62,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
 	first := s.publisher.finish()
-	allDone := s.ranks.allNeed(pos{s.cfg.lastEpoch() + 1, 0})
+	allDone := s.ranks.allNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
 		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
@@ -187,7 +187,7 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // the step with generation gen.
 func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
-	here := pos{ep.Info().Epoch, sb.Step}
+	here := pos{Epoch: ep.Info().Epoch, Step: sb.Step}
 	gens := make([]int, len(next))
 	targets := s.ranks.targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
@@ -205,7 +205,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 	}
 	s.checkStreamRoom(sb.Step, stepBytes.Load(), len(targets))
 	for _, r := range targets {
-		next[r] = pos{here.Epoch, here.Step + 1}
+		next[r] = pos{Epoch: here.Epoch, Step: here.Step + 1}
 	}
 	if s.recalibrateDue(ctx, ep, sb.Step, next) {
 		return errRewind
@@ -300,7 +300,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 	for m := range q {
 		t0 := time.Now()
 		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
-			if err := s.ranks.waitTurn(ctx, pos{m.key.Epoch, m.key.Step}); err != nil {
+			if err := s.ranks.waitTurn(ctx, pos{Epoch: m.key.Epoch, Step: m.key.Step}); err != nil {
 				return err
 			}
 		}
@@ -314,7 +314,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 		if !m.last {
 			continue
 		}
-		s.ranks.stepPublished(r, pos{m.key.Epoch, m.key.Step}, m.gen)
+		s.ranks.stepPublished(r, pos{Epoch: m.key.Epoch, Step: m.key.Step}, m.gen)
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
 
 func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	rs := s.ranks.get(req.rank)
-	if rs.cursor.less(req.to) {
+	if rs.cursor.Less(req.to) {
 		return nil // nothing published from there yet (at the cursor, a step may be part published)
 	}
 	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP

@@ -12,14 +12,9 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-// pos is a position in the job: (epoch, step). (e, steps of e) and (e+1, 0)
-// name the same place; epochs.Book.Norm makes them equal. It is the book's
-// epochs.Pos (the unnamed struct) under a name of its own, with its methods.
-type pos struct{ Epoch, Step int }
-
-func (p pos) less(q pos) bool {
-	return p.Epoch < q.Epoch || (p.Epoch == q.Epoch && p.Step < q.Step)
-}
+// pos is a position in the job: (epoch, step), proto.Pos. (e, steps of e)
+// and (e+1, 0) name the same place; epochs.Book.Norm makes them equal.
+type pos = proto.Pos
 
 // rankState is what the service knows of one (dp, mp) rank.
 type rankState struct {
@@ -108,7 +103,7 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 		return rs, err
 	}
 	if last != nil {
-		rs.next = t.epochs.Norm(pos{last.Epoch, last.Step + 1})
+		rs.next = t.epochs.Norm(pos{Epoch: last.Epoch, Step: last.Step + 1})
 	}
 	t.positions.loaded(r, last)
 	rs.cursor = rs.next
@@ -118,7 +113,7 @@ func (t *rankTable) load(ctx context.Context, r int, first pos) (rankState, erro
 	}
 	if h != nil {
 		rs.handed, rs.anyHanded = proto.BatchKey{Epoch: h.Epoch, Step: h.Step, MicroBatch: math.MaxInt32}, true
-		rs.recorded, rs.recOK = pos{h.Epoch, h.Step}, true
+		rs.recorded, rs.recOK = pos{Epoch: h.Epoch, Step: h.Step}, true
 	}
 	t.handed.loaded(r, h)
 	return rs, nil
@@ -217,7 +212,7 @@ func (t *rankTable) minCursor() pos {
 func (t *rankTable) minCursorLocked() pos {
 	m := t.ranks[0].cursor
 	for _, r := range t.ranks[1:] {
-		if r.cursor.less(m) {
+		if r.cursor.Less(m) {
 			m = r.cursor
 		}
 	}
@@ -240,7 +235,7 @@ func (t *rankTable) allNeed(end pos) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range t.ranks {
-		if r.next.less(end) {
+		if r.next.Less(end) {
 			return false
 		}
 	}
@@ -270,8 +265,8 @@ func (t *rankTable) stepPublished(r int, at pos, gen int) {
 	defer t.mu.Unlock()
 	if rs := &t.ranks[r]; t.epochs.Norm(rs.cursor) == at && rs.gen == gen {
 		before := t.minCursorLocked()
-		rs.cursor = t.epochs.Norm(pos{at.Epoch, at.Step + 1})
-		if before.less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
+		rs.cursor = t.epochs.Norm(pos{Epoch: at.Epoch, Step: at.Step + 1})
+		if before.Less(t.minCursorLocked()) { // waitTurn waits for the least cursor only
 			t.wakeLocked()
 		}
 	}
@@ -295,7 +290,7 @@ func (t *rankTable) waitTurn(ctx context.Context, p pos) error {
 		t.mu.Lock()
 		behind := false
 		for _, rs := range t.ranks {
-			behind = behind || rs.cursor.less(p)
+			behind = behind || rs.cursor.Less(p)
 		}
 		moved := t.moved
 		t.mu.Unlock()
@@ -327,14 +322,14 @@ func (t *rankTable) setNext(r int, next pos, force bool) bool {
 	t.mu.Lock()
 	rs := &t.ranks[r]
 	next = t.epochs.Norm(next)
-	if !force && !rs.next.less(next) {
+	if !force && !rs.next.Less(next) {
 		t.mu.Unlock()
 		return false
 	}
 	from := rs.next
 	rs.next, rs.known = next, true
 	t.mu.Unlock()
-	if t.advanced != nil && !force && from.less(next) {
+	if t.advanced != nil && !force && from.Less(next) {
 		t.advanced(r, from, next)
 	}
 	t.positions.set(r, t.lastCompleted(next))
@@ -360,10 +355,10 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	k := proto.BatchKey{Epoch: key.Epoch, Step: key.Step, MicroBatch: key.MicroBatch}
 	t.handMu[r].Lock()
 	defer t.handMu[r].Unlock()
-	at := pos{k.Epoch, k.Step}
+	at := pos{Epoch: k.Epoch, Step: k.Step}
 	t.mu.Lock()
 	rs := &t.ranks[r]
-	write := (!rs.recOK || rs.recorded.less(at)) && t.kv != nil && t.kv.kv != nil // no KV bucket (a test's bare service): memory only
+	write := (!rs.recOK || rs.recorded.Less(at)) && t.kv != nil && t.kv.kv != nil // no KV bucket (a test's bare service): memory only
 	t.mu.Unlock()
 	if write {
 		// With the fetch's context: a stopping service (its lease perhaps fenced
@@ -380,7 +375,7 @@ func (t *rankTable) hand(ctx context.Context, r int, key proto.BatchKey) error {
 	if !rs.anyHanded || deliver.KeyLess(rs.handed, k) {
 		rs.handed, rs.anyHanded = k, true
 	}
-	if write && (!rs.recOK || rs.recorded.less(at)) {
+	if write && (!rs.recOK || rs.recorded.Less(at)) {
 		rs.recorded, rs.recOK = at, true
 	}
 	return nil
@@ -420,7 +415,7 @@ func (t *rankTable) trained() (p pos, ok bool) {
 		if !r.known {
 			return pos{}, false
 		}
-		if i == 0 || r.next.less(p) {
+		if i == 0 || r.next.Less(p) {
 			p = r.next
 		}
 	}

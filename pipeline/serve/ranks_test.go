@@ -35,7 +35,7 @@ func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
 			t.Errorf("rank %d moved past %v: woken %v, want %v", tt.rank, at, got, tt.wake)
 		}
 	}
-	if err := tab.waitTurn(context.Background(), pos{0, 1}); err != nil {
+	if err := tab.waitTurn(context.Background(), pos{Epoch: 0, Step: 1}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -274,11 +274,11 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 	}
 	trained, ok := s.ranks.trained()
 	if !ok {
-		trained = pos{s.cfg.Pipeline.Plan.Epoch, 0}
+		trained = pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	}
 	sum := RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
 		StepsPublished: s.live.publishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
-		FinishedTraining: !trained.less(pos{s.cfg.lastEpoch() + 1, 0})}
+		FinishedTraining: !trained.Less(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
 	for _, em := range s.live.record.summary() {
 		em.Steps = s.epochs.Steps(em.Epoch)
 		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)

@@ -194,7 +194,7 @@ func (r *runRecord) partialBefore(p pos) bool {
 	defer r.mu.Unlock()
 	for e, er := range r.epochs {
 		for step := range er.pending {
-			if (pos{e, step}).less(p) {
+			if (pos{Epoch: e, Step: step}).Less(p) {
 				return true
 			}
 		}

@@ -461,7 +461,7 @@ func (s *Service) recordJob(ctx context.Context) error {
 // completed step, and sets each rank's publish cursor after the last batch
 // still stored for it (or at its trainer's next step when none is).
 func (s *Service) restore(ctx context.Context) error {
-	first := pos{s.cfg.Pipeline.Plan.Epoch, 0}
+	first := pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
 		var info EpochInfo
 		ok, err := s.st.getJSON(ctx, epochs.InfoKey(e), &info)
@@ -505,9 +505,9 @@ func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error)
 		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
 	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.Norm(pos{h.Epoch, h.Step + 1}), true, nil
+		return s.epochs.Norm(pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
 	}
-	return pos{h.Epoch, h.Step}, true, nil
+	return pos{Epoch: h.Epoch, Step: h.Step}, true, nil
 }
 
 // firstStored returns the first stored batch position of a rank, and whether

@@ -51,10 +51,10 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		return j < len(plan.Steps), nil
 	}
 	want := func(step int) func(int) bool {
-		here := pos{e, step}
+		here := pos{Epoch: e, Step: step}
 		return func(dp int) bool {
 			for mp := range s.cfg.MP {
-				if !here.less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {
+				if !here.Less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {
 					return true
 				}
 			}

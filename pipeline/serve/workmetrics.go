@@ -123,7 +123,7 @@ var scaleWindow = 30 * time.Second
 // stepsBetween is the number of steps from p to q (0 when q is not after
 // p), with steps(e) the step count of epoch e.
 func stepsBetween(p, q pos, steps func(int) int) int {
-	if !p.less(q) {
+	if !p.Less(q) {
 		return 0
 	}
 	if p.Epoch == q.Epoch {
@@ -152,15 +152,14 @@ func (s *Service) readySteps() []float64 {
 	out := make([]float64, len(ranks))
 	for r, rs := range ranks {
 		next := s.epochs.Norm(rs.next)
-		var base pos = s.epochs.Norm(rs.cursor)
-		if q, ok := s.work.QueuedThrough(); ok && base.less(s.epochs.Norm(pos(q))) {
-			base = s.epochs.Norm(pos(q))
+		base := s.epochs.Norm(rs.cursor)
+		if q, ok := s.work.QueuedThrough(); ok && base.Less(s.epochs.Norm(q)) {
+			base = s.epochs.Norm(q)
 		}
-		if base.less(next) {
+		if base.Less(next) {
 			base = next
 		}
-		built := pos(s.work.BuiltFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, work.At(base),
-			func(p work.At) work.At { return work.At(s.epochs.Norm(pos(p))) }))
+		built := s.work.BuiltFrom(r/s.cfg.MP, s.cfg.Pipeline.Plan.MicroBatches, base, s.epochs.Norm)
 		out[r] = float64(stepsBetween(next, built, s.epochs.Steps))
 	}
 	return out

@@ -10,11 +10,11 @@ func TestStepsBetween(t *testing.T) {
 		p, q pos
 		want int
 	}{
-		{pos{0, 3}, pos{0, 8}, 5},
-		{pos{0, 8}, pos{1, 2}, 4},
-		{pos{0, 8}, pos{2, 1}, 10},
-		{pos{1, 2}, pos{0, 8}, 0},
-		{pos{1, 2}, pos{1, 2}, 0},
+		{pos{Epoch: 0, Step: 3}, pos{Epoch: 0, Step: 8}, 5},
+		{pos{Epoch: 0, Step: 8}, pos{Epoch: 1, Step: 2}, 4},
+		{pos{Epoch: 0, Step: 8}, pos{Epoch: 2, Step: 1}, 10},
+		{pos{Epoch: 1, Step: 2}, pos{Epoch: 0, Step: 8}, 0},
+		{pos{Epoch: 1, Step: 2}, pos{Epoch: 1, Step: 2}, 0},
 	} {
 		if got := stepsBetween(tc.p, tc.q, steps); got != tc.want {
 			t.Errorf("stepsBetween(%v, %v) = %d, want %d", tc.p, tc.q, got, tc.want)

@@ -11,12 +11,8 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
+	"github.com/mmfeed/mmfeed/proto"
 )
-
-// Pos is a position in the job: an epoch and a step of it. It is the
-// unnamed struct, not a type of its own, so that serve's pos (ranks.go)
-// passes to the book and back without a conversion.
-type Pos = struct{ Epoch, Step int }
 
 // planJob is one epoch's preparation, run once (by the publisher when it
 // reaches the epoch, or ahead of it while the previous epoch is published).
@@ -115,7 +111,7 @@ func (b *Book) Unrecord(ctx context.Context, es []int) error {
 // and keeps the old plan when the record fails (err). replanned is false
 // when the replan would change the step count (Plan.replan). The only
 // writer of a held plan's steps after planning; its readers hold mu.
-func (b *Book) ReplanRest(ctx context.Context, ep *Plan, step int, queued []Pos,
+func (b *Book) ReplanRest(ctx context.Context, ep *Plan, step int, queued []proto.Pos,
 	seg func(from int) Segment) (from int, replanned bool, err error) {
 	e := ep.info.Epoch
 	b.mu.Lock()
@@ -192,27 +188,27 @@ func (b *Book) Steps(e int) int {
 }
 
 // Norm maps (e, steps of e) to (e+1, 0).
-func (b *Book) Norm(p Pos) Pos {
+func (b *Book) Norm(p proto.Pos) proto.Pos {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch]; ok && p.Step >= info.Steps {
-		return Pos{p.Epoch + 1, 0}
+		return proto.Pos{Epoch: p.Epoch + 1, Step: 0}
 	}
 	return p
 }
 
 // StepBefore returns the step before p (the last completed one when p is
 // the next needed).
-func (b *Book) StepBefore(p Pos) (Pos, bool) {
+func (b *Book) StepBefore(p proto.Pos) (proto.Pos, bool) {
 	if p.Step > 0 {
-		return Pos{p.Epoch, p.Step - 1}, true
+		return proto.Pos{Epoch: p.Epoch, Step: p.Step - 1}, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if info, ok := b.infos[p.Epoch-1]; ok && info.Steps > 0 {
-		return Pos{p.Epoch - 1, info.Steps - 1}, true
+		return proto.Pos{Epoch: p.Epoch - 1, Step: info.Steps - 1}, true
 	}
-	return Pos{}, false
+	return proto.Pos{}, false
 }
 
 // WaitInfo returns the info of epoch e, waiting up to wait while it is

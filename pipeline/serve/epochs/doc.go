@@ -30,8 +30,8 @@
 //     NewBook (the job's KV bucket).
 //   - Info, Segment, ResizeSegment (info.go): what the book records of an
 //     epoch, as JSON at InfoKey(e); Validate checks one read back.
-//   - Pos: an (epoch, step) position, the unnamed struct so that serve's
-//     pos passes to Norm, StepBefore and ReplanRest as it is.
+//   - Norm and StepBefore move a proto.Pos, the (epoch, step) position
+//     every package of serve shares, across epoch boundaries.
 //   - ErrNotReady, ErrState (serve's sentinel errors of those names).
 //
 // # Inputs

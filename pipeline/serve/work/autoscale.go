@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 // maxWorkerSlots bounds the slots a worker's done message may claim.
@@ -271,7 +273,7 @@ func workerSlots(v string) int {
 
 // QueuedThrough returns the step after the last one handed to the rank
 // publishers in this run (ForgetStep); ok is false before any (a new run).
-func (w *Planner) QueuedThrough() (At, bool) {
+func (w *Planner) QueuedThrough() (proto.Pos, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.queued, w.queuedOK
@@ -279,10 +281,10 @@ func (w *Planner) QueuedThrough() (At, bool) {
 
 // BuiltFrom returns the first step from p on (normalised by norm) that the
 // workers have not delivered every micro-batch of for dp rank dp.
-func (w *Planner) BuiltFrom(dp, microBatches int, p At, norm func(At) At) At {
+func (w *Planner) BuiltFrom(dp, microBatches int, p proto.Pos, norm func(proto.Pos) proto.Pos) proto.Pos {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p = norm(p); ; p = norm(At{p.Epoch, p.Step + 1}) {
+	for p = norm(p); ; p = norm(proto.Pos{Epoch: p.Epoch, Step: p.Step + 1}) {
 		for mb := range microBatches {
 			if sl := w.slots[Key{Epoch: p.Epoch, Step: p.Step, DP: dp, MicroBatch: mb}]; sl == nil || sl.have < w.mp {
 				return p

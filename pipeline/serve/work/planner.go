@@ -55,7 +55,7 @@ type Planner struct {
 	// queued is the step after the last one handed to the rank publishers
 	// in this run (queuedOK); scale the autoscaling observations (nil
 	// before SetAutoscaler: the shard command).
-	queued   At
+	queued   proto.Pos
 	queuedOK bool
 	scale    *Autoscaler
 
@@ -94,9 +94,6 @@ type workSlot struct {
 	rejects, failures       int
 	lastReject, lastFailure string
 }
-
-// At is a step of an epoch, in the order of the plan.
-type At struct{ Epoch, Step int }
 
 // NewPlanner makes the planner of job's items for mp ranks per dp rank,
 // issuing ahead steps past the one being published, on js (the items) and
@@ -374,7 +371,7 @@ func (w *Planner) Wait(ctx context.Context, k Key, mp int) ([]byte, error) {
 func (w *Planner) ForgetStep(epoch, step int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.queued, w.queuedOK = At{epoch, step + 1}, true
+	w.queued, w.queuedOK = proto.Pos{Epoch: epoch, Step: step + 1}, true
 	for k := range w.slots {
 		if k.Epoch == epoch && k.Step == step {
 			delete(w.slots, k)
