@@ -9,69 +9,154 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
 
-// control answers the trainers' control messages on mmfeed.<job>.ctl.*:
+// Control answers the trainers' control messages on mmfeed.<job>.ctl.*:
 // register (where a rank starts, waiting for its epoch's plan or a rewind),
 // feedback (measured steps: metrics, the live report, calibration), done and
 // resend. It acts through the parts it is given and never ends a job or
 // drops a batch on a message alone: a rank's position only moves forward to
 // what the rank acknowledged (the data plane's first held batch, or the
 // publish cursor), and a resend only moves a rank back to what it has not
-// acknowledged. Every goroutine it starts runs under tasks (Run's context),
-// bounded by gate. Its handlers are safe for concurrent use; its state is
-// the gate's, everything else is owned by the parts (doc.go, "Ownership
-// and concurrency").
-type control struct {
-	cfg      Config
+// acknowledged. Every goroutine it starts runs under its Tasks (Run's
+// context), bounded by gate. Its handlers are safe for concurrent use; its
+// state is the gate's, everything else is owned by the parts.
+type Control struct {
+	cfg      controlConfig
 	log      *slog.Logger
-	met      *metrics
-	ranks    *rankTable
-	epochs   *epochs.Book
-	cal      *calibrator
-	live     *live
-	tasks    *tasks
+	met      Metrics
+	ranks    Ranks
+	epochs   Epochs
+	cal      Calibrator
+	live     Report
+	tasks    Tasks
 	gate     *controlGate
-	poke     func() // wakes the publisher when a rank's next step moved
-	plane    controlPlane
-	delivery delivery
-	replies  *replyGuard // answers only the requester's own inbox (replyscope.go)
-	rlog     *rateLog    // refusals: at most one line per kind a second
+	plane    Plane
+	delivery Delivery
+	replies  *Guard   // answers only the requester's own inbox (replyscope.go)
+	rlog     *RateLog // refusals: at most one line per kind a second
 }
 
-// controlPlane is what control asks of the data plane (dataPlane, plane.go:
-// the core outbox or the JetStream stream).
-type controlPlane interface {
-	// firstHeld is the first chunk the data plane still holds for rank.
-	firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error)
-	// fillRegisterReply fills the data plane's part of a register reply.
-	fillRegisterReply(rep *proto.RegisterReply, dp, mp int)
-	// trainerReplaced tells the plane that a new incarnation of rank's
+// controlConfig is what control needs of the job's configuration.
+type controlConfig struct {
+	Job          string
+	Layout       proto.Layout  // dp, mp, pp and placement a register must match
+	FirstEpoch   int           // the job's first epoch
+	LastEpoch    int           // the job's last epoch
+	Pack         bool          // the plan is for packed micro-batches
+	RegisterWait time.Duration // how long a register waits for its epoch's plan
+}
+
+// Parts are the collaborators control acts through; each owns its state.
+type Parts struct {
+	Log        *slog.Logger
+	RateLog    *RateLog // the refusals' log, shared with Replies
+	Metrics    Metrics
+	Replies    *Guard
+	Ranks      Ranks
+	Epochs     Epochs
+	Calibrator Calibrator
+	Report     Report
+	Tasks      Tasks
+	Plane      Plane
+	Delivery   Delivery
+}
+
+// Ranks is the ranks' positions (the rank table, which owns them and their
+// KV records): control reads and moves a rank only through these verbs.
+type Ranks interface {
+	// Cursor is the next step published to rank r.
+	Cursor(r int) proto.Pos
+	// Next is the first step rank r's trainer still needs.
+	Next(r int) proto.Pos
+	// Gen is the replay generation of rank r's publishes.
+	Gen(r int) int
+	// SwapConn records the connection of rank r's register and reports
+	// whether it is the one of its previous register.
+	SwapConn(r int, conn string) (same bool)
+	// SetNext records the first step rank r's trainer still needs; with
+	// force it may move backwards (a register). It reports whether it set
+	// the position.
+	SetNext(r int, next proto.Pos, force bool) bool
+}
+
+// Epochs is what control asks of the epoch book (*epochs.Book).
+type Epochs interface {
+	// Norm moves a position at the end of an epoch to the next epoch's start.
+	Norm(p proto.Pos) proto.Pos
+	// WaitInfo returns epoch e's info, waiting up to wait for its plan.
+	WaitInfo(ctx context.Context, e int, wait time.Duration) (epochs.Info, error)
+	// Features returns the planned features of a step's dp rank.
+	Features(e, step, dp int) (balancer.Features, bool)
+}
+
+// Calibrator takes a measured step with its planned features (the cost
+// models' observations).
+type Calibrator interface {
+	Add(fb proto.Feedback, f balancer.Features)
+}
+
+// Report is the live report: it takes every measured step.
+type Report interface {
+	Measured(fb proto.Feedback)
+}
+
+// Metrics counts what control and the reply guard decide.
+type Metrics interface {
+	// Control counts one control message of kind with its result ("ok",
+	// "refused", "busy", "merged", "unacknowledged").
+	Control(kind, result string)
+	// ReplyRefused counts a request whose reply subject was refused.
+	ReplyRefused(kind, reason string)
+	// Feedback records a rank's measured step (its timings).
+	Feedback(fb proto.Feedback)
+}
+
+// Tasks runs the goroutines control starts for a message.
+type Tasks interface {
+	// Start runs f on its own goroutine with the tasks' context and reports
+	// whether it did (false once the service stops).
+	Start(f func(ctx context.Context)) bool
+	// Context ends when the service stops.
+	Context() context.Context
+}
+
+// Plane is what control asks of the data plane (the core outbox or the
+// JetStream stream).
+type Plane interface {
+	// FirstHeld is the first chunk the data plane still holds for rank.
+	FirstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error)
+	// FillRegisterReply fills the data plane's part of a register reply.
+	FillRegisterReply(rep *proto.RegisterReply, dp, mp int)
+	// TrainerReplaced tells the plane that a new incarnation of rank's
 	// trainer registered: what the old one was delivered and did not
 	// acknowledge must come to the new one at once.
-	trainerReplaced(ctx context.Context, rank int) error
+	TrainerReplaced(ctx context.Context, rank int) error
 }
 
-// delivery is what control asks of the publish loop (rewinds) and of the
-// resize decision: the Service implements it.
-type delivery interface {
-	// requestRewind republishes a rank from a step with the next generation.
-	requestRewind(ctx context.Context, req rewindReq) error
-	// decideResize accepts or refuses a dp change when a rank registers.
-	decideResize(ctx context.Context, epoch, step int) error
+// Delivery is what control asks of the publish loop (rewinds, wake-ups) and
+// of the resize decision.
+type Delivery interface {
+	// Rewind republishes rank from to with the next generation; done, when
+	// not nil, gets the rewind's outcome.
+	Rewind(ctx context.Context, rank int, to proto.Pos, reason string, done chan error) error
+	// DecideResize accepts or refuses a dp change when a rank registers.
+	DecideResize(ctx context.Context, epoch, step int) error
+	// Poke wakes the publish loop: a rank's next needed step moved.
+	Poke()
 }
 
-func newControl(s *Service) *control {
-	if s.replies == nil {
-		s.replies = &replyGuard{job: s.cfg.Job, dp: s.cfg.Pipeline.Plan.DP, mp: s.cfg.MP, met: s.met, log: newRateLog(s.log)}
-	}
-	return &control{cfg: s.cfg, log: s.log, met: s.met, ranks: s.ranks, epochs: s.epochs, cal: s.cal, live: s.live,
-		tasks: &s.tasks, gate: newControlGate(s.cfg.Pipeline.Plan.DP * s.cfg.MP), poke: s.publisher.poke, plane: s.plane, delivery: s,
-		replies: s.replies, rlog: s.replies.log}
+// newControl returns the control handlers of the job cfg names, acting
+// through p.
+func newControl(cfg controlConfig, p Parts) *Control {
+	return &Control{cfg: cfg, log: p.Log, met: p.Metrics, ranks: p.Ranks, epochs: p.Epochs, cal: p.Calibrator, live: p.Report,
+		tasks: p.Tasks, gate: newControlGate(cfg.Layout.DP * cfg.Layout.MP), plane: p.Plane, delivery: p.Delivery,
+		replies: p.Replies, rlog: p.RateLog}
 }
 
 // controlGate bounds what a flood of control messages can start: registers
@@ -84,13 +169,13 @@ type controlGate struct {
 	resending map[int]bool
 }
 
-// maxWaitingRegisters is the registers one service lets wait at once: twice
+// MaxWaitingRegisters is the registers one service lets wait at once: twice
 // the world size (every rank registering for this and the next epoch) plus
 // slack; more are refused with code "failed" (register again later).
-func maxWaitingRegisters(world int) int { return 2*world + 8 }
+func MaxWaitingRegisters(world int) int { return 2*world + 8 }
 
 func newControlGate(world int) *controlGate {
-	return &controlGate{registers: make(chan struct{}, maxWaitingRegisters(world)), resending: map[int]bool{}}
+	return &controlGate{registers: make(chan struct{}, MaxWaitingRegisters(world)), resending: map[int]bool{}}
 }
 
 // startResend reports whether a resend for rank may start (none in flight).
@@ -112,30 +197,30 @@ func (g *controlGate) endResend(rank int) {
 
 // goRegister handles a register on its own goroutine when fewer than the
 // bound wait already, else refuses it at once.
-func (c *control) goRegister(m *nats.Msg) {
+func (c *Control) goRegister(m *nats.Msg) {
 	select {
 	case c.gate.registers <- struct{}{}:
-		if !c.tasks.start(func(ctx context.Context) {
+		if !c.tasks.Start(func(ctx context.Context) {
 			defer func() { <-c.gate.registers }()
 			c.handleRegister(ctx, m)
 		}) {
 			<-c.gate.registers // the service is stopping: the trainer registers again
 		}
 	default:
-		c.met.control.WithLabelValues(proto.CtlRegister, "busy").Inc()
+		c.met.Control(proto.CtlRegister, "busy")
 		b, err := json.Marshal(proto.RegisterReply{Code: proto.RefusedFailed,
 			Error: fmt.Sprintf("serve: register: %d registers already waiting, register again later", cap(c.gate.registers))})
 		if err == nil {
 			err = m.Respond(b)
 		}
 		if err != nil {
-			c.rlog.warn("register:busy", "register reply", "err", err)
+			c.rlog.Warn("register:busy", "register reply", "err", err)
 		}
 	}
 }
 
-// subscribe installs the control handlers on mmfeed.<job>.ctl.* of nc.
-func (c *control) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
+// Subscribe installs the control handlers on mmfeed.<job>.ctl.* of nc.
+func (c *Control) Subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 	handlers := map[string]nats.MsgHandler{
 		proto.CtlRegister: c.goRegister, // may wait for a plan or a rewind
 		proto.CtlFeedback: c.handleFeedback,
@@ -172,7 +257,7 @@ func (c *control) subscribe(nc *nats.Conn) ([]*nats.Subscription, error) {
 // (mmfeed.<job>.ctl.<kind>.<dp>.<mp>): a message whose payload names another
 // rank than its subject is refused, so that subject permissions confine a
 // credential to its own rank (docs/security.md).
-func (c *control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
+func (c *Control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		_, _, dp, mp, err := proto.ParseRankControlSubject(m.Subject)
 		var r struct {
@@ -186,7 +271,7 @@ func (c *control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 			err = fmt.Errorf("serve: %s on %s names another rank: %w", kind, m.Subject, proto.ErrControl)
 		}
 		if err != nil {
-			c.badControl(kind, err)
+			c.BadControl(kind, err)
 			return
 		}
 		h(m)
@@ -196,9 +281,9 @@ func (c *control) rankChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 // replyChecked wraps a control handler: a message whose reply subject is
 // outside the requester's own inbox (replyGuard) is dropped before it does
 // anything.
-func (c *control) replyChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
+func (c *Control) replyChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		if c.replies.allow(kind, m, c.replies.ownOf(m.Subject, m.Data)...) {
+		if c.replies.Allow(kind, m, c.replies.ownOf(m.Subject, m.Data)...) {
 			h(m)
 		}
 	}
@@ -209,7 +294,7 @@ func (c *control) replyChecked(kind string, h nats.MsgHandler) nats.MsgHandler {
 // and subject. A rank that needs a step the stream no longer holds (its
 // checkpoint is older than its last ack) is republished from there with a
 // new generation before the reply.
-func (c *control) handleRegister(ctx context.Context, m *nats.Msg) {
+func (c *Control) handleRegister(ctx context.Context, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RegisterWait+30*time.Second)
 	defer cancel()
 	reply := c.register(ctx, m.Data, natsenv.ReplyPrefix(m.Reply))
@@ -224,15 +309,15 @@ func (c *control) handleRegister(ctx context.Context, m *nats.Msg) {
 
 // register handles one Register; conn identifies the requester's connection
 // (its reply inbox prefix).
-func (c *control) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
+func (c *Control) register(ctx context.Context, data []byte, conn string) proto.RegisterReply {
 	fail := func(err error) proto.RegisterReply {
-		c.met.control.WithLabelValues(proto.CtlRegister, "refused").Inc()
+		c.met.Control(proto.CtlRegister, "refused")
 		if errors.Is(err, ErrEpochRange) {
 			c.log.Debug("register refused", "err", err) // how a client learns the job has no more epochs: every clean end
 		} else {
-			c.rlog.warn("register:refused", "register refused", "err", err)
+			c.rlog.Warn("register:refused", "register refused", "err", err)
 		}
-		l := c.cfg.layout()
+		l := c.cfg.Layout
 		code := refusalCode(err)
 		return proto.RegisterReply{OK: false, Error: err.Error(), Code: code,
 			Retry: code == proto.RefusedNotReady || code == proto.RefusedFailed,
@@ -242,17 +327,17 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	if err := proto.DecodeControl(data, &reg); err != nil {
 		return fail(err)
 	}
-	if err := reg.ValidateAgainst(c.cfg.Job, c.cfg.layout()); err != nil {
+	if err := reg.ValidateAgainst(c.cfg.Job, c.cfg.Layout); err != nil {
 		return fail(err)
 	}
-	first, last := c.cfg.Pipeline.Plan.Epoch, c.cfg.lastEpoch()
+	first, last := c.cfg.FirstEpoch, c.cfg.LastEpoch
 	if reg.Epoch < first {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, proto.ErrControl))
 	}
 	if reg.Epoch > last {
 		return fail(fmt.Errorf("serve: register: epoch %d outside the job's epochs [%d, %d]: %w", reg.Epoch, first, last, ErrEpochRange))
 	}
-	if err := c.delivery.decideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
+	if err := c.delivery.DecideResize(ctx, reg.Epoch, reg.ResumeStep); err != nil {
 		return fail(err)
 	}
 	info, err := c.epochs.WaitInfo(ctx, reg.Epoch, c.cfg.RegisterWait)
@@ -262,21 +347,21 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	if reg.ResumeStep > info.Steps {
 		return fail(fmt.Errorf("serve: register: resume_step %d > the epoch's %d steps: %w", reg.ResumeStep, info.Steps, proto.ErrControl))
 	}
-	rank := reg.DPRank*c.cfg.MP + reg.MPRank
-	need := c.epochs.Norm(pos{Epoch: reg.Epoch, Step: reg.ResumeStep})
+	rank := reg.DPRank*c.cfg.Layout.MP + reg.MPRank
+	need := c.epochs.Norm(proto.Pos{Epoch: reg.Epoch, Step: reg.ResumeStep})
 	if err := c.resumeRank(ctx, rank, need, conn); err != nil {
 		return fail(err)
 	}
 	mod, _ := proto.ModalityFor(reg.Placement, reg.MP, reg.MPRank)
 	subj, _ := proto.BatchSubject(c.cfg.Job, reg.DPRank, reg.MPRank)
-	c.met.control.WithLabelValues(proto.CtlRegister, "ok").Inc()
+	c.met.Control(proto.CtlRegister, "ok")
 	c.log.Info("rank registered", "dp", reg.DPRank, "mp", reg.MPRank, "epoch", reg.Epoch, "resume_step", reg.ResumeStep)
-	l := c.cfg.layout()
+	l := c.cfg.Layout
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
-		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
-		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.get(rank).gen}
-	c.plane.fillRegisterReply(&rep, reg.DPRank, reg.MPRank)
+		Epoch: reg.Epoch, Pack: c.cfg.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
+		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.Gen(rank)}
+	c.plane.FillRegisterReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
 
@@ -286,7 +371,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 // wrong).
 func refusalCode(err error) string {
 	switch {
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, epochs.ErrNotReady):
 		return proto.RefusedNotReady
 	case errors.Is(err, ErrEpochRange):
 		return proto.RefusedEnd
@@ -299,29 +384,29 @@ func refusalCode(err error) string {
 // resumeRank sets where rank's trainer continues. When the stream no longer
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
-func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
-	if same := c.ranks.swapConn(rank, conn); !same { // a new trainer incarnation: chunks the old one held come back at once
-		if err := c.plane.trainerReplaced(ctx, rank); err != nil {
+func (c *Control) resumeRank(ctx context.Context, rank int, need proto.Pos, conn string) error {
+	if same := c.ranks.SwapConn(rank, conn); !same { // a new trainer incarnation: chunks the old one held come back at once
+		if err := c.plane.TrainerReplaced(ctx, rank); err != nil {
 			return err
 		}
 	}
 	// The cursor first: what is published after this is still stored when
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
-	avail := c.ranks.get(rank).cursor
-	h, stored, err := c.plane.firstHeld(ctx, rank)
+	avail := c.ranks.Cursor(rank)
+	h, stored, err := c.plane.FirstHeld(ctx, rank)
 	if err != nil {
 		return err
 	}
 	if stored {
-		avail = pos{Epoch: h.Epoch, Step: h.Step}
+		avail = proto.Pos{Epoch: h.Epoch, Step: h.Step}
 		if h.MicroBatch > 0 || h.Index > 0 { // the step's first chunks were acknowledged
 			avail.Step++
 		}
 	}
 	if need.Less(avail) {
 		done := make(chan error, 1)
-		if err := c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: need, reason: "register", done: done}); err != nil {
+		if err := c.delivery.Rewind(ctx, rank, need, "register", done); err != nil {
 			return err
 		}
 		select {
@@ -333,50 +418,50 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 			return ctx.Err()
 		}
 	}
-	c.setNext(rank, need, true)
+	c.SetNext(rank, need, true)
 	return nil
 }
 
-// setNext records the first step rank's trainer still needs (in memory and
+// SetNext records the first step rank's trainer still needs (in memory and
 // in kvPositions; with force it may move backwards: a register) and wakes
 // the publisher when it moved.
-func (c *control) setNext(rank int, next pos, force bool) {
-	if c.ranks.setNext(rank, next, force) {
-		c.poke()
+func (c *Control) SetNext(rank int, next proto.Pos, force bool) {
+	if c.ranks.SetNext(rank, next, force) {
+		c.delivery.Poke()
 	}
 }
 
-// checkRank validates a control message's job and ranks.
-func (c *control) checkRank(job string, dp, mp int) (int, error) {
+// CheckRank validates a control message's job and ranks.
+func (c *Control) CheckRank(job string, dp, mp int) (int, error) {
 	if job != c.cfg.Job {
 		return 0, fmt.Errorf("serve: control message for job %q, this service runs %q: %w", job, c.cfg.Job, proto.ErrControl)
 	}
-	if dp >= c.cfg.Pipeline.Plan.DP || mp >= c.cfg.MP {
-		return 0, fmt.Errorf("serve: control message for rank dp=%d mp=%d outside dp=%d mp=%d: %w", dp, mp, c.cfg.Pipeline.Plan.DP, c.cfg.MP, proto.ErrLayout)
+	if dp >= c.cfg.Layout.DP || mp >= c.cfg.Layout.MP {
+		return 0, fmt.Errorf("serve: control message for rank dp=%d mp=%d outside dp=%d mp=%d: %w", dp, mp, c.cfg.Layout.DP, c.cfg.Layout.MP, proto.ErrLayout)
 	}
-	return dp*c.cfg.MP + mp, nil
+	return dp*c.cfg.Layout.MP + mp, nil
 }
 
 // handleFeedback records a rank's measured step: its position, the
 // Prometheus timings, the live report and a calibration observation.
-func (c *control) handleFeedback(m *nats.Msg) {
+func (c *Control) handleFeedback(m *nats.Msg) {
 	var fb proto.Feedback
 	err := proto.DecodeControl(m.Data, &fb)
 	rank := 0
 	if err == nil {
-		rank, err = c.checkRank(fb.Job, fb.DPRank, fb.MPRank)
+		rank, err = c.CheckRank(fb.Job, fb.DPRank, fb.MPRank)
 	}
 	if err != nil {
-		c.badControl(proto.CtlFeedback, err)
+		c.BadControl(proto.CtlFeedback, err)
 		return
 	}
-	c.met.control.WithLabelValues(proto.CtlFeedback, "ok").Inc()
-	c.met.feedback(fb)
+	c.met.Control(proto.CtlFeedback, "ok")
+	c.met.Feedback(fb)
 	if f, ok := c.epochs.Features(fb.Epoch, fb.Step, fb.DPRank); ok {
-		c.cal.add(fb, f)
+		c.cal.Add(fb, f)
 	}
-	c.live.measured(fb)
-	c.advanceAcked(c.tasks.context(), rank, pos{Epoch: fb.Epoch, Step: fb.Step + 1}, 0)
+	c.live.Measured(fb)
+	c.advanceAcked(c.tasks.Context(), rank, proto.Pos{Epoch: fb.Epoch, Step: fb.Step + 1}, 0)
 }
 
 // unacked returns the first step rank has not acknowledged: the step of the
@@ -385,14 +470,14 @@ func (c *control) handleFeedback(m *nats.Msg) {
 // (everything before it was published and acknowledged). The cursor is read
 // first: what is published after that is still stored when the stream is
 // looked at.
-func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
-	bound := c.ranks.get(rank).cursor
-	h, stored, err := c.plane.firstHeld(ctx, rank)
+func (c *Control) unacked(ctx context.Context, rank int) (proto.Pos, error) {
+	bound := c.ranks.Cursor(rank)
+	h, stored, err := c.plane.FirstHeld(ctx, rank)
 	if err != nil {
-		return pos{}, err
+		return proto.Pos{}, err
 	}
 	if stored {
-		bound = pos{Epoch: h.Epoch, Step: h.Step}
+		bound = proto.Pos{Epoch: h.Epoch, Step: h.Step}
 	}
 	return c.epochs.Norm(bound), nil
 }
@@ -403,8 +488,8 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 // end the job. When want is ahead, it polls for up to wait for the
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
-func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	ahead := c.ranks.get(rank).next.Less(c.epochs.Norm(want))
+func (c *Control) advanceAcked(ctx context.Context, rank int, want proto.Pos, wait time.Duration) {
+	ahead := c.ranks.Next(rank).Less(c.epochs.Norm(want))
 	if !ahead {
 		return
 	}
@@ -419,16 +504,16 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 		}
 		want = c.epochs.Norm(want)
 		if !bound.Less(want) {
-			c.setNext(rank, want, false)
+			c.SetNext(rank, want, false)
 			return
 		}
 		if time.Now().After(deadline) {
 			if wait > 0 {
-				c.met.control.WithLabelValues(proto.CtlDone, "unacknowledged").Inc()
-				c.rlog.warn("done:unacknowledged", "rank reports past what it acknowledged; kept at its first unacknowledged step",
+				c.met.Control(proto.CtlDone, "unacknowledged")
+				c.rlog.Warn("done:unacknowledged", "rank reports past what it acknowledged; kept at its first unacknowledged step",
 					"rank", rank, "reported_epoch", want.Epoch, "reported_step", want.Step, "unacked_epoch", bound.Epoch, "unacked_step", bound.Step)
 			}
-			c.setNext(rank, bound, false)
+			c.SetNext(rank, bound, false)
 			return
 		}
 		select {
@@ -440,20 +525,22 @@ func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait tim
 }
 
 // handleDone records that a rank completed an epoch.
-func (c *control) handleDone(m *nats.Msg) {
+func (c *Control) handleDone(m *nats.Msg) {
 	var d proto.Done
 	err := proto.DecodeControl(m.Data, &d)
 	rank := 0
 	if err == nil {
-		rank, err = c.checkRank(d.Job, d.DPRank, d.MPRank)
+		rank, err = c.CheckRank(d.Job, d.DPRank, d.MPRank)
 	}
 	if err != nil {
-		c.badControl(proto.CtlDone, err)
+		c.BadControl(proto.CtlDone, err)
 		return
 	}
-	c.met.control.WithLabelValues(proto.CtlDone, "ok").Inc()
+	c.met.Control(proto.CtlDone, "ok")
 	c.log.Info("rank done", "dp", d.DPRank, "mp", d.MPRank, "epoch", d.Epoch, "steps", d.Steps)
-	c.tasks.start(func(ctx context.Context) { c.advanceAcked(ctx, rank, pos{Epoch: d.Epoch + 1, Step: 0}, doneAckWait) })
+	c.tasks.Start(func(ctx context.Context) {
+		c.advanceAcked(ctx, rank, proto.Pos{Epoch: d.Epoch + 1, Step: 0}, doneAckWait)
+	})
 }
 
 // doneAckWait bounds how long a done waits for the rank's last
@@ -461,35 +548,44 @@ func (c *control) handleDone(m *nats.Msg) {
 // acknowledged.
 var doneAckWait = 10 * time.Second // a variable so tests can shorten it
 
+// SetDoneAckWait sets how long a done waits for the rank's last
+// acknowledgements (10 s) and returns what restores it: tests shorten it.
+// Call it before the service starts.
+func SetDoneAckWait(d time.Duration) (restore func()) {
+	old := doneAckWait
+	doneAckWait = d
+	return func() { doneAckWait = old }
+}
+
 // handleResend republishes a rank from the failed batch's step with a new
 // generation.
-func (c *control) handleResend(m *nats.Msg) {
+func (c *Control) handleResend(m *nats.Msg) {
 	var r proto.Resend
 	err := proto.DecodeControl(m.Data, &r)
 	rank := 0
 	if err == nil {
-		rank, err = c.checkRank(r.Job, r.DPRank, r.MPRank)
+		rank, err = c.CheckRank(r.Job, r.DPRank, r.MPRank)
 	}
 	if err != nil {
-		c.badControl(proto.CtlResend, err)
+		c.BadControl(proto.CtlResend, err)
 		answerResend(m, err)
 		return
 	}
 	// Received: a client that asked (request-reply) stops retrying.
 	answerResend(m, nil)
 	if !c.gate.startResend(rank) { // the rewind in flight replays this step too
-		c.met.control.WithLabelValues(proto.CtlResend, "merged").Inc()
+		c.met.Control(proto.CtlResend, "merged")
 		return
 	}
-	c.met.control.WithLabelValues(proto.CtlResend, "ok").Inc()
-	c.rlog.warn("resend:ok", "resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
-	started := c.tasks.start(func(ctx context.Context) {
+	c.met.Control(proto.CtlResend, "ok")
+	c.rlog.Warn("resend:ok", "resend requested", "dp", r.DPRank, "mp", r.MPRank, "epoch", r.Epoch, "step", r.Step, "micro_batch", r.MicroBatch, "reason", r.Reason)
+	started := c.tasks.Start(func(ctx context.Context) {
 		defer c.gate.endResend(rank)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		to, err := c.resendFrom(ctx, rank, pos{Epoch: r.Epoch, Step: r.Step})
+		to, err := c.resendFrom(ctx, rank, proto.Pos{Epoch: r.Epoch, Step: r.Step})
 		if err == nil {
-			err = c.delivery.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: "resend: " + r.Reason})
+			err = c.delivery.Rewind(ctx, rank, to, "resend: "+r.Reason, nil)
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Warn("resend", "err", err)
@@ -520,19 +616,21 @@ func answerResend(m *nats.Msg, refused error) {
 // later would drop stored, unacknowledged batches (a forged resend for step 7
 // purged steps 0–6 for good); a resend of a step the rank already
 // acknowledged is refused (it would deliver those batches twice).
-func (c *control) resendFrom(ctx context.Context, rank int, asked pos) (pos, error) {
+func (c *Control) resendFrom(ctx context.Context, rank int, asked proto.Pos) (proto.Pos, error) {
 	bound, err := c.unacked(ctx, rank)
 	if err != nil {
-		return pos{}, err
+		return proto.Pos{}, err
 	}
 	if asked.Less(bound) {
-		return pos{}, fmt.Errorf("serve: resend of epoch %d step %d, which rank %d acknowledged (first unacknowledged: epoch %d step %d): %w",
+		return proto.Pos{}, fmt.Errorf("serve: resend of epoch %d step %d, which rank %d acknowledged (first unacknowledged: epoch %d step %d): %w",
 			asked.Epoch, asked.Step, rank, bound.Epoch, bound.Step, proto.ErrControl)
 	}
 	return bound, nil
 }
 
-func (c *control) badControl(kind string, err error) {
-	c.met.control.WithLabelValues(kind, "refused").Inc()
-	c.rlog.warn("control:"+kind, "bad control message", "kind", kind, "err", err)
+// BadControl counts a refused message of kind and logs it (at most one
+// line per kind a second).
+func (c *Control) BadControl(kind string, err error) {
+	c.met.Control(kind, "refused")
+	c.rlog.Warn("control:"+kind, "bad control message", "kind", kind, "err", err)
 }

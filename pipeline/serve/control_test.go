@@ -4,54 +4,118 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// fakeDelivery is a data plane that holds rank 0's batches from held on.
+// fakeDelivery is a data plane that holds rank 0's batches from held on,
+// and a publish loop that records the rewinds asked of it.
 type fakeDelivery struct {
-	held    pos
+	held    proto.Pos
 	holding bool
-	rewinds []rewindReq
+	rewinds []proto.Pos
 }
 
-func (f *fakeDelivery) firstHeld(context.Context, int) (proto.ChunkHeader, bool, error) {
+func (f *fakeDelivery) FirstHeld(context.Context, int) (proto.ChunkHeader, bool, error) {
 	return proto.ChunkHeader{BatchKey: proto.BatchKey{Epoch: f.held.Epoch, Step: f.held.Step}}, f.holding, nil
 }
 
-func (f *fakeDelivery) requestRewind(_ context.Context, req rewindReq) error {
-	f.rewinds = append(f.rewinds, req)
+func (f *fakeDelivery) Rewind(_ context.Context, _ int, to proto.Pos, _ string, _ chan error) error {
+	f.rewinds = append(f.rewinds, to)
 	return nil
 }
 
-func (f *fakeDelivery) fillRegisterReply(*proto.RegisterReply, int, int) {}
-func (f *fakeDelivery) trainerReplaced(context.Context, int) error       { return nil }
-func (f *fakeDelivery) decideResize(context.Context, int, int) error     { return nil }
+func (f *fakeDelivery) FillRegisterReply(*proto.RegisterReply, int, int) {}
+func (f *fakeDelivery) TrainerReplaced(context.Context, int) error       { return nil }
+func (f *fakeDelivery) DecideResize(context.Context, int, int) error     { return nil }
+func (f *fakeDelivery) Poke()                                            {}
+
+// fakeRanks is the ranks' positions, in memory.
+type fakeRanks struct {
+	mu           sync.Mutex
+	cursor, next []proto.Pos
+	conn         []string
+	epochs       *epochs.Book
+}
+
+func (f *fakeRanks) Cursor(r int) proto.Pos { f.mu.Lock(); defer f.mu.Unlock(); return f.cursor[r] }
+func (f *fakeRanks) Next(r int) proto.Pos   { f.mu.Lock(); defer f.mu.Unlock(); return f.next[r] }
+func (f *fakeRanks) Gen(int) int            { return 0 }
+
+func (f *fakeRanks) SwapConn(r int, conn string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	same := conn != "" && f.conn[r] == conn
+	f.conn[r] = conn
+	return same
+}
+
+func (f *fakeRanks) SetNext(r int, next proto.Pos, force bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next = f.epochs.Norm(next)
+	if !force && !f.next[r].Less(next) {
+		return false
+	}
+	f.next[r] = next
+	return true
+}
+
+// fakeMetrics counts what it is told, by kind and result (or reason).
+type fakeMetrics struct {
+	mu      sync.Mutex
+	control map[[2]string]int
+	refused map[[2]string]int
+}
+
+func newFakeMetrics() *fakeMetrics {
+	return &fakeMetrics{control: map[[2]string]int{}, refused: map[[2]string]int{}}
+}
+
+func (m *fakeMetrics) Control(kind, result string) {
+	m.mu.Lock()
+	m.control[[2]string{kind, result}]++
+	m.mu.Unlock()
+}
+
+func (m *fakeMetrics) ReplyRefused(kind, reason string) {
+	m.mu.Lock()
+	m.refused[[2]string{kind, reason}]++
+	m.mu.Unlock()
+}
+
+func (m *fakeMetrics) Feedback(proto.Feedback) {}
+
+// refusedReplies is how many replies of kind were refused, for any reason.
+func (m *fakeMetrics) refusedReplies(kind string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for k, v := range m.refused {
+		if k[0] == kind {
+			n += v
+		}
+	}
+	return n
+}
 
 // newTestControl is control over one epoch of steps steps, two ranks, no
 // NATS: what it decides comes from its parts and the fake data plane.
-func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *control {
+func newTestControl(t *testing.T, steps int, cursor proto.Pos, d *fakeDelivery) *Control {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Job = "ctl"
-	cfg.Pipeline.Plan.DP = 2
-	epochs := epochs.NewBook(nil, nil)
-	epochs.SetInfo(0, EpochInfo{Steps: steps})
-	ranks := newRankTable(2, 1, epochs, &state{})
-	for r := range 2 {
-		ranks.set(r, rankState{cursor: cursor, next: pos{Epoch: 0, Step: 0}})
-	}
-	s := &Service{cfg: cfg, log: slog.New(slog.DiscardHandler), epochs: epochs, ranks: ranks, publisher: newPublisher()}
-	s.met = newMetrics(s)
-	if err := s.met.register(prometheus.NewRegistry()); err != nil {
-		t.Fatal(err)
-	}
-	c := newControl(s)
-	c.plane, c.delivery = d, d
-	return c
+	book := epochs.NewBook(nil, nil)
+	book.SetInfo(0, epochs.Info{Steps: steps})
+	ranks := &fakeRanks{cursor: []proto.Pos{cursor, cursor}, next: make([]proto.Pos, 2), conn: make([]string, 2), epochs: book}
+	log := slog.New(slog.DiscardHandler)
+	met := newFakeMetrics()
+	rlog := NewRateLog(log)
+	cfg := controlConfig{Job: "ctl", Layout: proto.Layout{DP: 2, MP: 1, PP: 1, Placement: "colocated"}, RegisterWait: time.Second}
+	return newControl(cfg, Parts{Log: log, RateLog: rlog, Metrics: met, Replies: NewGuard(cfg.Job, 2, 1, met, rlog),
+		Ranks: ranks, Epochs: book, Plane: d, Delivery: d})
 }
 
 // TestResendMovesOnlyToUnacknowledged: a resend moves a rank back to its
@@ -62,19 +126,19 @@ func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *contr
 func TestResendMovesOnlyToUnacknowledged(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		held    pos
+		held    proto.Pos
 		holding bool
-		cursor  pos
-		asked   pos
-		want    pos
+		cursor  proto.Pos
+		asked   proto.Pos
+		want    proto.Pos
 		refused bool
 	}{
-		{name: "held from step 3, asked 7", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 7}, want: pos{Epoch: 0, Step: 3}},
-		{name: "held from step 3, asked 3", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 3}, want: pos{Epoch: 0, Step: 3}},
-		{name: "held from step 3, asked 2 (acknowledged)", held: pos{Epoch: 0, Step: 3}, holding: true, cursor: pos{Epoch: 0, Step: 8}, asked: pos{Epoch: 0, Step: 2}, refused: true},
-		{name: "nothing held: the cursor bounds it", cursor: pos{Epoch: 0, Step: 5}, asked: pos{Epoch: 0, Step: 6}, want: pos{Epoch: 0, Step: 5}},
-		{name: "nothing held, asked before the cursor", cursor: pos{Epoch: 0, Step: 5}, asked: pos{Epoch: 0, Step: 4}, refused: true},
-		{name: "end of the epoch normalised", cursor: pos{Epoch: 0, Step: 10}, asked: pos{Epoch: 1, Step: 0}, want: pos{Epoch: 1, Step: 0}},
+		{name: "held from step 3, asked 7", held: proto.Pos{Epoch: 0, Step: 3}, holding: true, cursor: proto.Pos{Epoch: 0, Step: 8}, asked: proto.Pos{Epoch: 0, Step: 7}, want: proto.Pos{Epoch: 0, Step: 3}},
+		{name: "held from step 3, asked 3", held: proto.Pos{Epoch: 0, Step: 3}, holding: true, cursor: proto.Pos{Epoch: 0, Step: 8}, asked: proto.Pos{Epoch: 0, Step: 3}, want: proto.Pos{Epoch: 0, Step: 3}},
+		{name: "held from step 3, asked 2 (acknowledged)", held: proto.Pos{Epoch: 0, Step: 3}, holding: true, cursor: proto.Pos{Epoch: 0, Step: 8}, asked: proto.Pos{Epoch: 0, Step: 2}, refused: true},
+		{name: "nothing held: the cursor bounds it", cursor: proto.Pos{Epoch: 0, Step: 5}, asked: proto.Pos{Epoch: 0, Step: 6}, want: proto.Pos{Epoch: 0, Step: 5}},
+		{name: "nothing held, asked before the cursor", cursor: proto.Pos{Epoch: 0, Step: 5}, asked: proto.Pos{Epoch: 0, Step: 4}, refused: true},
+		{name: "end of the epoch normalised", cursor: proto.Pos{Epoch: 0, Step: 10}, asked: proto.Pos{Epoch: 1, Step: 0}, want: proto.Pos{Epoch: 1, Step: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fakeDelivery{held: tc.held, holding: tc.holding}
@@ -95,7 +159,7 @@ func TestResendMovesOnlyToUnacknowledged(t *testing.T) {
 
 // TestCheckRank refuses another job's messages and ranks outside the layout.
 func TestCheckRank(t *testing.T) {
-	c := newTestControl(t, 10, pos{}, &fakeDelivery{})
+	c := newTestControl(t, 10, proto.Pos{}, &fakeDelivery{})
 	for _, tc := range []struct {
 		job    string
 		dp, mp int
@@ -107,9 +171,9 @@ func TestCheckRank(t *testing.T) {
 		{"ctl", 2, 0, 0, proto.ErrLayout},
 		{"ctl", 0, 1, 0, proto.ErrLayout},
 	} {
-		r, err := c.checkRank(tc.job, tc.dp, tc.mp)
+		r, err := c.CheckRank(tc.job, tc.dp, tc.mp)
 		if !errors.Is(err, tc.err) || (tc.err == nil && r != tc.rank) {
-			t.Errorf("checkRank(%q, %d, %d) = %d, %v; want %d, %v", tc.job, tc.dp, tc.mp, r, err, tc.rank, tc.err)
+			t.Errorf("CheckRank(%q, %d, %d) = %d, %v; want %d, %v", tc.job, tc.dp, tc.mp, r, err, tc.rank, tc.err)
 		}
 	}
 }

@@ -44,10 +44,10 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 		sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
 			req, err := s.checkFetch(r, m)
 			if err != nil {
-				s.ctl.badControl("fetch", err)
+				s.ctl.BadControl("fetch", err)
 				return
 			}
-			if !s.replies.allow("fetch", m, s.replies.rankInbox(dp, mp)...) {
+			if !s.replies.Allow("fetch", m, s.replies.RankInbox(dp, mp)...) {
 				return // the batch would go to someone else's inbox
 			}
 			key := req.Key()
@@ -72,7 +72,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 				}
 			default:
 				waits.Leave(key, w)
-				s.ctl.badControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
+				s.ctl.BadControl("fetch", fmt.Errorf("serve: rank %d has %d fetches in flight: %w", r, fetchesInFlight, proto.ErrControl))
 			}
 		})
 		if err != nil {
@@ -106,7 +106,7 @@ func (s *Service) checkFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) 
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.ctl.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && r != rank {
+		if r, err = s.ctl.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && r != rank {
 			err = fmt.Errorf("serve: fetch for rank dp=%d mp=%d on another rank's subject: %w", req.DPRank, req.MPRank, proto.ErrControl)
 		}
 	}
@@ -139,7 +139,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 				// Not sent: a batch the KV bucket does not record as handed is one
 				// the next service would refuse the rank's ack of (invariant 6), and
 				// the rank would wait for it forever. The rank asks again.
-				s.replies.log.warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
+				s.rlog.Warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
 				return
 			}
 			s.send(waits.Claim(key, w), it)
@@ -201,7 +201,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	err := proto.DecodeControl(m.Data, &a)
 	rank := 0
 	if err == nil {
-		rank, err = s.ctl.checkRank(a.Job, a.DPRank, a.MPRank)
+		rank, err = s.ctl.CheckRank(a.Job, a.DPRank, a.MPRank)
 	}
 	if err == nil {
 		if want, _ := proto.AckSubject(a.Job, a.DPRank, a.MPRank); want != m.Subject {
@@ -209,14 +209,14 @@ func (s *Service) handleAck(m *nats.Msg) {
 		}
 	}
 	if err != nil {
-		s.ctl.badControl("ack", err)
+		s.ctl.BadControl("ack", err)
 		return
 	}
-	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
+	if !s.replies.Allow("ack", m, s.replies.RankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
 	if err := s.checkAck(rank, a.Key()); err != nil {
-		s.ctl.badControl("ack", err)
+		s.ctl.BadControl("ack", err)
 		return
 	}
 	s.out.Ack(rank, a.Key())
@@ -231,7 +231,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 		_ = m.Respond(nil)
 	}
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
-		s.ctl.setNext(rank, pos{Epoch: a.Epoch, Step: a.Step + 1}, false)
+		s.ctl.SetNext(rank, pos{Epoch: a.Epoch, Step: a.Step + 1}, false)
 	}
 }
 

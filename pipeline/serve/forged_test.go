@@ -19,9 +19,7 @@ import (
 // unacknowledged step), and the real trainers then get every batch exactly
 // once.
 func TestForgedControlMessages(t *testing.T) {
-	old := doneAckWait
-	doneAckWait = 100 * time.Millisecond
-	t.Cleanup(func() { doneAckWait = old })
+	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
@@ -132,7 +130,7 @@ func TestControlFloodBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	busy, bound := 0, maxWaitingRegisters(2)
+	busy, bound := 0, MaxWaitingRegisters(2)
 	deadline := time.After(4 * time.Second) // before the waiting ones time out
 	for busy < flood-bound {
 		select {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -40,9 +41,13 @@ func TestCheckAck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newTestControl(t, 10, pos{Epoch: 0, Step: 10}, &fakeDelivery{})
-			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
-			s.cfg.Pipeline.Plan.MicroBatches = 2
+			cfg := DefaultConfig()
+			cfg.Job = "ctl"
+			cfg.Pipeline.Plan.DP = 2
+			cfg.Pipeline.Plan.MicroBatches = 2
+			book := epochs.NewBook(nil, nil)
+			book.SetInfo(0, EpochInfo{Steps: 10})
+			s := &Service{cfg: cfg, epochs: book, ranks: newRankTable(2, 1, book, &state{})}
 			rs := rankState{cursor: pos{Epoch: 0, Step: 10}, next: tt.next}
 			if tt.handed != nil {
 				rs.handed, rs.anyHanded = *tt.handed, true
@@ -64,9 +69,7 @@ func TestCheckAck(t *testing.T) {
 // is dropped from the outbox, no KV position is written, and the trainers
 // then receive every sample exactly once before the job ends.
 func TestForgedAcksEndNothing(t *testing.T) {
-	old := doneAckWait
-	doneAckWait = 100 * time.Millisecond
-	t.Cleanup(func() { doneAckWait = old })
+	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
 	for _, auth := range []bool{true, false} {
 		name := map[bool]string{true: "creds", false: "bare"}[auth]
 		t.Run(name, func(t *testing.T) { testForgedAcks(t, auth) })

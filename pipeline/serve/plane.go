@@ -22,7 +22,14 @@ import (
 // with work-queue retention and one durable consumer per rank). The rest of
 // the service asks the plane and never branches on which one it is.
 type dataPlane interface {
-	controlPlane
+	// firstHeld is the first chunk the data plane still holds for rank.
+	firstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error)
+	// fillRegisterReply fills the data plane's part of a register reply.
+	fillRegisterReply(rep *proto.RegisterReply, dp, mp int)
+	// trainerReplaced tells the plane that a new incarnation of rank's
+	// trainer registered: what the old one was delivered and did not
+	// acknowledge must come to the new one at once.
+	trainerReplaced(ctx context.Context, rank int) error
 	// setup creates what the plane holds batches in, before the job record
 	// is checked: the outbox, or the stream, every rank's consumer and the
 	// stream publisher.

@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// rateLogEvery is how often a rateLog writes one kind of line at most.
+// rateLogEvery is how often a RateLog writes one kind of line at most.
 const rateLogEvery = time.Second
 
-// rateLog writes at most one WARN line per kind per rateLogEvery; the lines
+// RateLog writes at most one WARN line per kind per rateLogEvery; the lines
 // held back meanwhile are counted and reported as "suppressed" on the next
 // line of that kind. It bounds the log a flood of refused messages writes
 // (they are counted in full on /metrics). Safe for concurrent use; its lock
 // is a leaf.
-type rateLog struct {
+type RateLog struct {
 	log   *slog.Logger
 	every time.Duration
 	now   func() time.Time // time.Now; tests replace it
@@ -24,13 +24,14 @@ type rateLog struct {
 	held map[string]int       // kind: lines held back since
 }
 
-func newRateLog(log *slog.Logger) *rateLog {
-	return &rateLog{log: log, every: rateLogEvery, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}
+// NewRateLog returns a RateLog writing to log.
+func NewRateLog(log *slog.Logger) *RateLog {
+	return &RateLog{log: log, every: rateLogEvery, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}
 }
 
-// warn writes msg with args as a WARN line unless a line of kind was written
+// Warn writes msg with args as a WARN line unless a line of kind was written
 // within every; then it only counts it.
-func (r *rateLog) warn(kind, msg string, args ...any) {
+func (r *RateLog) Warn(kind, msg string, args ...any) {
 	now := r.now()
 	r.mu.Lock()
 	if t, ok := r.last[kind]; ok && now.Sub(t) < r.every {

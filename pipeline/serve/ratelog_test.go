@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -17,15 +18,15 @@ import (
 // held back by it.
 func TestRateLogSuppresses(t *testing.T) {
 	var buf bytes.Buffer
-	r := newRateLog(slog.New(slog.NewTextHandler(&buf, nil)))
+	r := NewRateLog(slog.New(slog.NewTextHandler(&buf, nil)))
 	now := time.Unix(0, 0)
 	r.now = func() time.Time { return now }
 	for range 20000 {
-		r.warn("a", "bad control message")
+		r.Warn("a", "bad control message")
 	}
-	r.warn("b", "other")
+	r.Warn("b", "other")
 	now = now.Add(rateLogEvery)
-	r.warn("a", "bad control message")
+	r.Warn("a", "bad control message")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 3 {
 		t.Fatalf("%d lines for 20002 warnings over two intervals, want 3:\n%s", len(lines), buf.String())
@@ -62,7 +63,7 @@ func TestRefusalFloodLogsLittle(t *testing.T) {
 	}
 	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		bad := testutil.ToFloat64(r.s.met.control.WithLabelValues(proto.CtlFeedback, "refused"))
-		replies := testutil.ToFloat64(r.s.met.repliesRefused.WithLabelValues(proto.CtlRegister, replyNotInbox))
+		replies := testutil.ToFloat64(r.s.met.repliesRefused.WithLabelValues(proto.CtlRegister, natsenv.ReplyNotInbox))
 		if bad != flood || replies != flood {
 			return errorf("%v feedbacks and %v replies refused, want %d each", bad, replies, flood)
 		}

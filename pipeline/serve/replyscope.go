@@ -10,37 +10,37 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ServiceInboxPrefix is the reply inbox prefix of the service's own
-// connection (natsenv.ServiceInboxPrefix).
-const ServiceInboxPrefix = natsenv.ServiceInboxPrefix
-
-// Why a reply subject is refused (natsenv.CheckReply).
-const (
-	replyNotInbox = natsenv.ReplyNotInbox
-	replyService  = natsenv.ReplyService
-	replyForeign  = natsenv.ReplyForeign
-	replyNotOwn   = natsenv.ReplyNotOwn
-)
-
 // workerInboxes are the inbox prefixes a work result may be answered on: a
 // worker's own, and the service's for its local workers.
 var workerInboxes = work.ResultInboxes()
 
-// replyGuard answers requests only on the requester's own inbox
-// (natsenv.CheckReply): a refused reply publishes nothing, is counted in
-// mmfeed_serve_replies_refused_total{kind,reason} and
-// mmfeed_serve_control_messages_total{kind,result="refused"}, and logged at
-// most once a second per kind. Safe for concurrent use.
-type replyGuard struct {
+// Guard answers requests only on the requester's own inbox
+// (natsenv.CheckReply): a refused reply publishes nothing, is counted
+// (Metrics.ReplyRefused: mmfeed_serve_replies_refused_total{kind,reason},
+// and Metrics.Control(kind, "refused")), and logged at most once a second
+// per kind. Safe for concurrent use.
+type Guard struct {
 	job    string
 	dp, mp int         // the layout: a rank outside it is nobody's
-	strict atomic.Bool // set by startNATS before any handler runs
-	met    *metrics
-	log    *rateLog
+	strict atomic.Bool // SetStrict, before any handler runs
+	met    Metrics
+	log    *RateLog
 }
 
-// rankInbox returns the inbox prefix of rank (dp, mp).
-func (g *replyGuard) rankInbox(dp, mp int) []string {
+// NewGuard returns the reply guard of job with the layout dp × mp; it
+// counts refusals in met and logs them to log.
+func NewGuard(job string, dp, mp int, met Metrics, log *RateLog) *Guard {
+	return &Guard{job: job, dp: dp, mp: mp, met: met, log: log}
+}
+
+// SetStrict says whether per-user permissions scope each credential's
+// inbox, so that a reply must go to the requester's own (natsenv.CheckReply).
+// The service sets it once it knows its NATS security, before any handler
+// runs.
+func (g *Guard) SetStrict(strict bool) { g.strict.Store(strict) }
+
+// RankInbox returns the inbox prefix of rank (dp, mp).
+func (g *Guard) RankInbox(dp, mp int) []string {
 	p, err := proto.InboxPrefix(g.job, dp, mp)
 	if err != nil {
 		return nil
@@ -48,10 +48,10 @@ func (g *replyGuard) rankInbox(dp, mp int) []string {
 	return []string{p}
 }
 
-// allow reports whether m may be answered for a requester owning the inbox
+// Allow reports whether m may be answered for a requester owning the inbox
 // prefixes own; a message without a reply subject is allowed (nothing is
 // answered). A refusal is counted and logged.
-func (g *replyGuard) allow(kind string, m *nats.Msg, own ...string) bool {
+func (g *Guard) Allow(kind string, m *nats.Msg, own ...string) bool {
 	if m.Reply == "" {
 		return true
 	}
@@ -59,9 +59,9 @@ func (g *replyGuard) allow(kind string, m *nats.Msg, own ...string) bool {
 	if reason == "" {
 		return true
 	}
-	g.met.repliesRefused.WithLabelValues(kind, reason).Inc()
-	g.met.control.WithLabelValues(kind, "refused").Inc()
-	g.log.warn("reply:"+kind, "request refused: its reply subject is outside the requester's inbox",
+	g.met.ReplyRefused(kind, reason)
+	g.met.Control(kind, "refused")
+	g.log.Warn("reply:"+kind, "request refused: its reply subject is outside the requester's inbox",
 		"kind", kind, "subject", m.Subject, "reply", work.Truncate(m.Reply, 200), "reason", reason)
 	return false
 }
@@ -73,7 +73,7 @@ func (g *replyGuard) allow(kind string, m *nats.Msg, own ...string) bool {
 // that names no rank of the layout (a misconfigured trainer, a malformed
 // register: no credential of `mmfeed creds` may send it), any trainer
 // inbox of the job (_INBOX.mmfeed.<job>), so that its refusal reaches it.
-func (g *replyGuard) ownOf(subj string, data []byte) []string {
+func (g *Guard) ownOf(subj string, data []byte) []string {
 	dp, mp, ok := -1, -1, false
 	if _, _, d, m, err := proto.ParseRankControlSubject(subj); err == nil {
 		dp, mp, ok = d, m, true
@@ -87,15 +87,15 @@ func (g *replyGuard) ownOf(subj string, data []byte) []string {
 		}
 	}
 	if ok && dp >= 0 && mp >= 0 && dp < g.dp && mp < g.mp {
-		return g.rankInbox(dp, mp)
+		return g.RankInbox(dp, mp)
 	}
 	return []string{"_INBOX." + proto.SubjectPrefix + "." + g.job}
 }
 
-// workReplyOK returns the reply check of the planner's work-result
+// WorkReplyOK returns the reply check of the planner's work-result
 // handlers (work.Planner.GuardReplies): a result is taken and answered only
 // when its reply is a worker's inbox (work.WorkerInboxPrefix) or, for the
 // service's local workers, the service's own.
-func (s *Service) workReplyOK(kind string) func(m *nats.Msg) bool {
-	return func(m *nats.Msg) bool { return s.replies.allow(kind, m, workerInboxes...) }
+func (g *Guard) WorkReplyOK(kind string) func(m *nats.Msg) bool {
+	return func(m *nats.Msg) bool { return g.Allow(kind, m, workerInboxes...) }
 }

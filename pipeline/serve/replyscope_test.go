@@ -14,7 +14,6 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestCheckReply(t *testing.T) {
@@ -31,26 +30,26 @@ func TestCheckReply(t *testing.T) {
 		{"own rank inbox, no auth", rank0 + ".abc", false, []string{rank0}, ""},
 		{"plain inbox, no auth", "_INBOX.Xy12.3", false, []string{rank0}, ""},
 		{"plain inbox, job-wide subject", "_INBOX.Xy12.3", true, nil, ""},
-		{"plain inbox with auth", "_INBOX.Xy12.3", true, []string{rank0}, replyNotOwn},
-		{"kv config", "$KV.mmfeed_job-1.config", false, []string{rank0}, replyNotInbox},
-		{"kv rank step", "$KV.mmfeed_job-1.rank.1.0.step", true, []string{rank0}, replyNotInbox},
-		{"stream delete", "$JS.API.STREAM.DELETE.OBJ_mmfeed_features", false, nil, replyNotInbox},
-		{"batch subject", "mmfeed.job-1.batch.0.0", false, []string{rank0}, replyNotInbox},
-		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, replyForeign},
-		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, replyForeign},
-		{"the worker's inbox", work.WorkerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
-		{"the viewer's inbox from a rank", natsenv.ViewerInboxPrefix + ".a", false, []string{rank0}, replyForeign},
+		{"plain inbox with auth", "_INBOX.Xy12.3", true, []string{rank0}, natsenv.ReplyNotOwn},
+		{"kv config", "$KV.mmfeed_job-1.config", false, []string{rank0}, natsenv.ReplyNotInbox},
+		{"kv rank step", "$KV.mmfeed_job-1.rank.1.0.step", true, []string{rank0}, natsenv.ReplyNotInbox},
+		{"stream delete", "$JS.API.STREAM.DELETE.OBJ_mmfeed_features", false, nil, natsenv.ReplyNotInbox},
+		{"batch subject", "mmfeed.job-1.batch.0.0", false, []string{rank0}, natsenv.ReplyNotInbox},
+		{"another rank's inbox", rank1 + ".abc", false, []string{rank0}, natsenv.ReplyForeign},
+		{"another rank's inbox, job-wide", rank1 + ".abc", false, nil, natsenv.ReplyForeign},
+		{"the worker's inbox", work.WorkerInboxPrefix + ".a", false, []string{rank0}, natsenv.ReplyForeign},
+		{"the viewer's inbox from a rank", natsenv.ViewerInboxPrefix + ".a", false, []string{rank0}, natsenv.ReplyForeign},
 		{"the viewer's own", natsenv.ViewerInboxPrefix + ".a", true, []string{natsenv.ViewerInboxPrefix}, ""},
-		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, replyService},
-		{"the service's inbox, job-wide", ServiceInboxPrefix + ".a.1", false, nil, replyService},
+		{"the service's inbox", ServiceInboxPrefix + ".a.1", false, []string{rank0}, natsenv.ReplyService},
+		{"the service's inbox, job-wide", ServiceInboxPrefix + ".a.1", false, nil, natsenv.ReplyService},
 		{"a local worker's result", ServiceInboxPrefix + ".a.1", true, workerInboxes, ""},
-		{"the prefix itself", rank0, true, []string{rank0}, replyForeign},
-		{"a longer token that starts like the prefix", rank0 + "9.x", true, []string{rank0}, replyForeign},
-		{"wildcard", "_INBOX.>", false, nil, replyNotInbox},
-		{"token wildcard", "_INBOX.*.x", false, nil, replyNotInbox},
-		{"empty token", "_INBOX..x", false, nil, replyNotInbox},
-		{"bare _INBOX", "_INBOX", false, nil, replyNotInbox},
-		{"whitespace", "_INBOX.a b", false, nil, replyNotInbox},
+		{"the prefix itself", rank0, true, []string{rank0}, natsenv.ReplyForeign},
+		{"a longer token that starts like the prefix", rank0 + "9.x", true, []string{rank0}, natsenv.ReplyForeign},
+		{"wildcard", "_INBOX.>", false, nil, natsenv.ReplyNotInbox},
+		{"token wildcard", "_INBOX.*.x", false, nil, natsenv.ReplyNotInbox},
+		{"empty token", "_INBOX..x", false, nil, natsenv.ReplyNotInbox},
+		{"bare _INBOX", "_INBOX", false, nil, natsenv.ReplyNotInbox},
+		{"whitespace", "_INBOX.a b", false, nil, natsenv.ReplyNotInbox},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +62,7 @@ func TestCheckReply(t *testing.T) {
 
 // TestReplyOwner: whose inbox a control message may be answered on.
 func TestReplyOwner(t *testing.T) {
-	g := &replyGuard{job: "job-1", dp: 2, mp: 1}
+	g := NewGuard("job-1", 2, 1, nil, nil)
 	tests := []struct {
 		subj, data string
 		want       string
@@ -99,9 +98,7 @@ type replyAttack struct {
 // none of them (counted on /metrics), the KV config and rank keys and the
 // streams are unchanged, and the trainers then receive every sample once.
 func TestRepliesGoToTheRequesterOnly(t *testing.T) {
-	old := doneAckWait
-	doneAckWait = 100 * time.Millisecond
-	t.Cleanup(func() { doneAckWait = old })
+	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
 	for _, tc := range []struct {
 		name  string
 		plane string
@@ -283,11 +280,11 @@ func sumCounter(t testing.TB, s *Service, name string) float64 {
 func TestWorkReplyOK(t *testing.T) {
 	srv := testnats.Server(t, testnats.Options{})
 	nc, _ := testnats.Connect(t, srv.ClientURL())
-	s := &Service{cfg: Config{Job: "job-1"}, log: slog.New(slog.DiscardHandler)}
-	s.met = newMetrics(s)
-	s.replies = &replyGuard{job: "job-1", dp: 1, mp: 1, met: s.met, log: newRateLog(s.log)}
-	s.replies.strict.Store(true)
-	ok := s.workReplyOK("result")
+	log := slog.New(slog.DiscardHandler)
+	met := newFakeMetrics()
+	g := NewGuard("job-1", 1, 1, met, NewRateLog(log))
+	g.SetStrict(true)
+	ok := g.WorkReplyOK("result")
 	sub, err := nc.SubscribeSync("_INBOX.>")
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +304,7 @@ func TestWorkReplyOK(t *testing.T) {
 			t.Errorf("reply %q: answered %v, want %v", tc.reply, got, tc.want)
 		}
 	}
-	w, err := work.NewPlanner("job-1", 1, 4, nil, nc, "cfg", s.log)
+	w, err := work.NewPlanner("job-1", 1, 4, nil, nc, "cfg", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,9 +327,7 @@ func TestWorkReplyOK(t *testing.T) {
 		}
 	}
 	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if n := testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotInbox)) +
-			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyForeign)) +
-			testutil.ToFloat64(s.met.repliesRefused.WithLabelValues("result", replyNotOwn)); n != 5 {
+		if n := met.refusedReplies("result"); n != 5 {
 			return fmt.Errorf("%v work replies refused, want 5 (3 checked, 2 forged results)", n)
 		}
 		return nil

@@ -39,8 +39,9 @@ type Service struct {
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
-	ctl       *control                    // the trainers' control messages (control.go)
-	replies   *replyGuard                 // every request's reply subject is checked here (replyscope.go)
+	ctl       *Control                    // the trainers' control messages (control.go)
+	replies   *Guard                      // every request's reply subject is checked here (replyscope.go)
+	rlog      *RateLog                    // refusals and other floods: at most one line per kind a second
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
 	live      *live                       // the live report (live.go)
@@ -105,7 +106,7 @@ func New(cfg Config) (*Service, error) {
 	if err := s.met.register(reg); err != nil {
 		return nil, fmt.Errorf("serve: metrics: %w", err)
 	}
-	s.ctl = newControl(s)
+	s.setupControl()
 	return s, nil
 }
 
@@ -213,7 +214,7 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 			return err
 		}
 	}
-	csubs, err := s.ctl.subscribe(s.nc)
+	csubs, err := s.ctl.Subscribe(s.nc)
 	*subs = append(*subs, csubs...)
 	return err
 }
@@ -359,7 +360,7 @@ func (s *Service) startNATS(ctx context.Context) error {
 		s.clientURL = natsenv.Redact(joinURLs(nc.URLs))
 	}
 	// Per-user permissions scope each credential's inbox: replies must go there.
-	s.replies.strict.Store(sec.PerUser())
+	s.replies.SetStrict(sec.PerUser())
 	conn, err := natsenv.Connect(nc, s.ns, sec, s.log, nats.CustomInboxPrefix(ServiceInboxPrefix))
 	if err != nil {
 		s.stopNATS()

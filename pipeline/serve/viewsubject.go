@@ -43,15 +43,15 @@ func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.ctl.checkRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
+		if r, err = s.ctl.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
 			err = fmt.Errorf("serve: %s: not a viewer fetch of this subject's rank with a reply: %w", m.Subject, proto.ErrControl)
 		}
 	}
 	if err != nil {
-		s.ctl.badControl("view", err)
+		s.ctl.BadControl("view", err)
 		return
 	}
-	if !s.replies.allow("view", m, natsenv.ViewerInboxPrefix) {
+	if !s.replies.Allow("view", m, natsenv.ViewerInboxPrefix) {
 		return
 	}
 	s.startView(ctx, rank, m.Reply, req.Key())

@@ -156,7 +156,7 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 	if s.work, err = work.NewPlanner(s.cfg.Job, s.cfg.MP, s.cfg.WorkAhead, s.js, s.nc, hash, s.log); err != nil {
 		return nil, err
 	}
-	s.work.GuardReplies(s.workReplyOK("result"))
+	s.work.GuardReplies(s.replies.WorkReplyOK("result"))
 	if err := s.registerWork(); err != nil {
 		return nil, err
 	}
