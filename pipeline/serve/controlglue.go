@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -16,11 +17,11 @@ const ServiceInboxPrefix = natsenv.ServiceInboxPrefix
 // on the service's parts through controlGlue. Called once, by New.
 func (s *Service) setupControl() {
 	g := controlGlue{s}
-	s.rlog = NewRateLog(s.log)
-	s.replies = NewGuard(s.cfg.Job, s.cfg.Pipeline.Plan.DP, s.cfg.MP, g, s.rlog)
-	s.ctl = newControl(controlConfig{Job: s.cfg.Job, Layout: s.cfg.layout(), FirstEpoch: s.cfg.Pipeline.Plan.Epoch,
+	s.rlog = control.NewRateLog(s.log)
+	s.replies = control.NewGuard(s.cfg.Job, s.cfg.Pipeline.Plan.DP, s.cfg.MP, g, s.rlog)
+	s.ctl = control.New(control.Config{Job: s.cfg.Job, Layout: s.cfg.layout(), FirstEpoch: s.cfg.Pipeline.Plan.Epoch,
 		LastEpoch: s.cfg.lastEpoch(), Pack: s.cfg.Pipeline.Plan.Pack, RegisterWait: s.cfg.RegisterWait},
-		Parts{Log: s.log, RateLog: s.rlog, Metrics: g, Replies: s.replies, Ranks: s.ranks, Epochs: s.epochs,
+		control.Parts{Log: s.log, RateLog: s.rlog, Metrics: g, Replies: s.replies, Ranks: s.ranks, Epochs: s.epochs,
 			Calibrator: g, Report: g, Tasks: g, Plane: g, Delivery: g})
 }
 

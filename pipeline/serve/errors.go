@@ -1,8 +1,7 @@
 package serve
 
 import (
-	"errors"
-
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
@@ -22,7 +21,7 @@ var (
 	// yet; it should register again (epochs.ErrNotReady).
 	ErrNotReady = epochs.ErrNotReady
 	// ErrEpochRange: a trainer asked for an epoch outside the job's epochs.
-	ErrEpochRange = errors.New("epoch outside the job")
+	ErrEpochRange = control.ErrEpochRange
 	// ErrInsecure: NATS or HTTP would listen on a non-loopback address
 	// without authentication, and Config.Insecure is not set.
 	ErrInsecure = natsenv.ErrInsecure

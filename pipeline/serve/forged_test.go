@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -19,7 +20,7 @@ import (
 // unacknowledged step), and the real trainers then get every batch exactly
 // once.
 func TestForgedControlMessages(t *testing.T) {
-	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
+	t.Cleanup(control.SetDoneAckWait(100 * time.Millisecond))
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Recalibrate = -1
 	cfg.QuarantineDir = t.TempDir()
@@ -130,7 +131,7 @@ func TestControlFloodBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	busy, bound := 0, MaxWaitingRegisters(2)
+	busy, bound := 0, control.MaxWaitingRegisters(2)
 	deadline := time.After(4 * time.Second) // before the waiting ones time out
 	for busy < flood-bound {
 		select {

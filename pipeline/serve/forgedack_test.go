@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -69,7 +70,7 @@ func TestCheckAck(t *testing.T) {
 // is dropped from the outbox, no KV position is written, and the trainers
 // then receive every sample exactly once before the job ends.
 func TestForgedAcksEndNothing(t *testing.T) {
-	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
+	t.Cleanup(control.SetDoneAckWait(100 * time.Millisecond))
 	for _, auth := range []bool{true, false} {
 		name := map[bool]string{true: "creds", false: "bare"}[auth]
 		t.Run(name, func(t *testing.T) { testForgedAcks(t, auth) })

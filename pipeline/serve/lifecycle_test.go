@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -44,7 +45,7 @@ func serveGoroutines() map[string]string {
 // acknowledgements that never come, a resend) and the next epoch is being
 // published: once Run returns, none of the service's goroutines is left.
 func TestRunLeavesNoGoroutines(t *testing.T) {
-	t.Cleanup(SetDoneAckWait(time.Minute)) // far longer than the test waits below
+	t.Cleanup(control.SetDoneAckWait(time.Minute)) // far longer than the test waits below
 	before := serveGoroutines()
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.Epochs, cfg.Recalibrate = 2, -1

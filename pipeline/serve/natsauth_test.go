@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -84,7 +85,7 @@ func (v *violations) has(subj string) bool {
 // refused; anonymous connections are refused; and trainers holding only
 // their own rank's credentials still receive every batch exactly once.
 func TestNATSAuthRankPermissions(t *testing.T) {
-	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
+	t.Cleanup(control.SetDoneAckWait(100 * time.Millisecond))
 	for _, plane := range []string{proto.DataPlaneCore, proto.DataPlaneJetStream} {
 		t.Run(plane, func(t *testing.T) { testRankPermissions(t, plane) })
 	}
@@ -210,7 +211,7 @@ func trainEpoch0Once(t *testing.T, ctx context.Context, r *running, cfg Config, 
 // subject is refused by the service, and the trainers still apply every
 // batch once.
 func TestNATSAuthViewer(t *testing.T) {
-	t.Cleanup(SetDoneAckWait(100 * time.Millisecond))
+	t.Cleanup(control.SetDoneAckWait(100 * time.Millisecond))
 	for _, plane := range []string{proto.DataPlaneCore, proto.DataPlaneJetStream} {
 		t.Run(plane, func(t *testing.T) { testViewer(t, plane) })
 	}

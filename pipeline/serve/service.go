@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
@@ -39,9 +40,9 @@ type Service struct {
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
-	ctl       *Control                    // the trainers' control messages (control.go)
-	replies   *Guard                      // every request's reply subject is checked here (replyscope.go)
-	rlog      *RateLog                    // refusals and other floods: at most one line per kind a second
+	ctl       *control.Control            // the trainers' control messages (control.go)
+	replies   *control.Guard              // every request's reply subject is checked here (replyscope.go)
+	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
 	live      *live                       // the live report (live.go)

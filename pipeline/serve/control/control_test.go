@@ -1,4 +1,4 @@
-package serve
+package control
 
 import (
 	"context"
@@ -113,8 +113,8 @@ func newTestControl(t *testing.T, steps int, cursor proto.Pos, d *fakeDelivery) 
 	log := slog.New(slog.DiscardHandler)
 	met := newFakeMetrics()
 	rlog := NewRateLog(log)
-	cfg := controlConfig{Job: "ctl", Layout: proto.Layout{DP: 2, MP: 1, PP: 1, Placement: "colocated"}, RegisterWait: time.Second}
-	return newControl(cfg, Parts{Log: log, RateLog: rlog, Metrics: met, Replies: NewGuard(cfg.Job, 2, 1, met, rlog),
+	cfg := Config{Job: "ctl", Layout: proto.Layout{DP: 2, MP: 1, PP: 1, Placement: "colocated"}, RegisterWait: time.Second}
+	return New(cfg, Parts{Log: log, RateLog: rlog, Metrics: met, Replies: NewGuard(cfg.Job, 2, 1, met, rlog),
 		Ranks: ranks, Epochs: book, Plane: d, Delivery: d})
 }
 

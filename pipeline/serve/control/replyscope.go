@@ -1,4 +1,4 @@
-package serve
+package control
 
 import (
 	"encoding/json"

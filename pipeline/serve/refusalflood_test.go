@@ -1,40 +1,17 @@
 package serve
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/control"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// TestRateLogSuppresses: a flood of one kind of line writes one line a
-// second, the next one names how many were held back; another kind is not
-// held back by it.
-func TestRateLogSuppresses(t *testing.T) {
-	var buf bytes.Buffer
-	r := NewRateLog(slog.New(slog.NewTextHandler(&buf, nil)))
-	now := time.Unix(0, 0)
-	r.now = func() time.Time { return now }
-	for range 20000 {
-		r.Warn("a", "bad control message")
-	}
-	r.Warn("b", "other")
-	now = now.Add(rateLogEvery)
-	r.Warn("a", "bad control message")
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines for 20002 warnings over two intervals, want 3:\n%s", len(lines), buf.String())
-	}
-	if !strings.Contains(lines[2], "suppressed=19999") {
-		t.Errorf("last line %q does not report the 19999 held back", lines[2])
-	}
-}
 
 // TestRefusalFloodLogsLittle: 5,000 forged control messages (bad payloads,
 // and requests with a reply outside the requester's inbox) are all counted
@@ -69,7 +46,7 @@ func TestRefusalFloodLogsLittle(t *testing.T) {
 		}
 		return nil
 	})
-	secs := int(time.Since(t0)/rateLogEvery) + 1
+	secs := int(time.Since(t0)/control.RateLogEvery) + 1
 	for _, line := range []string{"bad control message", "reply subject is outside"} {
 		if n := strings.Count(buf.String(), line); n < 1 || n > secs+1 {
 			t.Errorf("%d %q lines for %d refusals in %ds, want 1 to %d", n, line, flood, secs, secs+1)

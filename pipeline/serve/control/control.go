@@ -1,4 +1,4 @@
-package serve
+package control
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // context), bounded by gate. Its handlers are safe for concurrent use; its
 // state is the gate's, everything else is owned by the parts.
 type Control struct {
-	cfg      controlConfig
+	cfg      Config
 	log      *slog.Logger
 	met      Metrics
 	ranks    Ranks
@@ -42,8 +42,8 @@ type Control struct {
 	rlog     *RateLog // refusals: at most one line per kind a second
 }
 
-// controlConfig is what control needs of the job's configuration.
-type controlConfig struct {
+// Config is what control needs of the job's configuration.
+type Config struct {
 	Job          string
 	Layout       proto.Layout  // dp, mp, pp and placement a register must match
 	FirstEpoch   int           // the job's first epoch
@@ -151,9 +151,9 @@ type Delivery interface {
 	Poke()
 }
 
-// newControl returns the control handlers of the job cfg names, acting
+// New returns the control handlers of the job cfg names, acting
 // through p.
-func newControl(cfg controlConfig, p Parts) *Control {
+func New(cfg Config, p Parts) *Control {
 	return &Control{cfg: cfg, log: p.Log, met: p.Metrics, ranks: p.Ranks, epochs: p.Epochs, cal: p.Calibrator, live: p.Report,
 		tasks: p.Tasks, gate: newControlGate(cfg.Layout.DP * cfg.Layout.MP), plane: p.Plane, delivery: p.Delivery,
 		replies: p.Replies, rlog: p.RateLog}
@@ -364,6 +364,10 @@ func (c *Control) register(ctx context.Context, data []byte, conn string) proto.
 	c.plane.FillRegisterReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
+
+// ErrEpochRange: a trainer asked for an epoch outside the job's epochs
+// (serve.ErrEpochRange).
+var ErrEpochRange = errors.New("epoch outside the job")
 
 // refusalCode classifies a register refusal for the trainer: retry (the
 // epoch is still being planned, or the service failed just now), stop (the

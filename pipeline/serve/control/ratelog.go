@@ -1,4 +1,4 @@
-package serve
+package control
 
 import (
 	"log/slog"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// rateLogEvery is how often a RateLog writes one kind of line at most.
-const rateLogEvery = time.Second
+// RateLogEvery is how often a RateLog writes one kind of line at most.
+const RateLogEvery = time.Second
 
-// RateLog writes at most one WARN line per kind per rateLogEvery; the lines
+// RateLog writes at most one WARN line per kind per RateLogEvery; the lines
 // held back meanwhile are counted and reported as "suppressed" on the next
 // line of that kind. It bounds the log a flood of refused messages writes
 // (they are counted in full on /metrics). Safe for concurrent use; its lock
@@ -26,7 +26,7 @@ type RateLog struct {
 
 // NewRateLog returns a RateLog writing to log.
 func NewRateLog(log *slog.Logger) *RateLog {
-	return &RateLog{log: log, every: rateLogEvery, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}
+	return &RateLog{log: log, every: RateLogEvery, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}}
 }
 
 // Warn writes msg with args as a WARN line unless a line of kind was written
