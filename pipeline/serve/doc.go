@@ -216,14 +216,15 @@
 //   - publisher (publishstate.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
-//   - control (control.go): the trainers' control messages (register,
-//     feedback, done, resend; the data plane's acks and fetches are checked
-//     by it too). It holds only its gate (registers waiting, resends in
-//     flight) and acts through the other parts: for what depends on the
-//     data plane through its controlPlane (the dataPlane), for a rewind or
-//     a resize through the delivery interface the Service implements. A
-//     message moves a rank forward only to what it acknowledged and back
-//     only to what it has not.
+//   - control.Control (package control): the trainers' control messages
+//     (register, feedback, done, resend; the data plane's acks and fetches
+//     are checked by it too). It holds only its gate (registers waiting,
+//     resends in flight) and acts through the other parts, each an
+//     interface of control's with verbs: the rank table (rankverbs.go),
+//     the epoch book, and the calibrator, live report, metrics, tasks,
+//     data plane, publish loop and resize decision through controlGlue
+//     (controlglue.go). A message moves a rank forward only to what it
+//     acknowledged and back only to what it has not.
 //   - dataPlane (plane.go): how the batches reach the trainers, chosen once
 //     in New from Config.DataPlane; nothing else in serve branches on the
 //     plane (internal/arch). corePlane holds them in the outbox
@@ -234,11 +235,12 @@
 //     drops a rank's batches on a rewind, says where a restarted service
 //     continues (nothing outlives it on the core plane), whether a resize
 //     can be served, and which subscriptions, loops and assets it needs.
-//   - replyGuard (replyscope.go): every request is answered only on the
-//     requester's own inbox namespace (never $KV, $JS, another identity's
-//     inbox or the service's own, ServiceInboxPrefix); a request with
-//     another reply subject is dropped, counted and logged at most once a
-//     second (rateLog, ratelog.go).
+//   - control.Guard (package control, replyscope.go): every request is
+//     answered only on the requester's own inbox namespace (never $KV, $JS,
+//     another identity's inbox or the service's own, ServiceInboxPrefix); a
+//     request with another reply subject is dropped, counted and logged at
+//     most once a second (control.RateLog, which serve's other floods of
+//     warnings share: Service.rlog).
 //   - tasks (tasks.go): every goroutine started for a message (a register,
 //     done, resend, fetch or viewer fetch). Tasks run with Run's context
 //     and Run waits for them before it returns: no goroutine of the service
@@ -326,11 +328,22 @@
 //     themselves (plane.go), the fetch and ack handlers (dataplane.go) and
 //     the publish loop (publish.go) stay in serve for now: they act on the
 //     rank table and the epoch book.
+//   - control (pipeline/serve/control): the control handlers (register,
+//     feedback, done, resend: control.go), their refusal codes and gate,
+//     the reply guard (replyscope.go) and the rate log (ratelog.go). It
+//     turns a message into verbs on the parts it is given (parts.go:
+//     Ranks, Epochs, Calibrator, Report, Metrics, Tasks, Plane, Delivery);
+//     serve implements them (rankverbs.go, controlglue.go), creates the
+//     guard and the handlers (setupControl) and keeps the data plane's
+//     fetch, ack and view handlers, which call control's CheckRank,
+//     BadControl, SetNext and the guard's Allow. serve's ErrEpochRange is
+//     control's.
 //
 // internal/arch tests the import rules between them (natsenv imports proto
 // and internal/ctxutil only, httpui balancer only, deliver proto only, work
-// never serve nor prometheus, epochs neither serve nor NATS; none of serve,
-// natsenv, deliver, work, epochs and httpui imports runtime/pprof), that
+// never serve nor prometheus, epochs neither serve nor NATS, control neither
+// serve, deliver nor prometheus and of NATS nats.go only; none of serve,
+// natsenv, deliver, work, epochs, control and httpui imports runtime/pprof), that
 // only epochs writes epoch.<e> keys, the size limits, and that serve creates
 // no KV bucket, stream or consumer itself and only natsenv names the lease
 // key in a call (natsenv_test.go).

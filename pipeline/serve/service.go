@@ -40,8 +40,8 @@ type Service struct {
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
-	ctl       *control.Control            // the trainers' control messages (control.go)
-	replies   *control.Guard              // every request's reply subject is checked here (replyscope.go)
+	ctl       *control.Control            // the trainers' control messages (package control)
+	replies   *control.Guard              // every request's reply subject is checked here (package control)
 	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)

@@ -214,7 +214,7 @@ func workerReply(m *nats.Msg) bool {
 
 // GuardReplies makes ok the check of every result's reply subject, batch
 // and feature results alike: a result whose answer would go elsewhere is
-// dropped before it is read (serve's replyGuard counts and logs it).
+// dropped before it is read (serve's reply guard, control.Guard.WorkReplyOK, counts and logs it).
 func (w *Planner) GuardReplies(ok func(*nats.Msg) bool) {
 	w.replyOK, w.feats.replyOK = ok, ok
 }
