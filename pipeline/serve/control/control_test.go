@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -24,8 +25,11 @@ func (f *fakeDelivery) FirstHeld(context.Context, int) (proto.ChunkHeader, bool,
 	return proto.ChunkHeader{BatchKey: proto.BatchKey{Epoch: f.held.Epoch, Step: f.held.Step}}, f.holding, nil
 }
 
-func (f *fakeDelivery) Rewind(_ context.Context, _ int, to proto.Pos, _ string, _ chan error) error {
+func (f *fakeDelivery) Rewind(_ context.Context, _ int, to proto.Pos, _ string, done chan error) error {
 	f.rewinds = append(f.rewinds, to)
+	if done != nil {
+		done <- nil
+	}
 	return nil
 }
 
@@ -174,6 +178,64 @@ func TestCheckRank(t *testing.T) {
 		r, err := c.CheckRank(tc.job, tc.dp, tc.mp)
 		if !errors.Is(err, tc.err) || (tc.err == nil && r != tc.rank) {
 			t.Errorf("CheckRank(%q, %d, %d) = %d, %v; want %d, %v", tc.job, tc.dp, tc.mp, r, err, tc.rank, tc.err)
+		}
+	}
+}
+
+// TestRegisterResumesFromTheCheckpoint: a register whose resume step the
+// data plane no longer holds (the rank acknowledged batches its checkpoint
+// lacks) rewinds the rank to it before the reply; one within what is held
+// moves the rank there without a rewind. Either way the rank's next step is
+// the resume step, even backwards.
+func TestRegisterResumesFromTheCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resume int
+		rewind bool
+	}{
+		{"acknowledged past the checkpoint", 1, true},
+		{"held from the checkpoint on", 3, false},
+		{"ahead of what is held", 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fakeDelivery{held: proto.Pos{Epoch: 0, Step: 3}, holding: true}
+			c := newTestControl(t, 10, proto.Pos{Epoch: 0, Step: 8}, d)
+			c.ranks.SetNext(0, proto.Pos{Epoch: 0, Step: 6}, false)
+			l := c.cfg.Layout
+			b, err := proto.EncodeControl(proto.Register{Job: "ctl", DP: l.DP, MP: l.MP, Placement: l.Placement, ResumeStep: tc.resume})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := c.register(context.Background(), b, "_INBOX.mmfeed.ctl.0.0")
+			if !rep.OK || rep.Steps != 10 {
+				t.Fatalf("register: %+v, want ok with the epoch's 10 steps", rep)
+			}
+			want := proto.Pos{Epoch: 0, Step: tc.resume}
+			if rewound := len(d.rewinds) == 1 && d.rewinds[0] == want; rewound != tc.rewind || len(d.rewinds) > 1 {
+				t.Errorf("rewinds %v, want a rewind to %v: %v", d.rewinds, want, tc.rewind)
+			}
+			if got := c.ranks.Next(0); got != want {
+				t.Errorf("rank 0 next %v after the register, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestRefusalCode: what a trainer does after a refused register follows
+// from the error's kind.
+func TestRefusalCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("planning: %w", epochs.ErrNotReady), proto.RefusedNotReady},
+		{fmt.Errorf("past the end: %w", ErrEpochRange), proto.RefusedEnd},
+		{fmt.Errorf("bad: %w", proto.ErrControl), proto.RefusedInvalid},
+		{fmt.Errorf("layout: %w", proto.ErrLayout), proto.RefusedInvalid},
+		{errors.New("stream unavailable"), proto.RefusedFailed},
+	} {
+		if got := refusalCode(tc.err); got != tc.want {
+			t.Errorf("refusalCode(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }
