@@ -30,7 +30,7 @@ type control struct {
 	cfg      Config
 	log      *slog.Logger
 	met      *metrics
-	ranks    *rankTable
+	ranks    *Ranks
 	epochs   *epochs.Book
 	cal      *calibrator
 	live     *live
@@ -275,7 +275,7 @@ func (c *control) register(ctx context.Context, data []byte, conn string) proto.
 	rep := proto.RegisterReply{OK: true, PlanHash: info.PlanHash, Steps: info.Steps, MicroBatches: info.MicroBatches,
 		DP: l.DP, MP: l.MP, PP: l.PP, Placement: l.Placement,
 		Epoch: reg.Epoch, Pack: c.cfg.Pipeline.Plan.Pack, VocabSize: info.VocabSize, Modality: mod, Stream: proto.StreamName(c.cfg.Job),
-		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.get(rank).gen}
+		Consumer: proto.ConsumerName(c.cfg.Job, reg.DPRank, reg.MPRank), Subject: subj, Generation: c.ranks.Gen(rank)}
 	c.plane.fillRegisterReply(&rep, reg.DPRank, reg.MPRank)
 	return rep
 }
@@ -300,7 +300,7 @@ func refusalCode(err error) string {
 // holds everything from need on (the trainer acknowledged batches its
 // checkpoint lacks), the rank is rewound to need and republished.
 func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn string) error {
-	if same := c.ranks.swapConn(rank, conn); !same { // a new trainer incarnation: chunks the old one held come back at once
+	if same := c.ranks.SwapConn(rank, conn); !same { // a new trainer incarnation: chunks the old one held come back at once
 		if err := c.plane.trainerReplaced(ctx, rank); err != nil {
 			return err
 		}
@@ -308,7 +308,7 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 	// The cursor first: what is published after this is still stored when
 	// the stream is looked at, so either the stream's first batch or the
 	// cursor bounds what the rank can still receive.
-	avail := c.ranks.get(rank).cursor
+	avail := c.ranks.Cursor(rank)
 	h, stored, err := c.plane.firstHeld(ctx, rank)
 	if err != nil {
 		return err
@@ -338,10 +338,10 @@ func (c *control) resumeRank(ctx context.Context, rank int, need pos, conn strin
 }
 
 // setNext records the first step rank's trainer still needs (in memory and
-// in kvPositions; with force it may move backwards: a register) and wakes
+// in KeyPositions; with force it may move backwards: a register) and wakes
 // the publisher when it moved.
 func (c *control) setNext(rank int, next pos, force bool) {
-	if c.ranks.setNext(rank, next, force) {
+	if c.ranks.SetNext(rank, next, force) {
 		c.poke()
 	}
 }
@@ -386,7 +386,7 @@ func (c *control) handleFeedback(m *nats.Msg) {
 // first: what is published after that is still stored when the stream is
 // looked at.
 func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
-	bound := c.ranks.get(rank).cursor
+	bound := c.ranks.Cursor(rank)
 	h, stored, err := c.plane.firstHeld(ctx, rank)
 	if err != nil {
 		return pos{}, err
@@ -404,7 +404,7 @@ func (c *control) unacked(ctx context.Context, rank int) (pos, error) {
 // acknowledgements to land (a trainer may ack asynchronously just before it
 // reports), then moves as far as they go.
 func (c *control) advanceAcked(ctx context.Context, rank int, want pos, wait time.Duration) {
-	ahead := c.ranks.get(rank).next.Less(c.epochs.Norm(want))
+	ahead := c.ranks.Next(rank).Less(c.epochs.Norm(want))
 	if !ahead {
 		return
 	}

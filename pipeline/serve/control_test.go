@@ -40,9 +40,9 @@ func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *contr
 	cfg.Pipeline.Plan.DP = 2
 	epochs := epochs.NewBook(nil, nil)
 	epochs.SetInfo(0, EpochInfo{Steps: steps})
-	ranks := newRankTable(2, 1, epochs, &state{})
+	ranks := NewRanks(2, 1, epochs, kvStore{&state{}})
 	for r := range 2 {
-		ranks.set(r, rankState{cursor: cursor, next: pos{Epoch: 0, Step: 0}})
+		ranks.Set(r, NewRankState(cursor, pos{Epoch: 0, Step: 0}))
 	}
 	s := &Service{cfg: cfg, log: slog.New(slog.DiscardHandler), epochs: epochs, ranks: ranks, publisher: newPublisher()}
 	s.met = newMetrics(s)

@@ -135,7 +135,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 	for {
 		it, changed := s.out.Lookup(rank, key)
 		if it != nil {
-			if err := s.ranks.hand(ctx, rank, key); err != nil {
+			if err := s.ranks.Hand(ctx, rank, key); err != nil {
 				// Not sent: a batch the KV bucket does not record as handed is one
 				// the next service would refuse the rank's ack of (invariant 6), and
 				// the rank would wait for it forever. The rank asks again.
@@ -174,7 +174,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 
 // dropped reports whether key was built for rank and is no longer held.
 func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.get(rank).cursor)
+	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.Cursor(rank))
 	if !built {
 		return false
 	}
@@ -247,13 +247,13 @@ func (s *Service) checkAck(rank int, k proto.BatchKey) error {
 	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{Epoch: k.Epoch, Step: k.Step}) != (pos{Epoch: k.Epoch, Step: k.Step}) {
 		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
 	}
-	rs := s.ranks.get(rank)
-	if (pos{Epoch: k.Epoch, Step: k.Step}).Less(s.epochs.Norm(rs.next)) {
+	rs := s.ranks.Get(rank)
+	if (pos{Epoch: k.Epoch, Step: k.Step}).Less(s.epochs.Norm(rs.Next())) {
 		return nil
 	}
-	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+	if handed, any := rs.Handed(); !any || deliver.KeyLess(handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
 		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
-			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
+			k, rank, handed, any, proto.ErrControl)
 	}
 	return nil
 }

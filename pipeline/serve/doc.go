@@ -188,7 +188,7 @@
 // The Service composes parts that each own their state under their own
 // lock, with the invariants documented on the type:
 //
-//   - rankTable (ranks.go): every rank's publish cursor, next needed step,
+//   - Ranks (ranks.go): every rank's publish cursor, next needed step,
 //     generation and connection, and their KV records (rank.<dp>.<mp>.gen,
 //     the positions record of all ranks, which positionLog writes behind
 //     the acks, and the handed record of all ranks, which handedLog writes
@@ -212,7 +212,7 @@
 //     comparison when built) is a leaf lock of its own; the plan's Close
 //     stops its background planner and waits for it. serve prepares an
 //     epoch for the book (planEpoch, planepoch.go) and gives it the KV
-//     bucket (epochStore).
+//     bucket (kvStore).
 //   - publisher (publishstate.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
@@ -258,7 +258,7 @@
 //     them through their methods (workglue.go, workmetrics.go: snapshots
 //     at scrape time), never under their locks.
 //
-// Lock order: rankTable before the epoch book (positions are normalised with
+// Lock order: Ranks before the epoch book (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
 // scrape reads memory only (positions, the outbox, the stream state
 // pollStream keeps): it makes no NATS or JetStream request.

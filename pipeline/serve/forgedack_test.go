@@ -43,11 +43,12 @@ func TestCheckAck(t *testing.T) {
 			c := newTestControl(t, 10, pos{Epoch: 0, Step: 10}, &fakeDelivery{})
 			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
 			s.cfg.Pipeline.Plan.MicroBatches = 2
-			rs := rankState{cursor: pos{Epoch: 0, Step: 10}, next: tt.next}
-			if tt.handed != nil {
-				rs.handed, rs.anyHanded = *tt.handed, true
+			s.ranks.Set(0, NewRankState(pos{Epoch: 0, Step: 10}, tt.next))
+			if tt.handed != nil { // no bucket: in memory only
+				if err := s.ranks.Hand(context.Background(), 0, *tt.handed); err != nil {
+					t.Fatal(err)
+				}
 			}
-			s.ranks.set(0, rs)
 			if err := s.checkAck(0, tt.ack); (err == nil) != tt.ok {
 				t.Errorf("checkAck(%v) with next %+v, handed %v: %v, want ok=%v", tt.ack, tt.next, tt.handed, err, tt.ok)
 			}
@@ -141,20 +142,20 @@ func testForgedAcks(t *testing.T, auth bool) {
 		}
 		return nil
 	})
-	for rank, rs := range r.s.ranks.all() {
-		if rs.next != (pos{Epoch: 0, Step: 0}) {
-			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.next)
+	for rank, rs := range r.s.ranks.All() {
+		if rs.Next() != (pos{Epoch: 0, Step: 0}) {
+			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.Next())
 		}
 		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
 			t.Errorf("rank %d: first held batch %v (held %v) after forged acks, want step 0 micro-batch 0", rank, k, held)
 		}
 	}
 	// Whatever the position writer holds, written now: no rank past its first step.
-	if err := r.s.ranks.positions.flush(context.Background(), &r.s.st); err != nil {
+	if err := r.s.ranks.FlushPositions(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var rec ranksRecord
-	if _, err := r.s.st.getJSON(context.Background(), kvPositions, &rec); err != nil {
+	var rec RanksRecord
+	if _, err := r.s.st.getJSON(context.Background(), KeyPositions, &rec); err != nil {
 		t.Fatal(err)
 	}
 	for rank, s := range rec.Ranks {
@@ -205,7 +206,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	r2 := start(t, cfg)
 	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
 	rank.ack(0, 0, 1) // answered: handed by the first service
-	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
 	}
 	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
@@ -214,7 +215,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
 		t.Errorf("the ack of step 1, never sent, was answered")
 	}
-	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
 	}
 }

@@ -5,15 +5,16 @@ import (
 	"testing"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 // TestStepPublishedWakesOnlyWhenTheLeastCursorMoves: the publishers wait
-// (waitTurn) for every rank's cursor, that is for the least one; a rank
+// (WaitTurn) for every rank's cursor, that is for the least one; a rank
 // ahead of another moving on does not wake them, the last rank of a step
 // does. A wake-up per cursor move woke every rank's publisher once per rank
 // and step.
 func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
-	tab := newRankTable(3, 1, epochs.NewBook(nil, nil), nil)
+	tab := NewRanks(3, 1, epochs.NewBook(nil, nil), nil)
 	woken := func(ch chan struct{}) bool {
 		select {
 		case <-ch:
@@ -30,12 +31,12 @@ func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
 		ch := tab.moved
 		at := tab.ranks[tt.rank].cursor
 		tab.mu.Unlock()
-		tab.stepPublished(tt.rank, at, 0)
+		tab.StepPublished(tt.rank, at, 0)
 		if got := woken(ch); got != tt.wake {
 			t.Errorf("rank %d moved past %v: woken %v, want %v", tt.rank, at, got, tt.wake)
 		}
 	}
-	if err := tab.waitTurn(context.Background(), pos{Epoch: 0, Step: 1}); err != nil {
+	if err := tab.WaitTurn(context.Background(), proto.Pos{Epoch: 0, Step: 1}); err != nil {
 		t.Fatal(err)
 	}
 }
