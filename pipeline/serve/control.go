@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -30,7 +31,7 @@ type control struct {
 	cfg      Config
 	log      *slog.Logger
 	met      *metrics
-	ranks    *Ranks
+	ranks    *deliver.Ranks
 	epochs   *epochs.Book
 	cal      *calibrator
 	live     *live

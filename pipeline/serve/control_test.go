@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,9 +41,9 @@ func newTestControl(t *testing.T, steps int, cursor pos, d *fakeDelivery) *contr
 	cfg.Pipeline.Plan.DP = 2
 	epochs := epochs.NewBook(nil, nil)
 	epochs.SetInfo(0, EpochInfo{Steps: steps})
-	ranks := NewRanks(2, 1, epochs, kvStore{&state{}})
+	ranks := deliver.NewRanks(2, 1, epochs, kvStore{&state{}})
 	for r := range 2 {
-		ranks.Set(r, NewRankState(cursor, pos{Epoch: 0, Step: 0}))
+		ranks.Set(r, deliver.NewRankState(cursor, pos{Epoch: 0, Step: 0}))
 	}
 	s := &Service{cfg: cfg, log: slog.New(slog.DiscardHandler), epochs: epochs, ranks: ranks, publisher: newPublisher()}
 	s.met = newMetrics(s)

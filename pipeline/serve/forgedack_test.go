@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
@@ -43,7 +44,7 @@ func TestCheckAck(t *testing.T) {
 			c := newTestControl(t, 10, pos{Epoch: 0, Step: 10}, &fakeDelivery{})
 			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
 			s.cfg.Pipeline.Plan.MicroBatches = 2
-			s.ranks.Set(0, NewRankState(pos{Epoch: 0, Step: 10}, tt.next))
+			s.ranks.Set(0, deliver.NewRankState(pos{Epoch: 0, Step: 10}, tt.next))
 			if tt.handed != nil { // no bucket: in memory only
 				if err := s.ranks.Hand(context.Background(), 0, *tt.handed); err != nil {
 					t.Fatal(err)
@@ -154,8 +155,8 @@ func testForgedAcks(t *testing.T, auth bool) {
 	if err := r.s.ranks.FlushPositions(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var rec RanksRecord
-	if _, err := r.s.st.getJSON(context.Background(), KeyPositions, &rec); err != nil {
+	var rec deliver.RanksRecord
+	if _, err := r.s.st.getJSON(context.Background(), deliver.KeyPositions, &rec); err != nil {
 		t.Fatal(err)
 	}
 	for rank, s := range rec.Ranks {

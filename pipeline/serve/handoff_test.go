@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -28,7 +29,7 @@ func (failingKV) Put(context.Context, string, []byte) (uint64, error) { return 0
 // (TestStandbyPlannerWithWorkers hung on a fast machine).
 func TestHandWithoutRecordMovesNothing(t *testing.T) {
 	kv := kvStore{&state{kv: failingKV{}}}
-	tab := NewRanks(1, 1, epochs.NewBook(nil, nil), kv)
+	tab := deliver.NewRanks(1, 1, epochs.NewBook(nil, nil), kv)
 	key := proto.BatchKey{Epoch: 0, Step: 0, MicroBatch: 0}
 	if err := tab.Hand(context.Background(), 0, key); !errors.Is(err, errWriteFailed) {
 		t.Fatalf("hand with a failing KV: %v, want the write's error", err)
@@ -38,7 +39,7 @@ func TestHandWithoutRecordMovesNothing(t *testing.T) {
 	if any || recOK {
 		t.Errorf("after a failed record: handed %v (any %v), recorded %v (ok %v), want nothing", handed, any, recorded, recOK)
 	}
-	ok := NewRanks(1, 1, epochs.NewBook(nil, nil), nil) // no bucket: memory only
+	ok := deliver.NewRanks(1, 1, epochs.NewBook(nil, nil), nil) // no bucket: memory only
 	if err := ok.Hand(context.Background(), 0, key); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type Service struct {
 	mem memory.Allocator // the Arrow records' (Config.Allocator)
 
 	// The parts.
-	ranks     *Ranks                      // the ranks' positions and their KV records (ranks.go)
+	ranks     *deliver.Ranks              // the ranks' positions and their KV records (ranks.go)
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
@@ -97,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
 	s.epochs = epochs.NewBook(s.planEpoch, kvStore{&s.st})
 	s.data = newJobDataset()
-	s.ranks = NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})
+	s.ranks = deliver.NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})
 	s.plane = newDataPlane(s)
 	s.cal = newCalibrator(cfg)
 	s.cal.onFit = s.writeCostModel
@@ -266,7 +266,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsen
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
-	g.Go(func() error { s.ranks.RunPositions(gctx, positionInterval); return nil })
+	g.Go(func() error { s.ranks.RunPositions(gctx, deliver.PositionInterval); return nil })
 	if ro != nil {
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
 	}

@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func TestPositionsShareWrites(t *testing.T) {
 	defer cancel()
 	st := newMemStore()
 	book := epochs.NewBook(nil, nil)
-	book.SetInfo(0, EpochInfo{Epoch: 0, Steps: steps})
+	book.SetInfo(0, epochs.Info{Epoch: 0, Steps: steps})
 	tab := NewRanks(n, 2, book, st)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

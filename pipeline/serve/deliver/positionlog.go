@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 // KeyPositions is the KV key of every rank's last completed step
 // (RanksRecord: Ranks[r] is the last step rank r completed, null when none,
 // and it starts at the job's first step). One write records every rank that moved meanwhile, at
-// most one write per positionInterval for the whole job, instead of one
+// most one write per PositionInterval for the whole job, instead of one
 // write per rank and step (rank.<dp>.<mp>.step, which services before it
 // wrote and a service still reads when this key is absent or of another
 // layout).
 const KeyPositions = "positions"
 
-// positionInterval is the least time between two writes of KeyPositions.
-const positionInterval = 100 * time.Millisecond
+// PositionInterval is the least time between two writes of KeyPositions.
+const PositionInterval = 100 * time.Millisecond
 
 // positionLog owns the KeyPositions record. Unlike KeyHanded, nothing waits
 // for it: a recorded position is only where a restarted service (or a

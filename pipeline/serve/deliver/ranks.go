@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -448,7 +447,7 @@ func (t *Ranks) Hand(ctx context.Context, r int, key proto.BatchKey) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rs = &t.ranks[r]
-	if !rs.anyHanded || deliver.KeyLess(rs.handed, k) {
+	if !rs.anyHanded || KeyLess(rs.handed, k) {
 		rs.handed, rs.anyHanded = k, true
 	}
 	if write && (!rs.recOK || rs.recorded.Less(at)) {
