@@ -35,7 +35,7 @@ type Service struct {
 	mem memory.Allocator // the Arrow records' (Config.Allocator)
 
 	// The parts.
-	ranks     *deliver.Ranks              // the ranks' positions and their KV records (ranks.go)
+	ranks     *deliver.Ranks              // the ranks' positions and their KV records (package deliver)
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
