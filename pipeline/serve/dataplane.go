@@ -215,7 +215,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if !s.replies.allow("ack", m, s.replies.rankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
-	if err := s.checkAck(rank, a.Key()); err != nil {
+	if err := s.ranks.CheckAck(rank, a.Key(), s.cfg.Pipeline.Plan.MicroBatches); err != nil {
 		s.ctl.badControl("ack", err)
 		return
 	}
@@ -233,27 +233,4 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
 		s.ctl.setNext(rank, pos{Epoch: a.Epoch, Step: a.Step + 1}, false)
 	}
-}
-
-// checkAck returns nil when rank may acknowledge k on the core data plane:
-// a batch of a step the rank already completed (a duplicate: clients send
-// recent acks again after a reconnect), or a batch up to the last one
-// handed to the rank (its fetch was answered with it or a later batch, by
-// this service or, as the KV bucket recorded, by an earlier one). An ack
-// means "every batch up to k is applied" (docs/protocol.md section 11), so
-// it moves the rank at most to the step after the last batch handed to it,
-// never over a batch no fetch of the rank got (invariant 6).
-func (s *Service) checkAck(rank int, k proto.BatchKey) error {
-	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{Epoch: k.Epoch, Step: k.Step}) != (pos{Epoch: k.Epoch, Step: k.Step}) {
-		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
-	}
-	rs := s.ranks.Get(rank)
-	if (pos{Epoch: k.Epoch, Step: k.Step}).Less(s.epochs.Norm(rs.Next())) {
-		return nil
-	}
-	if handed, any := rs.Handed(); !any || deliver.KeyLess(handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
-		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
-			k, rank, handed, any, proto.ErrControl)
-	}
-	return nil
 }

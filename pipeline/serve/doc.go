@@ -199,7 +199,7 @@
 //     verbs (Cursor, Next, Gen, Get: a RankState copy). A generation is recorded before it is used; a cursor
 //     moves forward only when the step's last micro-batch was handed over;
 //     a rank's next needed step moves forward only over batches handed to
-//     it (an ack of anything else is refused: Service.checkAck).
+//     it (an ack of anything else is refused: deliver.Ranks.CheckAck).
 //   - jobDataset (dataset.go): the job's pipeline.Dataset (index,
 //     tokenizer, features), opened by the first epoch's preparation and
 //     shared by every epoch's plan and preprocessing; Run closes it after

@@ -14,49 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestCheckAck: on the core data plane an ack moves a rank only over
-// batches handed to it; a duplicate of a completed step is accepted
-// (clients send recent acks again after a reconnect).
-func TestCheckAck(t *testing.T) {
-	key := func(step, mb int) proto.BatchKey { return proto.BatchKey{Job: "ctl", Step: step, MicroBatch: mb} }
-	tests := []struct {
-		name   string
-		next   pos
-		handed *proto.BatchKey
-		ack    proto.BatchKey
-		ok     bool
-	}{
-		{"nothing handed", pos{Epoch: 0, Step: 0}, nil, key(0, 1), false},
-		{"the last batch of the epoch, nothing handed", pos{Epoch: 0, Step: 0}, nil, key(9, 1), false},
-		{"handed, at the next step", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
-		{"the first micro-batch handed, the last not", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
-		{"handed, steps ahead of the next (cumulative)", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a step after the last handed", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
-		{"the micro-batch after the last handed", pos{Epoch: 0, Step: 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
-		{"a later step handed, this one acked in order", pos{Epoch: 0, Step: 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a duplicate of a completed step", pos{Epoch: 0, Step: 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
-		{"a duplicate, nothing handed since a restart", pos{Epoch: 0, Step: 5}, nil, key(4, 1), true},
-		{"outside the plan's micro-batches", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(0, 2), false},
-		{"outside the epoch's steps", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(10, 0), false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := newTestControl(t, 10, pos{Epoch: 0, Step: 10}, &fakeDelivery{})
-			s := &Service{cfg: c.cfg, epochs: c.epochs, ranks: c.ranks}
-			s.cfg.Pipeline.Plan.MicroBatches = 2
-			s.ranks.Set(0, deliver.NewRankState(pos{Epoch: 0, Step: 10}, tt.next))
-			if tt.handed != nil { // no bucket: in memory only
-				if err := s.ranks.Hand(context.Background(), 0, *tt.handed); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := s.checkAck(0, tt.ack); (err == nil) != tt.ok {
-				t.Errorf("checkAck(%v) with next %+v, handed %v: %v, want ok=%v", tt.ack, tt.next, tt.handed, err, tt.ok)
-			}
-		})
-	}
-}
-
 // TestForgedAcksEndNothing plays issue 20's forged ack: before anything is
 // delivered, an attacker (rank 0's own credential with authentication on,
 // or a bare connection) acknowledges the last micro-batch of the epoch and

@@ -30,7 +30,9 @@
 // time (Cursor, Next, Gen), and moved only by its verbs: the publisher's
 // (MinCursor, Targets, WaitTurn, StepPublished, Normalize, AllNeed,
 // Rewound), the control handlers' (SwapConn, SetNext, Trained), the fetch
-// handler's (Hand), a resize's (ResetAll) and a restore's (Load, Set). It is
+// and ack handlers' (Hand; CheckAck, the core plane's ack rule: an ack moves
+// a rank only over batches handed to it), a resize's (ResetAll) and a
+// restore's (Load, Set). It is
 // the only writer of the ranks' KV records: rank.<dp>.<mp>.gen (RankGenKey,
 // written by Rewound before the table holds the generation), KeyHanded (the
 // handed log, handedlog.go: Hand returns only once the record holds the
@@ -51,11 +53,11 @@
 //
 // # What it must not do
 //
-// It decides nothing about what the positions mean: what a fetch may get,
-// whether an ack is over handed batches (serve's checkAck), when to rewind
-// and which data plane runs are the service's (package serve: the dataPlane
-// interface in plane.go, with its core and JetStream implementations;
-// dataplane.go's fetch and ack handlers; the publisher). It makes no NATS
+// It decides nothing else about the positions: what a fetch may get, when
+// to rewind and which data plane runs are the service's (package serve:
+// the dataPlane interface in plane.go, with its core and JetStream
+// implementations; dataplane.go's fetch and ack handlers; the publisher).
+// It makes no NATS
 // request, imports no NATS package (the bucket is its Store) and imports
 // proto and internal/ctxutil and nothing else of this module, never
 // pipeline/serve or pipeline/serve/epochs (internal/arch); serve uses it

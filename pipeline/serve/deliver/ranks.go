@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -452,6 +453,30 @@ func (t *Ranks) Hand(ctx context.Context, r int, key proto.BatchKey) error {
 	}
 	if write && (!rs.recOK || rs.recorded.Less(at)) {
 		rs.recorded, rs.recOK = at, true
+	}
+	return nil
+}
+
+// CheckAck returns nil when rank r may acknowledge k on the core data plane
+// (a plan of microBatches micro-batches a step): a batch of a step the rank
+// already completed (a duplicate: clients send recent acks again after a
+// reconnect), or a batch up to the last one handed to the rank (its fetch
+// was answered with it or a later batch, by this service or, as the KV
+// bucket recorded, by an earlier one). An ack means "every batch up to k is
+// applied" (docs/protocol.md section 11), so it moves the rank at most to
+// the step after the last batch handed to it, never over a batch no fetch
+// of the rank got (invariant 6).
+func (t *Ranks) CheckAck(r int, k proto.BatchKey, microBatches int) error {
+	if k.MicroBatch >= microBatches || t.epochs.Norm(proto.Pos{Epoch: k.Epoch, Step: k.Step}) != (proto.Pos{Epoch: k.Epoch, Step: k.Step}) {
+		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
+	}
+	rs := t.Get(r)
+	if (proto.Pos{Epoch: k.Epoch, Step: k.Step}).Less(t.epochs.Norm(rs.next)) {
+		return nil
+	}
+	if !rs.anyHanded || KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
+		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
+			k, r, rs.handed, rs.anyHanded, proto.ErrControl)
 	}
 	return nil
 }
