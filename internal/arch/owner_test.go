@@ -102,3 +102,62 @@ func TestOnlyThePlaneChoiceBranchesOnThePlane(t *testing.T) {
 		t.Errorf("%s calls no core(): the check would check nothing", dataPlaneChooser)
 	}
 }
+
+// rankStateOwner is the one package that may name a rank's KV record in a
+// call other than a read: the rank table (issue 24: the rank positions
+// are deliver's, and it writes them through its Store).
+const rankStateOwner = "pipeline/serve/deliver/"
+
+// TestOnlyTheRankTableWritesRankState: no non-test file outside
+// pipeline/serve/deliver passes a rank's KV record (deliver.KeyHanded,
+// deliver.KeyPositions, deliver.RankGenKey, or a literal "handed",
+// "positions", "rank.….gen" or "rank.….handed") to a call other than a
+// read. Before, assets.go wrote all three when it recreated the bucket.
+func TestOnlyTheRankTableWritesRankState(t *testing.T) {
+	seen := false
+	for _, sf := range moduleSources(t) {
+		ast.Inspect(sf.file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name == "getJSON" || sel.Sel.Name == "GetJSON" || sel.Sel.Name == "Get" ||
+				sel.Sel.Name == "getInt" || sel.Sel.Name == "GetInt" {
+				return true
+			}
+			for _, arg := range call.Args {
+				if !namesRankState(arg) {
+					continue
+				}
+				if strings.HasPrefix(sf.rel, rankStateOwner) {
+					seen = true
+					continue
+				}
+				t.Errorf("%s:%d: %s writes a rank's KV record: only %s may (deliver.Ranks)", sf.rel,
+					sf.fset.Position(call.Pos()).Line, sel.Sel.Name, rankStateOwner)
+			}
+			return true
+		})
+	}
+	if !seen {
+		t.Errorf("%s writes no rank record: the check would check nothing", rankStateOwner)
+	}
+}
+
+// namesRankState reports whether expression e names a rank's KV record.
+func namesRankState(e ast.Expr) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.Ident:
+			found = found || x.Name == "KeyHanded" || x.Name == "KeyPositions" || x.Name == "RankGenKey"
+		case *ast.BasicLit:
+			v := strings.Trim(x.Value, "\"`")
+			found = found || (x.Kind == token.STRING && (v == "handed" || v == "positions" ||
+				(strings.HasPrefix(v, "rank.") && (strings.HasSuffix(v, ".gen") || strings.HasSuffix(v, ".handed")))))
+		}
+		return !found
+	})
+	return found
+}

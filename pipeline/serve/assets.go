@@ -335,30 +335,10 @@ func (s *Service) recreateState(ctx context.Context) error {
 	if err := s.checkJob(ctx); err != nil {
 		return err
 	}
-	ranks := s.ranks.all()
 	if err := s.epochs.RecordAll(ctx); err != nil {
 		return err
 	}
-	handed := ranksRecord{Ranks: make([]*kvStep, len(ranks))}
-	positions := ranksRecord{Ranks: make([]*kvStep, len(ranks))}
-	for r, rs := range ranks {
-		if rs.recOK {
-			handed.Ranks[r] = &kvStep{rs.recorded.Epoch, rs.recorded.Step}
-		}
-		positions.Ranks[r] = s.ranks.lastCompleted(rs.next)
-	}
-	if err := s.st.putJSON(ctx, kvHanded, handed); err != nil {
-		return err
-	}
-	if err := s.st.putJSON(ctx, kvPositions, positions); err != nil {
-		return err
-	}
-	for r, rs := range ranks {
-		if err := s.st.putInt(ctx, kvRankGen(r/s.cfg.MP, r%s.cfg.MP), rs.gen); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.ranks.Rewrite(ctx)
 }
 
 // recreateStream recreates the stream and the consumers, then rewinds every
@@ -375,7 +355,7 @@ func (s *Service) recreateStream(ctx context.Context) error {
 		}
 	}
 	for r := range c.ranks() {
-		to := s.ranks.get(r).next
+		to := s.ranks.Next(r)
 		if err := s.requestRewind(ctx, rewindReq{rank: r, to: to, reason: "stream recreated"}); err != nil {
 			return err
 		}

@@ -135,7 +135,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 	for {
 		it, changed := s.out.Lookup(rank, key)
 		if it != nil {
-			if err := s.ranks.hand(ctx, rank, key); err != nil {
+			if err := s.ranks.Hand(ctx, rank, key); err != nil {
 				// Not sent: a batch the KV bucket does not record as handed is one
 				// the next service would refuse the rank's ack of (invariant 6), and
 				// the rank would wait for it forever. The rank asks again.
@@ -174,7 +174,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 
 // dropped reports whether key was built for rank and is no longer held.
 func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.get(rank).cursor)
+	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.Cursor(rank))
 	if !built {
 		return false
 	}
@@ -215,7 +215,7 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if !s.replies.Allow("ack", m, s.replies.RankInbox(a.DPRank, a.MPRank)...) {
 		return
 	}
-	if err := s.checkAck(rank, a.Key()); err != nil {
+	if err := s.ranks.CheckAck(rank, a.Key(), s.cfg.Pipeline.Plan.MicroBatches); err != nil {
 		s.ctl.BadControl("ack", err)
 		return
 	}
@@ -233,27 +233,4 @@ func (s *Service) handleAck(m *nats.Msg) {
 	if a.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 {
 		s.ctl.SetNext(rank, pos{Epoch: a.Epoch, Step: a.Step + 1}, false)
 	}
-}
-
-// checkAck returns nil when rank may acknowledge k on the core data plane:
-// a batch of a step the rank already completed (a duplicate: clients send
-// recent acks again after a reconnect), or a batch up to the last one
-// handed to the rank (its fetch was answered with it or a later batch, by
-// this service or, as the KV bucket recorded, by an earlier one). An ack
-// means "every batch up to k is applied" (docs/protocol.md section 11), so
-// it moves the rank at most to the step after the last batch handed to it,
-// never over a batch no fetch of the rank got (invariant 6).
-func (s *Service) checkAck(rank int, k proto.BatchKey) error {
-	if k.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || s.epochs.Norm(pos{Epoch: k.Epoch, Step: k.Step}) != (pos{Epoch: k.Epoch, Step: k.Step}) {
-		return fmt.Errorf("serve: ack of %v: outside the plan: %w", k, proto.ErrControl)
-	}
-	rs := s.ranks.get(rank)
-	if (pos{Epoch: k.Epoch, Step: k.Step}).Less(s.epochs.Norm(rs.next)) {
-		return nil
-	}
-	if !rs.anyHanded || deliver.KeyLess(rs.handed, proto.BatchKey{Epoch: k.Epoch, Step: k.Step, MicroBatch: k.MicroBatch}) {
-		return fmt.Errorf("serve: ack of %v, which was not handed to rank %d (last handed: %v, any: %v): %w",
-			k, rank, rs.handed, rs.anyHanded, proto.ErrControl)
-	}
-	return nil
 }

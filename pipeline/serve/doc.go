@@ -131,9 +131,9 @@
 // cannot open its input records nothing), each epoch's info (epoch.<e>: steps, plan
 // hash, the cost-model segments), the current epoch, each rank's last
 // completed step (positions, one key for all ranks, from feedback, done and
-// a step's last ack, written at most every 100 ms: positionlog.go), each rank's
+// a step's last ack, written at most every 100 ms: deliver/positionlog.go), each rank's
 // generation (rank.<dp>.<mp>.gen), the last step each rank's fetch was sent a
-// batch of (handed, one key for all ranks, core data plane; handedlog.go) and
+// batch of (handed, one key for all ranks, core data plane; deliver/handedlog.go) and
 // finished. On restart the service
 // replans every epoch identically (replaying recorded recalibrations), sets
 // each rank's cursor after the last batch the stream still holds for it (or
@@ -188,15 +188,18 @@
 // The Service composes parts that each own their state under their own
 // lock, with the invariants documented on the type:
 //
-//   - rankTable (ranks.go): every rank's publish cursor, next needed step,
+//   - deliver.Ranks (package deliver: ranks.go, handedlog.go,
+//     positionlog.go): every rank's publish cursor, next needed step,
 //     generation and connection, and their KV records (rank.<dp>.<mp>.gen,
-//     the positions record of all ranks, which positionLog writes behind
-//     the acks, and the handed record of all ranks, which handedLog writes
-//     for every rank waiting at once before their batches go; each at most
-//     every 100 ms). A generation is recorded before it is used; a cursor
+//     the positions record of all ranks, written behind the acks, and the
+//     handed record of all ranks, written for every rank waiting at once
+//     before their batches go; each at most every 100 ms). serve gives it
+//     the epoch book (deliver.Epochs: Norm, StepBefore) and the job's bucket
+//     (deliver.Store: kvStore, state.go), and reads a rank through its
+//     verbs (Cursor, Next, Gen, Get: a RankState copy). A generation is recorded before it is used; a cursor
 //     moves forward only when the step's last micro-batch was handed over;
 //     a rank's next needed step moves forward only over batches handed to
-//     it (an ack of anything else is refused: Service.checkAck).
+//     it (an ack of anything else is refused: deliver.Ranks.CheckAck).
 //   - jobDataset (dataset.go): the job's pipeline.Dataset (index,
 //     tokenizer, features), opened by the first epoch's preparation and
 //     shared by every epoch's plan and preprocessing; Run closes it after
@@ -212,7 +215,7 @@
 //     comparison when built) is a leaf lock of its own; the plan's Close
 //     stops its background planner and waits for it. serve prepares an
 //     epoch for the book (planEpoch, planepoch.go) and gives it the KV
-//     bucket (epochStore).
+//     bucket (kvStore, state.go).
 //   - publisher (publishstate.go): the rewinds queued for the publish loop
 //     (publish.go), its wake-ups, the cancel of the run in progress and
 //     whether everything is published. Only the loop applies rewinds.
@@ -260,7 +263,7 @@
 //     them through their methods (workglue.go, workmetrics.go: snapshots
 //     at scrape time), never under their locks.
 //
-// Lock order: rankTable before the epoch book (positions are normalised with
+// Lock order: deliver.Ranks before the epoch book (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
 // scrape reads memory only (positions, the outbox, the stream state
 // pollStream keeps): it makes no NATS or JetStream request.

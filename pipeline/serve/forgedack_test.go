@@ -7,59 +7,13 @@ import (
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/pipeline/serve/control"
-	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// TestCheckAck: on the core data plane an ack moves a rank only over
-// batches handed to it; a duplicate of a completed step is accepted
-// (clients send recent acks again after a reconnect).
-func TestCheckAck(t *testing.T) {
-	key := func(step, mb int) proto.BatchKey { return proto.BatchKey{Job: "ctl", Step: step, MicroBatch: mb} }
-	tests := []struct {
-		name   string
-		next   pos
-		handed *proto.BatchKey
-		ack    proto.BatchKey
-		ok     bool
-	}{
-		{"nothing handed", pos{Epoch: 0, Step: 0}, nil, key(0, 1), false},
-		{"the last batch of the epoch, nothing handed", pos{Epoch: 0, Step: 0}, nil, key(9, 1), false},
-		{"handed, at the next step", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 1}, key(0, 1), true},
-		{"the first micro-batch handed, the last not", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 0, MicroBatch: 0}, key(0, 1), false},
-		{"handed, steps ahead of the next (cumulative)", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a step after the last handed", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(4, 0), false},
-		{"the micro-batch after the last handed", pos{Epoch: 0, Step: 3}, &proto.BatchKey{Step: 3, MicroBatch: 0}, key(3, 1), false},
-		{"a later step handed, this one acked in order", pos{Epoch: 0, Step: 2}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(2, 1), true},
-		{"a duplicate of a completed step", pos{Epoch: 0, Step: 5}, &proto.BatchKey{Step: 5, MicroBatch: 0}, key(3, 1), true},
-		{"a duplicate, nothing handed since a restart", pos{Epoch: 0, Step: 5}, nil, key(4, 1), true},
-		{"outside the plan's micro-batches", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(0, 2), false},
-		{"outside the epoch's steps", pos{Epoch: 0, Step: 0}, &proto.BatchKey{Step: 3, MicroBatch: 1}, key(10, 0), false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Job = "ctl"
-			cfg.Pipeline.Plan.DP = 2
-			cfg.Pipeline.Plan.MicroBatches = 2
-			book := epochs.NewBook(nil, nil)
-			book.SetInfo(0, EpochInfo{Steps: 10})
-			s := &Service{cfg: cfg, epochs: book, ranks: newRankTable(2, 1, book, &state{})}
-			rs := rankState{cursor: pos{Epoch: 0, Step: 10}, next: tt.next}
-			if tt.handed != nil {
-				rs.handed, rs.anyHanded = *tt.handed, true
-			}
-			s.ranks.set(0, rs)
-			if err := s.checkAck(0, tt.ack); (err == nil) != tt.ok {
-				t.Errorf("checkAck(%v) with next %+v, handed %v: %v, want ok=%v", tt.ack, tt.next, tt.handed, err, tt.ok)
-			}
-		})
-	}
-}
 
 // TestForgedAcksEndNothing plays issue 20's forged ack: before anything is
 // delivered, an attacker (rank 0's own credential with authentication on,
@@ -145,20 +99,20 @@ func testForgedAcks(t *testing.T, auth bool) {
 		}
 		return nil
 	})
-	for rank, rs := range r.s.ranks.all() {
-		if rs.next != (pos{Epoch: 0, Step: 0}) {
-			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.next)
+	for rank, rs := range r.s.ranks.All() {
+		if rs.Next() != (pos{Epoch: 0, Step: 0}) {
+			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.Next())
 		}
 		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
 			t.Errorf("rank %d: first held batch %v (held %v) after forged acks, want step 0 micro-batch 0", rank, k, held)
 		}
 	}
 	// Whatever the position writer holds, written now: no rank past its first step.
-	if err := r.s.ranks.positions.flush(context.Background(), &r.s.st); err != nil {
+	if err := r.s.ranks.FlushPositions(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var rec ranksRecord
-	if _, err := r.s.st.getJSON(context.Background(), kvPositions, &rec); err != nil {
+	var rec deliver.RanksRecord
+	if _, err := r.s.st.getJSON(context.Background(), deliver.KeyPositions, &rec); err != nil {
 		t.Fatal(err)
 	}
 	for rank, s := range rec.Ranks {
@@ -209,7 +163,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	r2 := start(t, cfg)
 	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
 	rank.ack(0, 0, 1) // answered: handed by the first service
-	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
 	}
 	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
@@ -218,7 +172,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
 		t.Errorf("the ack of step 1, never sent, was answered")
 	}
-	if next := r2.s.ranks.get(0).next; next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
@@ -27,21 +28,23 @@ func (failingKV) Put(context.Context, string, []byte) (uint64, error) { return 0
 // never saw the record, refused the rank's ack of it forever
 // (TestStandbyPlannerWithWorkers hung on a fast machine).
 func TestHandWithoutRecordMovesNothing(t *testing.T) {
-	kv := &state{kv: failingKV{}}
-	tab := newRankTable(1, 1, epochs.NewBook(nil, nil), kv)
+	kv := kvStore{&state{kv: failingKV{}}}
+	tab := deliver.NewRanks(1, 1, epochs.NewBook(nil, nil), kv)
 	key := proto.BatchKey{Epoch: 0, Step: 0, MicroBatch: 0}
-	if err := tab.hand(context.Background(), 0, key); !errors.Is(err, errWriteFailed) {
+	if err := tab.Hand(context.Background(), 0, key); !errors.Is(err, errWriteFailed) {
 		t.Fatalf("hand with a failing KV: %v, want the write's error", err)
 	}
-	if rs := tab.get(0); rs.anyHanded || rs.recOK {
-		t.Errorf("after a failed record: handed %v (any %v), recorded %v (ok %v), want nothing", rs.handed, rs.anyHanded, rs.recorded, rs.recOK)
+	handed, any := tab.Get(0).Handed()
+	recorded, recOK := tab.Get(0).Recorded()
+	if any || recOK {
+		t.Errorf("after a failed record: handed %v (any %v), recorded %v (ok %v), want nothing", handed, any, recorded, recOK)
 	}
-	ok := newRankTable(1, 1, epochs.NewBook(nil, nil), nil) // no bucket: memory only
-	if err := ok.hand(context.Background(), 0, key); err != nil {
+	ok := deliver.NewRanks(1, 1, epochs.NewBook(nil, nil), nil) // no bucket: memory only
+	if err := ok.Hand(context.Background(), 0, key); err != nil {
 		t.Fatal(err)
 	}
-	if rs := ok.get(0); !rs.anyHanded || rs.handed != key {
-		t.Errorf("without a bucket: handed %v (any %v), want %v", rs.handed, rs.anyHanded, key)
+	if handed, any := ok.Get(0).Handed(); !any || handed != key {
+		t.Errorf("without a bucket: handed %v (any %v), want %v", handed, any, key)
 	}
 }
 

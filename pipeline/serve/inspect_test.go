@@ -121,9 +121,9 @@ func TestInspectCore(t *testing.T) {
 		}
 	}
 	checkDelivery(t, cfg, trs, 0, ex)
-	for i, rs := range r.s.ranks.all() {
-		if rs.gen != 0 {
-			t.Errorf("rank %d at generation %d: a viewer rewound it", i, rs.gen)
+	for i, rs := range r.s.ranks.All() {
+		if rs.Gen() != 0 {
+			t.Errorf("rank %d at generation %d: a viewer rewound it", i, rs.Gen())
 		}
 	}
 }

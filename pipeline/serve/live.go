@@ -264,10 +264,10 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	l.mu.Unlock()
 	lv.Finished = s.finishedPublishing()
 	lv.StepsTrained = s.stepsTrained()
-	for r, rs := range s.ranks.all() {
+	for r, rs := range s.ranks.All() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
-		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.next.Epoch, NextStep: rs.next.Step,
-			PublishedEpoch: rs.cursor.Epoch, PublishedStep: rs.cursor.Step, Generation: rs.gen})
+		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.Next().Epoch, NextStep: rs.Next().Step,
+			PublishedEpoch: rs.Cursor().Epoch, PublishedStep: rs.Cursor().Step, Generation: rs.Gen()})
 	}
 	st := s.Stats()
 	lv.Throughput = Rates{Stats: st}

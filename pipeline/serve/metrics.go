@@ -167,10 +167,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.plane != nil {
 		s.plane.collect(ch)
 	}
-	for r, rs := range s.ranks.all() {
+	for r, rs := range s.ranks.All() {
 		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
-		ch <- prometheus.MustNewConstMetric(descNextStep, prometheus.GaugeValue, float64(rs.next.Step), l...)
-		ch <- prometheus.MustNewConstMetric(descNextEpoch, prometheus.GaugeValue, float64(rs.next.Epoch), l...)
+		ch <- prometheus.MustNewConstMetric(descNextStep, prometheus.GaugeValue, float64(rs.Next().Step), l...)
+		ch <- prometheus.MustNewConstMetric(descNextEpoch, prometheus.GaugeValue, float64(rs.Next().Epoch), l...)
 	}
 	for reason, n := range s.live.quarantined() {
 		ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.CounterValue, float64(n), reason)

@@ -70,13 +70,3 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochs.Plan, error) {
 func (c Config) epochConfig() epochs.Config {
 	return epochs.Config{Pipeline: c.Pipeline, Job: c.Job, Logger: c.Logger, QuarantineDir: c.QuarantineDir, NoBaselines: c.NoBaselines}
 }
-
-// epochStore is the job's KV bucket as the epoch book writes it
-// (epochs.Store): s is the service's, whose bucket a recreation replaces.
-type epochStore struct{ s *state }
-
-func (st epochStore) PutJSON(ctx context.Context, key string, v any) error {
-	return st.s.putJSON(ctx, key, v)
-}
-
-func (st epochStore) Delete(ctx context.Context, key string) error { return st.s.delete(ctx, key) }

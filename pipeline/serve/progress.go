@@ -46,7 +46,7 @@ func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressL
 // the step count of its epoch (0 when not planned yet); ok is false before
 // any rank registered.
 func (s *Service) trained() (p pos, steps int, ok bool) {
-	if p, ok = s.ranks.trained(); !ok {
+	if p, ok = s.ranks.Trained(); !ok {
 		return pos{}, 0, false
 	}
 	return p, s.epochs.Steps(p.Epoch), true

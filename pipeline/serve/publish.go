@@ -33,7 +33,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 		if err := s.drainRewinds(ctx); err != nil {
 			return err
 		}
-		start := s.ranks.minCursor()
+		start := s.ranks.MinCursor()
 		if !start.Less(end) {
 			if s.markFinished(ctx) {
 				return nil
@@ -50,7 +50,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 		err := s.run(ctx, start)
 		switch {
 		case err == nil:
-			s.ranks.normalize() // cursors at the end of start's epoch move to the next one's start
+			s.ranks.Normalize() // cursors at the end of start's epoch move to the next one's start
 		case errors.Is(err, errRewind) || (errors.Is(err, context.Canceled) && ctx.Err() == nil):
 		default:
 			return err
@@ -62,7 +62,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
 	first := s.publisher.finish()
-	allDone := s.ranks.allNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
+	allDone := s.ranks.AllNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
 		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
@@ -99,10 +99,10 @@ func (s *Service) run(ctx context.Context, start pos) error {
 		return errRewind
 	}
 	defer s.publisher.endRun()
-	ranks := s.ranks.all()
+	ranks := s.ranks.All()
 	next := make([]pos, len(ranks)) // the next step to queue, per rank
 	for r, rs := range ranks {
-		next[r] = rs.cursor
+		next[r] = rs.Cursor()
 	}
 	g, gctx := errgroup.WithContext(rctx)
 	queues := make([]chan outMsg, len(next))
@@ -189,7 +189,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
 	here := pos{Epoch: ep.Info().Epoch, Step: sb.Step}
 	gens := make([]int, len(next))
-	targets := s.ranks.targets(here, next, gens)
+	targets := s.ranks.Targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
 		s.live.published(ep, sb)
 		s.met.imbalance.Observe(imbalance(ep.Predicted(sb.Step)))
@@ -221,7 +221,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 	if ranks == 0 || s.publisher.warnedRoom.Load() {
 		return
 	}
-	full := bytes * int64(s.ranks.len()) / int64(ranks)
+	full := bytes * int64(s.ranks.Len()) / int64(ranks)
 	if 2*full > s.cfg.StreamMaxBytes && s.publisher.warnedRoom.CompareAndSwap(false, true) {
 		s.log.Warn("the stream holds fewer than two steps: the service cannot publish ahead of trainers that hold a step while they wait for each other, and a step larger than the stream stalls them until ack_wait; raise --stream-max-bytes",
 			"step", step, "step_bytes", full, "stream_max_bytes", s.cfg.StreamMaxBytes)
@@ -300,7 +300,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 	for m := range q {
 		t0 := time.Now()
 		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
-			if err := s.ranks.waitTurn(ctx, pos{Epoch: m.key.Epoch, Step: m.key.Step}); err != nil {
+			if err := s.ranks.WaitTurn(ctx, pos{Epoch: m.key.Epoch, Step: m.key.Step}); err != nil {
 				return err
 			}
 		}
@@ -314,7 +314,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 		if !m.last {
 			continue
 		}
-		s.ranks.stepPublished(r, pos{Epoch: m.key.Epoch, Step: m.key.Step}, m.gen)
+		s.ranks.StepPublished(r, pos{Epoch: m.key.Epoch, Step: m.key.Step}, m.gen)
 	}
 	return nil
 }
@@ -397,8 +397,8 @@ func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
 }
 
 func (s *Service) rewind(ctx context.Context, req rewindReq) error {
-	rs := s.ranks.get(req.rank)
-	if rs.cursor.Less(req.to) {
+	rs := s.ranks.Get(req.rank)
+	if rs.Cursor().Less(req.to) {
 		return nil // nothing published from there yet (at the cursor, a step may be part published)
 	}
 	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
@@ -407,8 +407,8 @@ func (s *Service) rewind(ctx context.Context, req rewindReq) error {
 	if err := s.plane.drop(kctx, req.rank); err != nil {
 		return err
 	}
-	gen := rs.gen + 1
-	if err := s.ranks.rewound(kctx, req.rank, gen, req.to); err != nil {
+	gen := rs.Gen() + 1
+	if err := s.ranks.Rewound(kctx, req.rank, gen, req.to); err != nil {
 		return err
 	}
 	s.met.rewinds.Inc()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/control"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
@@ -85,12 +86,12 @@ func testRepliesScoped(t *testing.T, plane string, auth bool) {
 		_, err := kv.Get(ctx, epochs.InfoKey(0))
 		return err
 	})
-	keys := []string{"config", kvPositions, kvRankGen(0, 0), kvRankGen(1, 0)}
+	keys := []string{"config", deliver.KeyPositions, deliver.RankGenKey(0, 0), deliver.RankGenKey(1, 0)}
 	before := kvRevisions(t, ctx, kv, keys)
 
 	rank0, _ := proto.InboxPrefix(cfg.Job, 0, 0)
 	rank1, _ := proto.InboxPrefix(cfg.Job, 1, 0)
-	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + "." + kvPositions,
+	targets := []string{"$KV." + proto.BucketName(cfg.Job) + ".config", "$KV." + proto.BucketName(cfg.Job) + "." + deliver.KeyPositions,
 		"$JS.API.STREAM.DELETE.OBJ_" + work.FeatureBucket, "$JS.API.STREAM.DELETE.KV_" + proto.BucketName(cfg.Job),
 		"$JS.API.STREAM.DELETE." + proto.StreamName(cfg.Job), rank1 + ".stolen", ServiceInboxPrefix + ".x.1"}
 	if auth {

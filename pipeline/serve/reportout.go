@@ -157,7 +157,7 @@ func (ro *reportOut) epochEnds(s *Service) {
 	ro.mu.Lock()
 	defer ro.mu.Unlock()
 	ro.remember(s)
-	p, ok := s.ranks.trained()
+	p, ok := s.ranks.Trained()
 	if !ok {
 		return
 	}
@@ -180,7 +180,7 @@ func (ro *reportOut) atExit(s *Service) {
 	ro.mu.Lock()
 	defer ro.mu.Unlock()
 	ro.remember(s)
-	p, _ := s.ranks.trained()
+	p, _ := s.ranks.Trained()
 	for deadline := time.Now().Add(exitMeasureWait); s.live.record.partialBefore(p) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -272,7 +272,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 		}
 		rr.Report, rr.Mixture = &c, mix
 	}
-	trained, ok := s.ranks.trained()
+	trained, ok := s.ranks.Trained()
 	if !ok {
 		trained = pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	}
@@ -304,7 +304,7 @@ func epochTrained(trained pos, e, steps int) int {
 // stepsTrained counts the steps every rank acknowledged, over the job's
 // epochs (0 until every rank registered).
 func (s *Service) stepsTrained() int {
-	p, ok := s.ranks.trained()
+	p, ok := s.ranks.Trained()
 	if !ok {
 		return 0
 	}

@@ -228,7 +228,7 @@ func TestReportOutOnCancel(t *testing.T) {
 		}
 	}
 	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if p, ok := r.s.ranks.trained(); !ok || p.Step < trained {
+		if p, ok := r.s.ranks.Trained(); !ok || p.Step < trained {
 			return fmt.Errorf("trained to %v (%v)", p, ok)
 		}
 		if r.s.snapshot() == nil {

@@ -126,7 +126,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 		return err
 	}
 	s.epochs.Forget(stale)
-	s.ranks.resetAll(point)
+	s.ranks.ResetAll(point)
 	r.point, r.base = point, base
 	close(r.decided)
 	s.log.Info("resized", "from_dp", r.oldDP, "to_dp", s.cfg.Pipeline.Plan.DP, "epoch", point.Epoch, "from_step", point.Step)

@@ -36,7 +36,7 @@ type Service struct {
 	mem memory.Allocator // the Arrow records' (Config.Allocator)
 
 	// The parts.
-	ranks     *rankTable                  // the ranks' positions and their KV records (ranks.go)
+	ranks     *deliver.Ranks              // the ranks' positions and their KV records (package deliver)
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
 	publisher *publisher                  // the publish loop's shared state (publishstate.go)
@@ -97,9 +97,9 @@ func New(cfg Config) (*Service, error) {
 		mem = memory.DefaultAllocator
 	}
 	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
-	s.epochs = epochs.NewBook(s.planEpoch, epochStore{&s.st})
+	s.epochs = epochs.NewBook(s.planEpoch, kvStore{&s.st})
 	s.data = newJobDataset()
-	s.ranks = newRankTable(cfg.ranks(), cfg.MP, s.epochs, &s.st)
+	s.ranks = deliver.NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})
 	s.plane = newDataPlane(s)
 	s.cal = newCalibrator(cfg)
 	s.cal.onFit = s.writeCostModel
@@ -250,7 +250,7 @@ func (s *Service) supervise(ctx context.Context, ls *natsenv.Lease, ro *reportOu
 	// The positions moved since the last write, before the lease goes: the
 	// last acks of a finished job, or of a drain.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if ferr := s.ranks.positions.flush(fctx, &s.st); ferr != nil {
+	if ferr := s.ranks.FlushPositions(fctx); ferr != nil {
 		s.log.Warn("record rank positions", "err", ferr)
 	}
 	cancel()
@@ -268,7 +268,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsen
 		})
 	}
 	g.Go(func() error { s.logProgress(gctx, s.cfg.ProgressEvery); return nil })
-	g.Go(func() error { s.ranks.positions.run(gctx, &s.st, positionInterval); return nil })
+	g.Go(func() error { s.ranks.RunPositions(gctx, deliver.PositionInterval); return nil })
 	if ro != nil {
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
 	}
@@ -478,15 +478,16 @@ func (s *Service) restore(ctx context.Context) error {
 		}
 		s.epochs.SetInfo(e, info)
 	}
-	for r := range s.ranks.len() {
-		rs, err := s.ranks.load(ctx, r, first)
+	for r := range s.ranks.Len() {
+		rs, err := s.ranks.Load(ctx, r, first)
 		if err != nil {
 			return err
 		}
-		if rs.cursor, err = s.plane.restoredCursor(ctx, r, rs.cursor); err != nil {
+		cursor, err := s.plane.restoredCursor(ctx, r, rs.Cursor())
+		if err != nil {
 			return err
 		}
-		s.ranks.set(r, rs)
+		s.ranks.Set(r, rs.WithCursor(cursor))
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/loader"
+	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,10 +24,9 @@ const (
 	kvFinished = "finished"
 )
 
-// kvRankGen returns the key of rank (dp, mp)'s current replay generation.
-func kvRankGen(dp, mp int) string {
-	return "rank." + strconv.Itoa(dp) + "." + strconv.Itoa(mp) + ".gen"
-}
+// pos is a position in the job: (epoch, step), proto.Pos. (e, steps of e)
+// and (e+1, 0) name the same place; epochs.Book.Norm makes them equal.
+type pos = proto.Pos
 
 // JobRecord is the KV "config" value: what a restarted service must match.
 type JobRecord struct {
@@ -137,6 +137,35 @@ func (s state) delete(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// kvStore is the job's KV bucket as the epoch book (epochs.Store) and the
+// rank table (deliver.Store) read and write it: s is the service's, whose
+// bucket a recreation replaces.
+type kvStore struct{ s *state }
+
+func (st kvStore) PutJSON(ctx context.Context, key string, v any) error {
+	return st.s.putJSON(ctx, key, v)
+}
+
+func (st kvStore) GetJSON(ctx context.Context, key string, v any) (bool, error) {
+	return st.s.getJSON(ctx, key, v)
+}
+
+func (st kvStore) PutInt(ctx context.Context, key string, v int) error {
+	return st.s.putInt(ctx, key, v)
+}
+
+func (st kvStore) GetInt(ctx context.Context, key string) (int, bool, error) {
+	return st.s.getInt(ctx, key)
+}
+
+func (st kvStore) Delete(ctx context.Context, key string) error { return st.s.delete(ctx, key) }
+
+func (st kvStore) RankStep(ctx context.Context, dp, mp int) (epoch, step int, ok bool, err error) {
+	return proto.GetRankStep(ctx, st.s.kv, dp, mp)
+}
+
+func (st kvStore) Bucket() bool { return st.s != nil && st.s.kv != nil }
 
 // parseCount parses a canonical non-negative decimal below 2^31.
 func parseCount(s string) (int, error) {

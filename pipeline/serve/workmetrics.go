@@ -136,7 +136,7 @@ func stepsBetween(p, q pos, steps func(int) int) int {
 	return n
 }
 
-// advanced is the rankTable's hook: rank r's trainer moved from one step
+// advanced is the Ranks's hook: rank r's trainer moved from one step
 // to a later one.
 func (s *Service) advanced(r int, from, to pos) {
 	if s.work != nil {
@@ -148,11 +148,11 @@ func (s *Service) advanced(r int, from, to pos) {
 // step: published (in the outbox or the stream), queued to its publisher,
 // or delivered by the workers in order after those.
 func (s *Service) readySteps() []float64 {
-	ranks := s.ranks.all()
+	ranks := s.ranks.All()
 	out := make([]float64, len(ranks))
 	for r, rs := range ranks {
-		next := s.epochs.Norm(rs.next)
-		base := s.epochs.Norm(rs.cursor)
+		next := s.epochs.Norm(rs.Next())
+		base := s.epochs.Norm(rs.Cursor())
 		if q, ok := s.work.QueuedThrough(); ok && base.Less(s.epochs.Norm(q)) {
 			base = s.epochs.Norm(q)
 		}
@@ -229,7 +229,7 @@ func (s *Service) scaleSnapshot() work.Scale {
 // role, before the control handlers run).
 func (s *Service) registerScale() error {
 	s.work.SetAutoscaler(work.NewAutoscaler(s.cfg.ranks(), scaleWindow))
-	s.ranks.advanced = s.advanced
+	s.ranks.SetAdvanced(s.advanced)
 	return s.reg.Register(&scaleCollector{s})
 }
 

@@ -317,7 +317,7 @@ func (c *Control) resumeRank(ctx context.Context, rank int, need proto.Pos, conn
 }
 
 // SetNext records the first step rank's trainer still needs (in memory and
-// in kvPositions; with force it may move backwards: a register) and wakes
+// in deliver.KeyPositions; with force it may move backwards: a register) and wakes
 // the publisher when it moved.
 func (c *Control) SetNext(rank int, next proto.Pos, force bool) {
 	if c.ranks.SetNext(rank, next, force) {

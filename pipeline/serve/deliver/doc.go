@@ -1,7 +1,8 @@
-// Package deliver holds what `mmfeed serve` delivers to the trainers on the
-// core data plane until they have it: the batches built and not yet
-// acknowledged, and the fetches that wait for a batch (docs/protocol.md,
-// the core data plane).
+// Package deliver holds what `mmfeed serve` delivers to the trainers until
+// they have it, and where each rank is: the batches built and not yet
+// acknowledged, the fetches that wait for a batch (docs/protocol.md, the
+// core data plane), and every rank's positions with their KV records (the
+// rank table).
 //
 // # What it owns
 //
@@ -23,16 +24,44 @@
 // (Claim), the wait expires (Left) or the fetch gives up (Leave). KeyLess is
 // the order of one rank's batches.
 //
+// The rank table (Ranks, NewRanks; ranks.go): every rank's publish cursor,
+// next needed step, replay generation, connection and last handed batch,
+// read as a copy (Get, All: a RankState, through its accessors) or one at a
+// time (Cursor, Next, Gen), and moved only by its verbs: the publisher's
+// (MinCursor, Targets, WaitTurn, StepPublished, Normalize, AllNeed,
+// Rewound), the control handlers' (SwapConn, SetNext, Trained), the fetch
+// and ack handlers' (Hand; CheckAck, the core plane's ack rule: an ack moves
+// a rank only over batches handed to it), a resize's (ResetAll) and a
+// restore's (Load, Set). It is
+// the only writer of the ranks' KV records: rank.<dp>.<mp>.gen (RankGenKey,
+// written by Rewound before the table holds the generation), KeyHanded (the
+// handed log, handedlog.go: Hand returns only once the record holds the
+// batch's step, so a batch is sent only after its handed record is written,
+// and when the write fails nothing moves), KeyPositions (the position log,
+// positionlog.go: every rank's last completed step, written behind the acks
+// by RunPositions and FlushPositions) and, for a recreated bucket, all of
+// them (Rewrite). It reads the per-rank keys of earlier services when the
+// records are absent. RanksRecord and KVStep are the records' JSON.
+//
+// # Inputs
+//
+// The rank table is given the epoch book as Epochs (Norm and StepBefore:
+// positions move across epoch boundaries) and the job's KV bucket as Store
+// (serve's fenced bucket; nil, or a Store whose Bucket is false, keeps
+// Hand's record in memory only, a test's). A write the bucket refuses (a
+// fenced or released lease) fails the verb that needed it.
+//
 // # What it must not do
 //
-// It holds no position, generation or KV record and decides nothing about
-// them: what a fetch may get, when an ack moves a rank, when to rewind and
-// which data plane runs are the service's (package serve: the dataPlane
-// interface in plane.go, with its core and JetStream implementations;
-// dataplane.go's fetch and ack handlers; the rank table). It makes no NATS
-// request and imports proto and nothing else of this module, never
-// pipeline/serve (internal/arch); serve uses it through these exported
-// names only.
+// It decides nothing else about the positions: what a fetch may get, when
+// to rewind and which data plane runs are the service's (package serve:
+// the dataPlane interface in plane.go, with its core and JetStream
+// implementations; dataplane.go's fetch and ack handlers; the publisher).
+// It makes no NATS
+// request, imports no NATS package (the bucket is its Store) and imports
+// proto and internal/ctxutil and nothing else of this module, never
+// pipeline/serve or pipeline/serve/epochs (internal/arch); serve uses it
+// through these exported names only.
 //
 // # Ownership and concurrency
 //
@@ -40,4 +69,11 @@
 // which is a leaf: no method calls out while holding it. Both are safe for
 // concurrent use. An Item is immutable once built, but for whether a fetch
 // was answered, which only the Outbox reads and writes under its lock.
+//
+// The rank table owns its state under its lock, taken before the epoch
+// book's (it normalises positions with Epochs under it) and never held
+// across a KV write; a per-rank lock serialises a rank's Hand, and the
+// handed and position logs each own their lock (leaves, not held across
+// their writes). The advanced hook (SetAdvanced) is called without the
+// table's lock. All of it is safe for concurrent use.
 package deliver

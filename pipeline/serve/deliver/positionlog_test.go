@@ -1,11 +1,10 @@
-package serve
+package deliver
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -17,85 +16,64 @@ import (
 // only the per-rank keys (rank.<dp>.<mp>.step), is read too.
 func TestPositionsShareWrites(t *testing.T) {
 	const n, steps = 256, 5
-	srv := testnats.Server(t, testnats.Options{})
-	_, js := testnats.Connect(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := proto.EnsureKV(ctx, js, "pos", false, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq := func() uint64 {
-		st, err := js.Stream(ctx, "KV_"+proto.BucketName("pos"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.LastSeq
-	}
-	st := &state{kv}
+	st := newMemStore()
 	book := epochs.NewBook(nil, nil)
-	book.SetInfo(0, EpochInfo{Epoch: 0, Steps: steps})
-	tab := newRankTable(n, 2, book, st)
+	book.SetInfo(0, epochs.Info{Epoch: 0, Steps: steps})
+	tab := NewRanks(n, 2, book, st)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); tab.positions.run(wctx, st, 20*time.Millisecond) }()
+	go func() { defer close(done); tab.RunPositions(wctx, 20*time.Millisecond) }()
 	for step := 1; step <= steps; step++ {
 		for r := range n {
-			tab.setNext(r, pos{Epoch: 0, Step: step}, false)
+			tab.SetNext(r, proto.Pos{Epoch: 0, Step: step}, false)
 		}
 		time.Sleep(5 * time.Millisecond) // a step's acks arrive together
 	}
 	stop()
 	<-done
-	if err := tab.positions.flush(ctx, st); err != nil {
+	if err := tab.FlushPositions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	writes := seq()
+	writes := st.writeCount()
 	t.Logf("%d KV writes for %d ranks × %d steps", writes, n, steps)
 	if writes == 0 || writes > 2*steps {
 		t.Errorf("%d KV writes for %d ranks × %d steps, want 1..%d", writes, n, steps, 2*steps)
 	}
-	if err := tab.positions.flush(ctx, st); err != nil || seq() != writes {
+	if err := tab.FlushPositions(ctx); err != nil || st.writeCount() != writes {
 		t.Errorf("a flush with nothing new wrote again (err %v)", err)
 	}
-	again := newRankTable(n, 2, book, st)
+	again := NewRanks(n, 2, book, st)
 	for r := range n {
-		rs, err := again.load(ctx, r, pos{})
+		rs, err := again.Load(ctx, r, proto.Pos{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs.next != (pos{Epoch: 1, Step: 0}) || rs.cursor != rs.next {
+		if rs.next != (proto.Pos{Epoch: 1, Step: 0}) || rs.cursor != rs.next {
 			t.Errorf("rank %d after a restart: next %v cursor %v, want epoch 1 step 0", r, rs.next, rs.cursor)
 		}
 	}
 
 	// A register moves a rank back, to the job's first step: recorded as none.
-	again.setNext(5, pos{Epoch: 0, Step: 0}, true)
-	if err := again.positions.flush(ctx, st); err != nil {
+	again.SetNext(5, proto.Pos{Epoch: 0, Step: 0}, true)
+	if err := again.FlushPositions(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rec ranksRecord
-	if ok, err := st.getJSON(ctx, kvPositions, &rec); err != nil || !ok || rec.Ranks[5] != nil || *rec.Ranks[4] != (kvStep{0, steps - 1}) {
+	var rec RanksRecord
+	if ok, err := st.GetJSON(ctx, KeyPositions, &rec); err != nil || !ok || rec.Ranks[5] != nil || *rec.Ranks[4] != (KVStep{0, steps - 1}) {
 		t.Errorf("record after rank 5 registered at the first step: %v %v (ok %v, err %v)", rec.Ranks[5], rec.Ranks[4], ok, err)
 	}
 
 	// An earlier service's bucket: rank.<dp>.<mp>.step only.
-	if err := kv.Delete(ctx, kvPositions); err != nil {
-		t.Fatal(err)
-	}
-	if err := proto.PutRankStep(ctx, kv, 1, 1, 0, 2); err != nil {
-		t.Fatal(err)
-	}
-	old := newRankTable(n, 2, book, st)
+	st.delete(KeyPositions)
+	st.putRankStep(1, 1, 0, 2)
+	old := NewRanks(n, 2, book, st)
 	for _, tt := range []struct {
 		r    int
-		want pos
-	}{{3, pos{Epoch: 0, Step: 3}}, {4, pos{}}} {
-		rs, err := old.load(ctx, tt.r, pos{})
+		want proto.Pos
+	}{{3, proto.Pos{Epoch: 0, Step: 3}}, {4, proto.Pos{}}} {
+		rs, err := old.Load(ctx, tt.r, proto.Pos{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -8,25 +8,26 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
-// kvHanded is the KV key of every rank's handed step (ranksRecord: Ranks[r]
+// KeyHanded is the KV key of every rank's handed step (RanksRecord: Ranks[r]
 // is the last step rank r was handed a batch of, null when none): one
 // write records the steps of all the ranks whose fetches were answered
 // meanwhile (group commit), instead of one write per rank and step
 // (rank.<dp>.<mp>.handed, which services before it wrote and a service
 // still reads when this key is absent).
-const kvHanded = "handed"
+const KeyHanded = "handed"
 
-// ranksRecord is the value of kvHanded and of kvPositions: a step per rank
+// RanksRecord is the value of KeyHanded and of KeyPositions: a step per rank
 // (index dp × mp + mp rank).
-type ranksRecord struct {
-	Ranks []*kvStep `json:"ranks"`
+type RanksRecord struct {
+	Ranks []*KVStep `json:"ranks"`
 }
 
-// handedLog owns the kvHanded record: what the KV bucket holds and what the
+// handedLog owns the KeyHanded record: what the KV bucket holds and what the
 // next write will hold. A rank's step is recorded before any batch of it is
-// sent (rankTable.hand waits for record), so the rule "a position advances
+// sent (Ranks.Hand waits for record), so the rule "a position advances
 // only over batches handed to that rank" survives a restart unchanged; only
 // the number of writes changes. While one write is in flight, the steps of
 // other ranks gather and go out together in the next, and a write starts
@@ -39,22 +40,22 @@ type handedLog struct {
 	last     time.Time     // when the last write started
 
 	mu      sync.Mutex
-	want    []*kvStep     // the next write's value
-	have    []*kvStep     // what the bucket holds
+	want    []*KVStep     // the next write's value
+	have    []*KVStep     // what the bucket holds
 	writing bool          // a write is in flight
 	done    chan struct{} // closed when that write ends
 	err     error         // the last write's error
 }
 
-// handedInterval is the least time between two writes of kvHanded.
+// handedInterval is the least time between two writes of KeyHanded.
 const handedInterval = 100 * time.Millisecond
 
 func newHandedLog(ranks int) *handedLog {
-	return &handedLog{interval: handedInterval, want: make([]*kvStep, ranks), have: make([]*kvStep, ranks), done: make(chan struct{})}
+	return &handedLog{interval: handedInterval, want: make([]*KVStep, ranks), have: make([]*KVStep, ranks), done: make(chan struct{})}
 }
 
 // loaded sets what the bucket holds for rank r (a restart).
-func (l *handedLog) loaded(r int, h *kvStep) {
+func (l *handedLog) loaded(r int, h *KVStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.want[r], l.have[r] = h, h
@@ -68,18 +69,18 @@ func (l *handedLog) reset() {
 	clear(l.want)
 }
 
-func covers(h *kvStep, at pos) bool {
-	return h != nil && !(pos{Epoch: h.Epoch, Step: h.Step}).Less(at)
+func covers(h *KVStep, at proto.Pos) bool {
+	return h != nil && !(proto.Pos{Epoch: h.Epoch, Step: h.Step}).Less(at)
 }
 
 // record returns once the bucket holds step at (or a later one) for rank r,
 // writing it together with every other rank's step waiting then; err is
 // the write's that was to record it.
-func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error {
+func (l *handedLog) record(ctx context.Context, st Store, r int, at proto.Pos) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !covers(l.want[r], at) {
-		l.want[r] = &kvStep{at.Epoch, at.Step}
+		l.want[r] = &KVStep{at.Epoch, at.Step}
 	}
 	for !covers(l.have[r], at) {
 		if l.writing {
@@ -105,12 +106,12 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 			err = ctxutil.Sleep(ctx, wait) // the steps of other ranks gather meanwhile
 		}
 		l.mu.Lock()
-		var snap []*kvStep
+		var snap []*KVStep
 		if err == nil {
 			snap = slices.Clone(l.want)
 			l.last = time.Now()
 			l.mu.Unlock()
-			err = st.putJSON(ctx, kvHanded, ranksRecord{Ranks: snap})
+			err = st.PutJSON(ctx, KeyHanded, RanksRecord{Ranks: snap})
 			l.mu.Lock()
 		}
 		l.writing, l.err = false, err
@@ -119,7 +120,7 @@ func (l *handedLog) record(ctx context.Context, st *state, r int, at pos) error 
 		}
 		if err == nil {
 			for i, h := range snap {
-				if h != nil && !covers(l.have[i], pos{Epoch: h.Epoch, Step: h.Step}) {
+				if h != nil && !covers(l.have[i], proto.Pos{Epoch: h.Epoch, Step: h.Step}) {
 					l.have[i] = h
 				}
 			}

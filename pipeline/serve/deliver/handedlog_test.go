@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -17,76 +16,57 @@ import (
 // earlier service, with only the per-rank keys, is read too.
 func TestHandedStepsShareWrites(t *testing.T) {
 	const n = 64
-	srv := testnats.Server(t, testnats.Options{})
-	_, js := testnats.Connect(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := proto.EnsureKV(ctx, js, "hand", false, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writes := func() uint64 {
-		st, err := js.Stream(ctx, "KV_"+proto.BucketName("hand"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.LastSeq
-	}
-	st := &state{kv}
-	tab := newRankTable(n, 1, nil, st)
+	st := newMemStore()
+	tab := NewRanks(n, 1, nil, st)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := tab.hand(ctx, r, proto.BatchKey{Step: 2, MicroBatch: 1}); err != nil {
+			if err := tab.Hand(ctx, r, proto.BatchKey{Step: 2, MicroBatch: 1}); err != nil {
 				t.Error(err)
 			}
 			// Recorded before hand returns: the bucket holds it now.
-			var rec ranksRecord
-			if ok, err := st.getJSON(ctx, kvHanded, &rec); err != nil || !ok || !covers(rec.Ranks[r], pos{Epoch: 0, Step: 2}) {
+			var rec RanksRecord
+			if ok, err := st.GetJSON(ctx, KeyHanded, &rec); err != nil || !ok || !covers(rec.Ranks[r], proto.Pos{Epoch: 0, Step: 2}) {
 				t.Errorf("rank %d: after hand the bucket holds %v (ok %v, err %v)", r, rec.Ranks[r], ok, err)
 			}
 		}()
 	}
 	wg.Wait()
-	got := writes()
+	got := st.writeCount()
 	t.Logf("%d KV writes for %d ranks", got, n)
 	if got == 0 || got > n/4 {
 		t.Errorf("%d KV writes for %d ranks handed one step at once, want 1..%d", got, n, n/4)
 	}
-	again := newRankTable(n, 1, nil, st)
+	again := NewRanks(n, 1, nil, st)
 	for r := range n {
-		rs, err := again.load(ctx, r, pos{})
+		rs, err := again.Load(ctx, r, proto.Pos{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rs.recOK || rs.recorded != (pos{Epoch: 0, Step: 2}) {
+		if !rs.recOK || rs.recorded != (proto.Pos{Epoch: 0, Step: 2}) {
 			t.Errorf("rank %d after a restart: recorded %v (ok %v), want step 2", r, rs.recorded, rs.recOK)
 		}
 	}
 
 	// An earlier service's bucket: rank.<dp>.<mp>.handed only.
-	if err := kv.Delete(ctx, kvHanded); err != nil {
+	st.delete(KeyHanded)
+	if err := st.PutJSON(ctx, rankHandedKey(3, 0), KVStep{0, 5}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.putJSON(ctx, kvRankHanded(3, 0), kvStep{0, 5}); err != nil {
-		t.Fatal(err)
-	}
-	old := newRankTable(n, 1, nil, st)
+	old := NewRanks(n, 1, nil, st)
 	for _, tt := range []struct {
 		r  int
 		ok bool
 	}{{3, true}, {4, false}} {
-		rs, err := old.load(ctx, tt.r, pos{})
+		rs, err := old.Load(ctx, tt.r, proto.Pos{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs.recOK != tt.ok || (tt.ok && rs.recorded != (pos{Epoch: 0, Step: 5})) {
+		if rs.recOK != tt.ok || (tt.ok && rs.recorded != (proto.Pos{Epoch: 0, Step: 5})) {
 			t.Errorf("rank %d from per-rank keys: recorded %v (ok %v), want ok %v", tt.r, rs.recorded, rs.recOK, tt.ok)
 		}
 	}

@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -9,19 +9,19 @@ import (
 	"github.com/mmfeed/mmfeed/internal/ctxutil"
 )
 
-// kvPositions is the KV key of every rank's last completed step
-// (ranksRecord: Ranks[r] is the last step rank r completed, null when none,
+// KeyPositions is the KV key of every rank's last completed step
+// (RanksRecord: Ranks[r] is the last step rank r completed, null when none,
 // and it starts at the job's first step). One write records every rank that moved meanwhile, at
-// most one write per positionInterval for the whole job, instead of one
+// most one write per PositionInterval for the whole job, instead of one
 // write per rank and step (rank.<dp>.<mp>.step, which services before it
 // wrote and a service still reads when this key is absent or of another
 // layout).
-const kvPositions = "positions"
+const KeyPositions = "positions"
 
-// positionInterval is the least time between two writes of kvPositions.
-const positionInterval = 100 * time.Millisecond
+// PositionInterval is the least time between two writes of KeyPositions.
+const PositionInterval = 100 * time.Millisecond
 
-// positionLog owns the kvPositions record. Unlike kvHanded, nothing waits
+// positionLog owns the KeyPositions record. Unlike KeyHanded, nothing waits
 // for it: a recorded position is only where a restarted service (or a
 // standby taking over) starts a rank before its trainer registers again,
 // and a position that lags by a few steps only republishes steps the rank
@@ -31,7 +31,7 @@ const positionInterval = 100 * time.Millisecond
 // use.
 type positionLog struct {
 	mu    sync.Mutex
-	want  []*kvStep     // the next write's value
+	want  []*KVStep     // the next write's value
 	dirty bool          // want differs from what the bucket holds
 	kick  chan struct{} // want changed (capacity 1)
 
@@ -39,18 +39,18 @@ type positionLog struct {
 }
 
 func newPositionLog(ranks int) *positionLog {
-	return &positionLog{want: make([]*kvStep, ranks), kick: make(chan struct{}, 1)}
+	return &positionLog{want: make([]*KVStep, ranks), kick: make(chan struct{}, 1)}
 }
 
 // loaded sets what the bucket holds for rank r (a restart).
-func (l *positionLog) loaded(r int, s *kvStep) {
+func (l *positionLog) loaded(r int, s *KVStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.want[r] = s
 }
 
-// set records rank r's last completed step (nil: none) for the next write.
-func (l *positionLog) set(r int, s *kvStep) {
+// Set records rank r's last completed step (nil: none) for the next write.
+func (l *positionLog) set(r int, s *KVStep) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.want[r]; (w == nil) == (s == nil) && (w == nil || *w == *s) {
@@ -71,7 +71,7 @@ func (l *positionLog) poke() {
 // run writes the record whenever it changed, at most once per interval,
 // until ctx ends. A failed write is tried again at the next interval; the
 // guarded KV logs it and marks the service's state unhealthy.
-func (l *positionLog) run(ctx context.Context, st *state, interval time.Duration) {
+func (l *positionLog) run(ctx context.Context, st Store, interval time.Duration) {
 	for {
 		select {
 		case <-l.kick:
@@ -88,7 +88,7 @@ func (l *positionLog) run(ctx context.Context, st *state, interval time.Duration
 }
 
 // flush writes the record now when it changed since the last write.
-func (l *positionLog) flush(ctx context.Context, st *state) error {
+func (l *positionLog) flush(ctx context.Context, st Store) error {
 	l.write.Lock()
 	defer l.write.Unlock()
 	l.mu.Lock()
@@ -99,7 +99,7 @@ func (l *positionLog) flush(ctx context.Context, st *state) error {
 	snap := slices.Clone(l.want)
 	l.dirty = false
 	l.mu.Unlock()
-	err := st.putJSON(ctx, kvPositions, ranksRecord{Ranks: snap})
+	err := st.PutJSON(ctx, KeyPositions, RanksRecord{Ranks: snap})
 	if err != nil {
 		l.mu.Lock()
 		l.dirty = true
