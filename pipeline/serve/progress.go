@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"context"
 	"time"
 )
 
@@ -40,41 +39,6 @@ func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressL
 		line.ETA = time.Duration(float64(max(steps-done, 0)) / line.Rate * float64(time.Second)).Round(time.Second)
 	}
 	return line, true
-}
-
-// trained returns the least position every rank's trainer still needs and
-// the step count of its epoch (0 when not planned yet); ok is false before
-// any rank registered.
-func (s *Service) trained() (p pos, steps int, ok bool) {
-	if p, ok = s.ranks.Trained(); !ok {
-		return pos{}, 0, false
-	}
-	return p, s.epochs.Steps(p.Epoch), true
-}
-
-// logProgress logs, every interval while trainers move, how far the slowest
-// rank is through its epoch, the rate and the ETA to the epoch's end.
-func (s *Service) logProgress(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		return
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var m progressMeter
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			p, steps, ok := s.trained()
-			if !ok || steps == 0 {
-				continue
-			}
-			if l, moved := m.update(p.Epoch, p.Step, steps, now); moved {
-				s.log.Info("progress", l.attrs()...)
-			}
-		}
-	}
 }
 
 // attrs are the log attributes of l; rate and eta are left out while unknown.

@@ -1,0 +1,347 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mmfeed/mmfeed/balancer"
+	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
+)
+
+// reportEvery is how often the run report checks for finished epochs.
+var reportEvery = time.Second // a variable so tests can shorten it
+
+// Reasons a run report file was written.
+const (
+	reasonEpochEnd = "epoch_end"
+	reasonExit     = "exit"
+)
+
+// reportOut writes the run report files; it remembers the epochs written and
+// each epoch's comparison once seen (a plan is released two epochs later).
+type reportOut struct {
+	mu      sync.Mutex
+	dir     string
+	views   *liveViews
+	written map[int]bool
+	reports map[int]*balancer.Report
+	mixes   map[int]*pipeline.MixtureReport // a mixture epoch's per-source lines, beside reports
+}
+
+// openReportOut creates Config.ReportOut; nil without one.
+func (s *Service) openReportOut() (*reportOut, error) {
+	if s.cfg.ReportOut == "" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
+		return nil, fmt.Errorf("serve: --report-out: %w", err)
+	}
+	return &reportOut{dir: s.cfg.ReportOut, views: &liveViews{cal: s.cal}, written: map[int]bool{}, reports: map[int]*balancer.Report{},
+		mixes: map[int]*pipeline.MixtureReport{}}, nil
+}
+
+// reportLoop writes each epoch's files once every rank trained past it,
+// until ctx ends.
+func (s *Service) reportLoop(ctx context.Context, ro *reportOut) {
+	t := time.NewTicker(reportEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ro.epochEnds(s)
+		}
+	}
+}
+
+// epochEnds writes the files of every epoch the trainers finished since the
+// last call.
+func (ro *reportOut) epochEnds(s *Service) {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	ro.remember(s)
+	p, ok := s.ranks.Trained()
+	if !ok {
+		return
+	}
+	for _, e := range s.live.record.epochList() { // the epochs this service published
+		if e < p.Epoch && !ro.written[e] {
+			ro.write(s, e, reasonEpochEnd, true)
+		}
+	}
+}
+
+// exitMeasureWait bounds how long the exit waits for the step times of
+// steps every rank acknowledged but not every rank has reported yet (a
+// last feedback still in flight beside the done that ended the job).
+const exitMeasureWait = time.Second
+
+// atExit writes every epoch not written yet and the latest files with
+// reason "exit"; Run calls it after its parts stopped, while the control
+// handlers still take feedback.
+func (ro *reportOut) atExit(s *Service) {
+	ro.mu.Lock()
+	defer ro.mu.Unlock()
+	ro.remember(s)
+	p, _ := s.ranks.Trained()
+	for deadline := time.Now().Add(exitMeasureWait); s.live.record.partialBefore(p) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cur, ok := s.live.currentEpoch()
+	if !ok {
+		cur = s.cfg.Pipeline.Plan.Epoch
+	}
+	epochs := append(s.live.record.epochList(), cur)
+	slices.Sort(epochs)
+	for _, e := range slices.Compact(epochs) {
+		if !ro.written[e] {
+			reason := reasonExit
+			if e < p.Epoch {
+				reason = reasonEpochEnd
+			}
+			ro.write(s, e, reason, true)
+		}
+	}
+	ro.write(s, cur, reasonExit, false) // last: report-latest is the current epoch's, at exit
+}
+
+// remember keeps the comparisons of the epochs held in memory (the current
+// one and its neighbours). Caller holds ro.mu.
+func (ro *reportOut) remember(s *Service) {
+	cur, _ := s.live.currentEpoch()
+	for e := max(cur-1, s.cfg.Pipeline.Plan.Epoch); e <= min(cur+1, s.cfg.lastEpoch()); e++ {
+		if ro.reports[e] != nil {
+			continue
+		}
+		if ep := s.epochs.Plan(e); ep != nil {
+			if _, _, rep, _ := ep.Planning(); rep != nil {
+				ro.reports[e], ro.mixes[e] = rep, ep.MixtureReport()
+			}
+		}
+	}
+	for e := range ro.reports { // keep two epochs before the current one
+		if e < cur-2 && ro.written[e] {
+			delete(ro.reports, e)
+			delete(ro.mixes, e)
+		}
+	}
+}
+
+// write writes the latest files and, with epochFile, epoch e's. Caller holds ro.mu.
+func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
+	rr := s.runReport(e, reason, ro.reports[e], ro.mixes[e])
+	js, err := json.MarshalIndent(rr, "", "  ")
+	if err == nil {
+		var page bytes.Buffer
+		if err = writeRunHTML(&page, rr, ro.views.liveView(rr.Report, rr.Live)); err == nil {
+			js = append(js, '\n')
+			bases := []string{"report-latest"}
+			if epochFile {
+				bases = append([]string{fmt.Sprintf("report-e%d", e)}, bases...)
+			}
+			for _, base := range bases {
+				if err = writeAtomic(filepath.Join(ro.dir, base+".json"), js); err != nil {
+					break
+				}
+				if err = writeAtomic(filepath.Join(ro.dir, base+".html"), page.Bytes()); err != nil {
+					break
+				}
+			}
+		}
+	}
+	if err != nil {
+		s.log.Warn("run report not written", "dir", ro.dir, "epoch", e, "err", err)
+		return
+	}
+	ro.written[e] = ro.written[e] || epochFile
+	s.log.Info("run report written", "dir", ro.dir, "epoch", e, "reason", reason,
+		"steps_trained", rr.Run.StepsTrained, "steps_published", rr.Run.StepsPublished)
+}
+
+// runReport assembles epoch e's file: rep is e's comparison and mix its
+// mixture lines when known (else the live report's).
+func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pipeline.MixtureReport) RunReport {
+	snap := s.liveSnapshot(true)
+	rr := RunReport{Live: snap.Live}
+	if rep == nil {
+		rep, mix = snap.Report, snap.Mixture
+	}
+	if rep != nil {
+		c := *rep
+		c.QuarantineReasons = s.live.quarantineGroups(c.Epoch)
+		c.Quarantined = 0
+		for _, g := range c.QuarantineReasons {
+			c.Quarantined += int(g.Count)
+		}
+		rr.Report, rr.Mixture = &c, mix
+	}
+	trained, ok := s.ranks.Trained()
+	if !ok {
+		trained = pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
+	}
+	sum := RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
+		StepsPublished: s.live.publishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
+		FinishedTraining: !trained.Less(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
+	for _, em := range s.live.record.summary() {
+		em.Steps = s.epochs.Steps(em.Epoch)
+		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)
+		em.Quarantined = s.live.quarantineCounts(em.Epoch)
+		sum.Epochs = append(sum.Epochs, em)
+	}
+	sum.StepsTotal = s.stepsTotal()
+	rr.Run = sum
+	return rr
+}
+
+// epochTrained is how many of epoch e's steps are before trained.
+func epochTrained(trained pos, e, steps int) int {
+	switch {
+	case trained.Epoch > e:
+		return steps
+	case trained.Epoch == e:
+		return min(trained.Step, steps)
+	}
+	return 0
+}
+
+// stepsTrained counts the steps every rank acknowledged, over the job's
+// epochs (0 until every rank registered).
+func (s *Service) stepsTrained() int {
+	p, ok := s.ranks.Trained()
+	if !ok {
+		return 0
+	}
+	n := 0
+	for e := s.cfg.Pipeline.Plan.Epoch; e <= s.cfg.lastEpoch() && e <= p.Epoch; e++ {
+		n += epochTrained(p, e, s.epochs.Steps(e))
+	}
+	return n
+}
+
+// stepsTotal is the job's step count: the planned epochs' counts, and the
+// latest planned count for the epochs not planned yet.
+func (s *Service) stepsTotal() int {
+	n, last := 0, 0
+	for e := s.cfg.Pipeline.Plan.Epoch; e <= s.cfg.lastEpoch(); e++ {
+		if st := s.epochs.Steps(e); st > 0 {
+			last = st
+		}
+		n += max(s.epochs.Steps(e), last)
+	}
+	return n
+}
+
+// snapshot builds the live report (the strategy comparison of the
+// current epoch, or of the one before until the current one's is built);
+// nil before the first epoch's plan and comparison are complete
+// (planningStatus says how far it is).
+func (s *Service) snapshot() *LiveReport { return s.liveSnapshot(false) }
+
+// liveSnapshot is snapshot; with anyway, before the comparison is built it
+// returns the live section with a nil Report instead of nil (the run report).
+func (s *Service) liveSnapshot(anyway bool) *LiveReport {
+	l := s.live
+	cal, nobs := s.cal.snapshot()
+	q := l.quarantined()
+	reasons := l.quarantineReasons()
+	l.mu.Lock()
+	var report *balancer.Report
+	var mix *pipeline.MixtureReport
+	for _, ep := range []*epochs.Plan{l.ep, l.prev} {
+		if ep != nil && report == nil {
+			_, _, report, _ = ep.Planning()
+			mix = ep.MixtureReport()
+		}
+	}
+	if report == nil && !anyway {
+		l.mu.Unlock()
+		return nil
+	}
+	var rep *balancer.Report
+	if report != nil {
+		c := *report
+		var total int64
+		for _, n := range q {
+			total += n
+		}
+		c.Quarantined = int(total)
+		c.QuarantineReasons = reasons
+		rep = &c
+	}
+	lv := Live{Job: s.cfg.Job, Epoch: l.info.Epoch, FirstEpoch: s.cfg.Pipeline.Plan.Epoch, LastEpoch: s.cfg.lastEpoch(),
+		StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished, Models: slices.Clone(l.info.Segments),
+		Calibration: cal, Observations: nobs, Quarantined: q}
+	lv.Steps = make([]LiveStep, len(l.steps))
+	for i, st := range l.steps {
+		c := *st
+		c.PredictedCost = slices.Clone(st.PredictedCost)
+		c.MeasuredSeconds = slices.Clone(st.MeasuredSeconds)
+		c.DataWaitSeconds = slices.Clone(st.DataWaitSeconds)
+		if cal != nil {
+			c.PredictedSeconds = make([]float64, len(st.feats))
+			for r, f := range st.feats {
+				c.PredictedSeconds[r] = cal.Predict(f, l.placement)
+			}
+		}
+		lv.Steps[i] = c
+	}
+	l.mu.Unlock()
+	lv.Finished = s.finishedPublishing()
+	lv.StepsTrained = s.stepsTrained()
+	for r, rs := range s.ranks.All() {
+		dp, mp := r/s.cfg.MP, r%s.cfg.MP
+		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.Next().Epoch, NextStep: rs.Next().Step,
+			PublishedEpoch: rs.Cursor().Epoch, PublishedStep: rs.Cursor().Step, Generation: rs.Gen()})
+	}
+	st := s.Stats()
+	lv.Throughput = Rates{Stats: st}
+	if st.ElapsedSeconds > 0 {
+		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
+		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
+	}
+	return &LiveReport{Report: rep, Mixture: mix, Live: lv}
+}
+
+// trained returns the least position every rank's trainer still needs and
+// the step count of its epoch (0 when not planned yet); ok is false before
+// any rank registered.
+func (s *Service) trained() (p pos, steps int, ok bool) {
+	if p, ok = s.ranks.Trained(); !ok {
+		return pos{}, 0, false
+	}
+	return p, s.epochs.Steps(p.Epoch), true
+}
+
+// logProgress logs, every interval while trainers move, how far the slowest
+// rank is through its epoch, the rate and the ETA to the epoch's end.
+func (s *Service) logProgress(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var m progressMeter
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p, steps, ok := s.trained()
+			if !ok || steps == 0 {
+				continue
+			}
+			if l, moved := m.update(p.Epoch, p.Step, steps, now); moved {
+				s.log.Info("progress", l.attrs()...)
+			}
+		}
+	}
+}
