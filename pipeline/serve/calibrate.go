@@ -230,3 +230,12 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int,
 	s.log.Info("recalibrated", "epoch", e, "from_step", from, "r2", fit.R2, "mean_rel_err", fit.MeanRelErr, "observations", fit.N)
 	return true
 }
+
+// Observations returns a copy of the observations, the prior, the fit
+// configuration and the minimum count a fit needs (the live page's fit
+// history takes them: liveViews' observationSource).
+func (c *calibrator) Observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]balancer.Observation(nil), c.obs...), c.prior, c.cfg, c.minObs
+}

@@ -17,7 +17,7 @@ func (s *Service) Handler() http.Handler { return s.newHTTP().Handler() }
 // answering from the service.
 func (s *Service) newHTTP() *httpui.Server {
 	cfg := httpui.Config{Addr: s.cfg.HTTP, TLSCert: s.cfg.HTTPTLSCert, TLSKey: s.cfg.HTTPTLSKey, Token: s.cfg.HTTPToken}
-	return httpui.New(cfg, &httpAnswers{s: s, views: &liveViews{cal: s.cal}}, s.reg)
+	return httpui.New(cfg, &httpAnswers{s: s, views: newLiveViews(s.cal)}, s.reg)
 }
 
 // httpAnswers is the service as the report server's source: each verb

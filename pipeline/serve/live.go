@@ -55,6 +55,27 @@ type RankStatus struct {
 	Generation     int `json:"generation"`
 }
 
+// Stats is the service's instrumentation: what it published and where the
+// publishing goroutines spent their time.
+type Stats struct {
+	Samples int64 `json:"samples"`
+	Batches int64 `json:"batches"`
+	// Chunks counts chunk messages (Batches when nothing needed chunking).
+	Chunks int64 `json:"chunks"`
+	Bytes  int64 `json:"bytes"`
+	// ElapsedSeconds is the time since the service started.
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// PreprocessSeconds is the time the publisher waited for the next
+	// preprocessed step (the workers were the bottleneck).
+	PreprocessSeconds float64 `json:"preprocess_seconds"`
+	// BuildSeconds, EncodeSeconds and PublishSeconds are summed over the
+	// ranks' publishing goroutines (they run in parallel); PublishSeconds
+	// includes waits on a full stream.
+	BuildSeconds   float64 `json:"build_seconds"`
+	EncodeSeconds  float64 `json:"encode_seconds"`
+	PublishSeconds float64 `json:"publish_seconds"`
+}
+
 // Rates summarises what was published.
 type Rates struct {
 	Stats
@@ -118,9 +139,11 @@ type live struct {
 	record         *runRecord // the run report's measurements (reportout.go); its lock is a leaf
 }
 
-func newLive(cfg Config) *live {
-	return &live{dp: cfg.Pipeline.Plan.DP, mp: cfg.MP, placement: cfg.Pipeline.Plan.Placement,
-		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(cfg.Pipeline.Plan.DP, cfg.MP)}
+// newLive returns the live state of a dp × mp layout whose ranks place
+// their samples by placement.
+func newLive(dp, mp int, placement balancer.Placement) *live {
+	return &live{dp: dp, mp: mp, placement: placement,
+		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(dp, mp)}
 }
 
 func (l *live) setEpoch(ep *epochs.Plan) {
@@ -205,6 +228,69 @@ func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
 		}
 	}
 	return out
+}
+
+// snapshot returns the parts of the live report the live state holds: the
+// strategy comparison of the current epoch (or of the one before until the
+// current one's is built) with the quarantine counts of every epoch so far,
+// its mixture lines, and the live section's epoch, models, published steps
+// and quarantine counts, each step with its predicted seconds under cal
+// (none when nil). It returns nil before the comparison is built, unless
+// anyway (then Report is nil); the caller fills the rest of Live.
+func (l *live) snapshot(cal *balancer.Calibration, anyway bool) *LiveReport {
+	q := l.quarantined()
+	reasons := l.quarantineReasons()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var report *balancer.Report
+	var mix *pipeline.MixtureReport
+	for _, ep := range []*epochs.Plan{l.ep, l.prev} {
+		if ep != nil && report == nil {
+			_, _, report, _ = ep.Planning()
+			mix = ep.MixtureReport()
+		}
+	}
+	if report == nil && !anyway {
+		return nil
+	}
+	var rep *balancer.Report
+	if report != nil {
+		c := *report
+		var total int64
+		for _, n := range q {
+			total += n
+		}
+		c.Quarantined = int(total)
+		c.QuarantineReasons = reasons
+		rep = &c
+	}
+	lv := Live{Epoch: l.info.Epoch, StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished,
+		Models: slices.Clone(l.info.Segments), Quarantined: q}
+	lv.Steps = make([]LiveStep, len(l.steps))
+	for i, st := range l.steps {
+		c := *st
+		c.PredictedCost = slices.Clone(st.PredictedCost)
+		c.MeasuredSeconds = slices.Clone(st.MeasuredSeconds)
+		c.DataWaitSeconds = slices.Clone(st.DataWaitSeconds)
+		if cal != nil {
+			c.PredictedSeconds = make([]float64, len(st.feats))
+			for r, f := range st.feats {
+				c.PredictedSeconds[r] = cal.Predict(f, l.placement)
+			}
+		}
+		lv.Steps[i] = c
+	}
+	return &LiveReport{Report: rep, Mixture: mix, Live: lv}
+}
+
+// newRates is the throughput of st.
+func newRates(st Stats) Rates {
+	r := Rates{Stats: st}
+	if st.ElapsedSeconds > 0 {
+		r.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
+		r.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
+	}
+	return r
 }
 
 // imbalance is max/mean (1 for an empty or all-zero step).

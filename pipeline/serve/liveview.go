@@ -15,11 +15,21 @@ const fitPoints = 24
 // the page shows how the fit evolved whenever it is opened; it is
 // recomputed only when feedback arrived.
 type liveViews struct {
-	cal  *calibrator
+	cal  observationSource
 	mu   sync.Mutex
 	n    int // observations the cached history covers
 	hist []balancer.FitPoint
 }
+
+// observationSource is where the fit history takes the trainer feedback's
+// observations: a copy of them (in arrival order), the prior, the fit
+// configuration and the minimum count a fit needs.
+type observationSource interface {
+	Observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int)
+}
+
+// newLiveViews returns the live section's builder over src's observations.
+func newLiveViews(src observationSource) *liveViews { return &liveViews{cal: src} }
 
 // liveView is the page's live section of l; r gives the cost unit (nil: none).
 func (p *liveViews) liveView(r *balancer.Report, l Live) *balancer.LiveView {
@@ -41,7 +51,7 @@ func (p *liveViews) liveView(r *balancer.Report, l Live) *balancer.LiveView {
 // fitHistory returns the fit at up to fitPoints observation counts, ending
 // with cur (the report's calibration) when there is one.
 func (p *liveViews) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
-	obs, prior, cfg, minObs := p.cal.observations()
+	obs, prior, cfg, minObs := p.cal.Observations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(obs) != p.n {
@@ -62,12 +72,4 @@ func (p *liveViews) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
 
 func fitPoint(c balancer.Calibration) balancer.FitPoint {
 	return balancer.FitPoint{Observations: c.Fit.N, R2: c.Fit.R2, RelErr: c.Fit.MeanRelErr, PriorRelErr: c.Prior.MeanRelErr}
-}
-
-// observations returns a copy of the observations, the prior, the fit
-// configuration and the minimum count a fit needs.
-func (c *calibrator) observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]balancer.Observation(nil), c.obs...), c.prior, c.cfg, c.minObs
 }

@@ -107,27 +107,6 @@ func (m *metrics) feedback(fb proto.Feedback) {
 	m.s.scaleFeedback(fb)
 }
 
-// Stats is the service's instrumentation: what it published and where the
-// publishing goroutines spent their time.
-type Stats struct {
-	Samples int64 `json:"samples"`
-	Batches int64 `json:"batches"`
-	// Chunks counts chunk messages (Batches when nothing needed chunking).
-	Chunks int64 `json:"chunks"`
-	Bytes  int64 `json:"bytes"`
-	// ElapsedSeconds is the time since the service started.
-	ElapsedSeconds float64 `json:"elapsed_seconds"`
-	// PreprocessSeconds is the time the publisher waited for the next
-	// preprocessed step (the workers were the bottleneck).
-	PreprocessSeconds float64 `json:"preprocess_seconds"`
-	// BuildSeconds, EncodeSeconds and PublishSeconds are summed over the
-	// ranks' publishing goroutines (they run in parallel); PublishSeconds
-	// includes waits on a full stream.
-	BuildSeconds   float64 `json:"build_seconds"`
-	EncodeSeconds  float64 `json:"encode_seconds"`
-	PublishSeconds float64 `json:"publish_seconds"`
-}
-
 // Stats returns the instrumentation so far.
 func (s *Service) Stats() Stats {
 	m := s.met

@@ -17,7 +17,7 @@ func TestFitHistory(t *testing.T) {
 		s.cal.obs = append(s.cal.obs, balancer.Observation{Features: f, Seconds: 1e-3*f[balancer.FeatL] + 2e-4*f[balancer.FeatP] + float64(i%3)*1e-3})
 	}
 	s.cal.added = len(s.cal.obs) // as add counts them
-	p := &liveViews{cal: s.cal}
+	p := newLiveViews(s.cal)
 	if h := p.fitHistory(nil); len(h) != 4 || h[0].Observations != 8 || h[3].Observations != 32 {
 		t.Fatalf("history %+v, want fits at 8, 16, 24, 32 observations", h)
 	}

@@ -1,19 +1,15 @@
 package serve
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
-	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 )
 
 // reportEvery is how often the run report checks for finished epochs.
@@ -44,7 +40,7 @@ func (s *Service) openReportOut() (*reportOut, error) {
 	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
 		return nil, fmt.Errorf("serve: --report-out: %w", err)
 	}
-	return &reportOut{dir: s.cfg.ReportOut, views: &liveViews{cal: s.cal}, written: map[int]bool{}, reports: map[int]*balancer.Report{},
+	return &reportOut{dir: s.cfg.ReportOut, views: newLiveViews(s.cal), written: map[int]bool{}, reports: map[int]*balancer.Report{},
 		mixes: map[int]*pipeline.MixtureReport{}}, nil
 }
 
@@ -73,7 +69,7 @@ func (ro *reportOut) epochEnds(s *Service) {
 	if !ok {
 		return
 	}
-	for _, e := range s.live.record.epochList() { // the epochs this service published
+	for _, e := range s.live.epochList() { // the epochs this service published
 		if e < p.Epoch && !ro.written[e] {
 			ro.write(s, e, reasonEpochEnd, true)
 		}
@@ -93,14 +89,14 @@ func (ro *reportOut) atExit(s *Service) {
 	defer ro.mu.Unlock()
 	ro.remember(s)
 	p, _ := s.ranks.Trained()
-	for deadline := time.Now().Add(exitMeasureWait); s.live.record.partialBefore(p) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(exitMeasureWait); s.live.partialBefore(p) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cur, ok := s.live.currentEpoch()
 	if !ok {
 		cur = s.cfg.Pipeline.Plan.Epoch
 	}
-	epochs := append(s.live.record.epochList(), cur)
+	epochs := append(s.live.epochList(), cur)
 	slices.Sort(epochs)
 	for _, e := range slices.Compact(epochs) {
 		if !ro.written[e] {
@@ -139,25 +135,7 @@ func (ro *reportOut) remember(s *Service) {
 // write writes the latest files and, with epochFile, epoch e's. Caller holds ro.mu.
 func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 	rr := s.runReport(e, reason, ro.reports[e], ro.mixes[e])
-	js, err := json.MarshalIndent(rr, "", "  ")
-	if err == nil {
-		var page bytes.Buffer
-		if err = writeRunHTML(&page, rr, ro.views.liveView(rr.Report, rr.Live)); err == nil {
-			js = append(js, '\n')
-			bases := []string{"report-latest"}
-			if epochFile {
-				bases = append([]string{fmt.Sprintf("report-e%d", e)}, bases...)
-			}
-			for _, base := range bases {
-				if err = writeAtomic(filepath.Join(ro.dir, base+".json"), js); err != nil {
-					break
-				}
-				if err = writeAtomic(filepath.Join(ro.dir, base+".html"), page.Bytes()); err != nil {
-					break
-				}
-			}
-		}
-	}
+	err := writeRunFiles(ro.dir, e, epochFile, rr, ro.views.liveView(rr.Report, rr.Live))
 	if err != nil {
 		s.log.Warn("run report not written", "dir", ro.dir, "epoch", e, "err", err)
 		return
@@ -176,13 +154,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 		rep, mix = snap.Report, snap.Mixture
 	}
 	if rep != nil {
-		c := *rep
-		c.QuarantineReasons = s.live.quarantineGroups(c.Epoch)
-		c.Quarantined = 0
-		for _, g := range c.QuarantineReasons {
-			c.Quarantined += int(g.Count)
-		}
-		rr.Report, rr.Mixture = &c, mix
+		rr.Report, rr.Mixture = s.live.withEpochQuarantine(rep), mix
 	}
 	trained, ok := s.ranks.Trained()
 	if !ok {
@@ -191,7 +163,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 	sum := RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
 		StepsPublished: s.live.publishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
 		FinishedTraining: !trained.Less(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
-	for _, em := range s.live.record.summary() {
+	for _, em := range s.live.measuredEpochs() {
 		em.Steps = s.epochs.Steps(em.Epoch)
 		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)
 		em.Quarantined = s.live.quarantineCounts(em.Epoch)
@@ -249,52 +221,14 @@ func (s *Service) snapshot() *LiveReport { return s.liveSnapshot(false) }
 // liveSnapshot is snapshot; with anyway, before the comparison is built it
 // returns the live section with a nil Report instead of nil (the run report).
 func (s *Service) liveSnapshot(anyway bool) *LiveReport {
-	l := s.live
 	cal, nobs := s.cal.snapshot()
-	q := l.quarantined()
-	reasons := l.quarantineReasons()
-	l.mu.Lock()
-	var report *balancer.Report
-	var mix *pipeline.MixtureReport
-	for _, ep := range []*epochs.Plan{l.ep, l.prev} {
-		if ep != nil && report == nil {
-			_, _, report, _ = ep.Planning()
-			mix = ep.MixtureReport()
-		}
-	}
-	if report == nil && !anyway {
-		l.mu.Unlock()
+	r := s.live.snapshot(cal, anyway)
+	if r == nil {
 		return nil
 	}
-	var rep *balancer.Report
-	if report != nil {
-		c := *report
-		var total int64
-		for _, n := range q {
-			total += n
-		}
-		c.Quarantined = int(total)
-		c.QuarantineReasons = reasons
-		rep = &c
-	}
-	lv := Live{Job: s.cfg.Job, Epoch: l.info.Epoch, FirstEpoch: s.cfg.Pipeline.Plan.Epoch, LastEpoch: s.cfg.lastEpoch(),
-		StepsPerEpoch: l.info.Steps, StepsPublished: l.stepsPublished, Models: slices.Clone(l.info.Segments),
-		Calibration: cal, Observations: nobs, Quarantined: q}
-	lv.Steps = make([]LiveStep, len(l.steps))
-	for i, st := range l.steps {
-		c := *st
-		c.PredictedCost = slices.Clone(st.PredictedCost)
-		c.MeasuredSeconds = slices.Clone(st.MeasuredSeconds)
-		c.DataWaitSeconds = slices.Clone(st.DataWaitSeconds)
-		if cal != nil {
-			c.PredictedSeconds = make([]float64, len(st.feats))
-			for r, f := range st.feats {
-				c.PredictedSeconds[r] = cal.Predict(f, l.placement)
-			}
-		}
-		lv.Steps[i] = c
-	}
-	l.mu.Unlock()
+	lv := &r.Live
+	lv.Job, lv.FirstEpoch, lv.LastEpoch = s.cfg.Job, s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
+	lv.Calibration, lv.Observations = cal, nobs
 	lv.Finished = s.finishedPublishing()
 	lv.StepsTrained = s.stepsTrained()
 	for r, rs := range s.ranks.All() {
@@ -302,13 +236,8 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.Next().Epoch, NextStep: rs.Next().Step,
 			PublishedEpoch: rs.Cursor().Epoch, PublishedStep: rs.Cursor().Step, Generation: rs.Gen()})
 	}
-	st := s.Stats()
-	lv.Throughput = Rates{Stats: st}
-	if st.ElapsedSeconds > 0 {
-		lv.Throughput.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
-		lv.Throughput.BytesPerSecond = float64(st.Bytes) / st.ElapsedSeconds
-	}
-	return &LiveReport{Report: rep, Mixture: mix, Live: lv}
+	lv.Throughput = newRates(s.Stats())
+	return r
 }
 
 // trained returns the least position every rank's trainer still needs and

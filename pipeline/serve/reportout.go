@@ -1,6 +1,9 @@
 package serve
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -96,6 +99,34 @@ type RankMeasured struct {
 	MaxSeconds          float64 `json:"max_seconds"`
 	TotalSeconds        float64 `json:"total_seconds"`
 	MeanDataWaitSeconds float64 `json:"mean_data_wait_seconds"`
+}
+
+// writeRunFiles writes rr as the latest files in dir (report-latest.json
+// and .html, the page's live section lv) and, with epochFile, as epoch e's
+// (report-e<e>.json and .html), each atomically (writeAtomic).
+func writeRunFiles(dir string, e int, epochFile bool, rr RunReport, lv *balancer.LiveView) error {
+	js, err := json.MarshalIndent(rr, "", "  ")
+	if err != nil {
+		return err
+	}
+	var page bytes.Buffer
+	if err := writeRunHTML(&page, rr, lv); err != nil {
+		return err
+	}
+	js = append(js, '\n')
+	bases := []string{"report-latest"}
+	if epochFile {
+		bases = append([]string{fmt.Sprintf("report-e%d", e)}, bases...)
+	}
+	for _, base := range bases {
+		if err := writeAtomic(filepath.Join(dir, base+".json"), js); err != nil {
+			return err
+		}
+		if err := writeAtomic(filepath.Join(dir, base+".html"), page.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeAtomic writes b to path through a temporary file in its directory.

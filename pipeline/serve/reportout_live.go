@@ -40,3 +40,26 @@ func (l *live) quarantineGroups(e int) map[string]balancer.QuarantineGroup {
 	}
 	return pipeline.QuarantineReasons(q)
 }
+
+// withEpochQuarantine returns a copy of rep with the quarantine of rep's
+// epoch only (the run report's epoch files).
+func (l *live) withEpochQuarantine(rep *balancer.Report) *balancer.Report {
+	c := *rep
+	c.QuarantineReasons = l.quarantineGroups(c.Epoch)
+	c.Quarantined = 0
+	for _, g := range c.QuarantineReasons {
+		c.Quarantined += int(g.Count)
+	}
+	return &c
+}
+
+// epochList returns the epochs the run record holds, in order.
+func (l *live) epochList() []int { return l.record.epochList() }
+
+// partialBefore reports whether the run record holds a step before p that
+// some ranks reported and not all.
+func (l *live) partialBefore(p pos) bool { return l.record.partialBefore(p) }
+
+// measuredEpochs returns the run record's measured figures of every epoch,
+// in epoch order.
+func (l *live) measuredEpochs() []EpochMeasured { return l.record.summary() }

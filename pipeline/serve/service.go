@@ -96,7 +96,7 @@ func New(cfg Config) (*Service, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg)}
+	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg.Pipeline.Plan.DP, cfg.MP, cfg.Pipeline.Plan.Placement)}
 	s.epochs = epochs.NewBook(s.planEpoch, kvStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = deliver.NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})
