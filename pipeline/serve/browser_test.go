@@ -12,6 +12,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/internal/browsertest"
 	"github.com/mmfeed/mmfeed/internal/reportcheck"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 )
 
 // TestReportPageInBrowser loads the live report page in headless Chromium
@@ -26,22 +27,22 @@ func TestReportPageInBrowser(t *testing.T) {
 	cfg.MinObservations = 8
 	r := start(t, cfg)
 	base := "http://" + r.s.HTTPAddr()
-	fetch := func() ([]byte, LiveReport, error) {
+	fetch := func() ([]byte, report.LiveReport, error) {
 		req, _ := http.NewRequest("GET", base+"/v1/report", nil)
 		req.Header.Set("Authorization", "Bearer "+cfg.HTTPToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return nil, LiveReport{}, err
+			return nil, report.LiveReport{}, err
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		var lr LiveReport
+		var lr report.LiveReport
 		if err := json.Unmarshal(body, &lr); err != nil {
 			return nil, lr, fmt.Errorf("/v1/report: %v: %.200s", err, body)
 		}
 		return body, lr, nil
 	}
-	report := func() ([]byte, LiveReport) {
+	report := func() ([]byte, report.LiveReport) {
 		t.Helper()
 		body, lr, err := fetch()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -143,7 +144,7 @@ func TestReportFitsAfterPublishing(t *testing.T) {
 	runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, func(tr *trainer) {
 		tr.computeSeconds = func(epoch, step int) float64 { return trueSeconds(tr, epoch, step) }
 	})
-	var live Live
+	var live report.Live
 	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		live = r.s.snapshot().Live
 		if live.Calibration == nil || live.Calibration.Fit.N != live.Observations {

@@ -42,7 +42,7 @@ func (g controlGlue) Feedback(fb proto.Feedback) { g.s.met.feedback(fb) }
 
 func (g controlGlue) Add(fb proto.Feedback, f balancer.Features) { g.s.cal.add(fb, f) }
 
-func (g controlGlue) Measured(fb proto.Feedback) { g.s.live.measured(fb) }
+func (g controlGlue) Measured(fb proto.Feedback) { g.s.live.Measured(fb) }
 
 func (g controlGlue) Start(f func(ctx context.Context)) bool { return g.s.tasks.start(f) }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/httpui"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 )
 
 // Handler returns the read-only HTTP API (httpui.Server.Handler): /v1/report,
@@ -17,14 +18,14 @@ func (s *Service) Handler() http.Handler { return s.newHTTP().Handler() }
 // answering from the service.
 func (s *Service) newHTTP() *httpui.Server {
 	cfg := httpui.Config{Addr: s.cfg.HTTP, TLSCert: s.cfg.HTTPTLSCert, TLSKey: s.cfg.HTTPTLSKey, Token: s.cfg.HTTPToken}
-	return httpui.New(cfg, &httpAnswers{s: s, views: newLiveViews(s.cal)}, s.reg)
+	return httpui.New(cfg, &httpAnswers{s: s, views: report.NewViews(s.cal)}, s.reg)
 }
 
 // httpAnswers is the service as the report server's source: each verb
 // reads the service through the methods of its parts.
 type httpAnswers struct {
 	s     *Service
-	views *liveViews
+	views *report.Views
 }
 
 // Healthy: the NATS connection is up and health.problems has none.
@@ -44,7 +45,7 @@ func (a *httpAnswers) Report() (any, error) {
 	if r := a.s.snapshot(); r != nil {
 		return r, nil
 	}
-	return nil, errors.New(a.s.live.planningStatus())
+	return nil, errors.New(a.s.live.PlanningStatus())
 }
 
 // CostModel is the cost model in effect (costModel).
@@ -56,7 +57,7 @@ func (a *httpAnswers) View() *httpui.View {
 	if r == nil {
 		return nil
 	}
-	v := &httpui.View{Report: r.Report, Live: a.views.liveView(r.Report, r.Live)}
+	v := &httpui.View{Report: r.Report, Live: a.views.LiveView(r.Report, r.Live)}
 	if r.Mixture != nil {
 		v.Section = mixtureSection{r.Mixture}
 	}

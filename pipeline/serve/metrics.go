@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -107,6 +108,10 @@ func (m *metrics) feedback(fb proto.Feedback) {
 	m.s.scaleFeedback(fb)
 }
 
+// Stats is the service's instrumentation (report.Stats, the live report's
+// throughput): an alias, as bench and cmd/mmfeed name it serve.Stats.
+type Stats = report.Stats
+
 // Stats returns the instrumentation so far.
 func (s *Service) Stats() Stats {
 	m := s.met
@@ -151,7 +156,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNextStep, prometheus.GaugeValue, float64(rs.Next().Step), l...)
 		ch <- prometheus.MustNewConstMetric(descNextEpoch, prometheus.GaugeValue, float64(rs.Next().Epoch), l...)
 	}
-	for reason, n := range s.live.quarantined() {
+	for reason, n := range s.live.Quarantined() {
 		ch <- prometheus.MustNewConstMetric(descQuarantined, prometheus.CounterValue, float64(n), reason)
 	}
 }

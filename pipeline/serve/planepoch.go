@@ -62,7 +62,7 @@ func (s *Service) epoch(ctx context.Context, e int) (*epochs.Plan, error) {
 			s.log.Warn("kv", "err", err)
 		}
 	})
-	s.live.setEpoch(ep)
+	s.live.SetEpoch(ep)
 	return ep, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"golang.org/x/sync/errgroup"
@@ -191,8 +192,8 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 	gens := make([]int, len(next))
 	targets := s.ranks.Targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
-		s.live.published(ep, sb)
-		s.met.imbalance.Observe(imbalance(ep.Predicted(sb.Step)))
+		s.live.Published(ep, sb)
+		s.met.imbalance.Observe(report.Imbalance(ep.Predicted(sb.Step)))
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))

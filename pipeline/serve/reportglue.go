@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 )
 
 // reportEvery is how often the run report checks for finished epochs.
@@ -26,7 +27,7 @@ const (
 type reportOut struct {
 	mu      sync.Mutex
 	dir     string
-	views   *liveViews
+	views   *report.Views
 	written map[int]bool
 	reports map[int]*balancer.Report
 	mixes   map[int]*pipeline.MixtureReport // a mixture epoch's per-source lines, beside reports
@@ -40,7 +41,7 @@ func (s *Service) openReportOut() (*reportOut, error) {
 	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
 		return nil, fmt.Errorf("serve: --report-out: %w", err)
 	}
-	return &reportOut{dir: s.cfg.ReportOut, views: newLiveViews(s.cal), written: map[int]bool{}, reports: map[int]*balancer.Report{},
+	return &reportOut{dir: s.cfg.ReportOut, views: report.NewViews(s.cal), written: map[int]bool{}, reports: map[int]*balancer.Report{},
 		mixes: map[int]*pipeline.MixtureReport{}}, nil
 }
 
@@ -69,7 +70,7 @@ func (ro *reportOut) epochEnds(s *Service) {
 	if !ok {
 		return
 	}
-	for _, e := range s.live.epochList() { // the epochs this service published
+	for _, e := range s.live.EpochList() { // the epochs this service published
 		if e < p.Epoch && !ro.written[e] {
 			ro.write(s, e, reasonEpochEnd, true)
 		}
@@ -89,14 +90,14 @@ func (ro *reportOut) atExit(s *Service) {
 	defer ro.mu.Unlock()
 	ro.remember(s)
 	p, _ := s.ranks.Trained()
-	for deadline := time.Now().Add(exitMeasureWait); s.live.partialBefore(p) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(exitMeasureWait); s.live.PartialBefore(p) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	cur, ok := s.live.currentEpoch()
+	cur, ok := s.live.CurrentEpoch()
 	if !ok {
 		cur = s.cfg.Pipeline.Plan.Epoch
 	}
-	epochs := append(s.live.epochList(), cur)
+	epochs := append(s.live.EpochList(), cur)
 	slices.Sort(epochs)
 	for _, e := range slices.Compact(epochs) {
 		if !ro.written[e] {
@@ -113,7 +114,7 @@ func (ro *reportOut) atExit(s *Service) {
 // remember keeps the comparisons of the epochs held in memory (the current
 // one and its neighbours). Caller holds ro.mu.
 func (ro *reportOut) remember(s *Service) {
-	cur, _ := s.live.currentEpoch()
+	cur, _ := s.live.CurrentEpoch()
 	for e := max(cur-1, s.cfg.Pipeline.Plan.Epoch); e <= min(cur+1, s.cfg.lastEpoch()); e++ {
 		if ro.reports[e] != nil {
 			continue
@@ -135,7 +136,7 @@ func (ro *reportOut) remember(s *Service) {
 // write writes the latest files and, with epochFile, epoch e's. Caller holds ro.mu.
 func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 	rr := s.runReport(e, reason, ro.reports[e], ro.mixes[e])
-	err := writeRunFiles(ro.dir, e, epochFile, rr, ro.views.liveView(rr.Report, rr.Live))
+	err := report.WriteRunFiles(ro.dir, e, epochFile, rr, ro.views.LiveView(rr.Report, rr.Live))
 	if err != nil {
 		s.log.Warn("run report not written", "dir", ro.dir, "epoch", e, "err", err)
 		return
@@ -147,26 +148,26 @@ func (ro *reportOut) write(s *Service, e int, reason string, epochFile bool) {
 
 // runReport assembles epoch e's file: rep is e's comparison and mix its
 // mixture lines when known (else the live report's).
-func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pipeline.MixtureReport) RunReport {
+func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pipeline.MixtureReport) report.RunReport {
 	snap := s.liveSnapshot(true)
-	rr := RunReport{Live: snap.Live}
+	rr := report.RunReport{Live: snap.Live}
 	if rep == nil {
 		rep, mix = snap.Report, snap.Mixture
 	}
 	if rep != nil {
-		rr.Report, rr.Mixture = s.live.withEpochQuarantine(rep), mix
+		rr.Report, rr.Mixture = s.live.WithEpochQuarantine(rep), mix
 	}
 	trained, ok := s.ranks.Trained()
 	if !ok {
 		trained = pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	}
-	sum := RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
-		StepsPublished: s.live.publishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
+	sum := report.RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
+		StepsPublished: s.live.PublishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
 		FinishedTraining: !trained.Less(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
-	for _, em := range s.live.measuredEpochs() {
+	for _, em := range s.live.MeasuredEpochs() {
 		em.Steps = s.epochs.Steps(em.Epoch)
 		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)
-		em.Quarantined = s.live.quarantineCounts(em.Epoch)
+		em.Quarantined = s.live.QuarantineCounts(em.Epoch)
 		sum.Epochs = append(sum.Epochs, em)
 	}
 	sum.StepsTotal = s.stepsTotal()
@@ -216,13 +217,13 @@ func (s *Service) stepsTotal() int {
 // current epoch, or of the one before until the current one's is built);
 // nil before the first epoch's plan and comparison are complete
 // (planningStatus says how far it is).
-func (s *Service) snapshot() *LiveReport { return s.liveSnapshot(false) }
+func (s *Service) snapshot() *report.LiveReport { return s.liveSnapshot(false) }
 
 // liveSnapshot is snapshot; with anyway, before the comparison is built it
 // returns the live section with a nil Report instead of nil (the run report).
-func (s *Service) liveSnapshot(anyway bool) *LiveReport {
+func (s *Service) liveSnapshot(anyway bool) *report.LiveReport {
 	cal, nobs := s.cal.snapshot()
-	r := s.live.snapshot(cal, anyway)
+	r := s.live.Snapshot(cal, anyway)
 	if r == nil {
 		return nil
 	}
@@ -233,10 +234,10 @@ func (s *Service) liveSnapshot(anyway bool) *LiveReport {
 	lv.StepsTrained = s.stepsTrained()
 	for r, rs := range s.ranks.All() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP
-		lv.Ranks = append(lv.Ranks, RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.Next().Epoch, NextStep: rs.Next().Step,
+		lv.Ranks = append(lv.Ranks, report.RankStatus{DP: dp, MP: mp, Rank: [2]int{dp, mp}, NextEpoch: rs.Next().Epoch, NextStep: rs.Next().Step,
 			PublishedEpoch: rs.Cursor().Epoch, PublishedStep: rs.Cursor().Step, Generation: rs.Gen()})
 	}
-	lv.Throughput = newRates(s.Stats())
+	lv.Throughput = report.NewRates(s.Stats())
 	return r
 }
 
@@ -258,7 +259,7 @@ func (s *Service) logProgress(ctx context.Context, interval time.Duration) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var m progressMeter
+	var m report.ProgressMeter
 	for {
 		select {
 		case <-ctx.Done():
@@ -268,8 +269,8 @@ func (s *Service) logProgress(ctx context.Context, interval time.Duration) {
 			if !ok || steps == 0 {
 				continue
 			}
-			if l, moved := m.update(p.Epoch, p.Step, steps, now); moved {
-				s.log.Info("progress", l.attrs()...)
+			if l, moved := m.Update(p.Epoch, p.Step, steps, now); moved {
+				s.log.Info("progress", l.Attrs()...)
 			}
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/reportcheck"
-	"github.com/mmfeed/mmfeed/proto"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 )
 
 // rankSeconds is the test trainers' step time of dp rank d: rank 1 is three
@@ -22,13 +22,13 @@ import (
 func rankSeconds(d int) float64 { return 0.1 * float64(1+2*d) }
 
 // readRunReport reads one --report-out JSON file.
-func readRunReport(t *testing.T, path string) (RunReport, []byte) {
+func readRunReport(t *testing.T, path string) (report.RunReport, []byte) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rr RunReport
+	var rr report.RunReport
 	if err := json.Unmarshal(b, &rr); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -38,7 +38,7 @@ func readRunReport(t *testing.T, path string) (RunReport, []byte) {
 // checkEpochMeasured checks an epoch the trainers finished: every step
 // trained and measured, the ranks' times as the trainers reported them, the
 // measured imbalance beside the predicted one, the epoch's quarantine.
-func checkEpochMeasured(t *testing.T, em EpochMeasured, steps, quarantined int) {
+func checkEpochMeasured(t *testing.T, em report.EpochMeasured, steps, quarantined int) {
 	t.Helper()
 	if em.Steps != steps || em.StepsTrained != steps || em.StepsMeasured != steps || em.StepsPublished != steps {
 		t.Errorf("epoch %d: steps %d, trained %d, measured %d, published %d; want %d each", em.Epoch, em.Steps, em.StepsTrained, em.StepsMeasured, em.StepsPublished, steps)
@@ -93,7 +93,7 @@ func checkRunHTML(t *testing.T, path string, js []byte) {
 }
 
 // getLive reads /v1/report's live section and the HTML live fragment.
-func getLive(t *testing.T, s *Service) (Live, string) {
+func getLive(t *testing.T, s *Service) (report.Live, string) {
 	t.Helper()
 	get := func(path string) []byte {
 		resp, err := http.Get("http://" + s.HTTPAddr() + path)
@@ -107,7 +107,7 @@ func getLive(t *testing.T, s *Service) (Live, string) {
 		}
 		return b
 	}
-	var lr LiveReport
+	var lr report.LiveReport
 	if err := json.Unmarshal(get("/v1/report"), &lr); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestReportOutEndToEnd(t *testing.T) {
 
 	// Everything is published, epoch 1 is not trained: the live report and
 	// page show trained steps below published and do not say finished.
-	var lv Live
+	var lv report.Live
 	var frag string
 	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if lv, frag = getLive(t, r.s); !lv.Finished {
@@ -232,7 +232,7 @@ func TestReportOutOnCancel(t *testing.T) {
 			return fmt.Errorf("trained to %v (%v)", p, ok)
 		}
 		if r.s.snapshot() == nil {
-			return fmt.Errorf("no comparison yet: %s", r.s.live.planningStatus())
+			return fmt.Errorf("no comparison yet: %s", r.s.live.PlanningStatus())
 		}
 		return nil
 	})
@@ -253,57 +253,5 @@ func TestReportOutOnCancel(t *testing.T) {
 			t.Errorf("%s epoch 0: %+v; want %d trained and measured at imbalance 1.5 of %d steps", name, em, trained, em.Steps)
 		}
 		checkRunHTML(t, filepath.Join(cfg.ReportOut, name+".html"), js)
-	}
-}
-
-// TestRunRecord feeds the record directly: a step counts once every rank
-// reported it (a dp rank's time is its slowest mp rank's), a repeat or an
-// invalid time changes nothing, and a step this service did not publish is
-// not measured.
-func TestRunRecord(t *testing.T) {
-	fb := func(step, dp, mp int, sec float64) proto.Feedback {
-		return proto.Feedback{Epoch: 0, Step: step, DPRank: dp, MPRank: mp, ComputeSeconds: sec, DataWaitSeconds: 0.01}
-	}
-	tests := []struct {
-		name      string
-		feedback  []proto.Feedback
-		measured  int
-		imbalance float64 // measured mean (0: none)
-		rank0     float64 // rank 0's mean seconds
-	}{
-		{"every rank", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 1, 4.0 / 3, 2},
-		{"one mp rank missing", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1)}, 0, 0, 0},
-		{"repeat counts once", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 0, 1), fb(0, 0, 1, 1), fb(0, 1, 0, 1)}, 0, 0, 0},
-		{"NaN ignored", []proto.Feedback{fb(0, 0, 0, math.NaN()), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0},
-		{"negative ignored", []proto.Feedback{fb(0, 0, 0, -1), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0},
-		{"unpublished step", []proto.Feedback{fb(7, 0, 0, 1), fb(7, 0, 1, 1), fb(7, 1, 0, 1), fb(7, 1, 1, 1)}, 0, 0, 0},
-		{"rank outside the layout", []proto.Feedback{fb(0, 2, 0, 1), fb(0, 0, 2, 1)}, 0, 0, 0},
-		{"two steps", []proto.Feedback{fb(0, 0, 0, 3), fb(0, 0, 1, 3), fb(0, 1, 0, 1), fb(0, 1, 1, 1),
-			fb(1, 0, 0, 1), fb(1, 0, 1, 1), fb(1, 1, 0, 1), fb(1, 1, 1, 1)}, 2, (1.5 + 1) / 2, 2},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRunRecord(2, 2)
-			r.published(0, 0, []float64{1, 3})
-			r.published(0, 1, []float64{1, 1})
-			r.published(0, 0, []float64{9, 9}) // a republication keeps the first prediction
-			for _, f := range tc.feedback {
-				r.measured(f)
-			}
-			sum := r.summary()
-			if len(sum) != 1 {
-				t.Fatalf("got %d epochs, want 1", len(sum))
-			}
-			em := sum[0]
-			if em.StepsPublished != 2 || em.PlannedImbalance.Steps != 2 || math.Abs(em.PlannedImbalance.Max-1.5) > 1e-12 {
-				t.Errorf("published %d, planned %+v; want 2 steps, max 1.5", em.StepsPublished, em.PlannedImbalance)
-			}
-			if em.StepsMeasured != tc.measured || math.Abs(em.MeasuredImbalance.Mean-tc.imbalance) > 1e-12 || math.Abs(em.Ranks[0].MeanSeconds-tc.rank0) > 1e-12 {
-				t.Errorf("measured %d steps at mean imbalance %v, rank 0 %v s; want %d, %v, %v", em.StepsMeasured, em.MeasuredImbalance.Mean, em.Ranks[0].MeanSeconds, tc.measured, tc.imbalance, tc.rank0)
-			}
-			if tc.measured > 0 && em.PredictedImbalance.Steps != tc.measured {
-				t.Errorf("predicted imbalance over %d steps, want the %d measured", em.PredictedImbalance.Steps, tc.measured)
-			}
-		})
 	}
 }

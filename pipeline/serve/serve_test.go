@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -106,7 +107,7 @@ func checkHTTP(t *testing.T, s *Service, cfg Config) {
 	_, body = get("/v1/report", cfg.HTTPToken)
 	var rep struct {
 		Steps int `json:"steps"`
-		Live  Live
+		Live  report.Live
 	}
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)

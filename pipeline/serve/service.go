@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats-server/v2/server"
@@ -45,7 +46,7 @@ type Service struct {
 	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
-	live      *live                       // the live report (live.go)
+	live      *report.State               // the live report (live.go)
 	health    health                      // what /healthz reports beyond the connection
 	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
 	// plane is the data plane (plane.go), chosen in New.
@@ -96,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: newLive(cfg.Pipeline.Plan.DP, cfg.MP, cfg.Pipeline.Plan.Placement)}
+	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: report.NewState(cfg.Pipeline.Plan.DP, cfg.MP, cfg.Pipeline.Plan.Placement)}
 	s.epochs = epochs.NewBook(s.planEpoch, kvStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = deliver.NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})

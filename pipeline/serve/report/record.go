@@ -1,4 +1,4 @@
-package serve
+package report
 
 import (
 	"maps"
@@ -93,7 +93,7 @@ func (r *runRecord) published(epoch, step int, pred []float64) {
 	if _, ok := er.predicted[step]; ok || er.done[step] {
 		return
 	}
-	imb := imbalance(pred)
+	imb := Imbalance(pred)
 	er.published++
 	er.planned.add(imb)
 	er.predicted[step] = imb
@@ -143,7 +143,7 @@ func (er *epochRecord) fold(step int, sp *stepPending) {
 		ra.top = max(ra.top, sec)
 		ra.waitTotal += sp.wait[d]
 	}
-	er.measured.add(imbalance(sp.seconds))
+	er.measured.add(Imbalance(sp.seconds))
 	er.predSame.add(er.predicted[step])
 	delete(er.pending, step)
 	delete(er.predicted, step)
@@ -189,12 +189,12 @@ func (r *runRecord) summary() []EpochMeasured {
 
 // partialBefore reports whether a step before p was reported by some ranks
 // and not all.
-func (r *runRecord) partialBefore(p pos) bool {
+func (r *runRecord) partialBefore(p proto.Pos) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for e, er := range r.epochs {
 		for step := range er.pending {
-			if (pos{Epoch: e, Step: step}).Less(p) {
+			if (proto.Pos{Epoch: e, Step: step}).Less(p) {
 				return true
 			}
 		}

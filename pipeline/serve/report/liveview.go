@@ -1,4 +1,4 @@
-package serve
+package report
 
 import (
 	"sync"
@@ -9,30 +9,30 @@ import (
 // fitPoints is how many prefixes of the observations the fit history refits.
 const fitPoints = 24
 
-// liveViews builds the report's live section as the page shows it (`/`
+// Views builds the report's live section as the page shows it (`/`
 // and the run report's HTML). Its calibration history refits the cost
 // model to growing prefixes of the trainer feedback (in arrival order), so
 // the page shows how the fit evolved whenever it is opened; it is
 // recomputed only when feedback arrived.
-type liveViews struct {
-	cal  observationSource
+type Views struct {
+	cal  ObservationSource
 	mu   sync.Mutex
 	n    int // observations the cached history covers
 	hist []balancer.FitPoint
 }
 
-// observationSource is where the fit history takes the trainer feedback's
+// ObservationSource is where the fit history takes the trainer feedback's
 // observations: a copy of them (in arrival order), the prior, the fit
 // configuration and the minimum count a fit needs.
-type observationSource interface {
+type ObservationSource interface {
 	Observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int)
 }
 
-// newLiveViews returns the live section's builder over src's observations.
-func newLiveViews(src observationSource) *liveViews { return &liveViews{cal: src} }
+// NewViews returns the live section's builder over src's observations.
+func NewViews(src ObservationSource) *Views { return &Views{cal: src} }
 
 // liveView is the page's live section of l; r gives the cost unit (nil: none).
-func (p *liveViews) liveView(r *balancer.Report, l Live) *balancer.LiveView {
+func (p *Views) LiveView(r *balancer.Report, l Live) *balancer.LiveView {
 	lv := &balancer.LiveView{Job: l.Job, Finished: l.Finished, StepsPublished: l.StepsPublished, StepsTrained: l.StepsTrained,
 		StepsTotal: l.StepsPerEpoch * (l.LastEpoch - l.FirstEpoch + 1), Samples: l.Throughput.Samples,
 		ElapsedSeconds: l.Throughput.ElapsedSeconds, SamplesPerSecond: l.Throughput.SamplesPerSecond,
@@ -50,7 +50,7 @@ func (p *liveViews) liveView(r *balancer.Report, l Live) *balancer.LiveView {
 
 // fitHistory returns the fit at up to fitPoints observation counts, ending
 // with cur (the report's calibration) when there is one.
-func (p *liveViews) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
+func (p *Views) fitHistory(cur *balancer.Calibration) []balancer.FitPoint {
 	obs, prior, cfg, minObs := p.cal.Observations()
 	p.mu.Lock()
 	defer p.mu.Unlock()

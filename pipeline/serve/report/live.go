@@ -1,4 +1,4 @@
-package serve
+package report
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ type Live struct {
 	StepsTrained   int  `json:"steps_trained"`
 	Finished       bool `json:"finished"`
 	// Models lists the cost models of the current epoch's steps.
-	Models []Segment `json:"models"`
+	Models []epochs.Segment `json:"models"`
 	// Calibration is the cost model fitted to every observation of trainer
 	// feedback so far (null before MinObservations), with the prior's error
 	// on the same observations; Models lists the models the plan used.
@@ -125,28 +125,28 @@ type LiveReport struct {
 }
 
 // live holds the report's moving parts.
-type live struct {
+type State struct {
 	mu             sync.Mutex
 	dp, mp         int
 	placement      balancer.Placement
 	ep             *epochs.Plan // its prog has the report once the epoch is planned
 	prev           *epochs.Plan // the epoch before, whose report is shown until ep's is built
-	info           EpochInfo
+	info           epochs.Info
 	steps          []*LiveStep
-	index          map[pos]*LiveStep
+	index          map[proto.Pos]*LiveStep
 	stepsPublished int
 	quarant        map[int]*loader.QuarantineWriter
 	record         *runRecord // the run report's measurements (reportout.go); its lock is a leaf
 }
 
-// newLive returns the live state of a dp × mp layout whose ranks place
+// NewState returns the live state of a dp × mp layout whose ranks place
 // their samples by placement.
-func newLive(dp, mp int, placement balancer.Placement) *live {
-	return &live{dp: dp, mp: mp, placement: placement,
-		index: map[pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(dp, mp)}
+func NewState(dp, mp int, placement balancer.Placement) *State {
+	return &State{dp: dp, mp: mp, placement: placement,
+		index: map[proto.Pos]*LiveStep{}, quarant: map[int]*loader.QuarantineWriter{}, record: newRunRecord(dp, mp)}
 }
 
-func (l *live) setEpoch(ep *epochs.Plan) {
+func (l *State) SetEpoch(ep *epochs.Plan) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.prev, l.ep, l.info = l.ep, ep, ep.Info()
@@ -155,10 +155,10 @@ func (l *live) setEpoch(ep *epochs.Plan) {
 
 // published records a step the publisher sent (from the publisher goroutine,
 // which owns ep's steps).
-func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
+func (l *State) Published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	seg, _ := ep.SegmentAt(sb.Step)
 	pred := ep.Predicted(sb.Step)
-	st := &LiveStep{Epoch: ep.Info().Epoch, Step: sb.Step, Segment: seg, Imbalance: imbalance(pred), PredictedCost: pred,
+	st := &LiveStep{Epoch: ep.Info().Epoch, Step: sb.Step, Segment: seg, Imbalance: Imbalance(pred), PredictedCost: pred,
 		MeasuredSeconds: make([]float64, len(pred)), DataWaitSeconds: make([]float64, len(pred)),
 		feats: slices.Clone(ep.StepFeatures(sb.Step))}
 	for _, mbs := range sb.Rows {
@@ -173,7 +173,7 @@ func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.info = ep.Info()
-	k := pos{Epoch: st.Epoch, Step: st.Step}
+	k := proto.Pos{Epoch: st.Epoch, Step: st.Step}
 	if old := l.index[k]; old != nil { // republished (rewind): keep the measurements
 		st.MeasuredSeconds, st.DataWaitSeconds = old.MeasuredSeconds, old.DataWaitSeconds
 		l.steps = slices.DeleteFunc(l.steps, func(x *LiveStep) bool { return x == old })
@@ -184,17 +184,17 @@ func (l *live) published(ep *epochs.Plan, sb pipeline.StepBatch) {
 	l.index[k] = st
 	l.steps = append(l.steps, st)
 	if len(l.steps) > maxLiveSteps {
-		delete(l.index, pos{Epoch: l.steps[0].Epoch, Step: l.steps[0].Step})
+		delete(l.index, proto.Pos{Epoch: l.steps[0].Epoch, Step: l.steps[0].Step})
 		l.steps = l.steps[1:]
 	}
 }
 
 // measured records a trainer's feedback on a published step.
-func (l *live) measured(fb proto.Feedback) {
+func (l *State) Measured(fb proto.Feedback) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.record.measured(fb)
-	st := l.index[pos{Epoch: fb.Epoch, Step: fb.Step}]
+	st := l.index[proto.Pos{Epoch: fb.Epoch, Step: fb.Step}]
 	if st == nil || fb.DPRank >= len(st.MeasuredSeconds) {
 		return
 	}
@@ -202,7 +202,7 @@ func (l *live) measured(fb proto.Feedback) {
 	st.DataWaitSeconds[fb.DPRank] = max(st.DataWaitSeconds[fb.DPRank], fb.DataWaitSeconds)
 }
 
-func (l *live) quarantined() map[string]int64 {
+func (l *State) Quarantined() map[string]int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]int64{}
@@ -215,7 +215,7 @@ func (l *live) quarantined() map[string]int64 {
 }
 
 // quarantineReasons merges the epochs' reasons, with example ids.
-func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
+func (l *State) quarantineReasons() map[string]balancer.QuarantineGroup {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]balancer.QuarantineGroup{}
@@ -237,8 +237,8 @@ func (l *live) quarantineReasons() map[string]balancer.QuarantineGroup {
 // and quarantine counts, each step with its predicted seconds under cal
 // (none when nil). It returns nil before the comparison is built, unless
 // anyway (then Report is nil); the caller fills the rest of Live.
-func (l *live) snapshot(cal *balancer.Calibration, anyway bool) *LiveReport {
-	q := l.quarantined()
+func (l *State) Snapshot(cal *balancer.Calibration, anyway bool) *LiveReport {
+	q := l.Quarantined()
 	reasons := l.quarantineReasons()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -283,8 +283,8 @@ func (l *live) snapshot(cal *balancer.Calibration, anyway bool) *LiveReport {
 	return &LiveReport{Report: rep, Mixture: mix, Live: lv}
 }
 
-// newRates is the throughput of st.
-func newRates(st Stats) Rates {
+// NewRates is the throughput of st.
+func NewRates(st Stats) Rates {
 	r := Rates{Stats: st}
 	if st.ElapsedSeconds > 0 {
 		r.SamplesPerSecond = float64(st.Samples) / st.ElapsedSeconds
@@ -293,8 +293,8 @@ func newRates(st Stats) Rates {
 	return r
 }
 
-// imbalance is max/mean (1 for an empty or all-zero step).
-func imbalance(costs []float64) float64 {
+// Imbalance is max/mean (1 for an empty or all-zero step).
+func Imbalance(costs []float64) float64 {
 	var sum, top float64
 	for _, c := range costs {
 		sum += c
@@ -308,7 +308,7 @@ func imbalance(costs []float64) float64 {
 
 // planningStatus says why snapshot has no report: no epoch yet, or how far
 // the current epoch's plan is.
-func (l *live) planningStatus() string {
+func (l *State) PlanningStatus() string {
 	l.mu.Lock()
 	ep := l.ep
 	l.mu.Unlock()

@@ -1,4 +1,4 @@
-package serve
+package report
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestProgressMeter(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	var m progressMeter
+	var m ProgressMeter
 	steps := []struct {
 		name             string
 		epoch, done, all int
@@ -25,7 +25,7 @@ func TestProgressMeter(t *testing.T) {
 		{"done", 1, 50, 50, 31 * time.Second, true, 5, 0},
 	}
 	for _, tt := range steps {
-		l, moved := m.update(tt.epoch, tt.done, tt.all, t0.Add(tt.at))
+		l, moved := m.Update(tt.epoch, tt.done, tt.all, t0.Add(tt.at))
 		if moved != tt.moved {
 			t.Fatalf("%s: moved %v, want %v", tt.name, moved, tt.moved)
 		}

@@ -1,4 +1,4 @@
-package serve
+package report
 
 import (
 	"bytes"
@@ -101,10 +101,10 @@ type RankMeasured struct {
 	MeanDataWaitSeconds float64 `json:"mean_data_wait_seconds"`
 }
 
-// writeRunFiles writes rr as the latest files in dir (report-latest.json
+// WriteRunFiles writes rr as the latest files in dir (report-latest.json
 // and .html, the page's live section lv) and, with epochFile, as epoch e's
 // (report-e<e>.json and .html), each atomically (writeAtomic).
-func writeRunFiles(dir string, e int, epochFile bool, rr RunReport, lv *balancer.LiveView) error {
+func WriteRunFiles(dir string, e int, epochFile bool, rr RunReport, lv *balancer.LiveView) error {
 	js, err := json.MarshalIndent(rr, "", "  ")
 	if err != nil {
 		return err

@@ -1,21 +1,23 @@
-package serve
+package report
 
 import (
 	"time"
+
+	"github.com/mmfeed/mmfeed/proto"
 )
 
-// progressMeter measures the trainers' rate through one epoch: the steps
+// ProgressMeter measures the trainers' rate through one epoch: the steps
 // every rank has finished (the least "next needed" position over the ranks)
 // since the meter first saw that epoch.
-type progressMeter struct {
+type ProgressMeter struct {
 	epoch, step0 int
 	t0           time.Time
-	last         pos
+	last         proto.Pos
 	started      bool
 }
 
-// progressLine is one progress log line's values.
-type progressLine struct {
+// ProgressLine is one progress log line's values.
+type ProgressLine struct {
 	Epoch, Done, Steps int
 	Rate               float64       // steps per second since the epoch was first seen
 	ETA                time.Duration // to the epoch's end at Rate; -1 while unknown
@@ -24,16 +26,16 @@ type progressLine struct {
 // update records that at now every rank has finished done steps of epoch of
 // steps in all. It returns the line to log and false when nothing moved since
 // the last line.
-func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressLine, bool) {
-	p := pos{Epoch: epoch, Step: done}
+func (m *ProgressMeter) Update(epoch, done, steps int, now time.Time) (ProgressLine, bool) {
+	p := proto.Pos{Epoch: epoch, Step: done}
 	if m.started && p == m.last {
-		return progressLine{}, false
+		return ProgressLine{}, false
 	}
 	if !m.started || epoch != m.epoch {
 		m.epoch, m.step0, m.t0, m.started = epoch, done, now, true
 	}
 	m.last = p
-	line := progressLine{Epoch: epoch, Done: done, Steps: steps, ETA: -1}
+	line := ProgressLine{Epoch: epoch, Done: done, Steps: steps, ETA: -1}
 	if dt := now.Sub(m.t0).Seconds(); dt > 0 && done > m.step0 {
 		line.Rate = float64(done-m.step0) / dt
 		line.ETA = time.Duration(float64(max(steps-done, 0)) / line.Rate * float64(time.Second)).Round(time.Second)
@@ -42,7 +44,7 @@ func (m *progressMeter) update(epoch, done, steps int, now time.Time) (progressL
 }
 
 // attrs are the log attributes of l; rate and eta are left out while unknown.
-func (l progressLine) attrs() []any {
+func (l ProgressLine) Attrs() []any {
 	a := []any{"epoch", l.Epoch, "step", l.Done, "steps", l.Steps, "percent", 100 * l.Done / max(l.Steps, 1)}
 	if l.ETA >= 0 {
 		a = append(a, "steps_per_s", roundTo(l.Rate, 2), "eta", l.ETA)

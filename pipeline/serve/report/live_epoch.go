@@ -1,26 +1,27 @@
-package serve
+package report
 
 import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 // currentEpoch is the epoch the live report shows; ok is false before any.
-func (l *live) currentEpoch() (e int, ok bool) {
+func (l *State) CurrentEpoch() (e int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.info.Epoch, l.ep != nil
 }
 
 // published counts the steps published so far (all epochs, each once).
-func (l *live) publishedSteps() int {
+func (l *State) PublishedSteps() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.stepsPublished
 }
 
 // quarantineCounts returns epoch e's quarantined samples by reason.
-func (l *live) quarantineCounts(e int) map[string]int64 {
+func (l *State) QuarantineCounts(e int) map[string]int64 {
 	l.mu.Lock()
 	q := l.quarant[e]
 	l.mu.Unlock()
@@ -31,7 +32,7 @@ func (l *live) quarantineCounts(e int) map[string]int64 {
 }
 
 // quarantineGroups returns epoch e's quarantined samples by reason, with examples.
-func (l *live) quarantineGroups(e int) map[string]balancer.QuarantineGroup {
+func (l *State) quarantineGroups(e int) map[string]balancer.QuarantineGroup {
 	l.mu.Lock()
 	q := l.quarant[e]
 	l.mu.Unlock()
@@ -43,7 +44,7 @@ func (l *live) quarantineGroups(e int) map[string]balancer.QuarantineGroup {
 
 // withEpochQuarantine returns a copy of rep with the quarantine of rep's
 // epoch only (the run report's epoch files).
-func (l *live) withEpochQuarantine(rep *balancer.Report) *balancer.Report {
+func (l *State) WithEpochQuarantine(rep *balancer.Report) *balancer.Report {
 	c := *rep
 	c.QuarantineReasons = l.quarantineGroups(c.Epoch)
 	c.Quarantined = 0
@@ -54,12 +55,12 @@ func (l *live) withEpochQuarantine(rep *balancer.Report) *balancer.Report {
 }
 
 // epochList returns the epochs the run record holds, in order.
-func (l *live) epochList() []int { return l.record.epochList() }
+func (l *State) EpochList() []int { return l.record.epochList() }
 
 // partialBefore reports whether the run record holds a step before p that
 // some ranks reported and not all.
-func (l *live) partialBefore(p pos) bool { return l.record.partialBefore(p) }
+func (l *State) PartialBefore(p proto.Pos) bool { return l.record.partialBefore(p) }
 
 // measuredEpochs returns the run record's measured figures of every epoch,
 // in epoch order.
-func (l *live) measuredEpochs() []EpochMeasured { return l.record.summary() }
+func (l *State) MeasuredEpochs() []EpochMeasured { return l.record.summary() }
