@@ -49,7 +49,7 @@ var rules = map[string]rule{
 	"proto": {module: []string{"internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, // proto stays small
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":               {module: core, deny: []string{natsServer, prom}},
-	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control"}, core...), denyImports: harness},
+	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control", "pipeline/serve/report"}, core...), denyImports: harness},
 	"pipeline/serve/deliver": {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, imports: []string{}, denyImports: harness}, // the outbox, the fetch waits and the rank table: never serve or epochs (the book is its Epochs), no NATS package (the bucket is its Store), no NATS request of its own
 	"pipeline/serve/natsenv": {module: []string{"proto", "internal/ctxutil"}, deny: []string{imaging, xImage, tokenizers, prom}, denyImports: harness},
 	"pipeline/serve/work":    {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...), deny: []string{prom}, denyImports: harness}, // never serve; no metrics: serve registers the planner's collectors from its numbers
@@ -57,8 +57,9 @@ var rules = map[string]rule{
 	"pipeline/serve/epochs":  {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work"}, core...), deny: []string{prom}, imports: []string{}, denyImports: harness},
 	// control: never serve nor deliver (its collaborators are its own interfaces); no metrics types: it counts through its Metrics
 	"pipeline/serve/control": {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/epochs"}, core...), deny: []string{prom}, imports: []string{"github.com/nats-io/nats.go"}, denyImports: harness},
-	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control", "loader/synth"}, core...)},
-	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control", "loader/synth", "bench"}, core...)},
+	"pipeline/serve/report":  {module: append([]string{"pipeline", "pipeline/serve/epochs", "pipeline/serve/natsenv", "pipeline/serve/work"}, core...), deny: []string{prom}, imports: []string{}, denyImports: harness}, // what the service reports: never serve (the calibrator is its ObservationSource), no NATS package of its own (the standard library only outside the module), no metrics
+	"bench":                  {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control", "pipeline/serve/report", "loader/synth"}, core...)},
+	"cmd/mmfeed":             {module: append([]string{"pipeline", "pipeline/serve", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control", "pipeline/serve/report", "loader/synth", "bench"}, core...)},
 	"internal/arch":          {deny: []string{nats, arrow}},
 	"internal/testpeer":      {},
 	"internal/ctxutil":       {imports: []string{}}, // the standard library only

@@ -233,7 +233,7 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int,
 
 // Observations returns a copy of the observations, the prior, the fit
 // configuration and the minimum count a fit needs (the live page's fit
-// history takes them: liveViews' observationSource).
+// history takes them: report.Views' ObservationSource).
 func (c *calibrator) Observations() ([]balancer.Observation, balancer.CostModel, balancer.CalibrateConfig, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -99,9 +99,10 @@ type Config struct {
 	// (pipeline.CostModelExport, what --cost-model reads).
 	CostModelOut string
 	// ReportOut, when set, is a directory that receives the run report
-	// (reportout.go): report-e<epoch>.json and .html when every rank has
-	// trained past the epoch, and report-latest.json and .html at each of
-	// those and when Run returns (SIGTERM and ctx included). Created if missing.
+	// (package report; reportglue.go): report-e<epoch>.json and .html when
+	// every rank has trained past the epoch, and report-latest.json and .html
+	// at each of those and when Run returns (SIGTERM and ctx included).
+	// Created if missing.
 	ReportOut string
 
 	// NoBaselines leaves the other strategies out of the live report's

@@ -22,11 +22,12 @@
 // each record is released once encoded). Outputs are the
 // stream's batches, the KV state, quarantine-e<epoch>.jsonl files, the HTTP
 // endpoints (/v1/report, /metrics, /healthz, /: httpui) and Stats; with ReportOut,
-// the run report (reportout.go): report-e<epoch>.json/.html once every rank
-// trained past the epoch and report-latest.json/.html, also when Run returns
-// (SIGTERM and ctx included), each written atomically: the epoch's strategy
-// comparison, the live section, and the measured figures of every epoch
-// (runRecord: each dp rank's step times, measured imbalance beside the
+// the run report (package report, written from reportglue.go):
+// report-e<epoch>.json/.html once every rank trained past the epoch and
+// report-latest.json/.html, also when Run returns (SIGTERM and ctx
+// included), each written atomically: the epoch's strategy comparison, the
+// live section, and the measured figures of every epoch (report's run
+// record: each dp rank's step times, measured imbalance beside the
 // predicted one on the same steps, quarantine, steps trained beside
 // published). The live report's steps_trained counts the steps every rank
 // acknowledged (the least next needed position); finished says only that
@@ -248,14 +249,14 @@
 //     done, resend, fetch or viewer fetch). Tasks run with Run's context
 //     and Run waits for them before it returns: no goroutine of the service
 //     outlives Run.
-//   - calibrator (calibrate.go), live (live.go), health (assets.go): the
-//     cost-model observations, the live report and /healthz's state; the
-//     live report's runRecord (reportout_record.go, a leaf lock) keeps the
-//     whole run's measured figures, and reportOut (reportout.go) writes
-//     them from its own goroutine and once more after the parts stopped.
-//     liveViews (liveview.go, a leaf lock) caches the fit history the
-//     page's live section shows, one for the HTTP server and one for the
-//     run report.
+//   - calibrator (calibrate.go), live (report.State), health (assets.go):
+//     the cost-model observations, the live report and /healthz's state;
+//     the live report's run record (report/record.go, a leaf lock) keeps
+//     the whole run's measured figures, and reportOut (reportglue.go)
+//     writes them from its own goroutine and once more after the parts
+//     stopped. report.Views (report/liveview.go, a leaf lock) caches the
+//     fit history the page's live section shows, one for the HTTP server
+//     and one for the run report.
 //   - work.Planner (package work, planner role): the issued items, their
 //     results, the item cost model and its tallies, and the feature
 //     passes; work.Autoscaler: the ranks' step advances and data waits and
@@ -295,9 +296,9 @@
 //     and session cookie, and the page's handler. It answers from
 //     httpui.Source, which serve implements (httpsource.go: health,
 //     snapshot, planningStatus, costModel, and the live section with its
-//     fit history, liveViews in liveview.go, which the run report shares);
+//     fit history, report.Views, which the run report shares);
 //     Service.Handler and Run's HTTP part are httpui.New of the service's
-//     Config. The run report's files (reportout*.go) stay in serve.
+//     Config. The run report is package report's.
 //   - epochs (pipeline/serve/epochs): epoch plans (epochs.Plan: prepare,
 //     plan window after window in the background, replay, resize, replan;
 //     the served steps and their features), the epoch book (epochs.Book)
@@ -341,12 +342,26 @@
 //     fetch, ack and view handlers, which call control's CheckRank,
 //     BadControl, SetNext and the guard's Allow. serve's ErrEpochRange is
 //     control's.
+//   - report (pipeline/serve/report): what the service reports. The live
+//     report's state (report.State: the epochs shown, the newest published
+//     steps with their measured times, every epoch's quarantine, the run
+//     record; Snapshot), the report's JSON types (LiveReport, Live,
+//     RunReport, EpochMeasured, ...; Stats, under serve's name Stats), the
+//     run report's files (WriteRunFiles, the HTML's measured section), the
+//     page's live section with its fit history (Views, over the
+//     calibrator's Observations) and the progress line's arithmetic
+//     (ProgressMeter). serve keeps the glue that needs the Service
+//     (reportglue.go: snapshot and liveSnapshot, which add the job, the
+//     ranks, the steps trained, the calibration and the throughput; the
+//     run report's writer reportOut with reportLoop, epochEnds and atExit,
+//     runReport, stepsTrained, stepsTotal; trained and logProgress).
 //
 // internal/arch tests the import rules between them (natsenv imports proto
 // and internal/ctxutil only, httpui balancer only, deliver proto only, work
 // never serve nor prometheus, epochs neither serve nor NATS, control neither
-// serve, deliver nor prometheus and of NATS nats.go only; none of serve,
-// natsenv, deliver, work, epochs, control and httpui imports runtime/pprof), that
+// serve, deliver nor prometheus and of NATS nats.go only, report never
+// serve, prometheus nor a NATS package; none of serve, natsenv, deliver,
+// work, epochs, control, report and httpui imports runtime/pprof), that
 // only epochs writes epoch.<e> keys, the size limits, and that serve creates
 // no KV bucket, stream or consumer itself and only natsenv names the lease
 // key in a call (natsenv_test.go).

@@ -46,7 +46,7 @@ type Service struct {
 	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second
 	tasks     tasks                       // the goroutines started for a message (tasks.go)
 	cal       *calibrator                 // trainer feedback to cost models (calibrate.go)
-	live      *report.State               // the live report (live.go)
+	live      *report.State               // the live report (package report)
 	health    health                      // what /healthz reports beyond the connection
 	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
 	// plane is the data plane (plane.go), chosen in New.

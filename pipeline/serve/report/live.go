@@ -124,7 +124,9 @@ type LiveReport struct {
 	Live    Live                    `json:"live"`
 }
 
-// live holds the report's moving parts.
+// State holds the live report's moving parts: the epochs shown, the
+// newest published steps with their measurements, the quarantine of every
+// epoch and the run record. Safe for concurrent use; its lock is a leaf.
 type State struct {
 	mu             sync.Mutex
 	dp, mp         int
@@ -136,7 +138,7 @@ type State struct {
 	index          map[proto.Pos]*LiveStep
 	stepsPublished int
 	quarant        map[int]*loader.QuarantineWriter
-	record         *runRecord // the run report's measurements (reportout.go); its lock is a leaf
+	record         *runRecord // the run report's measurements (record.go); its lock is a leaf
 }
 
 // NewState returns the live state of a dp × mp layout whose ranks place

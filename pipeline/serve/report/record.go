@@ -13,7 +13,7 @@ import (
 // ranks report (the oldest is dropped, counted as incomplete).
 const maxPendingSteps = 1024
 
-// runRecord accumulates what the run report (reportout.go) says the
+// runRecord accumulates what the run report (run.go) says the
 // trainers measured, per epoch, over the whole run (the live report keeps
 // only the newest steps): each dp rank's step times (the slowest of its mp
 // ranks, as calibration takes them) and data waits, and per step the

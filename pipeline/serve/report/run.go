@@ -12,14 +12,14 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
-// The run report (Config.ReportOut, `serve --report-out DIR`) is what the
+// The run report (serve.Config.ReportOut, `serve --report-out DIR`) is what the
 // live report says, kept after the run: the `mmfeed report` JSON and HTML of
 // an epoch (its strategy comparison), the live section as /v1/report has it,
 // and "run": the measured figures of every epoch so far (runRecord). Files,
 // each written atomically (a temporary file in DIR, then a rename):
 //
 //   - report-e<epoch>.json and report-e<epoch>.html, once every rank has
-//     trained past the epoch (checked every reportEvery), and at exit for
+//     trained past the epoch (serve checks every reportEvery), and at exit for
 //     every epoch not written yet (with what it has then);
 //   - report-latest.json and report-latest.html, the newest of those, and
 //     rewritten when Run returns: the job's end, an error, SIGTERM or ctx.
