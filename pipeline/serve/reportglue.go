@@ -223,11 +223,11 @@ func (s *Service) snapshot() *report.LiveReport { return s.liveSnapshot(false) }
 // returns the live section with a nil Report instead of nil (the run report).
 func (s *Service) liveSnapshot(anyway bool) *report.LiveReport {
 	cal, nobs := s.cal.snapshot()
-	r := s.live.Snapshot(cal, anyway)
-	if r == nil {
+	rep := s.live.Snapshot(cal, anyway)
+	if rep == nil {
 		return nil
 	}
-	lv := &r.Live
+	lv := &rep.Live
 	lv.Job, lv.FirstEpoch, lv.LastEpoch = s.cfg.Job, s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
 	lv.Calibration, lv.Observations = cal, nobs
 	lv.Finished = s.finishedPublishing()
@@ -238,7 +238,7 @@ func (s *Service) liveSnapshot(anyway bool) *report.LiveReport {
 			PublishedEpoch: rs.Cursor().Epoch, PublishedStep: rs.Cursor().Step, Generation: rs.Gen()})
 	}
 	lv.Throughput = report.NewRates(s.Stats())
-	return r
+	return rep
 }
 
 // trained returns the least position every rank's trainer still needs and
