@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/mmfeed/mmfeed/loader/synth/synthtest"
+
 	"github.com/mmfeed/mmfeed/balancer"
-	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline/serve"
 )
 
@@ -51,17 +52,8 @@ func TestThroughputSmoke(t *testing.T) {
 	}
 }
 
-// corpus writes n synthetic samples (5% bad) and returns the manifest.
-func corpus(t testing.TB, n int) string {
-	t.Helper()
-	cfg := synth.DefaultConfig()
-	cfg.Out, cfg.Samples, cfg.Seed, cfg.Format, cfg.BadFraction = t.TempDir(), n, 7, "jsonl", 0.05
-	sum, err := synth.Generate(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum.Path
-}
+// corpus is synthtest.Corpus: n generated samples, 5% of them bad.
+func corpus(t testing.TB, n int) string { return synthtest.Corpus(t, n) }
 
 // testConfig serves input to dp × mp ranks with small images.
 func testConfig(t testing.TB, input string, dp, mp int, placement string) serve.Config {

@@ -11,26 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmfeed/mmfeed/loader/synth/synthtest"
+
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/testnats"
 	"github.com/mmfeed/mmfeed/loader"
-	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-// corpus generates a skewed corpus with some bad samples.
-func corpus(t testing.TB, n int) string {
-	t.Helper()
-	cfg := synth.DefaultConfig()
-	cfg.Out, cfg.Samples, cfg.Seed, cfg.Format, cfg.BadFraction = t.TempDir(), n, 7, "jsonl", 0.05
-	sum, err := synth.Generate(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum.Path
-}
+// corpus is synthtest.Corpus: n generated samples, 5% of them bad.
+func corpus(t testing.TB, n int) string { return synthtest.Corpus(t, n) }
 
 func testLogger(t testing.TB) *slog.Logger { return testnats.Logger(t) }
 

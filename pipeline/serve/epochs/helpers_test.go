@@ -1,26 +1,17 @@
 package epochs
 
 import (
-	"context"
 	"testing"
+
+	"github.com/mmfeed/mmfeed/loader/synth/synthtest"
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/internal/testnats"
-	"github.com/mmfeed/mmfeed/loader/synth"
 	"github.com/mmfeed/mmfeed/pipeline"
 )
 
-// corpus generates n samples (5% of them bad) and returns the input path.
-func corpus(t testing.TB, n int) string {
-	t.Helper()
-	cfg := synth.DefaultConfig()
-	cfg.Out, cfg.Samples, cfg.Seed, cfg.Format, cfg.BadFraction = t.TempDir(), n, 7, "jsonl", 0.05
-	sum, err := synth.Generate(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum.Path
-}
+// corpus is synthtest.Corpus: n generated samples, 5% of them bad.
+func corpus(t testing.TB, n int) string { return synthtest.Corpus(t, n) }
 
 // testConfig plans input for dp colocated ranks with small images (what
 // serve's test configuration gives an epoch).
