@@ -356,7 +356,7 @@ func (s *Service) recreateStream(ctx context.Context) error {
 	}
 	for r := range c.ranks() {
 		to := s.ranks.Next(r)
-		if err := s.requestRewind(ctx, rewindReq{rank: r, to: to, reason: "stream recreated"}); err != nil {
+		if err := s.requestRewind(ctx, Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
 			return err
 		}
 	}

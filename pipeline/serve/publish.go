@@ -30,7 +30,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 	}
 	end := pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
 	for {
-		if err := s.drainRewinds(ctx); err != nil {
+		if err := s.publisher.Drain(ctx, s.ranks, rewindGlue{s}); err != nil {
 			return err
 		}
 		start := s.ranks.MinCursor()
@@ -39,9 +39,9 @@ func (s *Service) publishLoop(ctx context.Context) error {
 				return nil
 			}
 			select {
-			case req := <-s.publisher.rewinds:
-				s.applyRewind(ctx, req)
-			case <-s.publisher.wake:
+			case req := <-s.publisher.Rewinds():
+				s.publisher.Apply(ctx, req, s.ranks, rewindGlue{s})
+			case <-s.publisher.Woken():
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -61,7 +61,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // markFinished records that everything is published and reports whether the
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
-	first := s.publisher.finish()
+	first := s.publisher.Finish()
 	allDone := s.ranks.AllNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
@@ -95,10 +95,10 @@ const stepQueue = 2
 func (s *Service) run(ctx context.Context, start pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if !s.publisher.startRun(cancel) {
+	if !s.publisher.StartRun(cancel) {
 		return errRewind
 	}
-	defer s.publisher.endRun()
+	defer s.publisher.EndRun()
 	ranks := s.ranks.All()
 	next := make([]pos, len(ranks)) // the next step to queue, per rank
 	for r, rs := range ranks {
@@ -218,11 +218,11 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 // that hold a step while they wait for each other leave room for the next
 // one only then (waitTurn).
 func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
-	if ranks == 0 || s.publisher.warnedRoom.Load() {
+	if ranks == 0 || s.publisher.RoomWarned() {
 		return
 	}
 	full := bytes * int64(s.ranks.Len()) / int64(ranks)
-	if 2*full > s.cfg.StreamMaxBytes && s.publisher.warnedRoom.CompareAndSwap(false, true) {
+	if 2*full > s.cfg.StreamMaxBytes && s.publisher.ClaimRoomWarning() {
 		s.log.Warn("the stream holds fewer than two steps: the service cannot publish ahead of trainers that hold a step while they wait for each other, and a step larger than the stream stalls them until ack_wait; raise --stream-max-bytes",
 			"step", step, "step_bytes", full, "stream_max_bytes", s.cfg.StreamMaxBytes)
 	}
@@ -308,9 +308,7 @@ func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) err
 			return err
 		}
 		s.met.published(len(m.payload), m.samples)
-		if built := s.publisher.built; built != nil {
-			built(m.key)
-		}
+		s.publisher.Built(m.key)
 		if !m.last {
 			continue
 		}
@@ -368,53 +366,9 @@ func permanent(err error) bool {
 
 // requestRewind queues a rewind and stops the current run so the publisher
 // applies it at once.
-func (s *Service) requestRewind(ctx context.Context, req rewindReq) error {
-	return s.publisher.request(ctx, req)
-}
-
-func (s *Service) drainRewinds(ctx context.Context) error {
-	for {
-		select {
-		case req := <-s.publisher.rewinds:
-			s.applyRewind(ctx, req)
-		default:
-			return ctx.Err()
-		}
-	}
-}
-
-// applyRewind purges what the stream still holds for the rank, moves it to a
-// new generation (recorded before anything is published with it, so a
-// restarted service never reuses a purged message id) and sets its cursor.
-func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
-	err := s.rewind(ctx, req)
-	if err != nil {
-		s.log.Warn("rewind failed", "rank", req.rank, "err", err)
-	}
-	if req.done != nil {
-		req.done <- err
-	}
-}
-
-func (s *Service) rewind(ctx context.Context, req rewindReq) error {
-	rs := s.ranks.Get(req.rank)
-	if rs.Cursor().Less(req.to) {
-		return nil // nothing published from there yet (at the cursor, a step may be part published)
-	}
-	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
-	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.plane.drop(kctx, req.rank); err != nil {
-		return err
-	}
-	gen := rs.Gen() + 1
-	if err := s.ranks.Rewound(kctx, req.rank, gen, req.to); err != nil {
-		return err
-	}
-	s.met.rewinds.Inc()
-	s.log.Info("rewind", "dp", dp, "mp", mp, "epoch", req.to.Epoch, "step", req.to.Step, "generation", gen, "reason", req.reason)
-	return nil
+func (s *Service) requestRewind(ctx context.Context, req Rewind) error {
+	return s.publisher.Request(ctx, req)
 }
 
 // finishedPublishing reports whether every batch of the job was published.
-func (s *Service) finishedPublishing() bool { return s.publisher.isFinished() }
+func (s *Service) finishedPublishing() bool { return s.publisher.Finished() }
