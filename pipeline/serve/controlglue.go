@@ -5,6 +5,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/control"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -61,7 +62,7 @@ func (g controlGlue) TrainerReplaced(ctx context.Context, rank int) error {
 }
 
 func (g controlGlue) Rewind(ctx context.Context, rank int, to proto.Pos, reason string, done chan error) error {
-	return g.s.requestRewind(ctx, Rewind{Rank: rank, To: to, Reason: reason, Done: done})
+	return g.s.requestRewind(ctx, deliver.Rewind{Rank: rank, To: to, Reason: reason, Done: done})
 }
 
 func (g controlGlue) DecideResize(ctx context.Context, epoch, step int) error {

@@ -152,7 +152,7 @@ func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey,
 		if !rewound && s.dropped(rank, key) {
 			rewound = true
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := s.requestRewind(rctx, Rewind{Rank: rank, To: pos{Epoch: key.Epoch, Step: key.Step}, Reason: "fetch of a batch no longer held"})
+			err := s.requestRewind(rctx, deliver.Rewind{Rank: rank, To: pos{Epoch: key.Epoch, Step: key.Step}, Reason: "fetch of a batch no longer held"})
 			cancel()
 			if err != nil {
 				return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -366,7 +367,7 @@ func permanent(err error) bool {
 
 // requestRewind queues a rewind and stops the current run so the publisher
 // applies it at once.
-func (s *Service) requestRewind(ctx context.Context, req Rewind) error {
+func (s *Service) requestRewind(ctx context.Context, req deliver.Rewind) error {
 	return s.publisher.Request(ctx, req)
 }
 

@@ -1,4 +1,4 @@
-package serve
+package deliver
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -160,7 +159,7 @@ func (p *Publisher) Built(k proto.BatchKey) {
 }
 
 // Drain applies the queued rewinds; it returns ctx's error.
-func (p *Publisher) Drain(ctx context.Context, ranks *deliver.Ranks, parts RewindParts) error {
+func (p *Publisher) Drain(ctx context.Context, ranks *Ranks, parts RewindParts) error {
 	for {
 		select {
 		case req := <-p.rewinds:
@@ -175,7 +174,7 @@ func (p *Publisher) Drain(ctx context.Context, ranks *deliver.Ranks, parts Rewin
 // new generation (recorded before anything is published with it, so a
 // restarted service never reuses a purged message id) and sets its cursor;
 // it answers req.Done.
-func (p *Publisher) Apply(ctx context.Context, req Rewind, ranks *deliver.Ranks, parts RewindParts) {
+func (p *Publisher) Apply(ctx context.Context, req Rewind, ranks *Ranks, parts RewindParts) {
 	err := rewind(ctx, req, ranks, parts)
 	if err != nil {
 		parts.RewindFailed(req, err)
@@ -185,7 +184,7 @@ func (p *Publisher) Apply(ctx context.Context, req Rewind, ranks *deliver.Ranks,
 	}
 }
 
-func rewind(ctx context.Context, req Rewind, ranks *deliver.Ranks, parts RewindParts) error {
+func rewind(ctx context.Context, req Rewind, ranks *Ranks, parts RewindParts) error {
 	rs := ranks.Get(req.Rank)
 	if rs.Cursor().Less(req.To) {
 		return nil // nothing published from there yet (at the cursor, a step may be part published)
