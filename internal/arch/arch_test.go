@@ -50,7 +50,7 @@ var rules = map[string]rule{
 		imports: []string{arrow, "github.com/nats-io/nats.go", "github.com/google/flatbuffers/go"}},
 	"pipeline":               {module: core, deny: []string{natsServer, prom}},
 	"pipeline/serve":         {module: append([]string{"pipeline", "pipeline/serve/natsenv", "pipeline/serve/work", "pipeline/serve/httpui", "pipeline/serve/deliver", "pipeline/serve/epochs", "pipeline/serve/control"}, core...), denyImports: harness},
-	"pipeline/serve/deliver": {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, imports: []string{}, denyImports: harness}, // the outbox, the fetch waits and the rank table: never serve or epochs (the book is its Epochs), no NATS package (the bucket is its Store), no NATS request of its own
+	"pipeline/serve/deliver": {module: []string{"proto", "internal/ctxutil"}, deny: []string{natsServer, imaging, xImage, tokenizers, prom}, imports: []string{}, denyImports: harness}, // the outbox, the fetch waits, the rank table and the publisher: never serve or epochs (the book is its Epochs), no NATS package (the bucket is its Store, a rewind's plane its RewindParts), no NATS request of its own
 	"pipeline/serve/natsenv": {module: []string{"proto", "internal/ctxutil"}, deny: []string{imaging, xImage, tokenizers, prom}, denyImports: harness},
 	"pipeline/serve/work":    {module: append([]string{"pipeline", "pipeline/serve/natsenv"}, core...), deny: []string{prom}, denyImports: harness}, // never serve; no metrics: serve registers the planner's collectors from its numbers
 	"pipeline/serve/httpui":  {module: []string{"balancer"}, deny: []string{nats, arrow}, imports: []string{prom}, denyImports: harness},            // answers from its Source, never serve

@@ -216,9 +216,12 @@
 //     stops its background planner and waits for it. serve prepares an
 //     epoch for the book (planEpoch, planepoch.go) and gives it the KV
 //     bucket (kvStore, state.go).
-//   - publisher (publishstate.go): the rewinds queued for the publish loop
-//     (publish.go), its wake-ups, the cancel of the run in progress and
-//     whether everything is published. Only the loop applies rewinds.
+//   - deliver.Publisher (package deliver, publisher.go): the rewinds queued
+//     for the publish loop (publish.go), its wake-ups, the cancel of the run
+//     in progress and whether everything is published. Only the loop
+//     applies rewinds (Drain, Apply), through the rank table's verbs and
+//     rewindGlue (publishglue.go: the data plane's drop, the rewinds
+//     counter, the log).
 //   - control.Control (package control): the trainers' control messages
 //     (register, feedback, done, resend; the data plane's acks and fetches
 //     are checked by it too). It holds only its gate (registers waiting,

@@ -39,7 +39,7 @@ type Service struct {
 	ranks     *deliver.Ranks              // the ranks' positions and their KV records (package deliver)
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
-	publisher *deliver.Publisher          // the publish loop's shared state (publishstate.go)
+	publisher *deliver.Publisher          // the publish loop's shared state (deliver/publisher.go)
 	ctl       *control.Control            // the trainers' control messages (package control)
 	replies   *control.Guard              // every request's reply subject is checked here (package control)
 	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second

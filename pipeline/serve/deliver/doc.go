@@ -1,8 +1,9 @@
 // Package deliver holds what `mmfeed serve` delivers to the trainers until
 // they have it, and where each rank is: the batches built and not yet
 // acknowledged, the fetches that wait for a batch (docs/protocol.md, the
-// core data plane), and every rank's positions with their KV records (the
-// rank table).
+// core data plane), every rank's positions with their KV records (the
+// rank table), and the publish loop's shared state (the publisher: its
+// rewinds and runs).
 //
 // # What it owns
 //
@@ -43,6 +44,22 @@
 // them (Rewrite). It reads the per-rank keys of earlier services when the
 // records are absent. RanksRecord and KVStep are the records' JSON.
 //
+// The publisher (Publisher, NewPublisher; publisher.go): what serve's
+// publish loop shares with the rest of the service. The rewinds asked of it
+// (Request, a Rewind: republish a rank from a step with a new generation,
+// answering Done), queued until the loop applies them between runs (Rewinds,
+// Drain, Apply); its wake-ups (Poke, Woken); the cancel of the run in
+// progress (StartRun refuses a run while a rewind is queued, and Request
+// cancels the one running, EndRun); whether every batch is published
+// (Finish, news once, and Finished); the stream-room warning given once
+// (RoomWarned, ClaimRoomWarning); the recalibration count
+// (RecalibrationDue) and a test's hook on each batch handed to the plane
+// (SetBuilt, Built). Apply does nothing when the rank's cursor has not
+// reached the rewind's step; otherwise it drops what the data plane holds
+// for the rank, records the next generation (Ranks.Rewound: the KV record
+// first, so a restarted service never reuses a purged message id) with the
+// cursor at the step, then reports it; a failed step moves nothing further.
+//
 // # Inputs
 //
 // The rank table is given the epoch book as Epochs (Norm and StepBefore:
@@ -51,14 +68,21 @@
 // Hand's record in memory only, a test's). A write the bucket refuses (a
 // fenced or released lease) fails the verb that needed it.
 //
+// The publisher's Apply is given the rank table and RewindParts: the data
+// plane's drop of a rank (Drop) and the service's record of a rewind applied
+// or failed (Rewound, RewindFailed: serve's rewindGlue, publishglue.go,
+// counts and logs).
+//
 // # What it must not do
 //
 // It decides nothing else about the positions: what a fetch may get, when
 // to rewind and which data plane runs are the service's (package serve:
 // the dataPlane interface in plane.go, with its core and JetStream
-// implementations; dataplane.go's fetch and ack handlers; the publisher).
+// implementations; dataplane.go's fetch and ack handlers; the publish loop,
+// publish.go, which asks the publisher for its rewinds and runs).
 // It makes no NATS
-// request, imports no NATS package (the bucket is its Store) and imports
+// request, imports no NATS package (the bucket is its Store, the data
+// plane a rewind drops from is its RewindParts) and imports
 // proto and internal/ctxutil and nothing else of this module, never
 // pipeline/serve or pipeline/serve/epochs (internal/arch); serve uses it
 // through these exported names only.
@@ -76,4 +100,12 @@
 // handed and position logs each own their lock (leaves, not held across
 // their writes). The advanced hook (SetAdvanced) is called without the
 // table's lock. All of it is safe for concurrent use.
+//
+// The publisher's run state is under its own leaf lock (the cancel, held
+// while Request cancels the run: a CancelFunc calls nothing of the
+// service's). Request, Poke, Finished, RoomWarned and ClaimRoomWarning are
+// safe for concurrent use; Drain, Apply, StartRun, EndRun, Finish and
+// RecalibrationDue are the publish loop's, from its goroutine; SetBuilt is
+// set before the service starts. Apply takes no lock of its own across
+// RewindParts or the rank table's verbs.
 package deliver
