@@ -73,19 +73,6 @@ func (s *Service) markFinished(ctx context.Context) bool {
 	return allDone || !s.cfg.WaitForTrainers
 }
 
-// outMsg is one encoded micro-batch on its way to a rank's publisher.
-type outMsg struct {
-	key     proto.BatchKey
-	gen     int
-	payload []byte
-	samples int  // real samples (counted on mp rank 0)
-	last    bool // the step's last micro-batch: the rank's cursor moves on
-}
-
-// stepQueue is how many steps a rank's publisher may have queued: building
-// and encoding step k+1 overlaps publishing step k, and memory stays bounded.
-const stepQueue = 2
-
 // run preprocesses from start to the end of the job's last epoch. Each step
 // is built and encoded for the ranks whose position is at it (ranks in
 // parallel) and queued to the rank's publisher goroutine, which publishes in
@@ -106,10 +93,10 @@ func (s *Service) run(ctx context.Context, start pos) error {
 		next[r] = rs.Cursor()
 	}
 	g, gctx := errgroup.WithContext(rctx)
-	queues := make([]chan outMsg, len(next))
+	queues := make([]chan Out, len(next))
 	for r := range queues {
-		queues[r] = make(chan outMsg, stepQueue*s.cfg.Pipeline.Plan.MicroBatches)
-		g.Go(func() error { return s.rankPublisher(gctx, r, queues[r]) })
+		queues[r] = make(chan Out, StepQueue*s.cfg.Pipeline.Plan.MicroBatches)
+		g.Go(func() error { return PublishRank(gctx, s.publisher, r, queues[r], s.ranks, rankGlue{s}) })
 	}
 	mem := s.mem
 	var err error
@@ -139,7 +126,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 // steps planned so far at a time (waiting for the next one when it has run
 // out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
 // run's.
-func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan outMsg) error {
+func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -177,7 +164,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan Out) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -230,7 +217,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -243,30 +230,12 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 			return err
 		}
 		stepBytes.Add(int64(len(payload)))
-		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+		m := NewOut(meta.Key(), gen, payload, mb == len(sb.Rows[dp])-1)
+		if err := QueueOut(ctx, q, m, rows, mp); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// queueOut counts m's real (weighted) rows when mp is 0, once per micro-batch,
-// and queues it for its rank's publisher, or returns ctx's error.
-func queueOut(ctx context.Context, q chan<- outMsg, m outMsg, rows []proto.Row, mp int) error {
-	if mp == 0 {
-		for i := range rows {
-			if rows[i].Weight > 0 {
-				m.samples++
-			}
-		}
-	}
-	select {
-	case q <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
@@ -291,31 +260,6 @@ func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows [
 	s.met.stage(stageBuild, build)
 	s.met.stage(stageEncode, encode)
 	return payload, nil
-}
-
-// rankPublisher publishes one rank's queued payloads in order until the
-// queue is closed (the run ended: publish what is queued) or ctx ends (a
-// rewind or a failure: drop it). A step is published only once every rank
-// has published the steps before it (waitTurn).
-func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) error {
-	for m := range q {
-		t0 := time.Now()
-		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
-			if err := s.ranks.WaitTurn(ctx, pos{Epoch: m.key.Epoch, Step: m.key.Step}); err != nil {
-				return err
-			}
-		}
-		if err := s.plane.hold(ctx, r, m, t0); err != nil {
-			return err
-		}
-		s.met.published(len(m.payload), m.samples)
-		s.publisher.Built(m.key)
-		if !m.last {
-			continue
-		}
-		s.ranks.StepPublished(r, pos{Epoch: m.key.Epoch, Step: m.key.Step}, m.gen)
-	}
-	return nil
 }
 
 // publish sends one payload, retrying transient failures (a lost connection)

@@ -2,12 +2,14 @@ package serve
 
 import (
 	"context"
+	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 )
 
-// The publish loop's glue: what the publisher (Publisher) needs of the
-// Service to apply a rewind.
+// The publish loop's glue: what the publisher (deliver.Publisher) needs of
+// the Service to apply a rewind, and what a rank's publisher (PublishRank)
+// hands its micro-batches to.
 
 // rewindGlue is the Service's side of a rewind (RewindParts): the data
 // plane's drop, the rewinds counter and the log.
@@ -25,3 +27,13 @@ func (g rewindGlue) Rewound(req deliver.Rewind, gen int) {
 func (g rewindGlue) RewindFailed(req deliver.Rewind, err error) {
 	g.s.log.Warn("rewind failed", "rank", req.Rank, "err", err)
 }
+
+// rankGlue is the Service's side of a rank's publisher (RankParts): the
+// data plane's hold and the published counters.
+type rankGlue struct{ s *Service }
+
+func (g rankGlue) Hold(ctx context.Context, rank int, m Out, since time.Time) error {
+	return g.s.plane.hold(ctx, rank, m, since)
+}
+
+func (g rankGlue) Published(bytes, samples int) { g.s.met.published(bytes, samples) }
