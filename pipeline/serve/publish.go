@@ -93,10 +93,10 @@ func (s *Service) run(ctx context.Context, start pos) error {
 		next[r] = rs.Cursor()
 	}
 	g, gctx := errgroup.WithContext(rctx)
-	queues := make([]chan Out, len(next))
+	queues := make([]chan deliver.Out, len(next))
 	for r := range queues {
-		queues[r] = make(chan Out, StepQueue*s.cfg.Pipeline.Plan.MicroBatches)
-		g.Go(func() error { return PublishRank(gctx, s.publisher, r, queues[r], s.ranks, rankGlue{s}) })
+		queues[r] = make(chan deliver.Out, deliver.StepQueue*s.cfg.Pipeline.Plan.MicroBatches)
+		g.Go(func() error { return deliver.PublishRank(gctx, s.publisher, r, queues[r], s.ranks, rankGlue{s}) })
 	}
 	mem := s.mem
 	var err error
@@ -126,7 +126,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 // steps planned so far at a time (waiting for the next one when it has run
 // out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
 // run's.
-func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan Out) error {
+func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan deliver.Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan Out) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan deliver.Out) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -217,7 +217,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- Out, stepBytes *atomic.Int64) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -230,8 +230,8 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 			return err
 		}
 		stepBytes.Add(int64(len(payload)))
-		m := NewOut(meta.Key(), gen, payload, mb == len(sb.Rows[dp])-1)
-		if err := QueueOut(ctx, q, m, rows, mp); err != nil {
+		m := deliver.NewOut(meta.Key(), gen, payload, mb == len(sb.Rows[dp])-1)
+		if err := deliver.QueueOut(ctx, q, m, rows, mp); err != nil {
 			return err
 		}
 	}

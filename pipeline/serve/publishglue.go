@@ -8,8 +8,8 @@ import (
 )
 
 // The publish loop's glue: what the publisher (deliver.Publisher) needs of
-// the Service to apply a rewind, and what a rank's publisher (PublishRank)
-// hands its micro-batches to.
+// the Service to apply a rewind, and what a rank's publisher
+// (deliver.PublishRank) hands its micro-batches to.
 
 // rewindGlue is the Service's side of a rewind (RewindParts): the data
 // plane's drop, the rewinds counter and the log.
@@ -32,7 +32,7 @@ func (g rewindGlue) RewindFailed(req deliver.Rewind, err error) {
 // data plane's hold and the published counters.
 type rankGlue struct{ s *Service }
 
-func (g rankGlue) Hold(ctx context.Context, rank int, m Out, since time.Time) error {
+func (g rankGlue) Hold(ctx context.Context, rank int, m deliver.Out, since time.Time) error {
 	return g.s.plane.hold(ctx, rank, m, since)
 }
 

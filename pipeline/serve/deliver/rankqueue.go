@@ -1,10 +1,9 @@
-package serve
+package deliver
 
 import (
 	"context"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -77,7 +76,7 @@ type RankParts interface {
 // rewind or a failure: drop it). A step is published only once every rank
 // has published the steps before it (Ranks.WaitTurn); after its last
 // micro-batch the rank's cursor moves on (Ranks.StepPublished).
-func PublishRank(ctx context.Context, p *deliver.Publisher, r int, q <-chan Out, ranks *deliver.Ranks, parts RankParts) error {
+func PublishRank(ctx context.Context, p *Publisher, r int, q <-chan Out, ranks *Ranks, parts RankParts) error {
 	for m := range q {
 		t0 := time.Now()
 		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
