@@ -221,7 +221,9 @@
 //     in progress and whether everything is published. Only the loop
 //     applies rewinds (Drain, Apply), through the rank table's verbs and
 //     rewindGlue (publishglue.go: the data plane's drop, the rewinds
-//     counter, the log).
+//     counter, the log). Each rank's publisher of a run
+//     (deliver.PublishRank, rankqueue.go) hands its queued micro-batches to
+//     the data plane through rankGlue.
 //   - control.Control (package control): the trainers' control messages
 //     (register, feedback, done, resend; the data plane's acks and fetches
 //     are checked by it too). It holds only its gate (registers waiting,

@@ -60,6 +60,15 @@
 // first, so a restarted service never reuses a purged message id) with the
 // cursor at the step, then reports it; a failed step moves nothing further.
 //
+// The rank publishers' queues (rankqueue.go): a run's encoded micro-batch
+// (Out, NewOut: key, generation, payload, real samples, whether the step's
+// last) is queued to its rank's publisher (QueueOut, which counts the real
+// samples on mp rank 0 only; StepQueue steps per rank at most), and
+// PublishRank hands one rank's queue to the data plane in order: a step's
+// first micro-batch waits for every rank to be at the step
+// (Ranks.WaitTurn), and after its last the rank's cursor moves on
+// (Ranks.StepPublished).
+//
 // # Inputs
 //
 // The rank table is given the epoch book as Epochs (Norm and StepBefore:
@@ -71,7 +80,9 @@
 // The publisher's Apply is given the rank table and RewindParts: the data
 // plane's drop of a rank (Drop) and the service's record of a rewind applied
 // or failed (Rewound, RewindFailed: serve's rewindGlue, publishglue.go,
-// counts and logs).
+// counts and logs). PublishRank is given the rank table and RankParts: the
+// data plane's hold of a micro-batch (Hold) and the published counters
+// (Published: serve's rankGlue).
 //
 // # What it must not do
 //
@@ -107,5 +118,6 @@
 // safe for concurrent use; Drain, Apply, StartRun, EndRun, Finish and
 // RecalibrationDue are the publish loop's, from its goroutine; SetBuilt is
 // set before the service starts. Apply takes no lock of its own across
-// RewindParts or the rank table's verbs.
+// RewindParts or the rank table's verbs. Each rank's PublishRank runs on a
+// goroutine of its own and holds no lock across its RankParts.
 package deliver
