@@ -331,11 +331,15 @@
 //     Service.DialInProcess.
 //   - deliver (pipeline/serve/deliver): the core data plane's outbox
 //     (Outbox: the batches built and not yet acknowledged, its byte bound
-//     the backpressure) and the fetches waiting for a batch (FetchWaits).
-//     It holds no position and makes no NATS request; the planes
+//     the backpressure), the fetches waiting for a batch (FetchWaits), the
+//     rank table (Ranks), the publisher's run state and rewind queue
+//     (Publisher, publisher.go) and the rank publishers with their queues
+//     (PublishRank, rankqueue.go). It makes no NATS request; the planes
 //     themselves (plane.go), the fetch and ack handlers (dataplane.go) and
-//     the publish loop (publish.go) stay in serve for now: they act on the
-//     rank table and the epoch book.
+//     the publish loop's runs (publish.go: the epochs' preprocessing, the
+//     steps' encoding, the stream publish) stay in serve for now, wired to
+//     deliver by publishglue.go: they act on the epoch book, the live
+//     report and the metrics.
 //   - control (pipeline/serve/control): the control handlers (register,
 //     feedback, done, resend: control.go), their refusal codes and gate,
 //     the reply guard (replyscope.go) and the rate log (ratelog.go). It
