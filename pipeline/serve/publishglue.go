@@ -37,3 +37,13 @@ func (g rankGlue) Hold(ctx context.Context, rank int, m deliver.Out, since time.
 }
 
 func (g rankGlue) Published(bytes, samples int) { g.s.met.published(bytes, samples) }
+
+// fetchGlue is the Service's side of answering a fetch (FetchParts): the
+// send on the fetch's inbox and the log of a handed record not written.
+type fetchGlue struct{ s *Service }
+
+func (g fetchGlue) Send(reply string, it *deliver.Item) { g.s.send(reply, it) }
+
+func (g fetchGlue) HandFailed(rank int, err error) {
+	g.s.rlog.Warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
+}
