@@ -27,7 +27,7 @@ const fetchesInFlight = 32
 // fills its slots nor gets copies. ctx ends the waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
-	fetches := NewFetches(s.out, s.ranks, s.publisher, fetchGlue{s})
+	fetches := deliver.NewFetches(s.out, s.ranks, s.publisher, fetchGlue{s})
 	fail := func(err error) ([]*nats.Subscription, error) {
 		for _, x := range subs {
 			_ = x.Unsubscribe()

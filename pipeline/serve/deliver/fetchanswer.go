@@ -1,10 +1,9 @@
-package serve
+package deliver
 
 import (
 	"context"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -12,7 +11,7 @@ import (
 // table and the publisher.
 type FetchParts interface {
 	// Send sends a held batch to a fetch's reply inbox.
-	Send(reply string, it *deliver.Item)
+	Send(reply string, it *Item)
 	// HandFailed records that the rank table could not record rank's batch
 	// as handed: it was not sent.
 	HandFailed(rank int, err error)
@@ -20,15 +19,15 @@ type FetchParts interface {
 
 // Fetches answers the core data plane's fetches from the outbox.
 type Fetches struct {
-	out   *deliver.Outbox
-	ranks *deliver.Ranks
-	pub   *deliver.Publisher
+	out   *Outbox
+	ranks *Ranks
+	pub   *Publisher
 	parts FetchParts
 }
 
 // NewFetches answers fetches from out, handing batches through ranks and
 // asking pub for the rewinds that regenerate a batch no longer held.
-func NewFetches(out *deliver.Outbox, ranks *deliver.Ranks, pub *deliver.Publisher, parts FetchParts) *Fetches {
+func NewFetches(out *Outbox, ranks *Ranks, pub *Publisher, parts FetchParts) *Fetches {
 	return &Fetches{out: out, ranks: ranks, pub: pub, parts: parts}
 }
 
@@ -40,9 +39,9 @@ func NewFetches(out *deliver.Outbox, ranks *deliver.Ranks, pub *deliver.Publishe
 // new generation, and the batch is sent once it is built again. The plan
 // and the preprocessing are deterministic, so the regenerated payload is
 // byte-identical.
-func (f *Fetches) Answer(ctx context.Context, rank int, key proto.BatchKey, waits *deliver.FetchWaits, w *deliver.Waiter) {
+func (f *Fetches) Answer(ctx context.Context, rank int, key proto.BatchKey, waits *FetchWaits, w *Waiter) {
 	defer waits.Leave(key, w)
-	t := time.NewTimer(deliver.FetchWait)
+	t := time.NewTimer(FetchWait)
 	defer t.Stop()
 	rewound, waiting := false, false
 	for {
@@ -65,7 +64,7 @@ func (f *Fetches) Answer(ctx context.Context, rank int, key proto.BatchKey, wait
 		if !rewound && f.dropped(rank, key) {
 			rewound = true
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := f.pub.Request(rctx, deliver.Rewind{Rank: rank, To: proto.Pos{Epoch: key.Epoch, Step: key.Step}, Reason: "fetch of a batch no longer held"})
+			err := f.pub.Request(rctx, Rewind{Rank: rank, To: proto.Pos{Epoch: key.Epoch, Step: key.Step}, Reason: "fetch of a batch no longer held"})
 			cancel()
 			if err != nil {
 				return
