@@ -17,7 +17,7 @@ const fetchesInFlight = 32
 
 // subscribeData installs the core data plane's handlers: one fetch
 // subscription per rank and one ack subscription for all ranks. Each batch
-// a rank asks for is answered on its own goroutine (at most fetchesInFlight
+// a rank asks for is answered (deliver.Fetches.Answer) on its own goroutine (at most fetchesInFlight
 // per rank), so a fetch that waits for its batch never holds up the rank's
 // other fetches: after a reconnect a rank asks again for batches the
 // service holds while an older fetch still waits for a batch that cannot be

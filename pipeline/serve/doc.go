@@ -334,8 +334,10 @@
 //     the backpressure), the fetches waiting for a batch (FetchWaits), the
 //     rank table (Ranks), the publisher's run state and rewind queue
 //     (Publisher, publisher.go) and the rank publishers with their queues
-//     (PublishRank, rankqueue.go). It makes no NATS request; the planes
-//     themselves (plane.go), the fetch and ack handlers (dataplane.go) and
+//     (PublishRank, rankqueue.go), and the core plane's fetch answer
+//     (Fetches.Answer, fetchanswer.go). It makes no NATS request; the planes
+//     themselves (plane.go), the fetch and ack handlers that decode and
+//     check the requests (dataplane.go) and
 //     the publish loop's runs (publish.go: the epochs' preprocessing, the
 //     steps' encoding, the stream publish) stay in serve for now, wired to
 //     deliver by publishglue.go: they act on the epoch book, the live

@@ -25,6 +25,16 @@
 // (Claim), the wait expires (Left) or the fetch gives up (Leave). KeyLess is
 // the order of one rank's batches.
 //
+// The fetch answer (Fetches, NewFetches; fetchanswer.go): Answer answers
+// the fetches a Waiter stands for. A batch the outbox holds is sent
+// (FetchParts.Send) only once the rank table recorded it as handed
+// (Ranks.Hand; when that fails nothing is sent, FetchParts.HandFailed, and
+// the rank asks again); a batch that was built (the rank's cursor is past
+// its step) and is no longer held is regenerated: the publisher is asked to
+// rewind the rank to its step (Publisher.Request), and the batch is sent
+// once it is held again. While it waits, the outbox knows the rank wants
+// the batch (Want); it gives up when FetchWait from the newest fetch ends.
+//
 // The rank table (Ranks, NewRanks; ranks.go): every rank's publish cursor,
 // next needed step, replay generation, connection and last handed batch,
 // read as a copy (Get, All: a RankState, through its accessors) or one at a
@@ -80,7 +90,10 @@
 // The publisher's Apply is given the rank table and RewindParts: the data
 // plane's drop of a rank (Drop) and the service's record of a rewind applied
 // or failed (Rewound, RewindFailed: serve's rewindGlue, publishglue.go,
-// counts and logs). PublishRank is given the rank table and RankParts: the
+// counts and logs). Fetches are given the outbox, the rank table, the
+// publisher and FetchParts: the send of a batch on a fetch's inbox (Send:
+// serve's fetchGlue, proto.SendBatch) and the log of a handed record not
+// written (HandFailed). PublishRank is given the rank table and RankParts: the
 // data plane's hold of a micro-batch (Hold) and the published counters
 // (Published: serve's rankGlue).
 //
@@ -89,7 +102,8 @@
 // It decides nothing else about the positions: what a fetch may get, when
 // to rewind and which data plane runs are the service's (package serve:
 // the dataPlane interface in plane.go, with its core and JetStream
-// implementations; dataplane.go's fetch and ack handlers; the publish loop,
+// implementations; dataplane.go's fetch, view and ack handlers, which
+// decode and check the requests and call Fetches.Answer; the publish loop,
 // publish.go, which asks the publisher for its rewinds and runs).
 // It makes no NATS
 // request, imports no NATS package (the bucket is its Store, the data
@@ -119,5 +133,6 @@
 // RecalibrationDue are the publish loop's, from its goroutine; SetBuilt is
 // set before the service starts. Apply takes no lock of its own across
 // RewindParts or the rank table's verbs. Each rank's PublishRank runs on a
-// goroutine of its own and holds no lock across its RankParts.
+// goroutine of its own and holds no lock across its RankParts; each Answer
+// runs on the fetch's goroutine and holds none across its FetchParts.
 package deliver
