@@ -17,14 +17,15 @@ const fetchesInFlight = 32
 
 // subscribeData installs the core data plane's handlers: one fetch
 // subscription per rank and one ack subscription for all ranks. Each batch
-// a rank asks for is answered (deliver.Fetches.Answer) on its own goroutine (at most fetchesInFlight
-// per rank), so a fetch that waits for its batch never holds up the rank's
-// other fetches: after a reconnect a rank asks again for batches the
-// service holds while an older fetch still waits for a batch that cannot be
-// built until those are acknowledged. A fetch for a batch that an earlier
-// fetch of the rank still waits for joins that wait (deliver.FetchWaits): the
-// batch is sent once, so a rank that keeps asking while it starves neither
-// fills its slots nor gets copies. ctx ends the waits.
+// a rank asks for is answered (deliver.Fetches.Answer) on its own goroutine
+// (at most fetchesInFlight per rank), so a fetch that waits for its batch
+// never holds up the rank's other fetches: after a reconnect a rank asks
+// again for batches the service holds while an older fetch still waits for
+// a batch that cannot be built until those are acknowledged. A fetch for a
+// batch that an earlier fetch of the rank still waits for joins that wait
+// (deliver.FetchWaits): the batch is sent once, so a rank that keeps asking
+// while it starves neither fills its slots nor gets copies. ctx ends the
+// waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
 	fetches := deliver.NewFetches(s.out, s.ranks, s.publisher, fetchGlue{s})
