@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -356,7 +357,7 @@ func (s *Service) recreateStream(ctx context.Context) error {
 	}
 	for r := range c.ranks() {
 		to := s.ranks.Next(r)
-		if err := s.requestRewind(ctx, rewindReq{rank: r, to: to, reason: "stream recreated"}); err != nil {
+		if err := s.requestRewind(ctx, deliver.Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
 			return err
 		}
 	}

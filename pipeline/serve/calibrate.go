@@ -204,11 +204,9 @@ func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int,
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}
-	s.publisher.sinceCal++
-	if s.publisher.sinceCal < s.cfg.Recalibrate || !ep.Planned() {
-		return false // a replan needs the whole epoch planned: try again at the next step
+	if !s.publisher.RecalibrationDue(s.cfg.Recalibrate, ep.Planned) {
+		return false // not due, or the epoch is not planned whole: try again at the next step
 	}
-	s.publisher.sinceCal = 0
 	cal, ok := s.cal.fit()
 	if !ok {
 		return false

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline/serve/control"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -61,11 +62,11 @@ func (g controlGlue) TrainerReplaced(ctx context.Context, rank int) error {
 }
 
 func (g controlGlue) Rewind(ctx context.Context, rank int, to proto.Pos, reason string, done chan error) error {
-	return g.s.requestRewind(ctx, rewindReq{rank: rank, to: to, reason: reason, done: done})
+	return g.s.requestRewind(ctx, deliver.Rewind{Rank: rank, To: to, Reason: reason, Done: done})
 }
 
 func (g controlGlue) DecideResize(ctx context.Context, epoch, step int) error {
 	return g.s.decideResize(ctx, epoch, step)
 }
 
-func (g controlGlue) Poke() { g.s.publisher.poke() }
+func (g controlGlue) Poke() { g.s.publisher.Poke() }

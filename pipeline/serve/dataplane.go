@@ -17,16 +17,18 @@ const fetchesInFlight = 32
 
 // subscribeData installs the core data plane's handlers: one fetch
 // subscription per rank and one ack subscription for all ranks. Each batch
-// a rank asks for is answered on its own goroutine (at most fetchesInFlight
-// per rank), so a fetch that waits for its batch never holds up the rank's
-// other fetches: after a reconnect a rank asks again for batches the
-// service holds while an older fetch still waits for a batch that cannot be
-// built until those are acknowledged. A fetch for a batch that an earlier
-// fetch of the rank still waits for joins that wait (deliver.FetchWaits): the
-// batch is sent once, so a rank that keeps asking while it starves neither
-// fills its slots nor gets copies. ctx ends the waits.
+// a rank asks for is answered (deliver.Fetches.Answer) on its own goroutine
+// (at most fetchesInFlight per rank), so a fetch that waits for its batch
+// never holds up the rank's other fetches: after a reconnect a rank asks
+// again for batches the service holds while an older fetch still waits for
+// a batch that cannot be built until those are acknowledged. A fetch for a
+// batch that an earlier fetch of the rank still waits for joins that wait
+// (deliver.FetchWaits): the batch is sent once, so a rank that keeps asking
+// while it starves neither fills its slots nor gets copies. ctx ends the
+// waits.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
+	fetches := deliver.NewFetches(s.out, s.ranks, s.publisher, fetchGlue{s})
 	fail := func(err error) ([]*nats.Subscription, error) {
 		for _, x := range subs {
 			_ = x.Unsubscribe()
@@ -65,7 +67,7 @@ func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, erro
 				s.met.control.WithLabelValues("fetch", "ok").Inc()
 				if !s.tasks.start(func(context.Context) {
 					defer func() { <-slots }()
-					s.handleFetch(ctx, r, key, waits, w)
+					fetches.Answer(ctx, r, key, waits, w)
 				}) {
 					<-slots
 					waits.Leave(key, w)
@@ -117,69 +119,6 @@ func (s *Service) checkFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) 
 		err = fmt.Errorf("serve: fetch of %v: no reply subject or epoch outside the job: %w", req.Key(), proto.ErrControl)
 	}
 	return req, err
-}
-
-// handleFetch answers the fetches of rank for key that w stands for: it
-// sends the batch's chunks to the newest one's reply inbox as soon as the
-// outbox holds the batch. A batch that was built and is no longer held (the
-// rank acknowledged it, then restarted from an older checkpoint; or it was
-// purged) is regenerated: the rank is rewound to the batch's step with a
-// new generation, and the batch is sent once it is built again. The plan
-// and the preprocessing are deterministic, so the regenerated payload is
-// byte-identical.
-func (s *Service) handleFetch(ctx context.Context, rank int, key proto.BatchKey, waits *deliver.FetchWaits, w *deliver.Waiter) {
-	defer waits.Leave(key, w)
-	t := time.NewTimer(deliver.FetchWait)
-	defer t.Stop()
-	rewound, waiting := false, false
-	for {
-		it, changed := s.out.Lookup(rank, key)
-		if it != nil {
-			if err := s.ranks.Hand(ctx, rank, key); err != nil {
-				// Not sent: a batch the KV bucket does not record as handed is one
-				// the next service would refuse the rank's ack of (invariant 6), and
-				// the rank would wait for it forever. The rank asks again.
-				s.rlog.Warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
-				return
-			}
-			s.send(waits.Claim(key, w), it)
-			return
-		}
-		if !waiting {
-			waiting = true
-			defer s.out.Want(rank, key)()
-		}
-		if !rewound && s.dropped(rank, key) {
-			rewound = true
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := s.requestRewind(rctx, rewindReq{rank: rank, to: pos{Epoch: key.Epoch, Step: key.Step}, reason: "fetch of a batch no longer held"})
-			cancel()
-			if err != nil {
-				return
-			}
-		}
-		select {
-		case <-changed:
-		case <-t.C:
-			d := waits.Left(key, w, time.Now())
-			if d == 0 {
-				return
-			}
-			t.Reset(d) // a later fetch joined: wait for it
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// dropped reports whether key was built for rank and is no longer held.
-func (s *Service) dropped(rank int, key proto.BatchKey) bool {
-	built := (pos{Epoch: key.Epoch, Step: key.Step}).Less(s.ranks.Cursor(rank))
-	if !built {
-		return false
-	}
-	it, _ := s.out.Lookup(rank, key)
-	return it == nil
 }
 
 // send publishes one held batch to a fetch's reply inbox.

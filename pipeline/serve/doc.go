@@ -217,9 +217,14 @@
 //     stops its background planner and waits for it. serve prepares an
 //     epoch for the book (planEpoch, planepoch.go) and gives it the KV
 //     bucket (kvStore, state.go).
-//   - publisher (publishstate.go): the rewinds queued for the publish loop
-//     (publish.go), its wake-ups, the cancel of the run in progress and
-//     whether everything is published. Only the loop applies rewinds.
+//   - deliver.Publisher (package deliver, publisher.go): the rewinds queued
+//     for the publish loop (publish.go), its wake-ups, the cancel of the run
+//     in progress and whether everything is published. Only the loop
+//     applies rewinds (Drain, Apply), through the rank table's verbs and
+//     rewindGlue (publishglue.go: the data plane's drop, the rewinds
+//     counter, the log). Each rank's publisher of a run
+//     (deliver.PublishRank, rankqueue.go) hands its queued micro-batches to
+//     the data plane through rankGlue.
 //   - control.Control (package control): the trainers' control messages
 //     (register, feedback, done, resend; the data plane's acks and fetches
 //     are checked by it too). It holds only its gate (registers waiting,
@@ -327,11 +332,17 @@
 //     Service.DialInProcess.
 //   - deliver (pipeline/serve/deliver): the core data plane's outbox
 //     (Outbox: the batches built and not yet acknowledged, its byte bound
-//     the backpressure) and the fetches waiting for a batch (FetchWaits).
-//     It holds no position and makes no NATS request; the planes
-//     themselves (plane.go), the fetch and ack handlers (dataplane.go) and
-//     the publish loop (publish.go) stay in serve for now: they act on the
-//     rank table and the epoch book.
+//     the backpressure), the fetches waiting for a batch (FetchWaits), the
+//     rank table (Ranks), the publisher's run state and rewind queue
+//     (Publisher, publisher.go) and the rank publishers with their queues
+//     (PublishRank, rankqueue.go), and the core plane's fetch answer
+//     (Fetches.Answer, fetchanswer.go). It makes no NATS request; the planes
+//     themselves (plane.go), the fetch and ack handlers that decode and
+//     check the requests (dataplane.go) and
+//     the publish loop's runs (publish.go: the epochs' preprocessing, the
+//     steps' encoding, the stream publish) stay in serve for now, wired to
+//     deliver by publishglue.go: they act on the epoch book, the live
+//     report and the metrics.
 //   - control (pipeline/serve/control): the control handlers (register,
 //     feedback, done, resend: control.go), their refusal codes and gate,
 //     the reply guard (replyscope.go) and the rate log (ratelog.go). It

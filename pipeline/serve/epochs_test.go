@@ -34,7 +34,7 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 	first := map[int]time.Time{} // per epoch
 	last := map[int]time.Time{}
 	notAhead := 0 // batches of epoch 0's last step handed over before epoch 1's planning started
-	s.publisher.built = func(k proto.BatchKey) {
+	s.publisher.SetBuilt(func(k proto.BatchKey) {
 		mu.Lock()
 		defer mu.Unlock()
 		if k.Epoch == 0 && k.Step == s.epochs.Steps(0)-1 && !s.epochs.Started(1) {
@@ -45,7 +45,7 @@ func TestNoGapAtTheEpochBoundary(t *testing.T) {
 			first[k.Epoch] = now
 		}
 		last[k.Epoch] = now
-	}
+	})
 	r := startService(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

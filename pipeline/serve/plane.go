@@ -37,7 +37,7 @@ type dataPlane interface {
 	// hold hands one encoded batch of rank to the plane, in plan order: it
 	// waits while the outbox is over its bound, or publishes to the stream
 	// (retrying until ctx ends) and times the publish stage from since.
-	hold(ctx context.Context, rank int, m outMsg, since time.Time) error
+	hold(ctx context.Context, rank int, m deliver.Out, since time.Time) error
 	// drop drops everything the plane holds for rank (a rewind).
 	drop(ctx context.Context, rank int) error
 	// restoredCursor returns where a restarted service continues publishing
@@ -87,8 +87,8 @@ func (p corePlane) setup(context.Context) error {
 	return nil
 }
 
-func (p corePlane) hold(ctx context.Context, rank int, m outMsg, _ time.Time) error {
-	return p.s.out.Put(ctx, rank, deliver.NewItem(m.key, m.gen, m.payload))
+func (p corePlane) hold(ctx context.Context, rank int, m deliver.Out, _ time.Time) error {
+	return p.s.out.Put(ctx, rank, deliver.NewItem(m.Key(), m.Gen(), m.Payload()))
 }
 
 func (p corePlane) drop(_ context.Context, rank int) error {
@@ -154,8 +154,8 @@ func (p streamPlane) setup(ctx context.Context) error {
 	return nil
 }
 
-func (p streamPlane) hold(ctx context.Context, _ int, m outMsg, since time.Time) error {
-	if err := p.s.publish(ctx, m.key, m.gen, m.payload); err != nil {
+func (p streamPlane) hold(ctx context.Context, _ int, m deliver.Out, since time.Time) error {
+	if err := p.s.publish(ctx, m.Key(), m.Gen(), m.Payload()); err != nil {
 		return err
 	}
 	p.s.met.stage(stagePublish, time.Since(since))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
@@ -31,7 +32,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 	}
 	end := pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
 	for {
-		if err := s.drainRewinds(ctx); err != nil {
+		if err := s.publisher.Drain(ctx, s.ranks, rewindGlue{s}); err != nil {
 			return err
 		}
 		start := s.ranks.MinCursor()
@@ -40,9 +41,9 @@ func (s *Service) publishLoop(ctx context.Context) error {
 				return nil
 			}
 			select {
-			case req := <-s.publisher.rewinds:
-				s.applyRewind(ctx, req)
-			case <-s.publisher.wake:
+			case req := <-s.publisher.Rewinds():
+				s.publisher.Apply(ctx, req, s.ranks, rewindGlue{s})
+			case <-s.publisher.Woken():
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -62,7 +63,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // markFinished records that everything is published and reports whether the
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
-	first := s.publisher.finish()
+	first := s.publisher.Finish()
 	allDone := s.ranks.AllNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
@@ -72,19 +73,6 @@ func (s *Service) markFinished(ctx context.Context) bool {
 	}
 	return allDone || !s.cfg.WaitForTrainers
 }
-
-// outMsg is one encoded micro-batch on its way to a rank's publisher.
-type outMsg struct {
-	key     proto.BatchKey
-	gen     int
-	payload []byte
-	samples int  // real samples (counted on mp rank 0)
-	last    bool // the step's last micro-batch: the rank's cursor moves on
-}
-
-// stepQueue is how many steps a rank's publisher may have queued: building
-// and encoding step k+1 overlaps publishing step k, and memory stays bounded.
-const stepQueue = 2
 
 // run preprocesses from start to the end of the job's last epoch. Each step
 // is built and encoded for the ranks whose position is at it (ranks in
@@ -96,20 +84,20 @@ const stepQueue = 2
 func (s *Service) run(ctx context.Context, start pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if !s.publisher.startRun(cancel) {
+	if !s.publisher.StartRun(cancel) {
 		return errRewind
 	}
-	defer s.publisher.endRun()
+	defer s.publisher.EndRun()
 	ranks := s.ranks.All()
 	next := make([]pos, len(ranks)) // the next step to queue, per rank
 	for r, rs := range ranks {
 		next[r] = rs.Cursor()
 	}
 	g, gctx := errgroup.WithContext(rctx)
-	queues := make([]chan outMsg, len(next))
+	queues := make([]chan deliver.Out, len(next))
 	for r := range queues {
-		queues[r] = make(chan outMsg, stepQueue*s.cfg.Pipeline.Plan.MicroBatches)
-		g.Go(func() error { return s.rankPublisher(gctx, r, queues[r]) })
+		queues[r] = make(chan deliver.Out, deliver.StepQueue*s.cfg.Pipeline.Plan.MicroBatches)
+		g.Go(func() error { return deliver.PublishRank(gctx, s.publisher, r, queues[r], s.ranks, rankGlue{s}) })
 	}
 	mem := s.mem
 	var err error
@@ -139,7 +127,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 // steps planned so far at a time (waiting for the next one when it has run
 // out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
 // run's.
-func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan outMsg) error {
+func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan deliver.Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -177,7 +165,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan outMsg) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan deliver.Out) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -219,18 +207,18 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 // that hold a step while they wait for each other leave room for the next
 // one only then (waitTurn).
 func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
-	if ranks == 0 || s.publisher.warnedRoom.Load() {
+	if ranks == 0 || s.publisher.RoomWarned() {
 		return
 	}
 	full := bytes * int64(s.ranks.Len()) / int64(ranks)
-	if 2*full > s.cfg.StreamMaxBytes && s.publisher.warnedRoom.CompareAndSwap(false, true) {
+	if 2*full > s.cfg.StreamMaxBytes && s.publisher.ClaimRoomWarning() {
 		s.log.Warn("the stream holds fewer than two steps: the service cannot publish ahead of trainers that hold a step while they wait for each other, and a step larger than the stream stalls them until ack_wait; raise --stream-max-bytes",
 			"step", step, "step_bytes", full, "stream_max_bytes", s.cfg.StreamMaxBytes)
 	}
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -243,30 +231,12 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 			return err
 		}
 		stepBytes.Add(int64(len(payload)))
-		m := outMsg{key: meta.Key(), gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+		m := deliver.NewOut(meta.Key(), gen, payload, mb == len(sb.Rows[dp])-1)
+		if err := deliver.QueueOut(ctx, q, m, rows, mp); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// queueOut counts m's real (weighted) rows when mp is 0, once per micro-batch,
-// and queues it for its rank's publisher, or returns ctx's error.
-func queueOut(ctx context.Context, q chan<- outMsg, m outMsg, rows []proto.Row, mp int) error {
-	if mp == 0 {
-		for i := range rows {
-			if rows[i].Weight > 0 {
-				m.samples++
-			}
-		}
-	}
-	select {
-	case q <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
@@ -291,33 +261,6 @@ func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows [
 	s.met.stage(stageBuild, build)
 	s.met.stage(stageEncode, encode)
 	return payload, nil
-}
-
-// rankPublisher publishes one rank's queued payloads in order until the
-// queue is closed (the run ended: publish what is queued) or ctx ends (a
-// rewind or a failure: drop it). A step is published only once every rank
-// has published the steps before it (waitTurn).
-func (s *Service) rankPublisher(ctx context.Context, r int, q <-chan outMsg) error {
-	for m := range q {
-		t0 := time.Now()
-		if m.key.MicroBatch == 0 { // a step's first batch; the rest of it follows in order
-			if err := s.ranks.WaitTurn(ctx, pos{Epoch: m.key.Epoch, Step: m.key.Step}); err != nil {
-				return err
-			}
-		}
-		if err := s.plane.hold(ctx, r, m, t0); err != nil {
-			return err
-		}
-		s.met.published(len(m.payload), m.samples)
-		if built := s.publisher.built; built != nil {
-			built(m.key)
-		}
-		if !m.last {
-			continue
-		}
-		s.ranks.StepPublished(r, pos{Epoch: m.key.Epoch, Step: m.key.Step}, m.gen)
-	}
-	return nil
 }
 
 // publish sends one payload, retrying transient failures (a lost connection)
@@ -369,53 +312,9 @@ func permanent(err error) bool {
 
 // requestRewind queues a rewind and stops the current run so the publisher
 // applies it at once.
-func (s *Service) requestRewind(ctx context.Context, req rewindReq) error {
-	return s.publisher.request(ctx, req)
-}
-
-func (s *Service) drainRewinds(ctx context.Context) error {
-	for {
-		select {
-		case req := <-s.publisher.rewinds:
-			s.applyRewind(ctx, req)
-		default:
-			return ctx.Err()
-		}
-	}
-}
-
-// applyRewind purges what the stream still holds for the rank, moves it to a
-// new generation (recorded before anything is published with it, so a
-// restarted service never reuses a purged message id) and sets its cursor.
-func (s *Service) applyRewind(ctx context.Context, req rewindReq) {
-	err := s.rewind(ctx, req)
-	if err != nil {
-		s.log.Warn("rewind failed", "rank", req.rank, "err", err)
-	}
-	if req.done != nil {
-		req.done <- err
-	}
-}
-
-func (s *Service) rewind(ctx context.Context, req rewindReq) error {
-	rs := s.ranks.Get(req.rank)
-	if rs.Cursor().Less(req.to) {
-		return nil // nothing published from there yet (at the cursor, a step may be part published)
-	}
-	dp, mp := req.rank/s.cfg.MP, req.rank%s.cfg.MP
-	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := s.plane.drop(kctx, req.rank); err != nil {
-		return err
-	}
-	gen := rs.Gen() + 1
-	if err := s.ranks.Rewound(kctx, req.rank, gen, req.to); err != nil {
-		return err
-	}
-	s.met.rewinds.Inc()
-	s.log.Info("rewind", "dp", dp, "mp", mp, "epoch", req.to.Epoch, "step", req.to.Step, "generation", gen, "reason", req.reason)
-	return nil
+func (s *Service) requestRewind(ctx context.Context, req deliver.Rewind) error {
+	return s.publisher.Request(ctx, req)
 }
 
 // finishedPublishing reports whether every batch of the job was published.
-func (s *Service) finishedPublishing() bool { return s.publisher.isFinished() }
+func (s *Service) finishedPublishing() bool { return s.publisher.Finished() }

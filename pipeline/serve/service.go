@@ -40,7 +40,7 @@ type Service struct {
 	ranks     *deliver.Ranks              // the ranks' positions and their KV records (package deliver)
 	epochs    *epochs.Book                // the epochs' infos, plans and preparations (package epochs)
 	data      *jobDataset                 // the dataset, opened once and shared by the epochs (dataset.go)
-	publisher *publisher                  // the publish loop's shared state (publishstate.go)
+	publisher *deliver.Publisher          // the publish loop's shared state (deliver/publisher.go)
 	ctl       *control.Control            // the trainers' control messages (package control)
 	replies   *control.Guard              // every request's reply subject is checked here (package control)
 	rlog      *control.RateLog            // refusals and other floods: at most one line per kind a second
@@ -97,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: newPublisher(), live: report.NewState(cfg.Pipeline.Plan.DP, cfg.MP, cfg.Pipeline.Plan.Placement)}
+	s := &Service{cfg: cfg, log: log, reg: reg, mem: mem, ready: make(chan struct{}), publisher: deliver.NewPublisher(), live: report.NewState(cfg.Pipeline.Plan.DP, cfg.MP, cfg.Pipeline.Plan.Placement)}
 	s.epochs = epochs.NewBook(s.planEpoch, kvStore{&s.st})
 	s.data = newJobDataset()
 	s.ranks = deliver.NewRanks(cfg.ranks(), cfg.MP, s.epochs, kvStore{&s.st})

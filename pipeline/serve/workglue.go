@@ -8,6 +8,7 @@ import (
 
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -26,7 +27,7 @@ import (
 // by workers. It issues the items of the next WorkAhead steps ahead of the
 // one it queues, and queues each rank's payloads in plan order as the
 // workers deliver them, whatever order they finish in.
-func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan outMsg) error {
+func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan deliver.Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -120,7 +121,7 @@ func plannedStep(ep *epochs.Plan, st balancer.Step) pipeline.StepBatch {
 
 // deliverRank queues rank r's micro-batches of a step as the workers
 // deliver them.
-func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- outMsg, stepBytes *atomic.Int64) error {
+func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	for mb, rows := range sb.Rows[dp] {
 		payload, err := s.work.Wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
@@ -129,8 +130,8 @@ func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch,
 		}
 		stepBytes.Add(int64(len(payload)))
 		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
-		m := outMsg{key: key, gen: gen, payload: payload, last: mb == len(sb.Rows[dp])-1}
-		if err := queueOut(ctx, q, m, rows, mp); err != nil {
+		m := deliver.NewOut(key, gen, payload, mb == len(sb.Rows[dp])-1)
+		if err := deliver.QueueOut(ctx, q, m, rows, mp); err != nil {
 			return err
 		}
 	}

@@ -1,8 +1,9 @@
 // Package deliver holds what `mmfeed serve` delivers to the trainers until
 // they have it, and where each rank is: the batches built and not yet
 // acknowledged, the fetches that wait for a batch (docs/protocol.md, the
-// core data plane), and every rank's positions with their KV records (the
-// rank table).
+// core data plane), every rank's positions with their KV records (the
+// rank table), and the publish loop's shared state (the publisher: its
+// rewinds and runs).
 //
 // # What it owns
 //
@@ -24,6 +25,16 @@
 // (Claim), the wait expires (Left) or the fetch gives up (Leave). KeyLess is
 // the order of one rank's batches.
 //
+// The fetch answer (Fetches, NewFetches; fetchanswer.go): Answer answers
+// the fetches a Waiter stands for. A batch the outbox holds is sent
+// (FetchParts.Send) only once the rank table recorded it as handed
+// (Ranks.Hand; when that fails nothing is sent, FetchParts.HandFailed, and
+// the rank asks again); a batch that was built (the rank's cursor is past
+// its step) and is no longer held is regenerated: the publisher is asked to
+// rewind the rank to its step (Publisher.Request), and the batch is sent
+// once it is held again. While it waits, the outbox knows the rank wants
+// the batch (Want); it gives up when FetchWait from the newest fetch ends.
+//
 // The rank table (Ranks, NewRanks; ranks.go): every rank's publish cursor,
 // next needed step, replay generation, connection and last handed batch,
 // read as a copy (Get, All: a RankState, through its accessors) or one at a
@@ -43,6 +54,31 @@
 // them (Rewrite). It reads the per-rank keys of earlier services when the
 // records are absent. RanksRecord and KVStep are the records' JSON.
 //
+// The publisher (Publisher, NewPublisher; publisher.go): what serve's
+// publish loop shares with the rest of the service. The rewinds asked of it
+// (Request, a Rewind: republish a rank from a step with a new generation,
+// answering Done), queued until the loop applies them between runs (Rewinds,
+// Drain, Apply); its wake-ups (Poke, Woken); the cancel of the run in
+// progress (StartRun refuses a run while a rewind is queued, and Request
+// cancels the one running, EndRun); whether every batch is published
+// (Finish, news once, and Finished); the stream-room warning given once
+// (RoomWarned, ClaimRoomWarning); the recalibration count
+// (RecalibrationDue) and a test's hook on each batch handed to the plane
+// (SetBuilt, Built). Apply does nothing when the rank's cursor has not
+// reached the rewind's step; otherwise it drops what the data plane holds
+// for the rank, records the next generation (Ranks.Rewound: the KV record
+// first, so a restarted service never reuses a purged message id) with the
+// cursor at the step, then reports it; a failed step moves nothing further.
+//
+// The rank publishers' queues (rankqueue.go): a run's encoded micro-batch
+// (Out, NewOut: key, generation, payload, real samples, whether the step's
+// last) is queued to its rank's publisher (QueueOut, which counts the real
+// samples on mp rank 0 only; StepQueue steps per rank at most), and
+// PublishRank hands one rank's queue to the data plane in order: a step's
+// first micro-batch waits for every rank to be at the step
+// (Ranks.WaitTurn), and after its last the rank's cursor moves on
+// (Ranks.StepPublished).
+//
 // # Inputs
 //
 // The rank table is given the epoch book as Epochs (Norm and StepBefore:
@@ -51,14 +87,27 @@
 // Hand's record in memory only, a test's). A write the bucket refuses (a
 // fenced or released lease) fails the verb that needed it.
 //
+// The publisher's Apply is given the rank table and RewindParts: the data
+// plane's drop of a rank (Drop) and the service's record of a rewind applied
+// or failed (Rewound, RewindFailed: serve's rewindGlue, publishglue.go,
+// counts and logs). Fetches are given the outbox, the rank table, the
+// publisher and FetchParts: the send of a batch on a fetch's inbox (Send:
+// serve's fetchGlue, proto.SendBatch) and the log of a handed record not
+// written (HandFailed). PublishRank is given the rank table and RankParts: the
+// data plane's hold of a micro-batch (Hold) and the published counters
+// (Published: serve's rankGlue).
+//
 // # What it must not do
 //
 // It decides nothing else about the positions: what a fetch may get, when
 // to rewind and which data plane runs are the service's (package serve:
 // the dataPlane interface in plane.go, with its core and JetStream
-// implementations; dataplane.go's fetch and ack handlers; the publisher).
+// implementations; dataplane.go's fetch, view and ack handlers, which
+// decode and check the requests and call Fetches.Answer; the publish loop,
+// publish.go, which asks the publisher for its rewinds and runs).
 // It makes no NATS
-// request, imports no NATS package (the bucket is its Store) and imports
+// request, imports no NATS package (the bucket is its Store, the data
+// plane a rewind drops from is its RewindParts) and imports
 // proto and internal/ctxutil and nothing else of this module, never
 // pipeline/serve or pipeline/serve/epochs (internal/arch); serve uses it
 // through these exported names only.
@@ -76,4 +125,14 @@
 // handed and position logs each own their lock (leaves, not held across
 // their writes). The advanced hook (SetAdvanced) is called without the
 // table's lock. All of it is safe for concurrent use.
+//
+// The publisher's run state is under its own leaf lock (the cancel, held
+// while Request cancels the run: a CancelFunc calls nothing of the
+// service's). Request, Poke, Finished, RoomWarned and ClaimRoomWarning are
+// safe for concurrent use; Drain, Apply, StartRun, EndRun, Finish and
+// RecalibrationDue are the publish loop's, from its goroutine; SetBuilt is
+// set before the service starts. Apply takes no lock of its own across
+// RewindParts or the rank table's verbs. Each rank's PublishRank runs on a
+// goroutine of its own and holds no lock across its RankParts; each Answer
+// runs on the fetch's goroutine and holds none across its FetchParts.
 package deliver
