@@ -5,11 +5,14 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
 )
 
 // The publish loop's glue: what the publisher (deliver.Publisher) needs of
-// the Service to apply a rewind, and what a rank's publisher
-// (deliver.PublishRank) hands its micro-batches to.
+// the Service to apply a rewind, what a rank's publisher
+// (deliver.PublishRank) hands its micro-batches to, and what the core data
+// plane's handlers (Core) need of it.
 
 // rewindGlue is the Service's side of a rewind (RewindParts): the data
 // plane's drop, the rewinds counter and the log.
@@ -38,12 +41,56 @@ func (g rankGlue) Hold(ctx context.Context, rank int, m deliver.Out, since time.
 
 func (g rankGlue) Published(bytes, samples int) { g.s.met.published(bytes, samples) }
 
-// fetchGlue is the Service's side of answering a fetch (FetchParts): the
-// send on the fetch's inbox and the log of a handed record not written.
-type fetchGlue struct{ s *Service }
+// subscribeData installs the core data plane's handlers (Core.Subscribe)
+// over the Service's connection, outbox, rank table and publisher.
+func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
+	c := s.cfg
+	lay := CoreLayout{Job: c.Job, Ranks: c.ranks(), MP: c.MP, FirstEpoch: c.Pipeline.Plan.Epoch, LastEpoch: c.lastEpoch(),
+		MicroBatches: c.Pipeline.Plan.MicroBatches, ChunkSize: s.chunkSize}
+	return NewCore(s.nc, lay, s.out, s.ranks, s.publisher, coreGlue{s}).Subscribe(ctx)
+}
 
-func (g fetchGlue) Send(reply string, it *deliver.Item) { g.s.send(reply, it) }
+// coreGlue is the Service's side of the core data plane's handlers
+// (CoreParts): control's checks, the reply guard, the viewers, the
+// handlers' tasks, the metrics and logs, and the state's health.
+type coreGlue struct{ s *Service }
 
-func (g fetchGlue) HandFailed(rank int, err error) {
+func (g coreGlue) CheckRank(job string, dp, mp int) (int, error) {
+	return g.s.ctl.CheckRank(job, dp, mp)
+}
+func (g coreGlue) BadControl(kind string, err error)      { g.s.ctl.BadControl(kind, err) }
+func (g coreGlue) SetNext(rank int, next pos, force bool) { g.s.ctl.SetNext(rank, next, force) }
+
+func (g coreGlue) Allow(kind string, m *nats.Msg, dp, mp int) bool {
+	return g.s.replies.Allow(kind, m, g.s.replies.RankInbox(dp, mp)...)
+}
+
+func (g coreGlue) StartView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	g.s.startView(ctx, rank, reply, key)
+}
+
+func (g coreGlue) SubscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
+	return g.s.subscribeViews(ctx)
+}
+
+func (g coreGlue) Start(f func(context.Context)) bool { return g.s.tasks.start(f) }
+func (g coreGlue) Fetched(result string)              { g.s.met.control.WithLabelValues("fetch", result).Inc() }
+
+func (g coreGlue) Sent(chunks int, took time.Duration) {
+	g.s.met.stage(stagePublish, took)
+	g.s.met.chunks.Add(float64(chunks))
+	g.s.met.nChunks.Add(int64(chunks))
+}
+
+func (g coreGlue) SendFailed(key proto.BatchKey, err error) {
+	g.s.log.Warn("send batch", "batch", key.String(), "err", err)
+}
+
+func (g coreGlue) HandFailed(rank int, err error) {
 	g.s.rlog.Warn("kv:handed", "kv rank handed: batch not sent", "rank", rank, "err", err)
+}
+
+func (g coreGlue) Recording() bool {
+	failing, _ := g.s.health.stateFailure(time.Now())
+	return failing == nil
 }
