@@ -45,9 +45,9 @@ func (g rankGlue) Published(bytes, samples int) { g.s.met.published(bytes, sampl
 // over the Service's connection, outbox, rank table and publisher.
 func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
 	c := s.cfg
-	lay := CoreLayout{Job: c.Job, Ranks: c.ranks(), MP: c.MP, FirstEpoch: c.Pipeline.Plan.Epoch, LastEpoch: c.lastEpoch(),
+	lay := deliver.CoreLayout{Job: c.Job, Ranks: c.ranks(), MP: c.MP, FirstEpoch: c.Pipeline.Plan.Epoch, LastEpoch: c.lastEpoch(),
 		MicroBatches: c.Pipeline.Plan.MicroBatches, ChunkSize: s.chunkSize}
-	return NewCore(s.nc, lay, s.out, s.ranks, s.publisher, coreGlue{s}).Subscribe(ctx)
+	return deliver.NewCore(s.nc, lay, s.out, s.ranks, s.publisher, coreGlue{s}).Subscribe(ctx)
 }
 
 // coreGlue is the Service's side of the core data plane's handlers

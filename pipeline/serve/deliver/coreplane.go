@@ -1,11 +1,10 @@
-package serve
+package deliver
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -54,35 +53,35 @@ type CoreParts interface {
 type Core struct {
 	nc      *nats.Conn
 	lay     CoreLayout
-	out     *deliver.Outbox
-	ranks   *deliver.Ranks
+	out     *Outbox
+	ranks   *Ranks
 	parts   CoreParts
-	fetches *deliver.Fetches
+	fetches *Fetches
 }
 
 // NewCore returns the core data plane's handlers over nc, the outbox, the
 // rank table and the publisher (a dropped batch's rewind).
-func NewCore(nc *nats.Conn, lay CoreLayout, out *deliver.Outbox, ranks *deliver.Ranks, pub *deliver.Publisher, parts CoreParts) *Core {
+func NewCore(nc *nats.Conn, lay CoreLayout, out *Outbox, ranks *Ranks, pub *Publisher, parts CoreParts) *Core {
 	c := &Core{nc: nc, lay: lay, out: out, ranks: ranks, parts: parts}
-	c.fetches = deliver.NewFetches(out, ranks, pub, coreFetchParts{c})
+	c.fetches = NewFetches(out, ranks, pub, coreFetchParts{c})
 	return c
 }
 
 // coreFetchParts is the fetch answer's FetchParts: the send is the Core's.
 type coreFetchParts struct{ c *Core }
 
-func (p coreFetchParts) Send(reply string, it *deliver.Item) { p.c.Send(reply, it) }
-func (p coreFetchParts) HandFailed(rank int, err error)      { p.c.parts.HandFailed(rank, err) }
+func (p coreFetchParts) Send(reply string, it *Item)    { p.c.Send(reply, it) }
+func (p coreFetchParts) HandFailed(rank int, err error) { p.c.parts.HandFailed(rank, err) }
 
 // Subscribe installs the core data plane's handlers: one fetch
 // subscription per rank and one ack subscription for all ranks. Each batch
-// a rank asks for is answered (deliver.Fetches.Answer) on its own goroutine
+// a rank asks for is answered (Fetches.Answer) on its own goroutine
 // (at most fetchesInFlight per rank), so a fetch that waits for its batch
 // never holds up the rank's other fetches: after a reconnect a rank asks
 // again for batches the service holds while an older fetch still waits for
 // a batch that cannot be built until those are acknowledged. A fetch for a
 // batch that an earlier fetch of the rank still waits for joins that wait
-// (deliver.FetchWaits): the batch is sent once, so a rank that keeps asking
+// (FetchWaits): the batch is sent once, so a rank that keeps asking
 // while it starves neither fills its slots nor gets copies. ctx ends the
 // waits.
 func (c *Core) Subscribe(ctx context.Context) ([]*nats.Subscription, error) {
@@ -128,7 +127,7 @@ func (c *Core) subscribeFetch(ctx context.Context, r int) (*nats.Subscription, e
 		return nil, err
 	}
 	slots := make(chan struct{}, fetchesInFlight)
-	waits := deliver.NewFetchWaits()
+	waits := NewFetchWaits()
 	sub, err := c.nc.Subscribe(subj, func(m *nats.Msg) {
 		req, err := c.CheckFetch(r, m)
 		if err != nil {
@@ -189,7 +188,7 @@ func (c *Core) CheckFetch(rank int, m *nats.Msg) (proto.FetchRequest, error) {
 }
 
 // Send publishes one held batch to a fetch's reply inbox.
-func (c *Core) Send(reply string, it *deliver.Item) {
+func (c *Core) Send(reply string, it *Item) {
 	t0 := time.Now()
 	n, err := proto.SendBatch(c.nc, reply, it.Key(), it.Gen(), it.Payload(), it.Sum(), c.lay.ChunkSize)
 	c.parts.Sent(n, time.Since(t0))
