@@ -238,7 +238,8 @@
 //     in New from Config.DataPlane; nothing else in serve branches on the
 //     plane (internal/arch). corePlane holds them in the outbox
 //     (deliver.Outbox, which owns its lock) and answers the ranks' fetches
-//     and acks (dataplane.go, with one deliver.FetchWaits per rank);
+//     and acks (deliver.Core, coreplane.go, with one deliver.FetchWaits per
+//     rank);
 //     streamPlane publishes them to the job's stream and resets a rank's
 //     consumer for a new trainer incarnation. The plane holds a batch,
 //     drops a rank's batches on a rewind, says where a restarted service
@@ -336,9 +337,11 @@
 //     rank table (Ranks), the publisher's run state and rewind queue
 //     (Publisher, publisher.go) and the rank publishers with their queues
 //     (PublishRank, rankqueue.go), and the core plane's fetch answer
-//     (Fetches.Answer, fetchanswer.go). It makes no NATS request; the planes
-//     themselves (plane.go), the fetch and ack handlers that decode and
-//     check the requests (dataplane.go) and
+//     (Fetches.Answer, fetchanswer.go), and the core plane's fetch and ack
+//     handlers that decode and check the requests (Core, coreplane.go: its
+//     subscriptions and sends on the service's connection, the only NATS
+//     it uses; the rest of what it needs is its CoreParts, serve's
+//     coreGlue). The planes themselves (plane.go) and
 //     the publish loop's runs (publish.go: the epochs' preprocessing, the
 //     steps' encoding, the stream publish) stay in serve for now, wired to
 //     deliver by publishglue.go: they act on the epoch book, the live

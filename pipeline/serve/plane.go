@@ -73,7 +73,7 @@ func newDataPlane(s *Service) dataPlane {
 
 // corePlane is the core NATS data plane: batches wait in the outbox (s.out)
 // until a fetch of their rank asks for them and are dropped on the rank's ack
-// (dataplane.go).
+// (deliver.Core, through subscribeData).
 type corePlane struct{ s *Service }
 
 func (p corePlane) setup(context.Context) error {

@@ -2,8 +2,8 @@
 // they have it, and where each rank is: the batches built and not yet
 // acknowledged, the fetches that wait for a batch (docs/protocol.md, the
 // core data plane), every rank's positions with their KV records (the
-// rank table), and the publish loop's shared state (the publisher: its
-// rewinds and runs).
+// rank table), the publish loop's shared state (the publisher: its
+// rewinds and runs) and the core data plane's fetch and ack handlers.
 //
 // # What it owns
 //
@@ -79,6 +79,20 @@
 // (Ranks.WaitTurn), and after its last the rank's cursor moves on
 // (Ranks.StepPublished).
 //
+// The core data plane's handlers (Core, NewCore; coreplane.go): Subscribe
+// installs one fetch subscription per rank, the viewers' (through its
+// CoreParts) and one ack subscription for all ranks on the service's
+// connection. A fetch is decoded and checked (CheckFetch: the rank's own
+// subject, a reply subject, an epoch of the job), its reply subject must
+// pass the reply guard, a viewer fetch goes to the viewers, and a rank's
+// fetch joins the wait for its batch (FetchWaits) or takes one of the
+// rank's 32 slots and is answered (Fetches.Answer, on a task of its own);
+// Send sends a held batch in chunks (proto.SendBatch). HandleAck checks an
+// ack (its rank, its subject, the reply guard, Ranks.CheckAck), drops the
+// acknowledged batch from the outbox, answers it while the job's state can
+// be written, and after a step's last micro-batch records the rank's next
+// step.
+//
 // # Inputs
 //
 // The rank table is given the epoch book as Epochs (Norm and StepBefore:
@@ -92,25 +106,34 @@
 // or failed (Rewound, RewindFailed: serve's rewindGlue, publishglue.go,
 // counts and logs). Fetches are given the outbox, the rank table, the
 // publisher and FetchParts: the send of a batch on a fetch's inbox (Send:
-// serve's fetchGlue, proto.SendBatch) and the log of a handed record not
+// Core.Send, proto.SendBatch) and the log of a handed record not
 // written (HandFailed). PublishRank is given the rank table and RankParts: the
 // data plane's hold of a micro-batch (Hold) and the published counters
-// (Published: serve's rankGlue).
+// (Published: serve's rankGlue). Core is given the service's NATS
+// connection, the job's CoreLayout (job, ranks, epochs, micro-batches,
+// chunk size), the outbox, the rank table, the publisher and CoreParts
+// (serve's coreGlue, publishglue.go): control's CheckRank, BadControl and
+// SetNext, the reply guard's Allow, the viewers (StartView,
+// SubscribeViews), the handlers' task group (Start), the metrics and logs
+// as verbs (Fetched, Sent, SendFailed, HandFailed) and whether the state
+// can be written (Recording).
 //
 // # What it must not do
 //
 // It decides nothing else about the positions: what a fetch may get, when
 // to rewind and which data plane runs are the service's (package serve:
 // the dataPlane interface in plane.go, with its core and JetStream
-// implementations; dataplane.go's fetch, view and ack handlers, which
-// decode and check the requests and call Fetches.Answer; the publish loop,
-// publish.go, which asks the publisher for its rewinds and runs).
-// It makes no NATS
-// request, imports no NATS package (the bucket is its Store, the data
-// plane a rewind drops from is its RewindParts) and imports
-// proto and internal/ctxutil and nothing else of this module, never
-// pipeline/serve or pipeline/serve/epochs (internal/arch); serve uses it
-// through these exported names only.
+// implementations, which choose the plane and wire Core; the viewers,
+// view.go; the publish loop, publish.go, which asks the publisher for its
+// rewinds and runs).
+// Of NATS it imports nats.go only, and uses it only in Core: its
+// subscriptions, the acks' answers and the batches' sends on the connection
+// it is given. It makes no other NATS request (the bucket is its Store, the
+// data plane a rewind drops from is its RewindParts), imports neither the
+// NATS server nor jetstream nor the metrics (Core counts through its
+// CoreParts), and imports proto and internal/ctxutil and nothing else of
+// this module, never pipeline/serve or pipeline/serve/epochs
+// (internal/arch); serve uses it through these exported names only.
 //
 // # Ownership and concurrency
 //
@@ -134,5 +157,8 @@
 // set before the service starts. Apply takes no lock of its own across
 // RewindParts or the rank table's verbs. Each rank's PublishRank runs on a
 // goroutine of its own and holds no lock across its RankParts; each Answer
-// runs on the fetch's goroutine and holds none across its FetchParts.
+// runs on the fetch's goroutine and holds none across its FetchParts. Core
+// has no state of its own but each rank's fetch waits and slots; its
+// handlers run on the connection's goroutines and hold no lock across its
+// CoreParts.
 package deliver
