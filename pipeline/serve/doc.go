@@ -371,9 +371,11 @@
 //     runReport, stepsTrained, stepsTotal; trained and logProgress).
 //
 // internal/arch tests the import rules between them (natsenv imports proto
-// and internal/ctxutil only, httpui balancer only, deliver proto only, work
-// never serve nor prometheus, epochs neither serve nor NATS, control neither
-// serve, deliver nor prometheus and of NATS nats.go only, report never
+// and internal/ctxutil only, httpui balancer only, deliver proto and
+// internal/ctxutil only and of NATS nats.go only (never the server,
+// jetstream nor prometheus), work never serve nor prometheus, epochs
+// neither serve nor NATS, control neither serve, deliver nor prometheus and
+// of NATS nats.go only, report never
 // serve, prometheus nor a NATS package; none of serve, natsenv, deliver,
 // work, epochs, control, report and httpui imports runtime/pprof), that
 // only epochs writes epoch.<e> keys, the size limits, and that serve creates
