@@ -3,49 +3,64 @@ package arch
 import (
 	"go/ast"
 	"go/token"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// epochStateOwner is the one package that may name an epoch's info key in
-// a call (a write or a delete of it; reads, through Get or getJSON, are
-// allowed everywhere): the epoch book (issue 24: "no package outside epochs
-// writes epoch state").
-const epochStateOwner = "pipeline/serve/epochs/"
+// kvOwners: for each kind of record in the job's KV bucket, the one package
+// that may name its key in a call other than a read (issue 24: "no package
+// outside epochs writes epoch state"; the rank positions are deliver's, which
+// writes them through its Store).
+var kvOwners = []struct {
+	name, owner string
+	names       func(ast.Expr) bool
+}{
+	// Before, calibrate.go (with context.Background()), assets.go and
+	// resize.go wrote or deleted epoch.<e> keys too.
+	{"an epoch's info (epochs.InfoKey)", "pipeline/serve/epochs/", namesEpochInfo},
+	// Before, assets.go wrote all three when it recreated the bucket.
+	{"a rank's KV record (deliver.Ranks)", "pipeline/serve/deliver/", namesRankState},
+}
 
-// TestOnlyTheEpochBookWritesEpochState: no non-test file outside
-// pipeline/serve/epochs passes an epoch.<e> key (epochs.InfoKey, the
-// constant kvEpochInfo, or a literal "epoch.…") to a KV write or delete.
-// Before, calibrate.go, assets.go and resize.go wrote or deleted them too,
-// calibrate.go with context.Background().
-func TestOnlyTheEpochBookWritesEpochState(t *testing.T) {
-	seen := false
-	for _, sf := range moduleSources(t) {
-		ast.Inspect(sf.file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || sel.Sel.Name == "getJSON" || sel.Sel.Name == "Get" {
-				return true
-			}
-			for _, arg := range call.Args {
-				if !namesEpochInfo(arg) {
-					continue
+// kvReads are the calls that only read a key; any other call naming a key
+// counts as a write.
+var kvReads = []string{"Get", "getJSON", "GetJSON", "getInt", "GetInt"}
+
+// TestOnlyTheOwnerWritesKVState: no non-test file outside a record's owner
+// passes its key (an identifier or a literal, see namesEpochInfo and
+// namesRankState) to a call other than a read, and the owner does (else the
+// check would check nothing).
+func TestOnlyTheOwnerWritesKVState(t *testing.T) {
+	sources := moduleSources(t)
+	for _, o := range kvOwners {
+		seen := false
+		for _, sf := range sources {
+			ast.Inspect(sf.file, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
 				}
-				if strings.HasPrefix(sf.rel, epochStateOwner) {
-					seen = true
-					continue
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok || slices.Contains(kvReads, sel.Sel.Name) {
+					return true
 				}
-				t.Errorf("%s:%d: %s writes an epoch's info (epochs.InfoKey): only %s may", sf.rel,
-					sf.fset.Position(call.Pos()).Line, sel.Sel.Name, epochStateOwner)
-			}
-			return true
-		})
-	}
-	if !seen {
-		t.Errorf("%s writes no epoch info key: the check would check nothing", epochStateOwner)
+				for _, arg := range call.Args {
+					switch {
+					case !o.names(arg):
+					case strings.HasPrefix(sf.rel, o.owner):
+						seen = true
+					default:
+						t.Errorf("%s:%d: %s writes %s: only %s may", sf.rel,
+							sf.fset.Position(call.Pos()).Line, sel.Sel.Name, o.name, o.owner)
+					}
+				}
+				return true
+			})
+		}
+		if !seen {
+			t.Errorf("%s writes no %s: the check would check nothing", o.owner, o.name)
+		}
 	}
 }
 
@@ -60,6 +75,23 @@ func namesEpochInfo(e ast.Expr) bool {
 			found = found || x.Name == "kvEpochInfo" || x.Name == "InfoKey"
 		case *ast.BasicLit:
 			found = found || (x.Kind == token.STRING && strings.HasPrefix(strings.Trim(x.Value, "\"`"), "epoch."))
+		}
+		return !found
+	})
+	return found
+}
+
+// namesRankState reports whether expression e names a rank's KV record.
+func namesRankState(e ast.Expr) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.Ident:
+			found = found || x.Name == "KeyHanded" || x.Name == "KeyPositions" || x.Name == "RankGenKey"
+		case *ast.BasicLit:
+			v := strings.Trim(x.Value, "\"`")
+			found = found || (x.Kind == token.STRING && (v == "handed" || v == "positions" ||
+				(strings.HasPrefix(v, "rank.") && (strings.HasSuffix(v, ".gen") || strings.HasSuffix(v, ".handed")))))
 		}
 		return !found
 	})
@@ -101,63 +133,4 @@ func TestOnlyThePlaneChoiceBranchesOnThePlane(t *testing.T) {
 	if !seen {
 		t.Errorf("%s calls no core(): the check would check nothing", dataPlaneChooser)
 	}
-}
-
-// rankStateOwner is the one package that may name a rank's KV record in a
-// call other than a read: the rank table (issue 24: the rank positions
-// are deliver's, and it writes them through its Store).
-const rankStateOwner = "pipeline/serve/deliver/"
-
-// TestOnlyTheRankTableWritesRankState: no non-test file outside
-// pipeline/serve/deliver passes a rank's KV record (deliver.KeyHanded,
-// deliver.KeyPositions, deliver.RankGenKey, or a literal "handed",
-// "positions", "rank.….gen" or "rank.….handed") to a call other than a
-// read. Before, assets.go wrote all three when it recreated the bucket.
-func TestOnlyTheRankTableWritesRankState(t *testing.T) {
-	seen := false
-	for _, sf := range moduleSources(t) {
-		ast.Inspect(sf.file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || sel.Sel.Name == "getJSON" || sel.Sel.Name == "GetJSON" || sel.Sel.Name == "Get" ||
-				sel.Sel.Name == "getInt" || sel.Sel.Name == "GetInt" {
-				return true
-			}
-			for _, arg := range call.Args {
-				if !namesRankState(arg) {
-					continue
-				}
-				if strings.HasPrefix(sf.rel, rankStateOwner) {
-					seen = true
-					continue
-				}
-				t.Errorf("%s:%d: %s writes a rank's KV record: only %s may (deliver.Ranks)", sf.rel,
-					sf.fset.Position(call.Pos()).Line, sel.Sel.Name, rankStateOwner)
-			}
-			return true
-		})
-	}
-	if !seen {
-		t.Errorf("%s writes no rank record: the check would check nothing", rankStateOwner)
-	}
-}
-
-// namesRankState reports whether expression e names a rank's KV record.
-func namesRankState(e ast.Expr) bool {
-	found := false
-	ast.Inspect(e, func(n ast.Node) bool {
-		switch x := n.(type) {
-		case *ast.Ident:
-			found = found || x.Name == "KeyHanded" || x.Name == "KeyPositions" || x.Name == "RankGenKey"
-		case *ast.BasicLit:
-			v := strings.Trim(x.Value, "\"`")
-			found = found || (x.Kind == token.STRING && (v == "handed" || v == "positions" ||
-				(strings.HasPrefix(v, "rank.") && (strings.HasSuffix(v, ".gen") || strings.HasSuffix(v, ".handed")))))
-		}
-		return !found
-	})
-	return found
 }
