@@ -200,7 +200,7 @@ func (c *calibrator) snapshot() (*balancer.Calibration, int) {
 // works, replans the unpublished rest of the epoch with it (epochs.Book.ReplanRest:
 // the book changes and records the plan). It reports whether the run must
 // restart on the new steps. Publisher goroutine only.
-func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int, queued []pos) bool {
+func (s *Service) recalibrateDue(ctx context.Context, ep *epochs.Plan, step int, queued []proto.Pos) bool {
 	if s.cfg.Recalibrate <= 0 {
 		return false
 	}

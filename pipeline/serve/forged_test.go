@@ -54,14 +54,14 @@ func TestForgedControlMessages(t *testing.T) {
 	forge(proto.CtlResend, proto.Resend{Job: cfg.Job, Epoch: 0, Step: 2, DPRank: 0, Reason: "forged"})
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		refused := labelled(t, r.s, "mmfeed_serve_control_messages_total", "unacknowledged")
-		moved := r.s.ranks.Next(0) != (pos{}) && r.s.ranks.Next(1) != (pos{})
+		moved := r.s.ranks.Next(0) != (proto.Pos{}) && r.s.ranks.Next(1) != (proto.Pos{})
 		if rewinds := counter(t, r.s, "mmfeed_serve_rewinds_total"); (refused < 2 && !moved) || rewinds < 1 {
 			return errorf("%v dones held back, %v rewinds", refused, rewinds)
 		}
 		return nil
 	})
 	for i, rs := range r.s.ranks.All() {
-		if rs.Next() != (pos{Epoch: 0, Step: 0}) {
+		if rs.Next() != (proto.Pos{Epoch: 0, Step: 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged messages, want epoch 0 step 0", i, rs.Next())
 		}
 	}

@@ -100,7 +100,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 		return nil
 	})
 	for rank, rs := range r.s.ranks.All() {
-		if rs.Next() != (pos{Epoch: 0, Step: 0}) {
+		if rs.Next() != (proto.Pos{Epoch: 0, Step: 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.Next())
 		}
 		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
@@ -163,7 +163,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	r2 := start(t, cfg)
 	rank = newRawRank(t, r2.s.ClientURL(), cfg.Job, 0)
 	rank.ack(0, 0, 1) // answered: handed by the first service
-	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (proto.Pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of step 0, want step 1", next)
 	}
 	k := proto.BatchKey{Job: cfg.Job, Step: 1, MicroBatch: 1}
@@ -172,7 +172,7 @@ func TestAckOfBatchHandedBeforeRestart(t *testing.T) {
 	if _, err := rank.nc.Request(subj, b, time.Second); err == nil {
 		t.Errorf("the ack of step 1, never sent, was answered")
 	}
-	if next := r2.s.ranks.Next(0); next != (pos{Epoch: 0, Step: 1}) {
+	if next := r2.s.ranks.Next(0); next != (proto.Pos{Epoch: 0, Step: 1}) {
 		t.Errorf("next needed step %+v after the ack of an unsent step, want step 1", next)
 	}
 }

@@ -44,7 +44,7 @@ type dataPlane interface {
 	// rank, given the cursor its KV record names: there on the core plane
 	// (nothing outlives the service), or after the last batch the stream
 	// still stores for the rank when that is later.
-	restoredCursor(ctx context.Context, rank int, cursor pos) (pos, error)
+	restoredCursor(ctx context.Context, rank int, cursor proto.Pos) (proto.Pos, error)
 	// resizable returns nil when the plane can serve the job after a dp
 	// change from dp to the service's, an ErrJobMismatch otherwise.
 	resizable(job string, from, to int) error
@@ -96,7 +96,7 @@ func (p corePlane) drop(_ context.Context, rank int) error {
 	return nil
 }
 
-func (p corePlane) restoredCursor(_ context.Context, _ int, cursor pos) (pos, error) {
+func (p corePlane) restoredCursor(_ context.Context, _ int, cursor proto.Pos) (proto.Pos, error) {
 	return cursor, nil
 }
 
@@ -170,7 +170,7 @@ func (p streamPlane) drop(ctx context.Context, rank int) error {
 	return nil
 }
 
-func (p streamPlane) restoredCursor(ctx context.Context, rank int, cursor pos) (pos, error) {
+func (p streamPlane) restoredCursor(ctx context.Context, rank int, cursor proto.Pos) (proto.Pos, error) {
 	last, ok, err := p.s.lastStored(ctx, rank/p.s.cfg.MP, rank%p.s.cfg.MP)
 	if err != nil {
 		return cursor, err

@@ -39,7 +39,7 @@ func TestDataPlaneChoice(t *testing.T) {
 				t.Errorf("resizable: %v, want resizable=%v", err, tc.resizable)
 			}
 			if tc.core {
-				if got, err := p.restoredCursor(context.Background(), 0, pos{Epoch: 1, Step: 7}); err != nil || got != (pos{Epoch: 1, Step: 7}) {
+				if got, err := p.restoredCursor(context.Background(), 0, proto.Pos{Epoch: 1, Step: 7}); err != nil || got != (proto.Pos{Epoch: 1, Step: 7}) {
 					t.Errorf("restored cursor %v, %v, want the KV cursor", got, err)
 				}
 			}

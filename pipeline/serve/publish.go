@@ -30,7 +30,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 	if err := s.awaitResize(ctx); err != nil {
 		return err
 	}
-	end := pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
+	end := proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
 	for {
 		if err := s.publisher.Drain(ctx, s.ranks, rewindGlue{s}); err != nil {
 			return err
@@ -64,7 +64,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 // service may stop.
 func (s *Service) markFinished(ctx context.Context) bool {
 	first := s.publisher.Finish()
-	allDone := s.ranks.AllNeed(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
+	allDone := s.ranks.AllNeed(proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
 		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
@@ -81,7 +81,7 @@ func (s *Service) markFinished(ctx context.Context) bool {
 // epochs follow each other in one run: the next epoch's preprocessing starts
 // (on its plan, prepared ahead) while the rank publishers still hand out the
 // last steps of the previous one, so there is no pause at the boundary.
-func (s *Service) run(ctx context.Context, start pos) error {
+func (s *Service) run(ctx context.Context, start proto.Pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !s.publisher.StartRun(cancel) {
@@ -89,7 +89,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 	}
 	defer s.publisher.EndRun()
 	ranks := s.ranks.All()
-	next := make([]pos, len(ranks)) // the next step to queue, per rank
+	next := make([]proto.Pos, len(ranks)) // the next step to queue, per rank
 	for r, rs := range ranks {
 		next[r] = rs.Cursor()
 	}
@@ -127,7 +127,7 @@ func (s *Service) run(ctx context.Context, start pos) error {
 // steps planned so far at a time (waiting for the next one when it has run
 // out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
 // run's.
-func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []pos, queues []chan deliver.Out) error {
+func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []pos, queues []chan deliver.Out) error {
+func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos, queues []chan deliver.Out) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -174,9 +174,9 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // queueStepWith is queueStep with the ranks' payloads made by enc (built
 // here, or delivered by workers), which queues rank r's micro-batches of
 // the step with generation gen.
-func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []pos,
+func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
-	here := pos{Epoch: ep.Info().Epoch, Step: sb.Step}
+	here := proto.Pos{Epoch: ep.Info().Epoch, Step: sb.Step}
 	gens := make([]int, len(next))
 	targets := s.ranks.Targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
@@ -194,7 +194,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 	}
 	s.checkStreamRoom(sb.Step, stepBytes.Load(), len(targets))
 	for _, r := range targets {
-		next[r] = pos{Epoch: here.Epoch, Step: here.Step + 1}
+		next[r] = proto.Pos{Epoch: here.Epoch, Step: here.Step + 1}
 	}
 	if s.recalibrateDue(ctx, ep, sb.Step, next) {
 		return errRewind

@@ -58,8 +58,8 @@ type coreGlue struct{ s *Service }
 func (g coreGlue) CheckRank(job string, dp, mp int) (int, error) {
 	return g.s.ctl.CheckRank(job, dp, mp)
 }
-func (g coreGlue) BadControl(kind string, err error)      { g.s.ctl.BadControl(kind, err) }
-func (g coreGlue) SetNext(rank int, next pos, force bool) { g.s.ctl.SetNext(rank, next, force) }
+func (g coreGlue) BadControl(kind string, err error)            { g.s.ctl.BadControl(kind, err) }
+func (g coreGlue) SetNext(rank int, next proto.Pos, force bool) { g.s.ctl.SetNext(rank, next, force) }
 
 func (g coreGlue) Allow(kind string, m *nats.Msg, dp, mp int) bool {
 	return g.s.replies.Allow(kind, m, g.s.replies.RankInbox(dp, mp)...)

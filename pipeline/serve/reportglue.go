@@ -11,6 +11,7 @@ import (
 	"github.com/mmfeed/mmfeed/balancer"
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
+	"github.com/mmfeed/mmfeed/proto"
 )
 
 // reportEvery is how often the run report checks for finished epochs.
@@ -159,11 +160,11 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 	}
 	trained, ok := s.ranks.Trained()
 	if !ok {
-		trained = pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
+		trained = proto.Pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	}
 	sum := report.RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
 		StepsPublished: s.live.PublishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
-		FinishedTraining: !trained.Less(pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
+		FinishedTraining: !trained.Less(proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
 	for _, em := range s.live.MeasuredEpochs() {
 		em.Steps = s.epochs.Steps(em.Epoch)
 		em.StepsTrained = epochTrained(trained, em.Epoch, em.Steps)
@@ -176,7 +177,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 }
 
 // epochTrained is how many of epoch e's steps are before trained.
-func epochTrained(trained pos, e, steps int) int {
+func epochTrained(trained proto.Pos, e, steps int) int {
 	switch {
 	case trained.Epoch > e:
 		return steps
@@ -244,9 +245,9 @@ func (s *Service) liveSnapshot(anyway bool) *report.LiveReport {
 // trained returns the least position every rank's trainer still needs and
 // the step count of its epoch (0 when not planned yet); ok is false before
 // any rank registered.
-func (s *Service) trained() (p pos, steps int, ok bool) {
+func (s *Service) trained() (p proto.Pos, steps int, ok bool) {
 	if p, ok = s.ranks.Trained(); !ok {
-		return pos{}, 0, false
+		return proto.Pos{}, 0, false
 	}
 	return p, s.epochs.Steps(p.Epoch), true
 }

@@ -37,7 +37,7 @@ type pendingResize struct {
 	mu      sync.Mutex
 	oldDP   int
 	decided chan struct{} // closed once point is set
-	point   pos           // the resize point, normalised (after decided)
+	point   proto.Pos     // the resize point, normalised (after decided)
 	base    *EpochInfo    // the point epoch's info at the old dp (nil: not planned before)
 }
 
@@ -81,7 +81,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	defer r.mu.Unlock()
 	if ctxutil.Closed(r.decided) {
 		point := r.point
-		if (pos{Epoch: epoch, Step: step}).Less(point) && !(pos{Epoch: epoch, Step: step} == pos{Epoch: point.Epoch - 1, Step: r.baseSteps()}) {
+		if (proto.Pos{Epoch: epoch, Step: step}).Less(point) && !(proto.Pos{Epoch: epoch, Step: step} == proto.Pos{Epoch: point.Epoch - 1, Step: r.baseSteps()}) {
 			return fmt.Errorf("serve: register at epoch %d step %d: the job was resized to dp=%d at epoch %d step %d; earlier steps were planned for dp=%d: %w",
 				epoch, step, s.cfg.Pipeline.Plan.DP, point.Epoch, point.Step, r.oldDP, proto.ErrControl)
 		}
@@ -89,7 +89,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	}
 	// Read what the decision needs, write the KV bucket, and only then change
 	// the service's state: a failed decision leaves nothing half done.
-	point := pos{Epoch: epoch, Step: step}
+	point := proto.Pos{Epoch: epoch, Step: step}
 	infos := s.epochs.AllInfos()
 	info, planned := infos[epoch]
 	var stale []int
@@ -103,7 +103,7 @@ func (s *Service) decideResize(ctx context.Context, epoch, step int) error {
 	case planned:
 		base = &info
 		if step >= info.Steps {
-			point = pos{Epoch: epoch + 1, Step: 0}
+			point = proto.Pos{Epoch: epoch + 1, Step: 0}
 			stale = slices.DeleteFunc(stale, func(e int) bool { return e == epoch })
 		} else if r := info.Resize; r != nil {
 			return fmt.Errorf("%w: epoch %d was resized from dp=%d to dp=%d at step %d, and a resize to dp=%d at step %d would plan it a third time; one resize per epoch: resume at dp=%d until the epoch ends (register at step %d), then resize: %w",

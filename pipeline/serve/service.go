@@ -464,7 +464,7 @@ func (s *Service) recordJob(ctx context.Context) error {
 // completed step, and sets each rank's publish cursor after the last batch
 // still stored for it (or at its trainer's next step when none is).
 func (s *Service) restore(ctx context.Context) error {
-	first := pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
+	first := proto.Pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	for e := first.Epoch; e <= s.cfg.lastEpoch(); e++ {
 		var info EpochInfo
 		ok, err := s.st.getJSON(ctx, epochs.InfoKey(e), &info)
@@ -495,23 +495,23 @@ func (s *Service) restore(ctx context.Context) error {
 
 // lastStored returns the step after the last batch stored for a rank, or
 // that batch's step when its micro-batch is not the step's last.
-func (s *Service) lastStored(ctx context.Context, dp, mp int) (pos, bool, error) {
+func (s *Service) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bool, error) {
 	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
 	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return pos{}, false, nil
+		return proto.Pos{}, false, nil
 	}
 	if err != nil {
-		return pos{}, false, fmt.Errorf("serve: last message of %s: %w", subj, err)
+		return proto.Pos{}, false, fmt.Errorf("serve: last message of %s: %w", subj, err)
 	}
 	h, err := proto.ParseChunkHeader(m.Header)
 	if err != nil {
-		return pos{}, false, nil // not ours to interpret: republish from the trainer's position
+		return proto.Pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
 	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.Norm(pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
+		return s.epochs.Norm(proto.Pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
 	}
-	return pos{Epoch: h.Epoch, Step: h.Step}, true, nil
+	return proto.Pos{Epoch: h.Epoch, Step: h.Step}, true, nil
 }
 
 // firstStored returns the first stored batch position of a rank, and whether

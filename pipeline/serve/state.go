@@ -24,10 +24,6 @@ const (
 	kvFinished = "finished"
 )
 
-// pos is a position in the job: (epoch, step), proto.Pos. (e, steps of e)
-// and (e+1, 0) name the same place; epochs.Book.Norm makes them equal.
-type pos = proto.Pos
-
 // JobRecord is the KV "config" value: what a restarted service must match.
 type JobRecord struct {
 	Job        string `json:"job"`

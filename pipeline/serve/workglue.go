@@ -27,7 +27,7 @@ import (
 // by workers. It issues the items of the next WorkAhead steps ahead of the
 // one it queues, and queues each rank's payloads in plan order as the
 // workers deliver them, whatever order they finish in.
-func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []pos, queues []chan deliver.Out) error {
+func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
 	ep, err := s.epoch(gctx, e)
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		return j < len(plan.Steps), nil
 	}
 	want := func(step int) func(int) bool {
-		here := pos{Epoch: e, Step: step}
+		here := proto.Pos{Epoch: e, Step: step}
 		return func(dp int) bool {
 			for mp := range s.cfg.MP {
 				if !here.Less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {

@@ -122,7 +122,7 @@ var scaleWindow = 30 * time.Second
 
 // stepsBetween is the number of steps from p to q (0 when q is not after
 // p), with steps(e) the step count of epoch e.
-func stepsBetween(p, q pos, steps func(int) int) int {
+func stepsBetween(p, q proto.Pos, steps func(int) int) int {
 	if !p.Less(q) {
 		return 0
 	}
@@ -138,7 +138,7 @@ func stepsBetween(p, q pos, steps func(int) int) int {
 
 // advanced is the Ranks's hook: rank r's trainer moved from one step
 // to a later one.
-func (s *Service) advanced(r int, from, to pos) {
+func (s *Service) advanced(r int, from, to proto.Pos) {
 	if s.work != nil {
 		s.work.Autoscaler().Taken(r, stepsBetween(from, to, s.epochs.Steps))
 	}
