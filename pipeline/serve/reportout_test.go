@@ -234,6 +234,11 @@ func TestReportOutOnCancel(t *testing.T) {
 		if r.s.snapshot() == nil {
 			return fmt.Errorf("no comparison yet: %s", r.s.live.PlanningStatus())
 		}
+		// Feedback is published, not requested: a trainer returns before the
+		// service has read its last report.
+		if m := r.s.live.MeasuredEpochs(); len(m) == 0 || m[0].StepsMeasured < trained {
+			return fmt.Errorf("measured %+v", m)
+		}
 		return nil
 	})
 	if err := r.stop(t); err != nil {
