@@ -12,7 +12,6 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline"
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
-	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
 	"golang.org/x/sync/errgroup"
@@ -25,14 +24,14 @@ var errRewind = errors.New("rewind")
 // publishLoop publishes every epoch from the ranks' cursors on. Between runs
 // it applies rewinds (trainer restarts, resends); after the last epoch it
 // waits for the trainers (WaitForTrainers) while still serving rewinds.
-func (s *Service) publishLoop(ctx context.Context) error {
+func (s *producer) publishLoop(ctx context.Context) error {
 	defer s.epochs.WaitBackground()
-	if err := s.awaitResize(ctx); err != nil {
+	if err := s.svc.AwaitResize(ctx); err != nil {
 		return err
 	}
-	end := proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0}
+	end := proto.Pos{Epoch: s.cfg.LastEpoch + 1, Step: 0}
 	for {
-		if err := s.publisher.Drain(ctx, s.ranks, rewindGlue{s}); err != nil {
+		if err := s.publisher.Drain(ctx, s.ranks, s.rewind); err != nil {
 			return err
 		}
 		start := s.ranks.MinCursor()
@@ -42,7 +41,7 @@ func (s *Service) publishLoop(ctx context.Context) error {
 			}
 			select {
 			case req := <-s.publisher.Rewinds():
-				s.publisher.Apply(ctx, req, s.ranks, rewindGlue{s})
+				s.publisher.Apply(ctx, req, s.ranks, s.rewind)
 			case <-s.publisher.Woken():
 			case <-ctx.Done():
 				return ctx.Err()
@@ -62,12 +61,12 @@ func (s *Service) publishLoop(ctx context.Context) error {
 
 // markFinished records that everything is published and reports whether the
 // service may stop.
-func (s *Service) markFinished(ctx context.Context) bool {
+func (s *producer) markFinished(ctx context.Context) bool {
 	first := s.publisher.Finish()
-	allDone := s.ranks.AllNeed(proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})
+	allDone := s.ranks.AllNeed(proto.Pos{Epoch: s.cfg.LastEpoch + 1, Step: 0})
 	if first {
 		s.log.Info("every batch published", "epochs", s.cfg.Epochs)
-		if err := s.st.putInt(ctx, kvFinished, s.cfg.lastEpoch()); err != nil {
+		if err := s.svc.RecordFinished(ctx, s.cfg.LastEpoch); err != nil {
 			s.log.Warn("kv", "err", err)
 		}
 	}
@@ -81,7 +80,7 @@ func (s *Service) markFinished(ctx context.Context) bool {
 // epochs follow each other in one run: the next epoch's preprocessing starts
 // (on its plan, prepared ahead) while the rank publishers still hand out the
 // last steps of the previous one, so there is no pause at the boundary.
-func (s *Service) run(ctx context.Context, start proto.Pos) error {
+func (s *producer) run(ctx context.Context, start proto.Pos) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if !s.publisher.StartRun(cancel) {
@@ -96,15 +95,15 @@ func (s *Service) run(ctx context.Context, start proto.Pos) error {
 	g, gctx := errgroup.WithContext(rctx)
 	queues := make([]chan deliver.Out, len(next))
 	for r := range queues {
-		queues[r] = make(chan deliver.Out, deliver.StepQueue*s.cfg.Pipeline.Plan.MicroBatches)
-		g.Go(func() error { return deliver.PublishRank(gctx, s.publisher, r, queues[r], s.ranks, rankGlue{s}) })
+		queues[r] = make(chan deliver.Out, deliver.StepQueue*s.cfg.MicroBatches)
+		g.Go(func() error { return deliver.PublishRank(gctx, s.publisher, r, queues[r], s.ranks, s.rank) })
 	}
 	mem := s.mem
 	var err error
 	if s.work != nil {
 		err = s.work.Reset(gctx)
 	}
-	for e, from := start.Epoch, start.Step; e <= s.cfg.lastEpoch() && err == nil; e, from = e+1, 0 {
+	for e, from := start.Epoch, start.Step; e <= s.cfg.LastEpoch && err == nil; e, from = e+1, 0 {
 		if s.work != nil {
 			err = s.runEpochRemote(ctx, gctx, e, from, next, queues)
 		} else {
@@ -127,8 +126,8 @@ func (s *Service) run(ctx context.Context, start proto.Pos) error {
 // steps planned so far at a time (waiting for the next one when it has run
 // out); ctx is the publisher's (planning ahead outlives a rewind), gctx the
 // run's.
-func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
-	ep, err := s.epoch(gctx, e)
+func (s *producer) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
+	ep, err := s.epochs.Epoch(gctx, e)
 	if err != nil {
 		return err
 	}
@@ -146,10 +145,10 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 		}
 		plan := ep.PlanFrom(from)
 		err := pp.Run(gctx, plan, func(sb pipeline.StepBatch) error {
-			s.met.stage(stagePreprocess, time.Since(wait))
+			s.met.Preprocessed(time.Since(wait))
 			err := s.queueStep(gctx, mem, ep, sb, next, queues)
 			wait = time.Now()
-			if done++; err == nil && s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, done, time.Since(t0)) {
+			if done++; err == nil && s.epochs.PlanAheadDue(ep, s.cfg.LastEpoch, sb.Step, done, time.Since(t0)) {
 				s.epochs.PlanAhead(ctx, e+1, s.log)
 			}
 			return err
@@ -165,7 +164,7 @@ func (s *Service) runEpoch(ctx, gctx context.Context, mem memory.Allocator, e, f
 // queueStep builds and encodes one step for every rank whose next position
 // is at it and queues the payloads; it reports errRewind when a
 // recalibration replanned the rest of the epoch.
-func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos, queues []chan deliver.Out) error {
+func (s *producer) queueStep(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos, queues []chan deliver.Out) error {
 	return s.queueStepWith(ctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 		return s.encodeRank(ctx, mem, ep, sb, r, gen, queues[r], stepBytes)
 	})
@@ -174,14 +173,14 @@ func (s *Service) queueStep(ctx context.Context, mem memory.Allocator, ep *epoch
 // queueStepWith is queueStep with the ranks' payloads made by enc (built
 // here, or delivered by workers), which queues rank r's micro-batches of
 // the step with generation gen.
-func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos,
+func (s *producer) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipeline.StepBatch, next []proto.Pos,
 	enc func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error) error {
 	here := proto.Pos{Epoch: ep.Info().Epoch, Step: sb.Step}
 	gens := make([]int, len(next))
 	targets := s.ranks.Targets(here, next, gens)
 	if len(targets) > 0 { // before a trainer can see the step and report on it
 		s.live.Published(ep, sb)
-		s.met.imbalance.Observe(report.Imbalance(ep.Predicted(sb.Step)))
+		s.met.Imbalance(ep.Predicted(sb.Step))
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, runtime.GOMAXPROCS(0)))
@@ -196,7 +195,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 	for _, r := range targets {
 		next[r] = proto.Pos{Epoch: here.Epoch, Step: here.Step + 1}
 	}
-	if s.recalibrateDue(ctx, ep, sb.Step, next) {
+	if s.svc.RecalibrateDue(ctx, ep, sb.Step, next) {
 		return errRewind
 	}
 	return nil
@@ -206,7 +205,7 @@ func (s *Service) queueStepWith(ctx context.Context, ep *epochs.Plan, sb pipelin
 // ranks of them, scaled to all) takes more than half the stream: trainers
 // that hold a step while they wait for each other leave room for the next
 // one only then (waitTurn).
-func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
+func (s *producer) checkStreamRoom(step int, bytes int64, ranks int) {
 	if ranks == 0 || s.publisher.RoomWarned() {
 		return
 	}
@@ -218,7 +217,7 @@ func (s *Service) checkStreamRoom(step int, bytes int64, ranks int) {
 }
 
 // encodeRank builds and encodes the micro-batches of one rank and queues them.
-func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
+func (s *producer) encodeRank(ctx context.Context, mem memory.Allocator, ep *epochs.Plan, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	meta, err := s.batchMeta(ep, sb.Step, r)
 	if err != nil {
@@ -240,9 +239,9 @@ func (s *Service) encodeRank(ctx context.Context, mem memory.Allocator, ep *epoc
 }
 
 // batchMeta returns the metadata of rank r's batches of step (micro-batch 0).
-func (s *Service) batchMeta(ep *epochs.Plan, step, r int) (proto.BatchMeta, error) {
+func (s *producer) batchMeta(ep *epochs.Plan, step, r int) (proto.BatchMeta, error) {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
-	mod, err := proto.ModalityFor(s.cfg.layout().Placement, s.cfg.MP, mp)
+	mod, err := proto.ModalityFor(s.cfg.Placement, s.cfg.MP, mp)
 	if err != nil {
 		return proto.BatchMeta{}, err
 	}
@@ -253,13 +252,13 @@ func (s *Service) batchMeta(ep *epochs.Plan, step, r int) (proto.BatchMeta, erro
 
 // encodeBatch builds and encodes one micro-batch's record (work.EncodeRows),
 // timing both stages.
-func (s *Service) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
+func (s *producer) encodeBatch(mem memory.Allocator, meta proto.BatchMeta, rows []proto.Row) ([]byte, error) {
 	payload, build, encode, err := work.EncodeRows(mem, meta, rows)
 	if err != nil {
 		return nil, err
 	}
-	s.met.stage(stageBuild, build)
-	s.met.stage(stageEncode, encode)
+	s.met.Built(build)
+	s.met.Encoded(encode)
 	return payload, nil
 }
 

@@ -57,6 +57,8 @@ type Service struct {
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *work.Planner
+	// produce is the publish loop (produceglue.go), created by prepare.
+	produce *producer
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (epochs.WarnTruncation).
@@ -216,6 +218,7 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 			return err
 		}
 	}
+	s.produce = s.newProducer()
 	csubs, err := s.ctl.Subscribe(s.nc)
 	*subs = append(*subs, csubs...)
 	return err
@@ -310,7 +313,7 @@ func (s *Service) startPublisher(g *errgroup.Group, gctx context.Context) {
 	done := make(chan struct{})
 	g.Go(func() error {
 		defer close(done)
-		return s.publishLoop(gctx)
+		return s.produce.publishLoop(gctx)
 	})
 	g.Go(func() error {
 		select {

@@ -66,7 +66,7 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 // buildView preprocesses and encodes one batch of rank from the epoch's plan
 // held in memory (the epoch being published or the one before). Samples that
 // fail to decode are not quarantined again (the publisher did that).
-func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
+func (s *producer) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
 	ep := s.epochs.Plan(key.Epoch)
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)

@@ -27,8 +27,8 @@ import (
 // by workers. It issues the items of the next WorkAhead steps ahead of the
 // one it queues, and queues each rank's payloads in plan order as the
 // workers deliver them, whatever order they finish in.
-func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
-	ep, err := s.epoch(gctx, e)
+func (s *producer) runEpochRemote(ctx, gctx context.Context, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
+	ep, err := s.epochs.Epoch(gctx, e)
 	if err != nil {
 		return err
 	}
@@ -89,12 +89,12 @@ func (s *Service) runEpochRemote(ctx, gctx context.Context, e, from int, next []
 		err := s.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
 			return s.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
 		})
-		s.met.stage(stagePreprocess, time.Since(wait))
+		s.met.Preprocessed(time.Since(wait))
 		s.work.ForgetStep(e, st.Index)
 		if err != nil {
 			return err
 		}
-		if s.epochs.PlanAheadDue(ep, s.cfg.lastEpoch(), sb.Step, k+1, time.Since(t0)) {
+		if s.epochs.PlanAheadDue(ep, s.cfg.LastEpoch, sb.Step, k+1, time.Since(t0)) {
 			s.epochs.PlanAhead(ctx, e+1, s.log)
 		}
 	}
@@ -121,7 +121,7 @@ func plannedStep(ep *epochs.Plan, st balancer.Step) pipeline.StepBatch {
 
 // deliverRank queues rank r's micro-batches of a step as the workers
 // deliver them.
-func (s *Service) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
+func (s *producer) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
 	dp, mp := r/s.cfg.MP, r%s.cfg.MP
 	for mb, rows := range sb.Rows[dp] {
 		payload, err := s.work.Wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
@@ -171,8 +171,8 @@ func (s *Service) setupWork(ctx context.Context) ([]*nats.Subscription, error) {
 }
 
 // itemSource is the served epoch ep as a work.ItemSource.
-func (s *Service) itemSource(ep *epochs.Plan) work.ItemSource {
-	return work.ItemSource{Features: &ep.Prepared().Features, Epoch: ep.Info().Epoch, Image: s.cfg.Pipeline.Image,
+func (s *producer) itemSource(ep *epochs.Plan) work.ItemSource {
+	return work.ItemSource{Features: &ep.Prepared().Features, Epoch: ep.Info().Epoch, Image: s.cfg.Image,
 		Meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
 }
 
