@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
+	"github.com/mmfeed/mmfeed/pipeline/serve/produce"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -17,20 +18,20 @@ import (
 
 // newProducer creates the publish loop over the service's parts. Called
 // once, by prepare, after the work queue is set up.
-func (s *Service) newProducer() *producer {
+func (s *Service) newProducer() *produce.Producer {
 	c := s.cfg
 	g := produceGlue{s}
-	return newProducer(producerConfig{Job: c.Job, MP: c.MP, LastEpoch: c.lastEpoch(), Epochs: c.Epochs,
+	return produce.New(produce.Config{Job: c.Job, MP: c.MP, LastEpoch: c.lastEpoch(), Epochs: c.Epochs,
 		MicroBatches: c.Pipeline.Plan.MicroBatches, Placement: c.layout().Placement, Image: c.Pipeline.Image,
 		StreamMaxBytes: c.StreamMaxBytes, WaitForTrainers: c.WaitForTrainers},
-		producerParts{Log: s.log, Mem: s.mem, Epochs: produceEpochs{s.epochs, s}, Ranks: s.ranks, Publisher: s.publisher,
+		produce.Parts{Log: s.log, Mem: s.mem, Epochs: produceEpochs{s.epochs, s}, Ranks: s.ranks, Publisher: s.publisher,
 			Rewind: rewindGlue{s}, Rank: rankGlue{s}, Work: s.work, Report: s.live, Metrics: g, Service: g})
 }
 
 // buildView builds key's batch of rank again from the plan (the
 // producer's buildView), for a viewer.
 func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	return s.produce.buildView(ctx, rank, key)
+	return s.produce.BuildView(ctx, rank, key)
 }
 
 // produceEpochs is the epoch book with the service's epoch (planepoch.go),

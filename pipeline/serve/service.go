@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/produce"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -58,7 +59,7 @@ type Service struct {
 	// work is the planner role's work queue side (nil with role all).
 	work *work.Planner
 	// produce is the publish loop (produceglue.go), created by prepare.
-	produce *producer
+	produce *produce.Producer
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (epochs.WarnTruncation).
@@ -313,7 +314,7 @@ func (s *Service) startPublisher(g *errgroup.Group, gctx context.Context) {
 	done := make(chan struct{})
 	g.Go(func() error {
 		defer close(done)
-		return s.produce.publishLoop(gctx)
+		return s.produce.Run(gctx)
 	})
 	g.Go(func() error {
 		select {

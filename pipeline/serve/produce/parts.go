@@ -1,4 +1,4 @@
-package serve
+package produce
 
 import (
 	"context"
@@ -15,8 +15,8 @@ import (
 	"github.com/mmfeed/mmfeed/proto"
 )
 
-// producerConfig is what the publish loop needs of the job's configuration.
-type producerConfig struct {
+// Config is what the publish loop needs of the job's configuration.
+type Config struct {
 	Job             string
 	MP              int            // mp ranks per dp rank
 	LastEpoch       int            // the job's last epoch
@@ -28,23 +28,23 @@ type producerConfig struct {
 	WaitForTrainers bool           // after the last epoch, wait for every rank to complete it
 }
 
-// producerParts are the parts the publish loop acts through.
-type producerParts struct {
+// Parts are the parts the publish loop acts through.
+type Parts struct {
 	Log       *slog.Logger
 	Mem       memory.Allocator // the Arrow records'
-	Epochs    producerEpochs
+	Epochs    Epochs
 	Ranks     *deliver.Ranks
 	Publisher *deliver.Publisher
 	Rewind    deliver.RewindParts // given to Publisher.Drain and Apply
 	Rank      deliver.RankParts   // given to deliver.PublishRank
 	Work      *work.Planner       // the planner role's work queue; nil with role all
-	Report    producerReport
-	Metrics   producerMetrics
-	Service   producerService
+	Report    Report
+	Metrics   Metrics
+	Service   Service
 }
 
-// producerEpochs is the epoch book as the publish loop uses it.
-type producerEpochs interface {
+// Epochs is the epoch book as the publish loop uses it.
+type Epochs interface {
 	// Epoch returns the plan of epoch e and makes it the one being
 	// published.
 	Epoch(ctx context.Context, e int) (*epochs.Plan, error)
@@ -62,14 +62,14 @@ type producerEpochs interface {
 	WaitBackground()
 }
 
-// producerReport is the live report as the publish loop feeds it.
-type producerReport interface {
+// Report is the live report as the publish loop feeds it.
+type Report interface {
 	// Published records a step about to be handed to the ranks.
 	Published(ep *epochs.Plan, sb pipeline.StepBatch)
 }
 
-// producerMetrics counts the publish loop's stages and steps.
-type producerMetrics interface {
+// Metrics counts the publish loop's stages and steps.
+type Metrics interface {
 	// Preprocessed adds the wait for the preprocessing (or the workers).
 	Preprocessed(d time.Duration)
 	// Built and Encoded add the time one micro-batch's record took to
@@ -81,9 +81,9 @@ type producerMetrics interface {
 	Imbalance(costs []float64)
 }
 
-// producerService is what the publish loop asks of the rest of the
+// Service is what the publish loop asks of the rest of the
 // service.
-type producerService interface {
+type Service interface {
 	// AwaitResize waits until a pending resize is decided.
 	AwaitResize(ctx context.Context) error
 	// RecalibrateDue refits and replans the unpublished rest of ep when due;
@@ -93,26 +93,26 @@ type producerService interface {
 	RecordFinished(ctx context.Context, lastEpoch int) error
 }
 
-// producer turns the epochs' plans into each rank's encoded micro-batches
+// Producer turns the epochs' plans into each rank's encoded micro-batches
 // and queues them to the rank publishers.
-type producer struct {
-	cfg       producerConfig
+type Producer struct {
+	cfg       Config
 	log       *slog.Logger
 	mem       memory.Allocator
-	epochs    producerEpochs
+	epochs    Epochs
 	ranks     *deliver.Ranks
 	publisher *deliver.Publisher
 	rewind    deliver.RewindParts
 	rank      deliver.RankParts
 	work      *work.Planner
-	live      producerReport
-	met       producerMetrics
-	svc       producerService
+	live      Report
+	met       Metrics
+	svc       Service
 }
 
-// newProducer returns the publish loop of cfg over parts.
-func newProducer(cfg producerConfig, parts producerParts) *producer {
-	return &producer{cfg: cfg, log: parts.Log, mem: parts.Mem, epochs: parts.Epochs, ranks: parts.Ranks,
+// New returns the publish loop of cfg over parts.
+func New(cfg Config, parts Parts) *Producer {
+	return &Producer{cfg: cfg, log: parts.Log, mem: parts.Mem, epochs: parts.Epochs, ranks: parts.Ranks,
 		publisher: parts.Publisher, rewind: parts.Rewind, rank: parts.Rank, work: parts.Work, live: parts.Report,
 		met: parts.Metrics, svc: parts.Service}
 }
