@@ -17,15 +17,15 @@ import (
 // by workers. It issues the items of the next WorkAhead steps ahead of the
 // one it queues, and queues each rank's payloads in plan order as the
 // workers deliver them, whatever order they finish in.
-func (s *Producer) runEpochRemote(ctx, gctx context.Context, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
-	ep, err := s.epochs.Epoch(gctx, e)
+func (p *Producer) runEpochRemote(ctx, gctx context.Context, e, from int, next []proto.Pos, queues []chan deliver.Out) error {
+	ep, err := p.epochs.Epoch(gctx, e)
 	if err != nil {
 		return err
 	}
 	if from >= ep.Info().Steps {
 		return nil
 	}
-	defer s.work.LogTally(e)
+	defer p.work.LogTally(e)
 	plan := ep.PlanFrom(from)
 	// have returns whether the plan's step j is planned, waiting for it
 	// (ctx-bound) when wait is set; plan then holds it.
@@ -44,48 +44,48 @@ func (s *Producer) runEpochRemote(ctx, gctx context.Context, e, from int, next [
 	want := func(step int) func(int) bool {
 		here := proto.Pos{Epoch: e, Step: step}
 		return func(dp int) bool {
-			for mp := range s.cfg.MP {
-				if !here.Less(s.epochs.Norm(next[dp*s.cfg.MP+mp])) {
+			for mp := range p.cfg.MP {
+				if !here.Less(p.epochs.Norm(next[dp*p.cfg.MP+mp])) {
 					return true
 				}
 			}
 			return false
 		}
 	}
-	src := s.itemSource(ep)
+	src := p.itemSource(ep)
 	issued, t0 := 0, time.Now()
 	for k := range ep.Info().Steps - from {
-		for ; issued <= k+s.work.Ahead(); issued++ {
+		for ; issued <= k+p.work.Ahead(); issued++ {
 			if ok, err := have(issued, issued == k); err != nil {
 				return err
 			} else if !ok {
 				break // issued when planned
 			}
-			if err := s.work.IssueStep(gctx, src, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
+			if err := p.work.IssueStep(gctx, src, plan, plan.Steps[issued], want(plan.Steps[issued].Index), false); err != nil {
 				return err
 			}
 		}
-		for j := issued; j < min(len(plan.Steps), issued+s.work.Ahead()); j++ { // heavy items start early
-			if err := s.work.IssueStep(gctx, src, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
+		for j := issued; j < min(len(plan.Steps), issued+p.work.Ahead()); j++ { // heavy items start early
+			if err := p.work.IssueStep(gctx, src, plan, plan.Steps[j], want(plan.Steps[j].Index), true); err != nil {
 				return err
 			}
 		}
 		st := plan.Steps[k]
-		if err := s.work.ReissueRejected(gctx); err != nil {
+		if err := p.work.ReissueRejected(gctx); err != nil {
 			return err
 		}
 		sb := plannedStep(ep, st)
 		wait := time.Now()
-		err := s.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
-			return s.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
+		err := p.queueStepWith(gctx, ep, sb, next, func(ctx context.Context, r, gen int, stepBytes *atomic.Int64) error {
+			return p.deliverRank(ctx, e, sb, r, gen, queues[r], stepBytes)
 		})
-		s.met.Preprocessed(time.Since(wait))
-		s.work.ForgetStep(e, st.Index)
+		p.met.Preprocessed(time.Since(wait))
+		p.work.ForgetStep(e, st.Index)
 		if err != nil {
 			return err
 		}
-		if s.epochs.PlanAheadDue(ep, s.cfg.LastEpoch, sb.Step, k+1, time.Since(t0)) {
-			s.epochs.PlanAhead(ctx, e+1, s.log)
+		if p.epochs.PlanAheadDue(ep, p.cfg.LastEpoch, sb.Step, k+1, time.Since(t0)) {
+			p.epochs.PlanAhead(ctx, e+1, p.log)
 		}
 	}
 	return nil
@@ -111,15 +111,15 @@ func plannedStep(ep *epochs.Plan, st balancer.Step) pipeline.StepBatch {
 
 // deliverRank queues rank r's micro-batches of a step as the workers
 // deliver them.
-func (s *Producer) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
-	dp, mp := r/s.cfg.MP, r%s.cfg.MP
+func (p *Producer) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch, r, gen int, q chan<- deliver.Out, stepBytes *atomic.Int64) error {
+	dp, mp := r/p.cfg.MP, r%p.cfg.MP
 	for mb, rows := range sb.Rows[dp] {
-		payload, err := s.work.Wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
+		payload, err := p.work.Wait(ctx, work.Key{Epoch: e, Step: sb.Step, DP: dp, MicroBatch: mb}, mp)
 		if err != nil {
 			return err
 		}
 		stepBytes.Add(int64(len(payload)))
-		key := proto.BatchKey{Job: s.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
+		key := proto.BatchKey{Job: p.cfg.Job, Epoch: e, Step: sb.Step, MicroBatch: mb, DPRank: dp, MPRank: mp}
 		m := deliver.NewOut(key, gen, payload, mb == len(sb.Rows[dp])-1)
 		if err := deliver.QueueOut(ctx, q, m, rows, mp); err != nil {
 			return err
@@ -129,7 +129,7 @@ func (s *Producer) deliverRank(ctx context.Context, e int, sb pipeline.StepBatch
 }
 
 // itemSource is the served epoch ep as a work.ItemSource.
-func (s *Producer) itemSource(ep *epochs.Plan) work.ItemSource {
-	return work.ItemSource{Features: &ep.Prepared().Features, Epoch: ep.Info().Epoch, Image: s.cfg.Image,
-		Meta: func(step, r int) (proto.BatchMeta, error) { return s.batchMeta(ep, step, r) }}
+func (p *Producer) itemSource(ep *epochs.Plan) work.ItemSource {
+	return work.ItemSource{Features: &ep.Prepared().Features, Epoch: ep.Info().Epoch, Image: p.cfg.Image,
+		Meta: func(step, r int) (proto.BatchMeta, error) { return p.batchMeta(ep, step, r) }}
 }

@@ -15,16 +15,16 @@ import (
 // BuildView preprocesses and encodes one batch of rank from the epoch's plan
 // held in memory (the epoch being published or the one before). Samples that
 // fail to decode are not quarantined again (the publisher did that).
-func (s *Producer) BuildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	ep := s.epochs.Plan(key.Epoch)
+func (p *Producer) BuildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
+	ep := p.epochs.Plan(key.Epoch)
 	if ep == nil {
 		return nil, false, fmt.Errorf("epoch %d is not planned in the service's memory now (only the epoch being served and the one before are)", key.Epoch)
 	}
-	plan, n, ok := s.epochs.PlanFrom(ep, key.Step)
+	plan, n, ok := p.epochs.PlanFrom(ep, key.Step)
 	if !ok {
 		return nil, true, fmt.Errorf("step %d outside epoch %d's %d steps", key.Step, key.Epoch, n)
 	}
-	dp := rank / s.cfg.MP
+	dp := rank / p.cfg.MP
 	one := balancer.Step{Index: key.Step, Ranks: make([][]balancer.MicroBatch, len(plan.Steps[0].Ranks))}
 	one.Ranks[dp] = plan.Steps[0].Ranks[dp]
 	plan.Steps = []balancer.Step{one}
@@ -45,14 +45,14 @@ func (s *Producer) BuildView(ctx context.Context, rank int, key proto.BatchKey) 
 	if err != nil {
 		return nil, errors.Is(err, proto.ErrOutsidePlan), err
 	}
-	if s.epochs.Plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
+	if p.epochs.Plan(key.Epoch) != ep { // closed while it was read: the rows may be wrong
 		return nil, false, fmt.Errorf("epoch %d was released while the batch was built", key.Epoch)
 	}
-	meta, err := s.batchMeta(ep, key.Step, rank)
+	meta, err := p.batchMeta(ep, key.Step, rank)
 	if err != nil {
 		return nil, false, err
 	}
 	meta.MicroBatch = key.MicroBatch
-	payload, err := s.encodeBatch(s.mem, meta, rows)
+	payload, err := p.encodeBatch(p.mem, meta, rows)
 	return payload, false, err
 }
