@@ -28,8 +28,8 @@ func (s *Service) newProducer() *produce.Producer {
 			Rewind: rewindGlue{s}, Rank: rankGlue{s}, Work: s.work, Report: s.live, Metrics: g, Service: g})
 }
 
-// buildView builds key's batch of rank again from the plan (the
-// producer's buildView), for a viewer.
+// buildView builds key's batch of rank again from the plan
+// (produce.Producer.BuildView), for a viewer (view.go).
 func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
 	return s.produce.BuildView(ctx, rank, key)
 }

@@ -10,12 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The planner role's glue to package work (work.Planner): the epochs it
-// serves become work items and the workers' payloads the ranks' batches.
-// Everything here needs the Service; what the planner owns (its slots,
-// counters, cost model and autoscaling observations) is read through its
-// methods, never under its lock. Its gauges and counters are in
-// workmetrics.go.
+// The planner role's glue to package work (work.Planner): its setup, the
+// feature passes and its item times (the publish loop, package produce,
+// turns the epochs into work items and the workers' payloads into the
+// ranks' batches). Everything here needs the Service; what the planner
+// owns (its slots, counters, cost model and autoscaling observations) is
+// read through its methods, never under its lock. Its gauges and counters
+// are in workmetrics.go.
 
 // setupWork creates the work queue and the job's work bucket (with the
 // preprocessing config and tokenizer), and subscribes to the results.
