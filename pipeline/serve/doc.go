@@ -218,7 +218,7 @@
 //     epoch for the book (planEpoch, planepoch.go) and gives it the KV
 //     bucket (kvStore, state.go).
 //   - deliver.Publisher (package deliver, publisher.go): the rewinds queued
-//     for the publish loop (publish.go), its wake-ups, the cancel of the run
+//     for the publish loop (package produce), its wake-ups, the cancel of the run
 //     in progress and whether everything is published. Only the loop
 //     applies rewinds (Drain, Apply), through the rank table's verbs and
 //     rewindGlue (publishglue.go: the data plane's drop, the rewinds
@@ -268,7 +268,8 @@
 //     passes; work.Autoscaler: the ranks' step advances and data waits and
 //     the workers' finished items, each kept for the window. serve reads
 //     them through their methods (workglue.go, workmetrics.go: snapshots
-//     at scrape time), never under their locks.
+//     at scrape time; the publish loop issues and awaits the items,
+//     produce/remote.go), never under their locks.
 //
 // Lock order: deliver.Ranks before the epoch book (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
@@ -325,9 +326,10 @@
 //     feature cache; work/times.go: predicted against measured item
 //     times), work.Autoscaler (work/autoscale.go) and work.ShardWorkers
 //     (work/shard.go: `mmfeed shard --nats`). serve keeps the glue that
-//     needs the Service: runEpochRemote, deliverRank, setupWork and the
-//     feature-pass wiring (workglue.go), the counters and gauges
-//     (workmetrics.go).
+//     needs the Service: setupWork and the feature-pass wiring
+//     (workglue.go), the counters and gauges (workmetrics.go); the
+//     planner role's publish loop (the steps' items issued, the workers'
+//     payloads queued to the ranks) is package produce's (remote.go).
 //   - the throughput harness (Throughput, PlannerThroughput, with pprof
 //     labels and rusage): bench/, which reaches the embedded server through
 //     Service.DialInProcess.
@@ -342,10 +344,8 @@
 //     subscriptions and sends on the service's connection, the only NATS
 //     it uses; the rest of what it needs is its CoreParts, serve's
 //     coreGlue). The planes themselves (plane.go) and
-//     the publish loop's runs (publish.go: the epochs' preprocessing, the
-//     steps' encoding, the stream publish) stay in serve for now, wired to
-//     deliver by publishglue.go: they act on the epoch book, the live
-//     report and the metrics.
+//     the stream publish (publish.go) stay in serve for now, wired to
+//     deliver by publishglue.go.
 //   - control (pipeline/serve/control): the control handlers (register,
 //     feedback, done, resend: control.go), their refusal codes and gate,
 //     the reply guard (replyscope.go) and the rate log (ratelog.go). It
@@ -369,6 +369,18 @@
 //     ranks, the steps trained, the calibration and the throughput; the
 //     run report's writer reportOut with reportLoop, epochEnds and atExit,
 //     runReport, stepsTrained, stepsTotal; trained and logProgress).
+//   - produce (pipeline/serve/produce): the publish loop that makes the
+//     batches (produce.Producer: Run, from the ranks' cursors epoch after
+//     epoch, applying the publisher's rewinds between runs; each step
+//     preprocessed, or its items issued to the workers and their payloads
+//     awaited with the planner role, encoded for the ranks at it and
+//     queued to the rank publishers; BuildView, a viewer's batch built
+//     again from the plan). It acts on the rank table and the publisher
+//     through their verbs and on the rest through its own interfaces
+//     (parts.go: Epochs, Report, Metrics, Service); serve implements them
+//     and creates the Producer in prepare (produceglue.go: newProducer,
+//     buildView for the viewers) and runs Run as the publisher part
+//     (startPublisher).
 //
 // internal/arch tests the import rules between them (natsenv imports proto
 // and internal/ctxutil only, httpui balancer only, deliver proto and
@@ -376,8 +388,10 @@
 // jetstream nor prometheus), work never serve nor prometheus, epochs
 // neither serve nor NATS, control neither serve, deliver nor prometheus and
 // of NATS nats.go only, report never
-// serve, prometheus nor a NATS package; none of serve, natsenv, deliver,
-// work, epochs, control, report and httpui imports runtime/pprof), that
+// serve, prometheus nor a NATS package, produce never serve, prometheus
+// nor a NATS package (Arrow and errgroup only outside the module); none of
+// serve, natsenv, deliver, work, epochs, control, report, produce and
+// httpui imports runtime/pprof), that
 // only epochs writes epoch.<e> keys, the size limits, and that serve creates
 // no KV bucket, stream or consumer itself and only natsenv names the lease
 // key in a call (natsenv_test.go).

@@ -15,6 +15,7 @@ import (
 	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/epochs"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
+	"github.com/mmfeed/mmfeed/pipeline/serve/produce"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/pipeline/serve/work"
 	"github.com/mmfeed/mmfeed/proto"
@@ -57,6 +58,8 @@ type Service struct {
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
 	work *work.Planner
+	// produce is the publish loop (produceglue.go), created by prepare.
+	produce *produce.Producer
 	// newJob is a new job's record until it is written (recordJob).
 	newJob atomic.Pointer[JobRecord]
 	// truncWarn logs the captions truncated at MaxLength once (epochs.WarnTruncation).
@@ -216,6 +219,7 @@ func (s *Service) prepare(ctx context.Context, subs *subscriptions) error {
 			return err
 		}
 	}
+	s.produce = s.newProducer()
 	csubs, err := s.ctl.Subscribe(s.nc)
 	*subs = append(*subs, csubs...)
 	return err
@@ -310,7 +314,7 @@ func (s *Service) startPublisher(g *errgroup.Group, gctx context.Context) {
 	done := make(chan struct{})
 	g.Go(func() error {
 		defer close(done)
-		return s.publishLoop(gctx)
+		return s.produce.Run(gctx)
 	})
 	g.Go(func() error {
 		select {

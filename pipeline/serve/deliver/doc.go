@@ -54,8 +54,8 @@
 // them (Rewrite). It reads the per-rank keys of earlier services when the
 // records are absent. RanksRecord and KVStep are the records' JSON.
 //
-// The publisher (Publisher, NewPublisher; publisher.go): what serve's
-// publish loop shares with the rest of the service. The rewinds asked of it
+// The publisher (Publisher, NewPublisher; publisher.go): what the publish
+// loop (package produce) shares with the rest of the service. The rewinds asked of it
 // (Request, a Rewind: republish a rank from a step with a new generation,
 // answering Done), queued until the loop applies them between runs (Rewinds,
 // Drain, Apply); its wake-ups (Poke, Woken); the cancel of the run in
@@ -124,8 +124,8 @@
 // to rewind and which data plane runs are the service's (package serve:
 // the dataPlane interface in plane.go, with its core and JetStream
 // implementations, which choose the plane and wire Core; the viewers,
-// view.go; the publish loop, publish.go, which asks the publisher for its
-// rewinds and runs).
+// view.go; the publish loop, package produce, which asks the publisher
+// for its rewinds and runs).
 // Of NATS it imports nats.go only, and uses it only in Core: its
 // subscriptions, the acks' answers and the batches' sends on the connection
 // it is given. It makes no other NATS request (the bucket is its Store, the

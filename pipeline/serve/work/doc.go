@@ -51,7 +51,7 @@
 //
 // It plans no epoch and holds no job state beyond the items in flight:
 // which epoch and steps to issue, for which ranks, and what to deliver to
-// the trainers is serve's (workglue.go: runEpochRemote, deliverRank). It
+// the trainers is the publish loop's (package produce, remote.go). It
 // exposes numbers, never metrics: serve registers the collectors
 // (workmetrics.go) from Counts, Total, CostCoefficients, BacklogSeconds and
 // Autoscaler.Snapshot. It imports pipeline, proto, natsenv and the core
