@@ -279,28 +279,6 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	return s.plane.checkAssets(ctx)
 }
 
-// checkStreamAssets recreates the JetStream data plane's stream and
-// consumers when they are missing.
-func (s *Service) checkStreamAssets(ctx context.Context) error {
-	c := s.cfg
-	if _, err := s.js.Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		return s.recreate("stream "+proto.StreamName(c.Job), func() error { return s.recreateStream(ctx) })
-	} else if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	for r := range c.ranks() {
-		name := proto.ConsumerName(c.Job, r/c.MP, r%c.MP)
-		if _, err := s.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if err := s.recreate("consumer "+name, func() error { return s.ensureConsumer(ctx, r) }); err != nil {
-				return err
-			}
-		} else if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // assets are the job's JetStream assets as c declares them.
 func (c Config) assets() natsenv.Assets {
 	return natsenv.Assets{Job: c.Job, Memory: c.StreamMemory, Replicas: c.Replicas, LeaseTTL: c.LeaseTTL,
@@ -316,13 +294,6 @@ func (s *Service) recreate(asset string, do func() error) error {
 		return err
 	}
 	s.met.assetsRecreated.WithLabelValues(strings.Fields(asset)[0]).Inc()
-	return nil
-}
-
-func (s *Service) ensureConsumer(ctx context.Context, r int) error {
-	if _, err := s.cfg.assets().EnsureConsumer(ctx, s.js, r/s.cfg.MP, r%s.cfg.MP); err != nil {
-		return fmt.Errorf("recreate consumer: %w", err)
-	}
 	return nil
 }
 
@@ -342,24 +313,3 @@ func (s *Service) recreateState(ctx context.Context) error {
 	return s.ranks.Rewrite(ctx)
 }
 
-// recreateStream recreates the stream and the consumers, then rewinds every
-// rank to its first unacknowledged step: the batches the lost stream held
-// are published again (a new generation), so none is lost.
-func (s *Service) recreateStream(ctx context.Context) error {
-	c := s.cfg
-	if _, err := c.assets().EnsureStream(ctx, s.js); err != nil {
-		return fmt.Errorf("recreate stream: %w", err)
-	}
-	for r := range c.ranks() {
-		if err := s.ensureConsumer(ctx, r); err != nil {
-			return err
-		}
-	}
-	for r := range c.ranks() {
-		to := s.ranks.Next(r)
-		if err := s.requestRewind(ctx, deliver.Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
-			return err
-		}
-	}
-	return nil
-}

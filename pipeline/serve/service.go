@@ -493,42 +493,6 @@ func (s *Service) restore(ctx context.Context) error {
 	return nil
 }
 
-// lastStored returns the step after the last batch stored for a rank, or
-// that batch's step when its micro-batch is not the step's last.
-func (s *Service) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bool, error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return proto.Pos{}, false, nil
-	}
-	if err != nil {
-		return proto.Pos{}, false, fmt.Errorf("serve: last message of %s: %w", subj, err)
-	}
-	h, err := proto.ParseChunkHeader(m.Header)
-	if err != nil {
-		return proto.Pos{}, false, nil // not ours to interpret: republish from the trainer's position
-	}
-	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.Norm(proto.Pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
-	}
-	return proto.Pos{Epoch: h.Epoch, Step: h.Step}, true, nil
-}
-
-// firstStored returns the first stored batch position of a rank, and whether
-// it is whole (its chunk 0 is still there).
-func (s *Service) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHeader, ok bool, err error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return h, false, nil
-	}
-	if err != nil {
-		return h, false, fmt.Errorf("serve: first message of %s: %w", subj, err)
-	}
-	h, err = proto.ParseChunkHeader(m.Header)
-	return h, err == nil, nil
-}
-
 // modelFor returns the model the next epoch starts with: the latest
 // calibration when recalibration is on and has enough data, else the
 // configured model.

@@ -1,0 +1,59 @@
+package deliver
+
+// maxViews bounds the viewer fetches answered at once; one more is refused
+// (the viewer asks again later). A viewer fetch that builds its batch
+// preprocesses one rank's step.
+const maxViews = 2
+
+// startView answers a viewer fetch (FetchRequest.View) of rank on its own
+// goroutine, so the rank's own fetches never wait for a viewer.
+func (s *Service) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	select {
+	case s.views <- struct{}{}:
+	default:
+		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
+		return
+	}
+	if !s.tasks.start(func(context.Context) {
+		defer func() { <-s.views }()
+		s.view(ctx, rank, reply, key)
+	}) {
+		<-s.views
+	}
+}
+
+// view sends a copy of key's batch to reply: the outbox's copy while the
+// service holds it, otherwise the batch built again from the plan for this
+// reply only (the plan and the preprocessing are deterministic, so the bytes
+// are the rank's). Nothing of the rank changes: no rewind, no cursor, the
+// batch is not marked sent and no ack is awaited.
+func (s *Service) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	if key.MicroBatch < 0 || key.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || key.Epoch < s.cfg.Pipeline.Plan.Epoch || key.Epoch > s.cfg.lastEpoch() {
+		s.viewError(reply, "micro-batch or epoch outside the job", true)
+		return
+	}
+	gen := 0
+	payload, sum := []byte(nil), uint32(0)
+	if it := s.out.Peek(rank, key); it != nil {
+		gen, payload, sum = it.Gen(), it.Payload(), it.Sum()
+	} else {
+		var outside bool
+		var err error
+		payload, outside, err = s.buildView(ctx, rank, key)
+		if err != nil {
+			s.viewError(reply, err.Error(), outside)
+			return
+		}
+		sum = proto.Checksum(payload)
+	}
+	if _, err := proto.SendBatch(s.nc, reply, key, gen, payload, sum, s.chunkSize); err != nil {
+		s.log.Warn("send viewer batch", "batch", key.String(), "err", err)
+	}
+}
+
+// viewError answers a viewer fetch that gets no batch.
+func (s *Service) viewError(reply, reason string, outside bool) {
+	if err := s.nc.PublishMsg(proto.ViewError(reply, reason, outside)); err != nil {
+		s.log.Warn("viewer fetch reply", "err", err)
+	}
+}
