@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -233,8 +232,8 @@ func (s *Service) watchPublish(n *int) error {
 // (true on the core data plane or before the first poll): a publish that
 // waits on a fuller stream is backpressure, not a fault.
 func (s *Service) streamHasRoom() bool {
-	if snap := s.streamSnap.Load(); snap != nil {
-		return snap.bytes < uint64(s.cfg.StreamMaxBytes)/2
+	if g := s.plane.Gauges(); g.Stream != nil {
+		return g.Stream.Bytes < uint64(s.cfg.StreamMaxBytes)/2
 	}
 	return true
 }
@@ -276,7 +275,7 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("lease bucket: %w", err)
 	}
-	return s.plane.checkAssets(ctx)
+	return s.plane.CheckAssets(ctx)
 }
 
 // assets are the job's JetStream assets as c declares them.
@@ -312,4 +311,3 @@ func (s *Service) recreateState(ctx context.Context) error {
 	}
 	return s.ranks.Rewrite(ctx)
 }
-

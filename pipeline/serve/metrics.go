@@ -1,11 +1,11 @@
 package serve
 
 import (
-	"context"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,10 +122,11 @@ func (s *Service) Stats() Stats {
 }
 
 // stateCollector reports gauges read at scrape time from the service's
-// memory, never from NATS: what the data plane holds (dataPlane.collect:
+// memory, never from NATS: what the data plane holds (planeMetrics of its
+// Gauges:
 // the outbox's bytes on the core data plane, or the last snapshot of the
 // stream's bytes and messages and each rank's pending and unacknowledged
-// chunks on the JetStream data plane, pollStream), positions, and
+// chunks on the JetStream data plane, its stream poll), positions, and
 // quarantined samples by reason.
 type stateCollector struct{ s *Service }
 
@@ -149,7 +150,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	if s.plane != nil {
-		s.plane.collect(ch)
+		planeMetrics(ch, s.plane.Gauges(), s.cfg.MP)
 	}
 	for r, rs := range s.ranks.All() {
 		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
@@ -161,3 +162,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// planeMetrics sends the gauges of what the data plane holds: the outbox's
+// bytes once it is set up, or the last stream snapshot once it is polled.
+func planeMetrics(ch chan<- prometheus.Metric, g deliver.PlaneGauges, mp int) {
+	if g.Outbox {
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(g.OutboxBytes))
+	}
+	if g.Stream == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(g.Stream.Bytes))
+	ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(g.Stream.Msgs))
+	for r, c := range g.Stream.Ranks {
+		if !c.Polled {
+			continue
+		}
+		l := []string{strconv.Itoa(r / mp), strconv.Itoa(r % mp)}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(c.Pending), l...)
+		ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.AckPending), l...)
+	}
+}

@@ -49,10 +49,8 @@ type Service struct {
 	live      *report.State               // the live report (package report)
 	health    health                      // what /healthz reports beyond the connection
 	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
-	// plane is the data plane (plane.go), chosen in New.
-	plane dataPlane
-	// streamSnap is the last polled stream state (JetStream data plane).
-	streamSnap atomic.Pointer[streamSnapshot]
+	// plane is the data plane (package deliver), chosen in New (plane.go).
+	plane deliver.DataPlane
 	// resize is a dp change accepted at start (resize.go); nil when none.
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
@@ -66,13 +64,8 @@ type Service struct {
 	ns         *server.Server
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	stream     jetstream.Stream
 	st         state
-	pub        *proto.Publisher     // JetStream data plane
-	out        *deliver.Outbox      // core data plane
-	views      chan struct{}        // viewer fetches in flight (core data plane)
 	quarantine *work.QuarantineSink // quarantined samples to the job's quarantine bucket
-	chunkSize  int                  // data bytes per message on the core data plane
 
 	ready     chan struct{}
 	clientURL string
@@ -235,7 +228,7 @@ func (s *Service) supervise(ctx context.Context, ls *natsenv.Lease, ro *reportOu
 		_ = g.Wait()
 		return err
 	}
-	dsubs, err := s.plane.subscribe(gctx)
+	dsubs, err := s.plane.Subscribe(gctx)
 	if err != nil {
 		return abort(err)
 	}
@@ -274,7 +267,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsen
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
 	}
 	g.Go(func() error { return s.watchAssets(gctx) })
-	s.plane.startParts(g, gctx)
+	g.Go(func() error { return s.plane.Run(gctx) })
 }
 
 // startHTTP listens on Config.HTTP (when set) and serves the handler in g
@@ -412,7 +405,7 @@ func (s *Service) setup(ctx context.Context) error {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	s.quarantine = work.NewQuarantineSink(qkv, s.log, true)
-	if err := s.plane.setup(ctx); err != nil {
+	if err := s.plane.Setup(ctx); err != nil {
 		return err
 	}
 	if err := s.checkJob(ctx); err != nil {
@@ -484,7 +477,7 @@ func (s *Service) restore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cursor, err := s.plane.restoredCursor(ctx, r, rs.Cursor())
+		cursor, err := s.plane.RestoredCursor(ctx, r, rs.Cursor())
 		if err != nil {
 			return err
 		}

@@ -56,4 +56,3 @@ func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) (
 	payload, err := s.encodeBatch(s.mem, meta, rows)
 	return payload, false, err
 }
-

@@ -1,20 +1,45 @@
 package deliver
 
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/mmfeed/mmfeed/proto"
+	"github.com/nats-io/nats.go"
+)
+
 // maxViews bounds the viewer fetches answered at once; one more is refused
 // (the viewer asks again later). A viewer fetch that builds its batch
 // preprocesses one rank's step.
 const maxViews = 2
 
+// viewer answers the viewer fetches of the core plane from its outbox, with
+// its chunk size, or with a batch the service builds again for the viewer
+// (CorePlaneParts.BuildView).
+type viewer struct {
+	lay   CoreLayout
+	nc    *nats.Conn
+	out   *Outbox
+	parts CorePlaneParts
+	log   *slog.Logger
+	views chan struct{} // viewer fetches in flight
+}
+
+func newViewer(lay CoreLayout, nc *nats.Conn, out *Outbox, parts CorePlaneParts, log *slog.Logger) *viewer {
+	return &viewer{lay: lay, nc: nc, out: out, parts: parts, log: log, views: make(chan struct{}, maxViews)}
+}
+
 // startView answers a viewer fetch (FetchRequest.View) of rank on its own
 // goroutine, so the rank's own fetches never wait for a viewer.
-func (s *Service) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+func (s *viewer) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
 	select {
 	case s.views <- struct{}{}:
 	default:
 		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
 		return
 	}
-	if !s.tasks.start(func(context.Context) {
+	if !s.parts.Start(func(context.Context) {
 		defer func() { <-s.views }()
 		s.view(ctx, rank, reply, key)
 	}) {
@@ -27,8 +52,8 @@ func (s *Service) startView(ctx context.Context, rank int, reply string, key pro
 // reply only (the plan and the preprocessing are deterministic, so the bytes
 // are the rank's). Nothing of the rank changes: no rewind, no cursor, the
 // batch is not marked sent and no ack is awaited.
-func (s *Service) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
-	if key.MicroBatch < 0 || key.MicroBatch >= s.cfg.Pipeline.Plan.MicroBatches || key.Epoch < s.cfg.Pipeline.Plan.Epoch || key.Epoch > s.cfg.lastEpoch() {
+func (s *viewer) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	if key.MicroBatch < 0 || key.MicroBatch >= s.lay.MicroBatches || key.Epoch < s.lay.FirstEpoch || key.Epoch > s.lay.LastEpoch {
 		s.viewError(reply, "micro-batch or epoch outside the job", true)
 		return
 	}
@@ -39,20 +64,20 @@ func (s *Service) view(ctx context.Context, rank int, reply string, key proto.Ba
 	} else {
 		var outside bool
 		var err error
-		payload, outside, err = s.buildView(ctx, rank, key)
+		payload, outside, err = s.parts.BuildView(ctx, rank, key)
 		if err != nil {
 			s.viewError(reply, err.Error(), outside)
 			return
 		}
 		sum = proto.Checksum(payload)
 	}
-	if _, err := proto.SendBatch(s.nc, reply, key, gen, payload, sum, s.chunkSize); err != nil {
+	if _, err := proto.SendBatch(s.nc, reply, key, gen, payload, sum, s.lay.ChunkSize); err != nil {
 		s.log.Warn("send viewer batch", "batch", key.String(), "err", err)
 	}
 }
 
 // viewError answers a viewer fetch that gets no batch.
-func (s *Service) viewError(reply, reason string, outside bool) {
+func (s *viewer) viewError(reply, reason string, outside bool) {
 	if err := s.nc.PublishMsg(proto.ViewError(reply, reason, outside)); err != nil {
 		s.log.Warn("viewer fetch reply", "err", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -17,10 +16,10 @@ import (
 // fetch subject (startView, at most maxViews at once). Nothing else is done
 // for it, so the viewer credential, which may publish there only, cannot
 // move a rank.
-func (s *Service) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
+func (s *viewer) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
-	for r := range s.cfg.ranks() {
-		subj, err := proto.ViewSubject(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP)
+	for r := range s.lay.Ranks {
+		subj, err := proto.ViewSubject(s.lay.Job, r/s.lay.MP, r%s.lay.MP)
 		if err == nil {
 			var sub *nats.Subscription
 			sub, err = s.nc.Subscribe(subj, func(m *nats.Msg) { s.handleView(ctx, r, m) })
@@ -38,20 +37,20 @@ func (s *Service) subscribeViews(ctx context.Context) ([]*nats.Subscription, err
 	return subs, nil
 }
 
-func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
+func (s *viewer) handleView(ctx context.Context, rank int, m *nats.Msg) {
 	var req proto.FetchRequest
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.ctl.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
+		if r, err = s.parts.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
 			err = fmt.Errorf("serve: %s: not a viewer fetch of this subject's rank with a reply: %w", m.Subject, proto.ErrControl)
 		}
 	}
 	if err != nil {
-		s.ctl.BadControl("view", err)
+		s.parts.BadControl("view", err)
 		return
 	}
-	if !s.replies.Allow("view", m, natsenv.ViewerInboxPrefix) {
+	if !s.parts.AllowView(m) {
 		return
 	}
 	s.startView(ctx, rank, m.Reply, req.Key())
