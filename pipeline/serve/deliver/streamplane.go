@@ -147,9 +147,9 @@ func (p *StreamPlane) TrainerReplaced(ctx context.Context, rank int) error {
 // consumer delivers everything still stored, in order, at once, instead of
 // after AckWait. Work-queue retention keeps unacknowledged chunks in the
 // stream while no consumer exists.
-func (s *StreamPlane) resetConsumer(ctx context.Context, dp, mp int) error {
-	name := proto.ConsumerName(s.cfg.Job, dp, mp)
-	cons, err := s.stream.Consumer(ctx, name)
+func (p *StreamPlane) resetConsumer(ctx context.Context, dp, mp int) error {
+	name := proto.ConsumerName(p.cfg.Job, dp, mp)
+	cons, err := p.stream.Consumer(ctx, name)
 	if err == nil {
 		var ci *jetstream.ConsumerInfo
 		if ci, err = cons.Info(ctx); err == nil && ci.NumAckPending == 0 {
@@ -160,12 +160,12 @@ func (s *StreamPlane) resetConsumer(ctx context.Context, dp, mp int) error {
 		return fmt.Errorf("serve: consumer %s: %w", name, err)
 	}
 	if err == nil {
-		if err := s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := p.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("serve: reset consumer %s: %w", name, err)
 		}
-		s.cfg.Log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
+		p.cfg.Log.Info("consumer reset: redelivering unacknowledged chunks", "dp", dp, "mp", mp)
 	}
-	if err := s.parts.EnsureConsumer(ctx, dp, mp); err != nil {
+	if err := p.parts.EnsureConsumer(ctx, dp, mp); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
@@ -173,9 +173,9 @@ func (s *StreamPlane) resetConsumer(ctx context.Context, dp, mp int) error {
 
 // lastStored returns the step after the last batch stored for a rank, or
 // that batch's step when its micro-batch is not the step's last.
-func (s *StreamPlane) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bool, error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
+func (p *StreamPlane) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bool, error) {
+	subj, _ := proto.BatchSubject(p.cfg.Job, dp, mp)
+	m, err := p.stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return proto.Pos{}, false, nil
 	}
@@ -186,17 +186,17 @@ func (s *StreamPlane) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bo
 	if err != nil {
 		return proto.Pos{}, false, nil // not ours to interpret: republish from the trainer's position
 	}
-	if h.MicroBatch == s.cfg.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.Norm(proto.Pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
+	if h.MicroBatch == p.cfg.MicroBatches-1 && h.Index == h.Count-1 {
+		return p.epochs.Norm(proto.Pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
 	}
 	return proto.Pos{Epoch: h.Epoch, Step: h.Step}, true, nil
 }
 
 // firstStored returns the first stored batch position of a rank, and whether
 // it is whole (its chunk 0 is still there).
-func (s *StreamPlane) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHeader, ok bool, err error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+func (p *StreamPlane) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHeader, ok bool, err error) {
+	subj, _ := proto.BatchSubject(p.cfg.Job, dp, mp)
+	m, err := p.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return h, false, nil
 	}
@@ -210,14 +210,14 @@ func (s *StreamPlane) firstStored(ctx context.Context, dp, mp int) (h proto.Chun
 // pollStream keeps the stream snapshot Gauges returns current until ctx
 // ends, polling every PlaneConfig.Poll, so that a Prometheus scrape makes
 // no JetStream request.
-func (s *StreamPlane) pollStream(ctx context.Context) error {
+func (p *StreamPlane) pollStream(ctx context.Context) error {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.Poll)
-		snap := &StreamGauges{Ranks: make([]RankGauges, s.cfg.Ranks)}
-		if info, err := s.stream.Info(rctx); err == nil {
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.Poll)
+		snap := &StreamGauges{Ranks: make([]RankGauges, p.cfg.Ranks)}
+		if info, err := p.stream.Info(rctx); err == nil {
 			snap.Bytes, snap.Msgs = info.State.Bytes, info.State.Msgs
 			for r := range snap.Ranks {
-				cons, err := s.stream.Consumer(rctx, proto.ConsumerName(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP))
+				cons, err := p.stream.Consumer(rctx, proto.ConsumerName(p.cfg.Job, r/p.cfg.MP, r%p.cfg.MP))
 				if err != nil {
 					continue
 				}
@@ -225,10 +225,10 @@ func (s *StreamPlane) pollStream(ctx context.Context) error {
 					snap.Ranks[r] = RankGauges{Polled: true, Pending: ci.NumPending, AckPending: uint64(ci.NumAckPending)}
 				}
 			}
-			s.snap.Store(snap)
+			p.snap.Store(snap)
 		}
 		cancel()
-		t := time.NewTimer(s.cfg.Poll)
+		t := time.NewTimer(p.cfg.Poll)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -240,17 +240,17 @@ func (s *StreamPlane) pollStream(ctx context.Context) error {
 
 // checkStreamAssets recreates the JetStream data plane's stream and
 // consumers when they are missing.
-func (s *StreamPlane) checkStreamAssets(ctx context.Context) error {
-	c := s.cfg
-	if _, err := s.parts.JetStream().Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		return s.parts.Recreate("stream "+proto.StreamName(c.Job), func() error { return s.recreateStream(ctx) })
+func (p *StreamPlane) checkStreamAssets(ctx context.Context) error {
+	c := p.cfg
+	if _, err := p.parts.JetStream().Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
+		return p.parts.Recreate("stream "+proto.StreamName(c.Job), func() error { return p.recreateStream(ctx) })
 	} else if err != nil {
 		return fmt.Errorf("stream: %w", err)
 	}
 	for r := range c.Ranks {
 		name := proto.ConsumerName(c.Job, r/c.MP, r%c.MP)
-		if _, err := s.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if err := s.parts.Recreate("consumer "+name, func() error { return s.ensureConsumer(ctx, r) }); err != nil {
+		if _, err := p.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if err := p.parts.Recreate("consumer "+name, func() error { return p.ensureConsumer(ctx, r) }); err != nil {
 				return err
 			}
 		} else if err != nil {
@@ -260,8 +260,8 @@ func (s *StreamPlane) checkStreamAssets(ctx context.Context) error {
 	return nil
 }
 
-func (s *StreamPlane) ensureConsumer(ctx context.Context, r int) error {
-	if err := s.parts.EnsureConsumer(ctx, r/s.cfg.MP, r%s.cfg.MP); err != nil {
+func (p *StreamPlane) ensureConsumer(ctx context.Context, r int) error {
+	if err := p.parts.EnsureConsumer(ctx, r/p.cfg.MP, r%p.cfg.MP); err != nil {
 		return fmt.Errorf("recreate consumer: %w", err)
 	}
 	return nil
@@ -270,19 +270,19 @@ func (s *StreamPlane) ensureConsumer(ctx context.Context, r int) error {
 // recreateStream recreates the stream and the consumers, then rewinds every
 // rank to its first unacknowledged step: the batches the lost stream held
 // are published again (a new generation), so none is lost.
-func (s *StreamPlane) recreateStream(ctx context.Context) error {
-	c := s.cfg
-	if _, err := s.parts.EnsureStream(ctx); err != nil {
+func (p *StreamPlane) recreateStream(ctx context.Context) error {
+	c := p.cfg
+	if _, err := p.parts.EnsureStream(ctx); err != nil {
 		return fmt.Errorf("recreate stream: %w", err)
 	}
 	for r := range c.Ranks {
-		if err := s.ensureConsumer(ctx, r); err != nil {
+		if err := p.ensureConsumer(ctx, r); err != nil {
 			return err
 		}
 	}
 	for r := range c.Ranks {
-		to := s.ranks.Next(r)
-		if err := s.pub.Request(ctx, Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
+		to := p.ranks.Next(r)
+		if err := p.pub.Request(ctx, Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
 			return err
 		}
 	}
@@ -292,14 +292,14 @@ func (s *StreamPlane) recreateStream(ctx context.Context) error {
 // publish sends one payload, retrying transient failures (a lost connection)
 // with the same message ids until ctx ends; stream-full backpressure is
 // retried inside proto.Publisher. It returns the chunks published.
-func (s *StreamPlane) publish(ctx context.Context, key proto.BatchKey, gen int, payload []byte) (int, error) {
+func (p *StreamPlane) publish(ctx context.Context, key proto.BatchKey, gen int, payload []byte) (int, error) {
 	backoff := 100 * time.Millisecond
-	s.parts.Publishing(true)
-	defer s.parts.Publishing(false)
+	p.parts.Publishing(true)
+	defer p.parts.Publishing(false)
 	start := time.Now()
 	for n := 1; ; n++ {
-		st, err := s.publ.Publish(ctx, key, gen, payload)
-		s.parts.Retried(st.Retries)
+		st, err := p.publ.Publish(ctx, key, gen, payload)
+		p.parts.Retried(st.Retries)
 		if err == nil {
 			return st.Chunks, nil
 		}
@@ -309,9 +309,9 @@ func (s *StreamPlane) publish(ctx context.Context, key proto.BatchKey, gen int, 
 		if permanent(err) {
 			return 0, fmt.Errorf("serve: %w", err)
 		}
-		s.parts.Retried(1)
-		s.parts.PublishFailed(key, n, time.Since(start), err)
-		if s.cfg.GiveUpAfter > 0 && time.Since(start) > s.cfg.GiveUpAfter {
+		p.parts.Retried(1)
+		p.parts.PublishFailed(key, n, time.Since(start), err)
+		if p.cfg.GiveUpAfter > 0 && time.Since(start) > p.cfg.GiveUpAfter {
 			return 0, fmt.Errorf("serve: publish %s failing for %s: %w", key, time.Since(start).Round(time.Second), err)
 		}
 		t := time.NewTimer(backoff)

@@ -32,18 +32,18 @@ func newViewer(lay CoreLayout, nc *nats.Conn, out *Outbox, parts CorePlaneParts,
 
 // startView answers a viewer fetch (FetchRequest.View) of rank on its own
 // goroutine, so the rank's own fetches never wait for a viewer.
-func (s *viewer) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+func (v *viewer) startView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
 	select {
-	case s.views <- struct{}{}:
+	case v.views <- struct{}{}:
 	default:
-		s.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
+		v.viewError(reply, fmt.Sprintf("%d viewer fetches in flight, ask again later", maxViews), false)
 		return
 	}
-	if !s.parts.Start(func(context.Context) {
-		defer func() { <-s.views }()
-		s.view(ctx, rank, reply, key)
+	if !v.parts.Start(func(context.Context) {
+		defer func() { <-v.views }()
+		v.view(ctx, rank, reply, key)
 	}) {
-		<-s.views
+		<-v.views
 	}
 }
 
@@ -52,33 +52,33 @@ func (s *viewer) startView(ctx context.Context, rank int, reply string, key prot
 // reply only (the plan and the preprocessing are deterministic, so the bytes
 // are the rank's). Nothing of the rank changes: no rewind, no cursor, the
 // batch is not marked sent and no ack is awaited.
-func (s *viewer) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
-	if key.MicroBatch < 0 || key.MicroBatch >= s.lay.MicroBatches || key.Epoch < s.lay.FirstEpoch || key.Epoch > s.lay.LastEpoch {
-		s.viewError(reply, "micro-batch or epoch outside the job", true)
+func (v *viewer) view(ctx context.Context, rank int, reply string, key proto.BatchKey) {
+	if key.MicroBatch < 0 || key.MicroBatch >= v.lay.MicroBatches || key.Epoch < v.lay.FirstEpoch || key.Epoch > v.lay.LastEpoch {
+		v.viewError(reply, "micro-batch or epoch outside the job", true)
 		return
 	}
 	gen := 0
 	payload, sum := []byte(nil), uint32(0)
-	if it := s.out.Peek(rank, key); it != nil {
+	if it := v.out.Peek(rank, key); it != nil {
 		gen, payload, sum = it.Gen(), it.Payload(), it.Sum()
 	} else {
 		var outside bool
 		var err error
-		payload, outside, err = s.parts.BuildView(ctx, rank, key)
+		payload, outside, err = v.parts.BuildView(ctx, rank, key)
 		if err != nil {
-			s.viewError(reply, err.Error(), outside)
+			v.viewError(reply, err.Error(), outside)
 			return
 		}
 		sum = proto.Checksum(payload)
 	}
-	if _, err := proto.SendBatch(s.nc, reply, key, gen, payload, sum, s.lay.ChunkSize); err != nil {
-		s.log.Warn("send viewer batch", "batch", key.String(), "err", err)
+	if _, err := proto.SendBatch(v.nc, reply, key, gen, payload, sum, v.lay.ChunkSize); err != nil {
+		v.log.Warn("send viewer batch", "batch", key.String(), "err", err)
 	}
 }
 
 // viewError answers a viewer fetch that gets no batch.
-func (s *viewer) viewError(reply, reason string, outside bool) {
-	if err := s.nc.PublishMsg(proto.ViewError(reply, reason, outside)); err != nil {
-		s.log.Warn("viewer fetch reply", "err", err)
+func (v *viewer) viewError(reply, reason string, outside bool) {
+	if err := v.nc.PublishMsg(proto.ViewError(reply, reason, outside)); err != nil {
+		v.log.Warn("viewer fetch reply", "err", err)
 	}
 }

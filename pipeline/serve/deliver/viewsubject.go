@@ -16,13 +16,13 @@ import (
 // fetch subject (startView, at most maxViews at once). Nothing else is done
 // for it, so the viewer credential, which may publish there only, cannot
 // move a rank.
-func (s *viewer) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
+func (v *viewer) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
-	for r := range s.lay.Ranks {
-		subj, err := proto.ViewSubject(s.lay.Job, r/s.lay.MP, r%s.lay.MP)
+	for r := range v.lay.Ranks {
+		subj, err := proto.ViewSubject(v.lay.Job, r/v.lay.MP, r%v.lay.MP)
 		if err == nil {
 			var sub *nats.Subscription
-			sub, err = s.nc.Subscribe(subj, func(m *nats.Msg) { s.handleView(ctx, r, m) })
+			sub, err = v.nc.Subscribe(subj, func(m *nats.Msg) { v.handleView(ctx, r, m) })
 			subs = append(subs, sub)
 		}
 		if err != nil {
@@ -37,21 +37,21 @@ func (s *viewer) subscribeViews(ctx context.Context) ([]*nats.Subscription, erro
 	return subs, nil
 }
 
-func (s *viewer) handleView(ctx context.Context, rank int, m *nats.Msg) {
+func (v *viewer) handleView(ctx context.Context, rank int, m *nats.Msg) {
 	var req proto.FetchRequest
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.parts.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
+		if r, err = v.parts.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
 			err = fmt.Errorf("serve: %s: not a viewer fetch of this subject's rank with a reply: %w", m.Subject, proto.ErrControl)
 		}
 	}
 	if err != nil {
-		s.parts.BadControl("view", err)
+		v.parts.BadControl("view", err)
 		return
 	}
-	if !s.parts.AllowView(m) {
+	if !v.parts.AllowView(m) {
 		return
 	}
-	s.startView(ctx, rank, m.Reply, req.Key())
+	v.startView(ctx, rank, m.Reply, req.Key())
 }
