@@ -18,7 +18,8 @@
 // Ownership (owner_test.go): only the epoch book (package
 // pipeline/serve/epochs) writes or deletes an epoch's info (epoch.<e>,
 // epochs.InfoKey) in the job's KV bucket, and only the data plane's choice
-// (pipeline/serve/plane.go) asks which plane runs.
+// (pipeline/serve/plane.go) asks which plane runs and constructs it
+// (package deliver never compares a plane's name).
 //
 // Inputs: the output of `go list -json github.com/mmfeed/mmfeed/...` and
 // the module's Go sources.

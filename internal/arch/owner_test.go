@@ -99,38 +99,48 @@ func namesRankState(e ast.Expr) bool {
 }
 
 // dataPlaneChooser is the one file that may ask Config.core() which data
-// plane the service runs: newDataPlane chooses the plane once, and the rest
-// of serve asks the plane (issue 24: "one DataPlane interface instead of
-// branches on the plane").
+// plane the service runs: newDataPlane chooses the plane once (it constructs
+// deliver's CorePlane or StreamPlane), and the rest of serve asks the
+// deliver.DataPlane (issue 24: "one DataPlane interface instead of branches
+// on the plane").
 const dataPlaneChooser = "pipeline/serve/plane.go"
 
 // TestOnlyThePlaneChoiceBranchesOnThePlane: no non-test file of
-// pipeline/serve but plane.go calls core(). Before, assets.go, control.go,
-// dataplane.go, publish.go, resize.go and service.go branched on it.
+// pipeline/serve but plane.go calls core() or constructs a data plane
+// (deliver.NewCorePlane, deliver.NewStreamPlane), and package deliver never
+// compares a plane's name (proto.DataPlaneCore, proto.DataPlaneJetStream):
+// the planes are two types, and which one runs is chosen once. Before,
+// assets.go, control.go, dataplane.go, publish.go, resize.go and service.go
+// branched on it.
 func TestOnlyThePlaneChoiceBranchesOnThePlane(t *testing.T) {
-	seen := false
+	seen := map[string]bool{}
 	for _, sf := range moduleSources(t) {
-		if sf.file.Name.Name != "serve" {
+		pkg := sf.file.Name.Name
+		if pkg != "serve" && pkg != "deliver" {
 			continue
 		}
 		ast.Inspect(sf.file, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
+			sel, ok := n.(*ast.SelectorExpr)
 			if !ok {
 				return true
 			}
-			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "core" || len(call.Args) != 0 {
-				return true
+			name, line := sel.Sel.Name, sf.fset.Position(sel.Pos()).Line
+			switch {
+			case pkg == "serve" && (name == "core" || name == "NewCorePlane" || name == "NewStreamPlane"):
+				if sf.rel == dataPlaneChooser {
+					seen[name] = true
+					return true
+				}
+				t.Errorf("%s:%d: chooses the data plane (%s): only %s may; ask the deliver.DataPlane", sf.rel, line, name, dataPlaneChooser)
+			case pkg == "deliver" && (name == "DataPlaneCore" || name == "DataPlaneJetStream"):
+				t.Errorf("%s:%d: deliver branches on the data plane's name (%s): the service chooses the plane", sf.rel, line, name)
 			}
-			if sf.rel == dataPlaneChooser {
-				seen = true
-				return true
-			}
-			t.Errorf("%s:%d: branches on the data plane (core()): only %s may; ask the dataPlane", sf.rel,
-				sf.fset.Position(call.Pos()).Line, dataPlaneChooser)
 			return true
 		})
 	}
-	if !seen {
-		t.Errorf("%s calls no core(): the check would check nothing", dataPlaneChooser)
+	for _, name := range []string{"core", "NewCorePlane", "NewStreamPlane"} {
+		if !seen[name] {
+			t.Errorf("%s has no %s: the check would check nothing", dataPlaneChooser, name)
+		}
 	}
 }

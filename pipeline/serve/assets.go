@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go/jetstream"
@@ -233,8 +232,8 @@ func (s *Service) watchPublish(n *int) error {
 // (true on the core data plane or before the first poll): a publish that
 // waits on a fuller stream is backpressure, not a fault.
 func (s *Service) streamHasRoom() bool {
-	if snap := s.streamSnap.Load(); snap != nil {
-		return snap.bytes < uint64(s.cfg.StreamMaxBytes)/2
+	if g := s.plane.Gauges(); g.Stream != nil {
+		return g.Stream.Bytes < uint64(s.cfg.StreamMaxBytes)/2
 	}
 	return true
 }
@@ -276,29 +275,7 @@ func (s *Service) checkAssets(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("lease bucket: %w", err)
 	}
-	return s.plane.checkAssets(ctx)
-}
-
-// checkStreamAssets recreates the JetStream data plane's stream and
-// consumers when they are missing.
-func (s *Service) checkStreamAssets(ctx context.Context) error {
-	c := s.cfg
-	if _, err := s.js.Stream(ctx, proto.StreamName(c.Job)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		return s.recreate("stream "+proto.StreamName(c.Job), func() error { return s.recreateStream(ctx) })
-	} else if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	for r := range c.ranks() {
-		name := proto.ConsumerName(c.Job, r/c.MP, r%c.MP)
-		if _, err := s.stream.Consumer(ctx, name); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if err := s.recreate("consumer "+name, func() error { return s.ensureConsumer(ctx, r) }); err != nil {
-				return err
-			}
-		} else if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
-		}
-	}
-	return nil
+	return s.plane.CheckAssets(ctx)
 }
 
 // assets are the job's JetStream assets as c declares them.
@@ -319,13 +296,6 @@ func (s *Service) recreate(asset string, do func() error) error {
 	return nil
 }
 
-func (s *Service) ensureConsumer(ctx context.Context, r int) error {
-	if _, err := s.cfg.assets().EnsureConsumer(ctx, s.js, r/s.cfg.MP, r%s.cfg.MP); err != nil {
-		return fmt.Errorf("recreate consumer: %w", err)
-	}
-	return nil
-}
-
 // recreateState recreates the job's KV bucket and writes back what the
 // service holds: the job record, the planned epochs, each rank's
 // generation, acknowledged step and handed step.
@@ -340,26 +310,4 @@ func (s *Service) recreateState(ctx context.Context) error {
 		return err
 	}
 	return s.ranks.Rewrite(ctx)
-}
-
-// recreateStream recreates the stream and the consumers, then rewinds every
-// rank to its first unacknowledged step: the batches the lost stream held
-// are published again (a new generation), so none is lost.
-func (s *Service) recreateStream(ctx context.Context) error {
-	c := s.cfg
-	if _, err := c.assets().EnsureStream(ctx, s.js); err != nil {
-		return fmt.Errorf("recreate stream: %w", err)
-	}
-	for r := range c.ranks() {
-		if err := s.ensureConsumer(ctx, r); err != nil {
-			return err
-		}
-	}
-	for r := range c.ranks() {
-		to := s.ranks.Next(r)
-		if err := s.requestRewind(ctx, deliver.Rewind{Rank: r, To: to, Reason: "stream recreated"}); err != nil {
-			return err
-		}
-	}
-	return nil
 }

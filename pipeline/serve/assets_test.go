@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mmfeed/mmfeed/internal/testnats"
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 )
@@ -189,6 +190,8 @@ func TestWatchPublish(t *testing.T) {
 	var logs syncBuffer
 	s := &Service{cfg: Config{StuckAfter: time.Second, GiveUpAfter: 5 * time.Second, StreamMaxBytes: 1000},
 		log: slog.New(slog.NewTextHandler(&logs, nil))}
+	plane := &stubGauges{}
+	s.plane = plane
 	n := 0
 	set := func(ago time.Duration) {
 		s.health.mu.Lock()
@@ -208,11 +211,11 @@ func TestWatchPublish(t *testing.T) {
 	if !strings.Contains(logs.String(), `level=ERROR msg="publish stuck"`) {
 		t.Errorf("no error after twice StuckAfter: %q", logs.String())
 	}
-	s.streamSnap.Store(&streamSnapshot{bytes: 900})
+	plane.g.Stream = &deliver.StreamGauges{Bytes: 900}
 	if err := s.watchPublish(&n); err != nil || n != 0 {
 		t.Errorf("a full stream: err %v, n %d; want backpressure, not stuck", err, n)
 	}
-	s.streamSnap.Store(&streamSnapshot{bytes: 10})
+	plane.g.Stream = &deliver.StreamGauges{Bytes: 10}
 	set(6 * time.Second)
 	if err := s.watchPublish(&n); !errors.Is(err, errPublishStuck) {
 		t.Errorf("past GiveUpAfter: got %v, want errPublishStuck", err)
@@ -272,3 +275,12 @@ func TestLostLeaseBucketRecreated(t *testing.T) {
 	checkDelivery(t, cfg, trs, 0, ex)
 	realOnce(t, trs, 0, ex, len(quarantinedIDs(t, cfg.QuarantineDir, 0)))
 }
+
+// stubGauges is a data plane that reports g (its other verbs are not
+// called).
+type stubGauges struct {
+	deliver.DataPlane
+	g deliver.PlaneGauges
+}
+
+func (p *stubGauges) Gauges() deliver.PlaneGauges { return p.g }

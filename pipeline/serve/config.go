@@ -263,5 +263,6 @@ func (c Config) ranks() int { return c.Pipeline.Plan.DP * c.MP }
 func (c Config) lastEpoch() int { return c.Pipeline.Plan.Epoch + c.Epochs - 1 }
 
 // core reports whether payloads travel on the core data plane. Only
-// newDataPlane asks (internal/arch): the rest of serve asks the dataPlane.
+// newDataPlane asks (internal/arch): the rest of serve asks the
+// deliver.DataPlane.
 func (c Config) core() bool { return c.DataPlane == proto.DataPlaneCore }

@@ -50,19 +50,19 @@ func (g controlGlue) Start(f func(ctx context.Context)) bool { return g.s.tasks.
 func (g controlGlue) Context() context.Context { return g.s.tasks.context() }
 
 func (g controlGlue) FirstHeld(ctx context.Context, rank int) (proto.ChunkHeader, bool, error) {
-	return g.s.plane.firstHeld(ctx, rank)
+	return g.s.plane.FirstHeld(ctx, rank)
 }
 
 func (g controlGlue) FillRegisterReply(rep *proto.RegisterReply, dp, mp int) {
-	g.s.plane.fillRegisterReply(rep, dp, mp)
+	g.s.plane.FillRegisterReply(rep, dp, mp)
 }
 
 func (g controlGlue) TrainerReplaced(ctx context.Context, rank int) error {
-	return g.s.plane.trainerReplaced(ctx, rank)
+	return g.s.plane.TrainerReplaced(ctx, rank)
 }
 
 func (g controlGlue) Rewind(ctx context.Context, rank int, to proto.Pos, reason string, done chan error) error {
-	return g.s.requestRewind(ctx, deliver.Rewind{Rank: rank, To: to, Reason: reason, Done: done})
+	return g.s.publisher.Request(ctx, deliver.Rewind{Rank: rank, To: to, Reason: reason, Done: done})
 }
 
 func (g controlGlue) DecideResize(ctx context.Context, epoch, step int) error {

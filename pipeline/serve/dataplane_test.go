@@ -114,8 +114,8 @@ func TestRegeneratedBatchIsByteIdentical(t *testing.T) {
 	}
 	rank.ack(0, 2, 1) // steps 0..2 applied: the service drops them
 	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if _, held := r.s.out.First(0); held {
-			if k, _ := r.s.out.First(0); k.Step <= 2 {
+		if _, held := firstHeld(r.s, 0); held {
+			if k, _ := firstHeld(r.s, 0); k.Step <= 2 {
 				return errorf("outbox still holds %v", k)
 			}
 		}
@@ -142,18 +142,21 @@ func TestRegeneratedBatchIsByteIdentical(t *testing.T) {
 // rank's 32 fetch slots (no "fetches in flight" refusal) nor send copies.
 func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 8), 1, 1, "colocated")
+	cfg.StreamMaxBytes = 1 << 30
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testnats.Server(t, testnats.Options{})
+	srv := testnats.Server(t, testnats.Options{MaxPayload: 4096 + proto.HeaderBudget}) // 4096 data bytes a chunk
 	s.nc, _ = testnats.Connect(t, srv.ClientURL())
-	s.out, s.chunkSize = deliver.NewOutbox(cfg.ranks(), 1<<30), 4096
 	ctx, cancel := context.WithCancel(context.Background())
 	s.tasks.open(ctx)
 	stop := func() { cancel(); s.tasks.close() }
 	t.Cleanup(stop)
-	if _, err := s.subscribeData(ctx); err != nil {
+	if err := s.plane.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.plane.Subscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -197,7 +200,7 @@ func TestStarvingRankGetsEachBatchOnce(t *testing.T) {
 	})
 	payload := bytes.Repeat([]byte("mmfeed"), 1700) // 3 chunks of 4096 bytes
 	for _, k := range keys {
-		if err := s.out.Put(ctx, 0, deliver.NewItem(k, 0, payload)); err != nil {
+		if err := s.plane.Hold(ctx, 0, deliver.NewOut(k, 0, payload, k.MicroBatch == 1), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -234,17 +234,23 @@
 //     data plane, publish loop and resize decision through controlGlue
 //     (controlglue.go). A message moves a rank forward only to what it
 //     acknowledged and back only to what it has not.
-//   - dataPlane (plane.go): how the batches reach the trainers, chosen once
-//     in New from Config.DataPlane; nothing else in serve branches on the
-//     plane (internal/arch). corePlane holds them in the outbox
-//     (deliver.Outbox, which owns its lock) and answers the ranks' fetches
-//     and acks (deliver.Core, coreplane.go, with one deliver.FetchWaits per
-//     rank);
-//     streamPlane publishes them to the job's stream and resets a rank's
-//     consumer for a new trainer incarnation. The plane holds a batch,
-//     drops a rank's batches on a rewind, says where a restarted service
-//     continues (nothing outlives it on the core plane), whether a resize
-//     can be served, and which subscriptions, loops and assets it needs.
+//   - deliver.DataPlane (package deliver, deliver/plane.go): how the
+//     batches reach the trainers, chosen once in New from Config.DataPlane
+//     (newDataPlane, plane.go); nothing else in serve branches on the plane
+//     (internal/arch). deliver.CorePlane holds them in the outbox
+//     (deliver.Outbox, which owns its lock), answers the ranks' fetches and
+//     acks (deliver.Core, coreplane.go, with one deliver.FetchWaits per
+//     rank) and the viewers' fetches (deliver/view.go, viewsubject.go:
+//     from the outbox, or the batch built again by produce's
+//     BuildView); deliver.StreamPlane (deliver/streamplane.go) publishes them
+//     to the job's stream with retries, polls the stream's state, recreates
+//     a lost stream or consumer and resets a rank's consumer for a new
+//     trainer incarnation. The plane holds a batch, drops a rank's batches
+//     on a rewind, says where a restarted service continues (nothing
+//     outlives it on the core plane), whether a resize can be served, which
+//     subscriptions, loops and assets it needs, and what it holds
+//     (Gauges). serve's side is coreGlue (publishglue.go) and streamGlue
+//     (plane.go).
 //   - control.Guard (package control, replyscope.go): every request is
 //     answered only on the requester's own inbox namespace (never $KV, $JS,
 //     another identity's inbox or the service's own, ServiceInboxPrefix); a
@@ -273,8 +279,9 @@
 //
 // Lock order: deliver.Ranks before the epoch book (positions are normalised with
 // the epochs' step counts); every other part's lock is a leaf. A Prometheus
-// scrape reads memory only (positions, the outbox, the stream state
-// pollStream keeps): it makes no NATS or JetStream request.
+// scrape reads memory only (positions, the outbox, the stream state the
+// JetStream plane polls: DataPlane.Gauges): it makes no NATS or JetStream
+// request.
 //
 // # Packages
 //
@@ -341,20 +348,26 @@
 //     (PublishRank, rankqueue.go), and the core plane's fetch answer
 //     (Fetches.Answer, fetchanswer.go), and the core plane's fetch and ack
 //     handlers that decode and check the requests (Core, coreplane.go: its
-//     subscriptions and sends on the service's connection, the only NATS
-//     it uses; the rest of what it needs is its CoreParts, serve's
-//     coreGlue). The planes themselves (plane.go) and
-//     the stream publish (publish.go) stay in serve for now, wired to
-//     deliver by publishglue.go.
+//     subscriptions and sends on the service's connection; the rest of
+//     what it needs is its CoreParts, serve's coreGlue), and the two data
+//     planes (DataPlane: CorePlane with the viewers, StreamPlane with the
+//     stream publish, poll and asset recreation; plane.go, streamplane.go,
+//     view.go, viewsubject.go), over the parts they are given
+//     (CorePlaneParts, StreamParts: serve's coreGlue and streamGlue, which
+//     pass the assets' Ensure verbs, the metrics, the health and the log).
+//     Of NATS it imports nats.go and jetstream (never the server). serve
+//     chooses the plane (newDataPlane, plane.go) and turns its Gauges into
+//     the metrics (metrics.go). The batches it delivers are made by
+//     produce (below), which also rebuilds a viewer's batch (BuildView).
 //   - control (pipeline/serve/control): the control handlers (register,
 //     feedback, done, resend: control.go), their refusal codes and gate,
 //     the reply guard (replyscope.go) and the rate log (ratelog.go). It
 //     turns a message into verbs on the parts it is given (parts.go:
 //     Ranks, Epochs, Calibrator, Report, Metrics, Tasks, Plane, Delivery);
 //     serve implements them (rankverbs.go, controlglue.go), creates the
-//     guard and the handlers (setupControl) and keeps the data plane's
-//     fetch, ack and view handlers, which call control's CheckRank,
-//     BadControl, SetNext and the guard's Allow. serve's ErrEpochRange is
+//     guard and the handlers (setupControl); the data plane's fetch, ack
+//     and view handlers (package deliver) call control's CheckRank,
+//     BadControl, SetNext and the guard's Allow through serve's coreGlue. serve's ErrEpochRange is
 //     control's.
 //   - report (pipeline/serve/report): what the service reports. The live
 //     report's state (report.State: the epochs shown, the newest published
@@ -379,13 +392,13 @@
 //     through their verbs and on the rest through its own interfaces
 //     (parts.go: Epochs, Report, Metrics, Service); serve implements them
 //     and creates the Producer in prepare (produceglue.go: newProducer,
-//     buildView for the viewers) and runs Run as the publisher part
+//     the Producer's parts) and runs Run as the publisher part
 //     (startPublisher).
 //
 // internal/arch tests the import rules between them (natsenv imports proto
 // and internal/ctxutil only, httpui balancer only, deliver proto and
-// internal/ctxutil only and of NATS nats.go only (never the server,
-// jetstream nor prometheus), work never serve nor prometheus, epochs
+// internal/ctxutil only and of NATS nats.go and jetstream (never the
+// server, natsenv nor prometheus), work never serve nor prometheus, epochs
 // neither serve nor NATS, control neither serve, deliver nor prometheus and
 // of NATS nats.go only, report never
 // serve, prometheus nor a NATS package, produce never serve, prometheus

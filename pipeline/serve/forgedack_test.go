@@ -45,7 +45,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 	url := r.s.ClientURL()
 	checkFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		for rank := range 2 {
-			if _, held := r.s.out.First(rank); !held {
+			if _, held := firstHeld(r.s, rank); !held {
 				return errorf("nothing held for rank %d yet", rank)
 			}
 		}
@@ -103,7 +103,7 @@ func testForgedAcks(t *testing.T, auth bool) {
 		if rs.Next() != (proto.Pos{Epoch: 0, Step: 0}) {
 			t.Errorf("rank %d: next needed step %+v after forged acks, want epoch 0 step 0", rank, rs.Next())
 		}
-		if k, held := r.s.out.First(rank); !held || k.Step != 0 || k.MicroBatch != 0 {
+		if k, held := firstHeld(r.s, rank); !held || k.Step != 0 || k.MicroBatch != 0 {
 			t.Errorf("rank %d: first held batch %v (held %v) after forged acks, want step 0 micro-batch 0", rank, k, held)
 		}
 	}

@@ -309,3 +309,10 @@ func quarantinedIDs(t testing.TB, dir string, epoch int) map[string]bool {
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// firstHeld is the key of the first batch the data plane holds for rank
+// (false when it holds none).
+func firstHeld(s *Service, rank int) (proto.BatchKey, bool) {
+	h, ok, err := s.plane.FirstHeld(context.Background(), rank)
+	return h.BatchKey, ok && err == nil
+}

@@ -94,7 +94,7 @@ func TestInspectCore(t *testing.T) {
 	defer cancel()
 	ex := shardExpectation(t, cfg, 0)
 	checkFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if it := r.s.out.Peek(1*cfg.MP, proto.BatchKey{Job: cfg.Job, DPRank: 1}); it == nil {
+		if k, held := firstHeld(r.s, 1*cfg.MP); !held || k != (proto.BatchKey{Job: cfg.Job, DPRank: 1}) { // the rank's first batch, in plan order
 			return errors.New("step 0 not held yet")
 		}
 		return nil

@@ -103,7 +103,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 // TestScrapeMakesNoJetStreamRequest scrapes /metrics on the JetStream data
 // plane and counts the JetStream API requests the embedded server receives
 // between two marker requests around the scrape: the per-rank gauges come
-// from the stream state pollStream keeps, not from requests per scrape.
+// from the stream state the data plane polls, not from requests per scrape.
 func TestScrapeMakesNoJetStreamRequest(t *testing.T) {
 	old := streamPoll
 	streamPoll = time.Hour // one poll at start, none during the scrape
@@ -113,7 +113,7 @@ func TestScrapeMakesNoJetStreamRequest(t *testing.T) {
 	cfg.Recalibrate, cfg.AssetCheck = -1, 0
 	r := start(t, cfg)
 	checkFor(t, 60*time.Second, 20*time.Millisecond, func() error {
-		if r.s.streamSnap.Load() == nil || !r.s.finishedPublishing() {
+		if r.s.plane.Gauges().Stream == nil || !r.s.publisher.Finished() {
 			return errorf("still publishing")
 		}
 		return nil
@@ -172,7 +172,7 @@ func TestScrapeMakesNoJetStreamRequest(t *testing.T) {
 		t.Errorf("3 scrapes made %d JetStream API requests, want 0", n)
 	}
 	// The counting sees requests: a stream info from the service is one.
-	if _, err := r.s.stream.Info(context.Background()); err != nil {
+	if _, err := r.s.js.Stream(context.Background(), proto.StreamName(cfg.Job)); err != nil { // a stream info
 		t.Fatal(err)
 	}
 	checkFor(t, 5*time.Second, time.Millisecond, func() error {

@@ -1,11 +1,11 @@
 package serve
 
 import (
-	"context"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/pipeline/serve/report"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,10 +122,11 @@ func (s *Service) Stats() Stats {
 }
 
 // stateCollector reports gauges read at scrape time from the service's
-// memory, never from NATS: what the data plane holds (dataPlane.collect:
+// memory, never from NATS: what the data plane holds (planeMetrics of its
+// Gauges:
 // the outbox's bytes on the core data plane, or the last snapshot of the
 // stream's bytes and messages and each rank's pending and unacknowledged
-// chunks on the JetStream data plane, pollStream), positions, and
+// chunks on the JetStream data plane, its stream poll), positions, and
 // quarantined samples by reason.
 type stateCollector struct{ s *Service }
 
@@ -149,7 +150,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	if s.plane != nil {
-		s.plane.collect(ch)
+		planeMetrics(ch, s.plane.Gauges(), s.cfg.MP)
 	}
 	for r, rs := range s.ranks.All() {
 		l := []string{strconv.Itoa(r / s.cfg.MP), strconv.Itoa(r % s.cfg.MP)}
@@ -161,46 +162,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// streamSnapshot is the JetStream data plane's stream state, polled.
-type streamSnapshot struct {
-	bytes, msgs uint64
-	ranks       []consumerSnapshot
-}
-
-type consumerSnapshot struct {
-	ok                  bool
-	pending, ackPending uint64
-}
-
-// streamPoll is how often pollStream reads the stream and consumer state.
-var streamPoll = 2 * time.Second // a variable so tests can lengthen it
-
-// pollStream keeps s.streamSnap current until ctx ends (JetStream data plane
-// only), so that a Prometheus scrape makes no JetStream request.
-func (s *Service) pollStream(ctx context.Context) error {
-	for {
-		rctx, cancel := context.WithTimeout(ctx, streamPoll)
-		snap := &streamSnapshot{ranks: make([]consumerSnapshot, s.cfg.ranks())}
-		if info, err := s.stream.Info(rctx); err == nil {
-			snap.bytes, snap.msgs = info.State.Bytes, info.State.Msgs
-			for r := range snap.ranks {
-				cons, err := s.stream.Consumer(rctx, proto.ConsumerName(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP))
-				if err != nil {
-					continue
-				}
-				if ci, err := cons.Info(rctx); err == nil {
-					snap.ranks[r] = consumerSnapshot{ok: true, pending: ci.NumPending, ackPending: uint64(ci.NumAckPending)}
-				}
-			}
-			s.streamSnap.Store(snap)
+// planeMetrics sends the gauges of what the data plane holds: the outbox's
+// bytes once it is set up, or the last stream snapshot once it is polled.
+func planeMetrics(ch chan<- prometheus.Metric, g deliver.PlaneGauges, mp int) {
+	if g.Outbox {
+		ch <- prometheus.MustNewConstMetric(descOutboxBytes, prometheus.GaugeValue, float64(g.OutboxBytes))
+	}
+	if g.Stream == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(g.Stream.Bytes))
+	ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(g.Stream.Msgs))
+	for r, c := range g.Stream.Ranks {
+		if !c.Polled {
+			continue
 		}
-		cancel()
-		t := time.NewTimer(streamPoll)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		}
+		l := []string{strconv.Itoa(r / mp), strconv.Itoa(r % mp)}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(c.Pending), l...)
+		ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(c.AckPending), l...)
 	}
 }

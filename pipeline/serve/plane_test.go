@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/mmfeed/mmfeed/pipeline/serve/deliver"
 	"github.com/mmfeed/mmfeed/proto"
 )
 
@@ -26,20 +27,20 @@ func TestDataPlaneChoice(t *testing.T) {
 			cfg.Job, cfg.DataPlane = "plane", tc.plane
 			s := &Service{cfg: cfg}
 			p := newDataPlane(s)
-			if _, isCore := p.(corePlane); isCore != tc.core {
+			if _, isCore := p.(*deliver.CorePlane); isCore != tc.core {
 				t.Fatalf("plane %T for %q", p, tc.plane)
 			}
 			var rep proto.RegisterReply
-			p.fillRegisterReply(&rep, 0, 0)
+			p.FillRegisterReply(&rep, 0, 0)
 			if rep.DataPlane != tc.plane || (rep.FetchSubject != "") != tc.core || (rep.AckSubject != "") != tc.core {
 				t.Errorf("register reply %q fetch %q ack %q", rep.DataPlane, rep.FetchSubject, rep.AckSubject)
 			}
-			err := p.resizable(cfg.Job, 2, 4)
+			err := p.Resizable(cfg.Job, 2, 4)
 			if (err == nil) != tc.resizable || (err != nil && !errors.Is(err, ErrJobMismatch)) {
 				t.Errorf("resizable: %v, want resizable=%v", err, tc.resizable)
 			}
 			if tc.core {
-				if got, err := p.restoredCursor(context.Background(), 0, proto.Pos{Epoch: 1, Step: 7}); err != nil || got != (proto.Pos{Epoch: 1, Step: 7}) {
+				if got, err := p.RestoredCursor(context.Background(), 0, proto.Pos{Epoch: 1, Step: 7}); err != nil || got != (proto.Pos{Epoch: 1, Step: 7}) {
 					t.Errorf("restored cursor %v, %v, want the KV cursor", got, err)
 				}
 			}

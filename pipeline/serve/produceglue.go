@@ -28,12 +28,6 @@ func (s *Service) newProducer() *produce.Producer {
 			Rewind: rewindGlue{s}, Rank: rankGlue{s}, Work: s.work, Report: s.live, Metrics: g, Service: g})
 }
 
-// buildView builds key's batch of rank again from the plan
-// (produce.Producer.BuildView), for a viewer (view.go).
-func (s *Service) buildView(ctx context.Context, rank int, key proto.BatchKey) ([]byte, bool, error) {
-	return s.produce.BuildView(ctx, rank, key)
-}
-
 // produceEpochs is the epoch book with the service's epoch (planepoch.go),
 // which makes the epoch the one being published.
 type produceEpochs struct {

@@ -18,7 +18,7 @@ import (
 // plane's drop, the rewinds counter and the log.
 type rewindGlue struct{ s *Service }
 
-func (g rewindGlue) Drop(ctx context.Context, rank int) error { return g.s.plane.drop(ctx, rank) }
+func (g rewindGlue) Drop(ctx context.Context, rank int) error { return g.s.plane.Drop(ctx, rank) }
 
 func (g rewindGlue) Rewound(req deliver.Rewind, gen int) {
 	s := g.s
@@ -36,23 +36,15 @@ func (g rewindGlue) RewindFailed(req deliver.Rewind, err error) {
 type rankGlue struct{ s *Service }
 
 func (g rankGlue) Hold(ctx context.Context, rank int, m deliver.Out, since time.Time) error {
-	return g.s.plane.hold(ctx, rank, m, since)
+	return g.s.plane.Hold(ctx, rank, m, since)
 }
 
 func (g rankGlue) Published(bytes, samples int) { g.s.met.published(bytes, samples) }
 
-// subscribeData installs the core data plane's handlers (Core.Subscribe)
-// over the Service's connection, outbox, rank table and publisher.
-func (s *Service) subscribeData(ctx context.Context) ([]*nats.Subscription, error) {
-	c := s.cfg
-	lay := deliver.CoreLayout{Job: c.Job, Ranks: c.ranks(), MP: c.MP, FirstEpoch: c.Pipeline.Plan.Epoch, LastEpoch: c.lastEpoch(),
-		MicroBatches: c.Pipeline.Plan.MicroBatches, ChunkSize: s.chunkSize}
-	return deliver.NewCore(s.nc, lay, s.out, s.ranks, s.publisher, coreGlue{s}).Subscribe(ctx)
-}
-
 // coreGlue is the Service's side of the core data plane's handlers
-// (CoreParts): control's checks, the reply guard, the viewers, the
-// handlers' tasks, the metrics and logs, and the state's health.
+// (deliver.HandlerParts; the rest of deliver.CorePlaneParts is in
+// plane.go): control's checks, the reply guard, the handlers' tasks, the
+// metrics and logs, and the state's health.
 type coreGlue struct{ s *Service }
 
 func (g coreGlue) CheckRank(job string, dp, mp int) (int, error) {
@@ -63,14 +55,6 @@ func (g coreGlue) SetNext(rank int, next proto.Pos, force bool) { g.s.ctl.SetNex
 
 func (g coreGlue) Allow(kind string, m *nats.Msg, dp, mp int) bool {
 	return g.s.replies.Allow(kind, m, g.s.replies.RankInbox(dp, mp)...)
-}
-
-func (g coreGlue) StartView(ctx context.Context, rank int, reply string, key proto.BatchKey) {
-	g.s.startView(ctx, rank, reply, key)
-}
-
-func (g coreGlue) SubscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
-	return g.s.subscribeViews(ctx)
 }
 
 func (g coreGlue) Start(f func(context.Context)) bool { return g.s.tasks.start(f) }

@@ -163,7 +163,7 @@ func (s *Service) runReport(e int, reason string, rep *balancer.Report, mix *pip
 		trained = proto.Pos{Epoch: s.cfg.Pipeline.Plan.Epoch, Step: 0}
 	}
 	sum := report.RunSummary{Job: s.cfg.Job, Epoch: e, Reason: reason, WrittenAt: time.Now().UTC(),
-		StepsPublished: s.live.PublishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.finishedPublishing(),
+		StepsPublished: s.live.PublishedSteps(), StepsTrained: s.stepsTrained(), FinishedPublishing: s.publisher.Finished(),
 		FinishedTraining: !trained.Less(proto.Pos{Epoch: s.cfg.lastEpoch() + 1, Step: 0})}
 	for _, em := range s.live.MeasuredEpochs() {
 		em.Steps = s.epochs.Steps(em.Epoch)
@@ -231,7 +231,7 @@ func (s *Service) liveSnapshot(anyway bool) *report.LiveReport {
 	lv := &rep.Live
 	lv.Job, lv.FirstEpoch, lv.LastEpoch = s.cfg.Job, s.cfg.Pipeline.Plan.Epoch, s.cfg.lastEpoch()
 	lv.Calibration, lv.Observations = cal, nobs
-	lv.Finished = s.finishedPublishing()
+	lv.Finished = s.publisher.Finished()
 	lv.StepsTrained = s.stepsTrained()
 	for r, rs := range s.ranks.All() {
 		dp, mp := r/s.cfg.MP, r%s.cfg.MP

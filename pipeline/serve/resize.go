@@ -60,7 +60,7 @@ func (s *Service) checkResize(rec, stored JobRecord) (bool, error) {
 		return false, fmt.Errorf("serve: job %s runs at dp=%d, this service has dp=%d: start it with --allow-resize to replan the rest of the epoch for dp=%d (the trainers resume with --allow-resize): %w",
 			stored.Job, stored.DP, rec.DP, rec.DP, ErrJobMismatch)
 	}
-	if err := s.plane.resizable(stored.Job, stored.DP, rec.DP); err != nil {
+	if err := s.plane.Resizable(stored.Job, stored.DP, rec.DP); err != nil {
 		return false, err
 	}
 	s.resize = &pendingResize{oldDP: stored.DP, decided: make(chan struct{})}

@@ -50,10 +50,8 @@ type Service struct {
 	live      *report.State               // the live report (package report)
 	health    health                      // what /healthz reports beyond the connection
 	fence     func(context.Context) error // the lease's Await before every state write (natsenv.Guard)
-	// plane is the data plane (plane.go), chosen in New.
-	plane dataPlane
-	// streamSnap is the last polled stream state (JetStream data plane).
-	streamSnap atomic.Pointer[streamSnapshot]
+	// plane is the data plane (package deliver), chosen in New (plane.go).
+	plane deliver.DataPlane
 	// resize is a dp change accepted at start (resize.go); nil when none.
 	resize *pendingResize
 	// work is the planner role's work queue side (nil with role all).
@@ -69,13 +67,8 @@ type Service struct {
 	ns         *server.Server
 	nc         *nats.Conn
 	js         jetstream.JetStream
-	stream     jetstream.Stream
 	st         state
-	pub        *proto.Publisher     // JetStream data plane
-	out        *deliver.Outbox      // core data plane
-	views      chan struct{}        // viewer fetches in flight (core data plane)
 	quarantine *work.QuarantineSink // quarantined samples to the job's quarantine bucket
-	chunkSize  int                  // data bytes per message on the core data plane
 
 	ready     chan struct{}
 	clientURL string
@@ -239,7 +232,7 @@ func (s *Service) supervise(ctx context.Context, ls *natsenv.Lease, ro *reportOu
 		_ = g.Wait()
 		return err
 	}
-	dsubs, err := s.plane.subscribe(gctx)
+	dsubs, err := s.plane.Subscribe(gctx)
 	if err != nil {
 		return abort(err)
 	}
@@ -278,7 +271,7 @@ func (s *Service) startParts(g *errgroup.Group, gctx context.Context, ls *natsen
 		g.Go(func() error { s.reportLoop(gctx, ro); return nil })
 	}
 	g.Go(func() error { return s.watchAssets(gctx) })
-	s.plane.startParts(g, gctx)
+	g.Go(func() error { return s.plane.Run(gctx) })
 }
 
 // startHTTP listens on Config.HTTP (when set) and serves the handler in g
@@ -416,7 +409,7 @@ func (s *Service) setup(ctx context.Context) error {
 		return fmt.Errorf("serve: quarantine bucket: %w", err)
 	}
 	s.quarantine = work.NewQuarantineSink(qkv, s.log, true)
-	if err := s.plane.setup(ctx); err != nil {
+	if err := s.plane.Setup(ctx); err != nil {
 		return err
 	}
 	if err := s.checkJob(ctx); err != nil {
@@ -488,49 +481,13 @@ func (s *Service) restore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cursor, err := s.plane.restoredCursor(ctx, r, rs.Cursor())
+		cursor, err := s.plane.RestoredCursor(ctx, r, rs.Cursor())
 		if err != nil {
 			return err
 		}
 		s.ranks.Set(r, rs.WithCursor(cursor))
 	}
 	return nil
-}
-
-// lastStored returns the step after the last batch stored for a rank, or
-// that batch's step when its micro-batch is not the step's last.
-func (s *Service) lastStored(ctx context.Context, dp, mp int) (proto.Pos, bool, error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return proto.Pos{}, false, nil
-	}
-	if err != nil {
-		return proto.Pos{}, false, fmt.Errorf("serve: last message of %s: %w", subj, err)
-	}
-	h, err := proto.ParseChunkHeader(m.Header)
-	if err != nil {
-		return proto.Pos{}, false, nil // not ours to interpret: republish from the trainer's position
-	}
-	if h.MicroBatch == s.cfg.Pipeline.Plan.MicroBatches-1 && h.Index == h.Count-1 {
-		return s.epochs.Norm(proto.Pos{Epoch: h.Epoch, Step: h.Step + 1}), true, nil
-	}
-	return proto.Pos{Epoch: h.Epoch, Step: h.Step}, true, nil
-}
-
-// firstStored returns the first stored batch position of a rank, and whether
-// it is whole (its chunk 0 is still there).
-func (s *Service) firstStored(ctx context.Context, dp, mp int) (h proto.ChunkHeader, ok bool, err error) {
-	subj, _ := proto.BatchSubject(s.cfg.Job, dp, mp)
-	m, err := s.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return h, false, nil
-	}
-	if err != nil {
-		return h, false, fmt.Errorf("serve: first message of %s: %w", subj, err)
-	}
-	h, err = proto.ParseChunkHeader(m.Header)
-	return h, err == nil, nil
 }
 
 // modelFor returns the model the next epoch starts with: the latest

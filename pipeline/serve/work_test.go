@@ -332,7 +332,7 @@ func TestPlannerPayloadsEqualRoleAll(t *testing.T) {
 		}
 		rank.ack(0, 2, 1)
 		checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-			if k, held := r.s.out.First(0); held && k.Step <= 2 {
+			if k, held := firstHeld(r.s, 0); held && k.Step <= 2 {
 				return errorf("outbox still holds %v", k)
 			}
 			return nil

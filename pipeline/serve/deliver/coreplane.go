@@ -26,26 +26,32 @@ type CoreLayout struct {
 	ChunkSize             int
 }
 
-// CoreParts is what the core data plane's handlers need of the service:
+// HandlerParts is what the core data plane's handlers need of the service:
 // control's checks and records (CheckRank, BadControl, SetNext), the reply
 // guard (Allow: the reply subject of a request of rank dp, mp may get an
-// answer), the viewers (StartView, SubscribeViews), the handlers' task group
-// (Start: false once the service stops), the metrics and logs (Fetched,
-// Sent, SendFailed, HandFailed) and whether the job's state can be written
-// now (Recording: not while the disk is full).
-type CoreParts interface {
+// answer), the handlers' task group (Start: false once the service stops),
+// the metrics and logs (Fetched, Sent, SendFailed, HandFailed) and whether
+// the job's state can be written now (Recording: not while the disk is
+// full).
+type HandlerParts interface {
 	CheckRank(job string, dp, mp int) (int, error)
 	BadControl(kind string, err error)
 	SetNext(rank int, next proto.Pos, force bool)
 	Allow(kind string, m *nats.Msg, dp, mp int) bool
-	StartView(ctx context.Context, rank int, reply string, key proto.BatchKey)
-	SubscribeViews(ctx context.Context) ([]*nats.Subscription, error)
 	Start(f func(context.Context)) bool
 	Fetched(result string)
 	Sent(chunks int, took time.Duration)
 	SendFailed(key proto.BatchKey, err error)
 	HandFailed(rank int, err error)
 	Recording() bool
+}
+
+// CoreParts is what Core needs: the service's HandlerParts and the viewers
+// (StartView, SubscribeViews: the core plane's, view.go).
+type CoreParts interface {
+	HandlerParts
+	StartView(ctx context.Context, rank int, reply string, key proto.BatchKey)
+	SubscribeViews(ctx context.Context) ([]*nats.Subscription, error)
 }
 
 // Core is the core data plane's handlers: the ranks' fetches and acks on

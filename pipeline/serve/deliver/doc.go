@@ -3,7 +3,9 @@
 // acknowledged, the fetches that wait for a batch (docs/protocol.md, the
 // core data plane), every rank's positions with their KV records (the
 // rank table), the publish loop's shared state (the publisher: its
-// rewinds and runs) and the core data plane's fetch and ack handlers.
+// rewinds and runs), the core data plane's fetch and ack handlers, its
+// viewers, and the two data planes themselves (DataPlane: core or
+// JetStream).
 //
 // # What it owns
 //
@@ -93,6 +95,32 @@
 // be written, and after a step's last micro-batch records the rank's next
 // step.
 //
+// The data planes (DataPlane; plane.go, streamplane.go): how the batches
+// reach the trainers, one interface the service asks instead of branching
+// on the plane (Setup, Hold, Drop, FirstHeld, RestoredCursor, Resizable,
+// FillRegisterReply, TrainerReplaced, Subscribe, Run, CheckAssets,
+// Gauges). CorePlane (NewCorePlane) owns the outbox (Setup creates it, with
+// the chunk size the connection's max_payload allows), installs Core's
+// handlers and the viewers' (Subscribe), and answers a viewer fetch
+// (view.go, viewsubject.go: on the rank's view subject or a fetch with
+// View set; a request of the subject's own rank with a reply subject in a
+// viewer's inbox, at most maxViews at once, on a task of its own) with the
+// outbox's copy of the batch or the batch the service builds again
+// (CorePlaneParts.BuildView), never marking it sent nor moving the rank.
+// StreamPlane (NewStreamPlane) owns the job's stream handle and the stream
+// publisher (Setup creates the stream and every rank's consumer through
+// StreamParts), publishes a batch with retries (the same message ids until
+// ctx ends or GiveUpAfter; a too large or invalid batch is not retried),
+// purges a rank's subject on a rewind, continues a restarted service after
+// the last batch the stream stores for a rank, recreates a lost stream
+// (rewinding every rank to its next needed step through the publisher) or
+// consumer (CheckAssets), resets a rank's consumer for a new trainer
+// incarnation, and polls the stream's and consumers' state every
+// PlaneConfig.Poll (Run) so that Gauges reads memory only. A resize is
+// served by the core plane only (the JetStream plane's refusal wraps
+// PlaneConfig.JobMismatch). Gauges is data (PlaneGauges): the outbox's
+// bytes, or the last stream snapshot (StreamGauges, a copy).
+//
 // # Inputs
 //
 // The rank table is given the epoch book as Epochs (Norm and StepBefore:
@@ -118,22 +146,39 @@
 // as verbs (Fetched, Sent, SendFailed, HandFailed) and whether the state
 // can be written (Recording).
 //
+// The planes are given PlaneConfig (the job's layout, its plane's name,
+// the bound of what it holds, the JetStream plane's publisher tuning, give
+// up, poll interval, the error a refused resize wraps, and the log), the
+// rank table, the publisher and their parts: CorePlaneParts (HandlerParts,
+// the connection, BuildView and the viewer's reply guard, AllowView:
+// serve's coreGlue) or StreamParts (the connection and its JetStream, the
+// assets' EnsureStream and EnsureConsumer as verbs, Recreate, the health's
+// Publishing, the metrics and log Retried, Sent and PublishFailed:
+// serve's streamGlue); the JetStream plane also the epoch book (Epochs:
+// where a rank continues after its last stored step). serve reads which
+// plane runs once (newDataPlane) and constructs one of them.
+//
 // # What it must not do
 //
 // It decides nothing else about the positions: what a fetch may get, when
 // to rewind and which data plane runs are the service's (package serve:
-// the dataPlane interface in plane.go, with its core and JetStream
-// implementations, which choose the plane and wire Core; the viewers,
-// view.go; the publish loop, package produce, which asks the publisher
-// for its rewinds and runs).
-// Of NATS it imports nats.go only, and uses it only in Core: its
-// subscriptions, the acks' answers and the batches' sends on the connection
-// it is given. It makes no other NATS request (the bucket is its Store, the
-// data plane a rewind drops from is its RewindParts), imports neither the
-// NATS server nor jetstream nor the metrics (Core counts through its
-// CoreParts), and imports proto and internal/ctxutil and nothing else of
-// this module, never pipeline/serve or pipeline/serve/epochs
-// (internal/arch); serve uses it through these exported names only.
+// newDataPlane in plane.go chooses the plane from its Config; the batch a
+// viewer gets built again, package produce's BuildView; the publish
+// loop, package produce, which asks the publisher for its rewinds and
+// runs).
+// Of NATS it imports nats.go and its jetstream package: Core's and the
+// viewers' subscriptions, the acks' answers and the batches' sends on the
+// connection it is given, and the JetStream plane's stream (publish,
+// purge, message reads, info, consumers). It creates no JetStream asset
+// itself (the assets' declarations are serve's and natsenv's, reached
+// through StreamParts' Ensure verbs; it never imports natsenv), makes no
+// other NATS request (the bucket is its Store, the data plane a rewind
+// drops from is its RewindParts), imports neither the NATS server nor the
+// metrics (Core and the planes count through their parts; Gauges is data
+// serve turns into metrics), and imports proto and internal/ctxutil and
+// nothing else of this module, never pipeline/serve or
+// pipeline/serve/epochs (internal/arch); serve uses it through these
+// exported names only.
 //
 // # Ownership and concurrency
 //
@@ -161,4 +206,13 @@
 // has no state of its own but each rank's fetch waits and slots; its
 // handlers run on the connection's goroutines and hold no lock across its
 // CoreParts.
+//
+// A plane's state (the outbox, the chunk size and the viewers of the core
+// plane; the stream handle and the stream publisher of the JetStream plane)
+// is set by Setup before the service starts its parts and only read after;
+// the JetStream plane's last snapshot is an atomic pointer, written by Run
+// and read by Gauges. The viewers' slots are a semaphore of maxViews. No
+// plane holds a lock across its parts. Hold and Drop are the publish
+// loop's (a rank's publisher, a rewind) and Setup is called once before
+// the parts start; the rest is safe for concurrent use.
 package deliver

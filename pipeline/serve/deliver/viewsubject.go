@@ -1,10 +1,9 @@
-package serve
+package deliver
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/mmfeed/mmfeed/pipeline/serve/natsenv"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 )
@@ -17,13 +16,13 @@ import (
 // fetch subject (startView, at most maxViews at once). Nothing else is done
 // for it, so the viewer credential, which may publish there only, cannot
 // move a rank.
-func (s *Service) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
+func (v *viewer) subscribeViews(ctx context.Context) ([]*nats.Subscription, error) {
 	var subs []*nats.Subscription
-	for r := range s.cfg.ranks() {
-		subj, err := proto.ViewSubject(s.cfg.Job, r/s.cfg.MP, r%s.cfg.MP)
+	for r := range v.lay.Ranks {
+		subj, err := proto.ViewSubject(v.lay.Job, r/v.lay.MP, r%v.lay.MP)
 		if err == nil {
 			var sub *nats.Subscription
-			sub, err = s.nc.Subscribe(subj, func(m *nats.Msg) { s.handleView(ctx, r, m) })
+			sub, err = v.nc.Subscribe(subj, func(m *nats.Msg) { v.handleView(ctx, r, m) })
 			subs = append(subs, sub)
 		}
 		if err != nil {
@@ -38,21 +37,21 @@ func (s *Service) subscribeViews(ctx context.Context) ([]*nats.Subscription, err
 	return subs, nil
 }
 
-func (s *Service) handleView(ctx context.Context, rank int, m *nats.Msg) {
+func (v *viewer) handleView(ctx context.Context, rank int, m *nats.Msg) {
 	var req proto.FetchRequest
 	err := proto.DecodeControl(m.Data, &req)
 	if err == nil {
 		var r int
-		if r, err = s.ctl.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
+		if r, err = v.parts.CheckRank(req.Job, req.DPRank, req.MPRank); err == nil && (r != rank || !req.View || m.Reply == "") {
 			err = fmt.Errorf("serve: %s: not a viewer fetch of this subject's rank with a reply: %w", m.Subject, proto.ErrControl)
 		}
 	}
 	if err != nil {
-		s.ctl.BadControl("view", err)
+		v.parts.BadControl("view", err)
 		return
 	}
-	if !s.replies.Allow("view", m, natsenv.ViewerInboxPrefix) {
+	if !v.parts.AllowView(m) {
 		return
 	}
-	s.startView(ctx, rank, m.Reply, req.Key())
+	v.startView(ctx, rank, m.Reply, req.Key())
 }
