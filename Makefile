@@ -82,7 +82,7 @@ test: build venv ## run every test: Go (with the Python peers required) and the 
 	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache MMFEED_REQUIRE_PEERS=1 $(GO) test -count=1 -timeout 30m ./...
 	@if [ -d trainer/tests ]; then MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(PY) -m pytest -q --durations=15 trainer/tests; fi
 
-RACE_PKGS ?= ./proto/ ./balancer/ ./pipeline/serve/ ./pipeline/serve/natsenv/ ./pipeline/serve/control/ ./pipeline/serve/deliver/
+RACE_PKGS ?= ./proto/ ./balancer/ ./pipeline/serve/ ./pipeline/serve/natsenv/ ./pipeline/serve/control/ ./pipeline/serve/deliver/ ./pipeline/serve/produce/
 race: build venv ## the concurrent packages' tests under the race detector (RACE_PKGS; serve alone takes 15-30 min on 2 cores)
 	@rm -rf $(BUILD)/test-feature-cache
 	MMFEED_FEATURE_CACHE=$(CURDIR)/$(BUILD)/test-feature-cache $(GO) test -race -count=1 -timeout 90m $(RACE_PKGS)
