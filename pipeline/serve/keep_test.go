@@ -88,7 +88,11 @@ func TestServeKeepsColumns(t *testing.T) {
 			r := start(t, cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			trs := runTrainers(t, ctx, cfg, r.s.ClientURL(), []int{0})
+			// The job is shorter than the comparison's build under -race: hold
+			// the first step until the live report has it.
+			trs := runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, func(tr *trainer) {
+				tr.barrier = func(ctx context.Context, _ proto.BatchKey) error { return awaitComparison(ctx, r.s) }
+			})
 			if err := r.wait(t, 30*time.Second); err != nil {
 				t.Fatal(err)
 			}
@@ -123,4 +127,17 @@ func TestServeKeepsColumns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awaitComparison returns once s's live report holds the strategy
+// comparison (built in the background after the epoch is planned).
+func awaitComparison(ctx context.Context, s *Service) error {
+	for s.snapshot() == nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -30,6 +30,7 @@ type reportOut struct {
 	dir     string
 	views   *report.Views
 	written map[int]bool
+	due     map[int]time.Time // when an epoch's file was first due (measureWait)
 	reports map[int]*balancer.Report
 	mixes   map[int]*pipeline.MixtureReport // a mixture epoch's per-source lines, beside reports
 }
@@ -42,7 +43,7 @@ func (s *Service) openReportOut() (*reportOut, error) {
 	if err := os.MkdirAll(s.cfg.ReportOut, 0o755); err != nil {
 		return nil, fmt.Errorf("serve: --report-out: %w", err)
 	}
-	return &reportOut{dir: s.cfg.ReportOut, views: report.NewViews(s.cal), written: map[int]bool{}, reports: map[int]*balancer.Report{},
+	return &reportOut{dir: s.cfg.ReportOut, views: report.NewViews(s.cal), written: map[int]bool{}, due: map[int]time.Time{}, reports: map[int]*balancer.Report{},
 		mixes: map[int]*pipeline.MixtureReport{}}, nil
 }
 
@@ -62,7 +63,8 @@ func (s *Service) reportLoop(ctx context.Context, ro *reportOut) {
 }
 
 // epochEnds writes the files of every epoch the trainers finished since the
-// last call.
+// last call, once the epoch's step times are in (or measureWait after it
+// ended).
 func (ro *reportOut) epochEnds(s *Service) {
 	ro.mu.Lock()
 	defer ro.mu.Unlock()
@@ -71,17 +73,27 @@ func (ro *reportOut) epochEnds(s *Service) {
 	if !ok {
 		return
 	}
+	now := time.Now()
 	for _, e := range s.live.EpochList() { // the epochs this service published
-		if e < p.Epoch && !ro.written[e] {
-			ro.write(s, e, reasonEpochEnd, true)
+		if e >= p.Epoch || ro.written[e] {
+			continue
 		}
+		if _, ok := ro.due[e]; !ok {
+			ro.due[e] = now
+		}
+		if s.live.Unmeasured(proto.Pos{Epoch: e}, proto.Pos{Epoch: e + 1}) && now.Sub(ro.due[e]) < measureWait {
+			continue
+		}
+		ro.write(s, e, reasonEpochEnd, true)
+		delete(ro.due, e)
 	}
 }
 
-// exitMeasureWait bounds how long the exit waits for the step times of
-// steps every rank acknowledged but not every rank has reported yet (a
-// last feedback still in flight beside the done that ended the job).
-const exitMeasureWait = time.Second
+// measureWait bounds how long a run report waits for the step times of
+// steps every rank acknowledged and not every rank reported yet: feedback
+// is published, not requested, so a rank's last one may land after its ack
+// (or after the done that ended the job).
+const measureWait = time.Second
 
 // atExit writes every epoch not written yet and the latest files with
 // reason "exit"; Run calls it after its parts stopped, while the control
@@ -91,7 +103,8 @@ func (ro *reportOut) atExit(s *Service) {
 	defer ro.mu.Unlock()
 	ro.remember(s)
 	p, _ := s.ranks.Trained()
-	for deadline := time.Now().Add(exitMeasureWait); s.live.PartialBefore(p) && time.Now().Before(deadline); {
+	first := proto.Pos{Epoch: s.cfg.Pipeline.Plan.Epoch}
+	for deadline := time.Now().Add(measureWait); s.live.Unmeasured(first, p) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cur, ok := s.live.CurrentEpoch()

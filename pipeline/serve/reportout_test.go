@@ -128,7 +128,17 @@ func TestReportOutEndToEnd(t *testing.T) {
 	r := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	setup := func(tr *trainer) { tr.computeSeconds = func(int, int) float64 { return rankSeconds(tr.dp) } }
+	setup := func(tr *trainer) {
+		tr.computeSeconds = func(int, int) float64 { return rankSeconds(tr.dp) }
+		if tr.dp == 1 { // epoch 0's last step times land well after its acks: the file waits for them
+			tr.feedbackDelay = func(e, step int) time.Duration {
+				if e == 0 && step == r.s.epochs.Steps(0)-1 {
+					return 300 * time.Millisecond
+				}
+				return 0
+			}
+		}
+	}
 	trs := runTrainersWith(t, ctx, cfg, r.s.ClientURL(), []int{0}, true, setup)
 	steps := r.s.epochs.Steps(0)
 
@@ -206,7 +216,9 @@ func TestReportOutEndToEnd(t *testing.T) {
 }
 
 // TestReportOutOnCancel stops a service mid-epoch (ctx, as SIGTERM does):
-// the files say what was trained and measured until then.
+// the files say what was trained and measured until then, the last step's
+// times too (its feedback may still be in flight when the trainers return:
+// the exit waits for it, measureWait).
 func TestReportOutOnCancel(t *testing.T) {
 	cfg := testConfig(t, corpus(t, 120), 2, 1, "colocated")
 	cfg.ReportOut = filepath.Join(t.TempDir(), "run")
@@ -233,11 +245,6 @@ func TestReportOutOnCancel(t *testing.T) {
 		}
 		if r.s.snapshot() == nil {
 			return fmt.Errorf("no comparison yet: %s", r.s.live.PlanningStatus())
-		}
-		// Feedback is published, not requested: a trainer returns before the
-		// service has read its last report.
-		if m := r.s.live.MeasuredEpochs(); len(m) == 0 || m[0].StepsMeasured < trained {
-			return fmt.Errorf("measured %+v", m)
 		}
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/mmfeed/mmfeed/internal/ctxutil"
 	"github.com/mmfeed/mmfeed/proto"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +40,9 @@ type trainer struct {
 	computeSeconds func(epoch, step int) float64
 	// stepDelay is slept after each applied step.
 	stepDelay time.Duration
+	// feedbackDelay, when set, is slept between a step's acks and its
+	// feedback (a report that lands after the ack).
+	feedbackDelay func(epoch, step int) time.Duration
 	// barrier, when set, is called with a step's key before the step is
 	// applied: a collective that waits for the other ranks.
 	barrier func(ctx context.Context, k proto.BatchKey) error
@@ -262,6 +266,11 @@ func (tr *trainer) apply(ctx context.Context, held []*proto.Batch) error {
 	secs := 0.01
 	if tr.computeSeconds != nil {
 		secs = tr.computeSeconds(k.Epoch, k.Step)
+	}
+	if tr.feedbackDelay != nil {
+		if err := ctxutil.Sleep(ctx, tr.feedbackDelay(k.Epoch, k.Step)); err != nil {
+			return err
+		}
 	}
 	fb := proto.Feedback{Job: tr.job, Epoch: k.Epoch, Step: k.Step, DPRank: tr.dp, MPRank: tr.mp, ComputeSeconds: secs, DataWaitSeconds: 0.001, Samples: 1}
 	return tr.publish(proto.CtlFeedback, fb)

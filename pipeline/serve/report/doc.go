@@ -12,7 +12,7 @@
 // and reasons (Quarantined, QuarantineCounts, WithEpochQuarantine), and
 // the run record (record.go: each dp rank's measured step times, the
 // measured imbalance beside the predicted one, per epoch over the whole
-// run: EpochList, PartialBefore, MeasuredEpochs). Snapshot returns the
+// run: EpochList, Unmeasured, MeasuredEpochs). Snapshot returns the
 // parts of the live report State holds; PlanningStatus says why there is
 // no comparison yet. Its lock and the run record's are leaves.
 //

@@ -57,9 +57,10 @@ func (l *State) WithEpochQuarantine(rep *balancer.Report) *balancer.Report {
 // epochList returns the epochs the run record holds, in order.
 func (l *State) EpochList() []int { return l.record.epochList() }
 
-// partialBefore reports whether the run record holds a step before p that
-// some ranks reported and not all.
-func (l *State) PartialBefore(p proto.Pos) bool { return l.record.partialBefore(p) }
+// Unmeasured reports whether the run record holds a step in [from, to) that
+// was published and that not every rank reported yet: its last feedback is
+// still in flight after the acks, or some rank never sends it.
+func (l *State) Unmeasured(from, to proto.Pos) bool { return l.record.unmeasured(from, to) }
 
 // measuredEpochs returns the run record's measured figures of every epoch,
 // in epoch order.

@@ -187,14 +187,14 @@ func (r *runRecord) summary() []EpochMeasured {
 	return out
 }
 
-// partialBefore reports whether a step before p was reported by some ranks
-// and not all.
-func (r *runRecord) partialBefore(p proto.Pos) bool {
+// unmeasured reports whether a step in [from, to) was published and not
+// every rank reported it yet (none, or some of them).
+func (r *runRecord) unmeasured(from, to proto.Pos) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for e, er := range r.epochs {
-		for step := range er.pending {
-			if (proto.Pos{Epoch: e, Step: step}).Less(p) {
+		for step := range er.predicted {
+			if at := (proto.Pos{Epoch: e, Step: step}); !at.Less(from) && at.Less(to) {
 				return true
 			}
 		}

@@ -21,16 +21,17 @@ func TestRunRecord(t *testing.T) {
 		measured  int
 		imbalance float64 // measured mean (0: none)
 		rank0     float64 // rank 0's mean seconds
+		open0     bool    // step 0 still waits for some rank's times (unmeasured)
 	}{
-		{"every rank", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 1, 4.0 / 3, 2},
-		{"one mp rank missing", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1)}, 0, 0, 0},
-		{"repeat counts once", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 0, 1), fb(0, 0, 1, 1), fb(0, 1, 0, 1)}, 0, 0, 0},
-		{"NaN ignored", []proto.Feedback{fb(0, 0, 0, math.NaN()), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0},
-		{"negative ignored", []proto.Feedback{fb(0, 0, 0, -1), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0},
-		{"unpublished step", []proto.Feedback{fb(7, 0, 0, 1), fb(7, 0, 1, 1), fb(7, 1, 0, 1), fb(7, 1, 1, 1)}, 0, 0, 0},
-		{"rank outside the layout", []proto.Feedback{fb(0, 2, 0, 1), fb(0, 0, 2, 1)}, 0, 0, 0},
+		{"every rank", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 1, 4.0 / 3, 2, false},
+		{"one mp rank missing", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 1, 2), fb(0, 1, 0, 1)}, 0, 0, 0, true},
+		{"repeat counts once", []proto.Feedback{fb(0, 0, 0, 1), fb(0, 0, 0, 1), fb(0, 0, 1, 1), fb(0, 1, 0, 1)}, 0, 0, 0, true},
+		{"NaN ignored", []proto.Feedback{fb(0, 0, 0, math.NaN()), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0, true},
+		{"negative ignored", []proto.Feedback{fb(0, 0, 0, -1), fb(0, 0, 1, 1), fb(0, 1, 0, 1), fb(0, 1, 1, 1)}, 0, 0, 0, true},
+		{"unpublished step", []proto.Feedback{fb(7, 0, 0, 1), fb(7, 0, 1, 1), fb(7, 1, 0, 1), fb(7, 1, 1, 1)}, 0, 0, 0, true},
+		{"rank outside the layout", []proto.Feedback{fb(0, 2, 0, 1), fb(0, 0, 2, 1)}, 0, 0, 0, true},
 		{"two steps", []proto.Feedback{fb(0, 0, 0, 3), fb(0, 0, 1, 3), fb(0, 1, 0, 1), fb(0, 1, 1, 1),
-			fb(1, 0, 0, 1), fb(1, 0, 1, 1), fb(1, 1, 0, 1), fb(1, 1, 1, 1)}, 2, (1.5 + 1) / 2, 2},
+			fb(1, 0, 0, 1), fb(1, 0, 1, 1), fb(1, 1, 0, 1), fb(1, 1, 1, 1)}, 2, (1.5 + 1) / 2, 2, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,6 +41,16 @@ func TestRunRecord(t *testing.T) {
 			r.published(0, 0, []float64{9, 9}) // a republication keeps the first prediction
 			for _, f := range tc.feedback {
 				r.measured(f)
+			}
+			e0, s1, e1 := proto.Pos{}, proto.Pos{Step: 1}, proto.Pos{Epoch: 1}
+			if got := r.unmeasured(e0, s1); got != tc.open0 {
+				t.Errorf("step 0 unmeasured %v, want %v", got, tc.open0)
+			}
+			if got, want := r.unmeasured(e0, e1), tc.measured < 2; got != want {
+				t.Errorf("epoch 0 unmeasured %v, want %v", got, want)
+			}
+			if r.unmeasured(e1, proto.Pos{Epoch: 2}) {
+				t.Error("epoch 1 unmeasured, want nothing published there")
 			}
 			sum := r.summary()
 			if len(sum) != 1 {
