@@ -47,7 +47,7 @@ type StreamPlane struct {
 
 	// Set by Setup, before the service starts its parts.
 	stream jetstream.Stream
-	publ   *proto.Publisher
+	sender *proto.Publisher // the stream publisher (proto.Publisher: chunks, ids, backpressure)
 	// snap is the last polled stream state (pollStream).
 	snap atomic.Pointer[StreamGauges]
 }
@@ -72,7 +72,7 @@ func (p *StreamPlane) Setup(ctx context.Context) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 	}
-	if p.publ, err = proto.NewPublisher(p.parts.Conn(), p.parts.JetStream(), c.Publisher); err != nil {
+	if p.sender, err = proto.NewPublisher(p.parts.Conn(), p.parts.JetStream(), c.Publisher); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
@@ -298,7 +298,7 @@ func (p *StreamPlane) publish(ctx context.Context, key proto.BatchKey, gen int, 
 	defer p.parts.Publishing(false)
 	start := time.Now()
 	for n := 1; ; n++ {
-		st, err := p.publ.Publish(ctx, key, gen, payload)
+		st, err := p.sender.Publish(ctx, key, gen, payload)
 		p.parts.Retried(st.Retries)
 		if err == nil {
 			return st.Chunks, nil
