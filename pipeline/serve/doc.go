@@ -229,7 +229,7 @@
 //     (register, feedback, done, resend; the data plane's acks and fetches
 //     are checked by it too). It holds only its gate (registers waiting,
 //     resends in flight) and acts through the other parts, each an
-//     interface of control's with verbs: the rank table (rankverbs.go),
+//     interface of control's with verbs: the rank table (deliver.Ranks),
 //     the epoch book, and the calibrator, live report, metrics, tasks,
 //     data plane, publish loop and resize decision through controlGlue
 //     (controlglue.go). A message moves a rank forward only to what it
@@ -364,7 +364,7 @@
 //     the reply guard (replyscope.go) and the rate log (ratelog.go). It
 //     turns a message into verbs on the parts it is given (parts.go:
 //     Ranks, Epochs, Calibrator, Report, Metrics, Tasks, Plane, Delivery);
-//     serve implements them (rankverbs.go, controlglue.go), creates the
+//     serve implements them (deliver.Ranks, epochs.Book, controlglue.go), creates the
 //     guard and the handlers (setupControl); the data plane's fetch, ack
 //     and view handlers (package deliver) call control's CheckRank,
 //     BadControl, SetNext and the guard's Allow through serve's coreGlue. serve's ErrEpochRange is
