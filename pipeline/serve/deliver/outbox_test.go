@@ -87,14 +87,6 @@ func TestOutboxAckAndPurge(t *testing.T) {
 func TestOutboxWakesOnlyTheRanksFetches(t *testing.T) {
 	key := func(step int) proto.BatchKey { return proto.BatchKey{Job: "j", Step: step} }
 	item := func(step int) *Item { return NewItem(key(step), 0, []byte{1}) }
-	closed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
 	for _, tt := range []struct {
 		name   string
 		change func(o *Outbox)
@@ -123,5 +115,15 @@ func TestOutboxWakesOnlyTheRanksFetches(t *testing.T) {
 				t.Errorf("woken %v, want %v", got, tt.wake)
 			}
 		})
+	}
+}
+
+// closed reports whether ch is closed (or holds a value), without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

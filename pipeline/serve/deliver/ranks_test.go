@@ -15,14 +15,6 @@ import (
 // and step.
 func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
 	tab := NewRanks(3, 1, epochs.NewBook(nil, nil), nil)
-	woken := func(ch chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
 	for _, tt := range []struct {
 		rank int
 		wake bool
@@ -32,7 +24,7 @@ func TestStepPublishedWakesOnlyWhenTheLeastCursorMoves(t *testing.T) {
 		at := tab.ranks[tt.rank].cursor
 		tab.mu.Unlock()
 		tab.StepPublished(tt.rank, at, 0)
-		if got := woken(ch); got != tt.wake {
+		if got := closed(ch); got != tt.wake {
 			t.Errorf("rank %d moved past %v: woken %v, want %v", tt.rank, at, got, tt.wake)
 		}
 	}
